@@ -1,0 +1,96 @@
+/* layout/config.h — config.json -> lwq_model_config.
+ *
+ * Accepts both transformers-4 and transformers-5 spellings (num_experts / num_local_experts,
+ * torch_dtype / dtype, rope_theta / rope_parameters.rope_theta, rope_scaling / rope_parameters).
+ * Required keys missing, wrong types, non-positive or absurd dimensions, and unknown model_type
+ * are errors naming config.json and the key.  The parsed cJSON tree is kept (raw) so the exporter
+ * can copy the source config and add quantization_config. */
+#ifndef LWQ_LAYOUT_CONFIG_H
+#define LWQ_LAYOUT_CONFIG_H
+
+#include <stdint.h>
+
+#include "core/dtype.h"
+#include "core/error.h"
+
+struct cJSON;
+
+typedef enum lwq_arch_id {
+    LWQ_ARCH_LLAMA = 0, /* llama, mistral */
+    LWQ_ARCH_QWEN2,
+    LWQ_ARCH_QWEN3,
+    LWQ_ARCH_QWEN3_MOE,
+    LWQ_ARCH_MIXTRAL,
+    LWQ_ARCH_DEEPSEEK_V2,
+    LWQ_ARCH_DEEPSEEK_V3,
+    LWQ_ARCH_QWEN3_NEXT,
+    LWQ_ARCH_COUNT
+} lwq_arch_id;
+
+typedef enum lwq_rope_type {
+    LWQ_ROPE_DEFAULT = 0,
+    LWQ_ROPE_LLAMA3,
+    LWQ_ROPE_LINEAR,
+    LWQ_ROPE_YARN,
+} lwq_rope_type;
+
+#define LWQ_MAX_LAYERS 4096
+
+typedef struct lwq_model_config {
+    char model_type[64];      /* as written in config.json */
+    lwq_arch_id arch;
+    lwq_dtype dtype;          /* torch_dtype / dtype; BF16 when absent */
+
+    int64_t hidden_size;
+    int64_t intermediate_size;
+    int num_hidden_layers;
+    int num_attention_heads;
+    int num_key_value_heads;  /* = num_attention_heads when absent */
+    int64_t head_dim;         /* explicit or hidden / heads */
+    int64_t vocab_size;
+    int64_t max_position_embeddings;
+    double rms_norm_eps;
+    int tie_word_embeddings;
+    int attention_bias;       /* q/k/v biases (qwen2 always; llama "attention_bias") */
+
+    /* RoPE */
+    double rope_theta;
+    lwq_rope_type rope_type;
+    double rope_factor;
+    double rope_low_freq_factor, rope_high_freq_factor;
+    int64_t rope_original_max_position;
+    double rope_beta_fast, rope_beta_slow, rope_mscale, rope_mscale_all_dim; /* yarn */
+    double partial_rotary_factor; /* 1.0 when absent */
+
+    /* MoE (0 experts = dense) */
+    int num_experts;
+    int num_experts_per_tok;
+    int64_t moe_intermediate_size;
+    int norm_topk_prob;
+    int decoder_sparse_step;  /* qwen3_moe; 1 when absent */
+    int n_mlp_only_layers;
+    int *mlp_only_layers;     /* owned */
+    int n_shared_experts;
+    int64_t shared_expert_intermediate_size;
+
+    /* DeepSeek MLA / routing */
+    int64_t q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim;
+    int first_k_dense_replace, moe_layer_freq, n_group, topk_group, num_nextn_predict_layers;
+    double routed_scaling_factor;
+    char scoring_func[16], topk_method[32];
+
+    struct cJSON *raw;        /* the whole config.json, owned */
+} lwq_model_config;
+
+/* Parse config.json at `path`.  Input is bounded (a config over 16 MiB is refused). */
+int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e);
+int lwq_config_parse(const char *path_for_errors, const char *json, lwq_model_config *c, lwq_error *e);
+void lwq_config_free(lwq_model_config *c);
+/* Name -> arch id; unknown names give LWQ_EUNSUPPORTED with the list of supported ones. */
+int lwq_arch_from_model_type(const char *model_type, lwq_arch_id *out, lwq_error *e);
+/* "llama, mistral, qwen2, ..." */
+const char *lwq_supported_model_types(void);
+/* Whether decoder layer i has a routed-expert MoE block. */
+int lwq_config_layer_is_moe(const lwq_model_config *c, int layer);
+
+#endif

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Install lwq's build and test dependencies from Debian packages.  Idempotent: installs only
+# what is missing and does nothing when everything is there.
+set -euo pipefail
+pkgs=(build-essential cmake pkg-config liburing-dev libnuma-dev libcjson-dev libcriterion-dev
+      libopenblas-dev libpcre2-dev)
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all dependencies present"
+  exit 0
+fi
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -ne 0 ] && SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,50 @@
+/* tools/main.c — the `lwq` command: dispatch to one subcommand per file. */
+#include <stdio.h>
+#include <string.h>
+
+#include "tools/commands.h"
+
+static int lwq_cmd_version(int argc, char **argv)
+{
+    (void)argc;
+    (void)argv;
+    printf("lwq %s\n", LWQ_VERSION);
+    return LWQ_EXIT_OK;
+}
+
+static const lwq_command commands[] = {
+    {"version", lwq_cmd_version, "print the version"},
+};
+
+static void usage(FILE *fp)
+{
+    fprintf(fp, "lwq %s — layerwise NVFP4/FP8 quantization of LLM checkpoints on one GPU\n\n"
+                "usage: lwq <command> [options]   (lwq <command> --help for its options)\n\n"
+                "commands:\n",
+            LWQ_VERSION);
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(fp, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(fp, "\nexit status: 0 success, 1 a difference or failed check (diff, verify), 2 error\n");
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return LWQ_EXIT_ERR;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return LWQ_EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("lwq %s\n", LWQ_VERSION);
+        return LWQ_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "lwq: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return LWQ_EXIT_ERR;
+}
