@@ -1,0 +1,25 @@
+/* core/parallel.h — a small persistent thread pool for data-parallel loops ("threads over rows").
+ *
+ * lwq_parallel_for(n, fn, ctx) splits [0, n) into T contiguous static chunks (T = thread count,
+ * fewer when n is small) and calls fn(ctx, begin, end, tid) once per chunk, returning when all are
+ * done.  The split depends only on n and T, so results are deterministic for a given thread count
+ * as long as each index's result does not depend on the chunking.  Calls are serialized (one loop
+ * runs at a time; a second caller waits); a call made from inside a worker runs inline on that
+ * worker.  The pool starts lazily; the default thread count is the number of online CPUs, or
+ * LWQ_THREADS from the environment. */
+#ifndef LWQ_CORE_PARALLEL_H
+#define LWQ_CORE_PARALLEL_H
+
+#include <stdint.h>
+
+typedef void (*lwq_parallel_fn)(void *ctx, int64_t begin, int64_t end, int tid);
+
+/* Set the thread count (>= 1) for later loops; stops and restarts the pool if it changed. */
+void lwq_parallel_set_threads(int n);
+int lwq_parallel_threads(void);
+/* Run fn over [0, n) in at most lwq_parallel_threads() chunks, each at least `min_chunk` long. */
+void lwq_parallel_for(int64_t n, int64_t min_chunk, lwq_parallel_fn fn, void *ctx);
+/* Stop the worker threads (for leak checkers; the pool restarts on next use). */
+void lwq_parallel_shutdown(void);
+
+#endif
