@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-static double nv_e4m3_val(int b)
+static inline double nv_e4m3_val(int b)
 {
     int e = (b >> 3) & 15, m = b & 7;
     if ((b & 0x7f) == 0x7f)
@@ -18,7 +18,7 @@ static double nv_e4m3_val(int b)
     return (b & 0x80) ? -v : v;
 }
 
-static int nv_e4m3_enc(float f)
+static inline int nv_e4m3_enc(float f)
 {
     int sign = signbit(f) ? 0x80 : 0;
     double a = fabs((double)f);
@@ -36,7 +36,7 @@ static int nv_e4m3_enc(float f)
 
 static const double nv_e2m1_tab[8] = {0, 0.5, 1, 1.5, 2, 3, 4, 6};
 
-static int nv_e2m1_enc(float q)
+static inline int nv_e2m1_enc(float q)
 {
     double a = fabs((double)q);
     int best = 0;
@@ -51,12 +51,12 @@ static int nv_e2m1_enc(float q)
     return best | (q < 0 ? 8 : 0);
 }
 
-static double nv_e2m1_val(int c) { return (c & 8) ? -nv_e2m1_tab[c & 7] : nv_e2m1_tab[c & 7]; }
+static inline double nv_e2m1_val(int c) { return (c & 8) ? -nv_e2m1_tab[c & 7] : nv_e2m1_tab[c & 7]; }
 
-static float nv_clamp(float s) { return s < 0x1p-9f ? 0x1p-9f : (s > 448.0f ? 448.0f : s); }
+static inline float nv_clamp(float s) { return s < 0x1p-9f ? 0x1p-9f : (s > 448.0f ? 448.0f : s); }
 
 /* Dynamic path for one block. */
-static int nv_scale_max(const float *x, float ws2)
+static inline int nv_scale_max(const float *x, float ws2)
 {
     double m = 0;
     for (int i = 0; i < 16; i++)
@@ -68,7 +68,7 @@ static int nv_scale_max(const float *x, float ws2)
     return nv_e4m3_enc(nv_clamp(s));
 }
 
-static int nv_scale_static(float bamax, float gamax)
+static inline int nv_scale_static(float bamax, float gamax)
 {
     float s = bamax / 6.0f;
     if (s == 0.0f)
@@ -78,7 +78,7 @@ static int nv_scale_static(float bamax, float gamax)
     return nv_e4m3_enc(nv_clamp(t / g6));
 }
 
-static void nv_block_codes(const float *x, int sbyte, float ws2, uint8_t *out)
+static inline void nv_block_codes(const float *x, int sbyte, float ws2, uint8_t *out)
 {
     float d = (float)nv_e4m3_val(sbyte) * ws2;
     for (int i = 0; i < 8; i++) {
@@ -88,7 +88,7 @@ static void nv_block_codes(const float *x, int sbyte, float ws2, uint8_t *out)
 }
 
 /* Squared error in the contract's float order: halving tree over the 16 terms. */
-static float nv_tree(float *t)
+static inline float nv_tree(float *t)
 {
     for (int h = 8; h; h >>= 1)
         for (int i = 0; i < h; i++)
@@ -96,7 +96,7 @@ static float nv_tree(float *t)
     return t[0];
 }
 
-static void nv_dw(const float *x, float d, float *dw)
+static inline void nv_dw(const float *x, float d, float *dw)
 {
     for (int i = 0; i < 16; i++) {
         float q = x[i] / d;
@@ -105,7 +105,7 @@ static void nv_dw(const float *x, float d, float *dw)
     }
 }
 
-static float nv_loss(const float *x, float d, const float *h)
+static inline float nv_loss(const float *x, float d, const float *h)
 {
     float dw[16], t[16];
     nv_dw(x, d, dw);
@@ -125,7 +125,7 @@ static float nv_loss(const float *x, float d, const float *h)
 }
 
 /* Brute force over all 126 bytes; also returns the loss of each candidate in double. */
-static int nv_sweep(const float *x, float ws2, const float *h, double *loss_d)
+static inline int nv_sweep(const float *x, float ws2, const float *h, double *loss_d)
 {
     int best = 1;
     float bl = 0;
@@ -150,7 +150,7 @@ static int nv_sweep(const float *x, float ws2, const float *h, double *loss_d)
 }
 
 /* Random weights: a normal-ish spread times `scale`, a few outliers, some exact zeros. */
-static float nv_rand_val(uint64_t *s, float scale)
+static inline float nv_rand_val(uint64_t *s, float scale)
 {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     uint32_t r = (uint32_t)(*s >> 32);
