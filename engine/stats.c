@@ -93,7 +93,7 @@ static int on_linear(void *ctx, int layer, const char *module, const lwq_tensor 
             s->in_amax[i] = a;
     }
     if (rc == 0 && s->hsum[i] && nvalid > 0) {
-        const void *hx;
+        const void *hx = NULL;
         rc = host_view(s, x, &hx, e);
         size_t rowb = (size_t)cols * lwq_dtype_size(x->dtype);
         /* runs of consecutive real rows, in row order: the same sums as one call on the
