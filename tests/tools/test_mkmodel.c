@@ -3,6 +3,7 @@
 
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
+#include "layout/tokenizer.h"
 #include "run.h"
 
 TestSuite(mkmodel, .init = lwqt_setup, .fini = lwqt_teardown);
@@ -228,4 +229,28 @@ Test(mkmodel, bad_options_exit_2)
     char *out = lwqt_out();
     cr_assert(strstr(out, "exit status"));
     free(out);
+}
+
+Test(mkmodel, tokenizer_loads_and_encodes_with_lwq_tokenizer)
+{
+    mk("a", "0", "4096");
+    lwq_tokenizer *tk = NULL;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_load(&tk, lwqt_path("a"), &e), 0, "%s", e.msg);
+    lwq_token_ids ids = {0};
+    const char *text = " the cat<|endoftext|>";
+    int n = lwq_tokenizer_encode(tk, text, strlen(text), 1, 0, &ids, NULL, &e);
+    cr_assert_eq(n, 4, "%d ids: %s", n, e.msg);
+    /* " the": Ġ t h e -> Ġt, he -> Ġthe (merge 6); " cat": Ġ c a t -> Ġc (13), at (9). */
+    cr_assert_eq(ids.ids[0], 256 + 6);
+    cr_assert_eq(ids.ids[1], 256 + 13);
+    cr_assert_eq(ids.ids[2], 256 + 9);
+    cr_assert_eq(ids.ids[3], 256 + 16, "<|endoftext|> is the added special token");
+    char *back = NULL;
+    size_t blen = 0;
+    cr_assert_eq(lwq_tokenizer_decode(tk, ids.ids, ids.n, 0, &back, &blen, &e), 0, "%s", e.msg);
+    cr_assert_str_eq(back, text);
+    free(back);
+    lwq_token_ids_free(&ids);
+    lwq_tokenizer_free(tk);
 }
