@@ -159,7 +159,7 @@ static int get_str(const ctx *x, const cJSON *o, const char *key, const char *de
             return rc_;                                                                            \
     } while (0)
 
-static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out)
+static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
 {
     /* transformers 5 writes "dtype", 4 wrote "torch_dtype"; a config may carry both. */
     const char *key = get(o, "dtype") ? "dtype" : "torch_dtype";
@@ -171,6 +171,7 @@ static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out)
     if (!cJSON_IsString(v))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" must be a string", x->path, x->section,
                         key);
+    *explicit_ = 1;
     static const struct {
         const char *s;
         lwq_dtype t;
@@ -397,7 +398,7 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
               c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3 ||
               c->arch == LWQ_ARCH_QWEN3_NEXT;
 
-    TRY(parse_dtype(x, o, &c->dtype));
+    TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
     TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
     TRY(get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
     TRY(get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));

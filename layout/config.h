@@ -42,6 +42,7 @@ typedef struct lwq_model_config {
     char model_type[64];      /* as written in config.json */
     lwq_arch_id arch;
     lwq_dtype dtype;          /* torch_dtype / dtype; BF16 when absent */
+    int dtype_explicit;       /* 0 when the config names no dtype (then use the tensors') */
 
     int64_t hidden_size;
     int64_t intermediate_size;

@@ -34,12 +34,12 @@ static inline void lwqt_teardown(void)
         nftw(lwqt_dir, lwqt_rm_cb, 16, FTW_DEPTH | FTW_PHYS);
 }
 
-/* Path of `name` inside the temp dir (static buffer rotating over 4 slots). */
+/* Path of `name` inside the temp dir (static buffer rotating over 16 slots). */
 static inline const char *lwqt_path(const char *name)
 {
-    static char buf[4][512];
+    static char buf[16][512];
     static int k;
-    char *b = buf[k++ & 3];
+    char *b = buf[k++ & 15];
     snprintf(b, sizeof buf[0], "%s/%s", lwqt_dir, name);
     return b;
 }

@@ -41,6 +41,7 @@ Test(config, llama_transformers4_fixture)
     cr_assert_eq(c.num_key_value_heads, 1);
     cr_assert_eq(c.head_dim, 4);
     cr_assert_eq(c.dtype, LWQ_BF16, "absent dtype defaults to BF16");
+    cr_assert_eq(c.dtype_explicit, 0);
     cr_assert_eq(c.rope_type, LWQ_ROPE_DEFAULT);
     cr_assert_eq(c.num_experts, 0);
     cr_assert_not_null(c.raw);
@@ -69,6 +70,7 @@ Test(config, qwen3_moe_transformers5_spellings)
     cr_assert_eq(c.num_experts_per_tok, 2);
     cr_assert_eq(c.moe_intermediate_size, 32);
     cr_assert_eq(c.dtype, LWQ_F32, "\"dtype\" is the transformers-5 spelling");
+    cr_assert_eq(c.dtype_explicit, 1);
     cr_assert_float_eq(c.rope_theta, 10000.0, 1e-9);
     cr_assert_eq(c.norm_topk_prob, 0);
     cr_assert(lwq_config_layer_is_moe(&c, 0) && lwq_config_layer_is_moe(&c, 1));
