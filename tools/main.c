@@ -14,6 +14,7 @@ static int lwq_cmd_version(int argc, char **argv)
 
 static const lwq_command commands[] = {
     {"version", lwq_cmd_version, "print the version"},
+    {"bench-io", lwq_cmd_bench_io, "cold read throughput of files per I/O path (io_uring, pread, mmap)"},
 };
 
 static void usage(FILE *fp)
