@@ -14,6 +14,7 @@ static int lwq_cmd_version(int argc, char **argv)
 
 static const lwq_command commands[] = {
     {"version", lwq_cmd_version, "print the version"},
+    {"tokenize", lwq_cmd_tokenize, "tokenize or decode stdin with a model's tokenizer.json"},
 };
 
 static void usage(FILE *fp)
