@@ -340,3 +340,18 @@ Test(tokenizer, concurrent_encodes_agree_with_a_single_thread)
     lwq_token_ids_free(&ref);
     lwq_tokenizer_free(t);
 }
+
+Test(tokenizer, digits_split_every_unicode_numeral_like_rust)
+{
+    /* The Rust crate's Digits uses char::is_numeric (all of Unicode N); tokenizers.js only ASCII
+     * \d, so this is checked here rather than in the JS-made goldens. */
+    lwq_tokenizer *t = must_load("{\"model\":{\"type\":\"WordLevel\",\"unk_token\":\"?\",\"vocab\":"
+                                 "{\"\xF0\x9D\x9F\x99\":0,\"\xF0\x9D\x9F\x9A\":1,\"x\":2,\"?\":3,\"7\":4}},"
+                                 "\"pre_tokenizer\":{\"type\":\"Digits\",\"individual_digits\":true}}", NULL);
+    int32_t x[8];
+    size_t n = enc(t, "x\xF0\x9D\x9F\x99\xF0\x9D\x9F\x9A" "7", x, 8); /* x𝟙𝟚7 */
+    cr_assert_eq(n, 4);
+    int32_t want[] = {2, 0, 1, 4};
+    cr_assert_arr_eq(x, want, sizeof want);
+    lwq_tokenizer_free(t);
+}
