@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "engine/engine.h"
+#include "io/sys.h"
 #include "layout/dataset.h"
 #include "layout/recipe.h"
 #include "layout/tokenizer.h"
@@ -306,6 +307,11 @@ static int run_cmd(int argc, char **argv, int is_plan)
         return LWQ_EXIT_ERR;
     if (a.o.quiet)
         lwq_log_set_level(LWQ_LOG_WARN);
+    /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
+    if (lwq_sys_fault_from_env() < 0) {
+        fprintf(stderr, "lwq: LWQ_SYS_CRASH_STEP / LWQ_SYS_CRASH_MODE are malformed\n");
+        return LWQ_EXIT_ERR;
+    }
     lwq_error e = {0};
     lwq_recipe r;
     if (build_recipe(&a, &r, &e) != 0) {
