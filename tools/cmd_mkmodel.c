@@ -368,10 +368,29 @@ static int cmp_mk_name(const void *a, const void *b, void *ctx)
 
 /* ---- the command ----------------------------------------------------------------------------- */
 
+static int mkdir_p(const char *path, lwq_error *e)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return lwq_errf(e, LWQ_EINVAL, "%s: path too long", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return lwq_errsys(e, -errno, "%s: mkdir", p);
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return lwq_errsys(e, -errno, "%s: mkdir", p);
+    return 0;
+}
+
 static int prepare_dir(const mk_opts *o, lwq_error *e)
 {
-    if (mkdir(o->out, 0755) != 0 && errno != EEXIST)
-        return lwq_errsys(e, -errno, "%s: mkdir", o->out);
+    int mk = mkdir_p(o->out, e);
+    if (mk != 0)
+        return mk;
     DIR *d = opendir(o->out);
     if (!d)
         return lwq_errsys(e, -errno, "%s: open directory", o->out);
