@@ -32,7 +32,7 @@ typedef struct mk_opts {
     int64_t hidden, inter, moe_inter, layers, heads, kv_heads, head_dim, experts, topk, vocab;
     int64_t shard_bytes, seed;
     lwq_dtype dtype;
-    int force, quiet;
+    int force, quiet, tie;
 } mk_opts;
 
 typedef struct mk_tensor {
@@ -68,6 +68,7 @@ static void usage(FILE *fp)
             "  --dtype D             bf16 | f16 | f32 (default bf16)\n"
             "  --shard-size N[K|M|G] largest shard, MiB without a suffix (default 2048)\n"
             "  --seed S              value seed (default 0)\n"
+            "  --tie                 tie_word_embeddings: no lm_head.weight is written\n"
             "  --force               write into a non-empty OUT_DIR (old shards are removed)\n"
             "  --quiet               no summary line\n"
             "\n"
@@ -327,7 +328,7 @@ static char *config_json(const mk_opts *o)
     cJSON_AddNullToObject(c, "rope_scaling");
     cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddBoolToObject(c, "attention_bias", 0);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
     cJSON_AddNumberToObject(c, "bos_token_id", EOT_ID);
     cJSON_AddNumberToObject(c, "eos_token_id", EOT_ID);
     cJSON_AddStringToObject(c, "torch_dtype", torch_dtype(o->dtype));
@@ -488,7 +489,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"kv-heads", 1, 0, 'k'}, {"head-dim", 1, 0, 'd'}, {"experts", 1, 0, 'E'},
         {"top-k", 1, 0, 't'},    {"vocab", 1, 0, 'V'},    {"dtype", 1, 0, 'T'},
         {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
-        {"quiet", 0, 0, 'q'},    {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->arch = "llama";
     o->hidden = 256;
@@ -550,6 +552,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
             break;
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
+        case 'Y': o->tie = 1; break;
         case 'h': usage(stdout); return 1;
         case ':': fprintf(stderr, "lwq mkmodel: %s needs a value\n", argv[optind - 1]); return -1;
         default: fprintf(stderr, "lwq mkmodel: unknown option '%s'\n", argv[optind - 1]); return -1;
