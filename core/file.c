@@ -1,6 +1,8 @@
 #include "core/file.h"
 
 #include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -54,5 +56,16 @@ int lwq_file_read_all(const char *path, size_t max_bytes, char **out, size_t *le
     *out = buf;
     if (len)
         *len = got;
+    return 0;
+}
+
+int lwq_pathf(lwq_error *e, char *out, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    if (n < 0 || (size_t)n >= cap)
+        return lwq_errf(e, LWQ_EINVAL, "path too long (%d bytes, at most %zu): %.200s...", n, cap - 1, out);
     return 0;
 }

@@ -66,37 +66,42 @@ LWQ_STATIC_ASSERT(LWQ_NVFP4_BLOCK % 2 == 0, "codes are packed in pairs");
 
 /* ---- E4M3 ----------------------------------------------------------------------------------- */
 
-/* Exact value of an E4M3 byte; 0x7F/0xFF decode to NaN, 0x80 to -0.  Selects, not branches. */
-LWQ_HD float lwq_e4m3_to_f32(uint8_t b)
+/* Exact value of an E4M3 byte given in an int32 (0..255); 0x7F/0xFF decode to NaN, 0x80 to -0.
+ * Selects, not branches; the int32 form keeps CPU loops in one lane width. */
+LWQ_HD float lwq_e4m3_to_f32_i32(int32_t b)
 {
-    uint32_t sign = (uint32_t)(b & 0x80u) << 24;
-    uint32_t e = (b >> 3) & 15u, m = b & 7u;
-    uint32_t sub = lwq_f32_bits(LWQ_FMUL((float)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
-    uint32_t bits = e == 0 ? sub : (((e + 120u) << 23) | (m << 20));
-    bits = (b & 0x7fu) == 0x7fu ? 0x7fc00000u : bits;
-    return lwq_bits_f32(bits | sign);
+    int32_t sign = (b & 0x80) << 24;
+    int32_t e = (b >> 3) & 15, m = b & 7;
+    int32_t sub = (int32_t)lwq_f32_bits(LWQ_FMUL((float)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
+    int32_t bits = e == 0 ? sub : (((e + 120) << 23) | (m << 20));
+    bits = (b & 0x7f) == 0x7f ? 0x7fc00000 : bits;
+    return lwq_bits_f32((uint32_t)(bits | sign));
 }
 
-/* float32 -> E4M3, one rounding (nearest, ties to even), |f| > 448 saturates to +-448 (0x7E),
- * infinities too; NaN -> 0x7F with its sign.  Written as selects, not branches, so the CPU loops
- * that call it per element vectorize. */
-LWQ_HD uint8_t lwq_e4m3_from_f32(float f)
+LWQ_HD float lwq_e4m3_to_f32(uint8_t b) { return lwq_e4m3_to_f32_i32((int32_t)b); }
+
+/* float32 -> E4M3 byte (in an int32, 0..255): one rounding (nearest, ties to even), |f| > 448
+ * saturates to +-448 (0x7E/0xFE), infinities too; NaN -> 0x7F with its sign.  Written with
+ * 32-bit signed lanes and selects, not branches, so that CPU loops calling it vectorize. */
+LWQ_HD int32_t lwq_e4m3_from_f32_i32(float f)
 {
-    uint32_t u = lwq_f32_bits(f);
-    uint32_t sign = (u >> 24) & 0x80u;
-    uint32_t a = u & 0x7fffffffu;
-    uint32_t is_nan = a > 0x7f800000u;
-    a = a > 0x43e00000u ? 0x43e00000u : a; /* 448 = 0x43e00000; bit order = value order */
+    int32_t u = (int32_t)lwq_f32_bits(f);
+    int32_t sign = (u >> 24) & 0x80;
+    int32_t a = u & 0x7fffffff;
+    int32_t is_nan = a > 0x7f800000;
+    a = a > 0x43e00000 ? 0x43e00000 : a; /* 448 = 0x43e00000; bit order = value order */
     /* normal range (>= 2^-6): round the float mantissa to 3 bits, rebias 127 -> 7 */
-    uint32_t rn = ((a + 0x7ffffu + ((a >> 20) & 1u)) >> 20) - 960u;
+    int32_t rn = ((a + 0x7ffff + ((a >> 20) & 1)) >> 20) - 960;
     /* subnormal range: k * 2^-9 with k = rint(|f| * 2^9) in 0..8 (8 is the smallest normal, whose
      * byte is also 8); adding and removing 2^23 rounds to an integer, ties to even, exactly. */
-    float k = LWQ_FSUB(LWQ_FADD(LWQ_FMUL(lwq_bits_f32(a), 512.0f), 8388608.0f), 8388608.0f);
-    uint32_t rs = (uint32_t)(int32_t)k;
-    uint32_t r = a >= 0x3c800000u ? rn : rs;
-    r = is_nan ? 0x7fu : r;
-    return (uint8_t)(r | sign);
+    float k = LWQ_FSUB(LWQ_FADD(LWQ_FMUL(lwq_bits_f32((uint32_t)a), 512.0f), 8388608.0f), 8388608.0f);
+    int32_t rs = (int32_t)k;
+    int32_t r = a >= 0x3c800000 ? rn : rs;
+    r = is_nan ? 0x7f : r;
+    return r | sign;
 }
+
+LWQ_HD uint8_t lwq_e4m3_from_f32(float f) { return (uint8_t)lwq_e4m3_from_f32_i32(f); }
 
 /* ---- E2M1 ----------------------------------------------------------------------------------- */
 
@@ -104,13 +109,14 @@ LWQ_HD uint8_t lwq_e4m3_from_f32(float f)
  * <3.5 -> 3, <=5 -> 4, >5 -> 6; i.e. each exact tie goes to the even code.  The magnitude code is
  * the number of thresholds passed.  Sign bit 3 is `q < 0` (so -0.0 gives code 0, a tiny negative
  * value code 8).  NaN gives code 0 (callers never pass one). */
-LWQ_HD uint8_t lwq_e2m1_from_f32(float q)
+LWQ_HD int32_t lwq_e2m1_from_f32_i32(float q)
 {
     float a = lwq_bits_f32(lwq_f32_bits(q) & 0x7fffffffu);
-    uint32_t c = (uint32_t)(a > 0.25f) + (uint32_t)(a >= 0.75f) + (uint32_t)(a > 1.25f) +
-                 (uint32_t)(a >= 1.75f) + (uint32_t)(a > 2.5f) + (uint32_t)(a >= 3.5f) + (uint32_t)(a > 5.0f);
-    return (uint8_t)(c | ((uint32_t)(q < 0.0f) << 3));
+    return (int32_t)(a > 0.25f) + (int32_t)(a >= 0.75f) + (int32_t)(a > 1.25f) + (int32_t)(a >= 1.75f) +
+           (int32_t)(a > 2.5f) + (int32_t)(a >= 3.5f) + (int32_t)(a > 5.0f) + ((int32_t)(q < 0.0f) << 3);
 }
+
+LWQ_HD uint8_t lwq_e2m1_from_f32(float q) { return (uint8_t)lwq_e2m1_from_f32_i32(q); }
 
 /* Value of an E2M1 code (low 4 bits used); code 8 is -0. */
 LWQ_HD float lwq_e2m1_to_f32(uint8_t c)

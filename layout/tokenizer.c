@@ -54,6 +54,28 @@ static int read_file(const char *path, size_t cap, char **out, size_t *len, int 
     return 1;
 }
 
+static cJSON *parse_json(const char *s, size_t n, const char *what, lwq_error *e);
+
+/* First id of a config.json "*_token_id" (an int or a list of ints) inside the vocab, or -1. */
+static int32_t config_id(const lwq_tokenizer *t, const cJSON *cfg, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(cfg, key);
+    if (cJSON_IsArray(v)) v = v->child;
+    if (!cJSON_IsNumber(v) || v->valuedouble < 0 || v->valuedouble >= (double)t->n_ids) return -1;
+    return (int32_t)v->valuedouble;
+}
+
+static void model_config_ids(lwq_tokenizer *t, const char *s, size_t n)
+{
+    cJSON *cfg = parse_json(s, n, "config.json", NULL);
+    if (!cfg) return;
+    t->eos_id = config_id(t, cfg, "eos_token_id");
+    if (t->bos_id < 0) t->bos_id = config_id(t, cfg, "bos_token_id");
+    if (t->pad_id < 0) t->pad_id = config_id(t, cfg, "pad_token_id");
+    if (t->pad_id < 0) t->pad_id = t->eos_id;
+    cJSON_Delete(cfg);
+}
+
 int lwq_tokenizer_load(lwq_tokenizer **out, const char *path, lwq_error *e)
 {
     *out = NULL;
@@ -72,14 +94,25 @@ int lwq_tokenizer_load(lwq_tokenizer **out, const char *path, lwq_error *e)
     }
     if (n1 < 0 || n2 < 0 || (size_t)n1 >= sizeof tj || (size_t)n2 >= sizeof tc)
         return lwq_errf(e, LWQ_EINVAL, "%s: path too long", path);
-    char *j = NULL, *c = NULL;
-    size_t jl, cl;
+    char *j = NULL, *c = NULL, *m = NULL;
+    size_t jl, cl, ml;
     int rc = read_file(tj, LWQ_TOK_MAX_JSON_BYTES, &j, &jl, 0, e);
     if (rc < 0) return rc;
     rc = read_file(tc, (size_t)16 << 20, &c, &cl, 1, e);
     if (rc >= 0) rc = lwq_tokenizer_load_buffer(out, j, jl, c, cl, tj, e);
+    if (rc >= 0 && (*out)->eos_id < 0) {
+        /* transformers' tokenizer classes carry default special tokens (GPT-2's eos is
+         * <|endoftext|>) that tokenizer_config.json need not repeat; the model's config.json
+         * names their ids, so take eos/pad/bos from there when the tokenizer files are silent. */
+        char mc[4096];
+        memcpy(mc, tc, sizeof mc);
+        char *slash = strrchr(mc, '/');
+        if (slash && (size_t)(slash - mc) + 13 < sizeof mc) strcpy(slash + 1, "config.json");
+        if (slash && read_file(mc, (size_t)16 << 20, &m, &ml, 1, NULL) > 0) model_config_ids(*out, m, ml);
+    }
     free(j);
     free(c);
+    free(m);
     return rc < 0 ? rc : 0;
 }
 

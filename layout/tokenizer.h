@@ -78,7 +78,9 @@ size_t lwq_tokenizer_vocab_size(const lwq_tokenizer *t);
 int32_t lwq_tokenizer_token_id(const lwq_tokenizer *t, const char *token);
 /* Token string of an id (NUL-terminated, owned by the tokenizer); NULL when out of range. */
 const char *lwq_tokenizer_id_token(const lwq_tokenizer *t, int32_t id);
-/* pad_token from tokenizer_config.json, else eos_token, else -1. */
+/* pad_token from tokenizer_config.json, else eos_token, else -1.  When tokenizer_config.json
+ * names no eos (GPT-2's relies on class defaults), lwq_tokenizer_load takes eos/bos/pad ids
+ * from the model's config.json next to it. */
 int32_t lwq_tokenizer_pad_id(const lwq_tokenizer *t);
 int32_t lwq_tokenizer_eos_id(const lwq_tokenizer *t);
 int32_t lwq_tokenizer_bos_id(const lwq_tokenizer *t);

@@ -358,6 +358,8 @@ int tok_model_load(lwq_tokenizer *t, const cJSON *model, lwq_error *e)
 }
 
 /* ---- BPE ---------------------------------------------------------------------------------- */
+#define TOK_CACHE_MAX_WORD 64
+#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 18)
 typedef struct { int32_t id, prev, next; uint32_t len; } sym;
 typedef struct { uint32_t rank; uint32_t pos; int32_t id; } mrg;
 
@@ -471,7 +473,8 @@ static int bpe_merge(const lwq_tokenizer *t, symvec *v, lwq_error *e)
     if (v->n > UINT32_MAX / 4)
         return lwq_errf(e, LWQ_ENOMEM, "%s: word of %zu symbols is too long", t->name, v->n);
     /* Each merge pushes at most two entries, so 3n bounds the heap. */
-    mrg *h = malloc(3 * v->n * sizeof *h);
+    mrg stackh[3 * TOK_CACHE_MAX_WORD];
+    mrg *h = 3 * v->n <= sizeof stackh / sizeof stackh[0] ? stackh : malloc(3 * v->n * sizeof *h);
     if (!h) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory in BPE", t->name);
     size_t hn = 0;
     sym *s = v->s;
@@ -501,36 +504,45 @@ static int bpe_merge(const lwq_tokenizer *t, symvec *v, lwq_error *e)
             if (m) heap_push(h, &hn, (mrg){m->rank, top.pos, m->id});
         }
     }
-    free(h);
+    if (h != stackh) free(h);
     return 0;
 }
 
-#define TOK_CACHE_MAX_WORD 64
-#define TOK_CACHE_MAX_ENTRIES 65536
 
-static int cache_lookup(const lwq_tokenizer *tc, const char *s, size_t n, lwq_token_ids *out,
-                        int *hit)
+/* The cache is the one mutable part of a loaded tokenizer.  A word holds the lock from lookup
+ * to store (one lock per word); a thread that finds it taken just works without the cache. */
+static int cache_lock(const lwq_tokenizer *t)
 {
-    lwq_tokenizer *t = (lwq_tokenizer *)tc; /* the cache is the one mutable part */
-    *hit = 0;
-    if (pthread_mutex_trylock(&t->cache_mu)) return 0;
-    long i = tok_strmap_find(&t->cache, s, n);
-    int rc = 0;
-    if (i >= 0) {
-        int32_t off = t->cache.ents[i].val;
-        int32_t cnt = t->cache_ids[off];
-        for (int32_t k = 0; k < cnt && !rc; k++) rc = tok_ids_push(out, t->cache_ids[off + 1 + k]);
-        *hit = 1;
-    }
-    pthread_mutex_unlock(&t->cache_mu);
-    return rc;
+    return !pthread_mutex_trylock(&((lwq_tokenizer *)t)->cache_mu);
 }
 
+static void cache_unlock(const lwq_tokenizer *t)
+{
+    pthread_mutex_unlock(&((lwq_tokenizer *)t)->cache_mu);
+}
+
+/* With the lock held: append the cached ids of `s` and return 1, or return 0. */
+static int cache_lookup(const lwq_tokenizer *t, const char *s, size_t n, lwq_token_ids *out)
+{
+    long i = tok_strmap_find(&t->cache, s, n);
+    if (i < 0) return 0;
+    int32_t off = t->cache.ents[i].val;
+    int32_t cnt = t->cache_ids[off];
+    if (out->n + (size_t)cnt > out->cap) {
+        for (int32_t k = 0; k < cnt; k++)
+            if (tok_ids_push(out, t->cache_ids[off + 1 + k])) return LWQ_ENOMEM;
+        return 1;
+    }
+    memcpy(out->ids + out->n, t->cache_ids + off + 1, (size_t)cnt * sizeof *out->ids);
+    out->n += (size_t)cnt;
+    return 1;
+}
+
+/* With the lock held. */
 static void cache_store(const lwq_tokenizer *tc, const char *s, size_t n, const int32_t *ids,
                         size_t cnt)
 {
     lwq_tokenizer *t = (lwq_tokenizer *)tc;
-    if (pthread_mutex_trylock(&t->cache_mu)) return;
     if (t->cache.n >= TOK_CACHE_MAX_ENTRIES || t->cache_ids_n > ((size_t)1 << 24)) {
         tok_strmap_clear(&t->cache);
         t->cache_ids_n = 0;
@@ -539,7 +551,7 @@ static void cache_store(const lwq_tokenizer *tc, const char *s, size_t n, const 
         size_t cap = t->cache_ids_cap ? t->cache_ids_cap * 2 : 65536;
         while (cap < t->cache_ids_n + cnt + 1) cap *= 2;
         int32_t *p = realloc(t->cache_ids, cap * sizeof *p);
-        if (!p) goto out;
+        if (!p) return; /* the cache is an optimisation: skip it */
         t->cache_ids = p;
         t->cache_ids_cap = cap;
     }
@@ -548,8 +560,6 @@ static void cache_store(const lwq_tokenizer *tc, const char *s, size_t n, const 
         memcpy(t->cache_ids + t->cache_ids_n + 1, ids, cnt * sizeof *ids);
         t->cache_ids_n += cnt + 1;
     }
-out:
-    pthread_mutex_unlock(&t->cache_mu);
 }
 
 /* Map raw bytes to the GPT-2 byte chars (what a non-lazy ByteLevel step would have done). */
@@ -591,11 +601,13 @@ int tok_model_word(const lwq_tokenizer *t, const char *s, size_t n, int raw_byte
         int32_t id = tok_strmap_get(&t->vocab, s, n);
         if (id >= 0) return tok_ids_push(out, id);
     }
-    int cacheable = n <= TOK_CACHE_MAX_WORD;
+    int cacheable = n <= TOK_CACHE_MAX_WORD && cache_lock(t);
     if (cacheable) {
-        int hit;
-        if (cache_lookup(t, s, n, out, &hit)) return LWQ_ENOMEM;
-        if (hit) return 0;
+        int hit = cache_lookup(t, s, n, out);
+        if (hit) {
+            cache_unlock(t);
+            return hit < 0 ? lwq_errf(e, hit, "%s: out of memory", t->name) : 0;
+        }
     }
     sym stackbuf[TOK_CACHE_MAX_WORD];
     symvec v = {stackbuf, 0, TOK_CACHE_MAX_WORD};
@@ -621,6 +633,7 @@ int tok_model_word(const lwq_tokenizer *t, const char *s, size_t n, int raw_byte
         if (v.s[i].len) rc = tok_ids_push(out, v.s[i].id);
     if (!rc && cacheable) cache_store(t, s, n, out->ids + start, out->n - start);
 done:
+    if (cacheable) cache_unlock(t);
     if (heap) free(v.s);
     if (rc == LWQ_ENOMEM) lwq_errf(e, rc, "%s: out of memory in BPE", t->name);
     return rc;

@@ -8,6 +8,10 @@
 
 #include "kernels/backend.h"
 
+/* Vectorized bulk conversions (convert_cpu.c); same results as the scalar helpers. */
+void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, int64_t n);
+void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, int64_t n);
+
 /* dst[i] = (float)src[off + i] for i < n. */
 static inline void lwq_cpu_load_f32(const void *src, lwq_dtype dt, int64_t off, int64_t n,
                                     float *dst)
@@ -17,9 +21,7 @@ static inline void lwq_cpu_load_f32(const void *src, lwq_dtype dt, int64_t off, 
         for (int64_t i = 0; i < n; i++)
             dst[i] = s[i];
     } else if (dt == LWQ_BF16) {
-        const uint16_t *s = (const uint16_t *)src + off;
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = lwq_bits_f32((uint32_t)s[i] << 16);
+        lwq_cpu_bf16_to_f32((const uint16_t *)src + off, dst, n);
     } else {
         const uint16_t *s = (const uint16_t *)src + off;
         for (int64_t i = 0; i < n; i++)
@@ -36,9 +38,7 @@ static inline void lwq_cpu_store_f32(void *dst, lwq_dtype dt, int64_t off, int64
         for (int64_t i = 0; i < n; i++)
             d[i] = src[i];
     } else if (dt == LWQ_BF16) {
-        uint16_t *d = (uint16_t *)dst + off;
-        for (int64_t i = 0; i < n; i++)
-            d[i] = lwq_f32_to_bf16(src[i]);
+        lwq_cpu_f32_to_bf16(src, (uint16_t *)dst + off, n);
     } else {
         uint16_t *d = (uint16_t *)dst + off;
         for (int64_t i = 0; i < n; i++)

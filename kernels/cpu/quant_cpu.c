@@ -18,6 +18,8 @@
 
 #define BLK LWQ_NVFP4_BLOCK
 #define MIN_CHUNK_ELEMS 16384
+/* helpers of the cloned loops must be inlined into each clone to get its instruction set */
+#define INLINE static inline __attribute__((always_inline))
 
 /* Hot loops are compiled for AVX-512/AVX2 as well and chosen at load time (GCC ifunc); the
  * operations are IEEE single-precision ones in every clone, so the bytes are the same. */
@@ -44,7 +46,7 @@ static void atomic_max_u32(_Atomic uint32_t *a, uint32_t v)
 }
 
 /* Convert 16 elements at flat offset off to float. */
-static inline void load16(const void *w, lwq_dtype dt, int64_t off, float *x)
+INLINE void load16(const void *w, lwq_dtype dt, int64_t off, float *x)
 {
     if (dt == LWQ_BF16) {
         const uint16_t *s = (const uint16_t *)w + off;
@@ -61,7 +63,7 @@ static inline void load16(const void *w, lwq_dtype dt, int64_t off, float *x)
 
 /* max |x| as float bits (bit order = value order for non-negative floats) and, in *bad, whether
  * any element is NaN/Inf. */
-static inline uint32_t amax16(const float *x, int *bad)
+INLINE uint32_t amax16(const float *x, int *bad)
 {
     int32_t m = 0, b = 0;
     for (int i = 0; i < BLK; i++) {
@@ -73,12 +75,14 @@ static inline uint32_t amax16(const float *x, int *bad)
     return (uint32_t)m;
 }
 
-/* Quantize one loaded block with divisor d into 8 packed bytes. */
-static inline void codes16(const float *x, float d, uint8_t *out)
+/* Quantize one loaded block with divisor d into 8 packed bytes.  The codes are computed in
+ * 32-bit lanes (the width of the floats they come from; GCC does not vectorize the narrowing to
+ * bytes inside the same loop) and packed afterwards. */
+INLINE void codes16(const float *x, float d, uint8_t *out)
 {
-    uint8_t c[BLK];
+    int32_t c[BLK];
     for (int i = 0; i < BLK; i++)
-        c[i] = lwq_e2m1_from_f32(x[i] / d);
+        c[i] = lwq_e2m1_from_f32_i32(x[i] / d);
     for (int i = 0; i < BLK / 2; i++)
         out[i] = (uint8_t)(c[2 * i] | (c[2 * i + 1] << 4));
 }
@@ -93,17 +97,45 @@ typedef struct amax_ctx {
     _Atomic int64_t bad;
 } amax_ctx;
 
+/* fixed 16-element inner steps: GCC's -O2 cost model vectorizes only known trip counts */
+#define AMAX_LOOP(LOAD)                                                                              \
+    {                                                                                               \
+        int64_t i = b;                                                                              \
+        for (; i + BLK <= e; i += BLK)                                                              \
+            for (int l = 0; l < BLK; l++) {                                                         \
+                int32_t a = (int32_t)(lwq_f32_bits(LOAD(i + l)) & 0x7fffffffu);                     \
+                m = a > m ? a : m;                                                                  \
+            }                                                                                       \
+        for (; i < e; i++) {                                                                        \
+            int32_t a = (int32_t)(lwq_f32_bits(LOAD(i)) & 0x7fffffffu);                             \
+            m = a > m ? a : m;                                                                      \
+        }                                                                                           \
+    }
+#define LD_BF16(J) lwq_bf16_to_f32(s[J])
+#define LD_F16(J) lwq_f16_to_f32(s[J])
+#define LD_F32(J) s[J]
+
 LWQ_CLONES static void amax_range(void *vc, int64_t b, int64_t e, int tid)
 {
     amax_ctx *c = vc;
     int32_t m = 0;
-    for (int64_t i = b; i < e; i++) {
-        int32_t a = (int32_t)(lwq_f32_bits(lwq_load_f(c->x, c->dt, (size_t)i)) & 0x7fffffffu);
-        if (a >= 0x7f800000) {
-            atomic_min_i64(&c->bad, i);
-            return;
-        }
-        m = a > m ? a : m;
+    if (c->dt == LWQ_BF16) {
+        const uint16_t *s = c->x;
+        AMAX_LOOP(LD_BF16)
+    } else if (c->dt == LWQ_F16) {
+        const uint16_t *s = c->x;
+        AMAX_LOOP(LD_F16)
+    } else {
+        const float *s = c->x;
+        AMAX_LOOP(LD_F32)
+    }
+    /* NaN and Inf have the largest magnitude bits, so one comparison finds them */
+    if (m >= 0x7f800000) {
+        for (int64_t i = b; i < e; i++)
+            if (!isfinite(lwq_load_f(c->x, c->dt, (size_t)i))) {
+                atomic_min_i64(&c->bad, i);
+                return;
+            }
     }
     atomic_max_u32(&c->amax, (uint32_t)m);
 }
@@ -208,39 +240,64 @@ static void nvfp4_ctx_init(nvfp4_ctx *c)
     atomic_init(&c->over, 0);
 }
 
+/* A row is processed GROUP blocks at a time: load and block amax, then the scale bytes of the
+ * whole group in one vectorizable loop (the per-block scale arithmetic would otherwise be
+ * scalar), then the codes. */
+#define GROUP 64
+
 LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
 {
     nvfp4_ctx *c = vc;
     const int64_t nb = c->cols / BLK;
+    float x[GROUP * BLK], am[GROUP], d[GROUP];
+    int32_t sb[GROUP];
     for (int64_t r = r0; r < r1; r++) {
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t off = r * c->cols + b * BLK;
-            float x[BLK];
-            int bad;
-            load16(c->w, c->dt, off, x);
-            uint32_t am = amax16(x, &bad);
-            if (bad) {
-                for (int i = 0; i < BLK; i++)
+        for (int64_t g0 = 0; g0 < nb; g0 += GROUP) {
+            const int ng = (int)(nb - g0 < GROUP ? nb - g0 : GROUP);
+            const int64_t off0 = r * c->cols + g0 * BLK;
+            int anybad = 0;
+            uint32_t gmax = 0;
+            for (int g = 0; g < ng; g++) {
+                int bad;
+                load16(c->w, c->dt, off0 + g * BLK, x + g * BLK);
+                uint32_t m = amax16(x + g * BLK, &bad);
+                anybad |= bad;
+                gmax = m > gmax ? m : gmax;
+                am[g] = lwq_bits_f32(m);
+            }
+            if (anybad) {
+                for (int i = 0; i < ng * BLK; i++)
                     if (!isfinite(x[i])) {
-                        atomic_min_i64(&c->bad, off + i);
+                        atomic_min_i64(&c->bad, off0 + i);
                         return;
                     }
             }
-            if (am > c->limit_bits)
-                atomic_max_u32(&c->over, am);
-            uint8_t s;
+            if (gmax > c->limit_bits)
+                atomic_max_u32(&c->over, gmax);
             if (c->block_amax) {
-                float ba = c->block_amax[r * nb + b];
-                if (!isfinite(ba) || ba < 0.0f) {
-                    atomic_min_i64(&c->badamax, r * nb + b);
-                    return;
-                }
-                s = lwq_nvfp4_scale_static(ba, c->global_eff);
+                const float *ba = c->block_amax + r * nb + g0;
+                for (int g = 0; g < ng; g++)
+                    if (!isfinite(ba[g]) || ba[g] < 0.0f) {
+                        atomic_min_i64(&c->badamax, r * nb + g0 + g);
+                        return;
+                    }
+                for (int g = 0; g < ng; g++)
+                    sb[g] = lwq_nvfp4_scale_static(ba[g], c->global_eff);
             } else {
-                s = lwq_nvfp4_scale_max(lwq_bits_f32(am), c->ws2);
+                const float t6 = 6.0f * c->ws2;
+                for (int g = 0; g < ng; g++) { /* = lwq_nvfp4_scale_max(am[g], ws2), vectorized */
+                    float s = am[g] / t6;
+                    s = s == 0.0f ? 1.0f : s;
+                    sb[g] = lwq_e4m3_from_f32_i32(lwq_e4m3_clamp(s));
+                }
             }
-            c->scale[r * nb + b] = s;
-            codes16(x, lwq_nvfp4_block_div(s, c->ws2), c->packed + off / 2);
+            for (int g = 0; g < ng; g++)
+                d[g] = lwq_e4m3_to_f32((uint8_t)sb[g]) * c->ws2;
+            uint8_t *so = c->scale + r * nb + g0;
+            for (int g = 0; g < ng; g++)
+                so[g] = (uint8_t)sb[g];
+            for (int g = 0; g < ng; g++)
+                codes16(x + g * BLK, d[g], c->packed + off0 / 2 + g * (BLK / 2));
         }
     }
 }
@@ -300,10 +357,42 @@ int lwq_quant_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64_t co
 
 /* ---- NVFP4 scale sweep ---------------------------------------------------------------------- */
 
+/* The loss of layout/quant_formats.h's lwq_nvfp4_block_sqerr_ref / _herr_ref, the same float
+ * operations in the same order, written as lane-wise loops: (H dw)_i accumulates over j in
+ * ascending order for every i at once, and the final sum is the same halving tree.
+ * ht: H transposed (ht[j*16 + i] = H[i][j]) so that the lane-wise loop reads contiguously. */
+INLINE float sweep_loss(const float *x, float d, const float *ht)
+{
+    float dw[BLK], t[BLK];
+    for (int i = 0; i < BLK; i++)
+        dw[i] = x[i] - lwq_e2m1_round(x[i] / d) * d;
+    if (ht) {
+        float hd[BLK] = {0};
+        for (int j = 0; j < BLK; j++)
+            for (int i = 0; i < BLK; i++)
+                hd[i] = hd[i] + ht[j * BLK + i] * dw[j];
+        for (int i = 0; i < BLK; i++)
+            t[i] = dw[i] * hd[i];
+    } else {
+        for (int i = 0; i < BLK; i++)
+            t[i] = dw[i] * dw[i];
+    }
+    for (int i = 0; i < 8; i++)
+        t[i] = t[i] + t[i + 8];
+    for (int i = 0; i < 4; i++)
+        t[i] = t[i] + t[i + 4];
+    for (int i = 0; i < 2; i++)
+        t[i] = t[i] + t[i + 2];
+    return t[0] + t[1];
+}
+
 LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
 {
     nvfp4_ctx *c = vc;
     const int64_t nb = c->cols / BLK;
+    float dtab[LWQ_E4M3_NPOS + 1];
+    for (int v = 1; v <= LWQ_E4M3_NPOS; v++)
+        dtab[v] = lwq_nvfp4_block_div((uint8_t)v, c->ws2);
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t b = 0; b < nb; b++) {
             int64_t off = r * c->cols + b * BLK;
@@ -320,12 +409,28 @@ LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
             }
             if (am > c->limit_bits)
                 atomic_max_u32(&c->over, am);
-            const float *h = c->hessian ? c->hessian + b * BLK * BLK : NULL;
-            uint8_t v = lwq_nvfp4_sweep_block_ref(x, c->ws2, h);
+            float htb[BLK * BLK];
+            const float *h = NULL;
+            if (c->hessian) {
+                const float *hb = c->hessian + b * BLK * BLK;
+                for (int i = 0; i < BLK; i++)
+                    for (int j = 0; j < BLK; j++)
+                        htb[j * BLK + i] = hb[i * BLK + j];
+                h = htb;
+            }
+            int best = 1;
+            float best_loss = sweep_loss(x, dtab[1], h);
+            for (int v = 2; v <= LWQ_E4M3_NPOS; v++) {
+                float l = sweep_loss(x, dtab[v], h);
+                if (l < best_loss) { /* strict: ties keep the smaller byte */
+                    best = v;
+                    best_loss = l;
+                }
+            }
             if (c->scale)
-                c->scale[r * nb + b] = v;
+                c->scale[r * nb + b] = (uint8_t)best;
             if (c->out_amax)
-                c->out_amax[r * nb + b] = lwq_nvfp4_sweep_amax(v, c->global_eff);
+                c->out_amax[r * nb + b] = lwq_nvfp4_sweep_amax((uint8_t)best, c->global_eff);
         }
     }
 }

@@ -58,37 +58,59 @@ static void report_bad_row(fp8_ctx *c, int64_t r)
         }
 }
 
-/* One row: q[j] = e4m3(x[j] / ws); returns max |x| bits, *bad set for NaN/Inf.  The dtype
- * branches are outside the loops so each loop is a straight vectorizable body. */
+/* One row: q[j] = e4m3(x[j] / ws); m = running max |x| bits (NaN/Inf make it >= 0x7f800000).  The dtype branches are
+ * outside the loops, and the body runs in fixed 16-element steps (plus a tail) because GCC's -O2
+ * cost model only vectorizes loops whose trip count is a known multiple of the vector width. */
+#define CHUNK 64
 #define FP8_ROW_LOOP(LOAD)                                                                                   \
-    for (int64_t j = 0; j < n; j++) {                                                                       \
-        float x = LOAD;                                                                                     \
-        int32_t a = (int32_t)(lwq_f32_bits(x) & 0x7fffffffu);                                               \
-        m = a > m ? a : m;                                                                                  \
-        b |= a >= 0x7f800000;                                                                               \
-        q[j] = lwq_e4m3_from_f32(x / ws);                                                                   \
+    {                                                                                                        \
+        int64_t j = 0;                                                                                       \
+        for (; j + CHUNK <= n; j += CHUNK) {                                                                 \
+            float x[CHUNK];                                                                                  \
+            int32_t t[CHUNK];                                                                                \
+            for (int l = 0; l < CHUNK; l++)                                                                  \
+                x[l] = LOAD(j + l);                                                                          \
+            for (int l = 0; l < CHUNK; l++) {                                                                \
+                int32_t a = (int32_t)(lwq_f32_bits(x[l]) & 0x7fffffffu);                                     \
+                mv[l % LANES] = a > mv[l % LANES] ? a : mv[l % LANES];                                       \
+                t[l] = lwq_e4m3_from_f32_i32(x[l] / ws);                                                     \
+            }                                                                                                \
+            for (int l = 0; l < CHUNK; l++)                                                                  \
+                q[j + l] = (uint8_t)t[l];                                                                    \
+        }                                                                                                    \
+        for (; j < n; j++) {                                                                                 \
+            float x = LOAD(j);                                                                               \
+            int32_t a = (int32_t)(lwq_f32_bits(x) & 0x7fffffffu);                                            \
+            mv[0] = a > mv[0] ? a : mv[0];                                                                   \
+            q[j] = lwq_e4m3_from_f32(x / ws);                                                                \
+        }                                                                                                    \
     }
+#define LD_BF16(J) lwq_bf16_to_f32(s[J])
+#define LD_F16(J) lwq_f16_to_f32(s[J])
+#define LD_F32(J) s[J]
 
 LWQ_CLONES static void fp8_rows(void *vc, int64_t r0, int64_t r1, int tid)
 {
     fp8_ctx *c = vc;
     const int64_t n = c->cols;
     const float ws = c->ws;
+    int32_t mv[LANES] = {0}; /* lane-wise running max |x| bits; reduced once per row */
     int32_t m = 0;
     for (int64_t r = r0; r < r1; r++) {
-        int32_t b = 0;
         uint8_t *q = c->q + r * n;
         if (c->dt == LWQ_BF16) {
             const uint16_t *s = (const uint16_t *)c->w + r * n;
-            FP8_ROW_LOOP(lwq_bf16_to_f32(s[j]))
+            FP8_ROW_LOOP(LD_BF16)
         } else if (c->dt == LWQ_F16) {
             const uint16_t *s = (const uint16_t *)c->w + r * n;
-            FP8_ROW_LOOP(lwq_f16_to_f32(s[j]))
+            FP8_ROW_LOOP(LD_F16)
         } else {
             const float *s = (const float *)c->w + r * n;
-            FP8_ROW_LOOP(s[j])
+            FP8_ROW_LOOP(LD_F32)
         }
-        if (b) {
+        for (int l = 0; l < LANES; l++)
+            m = mv[l] > m ? mv[l] : m;
+        if (m >= 0x7f800000) { /* NaN/Inf have the largest magnitude bits */
             report_bad_row(c, r);
             return;
         }
@@ -147,7 +169,7 @@ LWQ_CLONES static void mse_rows(void *vc, int64_t r0, int64_t r1, int tid)
             double lane[LANES] = {0};
             for (int64_t j = 0; j < full; j += LANES)
                 for (int l = 0; l < LANES; l++) {
-                    float e = x[j + l] - lwq_e4m3_to_f32(lwq_e4m3_from_f32(x[j + l] / s)) * s;
+                    float e = x[j + l] - lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(x[j + l] / s)) * s;
                     lane[l] += (double)e * (double)e;
                 }
             for (int64_t j = full; j < n; j++) {

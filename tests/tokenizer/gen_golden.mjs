@@ -10,6 +10,12 @@
 // --ignore-scripts skips onnxruntime's download step, which needs network access the tokenizers
 // do not.
 //
+// Variant files (variant_*.json) exercise pipeline pieces the three fixtures lack (Llama-3 and
+// Qwen2 style Split regexes + ByteLevel without regex, ignore_merges, NFC, Metaspace, Digits,
+// RobertaProcessing): they hold {"base": fixture folder, "patch": top-level keys replaced (and
+// "model" keys merged) in the fixture's tokenizer.json, "cases"}; no tokenizer_config is used.
+// For NFC each case also says whether NFC changes the text ("nfc_changes").
+//
 // Each golden file is {"source", "tokenizer", "cases": [{"text", "ids", "decoded"}]} where `ids`
 // is encode(text) with special tokens added by the post-processor, and `decoded` is
 // decode(ids) with special tokens kept and no clean-up of tokenization spaces.  The script also
@@ -149,5 +155,70 @@ for (const [dir, outName, seed] of cases) {
   fs.writeFileSync(path.join(outdir, outName),
                    '{"source":' + JSON.stringify(doc.source) + ',"tokenizer":' + JSON.stringify(dir) +
                    ',"cases":[\n' + out.map((c) => JSON.stringify(c)).join(',\n') + '\n]}\n');
+  console.log(`${outName}: ${out.length} cases`);
+}
+
+// ---- variants ---------------------------------------------------------------------------------
+const LLAMA3_RE = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const QWEN2_RE = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+const variants = [
+  ['variant_llama3_style.json', 'tokenizer-gpt2-bytelevel-bpe', {
+    model: { ignore_merges: true },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { Regex: LLAMA3_RE }, behavior: 'Isolated', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: true, use_regex: false }] },
+    post_processor: { type: 'Sequence', processors: [
+      { type: 'ByteLevel', add_prefix_space: true, trim_offsets: false, use_regex: true },
+      { type: 'TemplateProcessing', single: [{ SpecialToken: { id: '<|endoftext|>', type_id: 0 } }, { Sequence: { id: 'A', type_id: 0 } }],
+        pair: [], special_tokens: { '<|endoftext|>': { id: '<|endoftext|>', ids: [50256], tokens: ['<|endoftext|>'] } } }] },
+  }],
+  ['variant_qwen2_style.json', 'tokenizer-gpt2-bytelevel-bpe', {
+    normalizer: { type: 'NFC' },
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Split', pattern: { Regex: QWEN2_RE }, behavior: 'Isolated', invert: false },
+      { type: 'ByteLevel', add_prefix_space: false, trim_offsets: false, use_regex: false }] },
+  }],
+  ['variant_metaspace.json', 'tokenizer-tinyllama-sentencepiece-bpe', {
+    normalizer: null,
+    pre_tokenizer: { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false },
+    decoder: { type: 'Sequence', decoders: [{ type: 'ByteFallback' }, { type: 'Metaspace', replacement: '\u2581', prepend_scheme: 'first', split: false }] },
+  }],
+  ['variant_digits_roberta.json', 'tokenizer-gpt2-bytelevel-bpe', {
+    pre_tokenizer: { type: 'Sequence', pretokenizers: [
+      { type: 'Digits', individual_digits: true },
+      { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true }] },
+    post_processor: { type: 'RobertaProcessing', sep: ['<|endoftext|>', 50256], cls: ['<|endoftext|>', 50256],
+                      trim_offsets: true, add_prefix_space: true },
+  }],
+];
+
+for (const [outName, base, patch] of variants) {
+  const tj = JSON.parse(fs.readFileSync(path.join(fixtures, base, 'tokenizer.json'), 'utf8'));
+  for (const [k, v] of Object.entries(patch)) {
+    if (k === 'model') Object.assign(tj.model, v); else tj[k] = v;
+  }
+  const tok = new Tokenizer(tj, {});
+  const specials = tj.added_tokens.map((t) => t.content);
+  let texts = [...fixed, ...specialTexts(specials), ...randomTexts(7, 120, specials)];
+  // tokenizers.js's Digits splits on ASCII \d, the Rust crate on char::is_numeric (all of
+  // Unicode N), so texts with other numerals would record the JS port's divergence, not
+  // Python's ids; test_tokenizer.c checks the Rust behaviour on them instead.
+  if (JSON.stringify(patch).includes('"Digits"')) texts = texts.filter((t) => !/[^\P{N}0-9]/u.test(t));
+  const seen = new Set();
+  const out = [];
+  for (const text of texts) {
+    if (seen.has(text)) continue;
+    seen.add(text);
+    const ids = tok.encode(text).ids;
+    const decoded = ids.length ? tok.decode(ids, { skip_special_tokens: false,
+                                                   clean_up_tokenization_spaces: false }) : '';
+    const c = { text, ids, decoded };
+    if (patch.normalizer && patch.normalizer.type === 'NFC') c.nfc_changes = text.normalize('NFC') !== text;
+    out.push(c);
+  }
+  fs.writeFileSync(path.join(outdir, outName),
+                   '{"source":"tests/tokenizer/gen_golden.mjs with @huggingface/tokenizers 0.2.0","base":' +
+                   JSON.stringify(base) + ',"patch":' + JSON.stringify(patch) + ',"cases":[\n' +
+                   out.map((c) => JSON.stringify(c)).join(',\n') + '\n]}\n');
   console.log(`${outName}: ${out.length} cases`);
 }
