@@ -1,0 +1,443 @@
+/* layout/dataset.c — calibration sets: reading .jsonl/.txt/directories, tokenizing, batching.
+ * See layout/dataset.h for the rules. */
+#include "layout/dataset.h"
+
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "core/log.h"
+
+/* Samples collected so far: ids of each, concatenated. */
+typedef struct collect {
+    const lwq_tokenizer *tok;
+    const lwq_calib_opts *o;
+    int32_t *ids;
+    size_t n_ids, cap_ids;
+    size_t *start;  /* start[i]: offset of sample i in ids; start[n] = n_ids */
+    size_t n, cap;
+    size_t truncated, dropped;
+    lwq_token_ids tmp;
+} collect;
+
+static int full(const collect *c) { return c->n >= c->o->max_samples; }
+
+static int add_ids(collect *c, const int32_t *ids, size_t n)
+{
+    if (c->n + 2 > c->cap) {
+        size_t cap = c->cap ? c->cap * 2 : 64;
+        size_t *s = realloc(c->start, cap * sizeof *s);
+        if (!s) return LWQ_ENOMEM;
+        c->start = s;
+        c->cap = cap;
+    }
+    if (c->n_ids + n > c->cap_ids) {
+        size_t cap = c->cap_ids ? c->cap_ids : 4096;
+        while (cap < c->n_ids + n) cap *= 2;
+        int32_t *p = realloc(c->ids, cap * sizeof *p);
+        if (!p) return LWQ_ENOMEM;
+        c->ids = p;
+        c->cap_ids = cap;
+    }
+    memcpy(c->ids + c->n_ids, ids, n * sizeof *ids);
+    c->start[c->n++] = c->n_ids;
+    c->n_ids += n;
+    c->start[c->n] = c->n_ids;
+    return 0;
+}
+
+/* `where` names the sample ("file:line") for errors. */
+static int add_text(collect *c, const char *s, size_t len, const char *where, lwq_error *e)
+{
+    if (full(c)) return 0;
+    if (!len) {
+        c->dropped++;
+        return 0;
+    }
+    if (!c->tok)
+        return lwq_errf(e, LWQ_EINVAL, "%s: a text sample needs a tokenizer", where);
+    lwq_error in = {0};
+    int trunc = 0;
+    int rc = lwq_tokenizer_encode(c->tok, s, len, !c->o->no_special, c->o->seq_len, &c->tmp, &trunc, &in);
+    if (rc < 0) return lwq_errf(e, rc, "%s: %s", where, in.msg);
+    if (!c->tmp.n) {
+        c->dropped++;
+        return 0;
+    }
+    c->truncated += (size_t)trunc;
+    return add_ids(c, c->tmp.ids, c->tmp.n) ? lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where) : 0;
+}
+
+static int add_id_array(collect *c, const cJSON *arr, const char *where, lwq_error *e)
+{
+    if (full(c)) return 0;
+    size_t n = (size_t)cJSON_GetArraySize(arr), k = 0;
+    size_t vocab = c->tok ? lwq_tokenizer_vocab_size(c->tok) : (size_t)INT32_MAX;
+    if (!n) {
+        c->dropped++;
+        return 0;
+    }
+    size_t keep = n < c->o->seq_len ? n : c->o->seq_len;
+    int32_t *ids = malloc(keep * sizeof *ids);
+    if (!ids) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+    for (const cJSON *x = arr->child; x; x = x->next, k++) {
+        double d = cJSON_IsNumber(x) ? x->valuedouble : -1;
+        if (d < 0 || d >= (double)vocab || d != (double)(long)d) {
+            free(ids);
+            return lwq_errf(e, LWQ_EFORMAT, "%s: input_ids[%zu] is not an integer id in [0, %zu)",
+                            where, k, vocab);
+        }
+        if (k < keep) ids[k] = (int32_t)d;
+    }
+    c->truncated += n > keep;
+    int rc = add_ids(c, ids, keep);
+    free(ids);
+    return rc ? lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where) : 0;
+}
+
+/* Read one line (without its '\n') into *buf; 0 at EOF, 1 for a line, <0 on error.  Bounded by
+ * LWQ_CALIB_MAX_LINE so a file without newlines cannot eat memory. */
+static int read_line(FILE *f, char **buf, size_t *cap, size_t *len, const char *where, lwq_error *e)
+{
+    *len = 0;
+    int ch, any = 0;
+    if (!*buf) {
+        if (!(*buf = malloc(4096))) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+        *cap = 4096;
+    }
+    while ((ch = getc_unlocked(f)) != EOF) {
+        any = 1;
+        if (ch == '\n') break;
+        if (*len + 2 > *cap) {
+            if (*len >= LWQ_CALIB_MAX_LINE)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: line longer than %zu bytes", where,
+                                LWQ_CALIB_MAX_LINE);
+            size_t nc = *cap ? *cap * 2 : 4096;
+            char *p = realloc(*buf, nc);
+            if (!p) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+            *buf = p;
+            *cap = nc;
+        }
+        (*buf)[(*len)++] = (char)ch;
+    }
+    if (ferror(f)) return lwq_errsys(e, LWQ_EIO, "%s: read failed", where);
+    if (any) (*buf)[*len] = 0;
+    return any;
+}
+
+static int check_utf8(const char *s, size_t n, const char *where, lwq_error *e)
+{
+    size_t i = 0;
+    while (i < n) {
+        unsigned char ch = (unsigned char)s[i];
+        size_t l = ch < 0x80 ? 1 : ch >= 0xC2 && ch <= 0xDF ? 2 : ch >= 0xE0 && ch <= 0xEF ? 3
+                 : ch >= 0xF0 && ch <= 0xF4 ? 4 : 0;
+        int ok = l && i + l <= n;
+        for (size_t k = 1; ok && k < l; k++) ok = ((unsigned char)s[i + k] & 0xC0) == 0x80;
+        if (ok && l == 3) {
+            unsigned c1 = (unsigned char)s[i + 1];
+            ok = !(ch == 0xE0 && c1 < 0xA0) && !(ch == 0xED && c1 > 0x9F);
+        }
+        if (ok && l == 4) {
+            unsigned c1 = (unsigned char)s[i + 1];
+            ok = !(ch == 0xF0 && c1 < 0x90) && !(ch == 0xF4 && c1 > 0x8F);
+        }
+        if (!ok)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: invalid UTF-8 at byte %zu of the line (0x%02X); "
+                            "Python's utf-8 decoding rejects such a file too", where, i, ch);
+        i += l;
+    }
+    return 0;
+}
+
+static int blank(const char *s, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (s[i] != ' ' && s[i] != '\t' && s[i] != '\r') return 0;
+    return 1;
+}
+
+static int jsonl_line(collect *c, const char *s, size_t n, const char *where, lwq_error *e)
+{
+    const char *end = NULL;
+    cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
+    if (!j)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where,
+                        end && end >= s ? (size_t)(end - s) : 0);
+    int rc = 0;
+    const cJSON *v;
+    if (!cJSON_IsObject(j)) {
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: expected a JSON object", where);
+    } else if ((v = cJSON_GetObjectItemCaseSensitive(j, "input_ids")) && !cJSON_IsNull(v)) {
+        rc = cJSON_IsArray(v) ? add_id_array(c, v, where, e)
+                              : lwq_errf(e, LWQ_EFORMAT, "%s: \"input_ids\" is not an array", where);
+    } else if ((v = cJSON_GetObjectItemCaseSensitive(j, "messages")) && !cJSON_IsNull(v)) {
+        size_t total = 0, k = 0;
+        for (const cJSON *m = cJSON_IsArray(v) ? v->child : NULL; m; m = m->next, k++) {
+            const cJSON *ct = cJSON_GetObjectItemCaseSensitive(m, "content");
+            if (!cJSON_IsString(ct)) {
+                rc = lwq_errf(e, LWQ_EFORMAT, "%s: messages[%zu] has no string \"content\"", where, k);
+                break;
+            }
+            total += strlen(ct->valuestring) + 1;
+        }
+        if (!cJSON_IsArray(v)) rc = lwq_errf(e, LWQ_EFORMAT, "%s: \"messages\" is not an array", where);
+        char *joined = rc ? NULL : malloc(total + 1);
+        if (!rc && !joined) rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+        if (!rc) {
+            size_t w = 0;
+            for (const cJSON *m = v->child; m; m = m->next) {
+                const char *ct = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
+                if (m != v->child) joined[w++] = '\n';
+                size_t l = strlen(ct);
+                memcpy(joined + w, ct, l);
+                w += l;
+            }
+            joined[w] = 0;
+            rc = add_text(c, joined, w, where, e);
+        }
+        free(joined);
+    } else if ((v = cJSON_GetObjectItemCaseSensitive(j, "text")) && !cJSON_IsNull(v)) {
+        rc = cJSON_IsString(v) ? add_text(c, v->valuestring, strlen(v->valuestring), where, e)
+                               : lwq_errf(e, LWQ_EFORMAT, "%s: \"text\" is not a string", where);
+    } else {
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: object has none of \"input_ids\", \"messages\", \"text\"",
+                      where);
+    }
+    cJSON_Delete(j);
+    return rc;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static int read_file(collect *c, const char *path, lwq_error *e)
+{
+    int jsonl = ends_with(path, ".jsonl");
+    if (!jsonl && !ends_with(path, ".txt"))
+        return lwq_errf(e, LWQ_EINVAL, "%s: calibration files must end in .jsonl or .txt", path);
+    FILE *f = fopen(path, "rb");
+    if (!f) return lwq_errsys(e, -errno, "%s: cannot open", path);
+    char *line = NULL, where[4200];
+    size_t cap = 0, len, lineno = 0;
+    char *para = NULL;
+    size_t para_len = 0, para_cap = 0, para_line = 0;
+    int rc = 0;
+    while (!full(c)) {
+        snprintf(where, sizeof where, "%s:%zu", path, lineno + 1);
+        rc = read_line(f, &line, &cap, &len, where, e);
+        if (rc <= 0) break;
+        lineno++;
+        if (memchr(line, 0, len)) { rc = lwq_errf(e, LWQ_EFORMAT, "%s: NUL byte in a text line", where); break; }
+        if ((rc = check_utf8(line, len, where, e))) break;
+        if (jsonl) {
+            if (blank(line, len)) continue;
+            if ((rc = jsonl_line(c, line, len, where, e))) break;
+            continue;
+        }
+        if (blank(line, len)) {
+            snprintf(where, sizeof where, "%s:%zu", path, para_line);
+            if (para_len && (rc = add_text(c, para, para_len, where, e))) break;
+            para_len = 0;
+            continue;
+        }
+        if (para_len + len + 2 > para_cap) {
+            size_t nc = para_cap ? para_cap * 2 : 4096;
+            while (nc < para_len + len + 2) nc *= 2;
+            char *p = realloc(para, nc);
+            if (!p) { rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where); break; }
+            para = p;
+            para_cap = nc;
+        }
+        if (!para_len) para_line = lineno;
+        else para[para_len++] = '\n';
+        memcpy(para + para_len, line, len);
+        para_len += len;
+        if (para_len > LWQ_CALIB_MAX_LINE) { rc = lwq_errf(e, LWQ_EFORMAT, "%s: paragraph over %zu bytes", where, LWQ_CALIB_MAX_LINE); break; }
+    }
+    if (rc >= 0 && !jsonl && para_len) {
+        snprintf(where, sizeof where, "%s:%zu", path, para_line);
+        rc = add_text(c, para, para_len, where, e);
+    }
+    free(para);
+    free(line);
+    fclose(f);
+    return rc < 0 ? rc : 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+static int read_dir(collect *c, const char *dir, size_t *files, lwq_error *e)
+{
+    DIR *d = opendir(dir);
+    if (!d) return lwq_errsys(e, -errno, "%s: cannot open directory", dir);
+    char **names = NULL;
+    size_t n = 0, cap = 0;
+    int rc = 0;
+    for (struct dirent *de; (de = readdir(d));) {
+        if (de->d_name[0] == '.' || !(ends_with(de->d_name, ".jsonl") || ends_with(de->d_name, ".txt")))
+            continue;
+        if (n == cap) {
+            if (cap >= 1000000) { rc = lwq_errf(e, LWQ_ENOMEM, "%s: too many files", dir); break; }
+            cap = cap ? cap * 2 : 16;
+            char **p = realloc(names, cap * sizeof *p);
+            if (!p) { rc = LWQ_ENOMEM; break; }
+            names = p;
+        }
+        if (!(names[n] = strdup(de->d_name))) { rc = LWQ_ENOMEM; break; }
+        n++;
+    }
+    closedir(d);
+    if (!rc && !n) rc = lwq_errf(e, LWQ_ENOENT, "%s: no .jsonl or .txt files in the directory", dir);
+    if (!rc) qsort(names, n, sizeof *names, cmp_str);
+    for (size_t i = 0; !rc && i < n && !full(c); i++) {
+        char path[4200];
+        struct stat st;
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        if (stat(path, &st) || !S_ISREG(st.st_mode)) continue; /* subdirectories named *.txt */
+        rc = read_file(c, path, e);
+        (*files)++;
+    }
+    for (size_t i = 0; i < n; i++) free(names[i]);
+    free(names);
+    if (rc == LWQ_ENOMEM) lwq_errf(e, rc, "%s: out of memory", dir);
+    return rc;
+}
+
+static int check_opts(const lwq_calib_opts *o, lwq_error *e)
+{
+    if (!o->max_samples || o->max_samples > LWQ_CALIB_MAX_SAMPLES)
+        return lwq_errf(e, LWQ_EINVAL, "calibration: sample count %zu not in [1, %zu]",
+                        o->max_samples, LWQ_CALIB_MAX_SAMPLES);
+    if (!o->seq_len || o->seq_len > LWQ_CALIB_MAX_SEQ)
+        return lwq_errf(e, LWQ_EINVAL, "calibration: sequence length %zu not in [1, %zu]",
+                        o->seq_len, LWQ_CALIB_MAX_SEQ);
+    return 0;
+}
+
+static int build(collect *c, lwq_calib_batch *out, lwq_calib_stats *st, size_t files, lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    out->pad_id = -1;
+    if (!c->n)
+        return lwq_errf(e, LWQ_ENOENT, "calibration: no samples (%zu empty dropped)", c->dropped);
+    size_t T = 0, tokens = 0;
+    for (size_t i = 0; i < c->n; i++) {
+        size_t l = c->start[i + 1] - c->start[i];
+        T = l > T ? l : T;
+        tokens += l;
+    }
+    int32_t pad = c->o->has_pad_id ? c->o->pad_id : c->tok ? lwq_tokenizer_pad_id(c->tok) : -1;
+    if (tokens != c->n * T && pad < 0)
+        return lwq_errf(e, LWQ_EINVAL, "calibration: rows of different lengths need padding, but "
+                        "the tokenizer has no pad_token or eos_token (tokenizer_config.json)");
+    out->ids = malloc(c->n * T * sizeof *out->ids);
+    out->mask = calloc(c->n * T, 1);
+    out->lengths = malloc(c->n * sizeof *out->lengths);
+    if (!out->ids || !out->mask || !out->lengths) {
+        lwq_calib_batch_free(out);
+        return lwq_errf(e, LWQ_ENOMEM, "calibration: out of memory for a %zu x %zu batch", c->n, T);
+    }
+    out->n = c->n;
+    out->seq = T;
+    out->pad_id = pad;
+    for (size_t i = 0; i < c->n; i++) {
+        size_t l = c->start[i + 1] - c->start[i], lead = T - l;
+        for (size_t k = 0; k < lead; k++) out->ids[i * T + k] = pad;
+        memcpy(out->ids + i * T + lead, c->ids + c->start[i], l * sizeof *out->ids);
+        memset(out->mask + i * T + lead, 1, l);
+        out->lengths[i] = (int32_t)l;
+    }
+    if (st) {
+        *st = (lwq_calib_stats){c->n, tokens, T, c->truncated, c->dropped, files,
+                                (double)tokens / (double)c->n,
+                                (double)(c->n * T - tokens) / (double)(c->n * T)};
+    }
+    return 0;
+}
+
+static void collect_free(collect *c)
+{
+    free(c->ids);
+    free(c->start);
+    lwq_token_ids_free(&c->tmp);
+}
+
+int lwq_calib_from_texts(const lwq_tokenizer *tok, const char *const *texts, size_t n,
+                         const lwq_calib_opts *opts, lwq_calib_batch *out, lwq_calib_stats *st,
+                         lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_opts(opts, e);
+    if (rc) return rc;
+    collect c = {.tok = tok, .o = opts};
+    for (size_t i = 0; i < n && !rc && !full(&c); i++) {
+        char where[64];
+        snprintf(where, sizeof where, "sample %zu", i);
+        rc = add_text(&c, texts[i], strlen(texts[i]), where, e);
+    }
+    if (!rc) rc = build(&c, out, st, 0, e);
+    collect_free(&c);
+    return rc;
+}
+
+int lwq_calib_load(const lwq_tokenizer *tok, const char *path, const lwq_calib_opts *opts,
+                   lwq_calib_batch *out, lwq_calib_stats *st, lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    if (!path || !strcmp(path, "builtin")) {
+        const char *texts[64];
+        size_t n = lwq_calib_builtin_count();
+        for (size_t i = 0; i < n && i < 64; i++) texts[i] = lwq_calib_builtin_sample(i);
+        return lwq_calib_from_texts(tok, texts, n < 64 ? n : 64, opts, out, st, e);
+    }
+    int rc = check_opts(opts, e);
+    if (rc) return rc;
+    struct stat sb;
+    if (stat(path, &sb)) return lwq_errsys(e, -errno, "%s: cannot stat calibration data", path);
+    collect c = {.tok = tok, .o = opts};
+    size_t files = 0;
+    if (S_ISDIR(sb.st_mode)) {
+        rc = read_dir(&c, path, &files, e);
+    } else {
+        rc = read_file(&c, path, e);
+        files = 1;
+    }
+    if (!rc) rc = build(&c, out, st, files, e);
+    collect_free(&c);
+    return rc;
+}
+
+void lwq_calib_batch_free(lwq_calib_batch *b)
+{
+    free(b->ids);
+    free(b->mask);
+    free(b->lengths);
+    memset(b, 0, sizeof *b);
+    b->pad_id = -1;
+}
+
+int lwq_calib_stats_format(const lwq_calib_stats *st, char *buf, size_t n)
+{
+    return snprintf(buf, n, "%zu samples, %zu tokens, mean length %.1f, max length %zu, padding "
+                    "%.1f%%, %zu truncated, %zu empty dropped, %zu files",
+                    st->samples, st->tokens, st->mean_len, st->max_len, 100.0 * st->pad_fraction,
+                    st->truncated, st->dropped_empty, st->files);
+}
+
+void lwq_calib_stats_log(const lwq_calib_stats *st)
+{
+    char buf[256];
+    lwq_calib_stats_format(st, buf, sizeof buf);
+    LWQ_INFO("calibration: %s", buf);
+}
