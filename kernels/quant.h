@@ -39,10 +39,6 @@
 
 #ifdef __cplusplus
 extern "C" {
-#ifdef __cplusplus
-}
-#endif
-
 #endif
 
 /* Returned (>0) when an all-zero weight was quantized with the substitute amax 1.0. */

@@ -10,6 +10,11 @@
 #include <math.h>
 #include <stdint.h>
 
+// core/ headers have no C++ guards: give their declarations C linkage here
+extern "C" {
+#include "core/dtype.h"
+#include "core/error.h"
+}
 #include "kernels/cuda/quant_cuda.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
