@@ -8,7 +8,9 @@
 // bad index, atomicMax of an amax), read back before the wrapper returns.
 #include <cuda_runtime.h>
 #include <math.h>
+#include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 // core/ headers have no C++ guards: give their declarations C linkage here
 extern "C" {
@@ -29,6 +31,7 @@ struct qstatus {
     unsigned int over;          // largest block amax bits above the allowed global amax
     unsigned int amax;          // max |x| bits
 };
+static_assert(sizeof(qstatus) == 24 && offsetof(qstatus, over) == 16, "call::start() memsets this layout");
 
 // ---- loads ----------------------------------------------------------------------------------
 
@@ -319,10 +322,12 @@ struct call {
         rc = lwq_errf(err, LWQ_EDEVICE, "tensor %s: %s: %s", name, what, cudaGetErrorString(e));
         return false;
     }
+    // bad / badamax = NONE (all ones), over / amax = 0: two memsets, no host round trip
     bool start()
     {
         return ok(cudaMallocAsync((void **)&dev, sizeof(qstatus), s), "cudaMallocAsync") &&
-               ok(cudaMemcpyAsync(dev, &host, sizeof host, cudaMemcpyHostToDevice, s), "status upload");
+               ok(cudaMemsetAsync(dev, 0xff, 2 * sizeof(unsigned long long), s), "status init") &&
+               ok(cudaMemsetAsync(&dev->over, 0, 2 * sizeof(unsigned int), s), "status init");
     }
     // After the kernels: launch errors, then read the status back (synchronizes the stream).
     bool finish()
@@ -459,10 +464,11 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
     if (hessian) {
         // the CPU refuses a non-finite Hessian entry up front: same check on a host copy
         // (cols * 16 floats, small next to the weight)
-        float *hh = NULL;
         size_t bytes = (size_t)cols * BLK * sizeof(float);
-        if (!c.ok(cudaMallocHost((void **)&hh, bytes), "cudaMallocHost"))
-            return c.rc;
+        float *hh = (float *)malloc(bytes);
+        if (!hh)
+            return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for a host copy of the Hessian",
+                            lwq_quant_name(name));
         bool good = c.ok(cudaMemcpyAsync(hh, hessian, bytes, cudaMemcpyDeviceToHost, c.s), "Hessian download") &&
                     c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize");
         int64_t badi = -1;
@@ -471,7 +477,7 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
                 badi = i;
                 break;
             }
-        cudaFreeHost(hh);
+        free(hh);
         if (!good)
             return c.rc;
         if (badi >= 0)
