@@ -2,9 +2,13 @@
  *
  * Padding: sequences run alone vs the same sequences left-padded into one batch (pad token ids
  * are arbitrary real ids, so a leak would show).  Per-token outputs and every observed amax
- * (linear inputs, k/v) must agree and expert token counts must be equal.  Rows are computed
- * independently by every op except attention, whose key tiles see the padded keys as exact
- * zeros, so we expect (and allow) no more than f32 re-association noise: 1e-6 relative. */
+ * (linear inputs, k/v) must agree and expert token counts must be equal.  Every op computes a
+ * row independently of the others and attention sees padded keys as exact zeros, so on this
+ * machine (OpenBLAS SkylakeX kernels) the results are bitwise equal; but an sgemm kernel may
+ * round a row differently depending on how many rows the call has (valgrind's CPU model selects
+ * another kernel and shows ~1e-6 differences in the MoE fixtures, whose experts see different row
+ * sets), so we allow f32 re-association noise: 1e-5 relative for F32, one BF16 ulp (2^-7
+ * relative) for BF16.  A leak of padding into real rows changes values by O(1). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -169,9 +173,9 @@ static void padding_case(const char *fixture, lwq_dtype act, double rtol)
     env_close(&v);
 }
 
-Test(forward_observe, left_padding_moe_f32) { padding_case("cai-tiny-qwen3-moe", LWQ_F32, 1e-6); }
-Test(forward_observe, left_padding_mixtral_f32) { padding_case("cai-tiny-mixtral", LWQ_F32, 1e-6); }
-Test(forward_observe, left_padding_llama3_bf16) { padding_case("mlxd-tiny-llama3-bf16", LWQ_BF16, 1e-6); }
+Test(forward_observe, left_padding_moe_f32) { padding_case("cai-tiny-qwen3-moe", LWQ_F32, 1e-5); }
+Test(forward_observe, left_padding_mixtral_f32) { padding_case("cai-tiny-mixtral", LWQ_F32, 1e-5); }
+Test(forward_observe, left_padding_llama3_bf16) { padding_case("mlxd-tiny-llama3-bf16", LWQ_BF16, 1.0 / 128); }
 
 Test(forward_observe, all_experts_mode_observes_every_token_and_keeps_the_output)
 {
