@@ -301,6 +301,10 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
     if (!lwq_dtype_is_act(act))
         return lwq_errf(e, LWQ_EINVAL, "forward: activation dtype %s is not F32, BF16 or F16",
                         lwq_dtype_name(act));
+    if (c->partial_rotary_factor != 0.0 && c->partial_rotary_factor != 1.0)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): partial_rotary_factor %g is not "
+                        "supported by this forward (full rotary only)", c->model_type,
+                        c->partial_rotary_factor);
     if (c->hidden_size <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
         c->num_attention_heads % c->num_key_value_heads || c->head_dim <= 0 || c->head_dim % 2 ||
         c->vocab_size <= 0 || c->num_hidden_layers <= 0 || c->head_dim > 4096 ||

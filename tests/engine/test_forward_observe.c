@@ -314,3 +314,28 @@ Test(forward_observe, bad_lengths_are_refused)
     cr_assert(strstr(e.msg, "sequence 1 has length 5, outside [0, 4]"), "%s", e.msg);
     lwq_backend_free_backend(&be);
 }
+
+Test(forward_observe, llama_mlp_bias_is_required_when_configured)
+{
+    env v;
+    env_open(&v, "cai-tiny-llama", LWQ_F32);
+    v.f.ck.cfg.mlp_bias = 1; /* the model borrows this config */
+    int32_t tok[2] = {1, 2};
+    lwq_error e = {0};
+    cr_assert_eq(run(&v, &v.f.w, tok, 1, 2, NULL, NULL, 0, NULL, &e), LWQ_ENOENT);
+    cr_assert(strstr(e.msg, "layer 0: tensor model.layers.0.mlp.gate_proj.bias is missing"), "%s",
+              e.msg);
+    env_close(&v);
+}
+
+Test(forward_observe, partial_rotary_is_refused)
+{
+    env v;
+    env_open(&v, "cai-tiny-llama", LWQ_F32);
+    lwq_model m;
+    lwq_error e = {0};
+    v.f.ck.cfg.partial_rotary_factor = 0.5;
+    cr_assert_eq(lwq_model_init(&m, &v.f.ck.cfg, &v.be, LWQ_F32, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "partial_rotary_factor 0.5 is not supported"), "%s", e.msg);
+    env_close(&v);
+}
