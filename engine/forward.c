@@ -271,16 +271,8 @@ int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling
 
 int lwq_model_layer_is_moe(const lwq_model *m, int layer)
 {
-    const lwq_model_config *c = m->cfg;
-    if (c->arch == LWQ_ARCH_MIXTRAL)
-        return 1;
-    if (c->arch != LWQ_ARCH_QWEN3_MOE || c->num_experts <= 0)
-        return 0;
-    for (int i = 0; i < c->n_mlp_only_layers; i++)
-        if (c->mlp_only_layers[i] == layer)
-            return 0;
-    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
-    return (layer + 1) % step == 0;
+    /* one definition shared with the layer plans (layout/config.c) */
+    return lwq_config_layer_is_moe(m->cfg, layer);
 }
 
 int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *be, lwq_dtype act,
