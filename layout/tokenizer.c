@@ -185,8 +185,9 @@ static int load_added(lwq_tokenizer *t, const cJSON *arr, lwq_error *e)
         }
     for (size_t i = 0; i < t->n_added; i++) {
         unsigned char b = (unsigned char)t->added[i].content[0];
-        if (t->added[i].normalized && t->norm) t->added_first_norm[b] = 1;
-        else if (t->added[i].normalized) t->added_first_norm[b] = 1;
+        /* Normalized tokens are matched in normalized text (the raw text when there is no
+         * normalizer), after the raw pass, as the Rust crate does. */
+        if (t->added[i].normalized) t->added_first_norm[b] = 1;
         else t->added_first_raw[b] = 1;
     }
     return 0;
