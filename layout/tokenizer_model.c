@@ -359,7 +359,7 @@ int tok_model_load(lwq_tokenizer *t, const cJSON *model, lwq_error *e)
 
 /* ---- BPE ---------------------------------------------------------------------------------- */
 #define TOK_CACHE_MAX_WORD 64
-#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 18)
+#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 15)
 typedef struct { int32_t id, prev, next; uint32_t len; } sym;
 typedef struct { uint32_t rank; uint32_t pos; int32_t id; } mrg;
 
