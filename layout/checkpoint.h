@@ -2,10 +2,18 @@
  *
  * Opens config.json and either model.safetensors or a `*.safetensors.index.json` + shards,
  * validates every shard (lwq_st_open), and builds one table: name -> (file, absolute offset,
- * length, dtype, shape), each tensor classified as decoder layer i or head/tail.  A file name
- * from an index may never leave the model directory (no '/', no "..", no absolute path; the
- * resolved path must stay inside `dir`).  An index that names a missing file, or a tensor absent
- * from its shard, is an error naming both. */
+ * length, dtype, shape), each tensor classified as decoder layer i or head/tail.  As transformers
+ * does, a model.safetensors is used when present, else the index (model.safetensors.index.json,
+ * or the one `*.safetensors.index.json` of the directory).
+ *
+ * A file name from an index may never leave the model directory: it must be a plain entry name
+ * (no '/', no '\', not "." or "..", not empty), so it names an entry of `dir` itself.  Symbolic
+ * links placed in the directory are followed deliberately: the Hugging Face hub cache stores
+ * every snapshot file as a link into ../../blobs.  An index that names a missing file, a tensor
+ * absent from its shard, or a shard tensor the index does not list, is an error naming both.
+ * Every decoder layer below num_hidden_layers must have at least one tensor.
+ *
+ * Ownership: lwq_ckpt owns everything it points to; lwq_ckpt_free releases it.  No global state. */
 #ifndef LWQ_LAYOUT_CHECKPOINT_H
 #define LWQ_LAYOUT_CHECKPOINT_H
 
@@ -46,10 +54,16 @@ typedef struct lwq_ckpt {
 } lwq_ckpt;
 
 int lwq_ckpt_open(const char *dir, lwq_ckpt *c, lwq_error *e);
+/* Same with the config read from `config_path` (NULL: dir/config.json), for weight folders
+ * without their own config.json. */
+int lwq_ckpt_open_with_config(const char *dir, const char *config_path, lwq_ckpt *c, lwq_error *e);
+/* Read a tensor's bytes (t->nbytes) into buf (pread; for tools/tests — the engine uses io/). */
+int lwq_ckpt_read_tensor(const lwq_ckpt *c, const lwq_ckpt_tensor *t, void *buf, lwq_error *e);
 void lwq_ckpt_free(lwq_ckpt *c);
 /* Tensor by name, or NULL (binary search). */
 const lwq_ckpt_tensor *lwq_ckpt_find(const lwq_ckpt *c, const char *name);
-/* Decoder-layer index parsed from "model.layers.<i>.", or -1. */
+/* Decoder-layer index parsed from a name starting "model.layers.<i>." (decimal, no sign, no
+ * leading zeros, i < LWQ_MAX_LAYERS), or -1.  Callers strip cfg.weight_prefix first. */
 int lwq_tensor_layer_index(const char *name);
 /* Join dir and a file name from an index after checking it stays inside dir; out has `cap`. */
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e);

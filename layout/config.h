@@ -4,7 +4,9 @@
  * torch_dtype / dtype, rope_theta / rope_parameters.rope_theta, rope_scaling / rope_parameters).
  * Required keys missing, wrong types, non-positive or absurd dimensions, and unknown model_type
  * are errors naming config.json and the key.  The parsed cJSON tree is kept (raw) so the exporter
- * can copy the source config and add quantization_config. */
+ * can copy the source config and add quantization_config.  A wrapper config whose text model
+ * lives under "text_config" (kimi_k25: DeepSeek-V3 text model) is read from that object.
+ * Thread-safety: none needed (no global state). */
 #ifndef LWQ_LAYOUT_CONFIG_H
 #define LWQ_LAYOUT_CONFIG_H
 
@@ -40,6 +42,7 @@ typedef struct lwq_model_config {
     char model_type[64];      /* as written in config.json */
     lwq_arch_id arch;
     lwq_dtype dtype;          /* torch_dtype / dtype; BF16 when absent */
+    int dtype_explicit;       /* 0 when the config names no dtype (then use the tensors') */
 
     int64_t hidden_size;
     int64_t intermediate_size;
@@ -52,6 +55,8 @@ typedef struct lwq_model_config {
     double rms_norm_eps;
     int tie_word_embeddings;
     int attention_bias;       /* q/k/v biases (qwen2 always; llama "attention_bias") */
+    int mlp_bias;             /* llama "mlp_bias": gate/up/down biases */
+    char hidden_act[32];      /* "silu" when absent; anything else is refused */
 
     /* RoPE */
     double rope_theta;
@@ -79,6 +84,16 @@ typedef struct lwq_model_config {
     double routed_scaling_factor;
     char scoring_func[16], topk_method[32];
 
+    /* Qwen3-Next hybrid attention: layer_is_linear[i] = 1 for a Gated DeltaNet layer */
+    unsigned char *layer_is_linear; /* num_hidden_layers entries, owned; NULL for other archs */
+    int linear_num_key_heads, linear_num_value_heads;
+    int64_t linear_key_head_dim, linear_value_head_dim;
+    int linear_conv_kernel_dim;
+
+    /* Weight names start with this prefix before "model." (multimodal wrappers such as
+     * kimi_k25 keep the text model under "language_model."); "" for plain causal LMs. */
+    char weight_prefix[32];
+
     struct cJSON *raw;        /* the whole config.json, owned */
 } lwq_model_config;
 
@@ -92,5 +107,7 @@ int lwq_arch_from_model_type(const char *model_type, lwq_arch_id *out, lwq_error
 const char *lwq_supported_model_types(void);
 /* Whether decoder layer i has a routed-expert MoE block. */
 int lwq_config_layer_is_moe(const lwq_model_config *c, int layer);
+/* Short name of an arch id ("llama", "qwen3_moe", ...). */
+const char *lwq_arch_name(lwq_arch_id a);
 
 #endif

@@ -7,6 +7,8 @@
  * against the file size and against overflow before use (lwq_st_open), so callers may trust
  * an opened lwq_st_file's entries.
  *
+ * Thread-safety: no global state; distinct lwq_st_file objects may be used from any thread.
+ *
  * The writer is deterministic: tensors sorted by name, header padded with spaces to a multiple
  * of 8, data contiguous in header order with no gaps. */
 #ifndef LWQ_LAYOUT_SAFETENSORS_H
@@ -40,6 +42,7 @@ typedef struct lwq_st_file {
     uint64_t data_start;  /* 8 + N */
     int n;                /* entries, in file offset order */
     lwq_st_entry *entries;
+    int *by_name;         /* entry indexes sorted by name (for lwq_st_find) */
     int nmeta;            /* __metadata__ pairs, in header order */
     lwq_st_kv *meta;
 } lwq_st_file;
@@ -53,8 +56,11 @@ int lwq_st_open(const char *path, lwq_st_file *f, lwq_error *e);
 int lwq_st_parse_header(const char *path_for_errors, const char *json, uint64_t header_len,
                         uint64_t file_size, lwq_st_file *f, lwq_error *e);
 void lwq_st_free(lwq_st_file *f);
-/* Index of `name` or -1. */
+/* Index of `name` or -1 (binary search). */
 int lwq_st_find(const lwq_st_file *f, const char *name);
+/* Read `n` bytes at absolute file offset `off` of f->path into buf (pread loop; a short file is
+ * LWQ_EFORMAT naming the path and offset).  For tools and tests; the engine reads through io/. */
+int lwq_st_read(const lwq_st_file *f, uint64_t off, void *buf, uint64_t n, lwq_error *e);
 /* Value of a __metadata__ key or NULL. */
 const char *lwq_st_meta(const lwq_st_file *f, const char *key);
 /* Number of elements of an entry. */
@@ -83,6 +89,9 @@ typedef struct lwq_st_plan {
 /* Lay out n tensors (sorted by name) and build the header.  `meta` may be NULL. */
 int lwq_st_plan_make(const lwq_st_out_tensor *t, int n, const lwq_st_kv *meta, int nmeta,
                      lwq_st_plan *p, lwq_error *e);
+/* A caller streaming data writes p->header (p->header_bytes bytes), then for i = 0..n-1 the
+ * p->nbytes[p->order[i]] bytes of tensor p->order[i]; the file is then header_bytes + data_bytes
+ * long. */
 void lwq_st_plan_free(lwq_st_plan *p);
 /* Write a whole file from in-memory tensors (all data non-NULL) to an open stream. */
 int lwq_st_write_stream(FILE *fp, const char *path_for_errors, const lwq_st_out_tensor *t, int n,

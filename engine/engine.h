@@ -1,0 +1,81 @@
+/* engine/engine.h — `lwq quantize`: the layerwise run, and `lwq plan`: its memory prediction.
+ *
+ * Depth outside, data inside (../shared/DESIGN.md): the calibration set is embedded once into the
+ * boundary; then for each decoder layer the prefetched weights run over every batch with the
+ * statistics observer, the layer is quantized (engine/qlayer.h), its shard goes to the writer
+ * thread, and after the shard and the next boundary are durable the resume manifest is committed
+ * (engine/manifest.h).  The tail, the index and the config files finish the output.  The
+ * whole-model path (data outside, depth inside, every layer resident) is kept as the reference:
+ * it produces byte-identical output.
+ *
+ * Errors: 0 or a negative LWQ_E* code with the message filled; nothing half-written is ever
+ * committed, and a rerun of the same command resumes after the last committed layer. */
+#ifndef LWQ_ENGINE_ENGINE_H
+#define LWQ_ENGINE_ENGINE_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "layout/recipe.h"
+
+/* Calibration token sequences (unpadded), in order. */
+typedef struct lwq_calib_set {
+    int n;
+    int32_t **ids;           /* ids[i][0..len[i]) */
+    int64_t *len;
+    int32_t pad_id;          /* token placed in padded positions */
+    char source[256];        /* what it came from, for the log */
+} lwq_calib_set;
+
+void lwq_calib_set_free(lwq_calib_set *c);
+
+typedef enum lwq_device_choice { LWQ_DEVICE_AUTO = 0, LWQ_DEVICE_CPU, LWQ_DEVICE_CUDA } lwq_device_choice;
+
+typedef struct lwq_quantize_opts {
+    const char *model_dir;
+    const char *out_dir;
+    const char *resume_dir;      /* NULL: "<out>.layerwise_resume" */
+    const lwq_recipe *recipe;
+    const lwq_calib_set *calib;
+    int batch_size;              /* sequences per batch (left padding) */
+    int include_padding;         /* padded rows count in statistics (Model Optimizer parity) */
+    int all_experts;             /* every expert also runs on every token for statistics */
+    int qdq_next;                /* the next layer sees the quantized layer's output */
+    int whole_model;             /* reference path: all layers resident, data outside */
+    int dry_read;                /* every layer through the I/O path; nothing computed/written */
+    lwq_device_choice device;
+    int threads;                 /* 0: all cores */
+    double max_gpu_gb, max_cpu_gb; /* 0: no limit */
+    int prefetch;                /* ring slots K (0: 2) */
+    const char *log_json;        /* NULL: none */
+    int quiet;
+    int repair;                  /* recompute a committed layer whose shard fails its checksum */
+} lwq_quantize_opts;
+
+typedef struct lwq_mem_plan {
+    int largest_layer;
+    uint64_t largest_layer_bytes;  /* source bytes */
+    uint64_t slot_bytes;           /* one ring slot (aligned read extents) */
+    int slots;
+    uint64_t boundary_bytes;       /* two boundaries (input and output of a layer) */
+    uint64_t workspace_bytes;      /* forward scratch for one batch */
+    uint64_t stats_bytes;          /* Hessian sums etc. */
+    uint64_t writer_bytes;         /* quantized output of up to two layers in flight */
+    uint64_t embed_bytes;          /* embedding matrix during the embedding step */
+    uint64_t host_peak, gpu_peak;  /* predicted peaks (gpu 0 on the CPU backend) */
+    uint64_t output_bytes;         /* predicted bytes written */
+    uint64_t source_bytes;
+    int64_t calib_tokens, calib_rows;
+} lwq_mem_plan;
+
+/* Predict memory and output size for a run with these options (nothing is read but headers). */
+int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e);
+/* Print a plan for people. */
+void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o);
+int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e);
+
+/* Set by SIGINT/SIGTERM handlers: the run stops at the next safe point after committing the
+ * layer in flight. */
+void lwq_engine_request_stop(void);
+
+#endif

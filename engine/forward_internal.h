@@ -1,0 +1,50 @@
+/* engine/forward_internal.h — pieces shared by forward.c and the per-architecture files
+ * (model_llama.c: attention block and dense MLP; model_moe.c: routed experts).  Not public. */
+#ifndef LWQ_ENGINE_FORWARD_INTERNAL_H
+#define LWQ_ENGINE_FORWARD_INTERNAL_H
+
+#include "engine/forward.h"
+
+#define LWQ_NAME_MAX 256
+
+/* Scratch tensor (rows, cols) on the device from the model's arena; valid until the next
+ * lwq_fwd_arena_reset (start of each layer forward). */
+int lwq_fwd_tensor(lwq_model *m, lwq_dtype dt, int64_t rows, int64_t cols, lwq_tensor *t,
+                   lwq_error *e);
+void lwq_fwd_arena_reset(lwq_model *m);
+
+/* Fetch `name` and check it is a float tensor of ndim 1 (d0) or 2 (d0, d1) on the device.
+ * Missing: LWQ_ENOENT "layer L: tensor NAME is missing" (unless optional, then returns 1). */
+int lwq_fwd_weight(lwq_model *m, const lwq_weights *w, int layer, const char *name, int ndim,
+                   int64_t d0, int64_t d1, int optional, lwq_tensor *out, lwq_error *e);
+
+/* Rows [r0, r0+nr) of a contiguous 2-D tensor, as a view. */
+lwq_tensor lwq_fwd_rows(const lwq_tensor *t, int64_t r0, int64_t nr);
+
+int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
+                    const lwq_tensor *valid, lwq_error *e);
+
+/* h += self_attn(input_layernorm(h)). */
+int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+
+/* out = down(silu(gate(x)) * up(x)) with the linears named `prefix`.{gate,up,down}.weight.
+ * g/u are (rows, inter) scratch (may be NULL: taken from the arena).  Observes the inputs when
+ * obs is non-NULL. */
+int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
+                       const char *gate, const char *up, const char *down, int64_t inter,
+                       const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
+                       lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
+/* out (n, hidden) = routed experts of x (n, hidden). */
+int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                      const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
+#define LWQ_TRY(x)                                                                                 \
+    do {                                                                                           \
+        int rc_ = (x);                                                                             \
+        if (rc_ < 0)                                                                               \
+            return rc_;                                                                            \
+    } while (0)
+
+#endif

@@ -1,0 +1,39 @@
+/* engine/layersrc.h — a layer's source tensors: where to read them, views of them once read, and
+ * the weight lookup the forward uses.
+ *
+ * lwq_layersrc_ranges turns the tensors of decoder layer i (or the tail, i = -1) into read
+ * ranges for io/; after the read, lwq_layersrc_views makes a sorted tensor list of views into
+ * the slot (a tensor whose bytes land misaligned for its dtype is copied to an aligned buffer, so
+ * no op ever reads a misaligned element).  lwq_layer_weights serves those tensors to the forward:
+ * host views on the CPU backend, uploaded device copies (cached for the layer) on a GPU, and an
+ * optional overlay (the dequantized weights for --qdq-next) that takes precedence. */
+#ifndef LWQ_ENGINE_LAYERSRC_H
+#define LWQ_ENGINE_LAYERSRC_H
+
+#include "engine/forward.h"
+#include "engine/tlist.h"
+#include "io/reader.h"
+#include "layout/checkpoint.h"
+
+/* ranges[k] for the k-th tensor of the layer (c->layers[i].idx order, or c->tail for -1). */
+int lwq_layersrc_ranges(const lwq_ckpt *c, int layer, lwq_io_range **ranges, int *n, lwq_error *e);
+/* Views into `slot` after the ranges were read there. */
+int lwq_layersrc_views(const lwq_ckpt *c, int layer, const lwq_io_range *ranges, void *slot,
+                       lwq_tlist *src, lwq_error *e);
+/* Read the layer's tensors with plain preads into owned buffers (whole-model path, tail). */
+int lwq_layersrc_read(const lwq_ckpt *c, int layer, lwq_tlist *src, lwq_error *e);
+
+typedef struct lwq_layer_weights {
+    const lwq_backend *be;
+    const lwq_tlist *src;      /* sorted */
+    const lwq_tlist *overlay;  /* sorted, or NULL */
+    lwq_tlist dev;             /* device copies (CUDA), data = device pointers */
+    lwq_weights w;             /* pass to the forward */
+} lwq_layer_weights;
+
+void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src,
+                            const lwq_tlist *overlay);
+/* Frees device copies. */
+void lwq_layer_weights_free(lwq_layer_weights *lw);
+
+#endif

@@ -1,0 +1,65 @@
+/* engine/manifest.h — the resume manifest: what is committed, and what the run was.
+ *
+ * manifest.json lives in the resume directory (`<out>.layerwise_resume/`).  It names the run's
+ * fingerprint (with one hash per input, so a refused rerun can say which input changed), the
+ * number of committed layers with each committed shard's size and XXH64, and the boundary file
+ * that holds the input of the first uncommitted layer.  It is replaced atomically
+ * (io/durable.h): the invariant is that it never names a shard or boundary that is not durable
+ * (the commit order is in engine/run.c).  Parsing treats the file as untrusted: sizes capped,
+ * every field type-checked, file names restricted to the names lwq itself writes. */
+#ifndef LWQ_ENGINE_MANIFEST_H
+#define LWQ_ENGINE_MANIFEST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+#define LWQ_MANIFEST_VERSION 1
+#define LWQ_FP_PARTS 8
+
+typedef struct lwq_fingerprint {
+    uint64_t part[LWQ_FP_PARTS];   /* see lwq_fp_part_names */
+    uint64_t all;                  /* hash of the parts */
+} lwq_fingerprint;
+
+/* "source checkpoint", "config.json", "recipe", "calibration tokens", ... */
+extern const char *const lwq_fp_part_names[LWQ_FP_PARTS];
+enum {
+    LWQ_FP_SOURCE = 0, LWQ_FP_CONFIG, LWQ_FP_RECIPE, LWQ_FP_CALIB, LWQ_FP_BATCHING,
+    LWQ_FP_OPTIONS, LWQ_FP_BACKEND, LWQ_FP_VERSION
+};
+void lwq_fp_finish(lwq_fingerprint *f);
+
+typedef struct lwq_manifest_layer {
+    uint64_t bytes, xxh64;
+    char *report;                  /* owned compact JSON object: the layer's calibration report */
+} lwq_manifest_layer;
+
+typedef struct lwq_manifest {
+    lwq_fingerprint fp;
+    int num_layers;
+    int committed;                 /* layers 0..committed-1 are durable */
+    int complete;                  /* tail, index and configs written too */
+    char boundary_file[32];        /* "" or "boundary-0.bin" / "boundary-1.bin" */
+    uint64_t boundary_bytes, boundary_xxh64;
+    lwq_manifest_layer *layers;    /* num_layers entries (committed ones meaningful) */
+} lwq_manifest;
+
+int lwq_manifest_init(lwq_manifest *m, const lwq_fingerprint *fp, int num_layers, lwq_error *e);
+void lwq_manifest_free(lwq_manifest *m);
+/* LWQ_ENOENT (no message) when the file does not exist. */
+int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e);
+/* The JSON text (malloc'd; NULL when out of memory). */
+char *lwq_manifest_render(const lwq_manifest *m);
+/* Durable replace of `path`. */
+int lwq_manifest_save(const char *path, const lwq_manifest *m, lwq_error *e);
+/* Writes into `out` the names of the inputs that differ ("recipe, calibration tokens"); returns
+ * how many differ. */
+int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, size_t cap);
+/* "model-layer-00003.safetensors" */
+void lwq_shard_name(int layer, char out[40]);
+/* XXH64 and size of a whole file. */
+int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e);
+
+#endif

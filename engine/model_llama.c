@@ -1,0 +1,142 @@
+/* engine/model_llama.c — the attention block and the SwiGLU MLP of the Llama family:
+ * llama / mistral (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm
+ * before RoPE, head_dim independent of hidden/heads), mixtral (plain attention).
+ *
+ *   x = input_layernorm(h)
+ *   q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)      observed: q_proj, k_proj, v_proj
+ *   [qwen3] q, k = q_norm(q), k_norm(k) per head
+ *   q, k = rope(q), rope(k)                                 observed: kv(k, v)
+ *   a = causal_gqa_attention(q, k, v)                       observed: o_proj
+ *   h = h + a Wo^T (+bo)
+ *
+ * Mistral's sliding window is not applied: it only matters for sequences longer than the window
+ * (4096 tokens for the models that use it), longer than calibration sequences. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "engine/forward_internal.h"
+
+static int has_qk_norm(const lwq_model_config *c)
+{
+    return c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE;
+}
+
+/* Fetch a linear and its bias; the bias is required when `need_bias`, else used when present. */
+static int linear_weights(lwq_model *m, const lwq_weights *w, int layer, const char *module,
+                          int64_t out, int64_t in, int need_bias, lwq_tensor *wt, lwq_tensor *bias,
+                          int *has_bias, lwq_error *e)
+{
+    char name[LWQ_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", module);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, out, in, 0, wt, e));
+    snprintf(name, sizeof name, "%s.bias", module);
+    int rc = lwq_fwd_weight(m, w, layer, name, 1, out, 0, !need_bias, bias, e);
+    if (rc < 0)
+        return rc;
+    *has_bias = rc == 0;
+    return 0;
+}
+
+int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = h->shape[0], D = c->hidden_size, hd = c->head_dim;
+    const int H = c->num_attention_heads, KV = c->num_key_value_heads;
+    const int need_bias = c->arch == LWQ_ARCH_QWEN2 || c->attention_bias;
+    const float eps = (float)c->rms_norm_eps;
+    char name[LWQ_NAME_MAX], mq[LWQ_NAME_MAX], mk[LWQ_NAME_MAX], mv[LWQ_NAME_MAX],
+        mo[LWQ_NAME_MAX];
+    snprintf(mq, sizeof mq, "model.layers.%d.self_attn.q_proj", layer);
+    snprintf(mk, sizeof mk, "model.layers.%d.self_attn.k_proj", layer);
+    snprintf(mv, sizeof mv, "model.layers.%d.self_attn.v_proj", layer);
+    snprintf(mo, sizeof mo, "model.layers.%d.self_attn.o_proj", layer);
+
+    lwq_tensor ln1, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn;
+    int hbq, hbk, hbv, hbo;
+    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln1, e));
+    LWQ_TRY(linear_weights(m, w, layer, mq, H * hd, D, need_bias, &wq, &bq, &hbq, e));
+    LWQ_TRY(linear_weights(m, w, layer, mk, KV * hd, D, need_bias, &wk, &bk, &hbk, e));
+    LWQ_TRY(linear_weights(m, w, layer, mv, KV * hd, D, need_bias, &wv, &bv, &hbv, e));
+    /* qwen2 has no o_proj bias; llama's attention_bias covers o_proj too: take it when present */
+    LWQ_TRY(linear_weights(m, w, layer, mo, D, H * hd, 0, &wo, &bo, &hbo, e));
+    if (has_qk_norm(c)) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", layer);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &qn, e));
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", layer);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &kn, e));
+    }
+
+    const lwq_backend *be = m->be;
+    lwq_tensor x, q, k, v, a, o;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, H * hd, &q, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, KV * hd, &k, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, KV * hd, &v, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, H * hd, &a, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &o, e));
+
+    LWQ_TRY(lwq_backend_rmsnorm(be, h, &ln1, eps, &x, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mq, &x, &b->valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mk, &x, &b->valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mv, &x, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wq, hbq ? &bq : NULL, &q, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wk, hbk ? &bk : NULL, &k, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wv, hbv ? &bv : NULL, &v, e));
+    if (has_qk_norm(c)) {
+        /* per head: view (n, heads*hd) as (n*heads, hd) */
+        int64_t sq[2] = {n * H, hd}, sk[2] = {n * KV, hd};
+        lwq_tensor qv = lwq_tensor_view(q.data, q.dtype, 2, sq), kv = lwq_tensor_view(k.data,
+                                                                                     k.dtype, 2, sk);
+        qv.device = kv.device = q.device;
+        LWQ_TRY(lwq_backend_rmsnorm(be, &qv, &qn, eps, &qv, e));
+        LWQ_TRY(lwq_backend_rmsnorm(be, &kv, &kn, eps, &kv, e));
+    }
+    LWQ_TRY(lwq_backend_rope(be, &q, hd, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    LWQ_TRY(lwq_backend_rope(be, &k, hd, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    if (obs && obs->kv)
+        LWQ_TRY(obs->kv(obs->ctx, layer, &k, &v, &b->valid, e));
+
+    lwq_attn_args aa = {&q, &k, &v, &a, &b->valid, b->batch, b->seq, H, KV, hd, 0.0f};
+    aa.scale = (float)(1.0 / sqrt((double)hd));
+    LWQ_TRY(lwq_backend_attention(be, &aa, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &a, &wo, hbo ? &bo : NULL, &o, e));
+    return lwq_backend_add(be, h, &o, e);
+}
+
+int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
+                       const char *gate, const char *up, const char *down, int64_t inter,
+                       const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
+                       lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    const int64_t n = x->shape[0], D = m->cfg->hidden_size;
+    char mg[LWQ_NAME_MAX], mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX], name[LWQ_NAME_MAX + 8];
+    snprintf(mg, sizeof mg, "%s.%s", prefix, gate);
+    snprintf(mu, sizeof mu, "%s.%s", prefix, up);
+    snprintf(md, sizeof md, "%s.%s", prefix, down);
+    lwq_tensor wg, wu, wd, gs, us;
+    snprintf(name, sizeof name, "%s.weight", mg);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, inter, D, 0, &wg, e));
+    snprintf(name, sizeof name, "%s.weight", mu);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, inter, D, 0, &wu, e));
+    snprintf(name, sizeof name, "%s.weight", md);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, D, inter, 0, &wd, e));
+    if (!g) {
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &gs, e));
+        g = &gs;
+    }
+    if (!u) {
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &us, e));
+        u = &us;
+    }
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mg, x, valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mu, x, valid, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, NULL, g, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, NULL, u, e));
+    LWQ_TRY(lwq_backend_swiglu(m->be, g, u, g, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, md, g, valid, e));
+    return lwq_backend_gemm(m->be, g, &wd, NULL, out, e);
+}

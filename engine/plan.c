@@ -1,0 +1,128 @@
+/* engine/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
+ *
+ * Host peak = ring slots (K x the largest layer's aligned read extents) + two boundaries (every
+ * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
+ * local-Hessian sums + the quantized output of up to two layers in flight at the writer + the
+ * tail tensors read for the embedding step.  GPU peak (CUDA backend) = the largest layer's
+ * weights + one batch of activations + scratch.  The forward scratch is an estimate (the
+ * activations of one batch through the widest op of the layer, with a 1.5x margin); the rest are
+ * exact byte counts. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "engine/engine.h"
+#include "engine/layersrc.h"
+#include "kernels/backend.h"
+#include "layout/arch.h"
+#include "layout/checkpoint.h"
+
+static uint64_t linear_out_bytes(const lwq_arch_linear *l, lwq_qformat f, uint64_t src_bytes)
+{
+    uint64_t n = (uint64_t)l->out_features * (uint64_t)l->in_features;
+    if (f == LWQ_QFMT_NVFP4)
+        return n / 2 + n / 16 + 8;
+    if (f == LWQ_QFMT_FP8)
+        return n + 8;
+    return src_bytes;
+}
+
+int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
+{
+    memset(p, 0, sizeof *p);
+    lwq_ckpt ck;
+    int rc = lwq_ckpt_open(o->model_dir, &ck, e);
+    if (rc)
+        return rc;
+    const lwq_model_config *c = &ck.cfg;
+    size_t act = lwq_dtype_size(c->dtype);
+    int N = c->num_hidden_layers;
+    uint64_t layer_out_max = 0;
+    for (int L = 0; L < N && rc == 0; L++) {
+        lwq_arch_layer plan;
+        if ((rc = lwq_arch_layer_plan(c, L, &plan, e)) != 0)
+            break;
+        uint64_t out = ck.layers[L].bytes, hess = 0;
+        for (int i = 0; i < plan.nlinears; i++) {
+            const lwq_arch_linear *l = &plan.linears[i];
+            lwq_quant_choice ch = lwq_recipe_resolve(o->recipe, l->name);
+            if (l->is_router)
+                ch.format = LWQ_QFMT_NONE;
+            uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);
+            out = out - src + linear_out_bytes(l, ch.format, src);
+            if (ch.format == LWQ_QFMT_NVFP4 && ch.algo == LWQ_ALGO_LOCAL_HESSIAN)
+                hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
+        }
+        lwq_arch_layer_free(&plan);
+        p->output_bytes += out;
+        layer_out_max = out > layer_out_max ? out : layer_out_max;
+        p->stats_bytes = hess > p->stats_bytes ? hess : p->stats_bytes;
+        if (ck.layers[L].bytes > p->largest_layer_bytes) {
+            p->largest_layer_bytes = ck.layers[L].bytes;
+            p->largest_layer = L;
+        }
+        lwq_io_range *ranges;
+        int n;
+        lwq_io_plan iop;
+        if (rc == 0 && (rc = lwq_layersrc_ranges(&ck, L, &ranges, &n, e)) == 0) {
+            if ((rc = lwq_io_plan_build(&iop, ranges, (size_t)n, 0, e)) == 0) {
+                p->slot_bytes = iop.bytes > p->slot_bytes ? iop.bytes : p->slot_bytes;
+                lwq_io_plan_free(&iop);
+            }
+            free(ranges);
+        }
+    }
+    if (rc == 0) {
+        p->source_bytes = ck.total_bytes;
+        p->output_bytes += ck.tail.bytes;
+        for (int L = N; L < ck.nlayers; L++)
+            p->output_bytes += ck.layers[L].bytes;
+        p->slots = o->prefetch > 0 ? o->prefetch : 2;
+        /* calibration rows as the engine batches them */
+        int B = o->batch_size > 0 ? o->batch_size : 1;
+        int64_t max_rows = 0;
+        for (int s0 = 0; s0 < o->calib->n; s0 += B) {
+            int64_t seq = 0;
+            for (int i = s0; i < o->calib->n && i < s0 + B; i++) {
+                seq = o->calib->len[i] > seq ? o->calib->len[i] : seq;
+                p->calib_tokens += o->calib->len[i];
+            }
+            int64_t rows = (o->calib->n - s0 < B ? o->calib->n - s0 : B) * seq;
+            p->calib_rows += rows;
+            max_rows = rows > max_rows ? rows : max_rows;
+        }
+        p->boundary_bytes = o->whole_model || o->dry_read ? 0 : 2 * (uint64_t)p->calib_rows * (uint64_t)c->hidden_size * act;
+        int64_t q = (int64_t)c->num_attention_heads * c->head_dim, kv = (int64_t)c->num_key_value_heads * c->head_dim;
+        int64_t mlp = 3 * c->intermediate_size;
+        int64_t moe = c->num_experts ? 3 * c->moe_intermediate_size * c->num_experts_per_tok + c->num_experts : 0;
+        int64_t per_row = 4 * c->hidden_size + q + 2 * kv + (mlp > moe ? mlp : moe);
+        p->workspace_bytes = (uint64_t)((double)max_rows * (double)per_row * 4.0 * 1.5);
+        p->writer_bytes = o->dry_read ? 0 : 2 * layer_out_max;
+        p->embed_bytes = o->dry_read ? 0 : ck.tail.bytes;
+        uint64_t weights = o->whole_model ? ck.total_bytes - ck.tail.bytes : (uint64_t)p->slots * p->slot_bytes;
+        int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
+        uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
+        p->host_peak = weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
+                       (cuda ? 0 : p->workspace_bytes + work);
+        p->gpu_peak = cuda ? p->largest_layer_bytes + work + p->workspace_bytes : 0;
+    }
+    lwq_ckpt_free(&ck);
+    return rc;
+}
+
+static double gb(uint64_t b) { return (double)b / 1e9; }
+
+void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
+{
+    fprintf(stderr,
+            "plan: source %.3f GB; largest layer %d holds %.3f GB\n"
+            "plan: calibration %lld tokens in %lld rows (batch %d)\n"
+            "plan: host peak %.3f GB = ring %d x %.3f GB + boundaries %.3f GB + scratch %.3f GB + writer %.3f GB"
+            " + statistics %.3f GB + tail %.3f GB\n"
+            "plan: GPU peak %.3f GB%s; output %.3f GB\n",
+            gb(p->source_bytes), p->largest_layer, gb(p->largest_layer_bytes), (long long)p->calib_tokens,
+            (long long)p->calib_rows, o->batch_size, gb(p->host_peak), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
+            gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes), gb(p->gpu_peak),
+            p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes));
+}

@@ -1,0 +1,39 @@
+/* engine/qlayer.h — turn one calibrated decoder layer into the tensors of its output shard.
+ *
+ * Input: the layer plan, the format/algorithm chosen for each linear (recipe), the statistics the
+ * forward collected, and the layer's source tensors (host views).  Output: every tensor of the
+ * shard under its full name (spec/FORMATS.md 2-6): quantized linears as weight / weight_scale /
+ * weight_scale_2 / input_scale (NVFP4) or weight / weight_scale / input_scale (FP8), k_scale and
+ * v_scale for a calibrated FP8 KV cache, and every other source tensor passed through unchanged
+ * (as a view of the source bytes, so the source buffer must outlive the output list).
+ *
+ * Rules applied here: NVFP4 fused groups share the max input amax and the max weight amax
+ * (section 5; FP8 is not unified); a routed expert no calibration token reached ("cold") takes
+ * the max input amax of its calibrated siblings of the same projection (section 6) and is
+ * reported; any other linear without calibration data, and any zero or non-finite amax, is an
+ * error naming the module.  Deterministic: same inputs, same bytes. */
+#ifndef LWQ_ENGINE_QLAYER_H
+#define LWQ_ENGINE_QLAYER_H
+
+#include "engine/stats.h"
+#include "engine/tlist.h"
+#include "layout/recipe.h"
+
+typedef struct lwq_qlayer_report {
+    int n_experts;
+    int cold_experts;          /* experts no routed token reached */
+    int filled_experts;        /* of those, experts whose input scales came from siblings */
+    int zero_weights;          /* all-zero weights quantized with the substitute amax */
+    int quantized;             /* linears quantized */
+} lwq_qlayer_report;
+
+/* Check, before any weight is read, that the choices can be honoured: no router quantized, NVFP4
+ * in-features % 16 == 0, every fused group in one format.  Errors name the module. */
+int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e);
+
+/* src must be sorted (lwq_tlist_sort).  out receives the shard's tensors, unsorted. */
+int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_tlist *out,
+                   lwq_qlayer_report *rep, lwq_error *e);
+
+#endif

@@ -1,0 +1,110 @@
+/* engine/run_internal.h — state of one `lwq quantize` run, shared by run.c (the depth loop),
+ * run_output.c (shards, tail, index, configs) and run_setup.c (start-up, resume decisions).
+ * Not public. */
+#ifndef LWQ_ENGINE_RUN_INTERNAL_H
+#define LWQ_ENGINE_RUN_INTERNAL_H
+
+#include <limits.h>
+#include <pthread.h>
+#include <stdio.h>
+
+#include "engine/engine.h"
+#include "engine/forward.h"
+#include "engine/manifest.h"
+#include "engine/qlayer.h"
+#include "engine/tlist.h"
+#include "io/pool.h"
+#include "io/prefetch.h"
+#include "io/reader.h"
+#include "io/writer.h"
+#include "layout/arch.h"
+#include "layout/checkpoint.h"
+
+typedef struct lwq_run {
+    const lwq_quantize_opts *o;
+    lwq_ckpt ck;
+    int ck_open;
+    int nlayers;
+    lwq_arch_layer *plans;        /* nlayers */
+    lwq_quant_choice **choice;    /* [layer][linear] */
+    lwq_backend be;
+    int be_open;
+    lwq_model model;
+    int model_open;
+    lwq_dtype act;
+    int64_t hidden;
+
+    /* calibration batches */
+    int nb;
+    lwq_batch *batches;
+    int32_t **tokens;             /* per batch, (rows) host, left-padded */
+    int64_t *rows;                /* per batch */
+    uint64_t *boff;               /* byte offset of batch b in a boundary buffer */
+    uint64_t bnd_bytes;
+    unsigned char *bnd[2];        /* the two boundaries (host) */
+    int cur;                      /* bnd[cur] holds the input of the next layer */
+    int bnd_pending[2];           /* a boundary write from bnd[i] is in flight */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    lwq_tensor work;              /* (max rows, hidden) act on the device */
+    int64_t calib_tokens;
+
+    /* I/O */
+    lwq_io_reader *rd;
+    lwq_pool pool;
+    int pool_open;
+    lwq_prefetch *pf;
+    lwq_writer *wr;
+
+    /* output and resume */
+    char out_dir[PATH_MAX];
+    char resume_dir[PATH_MAX];
+    char manifest_path[PATH_MAX];
+    lwq_fingerprint fp;
+    char fp_hex[17];
+    lwq_manifest man;             /* touched by the writer thread between submit and flush */
+    int start_layer;              /* first layer to compute (resume) */
+
+    /* report */
+    int cold_total;
+    struct lwq_layer_log {
+        uint64_t bytes_read, rss, gpu_bytes;
+        double read_wait_s, forward_s, quantize_s, write_s;
+        int cold_experts, n_experts;
+    } *lstat;                      /* nlayers */
+    pthread_mutex_t log_mu;
+    FILE *jlog;
+    double t0;
+    uint64_t bytes_read;
+    double read_wait_total;
+    uint64_t peak_gpu;
+} lwq_run;
+
+double lwq_now(void);
+/* Resident and peak resident set size in bytes (/proc/self/status). */
+void lwq_rss(uint64_t *rss, uint64_t *hwm);
+
+/* run_setup.c */
+int lwq_run_fingerprint(lwq_run *r, lwq_error *e);
+/* Decide fresh / restart / resume / finish-only; sets r->start_layer and r->man. */
+int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e);
+int lwq_run_build_batches(lwq_run *r, lwq_error *e);
+
+/* run.c: one JSON line to --log-json (thread-safe). */
+void lwq_run_jlog(lwq_run *r, const char *json);
+void lwq_run_log_layer(lwq_run *r, int layer);
+
+/* run_output.c */
+/* Queue shard + boundary + manifest writes of layer L (out/src freed when written). */
+int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t job,
+                         lwq_error *e);
+/* Write one shard synchronously (whole-model path). */
+int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e);
+/* Tail, index, configs, copied files, report; then mark the manifest complete. */
+int lwq_run_finish(lwq_run *r, lwq_error *e);
+/* Compact JSON of a layer's calibration report (malloc'd, NULL when out of memory). */
+char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens);
+/* Wait until no boundary write reads bnd[i]. */
+void lwq_run_wait_boundary(lwq_run *r, int i);
+
+#endif

@@ -1,0 +1,524 @@
+/* engine/run_output.c — everything a run writes.
+ *
+ * Commit order for layer L (../shared/DESIGN.md "Durable commit"), as three writer-thread jobs
+ * that run in this order and stop at the first failure (io/writer.h is sticky):
+ *   1. shard: model-layer-L.safetensors.tmp, fsync, rename, fsync dir  (shard_serialize)
+ *   2. boundary: the input of layer L+1 into boundary-((L+1)%2).bin, the file that does NOT hold
+ *      the input of layer L, durably                                    (boundary_serialize)
+ *   3. manifest.json.tmp naming L+1 committed layers, the new boundary and the shard checksum,
+ *      fsync, rename, fsync dir                                         (manifest_serialize)
+ * Invariant: manifest.json never names a shard or boundary that is not durable, and the boundary
+ * it names is never overwritten while it is named (the next boundary goes to the other file).
+ * A crash anywhere leaves either the old manifest (layer L recomputed on rerun, its shard
+ * overwritten) or the new one (layer L skipped). */
+#include <dirent.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/file.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "engine/run_internal.h"
+#include "io/durable.h"
+#include "engine/layersrc.h"
+#include "layout/export.h"
+
+/* ---- shard serialization --------------------------------------------------------------------- */
+
+typedef struct hashed_file {
+    lwq_durable_file *f;
+    lwq_xxh64_state h;
+} hashed_file;
+
+static int happend(hashed_file *hf, const void *p, size_t n, lwq_error *e)
+{
+    lwq_xxh64_update(&hf->h, p, n);
+    return lwq_durable_append(hf->f, p, n, e);
+}
+
+/* Write a shard's bytes (safetensors, tensors sorted by name, our fingerprint in __metadata__). */
+static int write_tlist(const char *fp_hex, const lwq_tlist *l, lwq_durable_file *f, uint64_t *hash,
+                       uint64_t *bytes, lwq_error *e)
+{
+    lwq_st_out_tensor *t = calloc((size_t)(l->n ? l->n : 1), sizeof *t);
+    if (!t)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", f->path);
+    for (int i = 0; i < l->n; i++) {
+        t[i].name = l->v[i].name;
+        t[i].dtype = l->v[i].dtype;
+        t[i].ndim = l->v[i].ndim;
+        memcpy(t[i].shape, l->v[i].shape, sizeof t[i].shape);
+        t[i].data = l->v[i].data;
+    }
+    lwq_st_kv meta[2] = {{(char *)"format", (char *)"pt"}, {(char *)"lwq_fingerprint", (char *)fp_hex}};
+    lwq_st_plan p;
+    int rc = lwq_st_plan_make(t, l->n, meta, 2, &p, e);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    hashed_file hf = {f, {{0}, 0, 0, {0}, 0}};
+    lwq_xxh64_init(&hf.h, 0);
+    rc = happend(&hf, p.header, p.header_bytes, e);
+    for (int i = 0; rc == 0 && i < p.n; i++) {
+        int k = p.order[i];
+        rc = happend(&hf, l->v[k].data, p.nbytes[k], e);
+    }
+    if (rc == 0) {
+        *hash = lwq_xxh64_digest(&hf.h);
+        *bytes = p.header_bytes + p.data_bytes;
+    }
+    lwq_st_plan_free(&p);
+    free(t);
+    return rc;
+}
+
+typedef struct shard_job {
+    lwq_run *r;
+    int layer;
+    double t0;
+    int64_t slot_job;     /* prefetch job to release once written, or -1 */
+    lwq_tlist out, src;
+    uint64_t hash, bytes;
+} shard_job;
+
+static int shard_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    shard_job *j = ctx;
+    j->t0 = lwq_now();
+    lwq_tlist_sort(&j->out);
+    return write_tlist(j->r->fp_hex, &j->out, f, &j->hash, &j->bytes, e);
+}
+
+static void shard_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    shard_job *j = ctx;
+    (void)id;
+    (void)e;
+    if (rc == 0) {
+        j->r->man.layers[j->layer].bytes = j->bytes;
+        j->r->man.layers[j->layer].xxh64 = j->hash;
+        j->r->lstat[j->layer].write_s = lwq_now() - j->t0;
+        lwq_run_log_layer(j->r, j->layer);
+    }
+    lwq_tlist_free(&j->out);
+    lwq_tlist_free(&j->src);
+    if (j->slot_job >= 0)
+        lwq_prefetch_release(j->r->pf, j->slot_job, NULL);
+    free(j);
+}
+
+typedef struct boundary_job {
+    lwq_run *r;
+    int buf;              /* bnd index written */
+    uint64_t hash;
+} boundary_job;
+
+
+static int boundary_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    boundary_job *j = ctx;
+    lwq_xxh64_state h;
+    lwq_xxh64_init(&h, 0);
+    const unsigned char *p = j->r->bnd[j->buf];
+    uint64_t n = j->r->bnd_bytes, chunk = 64u << 20;
+    for (uint64_t off = 0; off < n; off += chunk) {
+        size_t k = (size_t)(n - off < chunk ? n - off : chunk);
+        lwq_xxh64_update(&h, p + off, k);
+        int rc = lwq_durable_append(f, p + off, k, e);
+        if (rc)
+            return rc;
+    }
+    j->hash = lwq_xxh64_digest(&h);
+    return 0;
+}
+
+static void boundary_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    boundary_job *j = ctx;
+    (void)id;
+    (void)e;
+    lwq_run *r = j->r;
+    pthread_mutex_lock(&r->mu);
+    if (rc == 0) {
+        r->man.boundary_bytes = r->bnd_bytes;
+        r->man.boundary_xxh64 = j->hash;
+    }
+    r->bnd_pending[j->buf] = 0;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    free(j);
+}
+
+void lwq_run_wait_boundary(lwq_run *r, int i)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->bnd_pending[i])
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+typedef struct manifest_job {
+    lwq_run *r;
+    int committed;
+} manifest_job;
+
+static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    manifest_job *j = ctx;
+    lwq_manifest *m = &j->r->man;
+    m->committed = j->committed;
+    if (j->committed < m->num_layers)
+        snprintf(m->boundary_file, sizeof m->boundary_file, "boundary-%d.bin", j->committed % 2);
+    else
+        m->boundary_file[0] = 0;
+    char *s = lwq_manifest_render(m);
+    if (!s)
+        return lwq_errf(e, LWQ_ENOMEM, "manifest: out of memory");
+    int rc = lwq_durable_append(f, s, strlen(s), e);
+    free(s);
+    return rc;
+}
+
+static void free_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    (void)id;
+    (void)rc;
+    (void)e;
+    free(ctx);
+}
+
+int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job, lwq_error *e)
+{
+    char name[40], path[PATH_MAX];
+    lwq_shard_name(layer, name);
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    shard_job *sj = calloc(1, sizeof *sj);
+    if (rc || !sj) {
+        free(sj);
+        lwq_tlist_free(out);
+        lwq_tlist_free(src);
+        return rc ? rc : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
+    sj->r = r;
+    sj->layer = layer;
+    sj->slot_job = slot_job;
+    sj->out = *out;
+    sj->src = *src;
+    memset(out, 0, sizeof *out);
+    memset(src, 0, sizeof *src);
+    lwq_writer_job job = {path, NULL, 0, shard_serialize, sj, shard_done, sj};
+    if (lwq_writer_submit(r->wr, &job, e) < 0) {
+        shard_done(sj, -1, -1, NULL);
+        return e->code;
+    }
+    /* the output boundary of this layer (the input of the next) */
+    int nxt = 1 - r->cur;
+    if (layer + 1 < r->nlayers) {
+        boundary_job *bj = calloc(1, sizeof *bj);
+        char bpath[PATH_MAX];
+        if (!bj)
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        if ((rc = lwq_pathf(e, bpath, sizeof bpath, "%s/boundary-%d.bin", r->resume_dir, (layer + 1) % 2)) != 0) {
+            free(bj);
+            return rc;
+        }
+        bj->r = r;
+        bj->buf = nxt;
+        pthread_mutex_lock(&r->mu);
+        r->bnd_pending[nxt] = 1;
+        pthread_mutex_unlock(&r->mu);
+        lwq_writer_job bjob = {bpath, NULL, 0, boundary_serialize, bj, boundary_done, bj};
+        if (lwq_writer_submit(r->wr, &bjob, e) < 0) {
+            boundary_done(bj, -1, -1, NULL);
+            return e->code;
+        }
+    }
+    manifest_job *mj = calloc(1, sizeof *mj);
+    if (!mj)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    mj->r = r;
+    mj->committed = layer + 1;
+    lwq_writer_job mjob = {r->manifest_path, NULL, 0, manifest_serialize, mj, free_done, mj};
+    if (lwq_writer_submit(r->wr, &mjob, e) < 0) {
+        free(mj);
+        return e->code;
+    }
+    return 0;
+}
+
+int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e)
+{
+    char name[40], path[PATH_MAX];
+    lwq_shard_name(layer, name);
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    if (rc)
+        return rc;
+    lwq_durable_file f;
+    uint64_t h, b;
+    lwq_tlist sorted = *out;
+    lwq_tlist_sort(&sorted);
+    if ((rc = lwq_durable_open(&f, path, e)) != 0)
+        return rc;
+    if ((rc = write_tlist(r->fp_hex, &sorted, &f, &h, &b, e)) != 0) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    if ((rc = lwq_durable_commit(&f, e)) != 0)
+        return rc;
+    r->man.layers[layer].bytes = b;
+    r->man.layers[layer].xxh64 = h;
+    return 0;
+}
+
+/* ---- the end of a run: tail, index, configs ---------------------------------------------------- */
+
+static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    if (rc)
+        return rc;
+    lwq_durable_file f;
+    uint64_t h, b;
+    lwq_tlist sorted = *l;
+    lwq_tlist_sort(&sorted);
+    if ((rc = lwq_durable_open(&f, path, e)) != 0)
+        return rc;
+    if ((rc = write_tlist(r->fp_hex, &sorted, &f, &h, &b, e)) != 0) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    return lwq_durable_commit(&f, e);
+}
+
+static int write_text(lwq_run *r, const char *name, const char *text, lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    return rc ? rc : lwq_durable_write_file(path, text, strlen(text), e);
+}
+
+/* The tail: every tensor outside decoder layers 0..num_hidden_layers-1 (embeddings, final norm,
+ * lm_head, MTP layers), unchanged. */
+static int write_tail(lwq_run *r, lwq_error *e)
+{
+    lwq_tlist tail = {0}, part;
+    int rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
+    for (int L = r->nlayers; rc == 0 && L < r->ck.nlayers; L++) {
+        if ((rc = lwq_layersrc_read(&r->ck, L, &part, e)) != 0)
+            break;
+        for (int i = 0; rc == 0 && i < part.n; i++) {
+            rc = lwq_tlist_add(&tail, part.v[i].name, part.v[i].dtype, part.v[i].ndim, part.v[i].shape,
+                               part.v[i].data, 1, e);
+            part.v[i].owned = 0;
+        }
+        lwq_tlist_free(&part);
+    }
+    if (rc == 0)
+        rc = write_tlist_file(r, "model-tail.safetensors", &tail, e);
+    lwq_tlist_free(&tail);
+    return rc;
+}
+
+static int write_index(lwq_run *r, lwq_error *e)
+{
+    int cap = 1024, n = 0, rc = 0;
+    char **names = malloc((size_t)cap * sizeof *names);
+    const char **files = malloc((size_t)cap * sizeof *files);
+    char (*fnames)[40] = calloc((size_t)r->nlayers + 1, 40);
+    uint64_t total = 0;
+    if (!names || !files || !fnames) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
+        goto out;
+    }
+    for (int L = 0; L <= r->nlayers && rc == 0; L++) {
+        if (L < r->nlayers)
+            lwq_shard_name(L, fnames[L]);
+        else
+            snprintf(fnames[L], 40, "model-tail.safetensors");
+        char path[PATH_MAX];
+        lwq_st_file f;
+        if ((rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, fnames[L])) != 0 ||
+            (rc = lwq_st_open(path, &f, e)) != 0)
+            break;
+        for (int i = 0; i < f.n && rc == 0; i++) {
+            if (n == cap) {
+                cap *= 2;
+                char **nn = realloc(names, (size_t)cap * sizeof *nn);
+                const char **nf = nn ? realloc(files, (size_t)cap * sizeof *nf) : NULL;
+                if (nn)
+                    names = nn;
+                if (nf)
+                    files = nf;
+                if (!nn || !nf) {
+                    rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
+                    break;
+                }
+            }
+            names[n] = strdup(f.entries[i].name);
+            files[n] = fnames[L];
+            if (!names[n]) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
+                break;
+            }
+            total += f.entries[i].end - f.entries[i].begin;
+            n++;
+        }
+        lwq_st_free(&f);
+    }
+    char *js = NULL;
+    if (rc == 0 && (rc = lwq_export_index_json((const char *const *)names, files, n, total, &js, e)) == 0)
+        rc = write_text(r, "model.safetensors.index.json", js, e);
+    free(js);
+out:
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    free(files);
+    free(fnames);
+    return rc;
+}
+
+static int write_configs(lwq_run *r, lwq_error *e)
+{
+    int total = 0;
+    for (int L = 0; L < r->nlayers; L++)
+        total += r->plans[L].nlinears;
+    lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
+    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 1), sizeof *extra);
+    int nextra = 0, k = 0, rc = 0;
+    if (!mods || !extra) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+        goto out;
+    }
+    for (int L = 0; L < r->nlayers; L++)
+        for (int i = 0; i < r->plans[L].nlinears; i++) {
+            mods[k].name = r->plans[L].linears[i].name;
+            mods[k++].format = r->choice[L][i].format;
+        }
+    for (int L = r->nlayers; L < r->ck.nlayers; L++) {
+        char g[96];
+        snprintf(g, sizeof g, "%smodel.layers.%d*", r->ck.cfg.weight_prefix, L);
+        if (!(extra[nextra++] = strdup(g))) {
+            rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+            goto out;
+        }
+    }
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv};
+    char *hq = NULL, *cj = NULL;
+    if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.raw, &q, &cj, e)) == 0 &&
+        (rc = write_text(r, "hf_quant_config.json", hq, e)) == 0)
+        rc = write_text(r, "config.json", cj, e);
+    free(hq);
+    free(cj);
+out:
+    for (int i = 0; i < nextra; i++)
+        free(extra[i]);
+    free(extra);
+    free(mods);
+    return rc;
+}
+
+/* Files a server needs beside the weights, copied as they are when present. */
+static int copy_side_files(lwq_run *r, lwq_error *e)
+{
+    static const char *const names[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
+                                        "added_tokens.json", "chat_template.jinja", "chat_template.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char src[PATH_MAX], *buf;
+        size_t len;
+        int rc = lwq_pathf(e, src, sizeof src, "%s/%s", r->o->model_dir, names[i]);
+        if (rc)
+            return rc;
+        if (access(src, F_OK) != 0)
+            continue;
+        if ((rc = lwq_file_read_all(src, 256u << 20, &buf, &len, e)) != 0)
+            return rc;
+        char dst[PATH_MAX];
+        if ((rc = lwq_pathf(e, dst, sizeof dst, "%s/%s", r->out_dir, names[i])) == 0)
+            rc = lwq_durable_write_file(dst, buf, len, e);
+        free(buf);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int write_report(lwq_run *r, lwq_error *e)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "recipe", r->o->recipe->name);
+    cJSON_AddNumberToObject(root, "calibration_samples", r->o->calib->n);
+    cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
+    cJSON_AddNumberToObject(root, "batch_size", r->o->batch_size);
+    cJSON_AddBoolToObject(root, "padding_excluded", !r->o->include_padding);
+    cJSON_AddBoolToObject(root, "calib_all_experts", r->o->all_experts);
+    cJSON *layers = cJSON_AddArrayToObject(root, "layers");
+    int cold_total = 0;
+    for (int L = 0; L < r->nlayers; L++) {
+        cJSON *l = r->man.layers[L].report ? cJSON_Parse(r->man.layers[L].report) : NULL;
+        if (!l)
+            l = cJSON_CreateObject();
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(l, "cold_experts");
+        if (cJSON_IsNumber(c))
+            cold_total += c->valueint;
+        cJSON_AddItemToArray(layers, l);
+    }
+    cJSON_AddNumberToObject(root, "cold_experts_total", cold_total);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s)
+        return lwq_errf(e, LWQ_ENOMEM, "report: out of memory");
+    int rc = write_text(r, "calibration_report.json", s, e);
+    free(s);
+    return rc;
+}
+
+/* The per-layer report kept in the manifest (so a resumed run writes the same report). */
+char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens)
+{
+    cJSON *l = cJSON_CreateObject();
+    cJSON_AddNumberToObject(l, "layer", layer);
+    cJSON_AddNumberToObject(l, "quantized_linears", rep->quantized);
+    if (expert_tokens) {
+        cJSON_AddNumberToObject(l, "cold_experts", rep->cold_experts);
+        cJSON_AddNumberToObject(l, "filled_experts", rep->filled_experts);
+        cJSON *t = cJSON_AddArrayToObject(l, "expert_tokens");
+        for (int x = 0; x < rep->n_experts; x++)
+            cJSON_AddItemToArray(t, cJSON_CreateNumber((double)expert_tokens[x]));
+    }
+    if (rep->zero_weights)
+        cJSON_AddNumberToObject(l, "all_zero_weights", rep->zero_weights);
+    char *s = cJSON_PrintUnformatted(l);
+    cJSON_Delete(l);
+    return s;
+}
+
+int lwq_run_finish(lwq_run *r, lwq_error *e)
+{
+    int rc;
+    if ((rc = write_tail(r, e)) != 0 || (rc = write_index(r, e)) != 0 || (rc = write_configs(r, e)) != 0 ||
+        (rc = copy_side_files(r, e)) != 0)
+        return rc;
+    if ((rc = write_report(r, e)) != 0)
+        return rc;
+    r->man.committed = r->nlayers;
+    r->man.complete = 1;
+    r->man.boundary_file[0] = 0;
+    r->man.boundary_bytes = r->man.boundary_xxh64 = 0;
+    if ((rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
+        return rc;
+    for (int i = 0; i < 2; i++) {
+        char p[PATH_MAX];
+        if (lwq_pathf(e, p, sizeof p, "%s/boundary-%d.bin", r->resume_dir, i) == 0 && (rc = lwq_durable_unlink(p, e)) != 0)
+            return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,322 @@
+/* engine/run_setup.c — start-up of a run: fingerprint, the fresh/restart/resume decision for the
+ * output and resume directories, calibration batches. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "engine/run_internal.h"
+#include "io/durable.h"
+
+double lwq_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+void lwq_rss(uint64_t *rss, uint64_t *hwm)
+{
+    *rss = *hwm = 0;
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        unsigned long long kb;
+        if (sscanf(line, "VmRSS: %llu kB", &kb) == 1)
+            *rss = kb * 1024;
+        else if (sscanf(line, "VmHWM: %llu kB", &kb) == 1)
+            *hwm = kb * 1024;
+    }
+    fclose(f);
+}
+
+static int cmp_path(const void *a, const void *b)
+{
+    const lwq_st_file *x = a, *y = b;
+    return strcmp(x->path, y->path);
+}
+
+int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    lwq_fingerprint *f = &r->fp;
+    memset(f, 0, sizeof *f);
+    /* source: every shard's name, size and header bytes, in path order */
+    lwq_st_file *files = malloc((size_t)r->ck.nfiles * sizeof *files);
+    if (!files)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    memcpy(files, r->ck.files, (size_t)r->ck.nfiles * sizeof *files);
+    qsort(files, (size_t)r->ck.nfiles, sizeof *files, cmp_path);
+    lwq_xxh64_state s;
+    lwq_xxh64_init(&s, 0);
+    int rc = 0;
+    for (int i = 0; i < r->ck.nfiles && rc == 0; i++) {
+        const char *base = strrchr(files[i].path, '/');
+        base = base ? base + 1 : files[i].path;
+        lwq_xxh64_update(&s, base, strlen(base) + 1);
+        lwq_xxh64_update(&s, &files[i].file_size, sizeof files[i].file_size);
+        char *hdr = malloc(files[i].data_start);
+        int fd = open(files[i].path, O_RDONLY | O_CLOEXEC);
+        if (!hdr || fd < 0)
+            rc = lwq_errsys(e, fd < 0 ? -errno : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
+        else
+            rc = lwq_durable_pread_all(fd, hdr, files[i].data_start, 0, files[i].path, e);
+        if (rc == 0)
+            lwq_xxh64_update(&s, hdr, files[i].data_start);
+        free(hdr);
+        if (fd >= 0)
+            close(fd);
+    }
+    free(files);
+    if (rc)
+        return rc;
+    f->part[LWQ_FP_SOURCE] = lwq_xxh64_digest(&s);
+
+    char path[PATH_MAX], *txt;
+    size_t len;
+    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
+    if ((rc = lwq_file_read_all(path, 16u << 20, &txt, &len, e)) != 0)
+        return rc;
+    f->part[LWQ_FP_CONFIG] = lwq_xxh64(txt, len, 0);
+    free(txt);
+
+    char *rj = lwq_recipe_to_json(o->recipe);
+    if (!rj)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    f->part[LWQ_FP_RECIPE] = lwq_xxh64(rj, strlen(rj), 0);
+    free(rj);
+
+    lwq_xxh64_init(&s, 0);
+    lwq_xxh64_update(&s, &o->calib->n, sizeof o->calib->n);
+    lwq_xxh64_update(&s, &o->calib->pad_id, sizeof o->calib->pad_id);
+    for (int i = 0; i < o->calib->n; i++) {
+        lwq_xxh64_update(&s, &o->calib->len[i], sizeof o->calib->len[i]);
+        lwq_xxh64_update(&s, o->calib->ids[i], (size_t)o->calib->len[i] * sizeof(int32_t));
+    }
+    f->part[LWQ_FP_CALIB] = lwq_xxh64_digest(&s);
+
+    int64_t batching[2] = {o->batch_size, o->include_padding};
+    f->part[LWQ_FP_BATCHING] = lwq_xxh64(batching, sizeof batching, 0);
+    int64_t opts[2] = {o->all_experts, o->qdq_next};
+    f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
+    /* CPU results do not depend on the thread count (fixed tiles), so only the backend counts */
+    const char *bn = r->be.ops->name;
+    f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
+    const char *ver = "lwq-format-1";
+    f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);
+    lwq_fp_finish(f);
+    lwq_hex64(f->all, r->fp_hex);
+    return 0;
+}
+
+static int mkdir_p1(const char *d, lwq_error *e)
+{
+    if (mkdir(d, 0755) == 0 || errno == EEXIST) {
+        struct stat st;
+        if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode))
+            return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", d);
+        return 0;
+    }
+    return lwq_errsys(e, -errno, "%s: cannot create directory", d);
+}
+
+/* Files of out_dir: 0 when empty/absent, else checks that each is a shard of this run (or a temp
+ * file of one), which are removed (a run that died before its first commit); anything else is
+ * foreign and refused. */
+static int clear_own_leftovers(lwq_run *r, lwq_error *e)
+{
+    DIR *d = opendir(r->out_dir);
+    if (!d)
+        return errno == ENOENT ? 0 : lwq_errsys(e, -errno, "%s: cannot list", r->out_dir);
+    struct dirent *de;
+    int rc = 0, removed = 0;
+    while ((de = readdir(d)) && rc == 0) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", r->out_dir, de->d_name);
+        size_t n = strlen(de->d_name);
+        int ours = 0;
+        if (!strncmp(de->d_name, "model-layer-", 12) && n > 16 && !strcmp(de->d_name + n - 4, ".tmp")) {
+            ours = 1; /* an unfinished durable write */
+        } else if (!strncmp(de->d_name, "model-layer-", 12)) {
+            lwq_st_file f;
+            lwq_error ig = {0};
+            if (lwq_st_open(p, &f, &ig) == 0) {
+                const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
+                ours = fp && !strcmp(fp, r->fp_hex);
+                lwq_st_free(&f);
+            }
+        }
+        if (!ours)
+            rc = lwq_errf(e, LWQ_ESTATE, "%s holds %s, which is not from this run; refusing to overwrite another "
+                          "run's or foreign files (choose an empty output directory)", r->out_dir, de->d_name);
+        else if (unlink(p) == 0)
+            removed++;
+    }
+    closedir(d);
+    if (rc == 0 && removed)
+        LWQ_INFO("removed %d uncommitted shard file(s) of an earlier attempt of this run", removed);
+    return rc;
+}
+
+static int outputs_present(lwq_run *r)
+{
+    static const char *const need[] = {"model-tail.safetensors", "model.safetensors.index.json", "config.json",
+                                       "hf_quant_config.json"};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", r->out_dir, need[i]);
+        if (access(p, F_OK) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    *nothing_to_do = 0;
+    snprintf(r->out_dir, sizeof r->out_dir, "%s", o->out_dir);
+    size_t n = strlen(r->out_dir);
+    while (n > 1 && r->out_dir[n - 1] == '/')
+        r->out_dir[--n] = 0;
+    if (o->resume_dir)
+        snprintf(r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir);
+    else if ((size_t)snprintf(r->resume_dir, sizeof r->resume_dir, "%s.layerwise_resume", r->out_dir) >=
+             sizeof r->resume_dir)
+        return lwq_errf(e, LWQ_EINVAL, "%s: path too long", r->out_dir);
+    int rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/manifest.json", r->resume_dir);
+    if (rc)
+        return rc;
+
+    rc = lwq_manifest_load(r->manifest_path, &r->man, e);
+    if (rc == LWQ_ENOENT) {
+        if ((rc = clear_own_leftovers(r, e)) != 0)
+            return rc;
+        if ((rc = mkdir_p1(r->out_dir, e)) != 0 || (rc = mkdir_p1(r->resume_dir, e)) != 0)
+            return rc;
+        if ((rc = lwq_manifest_init(&r->man, &r->fp, r->nlayers, e)) != 0 ||
+            (rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
+            return rc;
+        r->start_layer = 0;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    char diff[512];
+    if (r->man.fp.all != r->fp.all) {
+        lwq_fp_diff(&r->man.fp, &r->fp, diff, sizeof diff);
+        return lwq_errf(e, LWQ_ESTATE, "%s belongs to a run with different inputs (changed: %s); refusing to mix "
+                        "them. Rerun the original command, or delete %s and %s to start over", r->manifest_path,
+                        diff, r->out_dir, r->resume_dir);
+    }
+    if (r->man.num_layers != r->nlayers)
+        return lwq_errf(e, LWQ_ESTATE, "%s: %d layers, the model has %d", r->manifest_path, r->man.num_layers,
+                        r->nlayers);
+    if ((rc = mkdir_p1(r->out_dir, e)) != 0)
+        return rc;
+    /* every committed shard must be intact */
+    for (int i = 0; i < r->man.committed; i++) {
+        char name[40], p[PATH_MAX];
+        lwq_shard_name(i, name);
+        snprintf(p, sizeof p, "%s/%s", r->out_dir, name);
+        uint64_t h = 0, b = 0;
+        lwq_error ig = {0};
+        int bad = lwq_file_xxh64(p, &h, &b, &ig) != 0 || h != r->man.layers[i].xxh64 || b != r->man.layers[i].bytes;
+        if (!bad)
+            continue;
+        if (o->repair && i == r->man.committed - 1 && r->man.committed >= 1) {
+            /* the boundary of layer i is the other file, if it is still there */
+            LWQ_WARN("%s is damaged; --repair recomputes layer %d", p, i);
+            r->man.committed = i;
+            snprintf(r->man.boundary_file, sizeof r->man.boundary_file, "boundary-%d.bin", i % 2);
+            char bp[PATH_MAX];
+            if ((rc = lwq_pathf(e, bp, sizeof bp, "%s/%s", r->resume_dir, r->man.boundary_file)) != 0)
+                return rc;
+            uint64_t bh, bb;
+            if (i == 0) {
+                r->man.boundary_file[0] = 0; /* layer 0 starts from the embedding */
+            } else if (lwq_file_xxh64(bp, &bh, &bb, &ig) != 0 || bb != r->bnd_bytes) {
+                return lwq_errf(e, LWQ_ESTATE, "%s is damaged and the input boundary of layer %d is gone; delete %s "
+                                "and %s to start over", p, i, r->out_dir, r->resume_dir);
+            } else {
+                r->man.boundary_bytes = bb;
+                r->man.boundary_xxh64 = bh;
+            }
+            break;
+        }
+        return lwq_errf(e, LWQ_ESTATE, "committed shard %s fails its checksum or size (%s); the output is damaged. "
+                        "Rerun with --repair to recompute it if it is the last committed layer, or delete %s and %s "
+                        "to start over", p, ig.code ? ig.msg : "contents changed", r->out_dir, r->resume_dir);
+    }
+    r->start_layer = r->man.committed;
+    if (r->man.complete) {
+        if (outputs_present(r)) {
+            *nothing_to_do = 1;
+            return 0;
+        }
+        LWQ_INFO("all %d layers are committed; writing the missing tail, index and config files", r->nlayers);
+        return 0;
+    }
+    if (r->start_layer > 0)
+        LWQ_INFO("resuming at layer %d/%d (%s)", r->start_layer, r->nlayers, r->manifest_path);
+    return 0;
+}
+
+int lwq_run_build_batches(lwq_run *r, lwq_error *e)
+{
+    const lwq_calib_set *c = r->o->calib;
+    int B = r->o->batch_size > 0 ? r->o->batch_size : 1;
+    if (c->n <= 0)
+        return lwq_errf(e, LWQ_EINVAL, "the calibration set is empty");
+    r->nb = (c->n + B - 1) / B;
+    r->batches = calloc((size_t)r->nb, sizeof *r->batches);
+    r->tokens = calloc((size_t)r->nb, sizeof *r->tokens);
+    r->rows = calloc((size_t)r->nb, sizeof *r->rows);
+    r->boff = calloc((size_t)r->nb + 1, sizeof *r->boff);
+    if (!r->batches || !r->tokens || !r->rows || !r->boff)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory for %d batches", r->nb);
+    size_t esz = lwq_dtype_size(r->act);
+    int64_t max_rows = 0;
+    for (int b = 0; b < r->nb; b++) {
+        int s0 = b * B, ns = c->n - s0 < B ? c->n - s0 : B;
+        int64_t seq = 0, lens[4096];
+        if (ns > 4096)
+            return lwq_errf(e, LWQ_EINVAL, "--batch-size %d is larger than 4096", B);
+        for (int i = 0; i < ns; i++) {
+            if (c->len[s0 + i] <= 0)
+                return lwq_errf(e, LWQ_EINVAL, "calibration sample %d is empty", s0 + i);
+            lens[i] = c->len[s0 + i];
+            seq = lens[i] > seq ? lens[i] : seq;
+        }
+        r->rows[b] = ns * seq;
+        r->tokens[b] = malloc((size_t)r->rows[b] * sizeof(int32_t));
+        if (!r->tokens[b])
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory for batch %d", b);
+        for (int i = 0; i < ns; i++) {
+            int64_t pad = seq - lens[i];
+            for (int64_t t = 0; t < seq; t++)
+                r->tokens[b][i * seq + t] = t < pad ? c->pad_id : c->ids[s0 + i][t - pad];
+            r->calib_tokens += lens[i];
+        }
+        int rc = lwq_batch_init(&r->batches[b], &r->be, ns, seq, lens, e);
+        if (rc)
+            return rc;
+        r->boff[b + 1] = r->boff[b] + (uint64_t)r->rows[b] * (uint64_t)r->hidden * esz;
+        max_rows = r->rows[b] > max_rows ? r->rows[b] : max_rows;
+    }
+    r->bnd_bytes = r->boff[r->nb];
+    int64_t shape[2] = {max_rows, r->hidden};
+    return lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &r->work, e);
+}

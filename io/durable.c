@@ -1,0 +1,274 @@
+/* io/durable.c — durable writes.
+ *
+ * Invariants (what a reader of the directory can rely on, at any crash point):
+ *  1. A final name never holds a partial file: bytes are written only to "<path>.tmp".
+ *  2. The temp file is fsync'ed (lwq_durable_commit step a) BEFORE it is renamed
+ *     (step c), so a crash after the rename cannot expose unsynced data under the final name.
+ *  3. rename() replaces the final name atomically (same directory), and the directory is
+ *     fsync'ed (step d) before commit returns 0, so a 0 return means the name survives a crash.
+ *  4. Any failure before step c leaves the final name untouched (old content or absent) and
+ *     removes the temp file; a failure of step d removes the final name as well, because its
+ *     durability is unknown.  Callers commit (e.g. name the file in a manifest) only after 0.
+ *
+ * Order inside lwq_durable_commit, one function per step:
+ *   a. fsync(tmp fd)                 sys->fsync
+ *   b. close(tmp fd)                 sys->close (a close error is reported: NFS reports write
+ *                                    errors here)
+ *   c. rename(tmp, path)             sys->rename
+ *   d. fsync(directory of path)      lwq_durable_fsync_parent
+ */
+#include "io/durable.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "io/sys.h"
+
+/* Consecutive EINTR / zero-byte results tolerated before giving up on a call. */
+#define MAX_RETRIES 1000
+
+/* fsync may report EINTR when a signal arrives; that says nothing about the data, so retry. */
+static int fsync_retry(int fd)
+{
+    int rc;
+    int tries = 0;
+    do
+        rc = lwq_sys()->fsync(fd);
+    while (rc == -EINTR && ++tries < MAX_RETRIES);
+    return rc;
+}
+
+int lwq_durable_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, const char *what,
+                           lwq_error *e)
+{
+    const char *p = buf;
+    int stalls = 0;
+    while (n > 0) {
+        ssize_t r = lwq_sys()->pwrite(fd, p, n, (off_t)off);
+        if (r == -EINTR || r == -EAGAIN || r == 0) {
+            if (++stalls > MAX_RETRIES)
+                return lwq_errf(e, LWQ_EIO, "write %s at offset %llu: no progress after %d tries",
+                                what, (unsigned long long)off, MAX_RETRIES);
+            continue;
+        }
+        if (r < 0)
+            return lwq_errsys(e, (int)r, "write %s at offset %llu (%zu bytes)", what,
+                              (unsigned long long)off, n);
+        stalls = 0;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int lwq_durable_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what,
+                          lwq_error *e)
+{
+    char *p = buf;
+    int stalls = 0;
+    while (n > 0) {
+        ssize_t r = lwq_sys()->pread(fd, p, n, (off_t)off);
+        if (r == -EINTR || r == -EAGAIN) {
+            if (++stalls > MAX_RETRIES)
+                return lwq_errf(e, LWQ_EIO, "read %s at offset %llu: no progress after %d tries",
+                                what, (unsigned long long)off, MAX_RETRIES);
+            continue;
+        }
+        if (r < 0)
+            return lwq_errsys(e, (int)r, "read %s at offset %llu (%zu bytes)", what,
+                              (unsigned long long)off, n);
+        if (r == 0)
+            return lwq_errf(e, LWQ_EIO, "read %s: file ends at byte %llu, needed %zu more bytes",
+                            what, (unsigned long long)off, n);
+        stalls = 0;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
+                          lwq_error *e)
+{
+    *out = NULL;
+    *len = 0;
+    const lwq_sys_table *s = lwq_sys();
+    int fd = s->open(path, O_RDONLY, 0);
+    if (fd < 0)
+        return lwq_errsys(e, fd, "open %s", path);
+    struct stat st;
+    int rc = s->fstat(fd, &st);
+    if (rc < 0) {
+        s->close(fd);
+        return lwq_errsys(e, rc, "stat %s", path);
+    }
+    if (st.st_size < 0 || (uint64_t)st.st_size > max_bytes) {
+        s->close(fd);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, more than the %zu allowed", path,
+                        (long long)st.st_size, max_bytes);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        s->close(fd);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
+    }
+    rc = lwq_durable_pread_all(fd, buf, n, 0, path, e);
+    s->close(fd);
+    if (rc < 0) {
+        free(buf);
+        return rc;
+    }
+    buf[n] = 0;
+    *out = buf;
+    *len = n;
+    return 0;
+}
+
+int lwq_durable_fsync_dir(const char *dir, lwq_error *e)
+{
+    const lwq_sys_table *s = lwq_sys();
+    int fd = s->open(dir, O_RDONLY | O_DIRECTORY, 0);
+    if (fd < 0)
+        return lwq_errsys(e, fd, "open directory %s for fsync", dir);
+    int rc = fsync_retry(fd);
+    int crc = s->close(fd);
+    if (rc < 0)
+        return lwq_errsys(e, rc, "fsync directory %s", dir);
+    if (crc < 0)
+        return lwq_errsys(e, crc, "close directory %s", dir);
+    return 0;
+}
+
+int lwq_durable_fsync_parent(const char *path, lwq_error *e)
+{
+    char dir[PATH_MAX];
+    size_t n = strlen(path);
+    if (n >= sizeof dir)
+        return lwq_errf(e, LWQ_EINVAL, "path too long (%zu bytes): %.64s...", n, path);
+    memcpy(dir, path, n + 1);
+    char *slash = strrchr(dir, '/');
+    if (!slash)
+        return lwq_durable_fsync_dir(".", e);
+    if (slash == dir)
+        slash[1] = 0; /* "/file" -> "/" */
+    else
+        *slash = 0;
+    return lwq_durable_fsync_dir(dir, e);
+}
+
+int lwq_durable_open(lwq_durable_file *f, const char *path, lwq_error *e)
+{
+    f->fd = -1;
+    f->size = 0;
+    size_t n = strlen(path);
+    if (n == 0 || n + 5 > sizeof f->tmp)
+        return lwq_errf(e, LWQ_EINVAL, "bad output path (%zu bytes): %.64s", n, path);
+    memcpy(f->path, path, n + 1);
+    memcpy(f->tmp, path, n);
+    memcpy(f->tmp + n, ".tmp", 5);
+    int fd = lwq_sys()->open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (fd < 0)
+        return lwq_errsys(e, fd, "create %s", f->tmp);
+    f->fd = fd;
+    return 0;
+}
+
+int lwq_durable_append(lwq_durable_file *f, const void *data, size_t len, lwq_error *e)
+{
+    if (f->fd < 0)
+        return lwq_errf(e, LWQ_EINVAL, "append to %s: file is not open", f->tmp);
+    int rc = lwq_durable_pwrite_all(f->fd, data, len, f->size, f->tmp, e);
+    if (rc < 0)
+        return rc;
+    f->size += len;
+    return 0;
+}
+
+int lwq_durable_pwrite(lwq_durable_file *f, const void *data, size_t len, uint64_t off,
+                       lwq_error *e)
+{
+    if (f->fd < 0)
+        return lwq_errf(e, LWQ_EINVAL, "write to %s: file is not open", f->tmp);
+    if (off > f->size || len > f->size - off)
+        return lwq_errf(e, LWQ_EINVAL, "write to %s: bytes [%llu, %llu) past the %llu written",
+                        f->tmp, (unsigned long long)off, (unsigned long long)(off + len),
+                        (unsigned long long)f->size);
+    return lwq_durable_pwrite_all(f->fd, data, len, off, f->tmp, e);
+}
+
+void lwq_durable_abort(lwq_durable_file *f)
+{
+    if (f->fd >= 0) {
+        lwq_sys()->close(f->fd);
+        f->fd = -1;
+        lwq_sys()->unlink(f->tmp);
+    }
+}
+
+int lwq_durable_commit(lwq_durable_file *f, lwq_error *e)
+{
+    const lwq_sys_table *s = lwq_sys();
+    if (f->fd < 0)
+        return lwq_errf(e, LWQ_EINVAL, "commit %s: file is not open", f->tmp);
+    int rc = fsync_retry(f->fd); /* step a */
+    if (rc < 0) {
+        lwq_errsys(e, rc, "fsync %s", f->tmp);
+        lwq_durable_abort(f);
+        return rc;
+    }
+    rc = s->close(f->fd); /* step b */
+    f->fd = -1;
+    if (rc < 0) {
+        s->unlink(f->tmp);
+        return lwq_errsys(e, rc, "close %s", f->tmp);
+    }
+    rc = s->rename(f->tmp, f->path); /* step c */
+    if (rc < 0) {
+        s->unlink(f->tmp);
+        return lwq_errsys(e, rc, "rename %s -> %s", f->tmp, f->path);
+    }
+    rc = lwq_durable_fsync_parent(f->path, e); /* step d */
+    if (rc < 0) {
+        s->unlink(f->path);
+        return rc;
+    }
+    return 0;
+}
+
+int lwq_durable_write_file(const char *path, const void *data, size_t len, lwq_error *e)
+{
+    lwq_durable_file f;
+    int rc = lwq_durable_open(&f, path, e);
+    if (rc < 0)
+        return rc;
+    rc = lwq_durable_append(&f, data, len, e);
+    if (rc < 0) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    return lwq_durable_commit(&f, e);
+}
+
+int lwq_durable_rename(const char *from, const char *to, lwq_error *e)
+{
+    int rc = lwq_sys()->rename(from, to);
+    if (rc < 0)
+        return lwq_errsys(e, rc, "rename %s -> %s", from, to);
+    return lwq_durable_fsync_parent(to, e);
+}
+
+int lwq_durable_unlink(const char *path, lwq_error *e)
+{
+    int rc = lwq_sys()->unlink(path);
+    if (rc == -ENOENT)
+        return 0;
+    if (rc < 0)
+        return lwq_errsys(e, rc, "unlink %s", path);
+    return lwq_durable_fsync_parent(path, e);
+}

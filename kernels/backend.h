@@ -1,0 +1,179 @@
+/* kernels/backend.h — the compute backend: a table of function pointers plus a context.
+ *
+ * Every op the layer forward needs (GEMM, RMSNorm, RoPE, attention, SwiGLU, MoE routing,
+ * row gather / weighted combine, amax, ...) goes through an lwq_backend.  The CPU backend
+ * (kernels/cpu/, plain C + OpenBLAS) is always built and is the specification; the CUDA backend
+ * (kernels/cuda/, cuBLAS + kernels) registers itself when the build finds nvcc and is tested op by
+ * op against the CPU one.
+ *
+ * The public wrappers below (lwq_backend_*) do every argument, dtype, shape and device check and
+ * then call the backend, so a backend implementation may assume well-formed arguments.  All
+ * tensors given to an op live on the backend's device (tensor.device) and are contiguous
+ * row-major 2-D views unless stated; "act" below means an activation dtype: F32, BF16 or F16.
+ *
+ * Numerics (shared by all backends; ../shared/DESIGN.md "Numerics"): inputs are read into FP32,
+ * every reduction accumulates in FP32 (the CPU reference may use wider accumulators), and each op
+ * rounds its result to the output dtype the way a framework running that dtype would (one
+ * rounding per framework op, e.g. RoPE rounds q*cos, rot(q)*sin and their sum separately).
+ * Results are deterministic for a given backend and thread count: no op uses atomics or an
+ * order that depends on scheduling.
+ *
+ * Ownership: lwq_backend_free_backend() destroys what lwq_backend_*_create() made.  Memory from
+ * lwq_backend_alloc() must be released with lwq_backend_free() of the same backend.
+ * Thread-safety: one backend is used by one thread at a time (ops may use internal threads).
+ * Failure: ops return 0 or a negative LWQ_E* code and fill the lwq_error (LWQ_EINVAL naming the
+ * op and argument for bad shapes/dtypes, LWQ_EDEVICE for driver errors, LWQ_ENOMEM). */
+#ifndef LWQ_KERNELS_BACKEND_H
+#define LWQ_KERNELS_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+#include "core/tensor.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum lwq_route_mode {
+    LWQ_ROUTE_SOFTMAX_TOPK = 0,  /* softmax (f32) over all experts, top-k, weights as they are */
+    LWQ_ROUTE_SOFTMAX_TOPK_NORM, /* ... then renormalised over the k (qwen3_moe norm_topk_prob,
+                                    mixtral as transformers computes it) */
+    LWQ_ROUTE_TOPK_SOFTMAX,      /* top-k of the logits, softmax over those k (Mixtral paper form) */
+} lwq_route_mode;
+
+typedef struct lwq_attn_args {
+    const lwq_tensor *q;         /* (batch*seq, n_heads*head_dim) act */
+    const lwq_tensor *k, *v;     /* (batch*seq, n_kv_heads*head_dim) act, same dtype as q */
+    lwq_tensor *out;             /* (batch*seq, n_heads*head_dim) act */
+    const lwq_tensor *key_valid; /* U8 (batch*seq): 1 = real token, 0 = padding; NULL = all real */
+    int64_t batch, seq;
+    int n_heads, n_kv_heads;     /* n_heads % n_kv_heads == 0 (grouped-query heads) */
+    int64_t head_dim;
+    float scale;                 /* softmax scale, usually head_dim^-0.5 */
+} lwq_attn_args;
+
+typedef struct lwq_backend_ops {
+    const char *name;
+    lwq_device device;
+    void (*destroy)(void *ctx);
+
+    int (*alloc)(void *ctx, size_t bytes, void **out, lwq_error *e);
+    void (*free)(void *ctx, void *p);
+    int (*upload)(void *ctx, void *dst, const void *src_host, size_t bytes, lwq_error *e);
+    int (*download)(void *ctx, void *dst_host, const void *src, size_t bytes, lwq_error *e);
+    int (*memset0)(void *ctx, void *dst, size_t bytes, lwq_error *e);
+
+    int (*gemm)(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
+                lwq_tensor *y, lwq_error *e);
+    int (*rmsnorm)(void *ctx, const lwq_tensor *x, const lwq_tensor *w, float eps, lwq_tensor *y,
+                   lwq_error *e);
+    int (*rope)(void *ctx, lwq_tensor *x, int64_t head_dim, const lwq_tensor *pos,
+                const lwq_tensor *inv_freq, float attn_scaling, lwq_error *e);
+    int (*attention)(void *ctx, const lwq_attn_args *a, lwq_error *e);
+    int (*swiglu)(void *ctx, const lwq_tensor *gate, const lwq_tensor *up, lwq_tensor *out,
+                  lwq_error *e);
+    int (*add)(void *ctx, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e);
+    int (*moe_route)(void *ctx, const lwq_tensor *logits, int k, lwq_route_mode mode,
+                     lwq_dtype weight_dtype, lwq_tensor *idx, lwq_tensor *wts, lwq_error *e);
+    int (*gather_rows)(void *ctx, const lwq_tensor *src, const lwq_tensor *rows, lwq_tensor *dst,
+                       lwq_error *e);
+    int (*moe_combine)(void *ctx, const lwq_tensor *y, const lwq_tensor *slot_rows,
+                       const lwq_tensor *wts, lwq_tensor *out, lwq_error *e);
+    int (*amax)(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
+                lwq_error *e);
+    int (*synchronize)(void *ctx, lwq_error *e);
+    /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
+     * here when they are wired: the reference quantizers are plain functions (layout/ and
+     * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
+     * exactly like the ops above. */
+} lwq_backend_ops;
+
+typedef struct lwq_backend {
+    const lwq_backend_ops *ops;
+    void *ctx;
+} lwq_backend;
+
+/* ---- construction ---------------------------------------------------------------------------- */
+
+/* The CPU backend.  `threads` > 0 sets core/parallel's thread count; 0 keeps it.  OpenBLAS is set
+ * to one thread: the backend parallelises over fixed output tiles itself, so each output element
+ * is computed the same way whatever the thread count. */
+int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
+/* The CUDA backend on `device` (its own stream and cuBLAS handle).  LWQ_EUNSUPPORTED when the
+ * build has no CUDA; LWQ_EDEVICE when no usable device is present. */
+int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e);
+/* Number of CUDA devices (0 without CUDA support or without a driver). */
+int lwq_backend_cuda_device_count(void);
+void lwq_backend_free_backend(lwq_backend *be);
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+int lwq_backend_alloc(const lwq_backend *be, size_t bytes, void **out, lwq_error *e);
+void lwq_backend_free(const lwq_backend *be, void *p);
+/* A contiguous tensor on the backend's device; free its data with lwq_backend_tensor_free. */
+int lwq_backend_tensor_alloc(const lwq_backend *be, lwq_dtype dt, int ndim, const int64_t *shape,
+                             lwq_tensor *t, lwq_error *e);
+void lwq_backend_tensor_free(const lwq_backend *be, lwq_tensor *t);
+int lwq_backend_upload(const lwq_backend *be, void *dst, const void *src_host, size_t bytes,
+                       lwq_error *e);
+int lwq_backend_download(const lwq_backend *be, void *dst_host, const void *src, size_t bytes,
+                         lwq_error *e);
+int lwq_backend_memset0(const lwq_backend *be, void *dst, size_t bytes, lwq_error *e);
+int lwq_backend_synchronize(const lwq_backend *be, lwq_error *e);
+
+/* ---- ops ------------------------------------------------------------------------------------- */
+
+/* y = x W^T (+ bias).  x: (n, in) act; w: (out, in) row-major F32/F16/BF16; bias: (out) float
+ * dtype or NULL; y: (n, out) act (F32 allowed for any x).  FP32 accumulation, one rounding. */
+int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w,
+                     const lwq_tensor *bias, lwq_tensor *y, lwq_error *e);
+/* Llama-style RMSNorm per row: r = x * rsqrt(mean(x^2) + eps) in f32, rounded to y's dtype,
+ * then times w, rounded again.  x, y: (rows, d) (y may alias x); w: (d). */
+int lwq_backend_rmsnorm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w, float eps,
+                        lwq_tensor *y, lwq_error *e);
+/* Rotate-half RoPE in place.  x: (n, heads*head_dim) act; pos: I32 (n); inv_freq: F32
+ * (head_dim/2).  Angles pos*inv_freq in f32; cos/sin times attn_scaling, rounded to act. */
+int lwq_backend_rope(const lwq_backend *be, lwq_tensor *x, int64_t head_dim, const lwq_tensor *pos,
+                     const lwq_tensor *inv_freq, float attn_scaling, lwq_error *e);
+/* Causal grouped-query attention with f32 online softmax over key tiles (memory independent of
+ * seq^2).  Query i of sequence b sees keys j <= i that are valid.  A query with no visible key
+ * (a padding row) gets zeros. */
+int lwq_backend_attention(const lwq_backend *be, const lwq_attn_args *a, lwq_error *e);
+/* out = silu(gate) * up with framework rounding: round(round(silu(g)) * u).  (n, f) each. */
+int lwq_backend_swiglu(const lwq_backend *be, const lwq_tensor *gate, const lwq_tensor *up,
+                       lwq_tensor *out, lwq_error *e);
+/* acc = round(acc + x) (residual add).  Same shape and dtype. */
+int lwq_backend_add(const lwq_backend *be, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e);
+/* Router: logits (n, E) float dtype -> idx I32 (n, k) (experts of each token, ties to the lower
+ * index, in descending weight order) and wts F32 (n, k), rounded to weight_dtype (the act dtype
+ * transformers casts the weights to). */
+int lwq_backend_moe_route(const lwq_backend *be, const lwq_tensor *logits, int k,
+                          lwq_route_mode mode, lwq_dtype weight_dtype, lwq_tensor *idx,
+                          lwq_tensor *wts, lwq_error *e);
+/* dst[i] = src[rows[i]] converted to dst's dtype.  src: (n, d); rows: I32 (m), each in [0, n);
+ * dst: (m, d).  Also the embedding lookup (src = embedding matrix). */
+int lwq_backend_gather_rows(const lwq_backend *be, const lwq_tensor *src, const lwq_tensor *rows,
+                            lwq_tensor *dst, lwq_error *e);
+/* The expert scatter-add, written as a per-token gather so it is deterministic without atomics:
+ * out[t] = sum over s of wts[t,s] * y[slot_rows[t,s]], slots taken in the given order (the engine
+ * orders them by expert index, as transformers' index_add_ loop does), skipping rows < 0;
+ * acc starts at 0 and each product and each partial sum is rounded to out's dtype.
+ * y: (m, d); slot_rows: I32 (n, k) with values in [-1, m); wts: F32 (n, k); out: (n, d). */
+int lwq_backend_moe_combine(const lwq_backend *be, const lwq_tensor *y,
+                            const lwq_tensor *slot_rows, const lwq_tensor *wts, lwq_tensor *out,
+                            lwq_error *e);
+/* max |x| over the rows whose row_valid byte is nonzero (all rows when row_valid is NULL);
+ * 0 for no rows; NaN when any counted element is NaN.  x: (rows, d) float dtype. */
+int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *row_valid,
+                     float *out, lwq_error *e);
+
+/* True for F32, BF16, F16. */
+int lwq_dtype_is_act(lwq_dtype t);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

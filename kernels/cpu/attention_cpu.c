@@ -1,0 +1,158 @@
+/* kernels/cpu/attention_cpu.c — causal grouped-query attention on the CPU, flash style.
+ *
+ * Work items are (sequence, head, query tile of ATT_QT rows); a query tile walks the key tiles
+ * (ATT_KT keys) it can see, computing S = scale * Q K^T with sgemm, masking (causal + padding
+ * keys), and folding the tile into running row maxima / sums / outputs (online softmax, all f32).
+ * Memory per thread is ATT_QT x (ATT_KT + head_dim) floats whatever the sequence length.
+ * Items are ordered (sequence, head, tile) so the static split of core/parallel gives each thread
+ * a similar mix of short and long causal rows; the tiling does not depend on the thread count,
+ * so the result is bitwise the same for any thread count. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/parallel.h"
+#include "kernels/cpu/cpu_internal.h"
+
+#define ATT_QT 64
+#define ATT_KT 64
+
+typedef struct att_job {
+    const lwq_attn_args *a;
+    const float *q, *k, *v;  /* f32 views (n, cols) */
+    const uint8_t *valid;
+    int64_t nqt;             /* query tiles per sequence */
+    float *scratch;
+    int64_t per_thread;
+} att_job;
+
+static void att_items(void *ctx, int64_t b, int64_t e, int tid)
+{
+    att_job *j = (att_job *)ctx;
+    const lwq_attn_args *a = j->a;
+    const int64_t hd = a->head_dim, T = a->seq;
+    const int64_t ldq = (int64_t)a->n_heads * hd, ldk = (int64_t)a->n_kv_heads * hd;
+    const int group = a->n_heads / a->n_kv_heads;
+    float *S = j->scratch + (int64_t)tid * j->per_thread;
+    float *acc = S + ATT_QT * ATT_KT;
+    float *m = acc + ATT_QT * hd;
+    float *l = m + ATT_QT;
+    for (int64_t it = b; it < e; it++) {
+        int64_t qt = it % j->nqt;
+        int64_t h = (it / j->nqt) % a->n_heads;
+        int64_t s = it / (j->nqt * a->n_heads);
+        int64_t g = h / group;
+        int64_t i0 = qt * ATT_QT, nq = T - i0 < ATT_QT ? T - i0 : ATT_QT;
+        int64_t row0 = s * T;
+        const float *Q = j->q + (row0 + i0) * ldq + h * hd;
+        const float *K = j->k + row0 * ldk + g * hd;
+        const float *V = j->v + row0 * ldk + g * hd;
+        for (int64_t r = 0; r < nq; r++) {
+            m[r] = -INFINITY;
+            l[r] = 0.0f;
+        }
+        memset(acc, 0, (size_t)(nq * hd) * sizeof(float));
+        for (int64_t j0 = 0; j0 < i0 + nq; j0 += ATT_KT) {
+            int64_t nk = i0 + nq - j0 < ATT_KT ? i0 + nq - j0 : ATT_KT;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)hd,
+                        a->scale, Q, (int)ldq, K + j0 * ldk, (int)ldk, 0.0f, S, (int)nk);
+            for (int64_t r = 0; r < nq; r++) {
+                float *sr = S + r * nk;
+                float mt = -INFINITY;
+                for (int64_t c = 0; c < nk; c++) {
+                    int64_t key = j0 + c;
+                    if (key > i0 + r || (j->valid && !j->valid[row0 + key]))
+                        sr[c] = -INFINITY;
+                    else if (sr[c] > mt)
+                        mt = sr[c];
+                }
+                if (mt == -INFINITY) {
+                    memset(sr, 0, (size_t)nk * sizeof(float));
+                    continue;
+                }
+                float mn = mt > m[r] ? mt : m[r];
+                float corr = expf(m[r] - mn); /* 0 when m[r] is -inf */
+                float sum = 0.0f;
+                for (int64_t c = 0; c < nk; c++) {
+                    float p = sr[c] == -INFINITY ? 0.0f : expf(sr[c] - mn);
+                    sr[c] = p;
+                    sum += p;
+                }
+                l[r] = l[r] * corr + sum;
+                m[r] = mn;
+                if (corr != 1.0f)
+                    for (int64_t d = 0; d < hd; d++)
+                        acc[r * hd + d] *= corr;
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)hd, (int)nk, 1.0f,
+                        S, (int)nk, V + j0 * ldk, (int)ldk, 1.0f, acc, (int)hd);
+        }
+        for (int64_t r = 0; r < nq; r++) {
+            float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
+            for (int64_t d = 0; d < hd; d++)
+                acc[r * hd + d] = l[r] > 0.0f ? acc[r * hd + d] * inv : 0.0f;
+            lwq_cpu_store_f32(a->out->data, a->out->dtype, (row0 + i0 + r) * ldq + h * hd, hd,
+                              acc + r * hd);
+        }
+    }
+}
+
+typedef struct att_conv {
+    const lwq_tensor *t;
+    float *f;
+} att_conv;
+
+static void conv_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    att_conv *c = (att_conv *)ctx;
+    int64_t cols = c->t->shape[1];
+    lwq_cpu_load_f32(c->t->data, c->t->dtype, b * cols, (e - b) * cols, c->f + b * cols);
+}
+
+static const float *as_f32(const lwq_tensor *t, float **owned)
+{
+    *owned = NULL;
+    if (t->dtype == LWQ_F32)
+        return (const float *)t->data;
+    float *f = (float *)lwq_cpu_scratch(lwq_tensor_numel(t), sizeof(float));
+    if (!f)
+        return NULL;
+    att_conv c = {t, f};
+    lwq_parallel_for(t->shape[0], 64, conv_rows, &c);
+    *owned = f;
+    return f;
+}
+
+int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
+{
+    (void)ctx;
+    if (a->seq == 0)
+        return 0;
+    if (a->head_dim > INT32_MAX / 64 || a->n_heads * a->head_dim > INT32_MAX)
+        return lwq_errf(e, LWQ_EINVAL, "attention: head geometry exceeds the BLAS int range");
+    float *oq, *ok, *ov;
+    att_job j;
+    memset(&j, 0, sizeof j);
+    j.a = a;
+    j.q = as_f32(a->q, &oq);
+    j.k = as_f32(a->k, &ok);
+    j.v = as_f32(a->v, &ov);
+    j.valid = a->key_valid ? (const uint8_t *)a->key_valid->data : NULL;
+    j.nqt = (a->seq + ATT_QT - 1) / ATT_QT;
+    j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT;
+    int threads = lwq_parallel_threads();
+    j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
+    int rc = 0;
+    if (!j.q || !j.k || !j.v || !j.scratch)
+        rc = lwq_errf(e, LWQ_ENOMEM, "attention: no memory for f32 copies / tile scratch "
+                      "(seq %lld, heads %d)", (long long)a->seq, a->n_heads);
+    else
+        lwq_parallel_for(a->batch * a->n_heads * j.nqt, 1, att_items, &j);
+    free(j.scratch);
+    free(oq);
+    free(ok);
+    free(ov);
+    return rc;
+}

@@ -1,0 +1,478 @@
+/* kernels/cpu/backend_cpu.c — the CPU backend: host memory, the element-wise and row ops, and
+ * the table that ties them to the GEMM (gemm_cpu.c) and attention (attention_cpu.c).  This is
+ * the reference every other backend is tested against, so each op is written to read as the
+ * formula in backend.h; rows are spread over threads with core/parallel and no result depends
+ * on how rows are split. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/parallel.h"
+#include "kernels/cpu/cpu_internal.h"
+
+void *lwq_cpu_scratch(int64_t count, size_t elem)
+{
+    if (count < 0 || (count > 0 && (uint64_t)count > (SIZE_MAX - 64) / elem))
+        return NULL;
+    size_t bytes = (size_t)count * elem;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0)
+        bytes = 64;
+    return aligned_alloc(64, bytes);
+}
+
+static int cpu_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
+{
+    (void)ctx;
+    *out = NULL;
+    if (bytes > SIZE_MAX - 64)
+        return lwq_errf(e, LWQ_ENOMEM, "cpu alloc: %zu bytes is too large", bytes);
+    *out = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!*out)
+        return lwq_errf(e, LWQ_ENOMEM, "cpu alloc: out of memory for %zu bytes", bytes);
+    return 0;
+}
+
+static void cpu_free(void *ctx, void *p)
+{
+    (void)ctx;
+    free(p);
+}
+
+static int cpu_copy(void *ctx, void *dst, const void *src, size_t bytes, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    memmove(dst, src, bytes);
+    return 0;
+}
+
+static int cpu_memset0(void *ctx, void *dst, size_t bytes, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    memset(dst, 0, bytes);
+    return 0;
+}
+
+static int cpu_sync(void *ctx, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    return 0;
+}
+
+/* ---- rmsnorm ------------------------------------------------------------------------------- */
+
+typedef struct norm_job {
+    const lwq_tensor *x, *w;
+    lwq_tensor *y;
+    float eps;
+    float *scratch; /* 2*d floats per thread */
+} norm_job;
+
+static void norm_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    norm_job *j = (norm_job *)ctx;
+    int64_t d = j->x->shape[1];
+    float *buf = j->scratch + (int64_t)tid * 2 * d;
+    float *wf = buf + d;
+    lwq_cpu_load_f32(j->w->data, j->w->dtype, 0, d, wf);
+    for (int64_t r = b; r < e; r++) {
+        lwq_cpu_load_f32(j->x->data, j->x->dtype, r * d, d, buf);
+        double ss = 0.0;
+        for (int64_t i = 0; i < d; i++)
+            ss += (double)buf[i] * buf[i];
+        float var = (float)(ss / (double)d);
+        float rs = 1.0f / sqrtf(var + j->eps);
+        for (int64_t i = 0; i < d; i++)
+            buf[i] = lwq_round_to(wf[i] * lwq_round_to(buf[i] * rs, j->x->dtype), j->y->dtype);
+        lwq_cpu_store_f32(j->y->data, j->y->dtype, r * d, d, buf);
+    }
+}
+
+static int cpu_rmsnorm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, float eps,
+                       lwq_tensor *y, lwq_error *e)
+{
+    (void)ctx;
+    if (x->shape[1] > (int64_t)1 << 30)
+        return lwq_errf(e, LWQ_EINVAL, "rmsnorm: row of %lld elements is too long",
+                        (long long)x->shape[1]);
+    norm_job j = {x, w, y, eps, NULL};
+    j.scratch = (float *)lwq_cpu_scratch(2 * x->shape[1] * lwq_parallel_threads(), sizeof(float));
+    if (!j.scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "rmsnorm: no memory for row scratch (d %lld)",
+                        (long long)x->shape[1]);
+    lwq_parallel_for(x->shape[0], 16, norm_rows, &j);
+    free(j.scratch);
+    return 0;
+}
+
+/* ---- rope ---------------------------------------------------------------------------------- */
+
+typedef struct rope_job {
+    lwq_tensor *x;
+    int64_t hd;
+    const int32_t *pos;
+    const float *inv_freq;
+    float scaling;
+    float *scratch; /* hd + cols floats per thread */
+} rope_job;
+
+static void rope_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    rope_job *j = (rope_job *)ctx;
+    const int64_t half = j->hd / 2, cols = j->x->shape[1];
+    const lwq_dtype dt = j->x->dtype;
+    float *cs = j->scratch + (int64_t)tid * (2 * half + cols);
+    float *sn = cs + half, *row = sn + half;
+    for (int64_t r = b; r < e; r++) {
+        for (int64_t i = 0; i < half; i++) {
+            float ang = (float)j->pos[r] * j->inv_freq[i];
+            cs[i] = lwq_round_to(cosf(ang) * j->scaling, dt);
+            sn[i] = lwq_round_to(sinf(ang) * j->scaling, dt);
+        }
+        lwq_cpu_load_f32(j->x->data, dt, r * cols, cols, row);
+        for (int64_t h = 0; h < cols; h += j->hd) {
+            float *x = row + h;
+            for (int64_t i = 0; i < half; i++) {
+                float x1 = x[i], x2 = x[i + half];
+                x[i] = lwq_round_to(lwq_round_to(x1 * cs[i], dt) + lwq_round_to(-x2 * sn[i], dt),
+                                    dt);
+                x[i + half] = lwq_round_to(lwq_round_to(x2 * cs[i], dt) +
+                                           lwq_round_to(x1 * sn[i], dt), dt);
+            }
+        }
+        lwq_cpu_store_f32(j->x->data, dt, r * cols, cols, row);
+    }
+}
+
+static int cpu_rope(void *ctx, lwq_tensor *x, int64_t head_dim, const lwq_tensor *pos,
+                    const lwq_tensor *inv_freq, float attn_scaling, lwq_error *e)
+{
+    (void)ctx;
+    rope_job j = {x, head_dim, (const int32_t *)pos->data, (const float *)inv_freq->data,
+                  attn_scaling, NULL};
+    j.scratch = (float *)lwq_cpu_scratch((head_dim + x->shape[1]) * lwq_parallel_threads(),
+                                         sizeof(float));
+    if (!j.scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "rope: no memory for row scratch (%lld columns)",
+                        (long long)x->shape[1]);
+    lwq_parallel_for(x->shape[0], 16, rope_rows, &j);
+    free(j.scratch);
+    return 0;
+}
+
+/* ---- element-wise -------------------------------------------------------------------------- */
+
+typedef struct ew_job {
+    const lwq_tensor *a, *b;
+    lwq_tensor *out;
+    int kind; /* 0 swiglu(a=gate, b=up), 1 add */
+} ew_job;
+
+static void ew_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    ew_job *j = (ew_job *)ctx;
+    int64_t d = j->out->shape[1];
+    float buf[2][256];
+    lwq_dtype dt = j->out->dtype;
+    for (int64_t r = b; r < e; r++) {
+        for (int64_t c0 = 0; c0 < d; c0 += 256) {
+            int64_t nc = d - c0 < 256 ? d - c0 : 256;
+            lwq_cpu_load_f32(j->a->data, j->a->dtype, r * d + c0, nc, buf[0]);
+            lwq_cpu_load_f32(j->b->data, j->b->dtype, r * d + c0, nc, buf[1]);
+            if (j->kind == 0) {
+                for (int64_t i = 0; i < nc; i++) {
+                    float g = buf[0][i];
+                    float s = lwq_round_to(g / (1.0f + expf(-g)), j->a->dtype);
+                    buf[0][i] = s * buf[1][i];
+                }
+            } else {
+                for (int64_t i = 0; i < nc; i++)
+                    buf[0][i] = buf[0][i] + buf[1][i];
+            }
+            lwq_cpu_store_f32(j->out->data, dt, r * d + c0, nc, buf[0]);
+        }
+    }
+}
+
+static int cpu_swiglu(void *ctx, const lwq_tensor *gate, const lwq_tensor *up, lwq_tensor *out,
+                      lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    ew_job j = {gate, up, out, 0};
+    lwq_parallel_for(out->shape[0], 16, ew_rows, &j);
+    return 0;
+}
+
+static int cpu_add(void *ctx, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    ew_job j = {acc, x, acc, 1};
+    lwq_parallel_for(acc->shape[0], 16, ew_rows, &j);
+    return 0;
+}
+
+/* ---- MoE routing, gather, combine ---------------------------------------------------------- */
+
+typedef struct route_job {
+    const lwq_tensor *logits;
+    int k;
+    lwq_route_mode mode;
+    lwq_dtype wdt;
+    int32_t *idx;
+    float *wts;
+    float *scratch; /* 2*E floats per thread (probabilities, taken flags) */
+} route_job;
+
+/* Index of the largest p[i] not yet taken; ties go to the lower index, NaN never wins. */
+static int argmax_free(const float *p, const uint8_t *taken, int64_t n)
+{
+    int best = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!taken[i] && (best < 0 || p[i] > p[best] || (p[best] != p[best] && p[i] == p[i])))
+            best = (int)i;
+    return best;
+}
+
+static void route_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    route_job *j = (route_job *)ctx;
+    int64_t E = j->logits->shape[1];
+    float *p = j->scratch + (int64_t)tid * 2 * E;
+    uint8_t *taken = (uint8_t *)(p + E);
+    for (int64_t r = b; r < e; r++) {
+        lwq_cpu_load_f32(j->logits->data, j->logits->dtype, r * E, E, p);
+        memset(taken, 0, (size_t)E);
+        int32_t *idx = j->idx + r * j->k;
+        float *w = j->wts + r * j->k;
+        if (j->mode == LWQ_ROUTE_TOPK_SOFTMAX) {
+            for (int s = 0; s < j->k; s++) {
+                idx[s] = argmax_free(p, taken, E);
+                taken[idx[s]] = 1;
+                w[s] = p[idx[s]];
+            }
+            float mx = w[0], sum = 0.0f;
+            for (int s = 0; s < j->k; s++) {
+                w[s] = expf(w[s] - mx);
+                sum += w[s];
+            }
+            for (int s = 0; s < j->k; s++)
+                w[s] /= sum;
+        } else {
+            float mx = -INFINITY, sum = 0.0f;
+            for (int64_t i = 0; i < E; i++)
+                mx = p[i] > mx ? p[i] : mx;
+            for (int64_t i = 0; i < E; i++) {
+                p[i] = expf(p[i] - mx);
+                sum += p[i];
+            }
+            for (int64_t i = 0; i < E; i++)
+                p[i] /= sum;
+            float ksum = 0.0f;
+            for (int s = 0; s < j->k; s++) {
+                idx[s] = argmax_free(p, taken, E);
+                taken[idx[s]] = 1;
+                w[s] = p[idx[s]];
+                ksum += w[s];
+            }
+            if (j->mode == LWQ_ROUTE_SOFTMAX_TOPK_NORM)
+                for (int s = 0; s < j->k; s++)
+                    w[s] /= ksum;
+        }
+        for (int s = 0; s < j->k; s++)
+            w[s] = lwq_round_to(w[s], j->wdt);
+    }
+}
+
+static int cpu_moe_route(void *ctx, const lwq_tensor *logits, int k, lwq_route_mode mode,
+                         lwq_dtype weight_dtype, lwq_tensor *idx, lwq_tensor *wts, lwq_error *e)
+{
+    (void)ctx;
+    route_job j = {logits, k, mode, weight_dtype, (int32_t *)idx->data, (float *)wts->data, NULL};
+    j.scratch = (float *)lwq_cpu_scratch(2 * logits->shape[1] * lwq_parallel_threads(),
+                                         sizeof(float));
+    if (!j.scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "moe_route: no memory for %lld experts of scratch",
+                        (long long)logits->shape[1]);
+    lwq_parallel_for(logits->shape[0], 16, route_rows, &j);
+    free(j.scratch);
+    return 0;
+}
+
+typedef struct gather_job {
+    const lwq_tensor *src, *rows;
+    lwq_tensor *dst;
+} gather_job;
+
+static void gather_part(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    gather_job *j = (gather_job *)ctx;
+    int64_t d = j->src->shape[1];
+    const int32_t *rows = (const int32_t *)j->rows->data;
+    float buf[256];
+    for (int64_t i = b; i < e; i++) {
+        if (j->src->dtype == j->dst->dtype) {
+            size_t es = lwq_dtype_size(j->src->dtype);
+            memcpy((char *)j->dst->data + (size_t)(i * d) * es,
+                   (const char *)j->src->data + (size_t)((int64_t)rows[i] * d) * es,
+                   (size_t)d * es);
+            continue;
+        }
+        for (int64_t c0 = 0; c0 < d; c0 += 256) {
+            int64_t nc = d - c0 < 256 ? d - c0 : 256;
+            lwq_cpu_load_f32(j->src->data, j->src->dtype, (int64_t)rows[i] * d + c0, nc, buf);
+            lwq_cpu_store_f32(j->dst->data, j->dst->dtype, i * d + c0, nc, buf);
+        }
+    }
+}
+
+static int cpu_gather_rows(void *ctx, const lwq_tensor *src, const lwq_tensor *rows,
+                           lwq_tensor *dst, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    gather_job j = {src, rows, dst};
+    lwq_parallel_for(rows->shape[0], 64, gather_part, &j);
+    return 0;
+}
+
+typedef struct combine_job {
+    const lwq_tensor *y, *slot_rows, *wts;
+    lwq_tensor *out;
+} combine_job;
+
+static void combine_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    combine_job *j = (combine_job *)ctx;
+    int64_t d = j->y->shape[1], k = j->slot_rows->shape[1];
+    const int32_t *sr = (const int32_t *)j->slot_rows->data;
+    const float *w = (const float *)j->wts->data;
+    lwq_dtype dt = j->out->dtype;
+    float acc[256], yb[256];
+    for (int64_t t = b; t < e; t++) {
+        for (int64_t c0 = 0; c0 < d; c0 += 256) {
+            int64_t nc = d - c0 < 256 ? d - c0 : 256;
+            memset(acc, 0, sizeof acc);
+            for (int64_t s = 0; s < k; s++) {
+                int32_t row = sr[t * k + s];
+                if (row < 0)
+                    continue;
+                float ws = w[t * k + s];
+                lwq_cpu_load_f32(j->y->data, j->y->dtype, (int64_t)row * d + c0, nc, yb);
+                for (int64_t i = 0; i < nc; i++)
+                    acc[i] = lwq_round_to(acc[i] + lwq_round_to(ws * yb[i], dt), dt);
+            }
+            lwq_cpu_store_f32(j->out->data, dt, t * d + c0, nc, acc);
+        }
+    }
+}
+
+static int cpu_moe_combine(void *ctx, const lwq_tensor *y, const lwq_tensor *slot_rows,
+                           const lwq_tensor *wts, lwq_tensor *out, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    combine_job j = {y, slot_rows, wts, out};
+    lwq_parallel_for(out->shape[0], 16, combine_rows, &j);
+    return 0;
+}
+
+/* ---- amax ---------------------------------------------------------------------------------- */
+
+typedef struct amax_job {
+    const lwq_tensor *x;
+    const uint8_t *valid;
+    float part[256];
+} amax_job;
+
+static void amax_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    amax_job *j = (amax_job *)ctx;
+    int64_t d = j->x->shape[1];
+    float m = 0.0f, buf[256];
+    int nan = 0;
+    for (int64_t r = b; r < e; r++) {
+        if (j->valid && !j->valid[r])
+            continue;
+        for (int64_t c0 = 0; c0 < d; c0 += 256) {
+            int64_t nc = d - c0 < 256 ? d - c0 : 256;
+            lwq_cpu_load_f32(j->x->data, j->x->dtype, r * d + c0, nc, buf);
+            for (int64_t i = 0; i < nc; i++) {
+                float a = fabsf(buf[i]);
+                nan |= a != a;
+                m = a > m ? a : m;
+            }
+        }
+    }
+    j->part[tid] = nan ? NAN : m;
+}
+
+static int cpu_amax(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
+                    lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    amax_job j;
+    j.x = x;
+    j.valid = row_valid ? (const uint8_t *)row_valid->data : NULL;
+    for (int i = 0; i < 256; i++)
+        j.part[i] = 0.0f;
+    lwq_parallel_for(x->shape[0], 64, amax_rows, &j);
+    float m = 0.0f;
+    for (int i = 0; i < 256; i++) {
+        if (j.part[i] != j.part[i]) {
+            *out = NAN;
+            return 0;
+        }
+        m = j.part[i] > m ? j.part[i] : m;
+    }
+    *out = m;
+    return 0;
+}
+
+/* ---- table --------------------------------------------------------------------------------- */
+
+static void cpu_destroy(void *ctx) { (void)ctx; }
+
+static const lwq_backend_ops cpu_ops = {
+    .name = "cpu",
+    .device = LWQ_DEV_CPU,
+    .destroy = cpu_destroy,
+    .alloc = cpu_alloc,
+    .free = cpu_free,
+    .upload = cpu_copy,
+    .download = cpu_copy,
+    .memset0 = cpu_memset0,
+    .gemm = lwq_cpu_gemm,
+    .rmsnorm = cpu_rmsnorm,
+    .rope = cpu_rope,
+    .attention = lwq_cpu_attention,
+    .swiglu = cpu_swiglu,
+    .add = cpu_add,
+    .moe_route = cpu_moe_route,
+    .gather_rows = cpu_gather_rows,
+    .moe_combine = cpu_moe_combine,
+    .amax = cpu_amax,
+    .synchronize = cpu_sync,
+};
+
+int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e)
+{
+    (void)e;
+    if (threads > 0)
+        lwq_parallel_set_threads(threads);
+    /* the backend threads over output tiles itself; a multi-threaded BLAS under it would
+     * oversubscribe the cores and make results depend on OpenBLAS's own split */
+    openblas_set_num_threads(1);
+    be->ops = &cpu_ops;
+    be->ctx = NULL;
+    return 0;
+}

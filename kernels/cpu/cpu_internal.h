@@ -1,0 +1,56 @@
+/* kernels/cpu/cpu_internal.h — pieces shared by the CPU backend's files (not a public API).
+ * Row conversion between the activation dtypes and f32, and the op entry points that
+ * backend_cpu.c puts in its table. */
+#ifndef LWQ_KERNELS_CPU_INTERNAL_H
+#define LWQ_KERNELS_CPU_INTERNAL_H
+
+#include <stdint.h>
+
+#include "kernels/backend.h"
+
+/* Vectorized bulk conversions (convert_cpu.c); same results as the scalar helpers. */
+void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, int64_t n);
+void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, int64_t n);
+
+/* dst[i] = (float)src[off + i] for i < n. */
+static inline void lwq_cpu_load_f32(const void *src, lwq_dtype dt, int64_t off, int64_t n,
+                                    float *dst)
+{
+    if (dt == LWQ_F32) {
+        const float *s = (const float *)src + off;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = s[i];
+    } else if (dt == LWQ_BF16) {
+        lwq_cpu_bf16_to_f32((const uint16_t *)src + off, dst, n);
+    } else {
+        const uint16_t *s = (const uint16_t *)src + off;
+        for (int64_t i = 0; i < n; i++)
+            dst[i] = lwq_f16_to_f32(s[i]);
+    }
+}
+
+/* dst[off + i] = src[i] rounded (nearest even) to dt. */
+static inline void lwq_cpu_store_f32(void *dst, lwq_dtype dt, int64_t off, int64_t n,
+                                     const float *src)
+{
+    if (dt == LWQ_F32) {
+        float *d = (float *)dst + off;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = src[i];
+    } else if (dt == LWQ_BF16) {
+        lwq_cpu_f32_to_bf16(src, (uint16_t *)dst + off, n);
+    } else {
+        uint16_t *d = (uint16_t *)dst + off;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = lwq_f32_to_f16(src[i]);
+    }
+}
+
+/* Aligned scratch for one call; NULL on failure or when bytes would overflow. */
+void *lwq_cpu_scratch(int64_t count, size_t elem);
+
+int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
+                 lwq_tensor *y, lwq_error *e);
+int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e);
+
+#endif

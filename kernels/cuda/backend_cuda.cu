@@ -1,0 +1,676 @@
+/* kernels/cuda/backend_cuda.cu — the CUDA backend: cuBLAS for the GEMMs (BF16/F16/F32 in, FP32
+ * accumulate), simple kernels for everything else, all on one stream per backend.
+ *
+ * Every kernel follows the CPU reference's formula and rounding sequence (backend.h); none uses
+ * an order that depends on scheduling (amax uses atomicMax on non-negative float bits, which is
+ * order-independent), so results are deterministic.  Reductions run in f32 (the CPU reference may
+ * use wider accumulators), so CPU-vs-CUDA tests compare with stated tolerances.
+ * Device-side index errors (gather rows out of range) set a flag that the next synchronize()
+ * reports.  upload/download are synchronous with respect to the host. */
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+extern "C" {
+#include "kernels/backend.h"
+}
+
+typedef struct cuda_ctx {
+    int device;
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    void *ws;            /* GEMM workspace (f32 staging), grown on demand */
+    size_t ws_cap;
+    unsigned int *flags; /* device: [0] amax bits, [1] amax NaN, [2] index error */
+} cuda_ctx;
+
+#define CU(call, what)                                                                             \
+    do {                                                                                           \
+        cudaError_t err_ = (call);                                                                 \
+        if (err_ != cudaSuccess)                                                                   \
+            return lwq_errf(e, LWQ_EDEVICE, "cuda %s: %s", what, cudaGetErrorString(err_));        \
+    } while (0)
+
+#define CUBLAS(call, what)                                                                         \
+    do {                                                                                           \
+        cublasStatus_t st_ = (call);                                                               \
+        if (st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+            return lwq_errf(e, LWQ_EDEVICE, "cublas %s: status %d", what, (int)st_);               \
+    } while (0)
+
+#define LAUNCHED(what) CU(cudaGetLastError(), what)
+
+static inline unsigned grid_for(int64_t n, int block)
+{
+    int64_t g = (n + block - 1) / block;
+    return (unsigned)(g > 65535 * 16 ? 65535 * 16 : (g < 1 ? 1 : g));
+}
+
+__device__ __forceinline__ float ld(const void *p, lwq_dtype t, int64_t i)
+{
+    return lwq_load_f(p, t, (size_t)i);
+}
+
+__device__ __forceinline__ void st(void *p, lwq_dtype t, int64_t i, float v)
+{
+    if (t == LWQ_F32)
+        ((float *)p)[i] = v;
+    else if (t == LWQ_BF16)
+        ((uint16_t *)p)[i] = lwq_f32_to_bf16(v);
+    else
+        ((uint16_t *)p)[i] = lwq_f32_to_f16(v);
+}
+
+/* ---- memory ---------------------------------------------------------------------------------- */
+
+static int cu_alloc(void *vctx, size_t bytes, void **out, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    cudaError_t err = cudaMalloc(out, bytes);
+    if (err != cudaSuccess) {
+        *out = NULL;
+        return lwq_errf(e, LWQ_ENOMEM, "cuda alloc of %zu bytes: %s", bytes,
+                        cudaGetErrorString(err));
+    }
+    return 0;
+}
+
+static void cu_free(void *vctx, void *p)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    cudaSetDevice(c->device);
+    cudaStreamSynchronize(c->stream);
+    cudaFree(p);
+}
+
+static int cu_upload(void *vctx, void *dst, const void *src, size_t bytes, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, c->stream), "upload");
+    CU(cudaStreamSynchronize(c->stream), "upload sync");
+    return 0;
+}
+
+static int cu_download(void *vctx, void *dst, const void *src, size_t bytes, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, c->stream), "download");
+    CU(cudaStreamSynchronize(c->stream), "download sync");
+    return 0;
+}
+
+static int cu_memset0(void *vctx, void *dst, size_t bytes, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaMemsetAsync(dst, 0, bytes, c->stream), "memset");
+    return 0;
+}
+
+static int cu_sync(void *vctx, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    unsigned int f[3];
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaMemcpyAsync(f, c->flags, sizeof f, cudaMemcpyDeviceToHost, c->stream), "flag read");
+    CU(cudaStreamSynchronize(c->stream), "synchronize");
+    if (f[2]) {
+        CU(cudaMemsetAsync(c->flags + 2, 0, sizeof(unsigned int), c->stream), "flag reset");
+        return lwq_errf(e, LWQ_EINVAL, "cuda gather_rows: a row index was outside its source "
+                        "(rows were zero-filled)");
+    }
+    return 0;
+}
+
+static int ws_reserve(cuda_ctx *c, size_t bytes, lwq_error *e)
+{
+    if (bytes <= c->ws_cap)
+        return 0;
+    CU(cudaStreamSynchronize(c->stream), "workspace sync");
+    if (c->ws)
+        cudaFree(c->ws);
+    c->ws = NULL;
+    c->ws_cap = 0;
+    cudaError_t err = cudaMalloc(&c->ws, bytes);
+    if (err != cudaSuccess)
+        return lwq_errf(e, LWQ_ENOMEM, "cuda gemm workspace of %zu bytes: %s", bytes,
+                        cudaGetErrorString(err));
+    c->ws_cap = bytes;
+    return 0;
+}
+
+/* ---- gemm ------------------------------------------------------------------------------------ */
+
+__global__ void k_to_f32(const void *src, lwq_dtype dt, float *dst, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        dst[i] = ld(src, dt, i);
+}
+
+__global__ void k_bias_cast(const float *cbuf, const void *bias, lwq_dtype bdt, void *y,
+                            lwq_dtype ydt, int64_t rows, int64_t cols)
+{
+    int64_t n = rows * cols;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v = cbuf[i];
+        if (bias)
+            v += ld(bias, bdt, i % cols);
+        st(y, ydt, i, v);
+    }
+}
+
+static cudaDataType_t cuda_type(lwq_dtype t)
+{
+    return t == LWQ_BF16 ? CUDA_R_16BF : t == LWQ_F16 ? CUDA_R_16F : CUDA_R_32F;
+}
+
+static int cu_gemm(void *vctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
+                   lwq_tensor *y, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    const int64_t n = x->shape[0], in = x->shape[1], out = w->shape[0];
+    if (n > INT32_MAX || in > INT32_MAX || out > INT32_MAX)
+        return lwq_errf(e, LWQ_EINVAL, "cuda gemm: dims exceed the cuBLAS int range");
+    CU(cudaSetDevice(c->device), "set device");
+    /* mixed input dtypes: widen the narrower operand(s) to f32 (lossless) */
+    const int same = x->dtype == w->dtype;
+    const lwq_dtype in_dt = same ? x->dtype : LWQ_F32;
+    const int conv_x = x->dtype != in_dt, conv_w = w->dtype != in_dt;
+    /* cuBLAS writes C directly when it is the output dtype it supports for these inputs and no
+     * bias is needed; otherwise C is f32 staging and one kernel adds the bias and rounds once */
+    const int direct = !bias && (y->dtype == in_dt || y->dtype == LWQ_F32);
+    size_t bx = conv_x ? (size_t)(n * in) * 4 : 0, bw = conv_w ? (size_t)(out * in) * 4 : 0;
+    size_t bc = direct ? 0 : (size_t)(n * out) * 4;
+    int rc = ws_reserve(c, bx + bw + bc + 256, e);
+    if (rc < 0)
+        return rc;
+    char *ws = (char *)c->ws;
+    const void *xp = x->data, *wp = w->data;
+    if (conv_x) {
+        k_to_f32<<<grid_for(n * in, 256), 256, 0, c->stream>>>(x->data, x->dtype, (float *)ws,
+                                                                n * in);
+        LAUNCHED("gemm convert x");
+        xp = ws;
+    }
+    if (conv_w) {
+        k_to_f32<<<grid_for(out * in, 256), 256, 0, c->stream>>>(w->data, w->dtype,
+                                                                 (float *)(ws + bx), out * in);
+        LAUNCHED("gemm convert w");
+        wp = ws + bx;
+    }
+    void *cp = direct ? y->data : (void *)(ws + bx + bw);
+    cudaDataType_t ct = direct ? cuda_type(y->dtype) : CUDA_R_32F;
+    const float alpha = 1.0f, beta = 0.0f;
+    /* row-major y (n, out) = x (n, in) W^T is column-major y^T (out, n) = W (out, in) x^T:
+     * A = W seen column-major as (in, out) -> op T; B = x seen as (in, n) -> op N */
+    CUBLAS(cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)out, (int)n, (int)in, &alpha, wp,
+                        cuda_type(in_dt), (int)in, xp, cuda_type(in_dt), (int)in, &beta, cp, ct,
+                        (int)out, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+           "gemm");
+    if (!direct) {
+        k_bias_cast<<<grid_for(n * out, 256), 256, 0, c->stream>>>(
+            (const float *)cp, bias ? bias->data : NULL, bias ? bias->dtype : LWQ_F32, y->data,
+            y->dtype, n, out);
+        LAUNCHED("gemm bias/cast");
+    }
+    return 0;
+}
+
+/* ---- rmsnorm, rope, element-wise ------------------------------------------------------------- */
+
+#define NORM_BLOCK 256
+
+__global__ void k_rmsnorm(const void *x, lwq_dtype xdt, const void *w, lwq_dtype wdt, void *y,
+                          lwq_dtype ydt, int64_t d, float eps)
+{
+    __shared__ float sh[NORM_BLOCK];
+    const int64_t r = blockIdx.x;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < d; i += NORM_BLOCK) {
+        float v = ld(x, xdt, r * d + i);
+        ss += v * v;
+    }
+    sh[threadIdx.x] = ss;
+    __syncthreads();
+    for (int s = NORM_BLOCK / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s)
+            sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    const float rs = 1.0f / sqrtf(sh[0] / (float)d + eps);
+    for (int64_t i = threadIdx.x; i < d; i += NORM_BLOCK) {
+        float v = lwq_round_to(ld(x, xdt, r * d + i) * rs, xdt);
+        st(y, ydt, r * d + i, lwq_round_to(ld(w, wdt, i) * v, ydt));
+    }
+}
+
+static int cu_rmsnorm(void *vctx, const lwq_tensor *x, const lwq_tensor *w, float eps,
+                      lwq_tensor *y, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    if (x->shape[0] > INT32_MAX)
+        return lwq_errf(e, LWQ_EINVAL, "cuda rmsnorm: %lld rows exceed the grid",
+                        (long long)x->shape[0]);
+    CU(cudaSetDevice(c->device), "set device");
+    k_rmsnorm<<<(unsigned)x->shape[0], NORM_BLOCK, 0, c->stream>>>(
+        x->data, x->dtype, w->data, w->dtype, y->data, y->dtype, x->shape[1], eps);
+    LAUNCHED("rmsnorm");
+    return 0;
+}
+
+__global__ void k_rope(void *x, lwq_dtype dt, int64_t rows, int64_t cols, int64_t hd,
+                       const int32_t *pos, const float *inv, float scaling)
+{
+    const int64_t half = hd / 2, per_row = cols / 2, n = rows * per_row;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = t / per_row, p = t % per_row, h = p / half, i = p % half;
+        float ang = (float)pos[r] * inv[i];
+        float cs = lwq_round_to(cosf(ang) * scaling, dt), sn = lwq_round_to(sinf(ang) * scaling, dt);
+        int64_t a = r * cols + h * hd + i, b = a + half;
+        float x1 = ld(x, dt, a), x2 = ld(x, dt, b);
+        st(x, dt, a, lwq_round_to(x1 * cs, dt) + lwq_round_to(-x2 * sn, dt));
+        st(x, dt, b, lwq_round_to(x2 * cs, dt) + lwq_round_to(x1 * sn, dt));
+    }
+}
+
+static int cu_rope(void *vctx, lwq_tensor *x, int64_t head_dim, const lwq_tensor *pos,
+                   const lwq_tensor *inv_freq, float attn_scaling, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    int64_t n = x->shape[0] * (x->shape[1] / 2);
+    k_rope<<<grid_for(n, 256), 256, 0, c->stream>>>(x->data, x->dtype, x->shape[0], x->shape[1],
+                                                     head_dim, (const int32_t *)pos->data,
+                                                     (const float *)inv_freq->data, attn_scaling);
+    LAUNCHED("rope");
+    return 0;
+}
+
+__global__ void k_ew(const void *a, lwq_dtype adt, const void *b, lwq_dtype bdt, void *out,
+                     lwq_dtype odt, int64_t n, int kind)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float x = ld(a, adt, i), y = ld(b, bdt, i);
+        float v = kind == 0 ? lwq_round_to(x / (1.0f + expf(-x)), adt) * y : x + y;
+        st(out, odt, i, v);
+    }
+}
+
+static int cu_swiglu(void *vctx, const lwq_tensor *g, const lwq_tensor *u, lwq_tensor *out,
+                     lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    int64_t n = lwq_tensor_numel(out);
+    k_ew<<<grid_for(n, 256), 256, 0, c->stream>>>(g->data, g->dtype, u->data, u->dtype, out->data,
+                                                   out->dtype, n, 0);
+    LAUNCHED("swiglu");
+    return 0;
+}
+
+static int cu_add(void *vctx, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    int64_t n = lwq_tensor_numel(acc);
+    k_ew<<<grid_for(n, 256), 256, 0, c->stream>>>(acc->data, acc->dtype, x->data, x->dtype,
+                                                   acc->data, acc->dtype, n, 1);
+    LAUNCHED("add");
+    return 0;
+}
+
+/* ---- attention: one warp per (sequence, head, query row), online softmax over its keys ------- */
+
+template <int PER_LANE>
+__global__ void k_attention(const void *q, const void *k, const void *v, void *out,
+                            const uint8_t *valid, lwq_dtype dt, lwq_dtype odt, int64_t B,
+                            int64_t T, int H, int KV, int64_t hd, float scale)
+{
+    const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
+    const int lane = threadIdx.x & 31;
+    if (warp >= B * H * T)
+        return; /* whole warps leave together: blockDim is a multiple of 32 */
+    const int64_t i = warp % T, h = (warp / T) % H, b = warp / (T * H);
+    const int64_t g = h / (H / KV);
+    const int64_t qrow = (b * T + i) * H * hd + h * hd;
+    float qr[PER_LANE], acc[PER_LANE];
+    for (int u = 0; u < PER_LANE; u++) {
+        int64_t d = lane + 32 * u;
+        qr[u] = d < hd ? ld(q, dt, qrow + d) : 0.0f;
+        acc[u] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int64_t j = 0; j <= i; j++) {
+        if (valid && !valid[b * T + j])
+            continue;
+        const int64_t krow = (b * T + j) * KV * hd + g * hd;
+        float s = 0.0f;
+        for (int u = 0; u < PER_LANE; u++) {
+            int64_t d = lane + 32 * u;
+            if (d < hd)
+                s += qr[u] * ld(k, dt, krow + d);
+        }
+        for (int off = 16; off > 0; off >>= 1)
+            s += __shfl_xor_sync(0xffffffffu, s, off);
+        s *= scale;
+        float mn = s > m ? s : m;
+        float corr = expf(m - mn), p = expf(s - mn);
+        l = l * corr + p;
+        for (int u = 0; u < PER_LANE; u++) {
+            int64_t d = lane + 32 * u;
+            acc[u] = acc[u] * corr + (d < hd ? p * ld(v, dt, krow + d) : 0.0f);
+        }
+        m = mn;
+    }
+    for (int u = 0; u < PER_LANE; u++) {
+        int64_t d = lane + 32 * u;
+        if (d < hd)
+            st(out, odt, qrow + d, l > 0.0f ? acc[u] / l : 0.0f);
+    }
+}
+
+static int cu_attention(void *vctx, const lwq_attn_args *a, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    const int64_t warps = a->batch * a->n_heads * a->seq;
+    const int64_t blocks64 = (warps * 32 + 127) / 128;
+    if (blocks64 > INT32_MAX)
+        return lwq_errf(e, LWQ_EINVAL, "cuda attention: %lld query rows exceed the grid",
+                        (long long)warps);
+    const unsigned blocks = (unsigned)blocks64;
+    const uint8_t *valid = a->key_valid ? (const uint8_t *)a->key_valid->data : NULL;
+#define ATT_LAUNCH(P)                                                                              \
+    k_attention<P><<<blocks, 128, 0, c->stream>>>(a->q->data, a->k->data, a->v->data,          \
+                                                  a->out->data, valid, a->q->dtype,             \
+                                                  a->out->dtype, a->batch, a->seq, a->n_heads,  \
+                                                  a->n_kv_heads, a->head_dim, a->scale)
+    if (a->head_dim <= 64)
+        ATT_LAUNCH(2);
+    else if (a->head_dim <= 128)
+        ATT_LAUNCH(4);
+    else if (a->head_dim <= 256)
+        ATT_LAUNCH(8);
+    else if (a->head_dim <= 512)
+        ATT_LAUNCH(16);
+    else
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "cuda attention: head_dim %lld > 512",
+                        (long long)a->head_dim);
+#undef ATT_LAUNCH
+    LAUNCHED("attention");
+    return 0;
+}
+
+/* ---- MoE ------------------------------------------------------------------------------------- */
+
+/* Next pick in (value descending, index ascending) order after (pv, pi); NaN never picked. */
+__device__ __forceinline__ bool after(float v, int i, float pv, int pi)
+{
+    return v < pv || (v == pv && i > pi);
+}
+
+__global__ void k_route(const void *lg, lwq_dtype dt, int64_t n, int E, int k, int mode,
+                        lwq_dtype wdt, int32_t *idx, float *w)
+{
+    const int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (r >= n)
+        return;
+    const int64_t base = r * E;
+    float mx = -INFINITY, sum = 0.0f;
+    const bool soft = mode != LWQ_ROUTE_TOPK_SOFTMAX;
+    if (soft) {
+        for (int i = 0; i < E; i++) {
+            float v = ld(lg, dt, base + i);
+            mx = v > mx ? v : mx;
+        }
+        for (int i = 0; i < E; i++)
+            sum += expf(ld(lg, dt, base + i) - mx);
+    }
+    float pv = INFINITY;
+    int pi = -1;
+    for (int s = 0; s < k; s++) {
+        int best = -1;
+        float bv = 0.0f;
+        for (int i = 0; i < E; i++) {
+            float v = ld(lg, dt, base + i);
+            if (soft)
+                v = expf(v - mx) / sum;
+            if (v != v || !after(v, i, pv, pi))
+                continue;
+            if (best < 0 || v > bv) {
+                best = i;
+                bv = v;
+            }
+        }
+        idx[r * k + s] = best;
+        w[r * k + s] = bv;
+        pv = bv;
+        pi = best;
+    }
+    float *wr = w + r * k;
+    if (mode == LWQ_ROUTE_TOPK_SOFTMAX) {
+        float m0 = wr[0], z = 0.0f;
+        for (int s = 0; s < k; s++) {
+            wr[s] = expf(wr[s] - m0);
+            z += wr[s];
+        }
+        for (int s = 0; s < k; s++)
+            wr[s] /= z;
+    } else if (mode == LWQ_ROUTE_SOFTMAX_TOPK_NORM) {
+        float z = 0.0f;
+        for (int s = 0; s < k; s++)
+            z += wr[s];
+        for (int s = 0; s < k; s++)
+            wr[s] /= z;
+    }
+    for (int s = 0; s < k; s++)
+        wr[s] = lwq_round_to(wr[s], wdt);
+}
+
+static int cu_moe_route(void *vctx, const lwq_tensor *logits, int k, lwq_route_mode mode,
+                        lwq_dtype wdt, lwq_tensor *idx, lwq_tensor *wts, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    int64_t n = logits->shape[0];
+    k_route<<<grid_for(n, 128), 128, 0, c->stream>>>(logits->data, logits->dtype, n,
+                                                      (int)logits->shape[1], k, (int)mode, wdt,
+                                                      (int32_t *)idx->data, (float *)wts->data);
+    LAUNCHED("moe_route");
+    return 0;
+}
+
+__global__ void k_gather(const void *src, lwq_dtype sdt, int64_t nsrc, const int32_t *rows,
+                         void *dst, lwq_dtype ddt, int64_t m, int64_t d, unsigned int *err)
+{
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < m * d;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = t / d, col = t % d;
+        int32_t r = rows[i];
+        if (r < 0 || r >= nsrc) {
+            atomicOr(err, 1u);
+            st(dst, ddt, t, 0.0f);
+            continue;
+        }
+        st(dst, ddt, t, ld(src, sdt, (int64_t)r * d + col));
+    }
+}
+
+static int cu_gather_rows(void *vctx, const lwq_tensor *src, const lwq_tensor *rows,
+                          lwq_tensor *dst, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    int64_t m = rows->shape[0], d = src->shape[1];
+    k_gather<<<grid_for(m * d, 256), 256, 0, c->stream>>>(src->data, src->dtype, src->shape[0],
+                                                           (const int32_t *)rows->data, dst->data,
+                                                           dst->dtype, m, d, c->flags + 2);
+    LAUNCHED("gather_rows");
+    return 0;
+}
+
+__global__ void k_combine(const void *y, lwq_dtype ydt, int64_t my, const int32_t *slot,
+                          const float *w, void *out, lwq_dtype odt, int64_t n, int64_t k, int64_t d)
+{
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n * d;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t tok = t / d, col = t % d;
+        float acc = 0.0f;
+        for (int64_t s = 0; s < k; s++) {
+            int32_t r = slot[tok * k + s];
+            if (r < 0 || r >= my)
+                continue;
+            acc = lwq_round_to(acc + lwq_round_to(w[tok * k + s] * ld(y, ydt, r * d + col), odt),
+                               odt);
+        }
+        st(out, odt, t, acc);
+    }
+}
+
+static int cu_moe_combine(void *vctx, const lwq_tensor *y, const lwq_tensor *slot_rows,
+                          const lwq_tensor *wts, lwq_tensor *out, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    int64_t n = out->shape[0], d = out->shape[1];
+    k_combine<<<grid_for(n * d, 256), 256, 0, c->stream>>>(
+        y->data, y->dtype, y->shape[0], (const int32_t *)slot_rows->data,
+        (const float *)wts->data, out->data, out->dtype, n, slot_rows->shape[1], d);
+    LAUNCHED("moe_combine");
+    return 0;
+}
+
+/* ---- amax ------------------------------------------------------------------------------------ */
+
+__global__ void k_amax(const void *x, lwq_dtype dt, const uint8_t *valid, int64_t rows, int64_t d,
+                       unsigned int *flags)
+{
+    __shared__ float sh[256];
+    __shared__ int shn[256];
+    float m = 0.0f;
+    int nan = 0;
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < rows * d;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        if (valid && !valid[t / d])
+            continue;
+        float a = fabsf(ld(x, dt, t));
+        nan |= a != a;
+        m = a > m ? a : m;
+    }
+    sh[threadIdx.x] = m;
+    shn[threadIdx.x] = nan;
+    __syncthreads();
+    for (int s = 128; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) {
+            sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+            shn[threadIdx.x] |= shn[threadIdx.x + s];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) {
+        /* non-negative floats order like their bit patterns: max is exact and order-free */
+        atomicMax(flags, __float_as_uint(sh[0]));
+        if (shn[0])
+            atomicOr(flags + 1, 1u);
+    }
+}
+
+static int cu_amax(void *vctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
+                   lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaMemsetAsync(c->flags, 0, 2 * sizeof(unsigned int), c->stream), "amax reset");
+    int64_t rows = x->shape[0], d = x->shape[1];
+    k_amax<<<grid_for(rows * d, 256) > 4096 ? 4096 : grid_for(rows * d, 256), 256, 0,
+             c->stream>>>(x->data, x->dtype,
+                          row_valid ? (const uint8_t *)row_valid->data : NULL, rows, d, c->flags);
+    LAUNCHED("amax");
+    unsigned int f[2];
+    CU(cudaMemcpyAsync(f, c->flags, sizeof f, cudaMemcpyDeviceToHost, c->stream), "amax read");
+    CU(cudaStreamSynchronize(c->stream), "amax sync");
+    float v;
+    memcpy(&v, &f[0], 4);
+    *out = f[1] ? NAN : v;
+    return 0;
+}
+
+/* ---- table ----------------------------------------------------------------------------------- */
+
+static void cu_destroy(void *vctx)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    if (!c)
+        return;
+    cudaSetDevice(c->device);
+    if (c->stream)
+        cudaStreamSynchronize(c->stream);
+    if (c->ws)
+        cudaFree(c->ws);
+    if (c->flags)
+        cudaFree(c->flags);
+    if (c->blas)
+        cublasDestroy(c->blas);
+    if (c->stream)
+        cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+static const lwq_backend_ops cuda_ops = {
+    "cuda",          LWQ_DEV_CUDA,  cu_destroy,     cu_alloc,       cu_free,
+    cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
+    cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
+    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,
+};
+
+extern "C" int lwq_backend_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); /* clear the sticky "no driver" error */
+        return 0;
+    }
+    return n;
+}
+
+extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e)
+{
+    be->ops = NULL;
+    be->ctx = NULL;
+    int n = lwq_backend_cuda_device_count();
+    if (device < 0 || device >= n)
+        return lwq_errf(e, LWQ_EDEVICE, "cuda backend: device %d requested, %d present", device,
+                        n);
+    cuda_ctx *c = (cuda_ctx *)calloc(1, sizeof *c);
+    if (!c)
+        return lwq_errf(e, LWQ_ENOMEM, "cuda backend: no memory for the context");
+    c->device = device;
+    int rc = 0;
+    cudaError_t err;
+    if ((err = cudaSetDevice(device)) != cudaSuccess ||
+        (err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
+        (err = cudaMalloc((void **)&c->flags, 4 * sizeof(unsigned int))) != cudaSuccess ||
+        (err = cudaMemset(c->flags, 0, 4 * sizeof(unsigned int))) != cudaSuccess) {
+        rc = lwq_errf(e, LWQ_EDEVICE, "cuda backend on device %d: %s", device,
+                      cudaGetErrorString(err));
+    } else if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
+               cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+        rc = lwq_errf(e, LWQ_EDEVICE, "cuda backend on device %d: cuBLAS init failed", device);
+    }
+    if (rc < 0) {
+        cu_destroy(c);
+        return rc;
+    }
+    be->ops = &cuda_ops;
+    be->ctx = c;
+    return 0;
+}

@@ -1,0 +1,458 @@
+/* layout/arch.c — per-architecture layer plans and the checkpoint check (contract in arch.h).
+ * Names and shapes follow transformers' modeling_<type>.py for each model_type (and
+ * spec/ARCHITECTURES.md); a new architecture is one more plan_* function here. */
+#include "layout/arch.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct builder {
+    lwq_arch_layer *l;
+    int tcap, lcap;
+    const lwq_model_config *c;
+    char pre[LWQ_ARCH_NAME_MAX]; /* "model.layers.7." with the weight prefix */
+    int oom;
+} builder;
+
+const char *lwq_linear_role_name(lwq_linear_role r)
+{
+    static const char *n[LWQ_ROLE_COUNT] = {
+        [LWQ_ROLE_Q] = "q_proj",
+        [LWQ_ROLE_K] = "k_proj",
+        [LWQ_ROLE_V] = "v_proj",
+        [LWQ_ROLE_O] = "o_proj",
+        [LWQ_ROLE_GATE] = "gate_proj",
+        [LWQ_ROLE_UP] = "up_proj",
+        [LWQ_ROLE_DOWN] = "down_proj",
+        [LWQ_ROLE_EXPERT_GATE] = "expert_gate",
+        [LWQ_ROLE_EXPERT_UP] = "expert_up",
+        [LWQ_ROLE_EXPERT_DOWN] = "expert_down",
+        [LWQ_ROLE_SHARED_GATE] = "shared_gate",
+        [LWQ_ROLE_SHARED_UP] = "shared_up",
+        [LWQ_ROLE_SHARED_DOWN] = "shared_down",
+        [LWQ_ROLE_ROUTER] = "router",
+        [LWQ_ROLE_SHARED_EXPERT_GATE] = "shared_expert_gate",
+        [LWQ_ROLE_Q_A] = "q_a_proj",
+        [LWQ_ROLE_Q_B] = "q_b_proj",
+        [LWQ_ROLE_KV_A] = "kv_a_proj_with_mqa",
+        [LWQ_ROLE_KV_B] = "kv_b_proj",
+        [LWQ_ROLE_LIN_QKVZ] = "in_proj_qkvz",
+        [LWQ_ROLE_LIN_BA] = "in_proj_ba",
+        [LWQ_ROLE_LIN_OUT] = "out_proj",
+    };
+    return (unsigned)r < LWQ_ROLE_COUNT ? n[r] : "?";
+}
+
+const char *lwq_arch_issue_name(lwq_arch_issue_kind k)
+{
+    switch (k) {
+    case LWQ_ARCH_MISSING: return "missing";
+    case LWQ_ARCH_BAD_SHAPE: return "bad shape";
+    case LWQ_ARCH_UNEXPECTED: return "unexpected";
+    case LWQ_ARCH_EXTRA_LAYER: return "extra layer";
+    }
+    return "?";
+}
+
+void lwq_arch_layer_free(lwq_arch_layer *l)
+{
+    if (!l)
+        return;
+    free(l->tensors);
+    free(l->linears);
+    memset(l, 0, sizeof *l);
+}
+
+/* Append a tensor named pre + printf(fmt); shape given as ndim values. */
+static lwq_arch_tensor *tensor(builder *b, lwq_tensor_kind kind, int optional, int ndim, int64_t d0,
+                               int64_t d1, int64_t d2, const char *fmt, ...)
+    __attribute__((format(printf, 8, 9)));
+static lwq_arch_tensor *tensor(builder *b, lwq_tensor_kind kind, int optional, int ndim, int64_t d0,
+                               int64_t d1, int64_t d2, const char *fmt, ...)
+{
+    lwq_arch_layer *l = b->l;
+    if (b->oom)
+        return NULL;
+    if (l->ntensors == b->tcap) {
+        int cap = b->tcap ? 2 * b->tcap : 32;
+        lwq_arch_tensor *t = realloc(l->tensors, (size_t)cap * sizeof *t);
+        if (!t) {
+            b->oom = 1;
+            return NULL;
+        }
+        l->tensors = t;
+        b->tcap = cap;
+    }
+    lwq_arch_tensor *t = &l->tensors[l->ntensors++];
+    memset(t, 0, sizeof *t);
+    size_t n = (size_t)snprintf(t->name, sizeof t->name, "%s", b->pre);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name + n, sizeof t->name - n, fmt, ap);
+    va_end(ap);
+    t->kind = kind;
+    t->optional = optional;
+    t->ndim = ndim;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    t->shape[2] = d2;
+    t->linear = -1;
+    return t;
+}
+
+/* Append a linear `module` (relative to pre) with its weight and optional bias tensors. */
+static void linear(builder *b, const char *module, lwq_linear_role role, int expert, int64_t out,
+                   int64_t in, int group, int is_router, int bias)
+{
+    lwq_arch_layer *l = b->l;
+    if (b->oom)
+        return;
+    if (l->nlinears == b->lcap) {
+        int cap = b->lcap ? 2 * b->lcap : 16;
+        lwq_arch_linear *v = realloc(l->linears, (size_t)cap * sizeof *v);
+        if (!v) {
+            b->oom = 1;
+            return;
+        }
+        l->linears = v;
+        b->lcap = cap;
+    }
+    int li = l->nlinears++;
+    lwq_arch_linear *m = &l->linears[li];
+    memset(m, 0, sizeof *m);
+    snprintf(m->name, sizeof m->name, "%s%s", b->pre, module);
+    m->role = role;
+    m->expert = expert;
+    m->out_features = out;
+    m->in_features = in;
+    m->group = group;
+    m->is_router = is_router;
+    m->has_bias = bias;
+    lwq_arch_tensor *t = tensor(b, LWQ_TK_WEIGHT, 0, 2, out, in, 0, "%s.weight", module);
+    if (t)
+        t->linear = li;
+    if (bias && (t = tensor(b, LWQ_TK_BIAS, 0, 1, out, 0, 0, "%s.bias", module)))
+        t->linear = li;
+}
+
+static int new_group(builder *b) { return b->l->ngroups++; }
+
+/* q/k/v/o attention of llama, qwen2, qwen3(_moe), mixtral and qwen3_next full-attention layers. */
+static void plan_gqa_attention(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    int64_t h = c->hidden_size, hd = c->head_dim;
+    int64_t qo = (int64_t)c->num_attention_heads * hd, kvo = (int64_t)c->num_key_value_heads * hd;
+    int qkv_bias = c->attention_bias, o_bias = c->attention_bias;
+    if (c->arch == LWQ_ARCH_QWEN2)
+        o_bias = 0; /* Qwen2: biases on q/k/v only */
+    if (c->arch == LWQ_ARCH_MIXTRAL || c->arch == LWQ_ARCH_QWEN3_NEXT)
+        qkv_bias = o_bias = 0; /* no bias option in these attention classes */
+    int64_t q_out = c->arch == LWQ_ARCH_QWEN3_NEXT ? 2 * qo : qo; /* q and its output gate */
+    int g = new_group(b);
+    linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, q_out, h, g, 0, qkv_bias);
+    linear(b, "self_attn.k_proj", LWQ_ROLE_K, -1, kvo, h, g, 0, qkv_bias);
+    linear(b, "self_attn.v_proj", LWQ_ROLE_V, -1, kvo, h, g, 0, qkv_bias);
+    linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, qo, -1, 0, o_bias);
+    if (c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE ||
+        c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.q_norm.weight");
+        tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.k_norm.weight");
+    }
+    /* Older exports saved RoPE's inverse frequencies as a buffer. */
+    int64_t rot = (int64_t)((double)hd * c->partial_rotary_factor);
+    tensor(b, LWQ_TK_BUFFER, 1, 1, rot / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
+}
+
+static void plan_mla_attention(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    int64_t h = c->hidden_size, H = c->num_attention_heads;
+    int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
+    if (c->q_lora_rank > 0) {
+        /* vLLM fuses q_a_proj and kv_a_proj_with_mqa into one GEMM (fused_qkv_a_proj). */
+        int g = new_group(b);
+        linear(b, "self_attn.q_a_proj", LWQ_ROLE_Q_A, -1, c->q_lora_rank, h, g, 0, 0);
+        tensor(b, LWQ_TK_NORM, 0, 1, c->q_lora_rank, 0, 0, "self_attn.q_a_layernorm.weight");
+        linear(b, "self_attn.q_b_proj", LWQ_ROLE_Q_B, -1, H * qk, c->q_lora_rank, -1, 0, 0);
+        linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
+               c->kv_lora_rank + c->qk_rope_head_dim, h, g, 0, 0);
+    } else {
+        linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, H * qk, h, -1, 0, 0);
+        linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
+               c->kv_lora_rank + c->qk_rope_head_dim, h, -1, 0, 0);
+    }
+    tensor(b, LWQ_TK_NORM, 0, 1, c->kv_lora_rank, 0, 0, "self_attn.kv_a_layernorm.weight");
+    linear(b, "self_attn.kv_b_proj", LWQ_ROLE_KV_B, -1, H * (c->qk_nope_head_dim + c->v_head_dim),
+           c->kv_lora_rank, -1, 0, 0);
+    linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, H * c->v_head_dim, -1, 0, 0);
+    tensor(b, LWQ_TK_BUFFER, 1, 1, c->qk_rope_head_dim / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
+}
+
+static void plan_linear_attention(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    int64_t h = c->hidden_size;
+    int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
+    int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+    int64_t nv = c->linear_num_value_heads;
+    /* in_proj_qkvz and in_proj_ba read the same input but are separate GEMMs in vLLM, so they
+     * are not a fused group. */
+    linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
+    linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
+    tensor(b, LWQ_TK_PARAM, 0, 3, 2 * kd + vd, 1, c->linear_conv_kernel_dim,
+           "linear_attn.conv1d.weight");
+    tensor(b, LWQ_TK_PARAM, 0, 1, nv, 0, 0, "linear_attn.dt_bias");
+    tensor(b, LWQ_TK_PARAM, 0, 1, nv, 0, 0, "linear_attn.A_log");
+    tensor(b, LWQ_TK_NORM, 0, 1, c->linear_value_head_dim, 0, 0, "linear_attn.norm.weight");
+    linear(b, "linear_attn.out_proj", LWQ_ROLE_LIN_OUT, -1, h, vd, -1, 0, 0);
+}
+
+static void plan_dense_mlp(builder *b, int64_t inter)
+{
+    int64_t h = b->c->hidden_size;
+    int bias = b->c->arch == LWQ_ARCH_LLAMA && b->c->mlp_bias;
+    int g = new_group(b);
+    linear(b, "mlp.gate_proj", LWQ_ROLE_GATE, -1, inter, h, g, 0, bias);
+    linear(b, "mlp.up_proj", LWQ_ROLE_UP, -1, inter, h, g, 0, bias);
+    linear(b, "mlp.down_proj", LWQ_ROLE_DOWN, -1, h, inter, -1, 0, bias);
+}
+
+static void plan_moe(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    int64_t h = c->hidden_size, mi = c->moe_intermediate_size;
+    int E = c->num_experts;
+    char m[96];
+    if (c->arch == LWQ_ARCH_MIXTRAL) {
+        linear(b, "block_sparse_moe.gate", LWQ_ROLE_ROUTER, -1, E, h, -1, 1, 0);
+        for (int e = 0; e < E; e++) {
+            int g = new_group(b);
+            snprintf(m, sizeof m, "block_sparse_moe.experts.%d.w1", e);
+            linear(b, m, LWQ_ROLE_EXPERT_GATE, e, mi, h, g, 0, 0);
+            snprintf(m, sizeof m, "block_sparse_moe.experts.%d.w3", e);
+            linear(b, m, LWQ_ROLE_EXPERT_UP, e, mi, h, g, 0, 0);
+            snprintf(m, sizeof m, "block_sparse_moe.experts.%d.w2", e);
+            linear(b, m, LWQ_ROLE_EXPERT_DOWN, e, h, mi, -1, 0, 0);
+        }
+        return;
+    }
+    linear(b, "mlp.gate", LWQ_ROLE_ROUTER, -1, E, h, -1, 1, 0);
+    if (c->arch == LWQ_ARCH_DEEPSEEK_V3)
+        tensor(b, LWQ_TK_PARAM, 0, 1, E, 0, 0, "mlp.gate.e_score_correction_bias");
+    for (int e = 0; e < E; e++) {
+        int g = new_group(b);
+        snprintf(m, sizeof m, "mlp.experts.%d.gate_proj", e);
+        linear(b, m, LWQ_ROLE_EXPERT_GATE, e, mi, h, g, 0, 0);
+        snprintf(m, sizeof m, "mlp.experts.%d.up_proj", e);
+        linear(b, m, LWQ_ROLE_EXPERT_UP, e, mi, h, g, 0, 0);
+        snprintf(m, sizeof m, "mlp.experts.%d.down_proj", e);
+        linear(b, m, LWQ_ROLE_EXPERT_DOWN, e, h, mi, -1, 0, 0);
+    }
+    if ((c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) &&
+        c->n_shared_experts > 0) {
+        int64_t si = mi * c->n_shared_experts;
+        int g = new_group(b);
+        linear(b, "mlp.shared_experts.gate_proj", LWQ_ROLE_SHARED_GATE, -1, si, h, g, 0, 0);
+        linear(b, "mlp.shared_experts.up_proj", LWQ_ROLE_SHARED_UP, -1, si, h, g, 0, 0);
+        linear(b, "mlp.shared_experts.down_proj", LWQ_ROLE_SHARED_DOWN, -1, h, si, -1, 0, 0);
+    }
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT && c->shared_expert_intermediate_size > 0) {
+        int64_t si = c->shared_expert_intermediate_size;
+        int g = new_group(b);
+        linear(b, "mlp.shared_expert.gate_proj", LWQ_ROLE_SHARED_GATE, -1, si, h, g, 0, 0);
+        linear(b, "mlp.shared_expert.up_proj", LWQ_ROLE_SHARED_UP, -1, si, h, g, 0, 0);
+        linear(b, "mlp.shared_expert.down_proj", LWQ_ROLE_SHARED_DOWN, -1, h, si, -1, 0, 0);
+        linear(b, "mlp.shared_expert_gate", LWQ_ROLE_SHARED_EXPERT_GATE, -1, 1, h, -1, 1, 0);
+    }
+}
+
+int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *out, lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    if (layer < 0 || layer >= c->num_hidden_layers)
+        return lwq_errf(e, LWQ_EINVAL, "layer %d is outside 0..%d", layer, c->num_hidden_layers - 1);
+    if ((unsigned)c->arch >= LWQ_ARCH_COUNT)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "no layer plan for model_type '%s'", c->model_type);
+    builder b = {.l = out, .c = c};
+    snprintf(b.pre, sizeof b.pre, "%smodel.layers.%d.", c->weight_prefix, layer);
+    out->layer = layer;
+    out->is_moe = lwq_config_layer_is_moe(c, layer);
+    out->is_mla = c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    out->is_linear_attn = c->layer_is_linear ? c->layer_is_linear[layer] : 0;
+
+    tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
+    if (out->is_mla)
+        plan_mla_attention(&b);
+    else if (out->is_linear_attn)
+        plan_linear_attention(&b);
+    else
+        plan_gqa_attention(&b);
+    tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "post_attention_layernorm.weight");
+    if (out->is_moe)
+        plan_moe(&b);
+    else
+        plan_dense_mlp(&b, c->intermediate_size);
+    if (b.oom) {
+        lwq_arch_layer_free(out);
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d plan: out of memory", layer);
+    }
+    return 0;
+}
+
+int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    builder b = {.l = out, .c = c};
+    out->layer = -1;
+    snprintf(b.pre, sizeof b.pre, "%s", c->weight_prefix);
+    tensor(&b, LWQ_TK_EMBED, 0, 2, c->vocab_size, c->hidden_size, 0, "model.embed_tokens.weight");
+    tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "model.norm.weight");
+    /* Tied models usually omit lm_head; some save the shared matrix under both names. */
+    tensor(&b, LWQ_TK_LM_HEAD, c->tie_word_embeddings, 2, c->vocab_size, c->hidden_size, 0,
+           "lm_head.weight");
+    if (b.oom) {
+        lwq_arch_layer_free(out);
+        return lwq_errf(e, LWQ_ENOMEM, "tail plan: out of memory");
+    }
+    return 0;
+}
+
+const lwq_arch_linear *lwq_arch_find_linear(const lwq_arch_layer *l, const char *module)
+{
+    for (int i = 0; i < l->nlinears; i++)
+        if (!strcmp(l->linears[i].name, module))
+            return &l->linears[i];
+    return NULL;
+}
+
+const lwq_arch_tensor *lwq_arch_find_tensor(const lwq_arch_layer *l, const char *name)
+{
+    for (int i = 0; i < l->ntensors; i++)
+        if (!strcmp(l->tensors[i].name, name))
+            return &l->tensors[i];
+    return NULL;
+}
+
+/* ---- checkpoint check ------------------------------------------------------------------------ */
+
+void lwq_arch_report_free(lwq_arch_report *r)
+{
+    if (!r)
+        return;
+    free(r->v);
+    memset(r, 0, sizeof *r);
+}
+
+static int issue(lwq_arch_report *r, lwq_arch_issue_kind k, int layer, const char *name,
+                 const char *detail, lwq_error *e)
+{
+    if (r->n == r->cap) {
+        int cap = r->cap ? 2 * r->cap : 16;
+        lwq_arch_issue *v = realloc(r->v, (size_t)cap * sizeof *v);
+        if (!v)
+            return lwq_errf(e, LWQ_ENOMEM, "arch check: out of memory");
+        r->v = v;
+        r->cap = cap;
+    }
+    lwq_arch_issue *x = &r->v[r->n++];
+    x->kind = k;
+    x->layer = layer;
+    snprintf(x->name, sizeof x->name, "%s", name);
+    snprintf(x->detail, sizeof x->detail, "%s", detail ? detail : "");
+    r->count[k]++;
+    return 0;
+}
+
+static void fmt_shape(char *out, size_t cap, int ndim, const int64_t *s)
+{
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int i = 0; i < ndim && n < cap; i++)
+        n += (size_t)snprintf(out + n, cap - n, "%s%lld", i ? ", " : "", (long long)s[i]);
+    if (n < cap)
+        snprintf(out + n, cap - n, "]");
+}
+
+static int cmp_tensor_ptr(const void *a, const void *b)
+{
+    return strcmp((*(const lwq_arch_tensor *const *)a)->name, (*(const lwq_arch_tensor *const *)b)->name);
+}
+
+/* Compare one plan with the checkpoint tensors listed in `have`. */
+static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_ckpt_layer *have,
+                      lwq_arch_report *r, lwq_error *e)
+{
+    int rc = 0;
+    const lwq_arch_tensor **sorted = malloc(((size_t)plan->ntensors + 1) * sizeof *sorted);
+    if (!sorted)
+        return lwq_errf(e, LWQ_ENOMEM, "arch check: out of memory");
+    for (int i = 0; i < plan->ntensors; i++)
+        sorted[i] = &plan->tensors[i];
+    qsort(sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr);
+    for (int i = 0; rc == 0 && i < plan->ntensors; i++) {
+        const lwq_arch_tensor *p = &plan->tensors[i];
+        const lwq_ckpt_tensor *t = lwq_ckpt_find(c, p->name);
+        if (!t) {
+            if (!p->optional)
+                rc = issue(r, LWQ_ARCH_MISSING, plan->layer, p->name, NULL, e);
+            continue;
+        }
+        int same = t->ndim == p->ndim;
+        for (int d = 0; same && d < p->ndim; d++)
+            same = t->shape[d] == p->shape[d];
+        if (!same) {
+            char a[40], b[40], det[96];
+            fmt_shape(a, sizeof a, p->ndim, p->shape);
+            fmt_shape(b, sizeof b, t->ndim, t->shape);
+            snprintf(det, sizeof det, "expected %s, found %s", a, b);
+            rc = issue(r, LWQ_ARCH_BAD_SHAPE, plan->layer, p->name, det, e);
+        }
+    }
+    for (int i = 0; rc == 0 && i < have->n; i++) {
+        const char *name = c->tensors[have->idx[i]].name;
+        lwq_arch_tensor key;
+        snprintf(key.name, sizeof key.name, "%s", name);
+        const lwq_arch_tensor *kp = &key;
+        if (strlen(name) >= sizeof key.name ||
+            !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr))
+            rc = issue(r, LWQ_ARCH_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
+    }
+    free(sorted);
+    return rc;
+}
+
+int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
+{
+    memset(r, 0, sizeof *r);
+    const lwq_model_config *cfg = &c->cfg;
+    int rc = 0;
+    for (int l = 0; rc == 0 && l < c->nlayers; l++) {
+        if (l >= cfg->num_hidden_layers) {
+            char name[LWQ_ARCH_NAME_MAX], det[96];
+            snprintf(name, sizeof name, "%smodel.layers.%d.*", cfg->weight_prefix, l);
+            snprintf(det, sizeof det, "%d tensors beyond num_hidden_layers %d pass through",
+                     c->layers[l].n, cfg->num_hidden_layers);
+            rc = issue(r, LWQ_ARCH_EXTRA_LAYER, l, name, det, e);
+            continue;
+        }
+        lwq_arch_layer plan;
+        if ((rc = lwq_arch_layer_plan(cfg, l, &plan, e)) != 0)
+            break;
+        rc = check_part(c, &plan, &c->layers[l], r, e);
+        lwq_arch_layer_free(&plan);
+    }
+    if (rc == 0) {
+        lwq_arch_layer tail;
+        if ((rc = lwq_arch_tail_plan(cfg, &tail, e)) == 0) {
+            rc = check_part(c, &tail, &c->tail, r, e);
+            lwq_arch_layer_free(&tail);
+        }
+    }
+    if (rc != 0) {
+        lwq_arch_report_free(r);
+        return rc;
+    }
+    return r->count[LWQ_ARCH_MISSING] + r->count[LWQ_ARCH_BAD_SHAPE];
+}

@@ -1,0 +1,578 @@
+/* layout/config.c — config.json -> lwq_model_config (contract in config.h).
+ * Defaults follow the transformers configuration classes of each model_type, so a key that the
+ * config class would fill in may be absent; keys the forward cannot do without are required. */
+#include "layout/config.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define CONFIG_MAX_BYTES (16u << 20)
+
+static const struct {
+    const char *name;
+    lwq_arch_id arch;
+} model_types[] = {
+    {"llama", LWQ_ARCH_LLAMA},         {"mistral", LWQ_ARCH_LLAMA},
+    {"qwen2", LWQ_ARCH_QWEN2},         {"qwen3", LWQ_ARCH_QWEN3},
+    {"qwen3_moe", LWQ_ARCH_QWEN3_MOE}, {"mixtral", LWQ_ARCH_MIXTRAL},
+    {"deepseek_v2", LWQ_ARCH_DEEPSEEK_V2}, {"deepseek_v3", LWQ_ARCH_DEEPSEEK_V3},
+    {"kimi_k2", LWQ_ARCH_DEEPSEEK_V3}, {"qwen3_next", LWQ_ARCH_QWEN3_NEXT},
+};
+
+/* Wrapper configs whose text model is a supported causal LM under "text_config". */
+static const struct {
+    const char *name, *prefix;
+} wrappers[] = {
+    {"kimi_k25", "language_model."},
+};
+
+const char *lwq_supported_model_types(void)
+{
+    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
+           "qwen3_next (and kimi_k25 via its text_config)";
+}
+
+const char *lwq_arch_name(lwq_arch_id a)
+{
+    static const char *names[LWQ_ARCH_COUNT] = {
+        [LWQ_ARCH_LLAMA] = "llama",         [LWQ_ARCH_QWEN2] = "qwen2",
+        [LWQ_ARCH_QWEN3] = "qwen3",         [LWQ_ARCH_QWEN3_MOE] = "qwen3_moe",
+        [LWQ_ARCH_MIXTRAL] = "mixtral",     [LWQ_ARCH_DEEPSEEK_V2] = "deepseek_v2",
+        [LWQ_ARCH_DEEPSEEK_V3] = "deepseek_v3", [LWQ_ARCH_QWEN3_NEXT] = "qwen3_next",
+    };
+    return (unsigned)a < LWQ_ARCH_COUNT ? names[a] : "?";
+}
+
+int lwq_arch_from_model_type(const char *mt, lwq_arch_id *out, lwq_error *e)
+{
+    for (size_t i = 0; i < sizeof model_types / sizeof model_types[0]; i++) {
+        if (!strcmp(mt, model_types[i].name)) {
+            *out = model_types[i].arch;
+            return 0;
+        }
+    }
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "unknown model_type '%s' (supported: %s)", mt,
+                    lwq_supported_model_types());
+}
+
+/* ---- typed key access: JSON null counts as absent (HF writes "rope_scaling": null) ------------ */
+
+static const cJSON *get(const cJSON *o, const char *key)
+{
+    const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
+    return (v && !cJSON_IsNull(v)) ? v : NULL;
+}
+
+typedef struct ctx {
+    const char *path;
+    const char *section; /* "" or "text_config." */
+    lwq_error *e;
+} ctx;
+
+/* An integer key in [lo, hi]; `req` makes absence an error, else *out = def. */
+static int get_int(const ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo,
+                   int64_t hi, int64_t *out)
+{
+    const cJSON *v = get(o, key);
+    if (!v) {
+        if (req)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: required key \"%s%s\" is missing", x->path,
+                            x->section, key);
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || v->valuedouble != floor(v->valuedouble))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" must be an integer", x->path, x->section,
+                        key);
+    double d = v->valuedouble;
+    if (d < (double)lo || d > (double)hi)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" = %.0f is outside [%lld, %lld]", x->path,
+                        x->section, key, d, (long long)lo, (long long)hi);
+    *out = (int64_t)d;
+    return 0;
+}
+
+static int get_i32(const ctx *x, const cJSON *o, const char *key, int req, int def, int lo, int hi,
+                   int *out)
+{
+    int64_t v;
+    int rc = get_int(x, o, key, req, def, lo, hi, &v);
+    if (rc == 0)
+        *out = (int)v;
+    return rc;
+}
+
+static int get_num(const ctx *x, const cJSON *o, const char *key, double def, double *out)
+{
+    const cJSON *v = get(o, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsNumber(v) || !isfinite(v->valuedouble))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" must be a finite number", x->path,
+                        x->section, key);
+    *out = v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const ctx *x, const cJSON *o, const char *key, int def, int *out)
+{
+    const cJSON *v = get(o, key);
+    if (!v) {
+        *out = def;
+        return 0;
+    }
+    if (!cJSON_IsBool(v))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" must be true or false", x->path,
+                        x->section, key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static int get_str(const ctx *x, const cJSON *o, const char *key, const char *def, char *out,
+                   size_t cap)
+{
+    const cJSON *v = get(o, key);
+    const char *s = def;
+    if (v) {
+        if (!cJSON_IsString(v))
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" must be a string", x->path,
+                            x->section, key);
+        s = v->valuestring;
+    }
+    if (strlen(s) >= cap)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" is too long", x->path, x->section, key);
+    snprintf(out, cap, "%s", s);
+    return 0;
+}
+
+#define TRY(expr)                                                                                  \
+    do {                                                                                           \
+        int rc_ = (expr);                                                                          \
+        if (rc_ != 0)                                                                              \
+            return rc_;                                                                            \
+    } while (0)
+
+static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
+{
+    /* transformers 5 writes "dtype", 4 wrote "torch_dtype"; a config may carry both. */
+    const char *key = get(o, "dtype") ? "dtype" : "torch_dtype";
+    const cJSON *v = get(o, key);
+    if (!v) {
+        *out = LWQ_BF16;
+        return 0;
+    }
+    if (!cJSON_IsString(v))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" must be a string", x->path, x->section,
+                        key);
+    *explicit_ = 1;
+    static const struct {
+        const char *s;
+        lwq_dtype t;
+    } m[] = {{"bfloat16", LWQ_BF16}, {"float16", LWQ_F16}, {"half", LWQ_F16},
+             {"float32", LWQ_F32},   {"float", LWQ_F32},   {"float64", LWQ_F64}};
+    for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
+        if (!strcmp(v->valuestring, m[i].s)) {
+            *out = m[i].t;
+            return 0;
+        }
+    }
+    return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: \"%s%s\" = \"%s\" is not a supported dtype", x->path,
+                    x->section, key, v->valuestring);
+}
+
+static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    /* transformers 4: rope_theta + rope_scaling{rope_type|type, ...};
+     * transformers 5: rope_parameters{rope_theta, rope_type, ...}. */
+    const cJSON *params = get(o, "rope_parameters");
+    const cJSON *scaling = get(o, "rope_scaling");
+    if (params && !cJSON_IsObject(params))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%srope_parameters\" must be an object", x->path,
+                        x->section);
+    if (scaling && !cJSON_IsObject(scaling))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%srope_scaling\" must be an object", x->path,
+                        x->section);
+    double def_theta = c->arch == LWQ_ARCH_MIXTRAL ? 1e6 : 10000.0;
+    if (get(o, "rope_theta"))
+        TRY(get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
+    else
+        TRY(get_num(x, params, "rope_theta", def_theta, &c->rope_theta));
+    if (!(c->rope_theta > 0))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: rope_theta must be positive", x->path);
+
+    const cJSON *s = scaling ? scaling : params;
+    double def_partial = c->arch == LWQ_ARCH_QWEN3_NEXT ? 0.25 : 1.0;
+    if (get(o, "partial_rotary_factor"))
+        TRY(get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+    else
+        TRY(get_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+    if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
+
+    c->rope_type = LWQ_ROPE_DEFAULT;
+    c->rope_factor = 1.0;
+    if (!s)
+        return 0;
+    char type[32];
+    TRY(get_str(x, s, get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
+    TRY(get_num(x, s, "factor", 1.0, &c->rope_factor));
+    int64_t orig;
+    if (!strcmp(type, "default")) {
+        c->rope_type = LWQ_ROPE_DEFAULT;
+    } else if (!strcmp(type, "linear")) {
+        c->rope_type = LWQ_ROPE_LINEAR;
+    } else if (!strcmp(type, "llama3")) {
+        c->rope_type = LWQ_ROPE_LLAMA3;
+        TRY(get_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
+        TRY(get_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
+        TRY(get_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
+        c->rope_original_max_position = orig;
+    } else if (!strcmp(type, "yarn")) {
+        c->rope_type = LWQ_ROPE_YARN;
+        TRY(get_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
+        TRY(get_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
+        TRY(get_num(x, s, "mscale", 1.0, &c->rope_mscale));
+        TRY(get_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
+        TRY(get_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
+                    INT64_C(1) << 32, &orig));
+        c->rope_original_max_position = orig;
+    } else {
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                        "%s: rope type \"%s\" is not supported (default, linear, llama3, yarn)",
+                        x->path, type);
+    }
+    if (!(c->rope_factor > 0))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: rope scaling factor must be positive", x->path);
+    return 0;
+}
+
+static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    const int big = 1 << 16;
+    const int64_t bigdim = INT64_C(1) << 22;
+    int64_t v;
+    if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) {
+        TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
+        TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
+    } else {
+        /* transformers 4 qwen3_moe: num_experts; mixtral and transformers 5: num_local_experts */
+        const char *key = get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
+        if (!get(o, key) && !get(o, "num_experts"))
+            return lwq_errf(x->e, LWQ_EFORMAT,
+                            "%s: required key \"%snum_experts\" (or \"num_local_experts\") is "
+                            "missing",
+                            x->path, x->section);
+        TRY(get_i32(x, o, key, 1, 0, 1, big, &c->num_experts));
+    }
+    TRY(get_i32(x, o, "num_experts_per_tok", 1, 0, 1, big, &c->num_experts_per_tok));
+    if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: num_experts_per_tok %d exceeds the %d experts",
+                        x->path, c->num_experts_per_tok, c->num_experts);
+    if (c->arch == LWQ_ARCH_MIXTRAL) {
+        c->moe_intermediate_size = c->intermediate_size; /* Mixtral experts use intermediate_size */
+        c->norm_topk_prob = 1;                           /* always renormalises */
+    } else {
+        TRY(get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
+        c->moe_intermediate_size = v;
+        TRY(get_bool(x, o, "norm_topk_prob", c->arch == LWQ_ARCH_DEEPSEEK_V3, &c->norm_topk_prob));
+    }
+    if (c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        TRY(get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
+        const cJSON *ml = get(o, "mlp_only_layers");
+        if (ml) {
+            if (!cJSON_IsArray(ml))
+                return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%smlp_only_layers\" must be an array",
+                                x->path, x->section);
+            int n = cJSON_GetArraySize(ml);
+            c->mlp_only_layers = calloc((size_t)n + 1, sizeof *c->mlp_only_layers);
+            if (!c->mlp_only_layers)
+                return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
+            const cJSON *it;
+            cJSON_ArrayForEach(it, ml)
+            {
+                if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
+                    it->valuedouble < 0 || it->valuedouble >= c->num_hidden_layers)
+                    return lwq_errf(x->e, LWQ_EFORMAT,
+                                    "%s: \"%smlp_only_layers\" holds an entry that is not a layer "
+                                    "index below %d",
+                                    x->path, x->section, c->num_hidden_layers);
+                c->mlp_only_layers[c->n_mlp_only_layers++] = (int)it->valuedouble;
+            }
+        }
+        TRY(get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
+        c->shared_expert_intermediate_size = v;
+        if (c->arch == LWQ_ARCH_QWEN3_NEXT && v > 0)
+            c->n_shared_experts = 1;
+    } else {
+        c->decoder_sparse_step = 1;
+    }
+    return 0;
+}
+
+static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    const int64_t bigdim = INT64_C(1) << 20;
+    TRY(get_int(x, o, "q_lora_rank", 0, 0, 0, bigdim, &c->q_lora_rank)); /* null: plain q_proj */
+    TRY(get_int(x, o, "kv_lora_rank", 1, 0, 1, bigdim, &c->kv_lora_rank));
+    TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
+    TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
+    TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
+    int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
+    TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
+    TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
+    TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
+    TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
+    TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
+    TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
+                sizeof c->scoring_func));
+    TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
+                sizeof c->topk_method));
+    if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
+                        c->scoring_func);
+    if (c->topk_group > c->n_group)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: topk_group %d exceeds n_group %d", x->path,
+                        c->topk_group, c->n_group);
+    if (c->num_experts % c->n_group != 0)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: n_routed_experts %d is not a multiple of n_group %d",
+                        x->path, c->num_experts, c->n_group);
+    c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim; /* the q/k head width */
+    return 0;
+}
+
+static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    int64_t v;
+    TRY(get_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
+    TRY(get_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
+    TRY(get_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
+    c->linear_key_head_dim = v;
+    TRY(get_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
+    c->linear_value_head_dim = v;
+    TRY(get_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
+    if (c->linear_num_value_heads % c->linear_num_key_heads != 0)
+        return lwq_errf(x->e, LWQ_EFORMAT,
+                        "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
+                        x->path, c->linear_num_value_heads, c->linear_num_key_heads);
+    int n = c->num_hidden_layers;
+    c->layer_is_linear = calloc((size_t)n + 1, 1);
+    if (!c->layer_is_linear)
+        return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
+    const cJSON *lt = get(o, "layer_types");
+    if (lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%slayer_types\" must list %d layer types",
+                            x->path, x->section, n);
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(lt, i);
+            if (cJSON_IsString(t) && !strcmp(t->valuestring, "linear_attention"))
+                c->layer_is_linear[i] = 1;
+            else if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention"))
+                return lwq_errf(x->e, LWQ_EFORMAT,
+                                "%s: layer_types[%d] is not \"linear_attention\" or "
+                                "\"full_attention\"",
+                                x->path, i);
+        }
+    } else {
+        int every;
+        TRY(get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
+        for (int i = 0; i < n; i++)
+            c->layer_is_linear[i] = (i + 1) % every != 0;
+    }
+    return 0;
+}
+
+static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    const int64_t bigdim = INT64_C(1) << 22;
+    int64_t v;
+    int moe = c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_MIXTRAL ||
+              c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3 ||
+              c->arch == LWQ_ARCH_QWEN3_NEXT;
+
+    TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
+    TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
+    TRY(get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
+    TRY(get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
+    TRY(get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
+                &c->num_key_value_heads));
+    TRY(get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
+    /* MoE models without dense layers may omit intermediate_size; checked below when needed. */
+    TRY(get_int(x, o, "intermediate_size", !moe || c->arch == LWQ_ARCH_MIXTRAL, 0, moe ? 0 : 1,
+                bigdim, &c->intermediate_size));
+    TRY(get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
+                &c->max_position_embeddings));
+    double def_eps = (c->arch == LWQ_ARCH_MIXTRAL) ? 1e-5 : 1e-6;
+    TRY(get_num(x, o, "rms_norm_eps", def_eps, &c->rms_norm_eps));
+    if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: rms_norm_eps must be in (0, 1)", x->path);
+    TRY(get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
+    TRY(get_bool(x, o, "attention_bias", c->arch == LWQ_ARCH_QWEN2, &c->attention_bias));
+    if (c->arch == LWQ_ARCH_QWEN2)
+        c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
+    TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
+    TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
+    if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                        "%s: hidden_act \"%s\" is not supported (SwiGLU with silu only)", x->path,
+                        c->hidden_act);
+
+    if (c->num_attention_heads % c->num_key_value_heads != 0)
+        return lwq_errf(x->e, LWQ_EFORMAT,
+                        "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
+                        x->path, c->num_attention_heads, c->num_key_value_heads);
+    if (get(o, "head_dim")) {
+        TRY(get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
+        c->head_dim = v;
+    } else if (c->arch != LWQ_ARCH_DEEPSEEK_V2 && c->arch != LWQ_ARCH_DEEPSEEK_V3) {
+        if (c->hidden_size % c->num_attention_heads != 0)
+            return lwq_errf(x->e, LWQ_EFORMAT,
+                            "%s: no head_dim and hidden_size %lld is not a multiple of "
+                            "num_attention_heads %d",
+                            x->path, (long long)c->hidden_size, c->num_attention_heads);
+        c->head_dim = c->hidden_size / c->num_attention_heads;
+    }
+    TRY(parse_rope(x, o, c));
+
+    if (moe)
+        TRY(parse_moe(x, o, c));
+    if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3)
+        TRY(parse_mla(x, o, c));
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT)
+        TRY(parse_linear_attn(x, o, c));
+    for (int i = 0; i < c->num_hidden_layers; i++) {
+        if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
+            return lwq_errf(x->e, LWQ_EFORMAT,
+                            "%s: layer %d has a dense MLP but \"%sintermediate_size\" is missing",
+                            x->path, i, x->section);
+    }
+    return 0;
+}
+
+void lwq_config_free(lwq_model_config *c)
+{
+    if (!c)
+        return;
+    free(c->mlp_only_layers);
+    free(c->layer_is_linear);
+    cJSON_Delete(c->raw);
+    memset(c, 0, sizeof *c);
+}
+
+int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lwq_error *e)
+{
+    memset(c, 0, sizeof *c);
+    const char *end = NULL;
+    c->raw = cJSON_ParseWithOpts(json, &end, 1);
+    if (!c->raw) {
+        size_t at = end ? (size_t)(end - json) : 0;
+        return lwq_errf(e, LWQ_EFORMAT, "%s: not valid JSON (error near byte %zu)", path, at);
+    }
+    int rc;
+    ctx x = {path, "", e};
+    const cJSON *o = c->raw;
+    if (!cJSON_IsObject(o)) {
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: not a JSON object", path);
+        goto fail;
+    }
+    if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
+        goto fail;
+    if (!c->model_type[0]) {
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: required key \"model_type\" is missing", path);
+        goto fail;
+    }
+    for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++) {
+        if (strcmp(c->model_type, wrappers[i].name))
+            continue;
+        const cJSON *tc = get(o, "text_config");
+        if (!tc || !cJSON_IsObject(tc)) {
+            rc = lwq_errf(e, LWQ_EFORMAT, "%s: model_type '%s' needs a \"text_config\" object",
+                          path, c->model_type);
+            goto fail;
+        }
+        o = tc;
+        x.section = "text_config.";
+        snprintf(c->weight_prefix, sizeof c->weight_prefix, "%s", wrappers[i].prefix);
+        if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
+            goto fail;
+        break;
+    }
+    lwq_error sub = {0};
+    if (lwq_arch_from_model_type(c->model_type, &c->arch, &sub) != 0) {
+        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s", path, sub.msg);
+        goto fail;
+    }
+    if ((rc = parse_text_model(&x, o, c)) != 0)
+        goto fail;
+    return 0;
+fail:
+    lwq_config_free(c);
+    return rc;
+}
+
+int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e)
+{
+    memset(c, 0, sizeof *c);
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return lwq_errsys(e, -errno, "%s: open", path);
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(fp);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: not a regular file", path);
+    }
+    if ((uint64_t)st.st_size > CONFIG_MAX_BYTES) {
+        fclose(fp);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, larger than the %u byte limit for a config",
+                        path, (long long)st.st_size, CONFIG_MAX_BYTES);
+    }
+    size_t n = (size_t)st.st_size;
+    char *buf = malloc(n + 1);
+    if (!buf) {
+        fclose(fp);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+    }
+    size_t got = fread(buf, 1, n, fp);
+    int err = ferror(fp);
+    fclose(fp);
+    if (got != n || err) {
+        free(buf);
+        return lwq_errf(e, LWQ_EIO, "%s: short read (%zu of %zu bytes)", path, got, n);
+    }
+    buf[n] = 0;
+    if (memchr(buf, 0, n)) {
+        free(buf);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: contains a NUL byte", path);
+    }
+    int rc = lwq_config_parse(path, buf, c, e);
+    free(buf);
+    return rc;
+}
+
+int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
+{
+    if (c->num_experts <= 0 || layer < 0)
+        return 0;
+    switch (c->arch) {
+    case LWQ_ARCH_MIXTRAL: return 1;
+    case LWQ_ARCH_QWEN3_MOE:
+    case LWQ_ARCH_QWEN3_NEXT:
+        for (int i = 0; i < c->n_mlp_only_layers; i++)
+            if (c->mlp_only_layers[i] == layer)
+                return 0;
+        return (layer + 1) % (c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1) == 0;
+    case LWQ_ARCH_DEEPSEEK_V2:
+    case LWQ_ARCH_DEEPSEEK_V3:
+        return layer >= c->first_k_dense_replace &&
+               layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+    default: return 0;
+    }
+}

@@ -1,0 +1,239 @@
+#include "layout/export.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
+
+static const char *algo_of(lwq_qformat f) { return f == LWQ_QFMT_NVFP4 ? "NVFP4" : "FP8"; }
+
+/* The single format used by all quantized modules, LWQ_QFMT_NONE when none is quantized, or -1
+ * when several are (MIXED_PRECISION). */
+static int overall_format(const lwq_export_quant *q)
+{
+    int f = LWQ_QFMT_NONE;
+    for (int i = 0; i < q->nmods; i++) {
+        lwq_qformat m = q->mods[i].format;
+        if (m == LWQ_QFMT_NONE)
+            continue;
+        if (f == LWQ_QFMT_NONE)
+            f = (int)m;
+        else if (f != (int)m)
+            return -1;
+    }
+    return f;
+}
+
+/* Sorted exclusion list: lm_head, extras, every unquantized decoder linear. */
+static cJSON *exclude_list(const lwq_export_quant *q)
+{
+    int n = 1 + q->nextra;
+    for (int i = 0; i < q->nmods; i++)
+        n += q->mods[i].format == LWQ_QFMT_NONE;
+    const char **v = malloc((size_t)n * sizeof *v);
+    if (!v)
+        return NULL;
+    int k = 0;
+    v[k++] = "lm_head";
+    for (int i = 0; i < q->nextra; i++)
+        v[k++] = q->extra_excludes[i];
+    for (int i = 0; i < q->nmods; i++)
+        if (q->mods[i].format == LWQ_QFMT_NONE)
+            v[k++] = q->mods[i].name;
+    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    cJSON *a = cJSON_CreateArray();
+    for (int i = 0; a && i < k; i++)
+        if (i == 0 || strcmp(v[i], v[i - 1]))
+            cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
+    free(v);
+    return a;
+}
+
+static cJSON *quantized_layers(const lwq_export_quant *q)
+{
+    const char **v = malloc((size_t)(q->nmods ? q->nmods : 1) * sizeof *v);
+    if (!v)
+        return NULL;
+    int k = 0;
+    for (int i = 0; i < q->nmods; i++)
+        if (q->mods[i].format != LWQ_QFMT_NONE)
+            v[k++] = q->mods[i].name;
+    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    cJSON *o = cJSON_CreateObject();
+    for (int i = 0; o && i < k; i++) {
+        lwq_qformat f = LWQ_QFMT_NONE;
+        for (int j = 0; j < q->nmods; j++)
+            if (q->mods[j].name == v[i])
+                f = q->mods[j].format;
+        cJSON *l = cJSON_AddObjectToObject(o, v[i]);
+        cJSON_AddStringToObject(l, "quant_algo", algo_of(f));
+        if (f == LWQ_QFMT_NVFP4)
+            cJSON_AddNumberToObject(l, "group_size", 16);
+    }
+    free(v);
+    return o;
+}
+
+static void add_producer(cJSON *o)
+{
+    cJSON *p = cJSON_AddObjectToObject(o, "producer");
+    cJSON_AddStringToObject(p, "name", LWQ_PRODUCER_NAME);
+    cJSON_AddStringToObject(p, "version", LWQ_PRODUCER_VERSION);
+}
+
+static int check_modules(const lwq_export_quant *q, lwq_error *e)
+{
+    if (overall_format(q) == LWQ_QFMT_NONE)
+        return lwq_errf(e, LWQ_EINVAL, "export: no module is quantized; nothing to describe");
+    for (int i = 0; i < q->nmods; i++)
+        if (!q->mods[i].name || !q->mods[i].name[0])
+            return lwq_errf(e, LWQ_EINVAL, "export: module %d has no name", i);
+    return 0;
+}
+
+static int finish(cJSON *root, char **out, lwq_error *e)
+{
+    *out = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!*out)
+        return lwq_errf(e, LWQ_ENOMEM, "export: out of memory building JSON");
+    return 0;
+}
+
+int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error *e)
+{
+    *out = NULL;
+    int rc = check_modules(q, e);
+    if (rc)
+        return rc;
+    int f = overall_format(q);
+    cJSON *root = cJSON_CreateObject();
+    add_producer(root);
+    cJSON *qz = cJSON_AddObjectToObject(root, "quantization");
+    cJSON_AddStringToObject(qz, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of((lwq_qformat)f));
+    if (q->kv == LWQ_KV_NONE)
+        cJSON_AddNullToObject(qz, "kv_cache_quant_algo");
+    else
+        cJSON_AddStringToObject(qz, "kv_cache_quant_algo", "FP8");
+    if (f == LWQ_QFMT_NVFP4)
+        cJSON_AddNumberToObject(qz, "group_size", 16);
+    cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q));
+    if (f < 0)
+        cJSON_AddItemToObject(qz, "quantized_layers", quantized_layers(q));
+    return finish(root, out, e);
+}
+
+static cJSON *group_details(lwq_qformat f)
+{
+    cJSON *g = cJSON_CreateObject();
+    int bits = f == LWQ_QFMT_NVFP4 ? 4 : 8;
+    cJSON *ia = cJSON_AddObjectToObject(g, "input_activations");
+    cJSON_AddBoolToObject(ia, "dynamic", 0);
+    cJSON_AddNumberToObject(ia, "num_bits", bits);
+    cJSON_AddStringToObject(ia, "type", "float");
+    if (f == LWQ_QFMT_NVFP4)
+        cJSON_AddNumberToObject(ia, "group_size", 16);
+    cJSON *w = cJSON_AddObjectToObject(g, "weights");
+    cJSON_AddBoolToObject(w, "dynamic", 0);
+    cJSON_AddNumberToObject(w, "num_bits", bits);
+    cJSON_AddStringToObject(w, "type", "float");
+    if (f == LWQ_QFMT_NVFP4)
+        cJSON_AddNumberToObject(w, "group_size", 16);
+    return g;
+}
+
+int lwq_export_config_json(const cJSON *src, const lwq_export_quant *q, char **out, lwq_error *e)
+{
+    *out = NULL;
+    int rc = check_modules(q, e);
+    if (rc)
+        return rc;
+    if (!cJSON_IsObject(src))
+        return lwq_errf(e, LWQ_EINVAL, "export: source config.json is not an object");
+    int f = overall_format(q);
+    cJSON *root = cJSON_Duplicate(src, 1);
+    if (!root)
+        return lwq_errf(e, LWQ_ENOMEM, "export: out of memory copying config.json");
+    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
+    cJSON *qc = cJSON_AddObjectToObject(root, "quantization_config");
+    cJSON *groups = cJSON_AddObjectToObject(qc, "config_groups");
+    if (f >= 0) {
+        cJSON *g = group_details((lwq_qformat)f);
+        cJSON *t = cJSON_AddArrayToObject(g, "targets");
+        cJSON_AddItemToArray(t, cJSON_CreateString("Linear"));
+        cJSON_AddItemToObject(groups, "group_0", g);
+    } else {
+        /* one group per distinct format, targets = the sorted module names in it */
+        static const lwq_qformat order[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8};
+        int gi = 0;
+        for (int k = 0; k < 2; k++) {
+            const char **v = malloc((size_t)q->nmods * sizeof *v);
+            if (!v) {
+                cJSON_Delete(root);
+                return lwq_errf(e, LWQ_ENOMEM, "export: out of memory");
+            }
+            int n = 0;
+            for (int i = 0; i < q->nmods; i++)
+                if (q->mods[i].format == order[k])
+                    v[n++] = q->mods[i].name;
+            if (n) {
+                qsort(v, (size_t)n, sizeof *v, cmp_str);
+                cJSON *g = group_details(order[k]);
+                cJSON *t = cJSON_AddArrayToObject(g, "targets");
+                for (int i = 0; i < n; i++)
+                    cJSON_AddItemToArray(t, cJSON_CreateString(v[i]));
+                char key[24];
+                snprintf(key, sizeof key, "group_%d", gi++);
+                cJSON_AddItemToObject(groups, key, g);
+            }
+            free(v);
+        }
+        cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
+    }
+    cJSON_AddItemToObject(qc, "ignore", exclude_list(q));
+    cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of((lwq_qformat)f));
+    if (q->kv != LWQ_KV_NONE) {
+        cJSON *kv = cJSON_AddObjectToObject(qc, "kv_cache_scheme");
+        cJSON_AddBoolToObject(kv, "dynamic", 0);
+        cJSON_AddNumberToObject(kv, "num_bits", 8);
+        cJSON_AddStringToObject(kv, "type", "float");
+    }
+    add_producer(qc);
+    cJSON_AddStringToObject(qc, "quant_method", "modelopt");
+    return finish(root, out, e);
+}
+
+typedef struct {
+    const char *name, *file;
+} name_file;
+
+static int cmp_nf(const void *a, const void *b) { return strcmp(((const name_file *)a)->name, ((const name_file *)b)->name); }
+
+int lwq_export_index_json(const char *const *names, const char *const *files, int n, uint64_t total_size,
+                          char **out, lwq_error *e)
+{
+    *out = NULL;
+    name_file *v = malloc((size_t)(n ? n : 1) * sizeof *v);
+    if (!v)
+        return lwq_errf(e, LWQ_ENOMEM, "export: out of memory building the index");
+    for (int i = 0; i < n; i++)
+        v[i] = (name_file){names[i], files[i]};
+    qsort(v, (size_t)n, sizeof *v, cmp_nf);
+    for (int i = 1; i < n; i++)
+        if (!strcmp(v[i].name, v[i - 1].name)) {
+            int rc = lwq_errf(e, LWQ_EINVAL, "export: tensor %s listed twice in the index (%s, %s)", v[i].name,
+                              v[i - 1].file, v[i].file);
+            free(v);
+            return rc;
+        }
+    cJSON *root = cJSON_CreateObject();
+    cJSON *md = cJSON_AddObjectToObject(root, "metadata");
+    cJSON_AddNumberToObject(md, "total_size", (double)total_size);
+    cJSON *wm = cJSON_AddObjectToObject(root, "weight_map");
+    for (int i = 0; i < n; i++)
+        cJSON_AddStringToObject(wm, v[i].name, v[i].file);
+    free(v);
+    return finish(root, out, e);
+}

@@ -1,0 +1,48 @@
+/* layout/export.h — the config files of a quantized checkpoint (spec/FORMATS.md sections 7, 8).
+ *
+ * Given every decoder-layer linear with the format it was written in (routers and other
+ * unquantized linears with LWQ_QFMT_NONE), builds:
+ *   - hf_quant_config.json (legacy ModelOpt form: producer + quantization{quant_algo,
+ *     kv_cache_quant_algo, group_size, exclude_modules[, quantized_layers]});
+ *   - config.json = the source config + "quantization_config" (config_groups, ignore,
+ *     quant_algo, kv_cache_scheme object, producer, quant_method "modelopt");
+ *   - model.safetensors.index.json.
+ * One format for all quantized linears gives quant_algo NVFP4 or FP8; more than one gives
+ * MIXED_PRECISION with a quantized_layers map.  Exclusions are explicit module names (never
+ * globs, so an exclusion can never match a quantized module), sorted, always with lm_head.
+ * Output is deterministic: same inputs, same bytes. */
+#ifndef LWQ_LAYOUT_EXPORT_H
+#define LWQ_LAYOUT_EXPORT_H
+
+#include <stdint.h>
+
+#include "core/error.h"
+#include "layout/recipe.h"
+
+struct cJSON;
+
+typedef struct lwq_export_module {
+    const char *name;         /* "model.layers.3.self_attn.q_proj" */
+    lwq_qformat format;
+} lwq_export_module;
+
+typedef struct lwq_export_quant {
+    const lwq_export_module *mods;
+    int nmods;
+    const char *const *extra_excludes; /* beyond lm_head, e.g. MTP layers "model.layers.61*" */
+    int nextra;
+    lwq_kv_mode kv;
+} lwq_export_quant;
+
+#define LWQ_PRODUCER_NAME "modelopt"
+#define LWQ_PRODUCER_VERSION "0.33.0+lwq." LWQ_VERSION
+
+/* Both return a malloc'd JSON text in *out. */
+int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error *e);
+int lwq_export_config_json(const struct cJSON *src_config, const lwq_export_quant *q, char **out,
+                           lwq_error *e);
+/* names[i] lives in files[i]; total_size = sum of tensor bytes. */
+int lwq_export_index_json(const char *const *names, const char *const *files, int n,
+                          uint64_t total_size, char **out, lwq_error *e);
+
+#endif

@@ -1,0 +1,331 @@
+#include "layout/recipe.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/file.h"
+
+#define RECIPE_MAX_BYTES (1u << 20)
+#define RECIPE_MAX_RULES 4096
+
+static const char *const qformat_names[] = {"none", "nvfp4", "fp8"};
+static const char *const algo_names[] = {"max", "mse", "local_hessian"};
+static const char *const kv_names[] = {"none", "fp8", "fp8_cast"};
+
+const char *lwq_qformat_name(lwq_qformat f) { return (unsigned)f < 3 ? qformat_names[f] : "?"; }
+const char *lwq_algo_name(lwq_calib_algo a) { return (unsigned)a < 3 ? algo_names[a] : "?"; }
+const char *lwq_kv_mode_name(lwq_kv_mode k) { return (unsigned)k < 3 ? kv_names[k] : "?"; }
+
+static int lookup(const char *s, const char *const *names, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (!strcmp(s, names[i]))
+            return i;
+    return -1;
+}
+
+int lwq_qformat_parse(const char *s, lwq_qformat *out)
+{
+    int i = lookup(s, qformat_names, 3);
+    if (i < 0)
+        return LWQ_EINVAL;
+    *out = (lwq_qformat)i;
+    return 0;
+}
+
+int lwq_algo_parse(const char *s, lwq_calib_algo *out)
+{
+    int i = lookup(s, algo_names, 3);
+    if (i < 0)
+        return LWQ_EINVAL;
+    *out = (lwq_calib_algo)i;
+    return 0;
+}
+
+int lwq_kv_mode_parse(const char *s, lwq_kv_mode *out)
+{
+    int i = lookup(s, kv_names, 3);
+    if (i < 0)
+        return LWQ_EINVAL;
+    *out = (lwq_kv_mode)i;
+    return 0;
+}
+
+/* Classic greedy glob with single-star backtracking: linear space, O(n*m) time. */
+int lwq_glob_match(const char *p, const char *s)
+{
+    const char *star = NULL, *resume = NULL;
+    while (*s) {
+        if (*p == '*') {
+            star = p++;
+            resume = s;
+        } else if (*p == '?' || *p == *s) {
+            p++;
+            s++;
+        } else if (star) {
+            p = star + 1;
+            s = ++resume;
+        } else {
+            return 0;
+        }
+    }
+    while (*p == '*')
+        p++;
+    return *p == 0;
+}
+
+void lwq_recipe_free(lwq_recipe *r)
+{
+    if (!r)
+        return;
+    for (int i = 0; i < r->nrules; i++)
+        free(r->rules[i].match);
+    free(r->rules);
+    memset(r, 0, sizeof *r);
+}
+
+lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
+{
+    lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep};
+    lwq_qformat fmt = LWQ_QFMT_NONE;
+    int enabled = 0;
+    for (int i = 0; i < r->nrules; i++) {
+        const lwq_recipe_rule *u = &r->rules[i];
+        if (!lwq_glob_match(u->match, module))
+            continue;
+        if (u->has_format) {
+            fmt = u->format;
+            enabled = u->format != LWQ_QFMT_NONE;
+        }
+        if (u->has_enable)
+            enabled = u->enable;
+        if (u->has_algo)
+            c.algo = u->algo;
+        if (u->has_sweep)
+            c.fp8_scale_sweep = u->sweep;
+    }
+    c.format = enabled ? fmt : LWQ_QFMT_NONE;
+    return c;
+}
+
+/* ---- parsing ------------------------------------------------------------------------------ */
+
+static int algo_from_json(const char *path, const char *what, const cJSON *v, lwq_calib_algo *out, lwq_error *e)
+{
+    if (!cJSON_IsString(v))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s must be a string", path, what);
+    /* Algorithms other tools offer that change weights, not only scales. */
+    static const char *const unsupported[] = {"awq", "awq_lite", "awq_full", "svdquant", "gptq", "smoothquant"};
+    for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
+        if (!strcmp(v->valuestring, unsupported[i]))
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s \"%s\" is not supported (supported: max, mse, local_hessian)",
+                            path, what, v->valuestring);
+    if (lwq_algo_parse(v->valuestring, out) != 0)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s \"%s\" unknown (supported: max, mse, local_hessian)", path, what,
+                        v->valuestring);
+    return 0;
+}
+
+static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule *u, lwq_error *e)
+{
+    memset(u, 0, sizeof *u);
+    if (!cJSON_IsObject(o))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d] is not an object", path, idx);
+    for (const cJSON *k = o->child; k; k = k->next) {
+        const char *key = k->string;
+        if (!strcmp(key, "match")) {
+            if (!cJSON_IsString(k) || !k->valuestring[0])
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].match must be a non-empty string", path, idx);
+            if (strlen(k->valuestring) > 512)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].match longer than 512 characters", path, idx);
+            free(u->match);
+            u->match = strdup(k->valuestring);
+            if (!u->match)
+                return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+        } else if (!strcmp(key, "format")) {
+            if (!cJSON_IsString(k) || lwq_qformat_parse(k->valuestring, &u->format) != 0)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].format must be \"nvfp4\", \"fp8\" or \"none\"",
+                                path, idx);
+            u->has_format = 1;
+        } else if (!strcmp(key, "enable")) {
+            if (!cJSON_IsBool(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].enable must be true or false", path, idx);
+            u->enable = cJSON_IsTrue(k);
+            u->has_enable = 1;
+        } else if (!strcmp(key, "algo")) {
+            char what[32];
+            snprintf(what, sizeof what, "rules[%d].algo", idx);
+            int rc = algo_from_json(path, what, k, &u->algo, e);
+            if (rc)
+                return rc;
+            u->has_algo = 1;
+        } else if (!strcmp(key, "fp8_scale_sweep")) {
+            if (!cJSON_IsBool(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].fp8_scale_sweep must be true or false", path, idx);
+            u->sweep = cJSON_IsTrue(k);
+            u->has_sweep = 1;
+        } else {
+            return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: unknown key \"%s\"", path, idx, key);
+        }
+    }
+    if (!u->match)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d] has no \"match\"", path, idx);
+    return 0;
+}
+
+static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_error *e)
+{
+    if (!cJSON_IsObject(root))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: a recipe must be a JSON object", path);
+    snprintf(r->name, sizeof r->name, "custom");
+    r->kv = LWQ_KV_FP8_CAST;
+    for (const cJSON *k = root->child; k; k = k->next) {
+        const char *key = k->string;
+        int rc = 0;
+        if (!strcmp(key, "name")) {
+            if (!cJSON_IsString(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: name must be a string", path);
+            snprintf(r->name, sizeof r->name, "%s", k->valuestring);
+        } else if (!strcmp(key, "algorithm")) {
+            if (!cJSON_IsObject(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm must be an object", path);
+            for (const cJSON *a = k->child; a; a = a->next) {
+                if (!strcmp(a->string, "method")) {
+                    rc = algo_from_json(path, "algorithm.method", a, &r->algo, e);
+                } else if (!strcmp(a->string, "fp8_scale_sweep")) {
+                    if (!cJSON_IsBool(a))
+                        return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.fp8_scale_sweep must be true or false", path);
+                    r->fp8_scale_sweep = cJSON_IsTrue(a);
+                } else {
+                    return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm: unknown key \"%s\"", path, a->string);
+                }
+                if (rc)
+                    return rc;
+            }
+        } else if (!strcmp(key, "kv_cache")) {
+            if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &r->kv) != 0)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: kv_cache must be \"none\", \"fp8\" or \"fp8_cast\"", path);
+        } else if (!strcmp(key, "rules")) {
+            if (!cJSON_IsArray(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules must be an array", path);
+            int n = cJSON_GetArraySize(k);
+            if (n > RECIPE_MAX_RULES)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: %d rules, at most %d allowed", path, n, RECIPE_MAX_RULES);
+            r->rules = calloc((size_t)(n ? n : 1), sizeof *r->rules);
+            if (!r->rules)
+                return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+            int i = 0;
+            for (const cJSON *u = k->child; u; u = u->next, i++) {
+                r->nrules = i + 1;
+                if ((rc = parse_rule(path, i, u, &r->rules[i], e)) != 0)
+                    return rc;
+            }
+        } else {
+            return lwq_errf(e, LWQ_EFORMAT, "%s: unknown key \"%s\" (expected name, algorithm, kv_cache, rules)",
+                            path, key);
+        }
+    }
+    return 0;
+}
+
+int lwq_recipe_parse(const char *path, const char *json, lwq_recipe *r, lwq_error *e)
+{
+    memset(r, 0, sizeof *r);
+    cJSON *root = cJSON_Parse(json);
+    if (!root)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: invalid JSON near byte %ld", path,
+                        (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : 0));
+    int rc = parse_tree(path, root, r, e);
+    cJSON_Delete(root);
+    if (rc)
+        lwq_recipe_free(r);
+    return rc;
+}
+
+int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
+{
+    char *buf;
+    int rc = lwq_file_read_all(path, RECIPE_MAX_BYTES, &buf, NULL, e);
+    if (rc)
+        return rc;
+    rc = lwq_recipe_parse(path, buf, r, e);
+    free(buf);
+    return rc;
+}
+
+/* ---- presets ------------------------------------------------------------------------------ */
+
+#define ROUTERS_OFF                                                                                \
+    "{\"match\":\"*.mlp.gate\",\"enable\":false},"                                                 \
+    "{\"match\":\"*.block_sparse_moe.gate\",\"enable\":false},"                                    \
+    "{\"match\":\"*.shared_expert_gate\",\"enable\":false}"
+
+static const struct {
+    const char *name;
+    const char *json;
+} presets[] = {
+    {"nvfp4", "{\"name\":\"nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"}," ROUTERS_OFF "]}"},
+    {"nvfp4_experts_only",
+     "{\"name\":\"nvfp4_experts_only\",\"rules\":["
+     "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\"},"
+     "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\"}]}"},
+    {"nvfp4_mlp_only",
+     "{\"name\":\"nvfp4_mlp_only\",\"rules\":["
+     "{\"match\":\"*.mlp.*\",\"format\":\"nvfp4\"},"
+     "{\"match\":\"*.block_sparse_moe.*\",\"format\":\"nvfp4\"}," ROUTERS_OFF "]}"},
+    {"fp8", "{\"name\":\"fp8\",\"rules\":[{\"match\":\"*\",\"format\":\"fp8\"}," ROUTERS_OFF "]}"},
+    {"nvfp4_experts-fp8_attn",
+     "{\"name\":\"nvfp4_experts-fp8_attn\",\"rules\":["
+     "{\"match\":\"*.self_attn.q_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"
+     "{\"match\":\"*.self_attn.k_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"
+     "{\"match\":\"*.self_attn.v_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"
+     "{\"match\":\"*.self_attn.o_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"
+     "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
+     "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true}]}"},
+};
+
+const char *lwq_recipe_preset_names(void)
+{
+    return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn";
+}
+
+int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)
+{
+    for (size_t i = 0; i < sizeof presets / sizeof presets[0]; i++)
+        if (!strcmp(name, presets[i].name))
+            return lwq_recipe_parse(name, presets[i].json, r, e);
+    memset(r, 0, sizeof *r);
+    return lwq_errf(e, LWQ_EINVAL, "unknown --qformat \"%s\" (presets: %s)", name, lwq_recipe_preset_names());
+}
+
+char *lwq_recipe_to_json(const lwq_recipe *r)
+{
+    cJSON *root = cJSON_CreateObject();
+    if (!root)
+        return NULL;
+    cJSON_AddStringToObject(root, "name", r->name);
+    cJSON *alg = cJSON_AddObjectToObject(root, "algorithm");
+    cJSON_AddStringToObject(alg, "method", lwq_algo_name(r->algo));
+    cJSON_AddBoolToObject(alg, "fp8_scale_sweep", r->fp8_scale_sweep);
+    cJSON_AddStringToObject(root, "kv_cache", lwq_kv_mode_name(r->kv));
+    cJSON *rules = cJSON_AddArrayToObject(root, "rules");
+    for (int i = 0; i < r->nrules; i++) {
+        const lwq_recipe_rule *u = &r->rules[i];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "match", u->match);
+        if (u->has_format)
+            cJSON_AddStringToObject(o, "format", lwq_qformat_name(u->format));
+        if (u->has_enable)
+            cJSON_AddBoolToObject(o, "enable", u->enable);
+        if (u->has_algo)
+            cJSON_AddStringToObject(o, "algo", lwq_algo_name(u->algo));
+        if (u->has_sweep)
+            cJSON_AddBoolToObject(o, "fp8_scale_sweep", u->sweep);
+        cJSON_AddItemToArray(rules, o);
+    }
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    return s;
+}

@@ -1,0 +1,71 @@
+/* layout/recipe.h — what to quantize and how: presets, recipe files, per-module resolution.
+ *
+ * A recipe is global algorithm settings plus an ordered list of rules
+ *   {"match": glob over module names, "format": "nvfp4"|"fp8"|"none", "enable": bool,
+ *    "algo": "max"|"mse"|"local_hessian", "fp8_scale_sweep": bool}
+ * Every rule that matches a module applies the fields it sets, in order, so later rules win.
+ * A module no rule enables stays in the source dtype.  A preset (`--qformat`) is just a
+ * built-in recipe.  Routers are never quantized whatever the recipe says (the engine asks the
+ * architecture plan); the recipe only decides among quantizable linears.
+ *
+ * Glob syntax: `*` any run of characters (dots included), `?` one character, everything else
+ * literal.  Matching is iterative, O(len(pattern) * len(name)) at worst, so a hostile recipe
+ * cannot make it run without bound.
+ *
+ * Recipe files are untrusted input: size-capped (1 MiB), unknown keys and bad values rejected
+ * with the key named. */
+#ifndef LWQ_LAYOUT_RECIPE_H
+#define LWQ_LAYOUT_RECIPE_H
+
+#include "core/error.h"
+
+typedef enum lwq_qformat { LWQ_QFMT_NONE = 0, LWQ_QFMT_NVFP4, LWQ_QFMT_FP8 } lwq_qformat;
+typedef enum lwq_calib_algo { LWQ_ALGO_MAX = 0, LWQ_ALGO_MSE, LWQ_ALGO_LOCAL_HESSIAN } lwq_calib_algo;
+typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST } lwq_kv_mode;
+
+typedef struct lwq_recipe_rule {
+    char *match;
+    int has_format, has_enable, has_algo, has_sweep;
+    lwq_qformat format;
+    int enable;
+    lwq_calib_algo algo;
+    int sweep;
+} lwq_recipe_rule;
+
+typedef struct lwq_recipe {
+    char name[64];            /* preset name or "custom" */
+    lwq_calib_algo algo;      /* default for rules that do not set one */
+    int fp8_scale_sweep;      /* default likewise */
+    lwq_kv_mode kv;
+    int nrules;
+    lwq_recipe_rule *rules;
+} lwq_recipe;
+
+/* What a module gets. */
+typedef struct lwq_quant_choice {
+    lwq_qformat format;       /* NONE = not quantized */
+    lwq_calib_algo algo;
+    int fp8_scale_sweep;
+} lwq_quant_choice;
+
+/* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn. */
+int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e);
+const char *lwq_recipe_preset_names(void);
+int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e);
+int lwq_recipe_parse(const char *path_for_errors, const char *json, lwq_recipe *r, lwq_error *e);
+void lwq_recipe_free(lwq_recipe *r);
+/* Canonical JSON of the effective recipe (malloc'd; NULL on allocation failure).  Parsing it
+ * gives the same recipe; it is what --print-recipe shows and what the run fingerprint hashes. */
+char *lwq_recipe_to_json(const lwq_recipe *r);
+lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module);
+
+int lwq_glob_match(const char *pattern, const char *name);
+
+const char *lwq_qformat_name(lwq_qformat f);     /* "nvfp4", "fp8", "none" */
+const char *lwq_algo_name(lwq_calib_algo a);     /* "max", "mse", "local_hessian" */
+const char *lwq_kv_mode_name(lwq_kv_mode k);     /* "none", "fp8", "fp8_cast" */
+int lwq_qformat_parse(const char *s, lwq_qformat *out);
+int lwq_algo_parse(const char *s, lwq_calib_algo *out);
+int lwq_kv_mode_parse(const char *s, lwq_kv_mode *out);
+
+#endif

@@ -1,0 +1,48 @@
+/* tests/helpers/fwd_fixture.h — serve a fixture checkpoint's tensors to the forward (host
+ * memory, CPU backend), and read a fixture's reference_logits.json.  Test-only. */
+#ifndef LWQ_TESTS_FWD_FIXTURE_H
+#define LWQ_TESTS_FWD_FIXTURE_H
+
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "engine/forward.h"
+#include "layout/checkpoint.h"
+
+typedef struct fwd_fixture {
+    lwq_ckpt ck;
+    int n;
+    lwq_tensor *t;      /* t[i] is ck.tensors[i], loaded */
+    lwq_weights w;      /* serves t by name */
+} fwd_fixture;
+
+/* Open the checkpoint in `dir` (config from `config_path`, NULL = dir/config.json) and load
+ * every tensor. */
+int fwd_fixture_open(fwd_fixture *f, const char *dir, const char *config_path, lwq_error *e);
+void fwd_fixture_free(fwd_fixture *f);
+
+typedef struct fwd_ref {
+    int nseq, len;
+    int64_t vocab;
+    int32_t *tokens;    /* (nseq, len) */
+    double *logits;     /* (nseq, len, vocab) */
+} fwd_ref;
+
+/* dir/reference_logits.json */
+int fwd_ref_load(const char *dir, int64_t vocab, fwd_ref *r, lwq_error *e);
+void fwd_ref_free(fwd_ref *r);
+
+/* Path of a fixture folder: $LWQ_FIXTURES/<name>, else the test's compile-time LWQ_FIXTURES. */
+static inline const char *fwd_fixture_dir(const char *name, char *buf, size_t cap)
+{
+    const char *root = getenv("LWQ_FIXTURES");
+#ifdef LWQ_FIXTURES
+    if (!root)
+        root = LWQ_FIXTURES;
+#endif
+    snprintf(buf, cap, "%s/%s", root ? root : "../shared/fixtures", name);
+    return buf;
+}
+
+#endif

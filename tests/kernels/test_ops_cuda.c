@@ -1,0 +1,248 @@
+/* CUDA backend ops against the CPU backend (the reference) on the same random inputs.
+ * Skipped with a message when the build has no CUDA or no device is present.
+ * Tolerances, |cuda - cpu| <= atol + rtol * |cpu|:
+ *   F32 outputs: rtol 1e-5 (different summation orders in f32: cuBLAS vs OpenBLAS, tree vs
+ *   sequential reductions; expf/cosf differ by <= 2 ulp between CUDA and glibc);
+ *   BF16 outputs: rtol 2^-7 (both round once from f32 values that may straddle a rounding
+ *   boundary: one BF16 ulp apart at most);
+ *   index/selection outputs (gather, combine, route indexes, amax): exact. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+
+static lwq_backend cpu, gpu;
+
+static void setup(void)
+{
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_cpu_create(&cpu, 2, &e), 0);
+    if (lwq_backend_cuda_device_count() <= 0)
+        cr_skip_test("no CUDA device (or lwq built without CUDA): CPU-vs-CUDA op tests skipped");
+    cr_assert_eq(lwq_backend_cuda_create(&gpu, 0, &e), 0, "%s", e.msg);
+}
+
+static void teardown(void)
+{
+    lwq_backend_free_backend(&cpu);
+    if (gpu.ops)
+        lwq_backend_free_backend(&gpu);
+}
+
+TestSuite(ops_cuda, .init = setup, .fini = teardown);
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void)
+{
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
+}
+
+typedef struct pair {
+    lwq_tensor c, g; /* same contents on cpu and gpu */
+} pair;
+
+static pair mk(lwq_dtype dt, int64_t r, int64_t cols, float scale)
+{
+    pair p;
+    lwq_error e = {0};
+    int64_t shape[2] = {r, cols};
+    int nd = cols ? 2 : 1;
+    cr_assert_eq(lwq_backend_tensor_alloc(&cpu, dt, nd, shape, &p.c, &e), 0);
+    cr_assert_eq(lwq_backend_tensor_alloc(&gpu, dt, nd, shape, &p.g, &e), 0);
+    int64_t n = lwq_tensor_numel(&p.c);
+    if (!lwq_dtype_is_act(dt))
+        memset(p.c.data, 0, (size_t)n * lwq_dtype_size(dt));
+    for (int64_t i = 0; i < n && lwq_dtype_is_act(dt); i++) {
+        float v = frand() * scale;
+        switch (dt) {
+        case LWQ_F32: ((float *)p.c.data)[i] = v; break;
+        case LWQ_BF16: ((uint16_t *)p.c.data)[i] = lwq_f32_to_bf16(v); break;
+        case LWQ_F16: ((uint16_t *)p.c.data)[i] = lwq_f32_to_f16(v); break;
+        default: break;
+        }
+    }
+    cr_assert_eq(lwq_backend_upload(&gpu, p.g.data, p.c.data, (size_t)n * lwq_dtype_size(dt), &e),
+                 0, "%s", e.msg);
+    return p;
+}
+
+static void sync_to_gpu(pair *p)
+{
+    lwq_error e = {0};
+    size_t b = (size_t)lwq_tensor_numel(&p->c) * lwq_dtype_size(p->c.dtype);
+    cr_assert_eq(lwq_backend_upload(&gpu, p->g.data, p->c.data, b, &e), 0, "%s", e.msg);
+}
+
+static void drop(pair *p)
+{
+    lwq_backend_tensor_free(&cpu, &p->c);
+    lwq_backend_tensor_free(&gpu, &p->g);
+}
+
+/* Compare the gpu copy of p with the cpu copy. */
+static void same(const pair *p, double atol, double rtol, const char *what)
+{
+    lwq_error e = {0};
+    int64_t n = lwq_tensor_numel(&p->c);
+    size_t b = (size_t)n * lwq_dtype_size(p->c.dtype);
+    void *h = malloc(b);
+    cr_assert_eq(lwq_backend_download(&gpu, h, p->g.data, b, &e), 0, "%s", e.msg);
+    for (int64_t i = 0; i < n; i++) {
+        double a = lwq_load_f(p->c.data, p->c.dtype, (size_t)i), g;
+        if (p->c.dtype == LWQ_I32) {
+            a = ((int32_t *)p->c.data)[i];
+            g = ((int32_t *)h)[i];
+        } else {
+            g = lwq_load_f(h, p->c.dtype, (size_t)i);
+        }
+        cr_assert(fabs(a - g) <= atol + rtol * fabs(a), "%s[%lld]: cpu %.9g cuda %.9g", what,
+                  (long long)i, a, g);
+    }
+    free(h);
+}
+
+#define BF16_RTOL (1.0 / 128)
+
+static void gemm_case(lwq_dtype xdt, lwq_dtype wdt, lwq_dtype ydt, int bias, double rtol)
+{
+    const int64_t n = 67, in = 192, out = 300;
+    pair x = mk(xdt, n, in, 1), w = mk(wdt, out, in, 0.2f), y = mk(ydt, n, out, 0),
+         b = mk(LWQ_F32, out, 0, 1);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_gemm(&cpu, &x.c, &w.c, bias ? &b.c : NULL, &y.c, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_gemm(&gpu, &x.g, &w.g, bias ? &b.g : NULL, &y.g, &e), 0, "%s", e.msg);
+    same(&y, 1e-5, rtol, "gemm");
+    drop(&x), drop(&w), drop(&y), drop(&b);
+}
+
+Test(ops_cuda, gemm_f32) { gemm_case(LWQ_F32, LWQ_F32, LWQ_F32, 0, 1e-5); }
+Test(ops_cuda, gemm_bf16_bias) { gemm_case(LWQ_BF16, LWQ_BF16, LWQ_BF16, 1, BF16_RTOL); }
+Test(ops_cuda, gemm_bf16_to_f32) { gemm_case(LWQ_BF16, LWQ_BF16, LWQ_F32, 0, 1e-5); }
+Test(ops_cuda, gemm_mixed_f32_x_bf16_w) { gemm_case(LWQ_F32, LWQ_BF16, LWQ_F32, 1, 1e-5); }
+
+Test(ops_cuda, rmsnorm_f32_and_bf16)
+{
+    lwq_dtype dts[2] = {LWQ_F32, LWQ_BF16};
+    for (int k = 0; k < 2; k++) {
+        pair x = mk(dts[k], 33, 520, 3), w = mk(dts[k], 520, 0, 1), y = mk(dts[k], 33, 520, 0);
+        lwq_error e = {0};
+        cr_assert_eq(lwq_backend_rmsnorm(&cpu, &x.c, &w.c, 1e-6f, &y.c, &e), 0);
+        cr_assert_eq(lwq_backend_rmsnorm(&gpu, &x.g, &w.g, 1e-6f, &y.g, &e), 0, "%s", e.msg);
+        same(&y, 1e-6, k ? 2 * BF16_RTOL : 1e-5, "rmsnorm");
+        drop(&x), drop(&w), drop(&y);
+    }
+}
+
+Test(ops_cuda, rope_bf16)
+{
+    const int64_t n = 40, hd = 64, cols = 4 * hd;
+    pair x = mk(LWQ_BF16, n, cols, 2), pos = mk(LWQ_I32, n, 0, 0), inv = mk(LWQ_F32, hd / 2, 0, 0);
+    for (int i = 0; i < n; i++)
+        ((int32_t *)pos.c.data)[i] = i * 13;
+    for (int i = 0; i < hd / 2; i++)
+        ((float *)inv.c.data)[i] = powf(500000.0f, -2.0f * i / hd);
+    sync_to_gpu(&pos);
+    sync_to_gpu(&inv);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_rope(&cpu, &x.c, hd, &pos.c, &inv.c, 1.0f, &e), 0);
+    cr_assert_eq(lwq_backend_rope(&gpu, &x.g, hd, &pos.g, &inv.g, 1.0f, &e), 0, "%s", e.msg);
+    same(&x, 2e-2, 2 * BF16_RTOL, "rope");
+    drop(&x), drop(&pos), drop(&inv);
+}
+
+Test(ops_cuda, attention_padded_gqa_f32)
+{
+    const int64_t B = 2, T = 130, hd = 128;
+    const int H = 8, KV = 2;
+    pair q = mk(LWQ_F32, B * T, H * hd, 1), k = mk(LWQ_F32, B * T, KV * hd, 1),
+         v = mk(LWQ_F32, B * T, KV * hd, 1), o = mk(LWQ_F32, B * T, H * hd, 0),
+         val = mk(LWQ_U8, B * T, 0, 0);
+    for (int64_t t = 0; t < B * T; t++)
+        ((uint8_t *)val.c.data)[t] = t < T || t % T >= 50; /* sequence 1 left-padded by 50 */
+    sync_to_gpu(&val);
+    lwq_attn_args ac = {&q.c, &k.c, &v.c, &o.c, &val.c, B, T, H, KV, hd, 0.0883883f};
+    lwq_attn_args ag = {&q.g, &k.g, &v.g, &o.g, &val.g, B, T, H, KV, hd, 0.0883883f};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_attention(&cpu, &ac, &e), 0);
+    cr_assert_eq(lwq_backend_attention(&gpu, &ag, &e), 0, "%s", e.msg);
+    same(&o, 1e-5, 1e-4, "attention");
+    drop(&q), drop(&k), drop(&v), drop(&o), drop(&val);
+}
+
+Test(ops_cuda, swiglu_add_bf16)
+{
+    pair g = mk(LWQ_BF16, 17, 700, 4), u = mk(LWQ_BF16, 17, 700, 1), o = mk(LWQ_BF16, 17, 700, 0);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_swiglu(&cpu, &g.c, &u.c, &o.c, &e), 0);
+    cr_assert_eq(lwq_backend_swiglu(&gpu, &g.g, &u.g, &o.g, &e), 0, "%s", e.msg);
+    same(&o, 0, BF16_RTOL, "swiglu");
+    cr_assert_eq(lwq_backend_add(&cpu, &g.c, &u.c, &e), 0);
+    cr_assert_eq(lwq_backend_add(&gpu, &g.g, &u.g, &e), 0, "%s", e.msg);
+    same(&g, 0, 0, "add");
+    drop(&g), drop(&u), drop(&o);
+}
+
+Test(ops_cuda, moe_route_gather_combine)
+{
+    const int64_t n = 50, E = 64, K = 8, d = 96;
+    lwq_route_mode modes[3] = {LWQ_ROUTE_SOFTMAX_TOPK, LWQ_ROUTE_SOFTMAX_TOPK_NORM,
+                               LWQ_ROUTE_TOPK_SOFTMAX};
+    pair lg = mk(LWQ_F32, n, E, 4), idx = mk(LWQ_I32, n, K, 0), w = mk(LWQ_F32, n, K, 0);
+    lwq_error e = {0};
+    for (int m = 0; m < 3; m++) {
+        cr_assert_eq(lwq_backend_moe_route(&cpu, &lg.c, K, modes[m], LWQ_F32, &idx.c, &w.c, &e), 0);
+        cr_assert_eq(lwq_backend_moe_route(&gpu, &lg.g, K, modes[m], LWQ_F32, &idx.g, &w.g, &e), 0,
+                     "%s", e.msg);
+        same(&idx, 0, 0, "route idx");
+        same(&w, 1e-7, 1e-5, "route weights");
+    }
+    /* gather rows idx (flattened) of a (E, d) table, then combine them back per token */
+    pair src = mk(LWQ_BF16, E, d, 1), dst = mk(LWQ_BF16, n * K, d, 0), out = mk(LWQ_BF16, n, d, 0),
+         slot = mk(LWQ_I32, n, K, 0);
+    lwq_tensor rows_c = idx.c, rows_g = idx.g;
+    rows_c.ndim = rows_g.ndim = 1;
+    rows_c.shape[0] = rows_g.shape[0] = n * K;
+    rows_c.stride[0] = rows_g.stride[0] = 1;
+    cr_assert_eq(lwq_backend_gather_rows(&cpu, &src.c, &rows_c, &dst.c, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_gather_rows(&gpu, &src.g, &rows_g, &dst.g, &e), 0, "%s", e.msg);
+    same(&dst, 0, 0, "gather");
+    for (int64_t i = 0; i < n * K; i++)
+        ((int32_t *)slot.c.data)[i] = i % 5 == 0 ? -1 : (int32_t)((i * 7) % (n * K));
+    sync_to_gpu(&slot);
+    cr_assert_eq(lwq_backend_moe_combine(&cpu, &dst.c, &slot.c, &w.c, &out.c, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_moe_combine(&gpu, &dst.g, &slot.g, &w.g, &out.g, &e), 0, "%s", e.msg);
+    same(&out, 0, 0, "combine");
+    cr_assert_eq(lwq_backend_synchronize(&gpu, &e), 0, "%s", e.msg);
+    drop(&lg), drop(&idx), drop(&w), drop(&src), drop(&dst), drop(&out), drop(&slot);
+}
+
+Test(ops_cuda, gather_out_of_range_reported_at_synchronize)
+{
+    pair src = mk(LWQ_F32, 4, 8, 1), dst = mk(LWQ_F32, 2, 8, 0), rows = mk(LWQ_I32, 2, 0, 0);
+    ((int32_t *)rows.c.data)[1] = 9;
+    sync_to_gpu(&rows);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_gather_rows(&gpu, &src.g, &rows.g, &dst.g, &e), 0);
+    cr_assert_eq(lwq_backend_synchronize(&gpu, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, "row index was outside"), "%s", e.msg);
+    drop(&src), drop(&dst), drop(&rows);
+}
+
+Test(ops_cuda, amax_masked)
+{
+    pair x = mk(LWQ_BF16, 300, 257, 5), val = mk(LWQ_U8, 300, 0, 0);
+    for (int i = 0; i < 300; i++)
+        ((uint8_t *)val.c.data)[i] = i % 3 != 0;
+    sync_to_gpu(&val);
+    float a, b;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_amax(&cpu, &x.c, &val.c, &a, &e), 0);
+    cr_assert_eq(lwq_backend_amax(&gpu, &x.g, &val.g, &b, &e), 0, "%s", e.msg);
+    cr_assert_eq(a, b, "amax cpu %g cuda %g", a, b);
+    drop(&x), drop(&val);
+}

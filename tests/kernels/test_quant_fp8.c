@@ -1,0 +1,205 @@
+/* FP8 per-tensor quantization, the mse search, activation/KV scales and group unification. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "quant_naive.h"
+
+static void fill(lwq_dtype dt, void *data, float *f, int64_t n, float scale, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = nv_rand_val(&seed, scale);
+        if (dt == LWQ_BF16)
+            ((uint16_t *)data)[i] = lwq_f32_to_bf16(v), v = lwq_bf16_to_f32(lwq_f32_to_bf16(v));
+        else if (dt == LWQ_F16)
+            ((uint16_t *)data)[i] = lwq_f32_to_f16(v), v = lwq_f16_to_f32(lwq_f32_to_f16(v));
+        else
+            ((float *)data)[i] = v;
+        f[i] = v;
+    }
+}
+
+Test(quant_fp8, matches_naive_on_random_tensors)
+{
+    const lwq_dtype dts[3] = {LWQ_BF16, LWQ_F16, LWQ_F32};
+    const float scales[5] = {1e-6f, 1e-3f, 1.0f, 1e2f, 1e4f};
+    const int64_t shapes[4][2] = {{1, 1}, {3, 17}, {9, 100}, {33, 640}};
+    uint64_t seed = 100;
+    for (int d = 0; d < 3; d++)
+        for (int s = 0; s < 5; s++)
+            for (int sh = 0; sh < 4; sh++) {
+                if (dts[d] == LWQ_F16 && scales[s] > 1e3f)
+                    continue;
+                int64_t r = shapes[sh][0], c = shapes[sh][1], n = r * c;
+                void *w = malloc((size_t)n * 4);
+                float *f = malloc((size_t)n * 4), amax, ws, na = 0;
+                uint8_t *q = malloc((size_t)n);
+                fill(dts[d], w, f, n, scales[s], seed++);
+                for (int64_t i = 0; i < n; i++)
+                    na = fmaxf(na, fabsf(f[i]));
+                lwq_error e = {0};
+                cr_assert_eq(lwq_quant_amax(w, dts[d], n, "w", &amax, &e), 0, "%s", e.msg);
+                cr_assert_eq(amax, na);
+                if (amax == 0.0f) { /* a 1x1 tensor can draw an exact zero */
+                    free(w), free(f), free(q);
+                    continue;
+                }
+                cr_assert_eq(lwq_quant_fp8(w, dts[d], r, c, amax, "w", q, &ws, &e), 0, "%s", e.msg);
+                float nws = na / 448.0f;
+                cr_assert_eq(ws, nws);
+                for (int64_t i = 0; i < n; i++) {
+                    float x = f[i] / nws;
+                    int want = fabsf(x) >= 448.0f ? (0x7e | (signbit(x) ? 0x80 : 0)) : nv_e4m3_enc(x);
+                    cr_assert_eq(q[i], want, "%s scale %g i=%ld x=%a", lwq_dtype_name(dts[d]), (double)scales[s],
+                                 (long)i, (double)x);
+                }
+                free(w), free(f), free(q);
+            }
+}
+
+Test(quant_fp8, saturates_when_amax_is_below_the_data)
+{
+    float w[4] = {1.0f, -2.0f, 0.5f, 4.0f};
+    uint8_t q[4];
+    float ws;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_fp8(w, LWQ_F32, 1, 4, 2.0f, "w", q, &ws, &e), 0, "%s", e.msg);
+    cr_assert_eq(q[1], 0xfe);
+    cr_assert_eq(q[3], 0x7e);
+    cr_assert_eq(q[0], nv_e4m3_enc(1.0f / (2.0f / 448.0f)));
+}
+
+/* Naive mse loss of candidate k, summed in the documented order. */
+static double naive_mse(const float *f, int64_t r, int64_t c, float amax_k)
+{
+    float s = amax_k / 448.0f;
+    double tot = 0;
+    for (int64_t i = 0; i < r; i++) {
+        double lane[16] = {0};
+        for (int64_t j = 0; j < c; j++) {
+            float x = f[i * c + j] / s;
+            int b = fabsf(x) >= 448.0f ? (0x7e | (signbit(x) ? 0x80 : 0)) : nv_e4m3_enc(x);
+            float dq = (float)(nv_e4m3_val(b) * (double)s);
+            float e = f[i * c + j] - dq;
+            lane[j % 16] += (double)e * e;
+        }
+        for (int h = 8; h; h >>= 1)
+            for (int l = 0; l < h; l++)
+                lane[l] += lane[l + h];
+        tot += lane[0];
+    }
+    return tot;
+}
+
+Test(quant_fp8, mse_picks_brute_force_argmin)
+{
+    const int64_t shapes[3][2] = {{4, 37}, {8, 64}, {2, 300}};
+    for (int t = 0; t < 3; t++) {
+        int64_t r = shapes[t][0], c = shapes[t][1], n = r * c;
+        uint16_t *w = malloc((size_t)n * 2);
+        float *f = malloc((size_t)n * 4), amax = 0, got;
+        fill(LWQ_BF16, w, f, n, 0.01f, 200 + (uint64_t)t);
+        f[3] *= 40.0f; /* an outlier makes clipping pay off */
+        w[3] = lwq_f32_to_bf16(f[3]);
+        f[3] = lwq_bf16_to_f32(w[3]);
+        for (int64_t i = 0; i < n; i++)
+            amax = fmaxf(amax, fabsf(f[i]));
+        int k = -2, bk = 0;
+        double bl = INFINITY;
+        for (int m = 0; m < 39; m++) {
+            double l = naive_mse(f, r, c, amax * lwq_mse_multiplier(m));
+            if (l < bl)
+                bl = l, bk = m;
+        }
+        lwq_error e = {0};
+        cr_assert_eq(lwq_quant_fp8_mse(w, LWQ_BF16, r, c, "w", &got, &k, &e), 0, "%s", e.msg);
+        cr_assert_eq(k, bk, "shape %d: k=%d vs %d", t, k, bk);
+        cr_assert_eq(got, amax * lwq_mse_multiplier(bk));
+        free(w), free(f);
+    }
+}
+
+Test(quant_fp8, zero_tensor_gets_defined_scale)
+{
+    float w[8] = {0, -0.0f, 0, 0, 0, 0, 0, 0}, ws, amax, out[8];
+    uint8_t q[8];
+    int k;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_fp8_mse(w, LWQ_F32, 2, 4, "z", &amax, &k, &e), LWQ_QUANT_ZERO_TENSOR);
+    cr_assert_eq(amax, 0.0f);
+    cr_assert_eq(k, -1);
+    cr_assert_eq(lwq_quant_fp8(w, LWQ_F32, 2, 4, amax, "z", q, &ws, &e), LWQ_QUANT_ZERO_TENSOR);
+    cr_assert_eq(ws, 1.0f / 448.0f);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(q[i] & 0x7f, 0);
+    cr_assert_eq(lwq_quant_fp8_dequant(q, ws, 8, LWQ_F32, out, &e), 0);
+    for (int i = 0; i < 8; i++)
+        cr_assert_eq(out[i], 0.0f);
+}
+
+Test(quant_fp8, dequant_is_value_times_scale)
+{
+    uint8_t q[256];
+    float out[256];
+    uint16_t ob[256];
+    for (int i = 0; i < 256; i++)
+        q[i] = (uint8_t)i;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_fp8_dequant(q, 0.375f, 256, LWQ_F32, out, &e), 0);
+    cr_assert_eq(lwq_quant_fp8_dequant(q, 0.375f, 256, LWQ_BF16, ob, &e), 0);
+    for (int i = 0; i < 256; i++) {
+        if ((i & 0x7f) == 0x7f)
+            continue;
+        cr_assert_eq(out[i], (float)(nv_e4m3_val(i) * 0.375));
+        cr_assert_eq(ob[i], lwq_f32_to_bf16(out[i]));
+    }
+}
+
+Test(quant_fp8, input_and_kv_scales)
+{
+    float s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_input_scale(12.0f, LWQ_QUANT_NVFP4, "q_proj", &s, &e), 0);
+    cr_assert_eq(s, 12.0f / 2688.0f);
+    cr_assert_eq(lwq_quant_input_scale(12.0f, LWQ_QUANT_FP8, "q_proj", &s, &e), 0);
+    cr_assert_eq(s, 12.0f / 448.0f);
+    cr_assert_eq(lwq_quant_kv_scale(3.5f, "k_proj", &s, &e), 0);
+    cr_assert_eq(s, 3.5f / 448.0f);
+}
+
+Test(quant_fp8, zero_or_nan_activation_amax_is_an_error)
+{
+    float s = -1;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_input_scale(0.0f, LWQ_QUANT_NVFP4, "layers.3.mlp.down_proj", &s, &e), LWQ_ENUMERIC);
+    cr_assert(strstr(e.msg, "layers.3.mlp.down_proj") && strstr(e.msg, "amax 0"), "%s", e.msg);
+    lwq_error_clear(&e);
+    cr_assert_eq(lwq_quant_kv_scale(NAN, "layers.0.self_attn.v_proj", &s, &e), LWQ_ENUMERIC);
+    cr_assert(strstr(e.msg, "layers.0.self_attn.v_proj") && strstr(e.msg, "nan"), "%s", e.msg);
+    lwq_error_clear(&e);
+    cr_assert_eq(lwq_quant_input_scale(INFINITY, LWQ_QUANT_FP8, "o", &s, &e), LWQ_ENUMERIC);
+    cr_assert_eq(s, -1.0f, "output untouched on error");
+}
+
+Test(quant_fp8, group_unify_takes_the_max_of_both_amaxes)
+{
+    float in[3] = {1.0f, 5.0f, 2.0f}, wa[3] = {0.3f, 0.1f, 0.7f};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_group_unify(in, wa, 3, "layers.0.qkv", &e), 0);
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(in[i], 5.0f);
+        cr_assert_eq(wa[i], 0.7f);
+    }
+    float only[2] = {4.0f, 9.0f};
+    cr_assert_eq(lwq_quant_group_unify(NULL, only, 2, "g", &e), 0);
+    cr_assert_eq(only[0], 9.0f);
+}
+
+Test(quant_fp8, group_unify_refuses_nan_member)
+{
+    float in[3] = {1.0f, NAN, 2.0f};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_group_unify(in, NULL, 3, "layers.7.mlp.gate_up", &e), LWQ_ENUMERIC);
+    cr_assert(strstr(e.msg, "layers.7.mlp.gate_up") && strstr(e.msg, "member 1"), "%s", e.msg);
+    cr_assert(in[0] == 1.0f, "inputs untouched on error");
+}

@@ -1,0 +1,135 @@
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <stdlib.h>
+
+#include "layout/export.h"
+
+static const lwq_export_module moe_nvfp4[] = {
+    {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4},
+    {"model.layers.0.mlp.gate", LWQ_QFMT_NONE},
+    {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4},
+    {"model.layers.1.mlp.gate", LWQ_QFMT_NONE},
+};
+
+static cJSON *parse_ok(const char *s)
+{
+    cJSON *j = cJSON_Parse(s);
+    cr_assert_not_null(j, "output is not JSON: %s", s);
+    return j;
+}
+
+Test(export, nvfp4_hf_quant_config_matches_formats_md)
+{
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8_CAST};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
+    cJSON *j = parse_ok(s);
+    cJSON *qz = cJSON_GetObjectItem(j, "quantization");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "producer"), "name")->valuestring, "modelopt");
+    cr_assert_str_eq(cJSON_GetObjectItem(qz, "quant_algo")->valuestring, "NVFP4");
+    cr_assert_str_eq(cJSON_GetObjectItem(qz, "kv_cache_quant_algo")->valuestring, "FP8");
+    cr_assert_eq(cJSON_GetObjectItem(qz, "group_size")->valueint, 16);
+    cJSON *ex = cJSON_GetObjectItem(qz, "exclude_modules");
+    cr_assert_eq(cJSON_GetArraySize(ex), 3);
+    cr_assert_str_eq(cJSON_GetArrayItem(ex, 0)->valuestring, "lm_head");
+    cr_assert_str_eq(cJSON_GetArrayItem(ex, 1)->valuestring, "model.layers.0.mlp.gate");
+    cr_assert_str_eq(cJSON_GetArrayItem(ex, 2)->valuestring, "model.layers.1.mlp.gate");
+    cr_assert_null(cJSON_GetObjectItem(qz, "quantized_layers"));
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(export, kv_none_keeps_null_key)
+{
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE};
+    char *s;
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
+    cJSON *j = parse_ok(s);
+    cJSON *kv = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization"), "kv_cache_quant_algo");
+    cr_assert(kv && cJSON_IsNull(kv));
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(export, config_json_keeps_source_and_adds_quantization_config)
+{
+    cJSON *src = cJSON_Parse("{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,"
+                             "\"quantization_config\":{\"stale\":1}}");
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_config_json(src, &q, &s, &e), 0, "%s", e.msg);
+    cJSON *j = parse_ok(s);
+    cr_assert_eq(cJSON_GetObjectItem(j, "hidden_size")->valueint, 64);
+    cJSON *qc = cJSON_GetObjectItem(j, "quantization_config");
+    cr_assert_null(cJSON_GetObjectItem(qc, "stale"));
+    cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_method")->valuestring, "modelopt");
+    cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_algo")->valuestring, "NVFP4");
+    cJSON *kv = cJSON_GetObjectItem(qc, "kv_cache_scheme");
+    cr_assert(cJSON_IsObject(kv), "kv_cache_scheme must be an object");
+    cr_assert_eq(cJSON_GetObjectItem(kv, "num_bits")->valueint, 8);
+    cJSON *g = cJSON_GetObjectItem(cJSON_GetObjectItem(qc, "config_groups"), "group_0");
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(g, "weights"), "num_bits")->valueint, 4);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(g, "input_activations"), "group_size")->valueint, 16);
+    cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(g, "targets"), 0)->valuestring, "Linear");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(qc, "ignore")), 3);
+    cJSON_Delete(j);
+    cJSON_Delete(src);
+    free(s);
+}
+
+Test(export, two_formats_give_mixed_precision)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8},
+        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE},
+    };
+    lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST};
+    char *s;
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
+    cJSON *j = parse_ok(s);
+    cJSON *qz = cJSON_GetObjectItem(j, "quantization");
+    cr_assert_str_eq(cJSON_GetObjectItem(qz, "quant_algo")->valuestring, "MIXED_PRECISION");
+    cJSON *ql = cJSON_GetObjectItem(qz, "quantized_layers");
+    cJSON *a = cJSON_GetObjectItem(ql, "model.layers.0.self_attn.q_proj");
+    cJSON *b = cJSON_GetObjectItem(ql, "model.layers.0.mlp.experts.0.up_proj");
+    cr_assert_str_eq(cJSON_GetObjectItem(a, "quant_algo")->valuestring, "FP8");
+    cr_assert_null(cJSON_GetObjectItem(a, "group_size"));
+    cr_assert_str_eq(cJSON_GetObjectItem(b, "quant_algo")->valuestring, "NVFP4");
+    cr_assert_eq(cJSON_GetObjectItem(b, "group_size")->valueint, 16);
+    cr_assert_null(cJSON_GetObjectItem(ql, "model.layers.0.mlp.gate"));
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(export, nothing_quantized_is_refused)
+{
+    static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE}};
+    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_lt(lwq_export_hf_quant_config(&q, &s, &e), 0);
+    cr_assert(strstr(e.msg, "no module is quantized"), "%s", e.msg);
+}
+
+Test(export, index_sorted_and_duplicates_refused)
+{
+    const char *names[] = {"model.norm.weight", "lm_head.weight", "model.layers.0.x"};
+    const char *files[] = {"model-tail.safetensors", "model-tail.safetensors", "model-layer-00000.safetensors"};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_index_json(names, files, 3, 1234567890123ull, &s, &e), 0);
+    cJSON *j = parse_ok(s);
+    cr_assert_eq((long long)cJSON_GetObjectItem(cJSON_GetObjectItem(j, "metadata"), "total_size")->valuedouble,
+                 1234567890123ll);
+    cJSON *wm = cJSON_GetObjectItem(j, "weight_map");
+    cr_assert_str_eq(wm->child->string, "lm_head.weight");
+    cr_assert_str_eq(cJSON_GetObjectItem(wm, "model.layers.0.x")->valuestring, "model-layer-00000.safetensors");
+    cJSON_Delete(j);
+    free(s);
+    const char *dn[] = {"a", "a"};
+    cr_assert_lt(lwq_export_index_json(dn, files, 2, 0, &s, &e), 0);
+    cr_assert(strstr(e.msg, "listed twice"), "%s", e.msg);
+}

@@ -1,0 +1,115 @@
+#include <criterion/criterion.h>
+
+#include "layout/checkpoint.h"
+#include "run.h"
+
+TestSuite(inspect, .init = lwqt_setup, .fini = lwqt_teardown);
+
+/* inspect --json on a fixture agrees with its config and with the library's own table. */
+static void check_fixture(const char *rel, const char *cfg_rel)
+{
+    char dir[1024], cfg[1024];
+    snprintf(dir, sizeof dir, "%s/%s", LWQ_FIXTURES, rel);
+    snprintf(cfg, sizeof cfg, "%s/%s", LWQ_FIXTURES, cfg_rel ? cfg_rel : "");
+    const char *a1[] = {"inspect", "--json", dir, NULL};
+    const char *a2[] = {"inspect", "--json", "--config", cfg, dir, NULL};
+    int rc = lwqt_run(cfg_rel ? a2 : a1);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "%s: exit %d: %s", rel, rc, err);
+    free(err);
+    char *out = lwqt_out();
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "%s: output is not JSON: %.200s", rel, out);
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open_with_config(dir, cfg_rel ? cfg : NULL, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(cJSON_GetObjectItem(j, "num_hidden_layers")->valueint, c.cfg.num_hidden_layers);
+    cr_assert_eq(cJSON_GetObjectItem(j, "checkpoint_layers")->valueint, c.cfg.num_hidden_layers);
+    cr_assert_eq(cJSON_GetObjectItem(j, "num_experts")->valueint, c.cfg.num_experts);
+    cr_assert_eq(cJSON_GetObjectItem(j, "num_experts_per_tok")->valueint, c.cfg.num_experts_per_tok);
+    int largest = 0;
+    for (int l = 1; l < c.nlayers; l++)
+        if (c.layers[l].bytes > c.layers[largest].bytes)
+            largest = l;
+    cJSON *big = cJSON_GetObjectItem(j, "largest_layer");
+    cr_assert_eq(cJSON_GetObjectItem(big, "index")->valueint, largest, "%s", rel);
+    cr_assert_eq((uint64_t)cJSON_GetObjectItem(big, "bytes")->valuedouble, c.layers[largest].bytes);
+    int moe = lwq_config_layer_is_moe(&c.cfg, largest);
+    cr_assert_eq(cJSON_GetObjectItem(big, "experts")->valueint, moe ? c.cfg.num_experts : 0);
+    cr_assert_eq((uint64_t)cJSON_GetObjectItem(j, "total_bytes")->valuedouble, c.total_bytes);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "issues")), 0, "%s: %.400s", rel, out);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "tail")), c.tail.n);
+    lwq_ckpt_free(&c);
+    cJSON_Delete(j);
+    free(out);
+}
+
+Test(inspect, fixture_cai_tiny_llama) { check_fixture("cai-tiny-llama", NULL); }
+Test(inspect, fixture_cai_tiny_llama_sharded)
+{
+    check_fixture("cai-tiny-llama/sharded", "cai-tiny-llama/config.json");
+}
+Test(inspect, fixture_cai_tiny_smollm2) { check_fixture("cai-tiny-smollm2", NULL); }
+Test(inspect, fixture_cai_tiny_qwen2) { check_fixture("cai-tiny-qwen2", NULL); }
+Test(inspect, fixture_cai_tiny_qwen3) { check_fixture("cai-tiny-qwen3", NULL); }
+Test(inspect, fixture_cai_tiny_qwen3_moe) { check_fixture("cai-tiny-qwen3-moe", NULL); }
+Test(inspect, fixture_cai_tiny_mixtral) { check_fixture("cai-tiny-mixtral", NULL); }
+Test(inspect, fixture_cai_tiny_deepseek_v2) { check_fixture("cai-tiny-deepseek-v2", NULL); }
+Test(inspect, fixture_agilerl_tiny_qwen3_moe) { check_fixture("agilerl-tiny-qwen3-moe", NULL); }
+Test(inspect, fixture_mlxd_tiny_llama3_bf16) { check_fixture("mlxd-tiny-llama3-bf16", NULL); }
+Test(inspect, fixture_mlxd_tiny_qwen3_bf16) { check_fixture("mlxd-tiny-qwen3-bf16", NULL); }
+Test(inspect, fixture_quatricmorph_tiny_llama_2shard)
+{
+    check_fixture("quatricmorph-tiny-llama-2shard", NULL);
+}
+
+Test(inspect, text_output_names_the_largest_layer_and_tail)
+{
+    char dir[1024];
+    snprintf(dir, sizeof dir, "%s/cai-tiny-deepseek-v2", LWQ_FIXTURES);
+    const char *a[] = {"inspect", dir, NULL};
+    cr_assert_eq(lwqt_run(a), 0);
+    char *out = lwqt_out();
+    cr_assert(strstr(out, "largest     layer 1:"), "%s", out);
+    cr_assert(strstr(out, "4 experts"), "%s", out);
+    cr_assert(strstr(out, "model.embed_tokens.weight F32 [11, 8]"), "%s", out);
+    cr_assert(strstr(out, "check       ok"), "%s", out);
+    free(out);
+}
+
+Test(inspect, unreadable_checkpoint_is_exit_2_with_reason)
+{
+    const char *a[] = {"inspect", lwqt_dir, NULL};
+    cr_assert_eq(lwqt_run(a), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "config.json"), "%s", err);
+    free(err);
+}
+
+Test(inspect, missing_tensor_is_exit_1)
+{
+    lwqt_write_str("config.json", "{\"model_type\":\"llama\",\"hidden_size\":4,\"intermediate_size\":4,"
+                                  "\"num_hidden_layers\":1,\"num_attention_heads\":1,\"vocab_size\":2}");
+    lwqt_write_st("model.safetensors",
+                  "{\"model.layers.0.input_layernorm.weight\":{\"dtype\":\"F32\",\"shape\":[4],"
+                  "\"data_offsets\":[0,16]}}",
+                  UINT64_MAX, 16);
+    const char *a[] = {"inspect", lwqt_dir, NULL};
+    cr_assert_eq(lwqt_run(a), 1);
+    char *out = lwqt_out();
+    cr_assert(strstr(out, "missing: model.layers.0.self_attn.q_proj.weight"), "%s", out);
+    free(out);
+}
+
+Test(inspect, usage)
+{
+    const char *h[] = {"inspect", "--help", NULL};
+    cr_assert_eq(lwqt_run(h), 0);
+    char *out = lwqt_out();
+    cr_assert(strstr(out, "exit status"));
+    free(out);
+    const char *bad[] = {"inspect", "--bogus", "x", NULL};
+    cr_assert_eq(lwqt_run(bad), 2);
+    const char *none[] = {"inspect", NULL};
+    cr_assert_eq(lwqt_run(none), 2);
+}

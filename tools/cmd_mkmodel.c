@@ -1,0 +1,696 @@
+/* tools/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
+ * benchmarks (llama, qwen3, qwen3_moe, mixtral).
+ *
+ * The tensor list comes from the architecture plans (layout/arch), so what mkmodel writes is
+ * exactly what the rest of lwq expects to read.  Values are a counter-based hash of
+ * (seed, tensor name, element index), so a tensor's bytes do not depend on the shard size, the
+ * write order or the thread count, and the same flags always give the same files.  Weights are
+ * ~N(0, 0.02) (Irwin-Hall of four 16-bit uniforms), norm weights ~1.0.  Data streams through one
+ * fixed buffer, so memory does not grow with the model. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/parallel.h"
+#include "layout/arch.h"
+#include "layout/safetensors.h"
+#include "tools/commands.h"
+#include "tools/tool_util.h"
+
+#define MK_BUF_BYTES (8u << 20)
+
+typedef struct mk_opts {
+    const char *out, *arch;
+    int64_t hidden, inter, moe_inter, layers, heads, kv_heads, head_dim, experts, topk, vocab;
+    int64_t shard_bytes, seed;
+    lwq_dtype dtype;
+    int force, quiet;
+} mk_opts;
+
+typedef struct mk_tensor {
+    char name[LWQ_ARCH_NAME_MAX];
+    int ndim;
+    int64_t shape[4];
+    float mean, std;
+    uint64_t nbytes;
+    int shard;
+} mk_tensor;
+
+static void usage(FILE *fp)
+{
+    fprintf(fp,
+            "usage: lwq mkmodel OUT_DIR [options]\n"
+            "\n"
+            "Write a synthetic checkpoint: config.json, safetensors shards (+ index when more\n"
+            "than one), a byte-level BPE tokenizer.json, tokenizer_config.json and\n"
+            "generation_config.json.  Same flags -> same bytes.\n"
+            "\n"
+            "  --arch A              llama | qwen3 | qwen3_moe | mixtral   (default llama)\n"
+            "  --hidden N            hidden size (default 256)\n"
+            "  --intermediate N      dense MLP width; Mixtral's expert width (default 4 x hidden/3,\n"
+            "                        rounded to 64)\n"
+            "  --moe-intermediate N  qwen3_moe expert width (default hidden / 2)\n"
+            "  --layers N            decoder layers (default 4)\n"
+            "  --heads N             attention heads (default 4)\n"
+            "  --kv-heads N          key/value heads (default = heads)\n"
+            "  --head-dim N          head dim (default hidden / heads)\n"
+            "  --experts N           routed experts for MoE archs (default 8)\n"
+            "  --top-k N             experts per token (default 2)\n"
+            "  --vocab N             vocabulary (default 1024; at least the tokenizer's 273)\n"
+            "  --dtype D             bf16 | f16 | f32 (default bf16)\n"
+            "  --shard-size N[K|M|G] largest shard, MiB without a suffix (default 2048)\n"
+            "  --seed S              value seed (default 0)\n"
+            "  --force               write into a non-empty OUT_DIR (old shards are removed)\n"
+            "  --quiet               no summary line\n"
+            "\n"
+            "exit status: 0 written, 2 bad option or write error (message on stderr)\n");
+}
+
+/* ---- values ---------------------------------------------------------------------------------- */
+
+static inline uint64_t mix64(uint64_t z)
+{
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static uint64_t name_seed(uint64_t seed, const char *name)
+{
+    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * 0x100000001b3ull;
+    return mix64(seed ^ mix64(h));
+}
+
+typedef struct gen_ctx {
+    uint64_t tseed;
+    int64_t first; /* element index of buf[0] */
+    float mean, std;
+    lwq_dtype dt;
+    void *buf;
+} gen_ctx;
+
+static void gen_chunk(void *vctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const gen_ctx *g = vctx;
+    /* Irwin-Hall(4) scaled to unit variance: sum of 4 U[0,1) has mean 2 and variance 1/3. */
+    const float k = 1.7320508f / 65536.0f, m = g->mean, s = g->std;
+    for (int64_t i = b; i < e; i++) {
+        uint64_t r = mix64(g->tseed + (uint64_t)(g->first + i + 1) * 0x9e3779b97f4a7c15ull);
+        uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
+                       (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
+        float x = m + s * ((float)sum * k - 2.0f * 1.7320508f);
+        switch (g->dt) {
+        case LWQ_BF16: ((uint16_t *)g->buf)[i] = lwq_f32_to_bf16(x); break;
+        case LWQ_F16: ((uint16_t *)g->buf)[i] = lwq_f32_to_f16(x); break;
+        default: ((float *)g->buf)[i] = x; break;
+        }
+    }
+}
+
+static int write_all(int fd, const void *p, size_t n, const char *path, lwq_error *e)
+{
+    const char *c = p;
+    while (n > 0) {
+        ssize_t w = write(fd, c, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return lwq_errsys(e, w < 0 ? -errno : LWQ_EIO, "%s: write", path);
+        c += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+static int write_shard(const mk_opts *o, const mk_tensor *t, int nt, int shard, const char *path,
+                       void *buf, lwq_error *e)
+{
+    int n = 0;
+    for (int i = 0; i < nt; i++)
+        n += t[i].shard == shard;
+    lwq_st_out_tensor *ot = calloc((size_t)n + 1, sizeof *ot);
+    const mk_tensor **src = calloc((size_t)n + 1, sizeof *src);
+    if (!ot || !src) {
+        free(ot);
+        free(src);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+    }
+    for (int i = 0, k = 0; i < nt; i++) {
+        if (t[i].shard != shard)
+            continue;
+        ot[k] = (lwq_st_out_tensor){.name = t[i].name, .dtype = o->dtype, .ndim = t[i].ndim};
+        memcpy(ot[k].shape, t[i].shape, sizeof t[i].shape);
+        src[k++] = &t[i];
+    }
+    lwq_st_kv meta[] = {{"format", "pt"}};
+    lwq_st_plan p;
+    int rc = lwq_st_plan_make(ot, n, meta, 1, &p, e);
+    if (rc != 0)
+        goto out_free;
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        rc = lwq_errsys(e, -errno, "%s: create", path);
+        goto out_plan;
+    }
+    rc = write_all(fd, p.header, p.header_bytes, path, e);
+    size_t esz = lwq_dtype_size(o->dtype);
+    int64_t per_buf = (int64_t)(MK_BUF_BYTES / esz);
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const mk_tensor *m = src[p.order[i]];
+        int64_t numel = (int64_t)(m->nbytes / esz);
+        gen_ctx g = {.tseed = name_seed((uint64_t)o->seed, m->name), .mean = m->mean,
+                     .std = m->std, .dt = o->dtype, .buf = buf};
+        for (int64_t at = 0; rc == 0 && at < numel; at += per_buf) {
+            int64_t cnt = numel - at < per_buf ? numel - at : per_buf;
+            g.first = at;
+            lwq_parallel_for(cnt, 1 << 16, gen_chunk, &g);
+            rc = write_all(fd, buf, (size_t)cnt * esz, path, e);
+        }
+    }
+    if (close(fd) != 0 && rc == 0)
+        rc = lwq_errsys(e, -errno, "%s: close", path);
+out_plan:
+    lwq_st_plan_free(&p);
+out_free:
+    free(ot);
+    free(src);
+    return rc;
+}
+
+/* ---- config, tokenizer and friends ----------------------------------------------------------- */
+
+static const char *arch_class(const char *a)
+{
+    if (!strcmp(a, "llama"))
+        return "LlamaForCausalLM";
+    if (!strcmp(a, "qwen3"))
+        return "Qwen3ForCausalLM";
+    if (!strcmp(a, "qwen3_moe"))
+        return "Qwen3MoeForCausalLM";
+    if (!strcmp(a, "mixtral"))
+        return "MixtralForCausalLM";
+    return NULL;
+}
+
+static const char *torch_dtype(lwq_dtype t)
+{
+    return t == LWQ_BF16 ? "bfloat16" : t == LWQ_F16 ? "float16" : "float32";
+}
+
+/* GPT-2's byte-level merges whose parts are single bytes or earlier merges. */
+static const char *const merges[] = {"Ġ t", "Ġ a", "h e", "i n",  "r e", "o n", "Ġt he", "e r",
+                                     "Ġ s", "a t", "Ġ w", "Ġ o", "e n", "Ġ c", "i t",   "i s"};
+#define N_MERGES ((int)(sizeof merges / sizeof merges[0]))
+#define EOT_ID (256 + N_MERGES)
+
+static int utf8(unsigned cp, char *out)
+{
+    if (cp < 0x80) {
+        out[0] = (char)cp;
+        out[1] = 0;
+        return 1;
+    }
+    out[0] = (char)(0xc0 | (cp >> 6));
+    out[1] = (char)(0x80 | (cp & 0x3f));
+    out[2] = 0;
+    return 2;
+}
+
+static char *tokenizer_json(void)
+{
+    /* GPT-2 byte_to_unicode: printable bytes map to themselves, the other 68 to U+0100.. in
+     * order; ids follow that same order (printable first), as in GPT-2's vocab. */
+    unsigned cp[256];
+    int order[256], k = 0, extra = 0;
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        if (printable) {
+            cp[b] = (unsigned)b;
+            order[k++] = b;
+        }
+    }
+    for (int b = 0; b < 256; b++) {
+        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
+        if (!printable) {
+            cp[b] = 256u + (unsigned)extra++;
+            order[k++] = b;
+        }
+    }
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "version", "1.0");
+    cJSON_AddNullToObject(root, "truncation");
+    cJSON_AddNullToObject(root, "padding");
+    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
+    cJSON *at = cJSON_CreateObject();
+    cJSON_AddNumberToObject(at, "id", EOT_ID);
+    cJSON_AddStringToObject(at, "content", "<|endoftext|>");
+    cJSON_AddBoolToObject(at, "single_word", 0);
+    cJSON_AddBoolToObject(at, "lstrip", 0);
+    cJSON_AddBoolToObject(at, "rstrip", 0);
+    cJSON_AddBoolToObject(at, "normalized", 0);
+    cJSON_AddBoolToObject(at, "special", 1);
+    cJSON_AddItemToArray(added, at);
+    cJSON_AddNullToObject(root, "normalizer");
+    cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer");
+    cJSON_AddStringToObject(pre, "type", "ByteLevel");
+    cJSON_AddBoolToObject(pre, "add_prefix_space", 0);
+    cJSON_AddBoolToObject(pre, "trim_offsets", 1);
+    cJSON_AddBoolToObject(pre, "use_regex", 1);
+    cJSON *post = cJSON_AddObjectToObject(root, "post_processor");
+    cJSON_AddStringToObject(post, "type", "ByteLevel");
+    cJSON_AddBoolToObject(post, "add_prefix_space", 1);
+    cJSON_AddBoolToObject(post, "trim_offsets", 0);
+    cJSON_AddBoolToObject(post, "use_regex", 1);
+    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
+    cJSON_AddStringToObject(dec, "type", "ByteLevel");
+    cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
+    cJSON_AddBoolToObject(dec, "trim_offsets", 1);
+    cJSON_AddBoolToObject(dec, "use_regex", 1);
+    cJSON *model = cJSON_AddObjectToObject(root, "model");
+    cJSON_AddStringToObject(model, "type", "BPE");
+    cJSON_AddNullToObject(model, "dropout");
+    cJSON_AddNullToObject(model, "unk_token");
+    cJSON_AddNullToObject(model, "continuing_subword_prefix");
+    cJSON_AddNullToObject(model, "end_of_word_suffix");
+    cJSON_AddBoolToObject(model, "fuse_unk", 0);
+    cJSON_AddBoolToObject(model, "byte_fallback", 0);
+    cJSON_AddBoolToObject(model, "ignore_merges", 0);
+    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
+    for (int i = 0; i < 256; i++) {
+        char s[4];
+        utf8(cp[order[i]], s);
+        cJSON_AddNumberToObject(vocab, s, i);
+    }
+    for (int i = 0; i < N_MERGES; i++) {
+        char tok[32];
+        const char *sp = strchr(merges[i], ' ');
+        snprintf(tok, sizeof tok, "%.*s%s", (int)(sp - merges[i]), merges[i], sp + 1);
+        cJSON_AddNumberToObject(vocab, tok, 256 + i);
+    }
+    cJSON_AddNumberToObject(vocab, "<|endoftext|>", EOT_ID);
+    cJSON *mg = cJSON_AddArrayToObject(model, "merges");
+    for (int i = 0; i < N_MERGES; i++)
+        cJSON_AddItemToArray(mg, cJSON_CreateString(merges[i]));
+    char *s = cJSON_PrintUnformatted(root);
+    cJSON_Delete(root);
+    return s;
+}
+
+static char *config_json(const mk_opts *o)
+{
+    cJSON *c = cJSON_CreateObject();
+    cJSON *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(arch_class(o->arch)));
+    cJSON_AddStringToObject(c, "model_type", o->arch);
+    cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+    cJSON_AddNumberToObject(c, "intermediate_size", (double)o->inter);
+    cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->layers);
+    cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->heads);
+    cJSON_AddNumberToObject(c, "num_key_value_heads", (double)o->kv_heads);
+    cJSON_AddNumberToObject(c, "head_dim", (double)o->head_dim);
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", 4096);
+    int qwen = !strncmp(o->arch, "qwen3", 5);
+    cJSON_AddNumberToObject(c, "rms_norm_eps", qwen ? 1e-6 : 1e-5);
+    cJSON_AddNumberToObject(c, "rope_theta", qwen ? 1000000.0 : 500000.0);
+    cJSON_AddNullToObject(c, "rope_scaling");
+    cJSON_AddStringToObject(c, "hidden_act", "silu");
+    cJSON_AddBoolToObject(c, "attention_bias", 0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    cJSON_AddNumberToObject(c, "bos_token_id", EOT_ID);
+    cJSON_AddNumberToObject(c, "eos_token_id", EOT_ID);
+    cJSON_AddStringToObject(c, "torch_dtype", torch_dtype(o->dtype));
+    if (!strcmp(o->arch, "qwen3_moe")) {
+        cJSON_AddNumberToObject(c, "num_experts", (double)o->experts);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
+        cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
+        cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+        cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+    } else if (!strcmp(o->arch, "mixtral")) {
+        cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
+    }
+    cJSON_AddStringToObject(c, "transformers_version", "4.51.0");
+    char *s = cJSON_Print(c);
+    cJSON_Delete(c);
+    return s;
+}
+
+static int write_json_file(const char *dir, const char *name, char *text, lwq_error *e)
+{
+    if (!text)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+    char p[4096];
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    size_t n = strlen(text);
+    int rc = lwq_tool_write_file(p, text, n, e);
+    free(text);
+    return rc;
+}
+
+static int cmp_mk_name(const void *a, const void *b, void *ctx)
+{
+    const mk_tensor *t = ctx;
+    return strcmp(t[*(const int *)a].name, t[*(const int *)b].name);
+}
+
+/* ---- the command ----------------------------------------------------------------------------- */
+
+static int prepare_dir(const mk_opts *o, lwq_error *e)
+{
+    if (mkdir(o->out, 0755) != 0 && errno != EEXIST)
+        return lwq_errsys(e, -errno, "%s: mkdir", o->out);
+    DIR *d = opendir(o->out);
+    if (!d)
+        return lwq_errsys(e, -errno, "%s: open directory", o->out);
+    int rc = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        if (!o->force) {
+            rc = lwq_errf(e, LWQ_EINVAL, "%s: not empty (holds %s); use --force to write into it",
+                          o->out, de->d_name);
+            break;
+        }
+        /* Stale shards of another layout would be picked up by readers: remove them. */
+        size_t n = strlen(de->d_name);
+        if (strstr(de->d_name, ".safetensors") &&
+            (!strncmp(de->d_name, "model", 5) || (n > 5 && !strcmp(de->d_name + n - 5, ".json")))) {
+            char p[4096];
+            snprintf(p, sizeof p, "%s/%s", o->out, de->d_name);
+            if (unlink(p) != 0) {
+                rc = lwq_errsys(e, -errno, "%s: remove", p);
+                break;
+            }
+        }
+    }
+    closedir(d);
+    return rc;
+}
+
+static int build_tensors(const lwq_model_config *cfg, mk_tensor **out, int *nout, lwq_error *e)
+{
+    lwq_arch_layer tail;
+    int rc = lwq_arch_tail_plan(cfg, &tail, e);
+    if (rc != 0)
+        return rc;
+    int cap = 64, n = 0;
+    mk_tensor *t = malloc((size_t)cap * sizeof *t);
+    for (int part = -1; t && part <= cfg->num_hidden_layers; part++) {
+        /* Order on disk: embedding, layers 0..L-1, final norm and lm_head (as HF saves). */
+        lwq_arch_layer lp, *pl = &tail;
+        if (part >= 0 && part < cfg->num_hidden_layers) {
+            if ((rc = lwq_arch_layer_plan(cfg, part, &lp, e)) != 0)
+                break;
+            pl = &lp;
+        }
+        for (int i = 0; i < pl->ntensors; i++) {
+            const lwq_arch_tensor *p = &pl->tensors[i];
+            if (p->optional)
+                continue;
+            if (pl == &tail && (part < 0) != (p->kind == LWQ_TK_EMBED))
+                continue;
+            if (n == cap) {
+                mk_tensor *nt = realloc(t, (size_t)(cap *= 2) * sizeof *t);
+                if (!nt) {
+                    free(t);
+                    t = NULL;
+                    break;
+                }
+                t = nt;
+            }
+            mk_tensor *m = &t[n++];
+            memset(m, 0, sizeof *m);
+            snprintf(m->name, sizeof m->name, "%s", p->name);
+            m->ndim = p->ndim;
+            memcpy(m->shape, p->shape, sizeof m->shape);
+            m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
+            m->std = 0.02f;
+            uint64_t numel = 1;
+            for (int d = 0; d < p->ndim; d++)
+                numel *= (uint64_t)p->shape[d];
+            m->nbytes = numel * lwq_dtype_size(cfg->dtype);
+        }
+        if (pl != &tail)
+            lwq_arch_layer_free(pl);
+        if (!t)
+            break;
+    }
+    lwq_arch_layer_free(&tail);
+    if (rc != 0) {
+        free(t);
+        return rc;
+    }
+    if (!t)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory for the tensor list");
+    *out = t;
+    *nout = n;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, mk_opts *o)
+{
+    static const struct option lo[] = {
+        {"arch", 1, 0, 'a'},     {"hidden", 1, 0, 'H'},   {"intermediate", 1, 0, 'I'},
+        {"moe-intermediate", 1, 0, 'M'}, {"layers", 1, 0, 'L'}, {"heads", 1, 0, 'n'},
+        {"kv-heads", 1, 0, 'k'}, {"head-dim", 1, 0, 'd'}, {"experts", 1, 0, 'E'},
+        {"top-k", 1, 0, 't'},    {"vocab", 1, 0, 'V'},    {"dtype", 1, 0, 'T'},
+        {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
+        {"quiet", 0, 0, 'q'},    {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+    memset(o, 0, sizeof *o);
+    o->arch = "llama";
+    o->hidden = 256;
+    o->layers = 4;
+    o->heads = 4;
+    o->experts = 8;
+    o->topk = 2;
+    o->vocab = 1024;
+    o->shard_bytes = INT64_C(2048) << 20;
+    o->dtype = LWQ_BF16;
+    const int64_t BIG = INT64_C(1) << 20;
+    int c, bad = 0;
+    optind = 1;
+    opterr = 0;
+    while (!bad && (c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
+        switch (c) {
+        case 'a': o->arch = optarg; break;
+        case 'H': bad = lwq_tool_parse_i64("--hidden", optarg, 1, BIG, &o->hidden); break;
+        case 'I': bad = lwq_tool_parse_i64("--intermediate", optarg, 1, BIG, &o->inter); break;
+        case 'M': bad = lwq_tool_parse_i64("--moe-intermediate", optarg, 1, BIG, &o->moe_inter); break;
+        case 'L': bad = lwq_tool_parse_i64("--layers", optarg, 1, LWQ_MAX_LAYERS, &o->layers); break;
+        case 'n': bad = lwq_tool_parse_i64("--heads", optarg, 1, 4096, &o->heads); break;
+        case 'k': bad = lwq_tool_parse_i64("--kv-heads", optarg, 1, 4096, &o->kv_heads); break;
+        case 'd': bad = lwq_tool_parse_i64("--head-dim", optarg, 1, 4096, &o->head_dim); break;
+        case 'E': bad = lwq_tool_parse_i64("--experts", optarg, 1, 4096, &o->experts); break;
+        case 't': bad = lwq_tool_parse_i64("--top-k", optarg, 1, 4096, &o->topk); break;
+        case 'V': bad = lwq_tool_parse_i64("--vocab", optarg, EOT_ID + 1, INT64_C(1) << 24, &o->vocab); break;
+        case 'S': {
+            /* MiB by default; a K/M/G suffix gives KiB/MiB/GiB (tests want small shards). */
+            char num[32];
+            size_t len = strlen(optarg);
+            int64_t unit = 1 << 20;
+            char last = len ? optarg[len - 1] : 0;
+            if (last == 'K' || last == 'M' || last == 'G') {
+                unit = last == 'K' ? 1 << 10 : last == 'M' ? 1 << 20 : INT64_C(1) << 30;
+                len--;
+            }
+            snprintf(num, sizeof num, "%.*s", (int)(len < sizeof num ? len : sizeof num - 1), optarg);
+            bad = lwq_tool_parse_i64("--shard-size", num, 1, INT64_C(1) << 30, &o->shard_bytes);
+            if (!bad && o->shard_bytes > (INT64_C(1) << 50) / unit) {
+                fprintf(stderr, "lwq mkmodel: --shard-size %s is too large\n", optarg);
+                bad = -1;
+            }
+            o->shard_bytes *= unit;
+            break;
+        }
+        case 's': bad = lwq_tool_parse_i64("--seed", optarg, 0, INT64_MAX, &o->seed); break;
+        case 'T':
+            if (!strcmp(optarg, "bf16"))
+                o->dtype = LWQ_BF16;
+            else if (!strcmp(optarg, "f16"))
+                o->dtype = LWQ_F16;
+            else if (!strcmp(optarg, "f32"))
+                o->dtype = LWQ_F32;
+            else {
+                fprintf(stderr, "lwq mkmodel: --dtype must be bf16, f16 or f32, got '%s'\n", optarg);
+                bad = -1;
+            }
+            break;
+        case 'f': o->force = 1; break;
+        case 'q': o->quiet = 1; break;
+        case 'h': usage(stdout); return 1;
+        case ':': fprintf(stderr, "lwq mkmodel: %s needs a value\n", argv[optind - 1]); return -1;
+        default: fprintf(stderr, "lwq mkmodel: unknown option '%s'\n", argv[optind - 1]); return -1;
+        }
+    }
+    if (bad)
+        return -1;
+    if (optind != argc - 1) {
+        fprintf(stderr, "lwq mkmodel: expected one OUT_DIR (see lwq mkmodel --help)\n");
+        return -1;
+    }
+    o->out = argv[optind];
+    if (!arch_class(o->arch)) {
+        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe or mixtral, got '%s'\n",
+                o->arch);
+        return -1;
+    }
+    if (!o->kv_heads)
+        o->kv_heads = o->heads;
+    if (!o->head_dim) {
+        if (o->hidden % o->heads) {
+            fprintf(stderr, "lwq mkmodel: --hidden %lld is not a multiple of --heads %lld; give "
+                            "--head-dim\n",
+                    (long long)o->hidden, (long long)o->heads);
+            return -1;
+        }
+        o->head_dim = o->hidden / o->heads;
+    }
+    if (!o->inter)
+        o->inter = ((o->hidden * 8 / 3 + 63) / 64) * 64;
+    if (!o->moe_inter)
+        o->moe_inter = o->hidden / 2 > 0 ? o->hidden / 2 : 1;
+    if (o->topk > o->experts) {
+        fprintf(stderr, "lwq mkmodel: --top-k %lld exceeds --experts %lld\n", (long long)o->topk,
+                (long long)o->experts);
+        return -1;
+    }
+    return 0;
+}
+
+int lwq_cmd_mkmodel(int argc, char **argv)
+{
+    mk_opts o;
+    int pr = parse_opts(argc, argv, &o);
+    if (pr != 0)
+        return pr > 0 ? LWQ_EXIT_OK : LWQ_EXIT_ERR;
+    lwq_error e = {0};
+    lwq_model_config cfg;
+    mk_tensor *t = NULL;
+    void *buf = NULL;
+    int nt = 0, rc;
+    char *cfg_text = config_json(&o);
+    if (!cfg_text) {
+        fprintf(stderr, "lwq mkmodel: out of memory\n");
+        return LWQ_EXIT_ERR;
+    }
+    /* Parse our own config back: the same validation every reader applies. */
+    rc = lwq_config_parse("config.json", cfg_text, &cfg, &e);
+    if (rc != 0) {
+        free(cfg_text);
+        fprintf(stderr, "lwq mkmodel: %s\n", e.msg);
+        return LWQ_EXIT_ERR;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    if ((rc = build_tensors(&cfg, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
+        goto out;
+    /* Greedy shards in disk order; a tensor larger than the shard size gets a shard alone. */
+    uint64_t limit = (uint64_t)o.shard_bytes, cur = 0, total = 0;
+    int nshards = 1;
+    for (int i = 0; i < nt; i++) {
+        if (cur > 0 && cur + t[i].nbytes > limit) {
+            nshards++;
+            cur = 0;
+        }
+        t[i].shard = nshards - 1;
+        cur += t[i].nbytes;
+        total += t[i].nbytes;
+    }
+    buf = malloc(MK_BUF_BYTES);
+    if (!buf) {
+        rc = lwq_errf(&e, LWQ_ENOMEM, "out of memory for the write buffer");
+        goto out;
+    }
+    char path[4096], fname[64];
+    cJSON *index = nshards > 1 ? cJSON_CreateObject() : NULL;
+    cJSON *wm = NULL;
+    if (index) {
+        cJSON *md = cJSON_AddObjectToObject(index, "metadata");
+        cJSON_AddNumberToObject(md, "total_size", (double)total);
+        wm = cJSON_AddObjectToObject(index, "weight_map");
+    }
+    for (int s = 0; rc == 0 && s < nshards; s++) {
+        if (nshards == 1)
+            snprintf(fname, sizeof fname, "model.safetensors");
+        else
+            snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, nshards);
+        snprintf(path, sizeof path, "%s/%s", o.out, fname);
+        rc = write_shard(&o, t, nt, s, path, buf, &e);
+    }
+    if (wm) {
+        /* weight_map sorted by tensor name, as transformers writes it. */
+        int *ord = malloc((size_t)nt * sizeof *ord);
+        if (!ord) {
+            cJSON_Delete(index);
+            rc = lwq_errf(&e, LWQ_ENOMEM, "out of memory for the index");
+            goto out;
+        }
+        for (int i = 0; i < nt; i++)
+            ord[i] = i;
+        qsort_r(ord, (size_t)nt, sizeof *ord, cmp_mk_name, t);
+        for (int i = 0; i < nt; i++) {
+            snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", t[ord[i]].shard + 1,
+                     nshards);
+            cJSON_AddStringToObject(wm, t[ord[i]].name, fname);
+        }
+        free(ord);
+    }
+    if (rc == 0 && index)
+        rc = write_json_file(o.out, "model.safetensors.index.json", cJSON_Print(index), &e);
+    cJSON_Delete(index);
+    if (rc == 0) {
+        rc = write_json_file(o.out, "config.json", cfg_text, &e);
+        cfg_text = NULL;
+    }
+    if (rc == 0)
+        rc = write_json_file(o.out, "tokenizer.json", tokenizer_json(), &e);
+    if (rc == 0) {
+        char tc[512];
+        snprintf(tc, sizeof tc,
+                 "{\n  \"tokenizer_class\": \"PreTrainedTokenizerFast\",\n  \"bos_token\": "
+                 "\"<|endoftext|>\",\n  \"eos_token\": \"<|endoftext|>\",\n  \"model_max_length\": "
+                 "4096\n}\n");
+        rc = write_json_file(o.out, "tokenizer_config.json", strdup(tc), &e);
+    }
+    if (rc == 0) {
+        char gc[256];
+        snprintf(gc, sizeof gc,
+                 "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"do_sample\": false\n}\n",
+                 EOT_ID, EOT_ID);
+        rc = write_json_file(o.out, "generation_config.json", strdup(gc), &e);
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (rc == 0 && !o.quiet) {
+        double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        char b[32];
+        printf("lwq mkmodel: %s %s, %lld layers, %d tensors, %s in %d shard%s -> %s (%.2f s, %.0f "
+               "MB/s)\n",
+               o.arch, lwq_dtype_name(o.dtype), (long long)o.layers, nt,
+               lwq_tool_bytes(total, b, sizeof b), nshards, nshards > 1 ? "s" : "", o.out, s,
+               s > 0 ? (double)total / s / 1e6 : 0.0);
+    }
+out:
+    free(cfg_text);
+    free(buf);
+    free(t);
+    lwq_config_free(&cfg);
+    if (rc != 0) {
+        fprintf(stderr, "lwq mkmodel: %s\n", e.msg);
+        return LWQ_EXIT_ERR;
+    }
+    return LWQ_EXIT_OK;
+}

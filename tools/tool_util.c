@@ -1,0 +1,96 @@
+/* tools/tool_util.c — helpers shared by the subcommands (see tool_util.h). */
+#include "tools/tool_util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
+{
+    char *end = NULL;
+    errno = 0;
+    long long v = s ? strtoll(s, &end, 10) : 0;
+    if (!s || !*s || *end || errno) {
+        fprintf(stderr, "lwq: %s expects an integer, got '%s'\n", opt, s ? s : "");
+        return -1;
+    }
+    if (v < lo || v > hi) {
+        fprintf(stderr, "lwq: %s %lld is outside [%lld, %lld]\n", opt, v, (long long)lo,
+                (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+const char *lwq_tool_bytes(uint64_t b, char *buf, size_t cap)
+{
+    static const char *u[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double v = (double)b;
+    int i = 0;
+    while (v >= 1024 && i < 4) {
+        v /= 1024;
+        i++;
+    }
+    if (i == 0)
+        snprintf(buf, cap, "%llu B", (unsigned long long)b);
+    else
+        snprintf(buf, cap, "%.1f %s", v, u[i]);
+    return buf;
+}
+
+int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error *e)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return lwq_errsys(e, -errno, "%s: create", path);
+    const char *p = data;
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0) {
+            int rc = lwq_errsys(e, w < 0 ? -errno : LWQ_EIO, "%s: write", path);
+            close(fd);
+            return rc;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    if (close(fd) != 0)
+        return lwq_errsys(e, -errno, "%s: close", path);
+    return 0;
+}
+
+int lwq_tool_read_file(const char *path, size_t limit, char **out, size_t *n, lwq_error *e)
+{
+    *out = NULL;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return lwq_errsys(e, -errno, "%s: open", path);
+    struct stat st;
+    if (fstat(fileno(fp), &st) != 0 || (uint64_t)st.st_size > limit) {
+        fclose(fp);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: missing size or larger than %zu bytes", path, limit);
+    }
+    size_t len = (size_t)st.st_size;
+    char *b = malloc(len + 1);
+    if (!b) {
+        fclose(fp);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+    }
+    size_t got = fread(b, 1, len, fp);
+    fclose(fp);
+    if (got != len) {
+        free(b);
+        return lwq_errf(e, LWQ_EIO, "%s: short read", path);
+    }
+    b[len] = 0;
+    *out = b;
+    if (n)
+        *n = len;
+    return 0;
+}

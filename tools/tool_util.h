@@ -1,0 +1,20 @@
+/* tools/tool_util.h — small helpers shared by the `lwq` subcommands (CLI side only: these print
+ * to stderr, the library never does). */
+#ifndef LWQ_TOOLS_TOOL_UTIL_H
+#define LWQ_TOOLS_TOOL_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/error.h"
+
+/* Parse option `opt`'s value `s` as an integer in [lo, hi]; prints the reason and returns -1. */
+int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* "12.3 MiB" into buf. */
+const char *lwq_tool_bytes(uint64_t b, char *buf, size_t cap);
+/* Write `n` bytes to `path` (create/truncate). */
+int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error *e);
+/* Read a whole (small) file, NUL-terminated; *out is malloc'd.  ENOENT when absent. */
+int lwq_tool_read_file(const char *path, size_t limit, char **out, size_t *n, lwq_error *e);
+
+#endif
