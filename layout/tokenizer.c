@@ -551,8 +551,12 @@ int lwq_tokenizer_encode(const lwq_tokenizer *t, const char *text, size_t len, i
     /* Expand the template around the content ids. */
     size_t content = out->n, total = content + nsp, pre = 0;
     for (size_t i = 0; i < t->n_post && t->post[i].kind == TOK_POST_ITEM_SPECIAL; i++) pre += t->post[i].n;
-    while (out->cap < total)
-        if (tok_ids_push(out, 0)) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+    if (out->cap < total) {
+        int32_t *p = realloc(out->ids, total * sizeof *p);
+        if (!p) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+        out->ids = p;
+        out->cap = total;
+    }
     memmove(out->ids + pre, out->ids, content * sizeof *out->ids);
     size_t w = 0;
     int seen_seq = 0;

@@ -576,6 +576,9 @@ int tok_model_word(const lwq_tokenizer *t, const char *s, size_t n, int raw_byte
                    lwq_token_ids *out, lwq_error *e)
 {
     if (!n) return 0;
+    if (n > LWQ_TOK_MAX_WORD_BYTES)
+        return lwq_errf(e, LWQ_EINVAL, "%s: a %zu-byte word (text the pre-tokenizer does not split) "
+                        "is over the %zu-byte limit", t->name, n, LWQ_TOK_MAX_WORD_BYTES);
     tok_buf mapped = {0};
     int rc = 0;
     if (raw_bytes) {

@@ -374,3 +374,19 @@ Test(tokenizer, decode_keeps_nul_bytes)
     lwq_token_ids_free(&v);
     lwq_tokenizer_free(t);
 }
+
+Test(tokenizer, oversized_word_is_refused)
+{
+    /* No pre-tokenizer: the whole text is one BPE word. */
+    lwq_tokenizer *t = must_load(BPE_HEAD "\"merges\":[\"a b\"]}}", NULL);
+    size_t n = LWQ_TOK_MAX_WORD_BYTES + 1;
+    char *text = malloc(n);
+    memset(text, 'a', n);
+    lwq_token_ids v = {0};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_encode(t, text, n, 1, 0, &v, NULL, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, "over the"), "%s", e.msg);
+    free(text);
+    lwq_token_ids_free(&v);
+    lwq_tokenizer_free(t);
+}
