@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/trace.h"
+
 static const lwq_ckpt_layer *layer_of(const lwq_ckpt *c, int layer)
 {
     return layer < 0 ? &c->tail : &c->layers[layer];
@@ -103,7 +105,10 @@ static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e
             int rc = lwq_backend_alloc(lw->be, t->nbytes ? t->nbytes : 1, &p, e);
             if (rc)
                 return rc;
-            if ((rc = lwq_backend_upload(lw->be, p, t->data, t->nbytes, e)) != 0 ||
+            LWQ_TRACE_BEGIN("upload", -1);
+            rc = lwq_backend_upload(lw->be, p, t->data, t->nbytes, e);
+            LWQ_TRACE_END();
+            if (rc != 0 ||
                 (rc = lwq_tlist_add(&lw->dev, name, t->dtype, t->ndim, t->shape, p, 0, e)) != 0) {
                 lwq_backend_free(lw->be, p);
                 return rc;

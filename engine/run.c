@@ -10,6 +10,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "core/trace.h"
 #include "engine/layersrc.h"
 #include "engine/run_internal.h"
 #include "io/durable.h"
@@ -279,18 +280,27 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     double t = lwq_now();
     if (!no_output)
         lwq_run_wait_boundary(r, nxt);
+    LWQ_TRACE_BEGIN("forward", L);
     rc = forward_layer(r, L, &lw.w, r->cur, r->o->qdq_next || no_output ? -1 : nxt, &st, e);
+    LWQ_TRACE_END();
     ls->forward_s = lwq_now() - t;
+    /* device memory is at its height now: the layer's weights are uploaded, scratch is live */
+    if (rc == 0 && (rc = lwq_backend_mem_in_use(&r->be, &ls->gpu_bytes, e)) == 0 && ls->gpu_bytes > r->peak_gpu)
+        r->peak_gpu = ls->gpu_bytes;
     t = lwq_now();
+    LWQ_TRACE_BEGIN("quantize", L);
     if (rc == 0)
         rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, out, &rep, e);
+    LWQ_TRACE_END();
     ls->quantize_s = lwq_now() - t;
     if (rc == 0 && r->o->qdq_next && !no_output) {
         t = lwq_now();
         lwq_layer_weights_free(&lw);
         if ((rc = qdq_overlay(r, L, out, src, &ov, e)) == 0) {
             lwq_layer_weights_init(&lw, &r->be, src, &ov);
+            LWQ_TRACE_BEGIN("forward qdq", L);
             rc = forward_layer(r, L, &lw.w, r->cur, nxt, NULL, e);
+            LWQ_TRACE_END();
         }
         ls->forward_s += lwq_now() - t;
     }
@@ -315,6 +325,7 @@ static void progress(lwq_run *r, int L, double t_start, int done_layers)
     uint64_t rss, hwm;
     lwq_rss(&rss, &hwm);
     r->lstat[L].rss = rss;
+    r->peak_rss = rss > r->peak_rss ? rss : r->peak_rss;
     if (r->o->quiet)
         return;
     double el = lwq_now() - t_start, eta = done_layers ? el / done_layers * (r->nlayers - L - 1) : 0;
@@ -370,19 +381,25 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     lwq_io_range **ranges = calloc((size_t)r->nlayers, sizeof *ranges);
     int *nranges = calloc((size_t)r->nlayers, sizeof *nranges);
     int rc = ranges && nranges ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    /* The input of the first layer to compute, before the ring exists: embed_all holds the whole
+     * tail (embedding and lm_head, >1 GB for a 150k vocabulary) for a moment, and with the ring
+     * slots already allocated and filling, that moment set the run's peak RSS.  The disk is busy
+     * with the tail then anyway, so reading layer 0 later costs little. */
+    if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers)
+        rc = r->man.boundary_file[0] ? load_boundary(r, r->bnd[r->cur], e) : embed_all(r, r->bnd[r->cur], e);
     if (rc == 0)
         rc = start_io(r, ranges, nranges, e);
     if (rc == 0 && !r->o->dry_read)
         rc = lwq_writer_init(&r->wr, 4, e);
-    /* the input of the first layer to compute */
-    if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers)
-        rc = r->man.boundary_file[0] ? load_boundary(r, r->bnd[r->cur], e) : embed_all(r, r->bnd[r->cur], e);
     double t_start = lwq_now();
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {
         int64_t job = L - r->start_layer;
         void *slot;
         double t = lwq_now();
-        if ((rc = lwq_prefetch_wait(r->pf, job, &slot, e)) != 0)
+        LWQ_TRACE_BEGIN("read-wait", L);
+        rc = lwq_prefetch_wait(r->pf, job, &slot, e);
+        LWQ_TRACE_END();
+        if (rc != 0)
             break;
         struct lwq_layer_log *ls = &r->lstat[L];
         ls->read_wait_s = lwq_now() - t;
@@ -421,6 +438,17 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     }
     if (rc && r->pf)
         lwq_prefetch_cancel(r->pf);
+    /* Every slot is released once the writer is flushed.  Give the ring back now, so the tail
+     * that lwq_run_finish reads (as large as the embedding and lm_head) does not stack on it.
+     * The reader goes first: its io_uring holds the registered slot pages until it is freed. */
+    if (rc == 0) {
+        lwq_prefetch_free(r->pf);
+        r->pf = NULL;
+        lwq_io_reader_free(r->rd);
+        r->rd = NULL;
+        lwq_pool_free(&r->pool);
+        r->pool_open = 0;
+    }
     for (int L = 0; L < r->nlayers && ranges; L++)
         free(ranges[L]);
     free(ranges);
@@ -562,7 +590,11 @@ static void summary(lwq_run *r, double wall)
 {
     uint64_t rss, hwm, out_bytes = 0, in_bytes = r->ck.total_bytes;
     lwq_rss(&rss, &hwm);
-    for (int L = 0; L < r->nlayers; L++)
+    /* The kernel updates VmHWM lazily (on unmap, not when freed pages are zapped, and from
+     * batched per-CPU counters), so it can read below a VmRSS sampled earlier: take both. */
+    hwm = r->peak_rss > hwm ? r->peak_rss : hwm;
+    /* a --dry-read run has no manifest (nothing is written) */
+    for (int L = 0; L < r->nlayers && r->man.layers; L++)
         out_bytes += r->man.layers[L].bytes;
     char buf[768];
     snprintf(buf, sizeof buf,

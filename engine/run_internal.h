@@ -78,6 +78,7 @@ typedef struct lwq_run {
     uint64_t bytes_read;
     double read_wait_total;
     uint64_t peak_gpu;
+    uint64_t peak_rss;            /* highest VmRSS sampled after a layer (VmHWM can lag it) */
 } lwq_run;
 
 double lwq_now(void);

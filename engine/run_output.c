@@ -23,6 +23,7 @@
 #include "core/file.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "core/trace.h"
 #include "engine/run_internal.h"
 #include "io/durable.h"
 #include "engine/layersrc.h"
@@ -119,7 +120,10 @@ static int shard_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     shard_job *j = ctx;
     j->t0 = lwq_now();
     lwq_tlist_sort(&j->out);
-    return write_tlist(j->r->fp_hex, &j->out, f, &j->hash, &j->bytes, e);
+    LWQ_TRACE_BEGIN("write", j->layer);
+    int rc = write_tlist(j->r->fp_hex, &j->out, f, &j->hash, &j->bytes, e);
+    LWQ_TRACE_END();
+    return rc;
 }
 
 static void shard_done(void *ctx, int64_t id, int rc, const lwq_error *e)
@@ -154,13 +158,16 @@ static int boundary_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     lwq_xxh64_init(&h, 0);
     const unsigned char *p = j->r->bnd[j->buf];
     uint64_t n = j->r->bnd_bytes, chunk = 64u << 20;
-    for (uint64_t off = 0; off < n; off += chunk) {
+    int rc = 0;
+    LWQ_TRACE_BEGIN("boundary", -1);
+    for (uint64_t off = 0; off < n && rc == 0; off += chunk) {
         size_t k = (size_t)(n - off < chunk ? n - off : chunk);
         lwq_xxh64_update(&h, p + off, k);
-        int rc = lwq_durable_append(f, p + off, k, e);
-        if (rc)
-            return rc;
+        rc = lwq_durable_append(f, p + off, k, e);
     }
+    LWQ_TRACE_END();
+    if (rc)
+        return rc;
     j->hash = lwq_xxh64_digest(&h);
     return 0;
 }
@@ -207,7 +214,9 @@ static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     char *s = lwq_manifest_render(m);
     if (!s)
         return lwq_errf(e, LWQ_ENOMEM, "manifest: out of memory");
+    LWQ_TRACE_BEGIN("commit", j->committed - 1);
     int rc = lwq_durable_append(f, s, strlen(s), e);
+    LWQ_TRACE_END();
     free(s);
     return rc;
 }

@@ -1,5 +1,6 @@
 /* io/prefetch.c — background reading of the next K jobs (see prefetch.h). */
 #include "io/prefetch.h"
+#include "core/trace.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -65,7 +66,9 @@ static void *prefetch_main(void *arg)
 
         lwq_error le = {0};
         double t0 = now_s();
+        LWQ_TRACE_BEGIN("read job", j);
         int rc = lwq_io_reader_read(pf->rd, &plan, slot, pf->pool->slot_bytes, &pf->cancel, &le);
+        LWQ_TRACE_END();
         double dt = now_s() - t0;
 
         pthread_mutex_lock(&pf->mu);

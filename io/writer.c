@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/trace.h"
 
 typedef struct wjob {
     lwq_writer_job j;
@@ -26,8 +27,12 @@ struct lwq_writer {
 
 static int write_one(const wjob *w, lwq_error *e)
 {
-    if (w->j.data || !w->j.serialize)
-        return lwq_durable_write_file(w->path, w->j.data, w->j.len, e);
+    if (w->j.data || !w->j.serialize) {
+        LWQ_TRACE_BEGIN("durable write", w->id);
+        int rc = lwq_durable_write_file(w->path, w->j.data, w->j.len, e);
+        LWQ_TRACE_END();
+        return rc;
+    }
     lwq_durable_file f;
     int rc = lwq_durable_open(&f, w->path, e);
     if (rc < 0)
@@ -39,7 +44,11 @@ static int write_one(const wjob *w, lwq_error *e)
         lwq_durable_abort(&f);
         return rc;
     }
-    return lwq_durable_commit(&f, e);
+    /* fsync, rename, fsync of the directory: where the disk's write latency shows */
+    LWQ_TRACE_BEGIN("durable", w->id);
+    rc = lwq_durable_commit(&f, e);
+    LWQ_TRACE_END();
+    return rc;
 }
 
 static void *writer_main(void *arg)

@@ -162,6 +162,12 @@ int lwq_backend_synchronize(const lwq_backend *be, lwq_error *e)
     return be->ops->synchronize(be->ctx, e);
 }
 
+int lwq_backend_mem_in_use(const lwq_backend *be, uint64_t *bytes, lwq_error *e)
+{
+    *bytes = 0;
+    return be->ops->mem_in_use ? be->ops->mem_in_use(be->ctx, bytes, e) : 0;
+}
+
 /* ---- ops ------------------------------------------------------------------------------------- */
 
 int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w,

@@ -84,6 +84,9 @@ typedef struct lwq_backend_ops {
     int (*amax)(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
                 lwq_error *e);
     int (*synchronize)(void *ctx, lwq_error *e);
+    /* Optional (NULL: 0 bytes): device memory in use now, all of it, not only this backend's
+     * allocations (CUDA: total - free from cudaMemGetInfo, the context included).  For reports. */
+    int (*mem_in_use)(void *ctx, uint64_t *bytes, lwq_error *e);
     /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
      * here when they are wired: the reference quantizers are plain functions (layout/ and
      * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
@@ -122,6 +125,8 @@ int lwq_backend_download(const lwq_backend *be, void *dst_host, const void *src,
                          lwq_error *e);
 int lwq_backend_memset0(const lwq_backend *be, void *dst, size_t bytes, lwq_error *e);
 int lwq_backend_synchronize(const lwq_backend *be, lwq_error *e);
+/* Device memory in use (see mem_in_use above); *bytes = 0 for the CPU backend. */
+int lwq_backend_mem_in_use(const lwq_backend *be, uint64_t *bytes, lwq_error *e);
 
 /* ---- ops ------------------------------------------------------------------------------------- */
 

@@ -604,6 +604,16 @@ static int cu_amax(void *vctx, const lwq_tensor *x, const lwq_tensor *row_valid,
     return 0;
 }
 
+static int cu_mem_in_use(void *vctx, uint64_t *bytes, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    size_t free_b = 0, total_b = 0;
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaMemGetInfo(&free_b, &total_b), "memory info");
+    *bytes = (uint64_t)(total_b - free_b);
+    return 0;
+}
+
 /* ---- table ----------------------------------------------------------------------------------- */
 
 static void cu_destroy(void *vctx)
@@ -629,7 +639,7 @@ static const lwq_backend_ops cuda_ops = {
     "cuda",          LWQ_DEV_CUDA,  cu_destroy,     cu_alloc,       cu_free,
     cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
     cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
-    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,
+    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,        cu_mem_in_use,
 };
 
 extern "C" int lwq_backend_cuda_device_count(void)
