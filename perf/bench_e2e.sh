@@ -135,7 +135,7 @@ FIO_JSON=$DIR/fio.json
 rm -f "$FIO_JSON"
 if [ "$SKIP_FIO" != 1 ] && ! command -v fio >/dev/null; then
     SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq fio >/dev/null 2>&1 ||
+    DEBIAN_FRONTEND=noninteractive timeout 120 $SUDO apt-get install -y -qq fio >/dev/null 2>&1 ||
         echo "bench_e2e.sh: fio is missing and apt-get could not install it; no fio reference" >&2
 fi
 if [ "$SKIP_FIO" != 1 ] && command -v fio >/dev/null; then
