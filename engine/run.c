@@ -436,6 +436,7 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
         if (rc == 0)
             rc = frc;
     }
+    r->loop_s = lwq_now() - t_start;
     if (rc && r->pf)
         lwq_prefetch_cancel(r->pf);
     /* Every slot is released once the writer is flushed.  Give the ring back now, so the tail
@@ -599,9 +600,10 @@ static void summary(lwq_run *r, double wall)
     char buf[768];
     snprintf(buf, sizeof buf,
              "{\"event\":\"summary\",\"layers\":%d,\"wall_s\":%.3f,\"bytes_read\":%" PRIu64 ",\"read_gbps\":%.3f,"
-             "\"read_wait_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"peak_gpu_bytes\":%" PRIu64
+             "\"loop_s\":%.3f,\"read_wait_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"peak_gpu_bytes\":%" PRIu64
              ",\"output_layer_bytes\":%" PRIu64 ",\"source_bytes\":%" PRIu64 ",\"cold_experts\":%d,\"backend\":\"%s\"}",
-             r->nlayers, wall, r->bytes_read, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0, r->read_wait_total,
+             r->nlayers, wall, r->bytes_read, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0, r->loop_s,
+             r->read_wait_total,
              hwm, r->peak_gpu, out_bytes, in_bytes, r->cold_total, r->be.ops->name);
     lwq_run_jlog(r, buf);
     if (r->o->quiet)

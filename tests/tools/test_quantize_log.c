@@ -82,6 +82,7 @@ Test(quantize_log, dry_read_reads_every_layer_and_writes_nothing)
     cr_assert_eq((int)num(sum, "layers"), LAYERS);
     cr_assert_eq(num(sum, "output_layer_bytes"), 0.0);
     cr_assert(num(sum, "peak_rss_bytes") > 0);
+    cr_assert(num(sum, "loop_s") > 0 && num(sum, "loop_s") <= num(sum, "wall_s"), "the depth loop is part of the wall");
     lwq_ckpt_free(&c);
     cJSON_Delete(sum);
     struct stat st;
@@ -119,6 +120,7 @@ Test(quantize_log, one_line_per_layer_with_bytes_timings_and_memory)
     }
     cr_assert_eq(num(sum, "bytes_read"), read);
     cr_assert_eq(num(sum, "peak_gpu_bytes"), 0.0);
+    cr_assert(num(sum, "loop_s") > 0 && num(sum, "loop_s") <= num(sum, "wall_s"));
     cr_assert(num(sum, "output_layer_bytes") > 0);
     cr_assert_str_eq(cJSON_GetStringValue(cJSON_GetObjectItem(sum, "backend")), "cpu");
     lwq_ckpt_free(&c);
