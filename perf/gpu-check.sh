@@ -84,7 +84,11 @@ missing_deps() {
         pkg-config --exists "$p" 2>/dev/null || m+=("$p")
     done
     [ -f /usr/include/numa.h ] || m+=(libnuma-dev)
-    ls /usr/include/cblas.h /usr/include/*/openblas*/cblas.h /usr/include/openblas/cblas.h >/dev/null 2>&1 || m+=(libopenblas-dev)
+    local f blas=0
+    for f in /usr/include/cblas.h /usr/include/*/openblas*/cblas.h /usr/include/openblas/cblas.h; do
+        [ -f "$f" ] && blas=1
+    done
+    [ $blas = 1 ] || m+=(libopenblas-dev)
     echo "${m[*]:-}"
 }
 M=$(missing_deps)
@@ -124,9 +128,9 @@ for x in $GPU_TESTS; do
     rc=0
     out=$(LWQ_FIXTURES="$ROOT/../shared/fixtures" run_for 180 "$BUILD/$x" --jobs 1 --verbose 2>&1) || rc=$?
     echo "$out" > "$WORK/$x.log"
-    syn=$(echo "$out" | grep "Synthesis" | sed 's/.*Synthesis: //' || true)
+    syn=$(echo "$out" | grep "Synthesis" | sed 's/.*Synthesis: //; s/ *| */, /g; s/ *$//' || true)
     skips=$(echo "$out" | grep -c "\[SKIP\]" || true)
-    R[gpu_tests]+="$x: ${syn:-no synthesis (exit $rc)}${skips:+, $skips skipped}; "
+    R[gpu_tests]+="$x: ${syn:-no synthesis (exit $rc)}, $skips skipped; "
     [ $rc -eq 0 ] || fail "$x (exit $rc; $WORK/$x.log)"
     [ "$skips" -eq 0 ] || [ "$NO_GPU" = 1 ] || fail "$x skipped $skips test(s) on a GPU machine ($WORK/$x.log)"
 done
@@ -211,12 +215,18 @@ rm -rf "$WORK/e2e/model" "$WORK/e2e/out" "$WORK/e2e/out.layerwise_resume"
 t=$(date +%s)
 if [ "$SKIP_CTEST" != 1 ]; then
     T=$(( $(left) - 5 ))
-    log "ctest, every test ($T s at most)"
+    log "ctest, every other test ($T s at most)"
     rc=0
-    (cd "$BUILD" && run_for "$T" ctest -j"$(nproc)" --timeout 200 --output-on-failure) > "$WORK/ctest.log" 2>&1 || rc=$?
-    R[ctest]=$(grep -E "tests passed|tests failed" "$WORK/ctest.log" | tail -1 || true)
-    [ $rc -eq 124 ] && R[ctest]="timed out after ${T}s (${R[ctest]:-no summary})"
-    [ $rc -eq 0 ] || fail "ctest: ${R[ctest]:-exit $rc} ($WORK/ctest.log)"
+    (cd "$BUILD" && run_for "$T" ctest -E cuda -j"$(nproc)" --timeout 200 --output-on-failure) > "$WORK/ctest.log" 2>&1 ||
+        rc=$?
+    np=$(grep -c " Passed " "$WORK/ctest.log" || true)
+    nf=$(grep -cE '\*\*\*(Failed|Exception|Timeout)|Not Run' "$WORK/ctest.log" || true)
+    nt=$(cd "$BUILD" && ctest -E cuda -N 2>/dev/null | sed -n 's/^Total Tests: //p' || true)
+    R[ctest]="$np passed, $nf failed of ${nt:-?}"
+    # Running out of time is reported, not a failure: the GPU tests ran above, and CI runs these.
+    [ $rc -eq 124 ] && R[ctest]+=" (stopped after ${T}s: $((${nt:-0} - np - nf)) not run)"
+    [ "$nf" -eq 0 ] || fail "ctest: ${R[ctest]} ($WORK/ctest.log)"
+    [ $rc -eq 0 ] || [ $rc -eq 124 ] || [ "$nf" -gt 0 ] || fail "ctest exited $rc ($WORK/ctest.log)"
 else
     R[ctest]="skipped (SKIP_CTEST=1)"
 fi
@@ -248,7 +258,7 @@ e = (lines(f"{work}/e2e.json") or [None])[0]
 G = 1e9
 rows = [("build (Release, CUDA sm_90)", f"{build_s} s"),
         ("GPU parity tests", (gpu_tests.strip() or "none ran") + f" ({test_s} s)"),
-        ("ctest (whole suite)", f"{ctest} ({ctest_s} s)"),
+        ("ctest, every other test (-E cuda)", f"{ctest} ({ctest_s} s)"),
         ("disk read: fio io_uring O_DIRECT QD32 1M (probe shard)", f"{fio:.2f} GB/s" if fio else "fio not available"),
         ("disk read: lwq bench-io (probe shard)", ", ".join(f"{k} {v:.2f}" for k, v in io.items()) + " GB/s" if io else "failed"),
         ("mkmodel write", f"{mk} GB/s")]
