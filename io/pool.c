@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "core/parallel.h"
 
 #define PAGE 4096u
 /* Mapping aligned to 2 MiB so transparent huge pages can back it (fewer pages to pin). */
@@ -36,6 +37,13 @@ int lwq_pool_pci_numa_node(const char *sysfs_root, const char *pci_bus_id, lwq_e
     if (!ok || node < -1 || node > 4095)
         return lwq_errf(e, LWQ_EFORMAT, "%s: expected a node number, found something else", path);
     return (int)node;
+}
+
+static void touch_pages(void *base, int64_t first, int64_t end, int tid)
+{
+    (void)tid;
+    for (int64_t i = first; i < end; i++)
+        ((volatile unsigned char *)base)[(size_t)i * PAGE] = 0;
 }
 
 static int local_node(void)
@@ -101,9 +109,11 @@ int lwq_pool_init(lwq_pool *p, const lwq_pool_opts *o, lwq_error *e)
         p->node = node;
     }
 
-    /* Fault every page in now, on this node, so reads never take page faults. */
-    for (size_t off = 0; off < total; off += PAGE)
-        ((volatile unsigned char *)p->base)[off] = 0;
+    /* Fault every page in now, on this node, so reads never take page faults.  The kernel zeroes
+     * each page on first touch (in a VM the host may back it too): ~1 s per GB on one core, all
+     * of it before the first read can start, so the cores share it (the node policy set above
+     * places the pages whichever thread touches them). */
+    lwq_parallel_for((int64_t)(total / PAGE), HUGE_ALIGN / PAGE, touch_pages, p->base);
 
     if (!o->no_lock) {
         if (mlock(p->base, total) == 0)
