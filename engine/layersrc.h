@@ -6,7 +6,9 @@
  * the slot (a tensor whose bytes land misaligned for its dtype is copied to an aligned buffer, so
  * no op ever reads a misaligned element).  lwq_layer_weights serves those tensors to the forward:
  * host views on the CPU backend, uploaded device copies (cached for the layer) on a GPU, and an
- * optional overlay (the dequantized weights for --qdq-next) that takes precedence. */
+ * optional overlay (the dequantized weights for --qdq-next) that takes precedence.  Both views
+ * and read lists come back with FP8-block / MXFP4 source tensors already dequantized
+ * (engine/srcdeq.h). */
 #ifndef LWQ_ENGINE_LAYERSRC_H
 #define LWQ_ENGINE_LAYERSRC_H
 
