@@ -46,7 +46,8 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         uint64_t out = ck.layers[L].bytes, hess = 0;
         for (int i = 0; i < plan.nlinears; i++) {
             const lwq_arch_linear *l = &plan.linears[i];
-            lwq_quant_choice ch = lwq_recipe_resolve(o->recipe, l->name);
+            lwq_quant_choice ch = lwq_recipe_resolve_module(
+                o->recipe, l->name, lwq_arch_is_mla_projection(&plan, l) ? LWQ_MODULE_MLA_PROJ : 0);
             if (l->is_router)
                 ch.format = LWQ_QFMT_NONE;
             uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);

@@ -99,7 +99,9 @@ static int build_plans(lwq_run *r, lwq_error *e)
         if (!r->choice[L])
             return lwq_errf(e, LWQ_ENOMEM, "out of memory");
         for (int i = 0; i < p->nlinears; i++) {
-            r->choice[L][i] = lwq_recipe_resolve(r->o->recipe, p->linears[i].name);
+            r->choice[L][i] = lwq_recipe_resolve_module(
+                r->o->recipe, p->linears[i].name,
+                lwq_arch_is_mla_projection(p, &p->linears[i]) ? LWQ_MODULE_MLA_PROJ : 0);
             if (p->linears[i].is_router) /* never quantized, whatever a rule matched */
                 r->choice[L][i].format = LWQ_QFMT_NONE;
             quantized += r->choice[L][i].format != LWQ_QFMT_NONE;

@@ -330,6 +330,20 @@ const lwq_arch_linear *lwq_arch_find_linear(const lwq_arch_layer *l, const char 
     return NULL;
 }
 
+int lwq_arch_is_mla_projection(const lwq_arch_layer *l, const lwq_arch_linear *m)
+{
+    if (!l->is_mla)
+        return 0;
+    switch (m->role) {
+    case LWQ_ROLE_Q:
+    case LWQ_ROLE_Q_A:
+    case LWQ_ROLE_Q_B:
+    case LWQ_ROLE_KV_A:
+    case LWQ_ROLE_KV_B: return 1;
+    default: return 0;
+    }
+}
+
 const lwq_arch_tensor *lwq_arch_find_tensor(const lwq_arch_layer *l, const char *name)
 {
     for (int i = 0; i < l->ntensors; i++)

@@ -102,6 +102,9 @@ void lwq_arch_layer_free(lwq_arch_layer *l);
 const lwq_arch_linear *lwq_arch_find_linear(const lwq_arch_layer *l, const char *module);
 /* Tensor by full name, or NULL. */
 const lwq_arch_tensor *lwq_arch_find_tensor(const lwq_arch_layer *l, const char *name);
+/* Whether linear m of layer l is a q/kv projection of multi-head latent attention (q_proj,
+ * q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj; not o_proj): recipes may select on it. */
+int lwq_arch_is_mla_projection(const lwq_arch_layer *l, const lwq_arch_linear *m);
 /* "q_proj", "expert_gate", ... */
 const char *lwq_linear_role_name(lwq_linear_role r);
 
