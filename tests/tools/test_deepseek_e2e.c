@@ -279,6 +279,110 @@ Test(deepseek_e2e, fp8_source_and_its_bf16_dequantization_quantize_identically)
     }
 }
 
+/* dst = src plus one DeepSeek MTP block as layer `L` (= num_hidden_layers): the last decoder
+ * layer's tensors (FP8 with their scale_inv) renamed, plus the MTP-only tensors, and
+ * num_nextn_predict_layers 1 in config.json. */
+static void add_mtp_layer(const char *src, const char *dst, int L)
+{
+    lwq_ckpt ck;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(src, &ck, &e), 0, "%s", e.msg);
+    int cap = 2 * ck.ntensors + 8, n = 0;
+    lwq_st_out_tensor *ot = calloc((size_t)cap, sizeof *ot);
+    char **names = calloc((size_t)cap, sizeof *names);
+    void **bufs = calloc((size_t)cap, sizeof *bufs);
+    char last[64];
+    snprintf(last, sizeof last, "model.layers.%d.", L - 1);
+    for (int i = 0; i < ck.ntensors; i++) {
+        const lwq_ckpt_tensor *t = &ck.tensors[i];
+        for (int copy = 0; copy < 1 + !strncmp(t->name, last, strlen(last)); copy++) {
+            void *raw = malloc(t->nbytes);
+            cr_assert_eq(lwq_ckpt_read_tensor(&ck, t, raw, &e), 0);
+            names[n] = malloc(512);
+            if (copy)
+                snprintf(names[n], 512, "model.layers.%d.%s", L, t->name + strlen(last));
+            else
+                snprintf(names[n], 512, "%s", t->name);
+            ot[n] = (lwq_st_out_tensor){.name = names[n], .dtype = t->dtype, .ndim = t->ndim,
+                                        .data = raw};
+            memcpy(ot[n].shape, t->shape, sizeof t->shape);
+            bufs[n++] = raw;
+        }
+    }
+    const int64_t h = ck.cfg.hidden_size;
+    const char *extra[] = {"enorm.weight", "hnorm.weight", "shared_head.norm.weight",
+                           "eh_proj.weight"};
+    for (int k = 0; k < 4; k++) {
+        int64_t cols = k == 3 ? 2 * h : 0, cnt = k == 3 ? h * 2 * h : h;
+        uint16_t *v = malloc((size_t)cnt * 2);
+        for (int64_t j = 0; j < cnt; j++)
+            v[j] = 0x3c00 + (uint16_t)(j % 7); /* ~0.0078.., BF16 */
+        names[n] = malloc(512);
+        snprintf(names[n], 512, "model.layers.%d.%s", L, extra[k]);
+        ot[n] = (lwq_st_out_tensor){.name = names[n], .dtype = LWQ_BF16, .ndim = k == 3 ? 2 : 1,
+                                    .data = v};
+        ot[n].shape[0] = h;
+        ot[n].shape[1] = cols;
+        bufs[n++] = v;
+    }
+    cr_assert(mkdir(dst, 0755) == 0);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/model.safetensors", dst);
+    cr_assert_eq(lwq_st_write_file(p, ot, n, NULL, 0, &e), 0, "%s", e.msg);
+    for (int i = 0; i < n; i++) {
+        free(bufs[i]);
+        free(names[i]);
+    }
+    free(bufs);
+    free(names);
+    free(ot);
+    cJSON *cfg = cJSON_Duplicate(ck.cfg.raw, 1);
+    cJSON_ReplaceItemInObject(cfg, "num_nextn_predict_layers", cJSON_CreateNumber(1));
+    char *txt = cJSON_Print(cfg);
+    snprintf(p, sizeof p, "%s/config.json", dst);
+    FILE *fp = fopen(p, "w");
+    fputs(txt, fp);
+    fclose(fp);
+    free(txt);
+    cJSON_Delete(cfg);
+    const char *side[] = {"tokenizer.json", "tokenizer_config.json", "generation_config.json"};
+    for (int i = 0; i < 3; i++) {
+        char a[1024];
+        snprintf(a, sizeof a, "%s/%s", src, side[i]);
+        snprintf(p, sizeof p, "%s/%s", dst, side[i]);
+        char *s = lwqt_slurp(a);
+        fp = fopen(p, "w");
+        fputs(s, fp);
+        fclose(fp);
+        free(s);
+    }
+    lwq_ckpt_free(&ck);
+}
+
+Test(deepseek_e2e, fp8_mtp_layer_goes_to_the_tail_dequantized_and_excluded)
+{
+    mk(lwqt_path("m"), "fp8");
+    add_mtp_layer(lwqt_path("m"), lwqt_path("mtp"), 3);
+    quantize(lwqt_path("mtp"), lwqt_path("q"));
+    verify(lwqt_path("q"));
+    lwq_st_file f;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_st_open(lwqt_path("q/model-tail.safetensors"), &f, &e), 0, "%s", e.msg);
+    int qa = lwq_st_find(&f, "model.layers.3.self_attn.q_a_proj.weight");
+    int ex = lwq_st_find(&f, "model.layers.3.mlp.experts.5.up_proj.weight");
+    cr_assert(qa >= 0 && ex >= 0 && lwq_st_find(&f, "model.layers.3.eh_proj.weight") >= 0);
+    cr_assert_eq(f.entries[qa].dtype, LWQ_BF16, "MTP weights pass through dequantized");
+    cr_assert_eq(f.entries[ex].dtype, LWQ_BF16);
+    for (int i = 0; i < f.n; i++)
+        cr_assert(!strstr(f.entries[i].name, "_scale_inv") && !strstr(f.entries[i].name,
+                                                                        "weight_scale"),
+                  "%s in the tail", f.entries[i].name);
+    lwq_st_free(&f);
+    char *hq = lwqt_slurp(lwqt_path("q/hf_quant_config.json"));
+    cr_assert(strstr(hq, "\"model.layers.3*\""), "MTP layer excluded as published: %s", hq);
+    free(hq);
+}
+
 Test(deepseek_e2e, mkmodel_mxfp4_needs_widths_multiple_of_32)
 {
     const char *a[] = {"mkmodel", lwqt_path("m"), "--arch", "deepseek_v3", "--source-format",
