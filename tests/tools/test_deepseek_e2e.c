@@ -9,6 +9,7 @@
 #include <regex.h>
 
 #include "layout/checkpoint.h"
+#include "layout/recipe.h"
 #include "layout/safetensors.h"
 #include "run.h"
 
@@ -381,6 +382,53 @@ Test(deepseek_e2e, fp8_mtp_layer_goes_to_the_tail_dequantized_and_excluded)
     char *hq = lwqt_slurp(lwqt_path("q/hf_quant_config.json"));
     cr_assert(strstr(hq, "\"model.layers.3*\""), "MTP layer excluded as published: %s", hq);
     free(hq);
+}
+
+/* Kimi-K2.6-NVFP4 lists globs under its "language_model." prefix ("...layers.0*",
+ * "...mlp.shared_experts*", "...self_attn*"); lwq lists explicit names.  Same structure: each
+ * module lwq excludes is covered by a published glob (routers aside, listed by lwq's
+ * convention), and each module lwq quantizes (the routed experts) by none. */
+Test(deepseek_e2e, experts_only_matches_published_kimi_k26_structure)
+{
+    mk(lwqt_path("m"), "bf16");
+    const char *a[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--calib-size", "4",
+                       "--calib-seq", "16", "--qformat", "nvfp4_experts_only", NULL};
+    cr_assert_eq(lwqt_run(a), 0);
+    char p[1024];
+    snprintf(p, sizeof p, "%s/published-nvfp4/nvidia--Kimi-K2.6-NVFP4/hf_quant_config.json",
+             getenv("LWQ_FIXTURES") ? getenv("LWQ_FIXTURES") : LWQ_FIXTURES);
+    char *pt = lwqt_slurp(p), *ot = lwqt_slurp(lwqt_path("q/hf_quant_config.json"));
+    cJSON *pub = cJSON_Parse(pt), *ours = cJSON_Parse(ot);
+    const cJSON *pe = cJSON_GetObjectItem(cJSON_GetObjectItem(pub, "quantization"),
+                                          "exclude_modules");
+    const cJSON *oe = cJSON_GetObjectItem(cJSON_GetObjectItem(ours, "quantization"),
+                                          "exclude_modules");
+    cr_assert(pe && oe);
+    const cJSON *it, *g;
+    int excluded = 0;
+    cJSON_ArrayForEach(it, oe)
+    {
+        char n[300], norm[300];
+        snprintf(n, sizeof n, "language_model.%s", it->valuestring);
+        normalize(it->valuestring, norm, sizeof norm);
+        int covered = !strcmp(norm, "model.layers.N.mlp.gate");
+        cJSON_ArrayForEach(g, pe) covered |= lwq_glob_match(g->valuestring, n);
+        cr_assert(covered, "lwq excludes %s, no published glob does", it->valuestring);
+        excluded++;
+    }
+    cr_assert_gt(excluded, 10);
+    const char *quantized[] = {"model.layers.1.mlp.experts.0.gate_proj",
+                               "model.layers.2.mlp.experts.7.down_proj"};
+    for (int i = 0; i < 2; i++) {
+        char n[300];
+        snprintf(n, sizeof n, "language_model.%s", quantized[i]);
+        cJSON_ArrayForEach(g, pe) cr_assert(!lwq_glob_match(g->valuestring, n), "%s", n);
+        cJSON_ArrayForEach(it, oe) cr_assert(strcmp(it->valuestring, quantized[i]));
+    }
+    cJSON_Delete(pub);
+    cJSON_Delete(ours);
+    free(pt);
+    free(ot);
 }
 
 Test(deepseek_e2e, mkmodel_mxfp4_needs_widths_multiple_of_32)
