@@ -1,7 +1,8 @@
 /* DeepSeek-V3 decoder layer (MLA with the q_lora path, yarn RoPE with mscale, sigmoid routing
  * with e_score_correction_bias and group-limited top-k, shared expert) against a float64
  * reference written here from transformers' modeling_deepseek_v3.py, on a synthetic model with
- * random weights.  The reference uses the interleaved RoPE pairs (2i, 2i+1) directly (the
+ * random weights; and a DeepSeek-V2 layer (q_proj path, plain RoPE, softmax scores with
+ * "group_limited_greedy": groups ranked by their best score, no renormalisation).  The reference uses the interleaved RoPE pairs (2i, 2i+1) directly (the
  * forward de-interleaves), the v_head_dim (12) differs from the q/k head (16), and the batch is
  * left-padded.
  *
@@ -9,7 +10,8 @@
  * sequence with O(1) activations: a few 1e-6 relative; 1e-4 of max(1, |h|) leaves margin while a
  * semantic slip (RoPE pairing, eps of the LoRA norms, mscale, bias used in the weights, -inf
  * instead of 0.0 for masked groups) moves outputs by 1e-2 or more.  Routing decisions in the
- * reference are checked to have a margin > 1e-3, so f32 vs f64 cannot flip them. */
+ * reference are checked to have a margin (1e-3 V3, 1e-5 V2 probabilities), far above f32's
+ * ~1e-7 error there, so f32 vs f64 cannot flip them. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -51,6 +53,20 @@ static const char *CONFIG =
     "\"max_position_embeddings\":16384,\"torch_dtype\":\"float32\","
     "\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4.0,\"beta_fast\":32,\"beta_slow\":1,"
     "\"mscale\":1.0,\"mscale_all_dim\":0.8,\"original_max_position_embeddings\":4096}}";
+
+/* The V2 variant of the same geometry. */
+static const char *CONFIG_V2 =
+    "{\"model_type\":\"deepseek_v2\",\"hidden_size\":32,\"num_hidden_layers\":2,"
+    "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"vocab_size\":10,"
+    "\"intermediate_size\":24,\"n_routed_experts\":16,\"n_shared_experts\":1,"
+    "\"num_experts_per_tok\":4,\"moe_intermediate_size\":8,\"q_lora_rank\":null,"
+    "\"kv_lora_rank\":16,\"qk_nope_head_dim\":8,\"qk_rope_head_dim\":8,\"v_head_dim\":12,"
+    "\"first_k_dense_replace\":1,\"n_group\":4,\"topk_group\":2,\"norm_topk_prob\":false,"
+    "\"topk_method\":\"group_limited_greedy\",\"scoring_func\":\"softmax\","
+    "\"routed_scaling_factor\":2.5,\"rms_norm_eps\":1e-5,\"rope_theta\":10000.0,"
+    "\"max_position_embeddings\":64,\"torch_dtype\":\"float32\"}";
+
+static int v2; /* the reference computes the V2 variant */
 
 typedef struct wset {
     int n;
@@ -212,16 +228,24 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
                       double *out)
 {
     static double q[N][H * QK], k[N][H * QK], v[N][H * VD], h1[N][D];
-    double inv[ROPE / 2], af;
-    yarn(inv, &af);
+    double inv[ROPE / 2], af = 1.0;
+    if (v2)
+        for (int i = 0; i < ROPE / 2; i++)
+            inv[i] = 1.0 / pow(10000.0, 2.0 * i / ROPE);
+    else
+        yarn(inv, &af);
     for (int t = 0; t < N; t++) {
         if (!valid[t])
             continue;
         double x[D], qa[QR], kva[KVR + ROPE], lat[KVR], kvb[H * (NOPE + VD)];
         rms(h0 + t * D, W(w, "input_layernorm.weight"), D, 1e-5, x);
-        lin(W(w, "self_attn.q_a_proj.weight"), QR, D, x, qa);
-        rms(qa, W(w, "self_attn.q_a_layernorm.weight"), QR, 1e-6, qa);
-        lin(W(w, "self_attn.q_b_proj.weight"), H * QK, QR, qa, q[t]);
+        if (v2) {
+            lin(W(w, "self_attn.q_proj.weight"), H * QK, D, x, q[t]);
+        } else {
+            lin(W(w, "self_attn.q_a_proj.weight"), QR, D, x, qa);
+            rms(qa, W(w, "self_attn.q_a_layernorm.weight"), QR, 1e-6, qa);
+            lin(W(w, "self_attn.q_b_proj.weight"), H * QK, QR, qa, q[t]);
+        }
         lin(W(w, "self_attn.kv_a_proj_with_mqa.weight"), KVR + ROPE, D, x, kva);
         rms(kva, W(w, "self_attn.kv_a_layernorm.weight"), KVR, 1e-6, lat);
         lin(W(w, "self_attn.kv_b_proj.weight"), H * (NOPE + VD), KVR, lat, kvb);
@@ -233,7 +257,7 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
             memcpy(v[t] + hh * VD, kvb + hh * (NOPE + VD) + NOPE, VD * sizeof(double));
         }
     }
-    double ms = mscale(FACTOR, MSCALE_ALL), scale = 1 / sqrt((double)QK) * ms * ms;
+    double ms = v2 ? 1.0 : mscale(FACTOR, MSCALE_ALL), scale = 1 / sqrt((double)QK) * ms * ms;
     for (int t = 0; t < N; t++) {
         if (!valid[t])
             continue;
@@ -264,7 +288,7 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
         for (int i = 0; i < D; i++)
             h1[t][i] = h0[t * D + i] + o[i];
     }
-    const float *bias = W(w, "mlp.gate.e_score_correction_bias");
+    const float *bias = v2 ? NULL : W(w, "mlp.gate.e_score_correction_bias");
     for (int t = 0; t < N; t++) {
         if (!valid[t])
             continue;
@@ -272,17 +296,25 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
         int gsel[NG], sel[K], plain[K];
         rms(h1[t], W(w, "post_attention_layernorm.weight"), D, 1e-5, x);
         lin(W(w, "mlp.gate.weight"), E, D, x, lg);
+        double mx = -INFINITY, z = 0;
+        for (int i = 0; i < E; i++)
+            mx = fmax(mx, lg[i]);
+        for (int i = 0; i < E; i++)
+            z += exp(lg[i] - mx);
         for (int i = 0; i < E; i++) {
-            s[i] = 1 / (1 + exp(-lg[i]));
-            ch[i] = s[i] + bias[i];
+            s[i] = v2 ? exp(lg[i] - mx) / z : 1 / (1 + exp(-lg[i]));
+            ch[i] = v2 ? s[i] : s[i] + bias[i];
         }
         best(ch, E, K, plain);
         for (int g = 0; g < NG; g++) {
             int two[2];
             best(ch + g * (E / NG), E / NG, 2, two);
-            gs[g] = ch[g * (E / NG) + two[0]] + ch[g * (E / NG) + two[1]];
+            gs[g] = ch[g * (E / NG) + two[0]] + (v2 ? 0.0 : ch[g * (E / NG) + two[1]]);
         }
-        cr_assert_gt(best(gs, NG, TG, gsel), 1e-3, "token %d: group choice too close", t);
+        /* f32 routing is good to ~1e-7 of these values: a margin keeps f32 and f64 in step (V2
+         * probabilities are ~1/16, so their gaps are smaller than V3's sigmoid scores') */
+        const double margin = v2 ? 1e-5 : 1e-3;
+        cr_assert_gt(best(gs, NG, TG, gsel), margin, "token %d: group choice too close", t);
         for (int g = 0; g < NG; g++) {
             int keep = 0;
             for (int j = 0; j < TG; j++)
@@ -290,7 +322,7 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
             for (int i = 0; !keep && i < E / NG; i++)
                 ch[g * (E / NG) + i] = 0.0;
         }
-        cr_assert_gt(best(ch, E, K, sel), 1e-3, "token %d: expert choice too close", t);
+        cr_assert_gt(best(ch, E, K, sel), margin, "token %d: expert choice too close", t);
         int differs = 0, masked = 0;
         double sum = 0;
         for (int j = 0; j < K; j++) {
@@ -309,7 +341,7 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
         memset(y, 0, sizeof y);
         for (int j = 0; j < K; j++) {
             char pre[64];
-            double ye[D], wt = s[sel[j]] / (sum + 1e-20) * RSF;
+            double ye[D], wt = (v2 ? s[sel[j]] : s[sel[j]] / (sum + 1e-20)) * RSF;
             snprintf(pre, sizeof pre, "mlp.experts.%d", sel[j]);
             swiglu(w, pre, MI, x, ye);
             for (int i = 0; i < D; i++)
@@ -321,11 +353,12 @@ static void reference(const wset *w, const double *h0, const int *pos, const uin
     }
 }
 
-Test(forward_deepseek, v3_layer_matches_float64_reference)
+static void layer_case(const char *config)
 {
     lwq_error e = {0};
     lwq_model_config c;
-    cr_assert_eq(lwq_config_parse("v3.json", CONFIG, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_config_parse("config.json", config, &c, &e), 0, "%s", e.msg);
+    v2 = c.arch == LWQ_ARCH_DEEPSEEK_V2;
     wset *w = calloc(1, sizeof *w);
     make_layer(&c, 1, w);
     lwq_weights lw = {get, w};
@@ -350,9 +383,9 @@ Test(forward_deepseek, v3_layer_matches_float64_reference)
     reference(w, h0, pos, b.valid_host, ref);
     cr_assert_gt(n_group_limited, 0, "the group restriction never changed a selection: the test "
                  "would not see it");
-    cr_assert(n_masked_chosen > 0 && n_masked_chosen < n_routed, "%d of %d tokens chose a masked "
-              "(0.0) expert: the test needs both kinds to see -inf vs 0.0", n_masked_chosen,
-              n_routed);
+    cr_assert(v2 || (n_masked_chosen > 0 && n_masked_chosen < n_routed), "%d of %d tokens chose a "
+              "masked (0.0) expert: the test needs both kinds to see -inf vs 0.0",
+              n_masked_chosen, n_routed);
     cr_assert_eq(lwq_model_layer_forward(&m, 1, &lw, &b, &h, NULL, &e), 0, "%s", e.msg);
     double worst = 0;
     for (int t = 0; t < N; t++) {
@@ -365,8 +398,8 @@ Test(forward_deepseek, v3_layer_matches_float64_reference)
         }
         worst = fmax(worst, err / scale);
     }
-    cr_log_info("deepseek_v3 layer: max relative error %.3g (%d tokens group-limited, %d chose "
-                "a masked expert)", worst, n_group_limited, n_masked_chosen);
+    cr_log_info("%s layer: max relative error %.3g (%d tokens group-limited, %d chose "
+                "a masked expert)", c.model_type, worst, n_group_limited, n_masked_chosen);
     cr_assert_leq(worst, 1e-4, "max relative error %.3g", worst);
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
@@ -377,6 +410,9 @@ Test(forward_deepseek, v3_layer_matches_float64_reference)
     free(w);
     lwq_config_free(&c);
 }
+
+Test(forward_deepseek, v3_layer_matches_float64_reference) { layer_case(CONFIG); }
+Test(forward_deepseek, v2_group_limited_layer_matches_float64_reference) { layer_case(CONFIG_V2); }
 
 Test(forward_deepseek, v3_missing_score_bias_is_named)
 {
