@@ -79,39 +79,56 @@ int lwq_srcfmt_from_config(const lwq_model_config *c, lwq_srcfmt *f, lwq_error *
 
 /* ---- kernels --------------------------------------------------------------------------------- */
 
-/* One rounding from an exact f32 value to dt, stored at out[i]. */
-static inline void put(void *out, lwq_dtype dt, int64_t i, float v)
-{
-    if (dt == LWQ_F32)
-        ((float *)out)[i] = v;
-    else if (dt == LWQ_BF16)
-        ((uint16_t *)out)[i] = lwq_f32_to_bf16(v);
-    else
-        ((uint16_t *)out)[i] = lwq_f32_to_f16(v);
-}
-
 typedef struct deq_job {
     const uint8_t *a, *b; /* fp8: weight bytes; mxfp4: blocks, scales */
     const void *sinv;
     lwq_dtype sdt, odt;
     int64_t cols, scols, br, bc, groups;
     void *out;
-    int64_t *bad; /* per thread: first bad element / group, or -1 */
+    int64_t *bad;         /* per thread: first bad element / group, or -1 */
+    float lut[256];       /* fp8: value of each E4M3 byte (NaN bytes included, flagged apart) */
 } deq_job;
+
+/* n values of f32 row v into out[o..] as dt (one rounding each). */
+static inline void put_row(void *out, lwq_dtype dt, int64_t o, const float *v, int64_t n)
+{
+    if (dt == LWQ_BF16) {
+        uint16_t *d = (uint16_t *)out + o;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = lwq_f32_to_bf16(v[i]);
+    } else if (dt == LWQ_F32) {
+        memcpy((float *)out + o, v, (size_t)n * sizeof(float));
+    } else {
+        uint16_t *d = (uint16_t *)out + o;
+        for (int64_t i = 0; i < n; i++)
+            d[i] = lwq_f32_to_f16(v[i]);
+    }
+}
+
+#define DEQ_CHUNK 256
 
 static void fp8_rows(void *ctx, int64_t r0, int64_t r1, int tid)
 {
     deq_job *j = ctx;
+    float buf[DEQ_CHUNK];
     for (int64_t r = r0; r < r1; r++) {
         const uint8_t *w = j->a + r * j->cols;
         int64_t sr = (r / j->br) * j->scols;
         for (int64_t c0 = 0; c0 < j->cols; c0 += j->bc) {
-            float s = lwq_load_f(j->sinv, j->sdt, (size_t)(sr + c0 / j->bc));
-            int64_t c1 = c0 + j->bc < j->cols ? c0 + j->bc : j->cols;
-            for (int64_t c = c0; c < c1; c++) {
-                if ((w[c] & 0x7f) == 0x7f && j->bad[tid] < 0)
-                    j->bad[tid] = r * j->cols + c;
-                put(j->out, j->odt, r * j->cols + c, lwq_e4m3_to_f32(w[c]) * s);
+            const float s = lwq_load_f(j->sinv, j->sdt, (size_t)(sr + c0 / j->bc));
+            const int64_t c1 = c0 + j->bc < j->cols ? c0 + j->bc : j->cols;
+            for (int64_t a = c0; a < c1; a += DEQ_CHUNK) {
+                int64_t m = c1 - a < DEQ_CHUNK ? c1 - a : DEQ_CHUNK;
+                int nan = 0;
+                for (int64_t i = 0; i < m; i++) {
+                    buf[i] = j->lut[w[a + i]] * s;
+                    nan |= (w[a + i] & 0x7f) == 0x7f;
+                }
+                if (nan && j->bad[tid] < 0)
+                    for (int64_t i = 0; i < m && j->bad[tid] < 0; i++)
+                        if ((w[a + i] & 0x7f) == 0x7f)
+                            j->bad[tid] = r * j->cols + a + i;
+                put_row(j->out, j->odt, r * j->cols + a, buf, m);
             }
         }
     }
@@ -120,20 +137,24 @@ static void fp8_rows(void *ctx, int64_t r0, int64_t r1, int tid)
 static void mx_rows(void *ctx, int64_t r0, int64_t r1, int tid)
 {
     deq_job *j = ctx;
+    float lut[16], buf[LWQ_MXFP4_GROUP];
+    for (int c = 0; c < 16; c++)
+        lut[c] = lwq_e2m1_to_f32((uint8_t)c);
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t g = 0; g < j->groups; g++) {
             const uint8_t *blk = j->a + (r * j->groups + g) * (LWQ_MXFP4_GROUP / 2);
-            int exp = (int)j->b[r * j->groups + g] - 127;
-            int64_t o = (r * j->groups + g) * LWQ_MXFP4_GROUP;
+            /* 2^(byte - 127) is a power of two down to 2^-127 (an f32 subnormal): every product
+             * below is exact in f32 unless it overflows, which only the group maximum can tell */
+            const float sc = ldexpf(1.0f, (int)j->b[r * j->groups + g] - 127);
             for (int i = 0; i < LWQ_MXFP4_GROUP / 2; i++) {
-                float lo = ldexpf(lwq_e2m1_to_f32(blk[i] & 0x0f), exp);
-                float hi = ldexpf(lwq_e2m1_to_f32(blk[i] >> 4), exp);
-                if ((isinf(lwq_round_to(lo, j->odt)) || isinf(lwq_round_to(hi, j->odt))) &&
-                    j->bad[tid] < 0)
-                    j->bad[tid] = r * j->groups + g;
-                put(j->out, j->odt, o + 2 * i, lo);
-                put(j->out, j->odt, o + 2 * i + 1, hi);
+                buf[2 * i] = lut[blk[i] & 0x0f] * sc;
+                buf[2 * i + 1] = lut[blk[i] >> 4] * sc;
             }
+            if (isinf(lwq_round_to(6.0f * sc, j->odt)))
+                for (int i = 0; i < LWQ_MXFP4_GROUP && j->bad[tid] < 0; i++)
+                    if (isinf(lwq_round_to(buf[i], j->odt)))
+                        j->bad[tid] = r * j->groups + g;
+            put_row(j->out, j->odt, (r * j->groups + g) * LWQ_MXFP4_GROUP, buf, LWQ_MXFP4_GROUP);
         }
     }
 }
@@ -185,8 +206,16 @@ int lwq_srcfmt_fp8_dequant(const char *name, const uint8_t *w, int64_t rows, int
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
     for (int i = 0; i < nt; i++)
         bad[i] = -1;
-    deq_job j = {w, NULL, sinv, sdt, out_dt, cols, scols, br, bc, 0, out, bad};
-    lwq_parallel_for(rows, 16, fp8_rows, &j);
+    deq_job *j = malloc(sizeof *j);
+    if (!j) {
+        free(bad);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+    }
+    *j = (deq_job){w, NULL, sinv, sdt, out_dt, cols, scols, br, bc, 0, out, bad, {0}};
+    for (int b = 0; b < 256; b++)
+        j->lut[b] = lwq_e4m3_to_f32((uint8_t)b);
+    lwq_parallel_for(rows, 16, fp8_rows, j);
+    free(j);
     int64_t b = first_bad(bad, nt);
     free(bad);
     if (b >= 0)
@@ -212,7 +241,7 @@ int lwq_srcfmt_mxfp4_dequant(const char *name, const uint8_t *blocks, const uint
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
     for (int i = 0; i < nt; i++)
         bad[i] = -1;
-    deq_job j = {blocks, scales, NULL, LWQ_F32, out_dt, 0, 0, 1, 1, groups, out, bad};
+    deq_job j = {blocks, scales, NULL, LWQ_F32, out_dt, 0, 0, 1, 1, groups, out, bad, {0}};
     lwq_parallel_for(rows, 16, mx_rows, &j);
     int64_t b = first_bad(bad, nt);
     free(bad);
