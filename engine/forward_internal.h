@@ -43,7 +43,7 @@ int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
 /* The expert half of a MoE block, given the routing on the host: idx/wts (n, K) (rows of padding
  * tokens are not read).  Experts are `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
  * mixtral_names) of width I; out (n, hidden) receives the weighted combine in out's dtype (the
- * act dtype, or F32 to accumulate as DeepSeek-V3 does). */
+ * act dtype; F32 would accumulate in f32). */
 int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                         const lwq_tensor *x, const char *prefix, int mixtral_names, int64_t I,
                         const int32_t *idx_host, const float *wts_host, lwq_tensor *out,

@@ -24,12 +24,14 @@
  * MoE (layers >= first_k_dense_replace, every moe_layer_freq):
  *   logits = x Wgate^T in f32 (transformers casts both to float32)
  *   V2: softmax, top-k ("greedy", or "group_limited_greedy": the topk_group groups with the
- *       best max score), renormalised when norm_topk_prob, times routed_scaling_factor;
- *       combine rounded to the act dtype per product and partial sum (transformers' V2).
+ *       best max score), renormalised when norm_topk_prob, times routed_scaling_factor.
  *   V3: sigmoid scores s; choice c = s + e_score_correction_bias; the topk_group groups with the
  *       largest sum of their two best c; c of the other groups set to 0.0; top-k of c; weights
  *       are the unbiased s of the chosen experts, / (sum + 1e-20) when norm_topk_prob, times
- *       routed_scaling_factor; combine accumulated in f32, then cast (transformers' V3).
+ *       routed_scaling_factor.
+ *   Weights stay f32; each weight x expert-output product and each partial sum is rounded to the
+ *   act dtype, in expert order (transformers 5's experts loop for both; transformers 4's V3
+ *   accumulated in f32 instead, which differs only in BF16 rounding).
  *   out = routed + shared_experts(x) (one SwiGLU MLP of width moe_intermediate_size *
  *       n_shared_experts).
  * Routing runs on the host (router logits are downloaded): one pass over n x n_experts floats,
@@ -475,16 +477,9 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
     }
     if ((rc = deepseek_route(c, layer, hl, bias, b->valid_host, n, idx, wts, e)) < 0)
         goto out;
-    lwq_tensor acc, sh;
-    if (v3) { /* f32 accumulation, one cast */
-        if ((rc = lwq_fwd_tensor(m, LWQ_F32, n, D, &acc, e)) < 0 ||
-            (rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, &acc, obs, e)) < 0 ||
-            (rc = lwq_backend_copy(be, &acc, out, e)) < 0)
-            goto out;
-    } else if ((rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs,
-                                         e)) < 0) {
+    lwq_tensor sh;
+    if ((rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e)) < 0)
         goto out;
-    }
     if (c->n_shared_experts > 0) {
         snprintf(name, sizeof name, "%s.shared_experts", prefix);
         if ((rc = lwq_fwd_tensor(m, m->act, n, D, &sh, e)) < 0 ||
