@@ -88,6 +88,12 @@ Test(forward_fixtures, mixtral) { check("cai-tiny-mixtral", LWQ_F32, 1e-5); }
 /* MLA (q_proj path, nope/rope split, interleaved RoPE, v_head_dim != qk head), a dense first
  * layer, then softmax-greedy routing with routed_scaling_factor 1.5 and two shared experts. */
 Test(forward_fixtures, deepseek_v2_mla) { check("cai-tiny-deepseek-v2", LWQ_F32, 1e-5); }
+/* The same with BF16 activations (the head split / assembly copies and RoPE round to BF16): the
+ * smollm2 BF16 bound. */
+Test(forward_fixtures, deepseek_v2_mla_bf16_activations)
+{
+    check("cai-tiny-deepseek-v2", LWQ_BF16, 5e-2);
+}
 
 Test(forward_fixtures, unsupported_model_type_is_refused_with_the_list)
 {
