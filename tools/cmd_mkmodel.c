@@ -1,5 +1,5 @@
 /* tools/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
- * benchmarks (llama, qwen3, qwen3_moe, mixtral, deepseek_v3; FP8-block or MXFP4 sources through
+ * benchmarks (llama, qwen3, qwen3_moe, mixtral, deepseek_v3/v2; FP8-block or MXFP4 sources through
  * tools/mkmodel_src.c).
  *
  * The tensor list comes from the architecture plans (layout/arch), so what mkmodel writes is
@@ -60,7 +60,8 @@ static void usage(FILE *fp)
             "than one), a byte-level BPE tokenizer.json, tokenizer_config.json and\n"
             "generation_config.json.  Same flags -> same bytes.\n"
             "\n"
-            "  --arch A              llama | qwen3 | qwen3_moe | mixtral | deepseek_v3\n"
+            "  --arch A              llama | qwen3 | qwen3_moe | mixtral | deepseek_v3 |\n"
+            "                        deepseek_v2\n"
             "                        (default llama)\n"
             "  --source-format F     bf16 | fp8 | mxfp4 (default bf16): fp8 stores every layer\n"
             "                        linear but the routers as F8_E4M3 + 128x128 weight_scale_inv\n"
@@ -232,6 +233,8 @@ static const char *arch_class(const char *a)
         return "MixtralForCausalLM";
     if (!strcmp(a, "deepseek_v3"))
         return "DeepseekV3ForCausalLM";
+    if (!strcmp(a, "deepseek_v2"))
+        return "DeepseekV2ForCausalLM";
     return NULL;
 }
 
@@ -373,9 +376,9 @@ static char *config_json(const mk_opts *o)
     } else if (!strcmp(o->arch, "mixtral")) {
         cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
         cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
-    } else if (!strcmp(o->arch, "deepseek_v3")) {
-        lwq_mkmodel_ds_config(c, o->hidden, o->heads, o->head_dim, o->experts, o->topk,
-                              o->moe_inter);
+    } else if (!strncmp(o->arch, "deepseek_v", 10)) {
+        lwq_mkmodel_ds_config(c, o->arch[10] == '2', o->hidden, o->heads, o->head_dim, o->experts,
+                              o->topk, o->moe_inter);
     }
     lwq_mkmodel_src_config(c, o->src);
     cJSON_AddStringToObject(c, "transformers_version", "4.51.0");
@@ -641,8 +644,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     }
     o->out = argv[optind];
     if (!arch_class(o->arch)) {
-        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral or deepseek_v3, "
-                        "got '%s'\n", o->arch);
+        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral, deepseek_v3 or "
+                        "deepseek_v2, got '%s'\n", o->arch);
         return -1;
     }
     if (!o->kv_heads)

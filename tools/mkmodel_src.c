@@ -29,7 +29,7 @@ static void set_num(cJSON *c, const char *k, double v)
     cJSON_AddNumberToObject(c, k, v);
 }
 
-void lwq_mkmodel_ds_config(cJSON *c, int64_t hidden, int64_t heads, int64_t head_dim,
+void lwq_mkmodel_ds_config(cJSON *c, int v2, int64_t hidden, int64_t heads, int64_t head_dim,
                            int64_t experts, int64_t topk, int64_t moe_inter)
 {
     (void)heads;
@@ -50,11 +50,12 @@ void lwq_mkmodel_ds_config(cJSON *c, int64_t hidden, int64_t heads, int64_t head
     int grouped = experts % 4 == 0 && (experts / 4) * 2 >= topk;
     set_num(c, "n_group", grouped ? 4 : 1);
     set_num(c, "topk_group", grouped ? 2 : 1);
-    set_num(c, "routed_scaling_factor", 2.5);
+    /* V2: softmax scores, groups ranked by their best expert, no renormalisation (DeepSeek-V2) */
+    set_num(c, "routed_scaling_factor", v2 ? 16.0 : 2.5);
     cJSON_DeleteItemFromObjectCaseSensitive(c, "norm_topk_prob");
-    cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
-    cJSON_AddStringToObject(c, "scoring_func", "sigmoid");
-    cJSON_AddStringToObject(c, "topk_method", "noaux_tc");
+    cJSON_AddBoolToObject(c, "norm_topk_prob", !v2);
+    cJSON_AddStringToObject(c, "scoring_func", v2 ? "softmax" : "sigmoid");
+    cJSON_AddStringToObject(c, "topk_method", v2 ? "group_limited_greedy" : "noaux_tc");
     set_num(c, "num_nextn_predict_layers", 0);
     set_num(c, "rope_theta", 10000.0);
     set_num(c, "max_position_embeddings", 163840);
@@ -63,8 +64,8 @@ void lwq_mkmodel_ds_config(cJSON *c, int64_t hidden, int64_t heads, int64_t head
     cJSON_AddNumberToObject(rs, "beta_fast", 32);
     cJSON_AddNumberToObject(rs, "beta_slow", 1);
     cJSON_AddNumberToObject(rs, "factor", 40);
-    cJSON_AddNumberToObject(rs, "mscale", 1.0);
-    cJSON_AddNumberToObject(rs, "mscale_all_dim", 1.0);
+    cJSON_AddNumberToObject(rs, "mscale", v2 ? 0.707 : 1.0);
+    cJSON_AddNumberToObject(rs, "mscale_all_dim", v2 ? 0.707 : 1.0);
     cJSON_AddNumberToObject(rs, "original_max_position_embeddings", 4096);
     cJSON_AddStringToObject(rs, "type", "yarn");
 }

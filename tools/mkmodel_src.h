@@ -1,6 +1,6 @@
 /* tools/mkmodel_src.h — the parts of `lwq mkmodel` specific to DeepSeek-V3-shaped models and to
  * quantized source formats, kept out of cmd_mkmodel.c's generic writer:
- *   - the deepseek_v3 config keys (MLA dims, routing, yarn RoPE);
+ *   - the deepseek_v3 / deepseek_v2 config keys (MLA dims, routing, yarn RoPE);
  *   - --source-format fp8: every decoder-layer linear weight except the routers stored as
  *     DeepSeek does (F8_E4M3 "X.weight" + F32 "X.weight_scale_inv" per 128x128 block, edge
  *     blocks partial), config quantization_config {"quant_method": "fp8", "fmt": "e4m3",
@@ -41,9 +41,9 @@ void lwq_mkmodel_values(uint64_t seed, const char *name, float mean, float std, 
 
 /* "bf16" | "fp8" | "mxfp4" -> format; -1 for anything else. */
 int lwq_mkmodel_src_parse(const char *s, mk_src_format *out);
-/* deepseek_v3 keys for a model of the given size. */
-void lwq_mkmodel_ds_config(struct cJSON *c, int64_t hidden, int64_t heads, int64_t head_dim,
-                           int64_t experts, int64_t topk, int64_t moe_inter);
+/* deepseek_v3 (v2 = 0) or deepseek_v2 keys for a model of the given size. */
+void lwq_mkmodel_ds_config(struct cJSON *c, int v2, int64_t hidden, int64_t heads,
+                           int64_t head_dim, int64_t experts, int64_t topk, int64_t moe_inter);
 /* The source format's quantization_config (nothing for bf16). */
 void lwq_mkmodel_src_config(struct cJSON *c, mk_src_format f);
 /* Whether linear l of a layer is stored packed under format f. */

@@ -15,15 +15,17 @@
 
 TestSuite(deepseek_e2e, .init = lwqt_setup, .fini = lwqt_teardown);
 
-static void mk(const char *dir, const char *fmt)
+static void mk_arch(const char *dir, const char *arch, const char *fmt)
 {
-    const char *a[] = {"mkmodel", dir, "--arch", "deepseek_v3", "--source-format", fmt,
+    const char *a[] = {"mkmodel", dir, "--arch", arch, "--source-format", fmt,
                        "--layers", "3", "--experts", "8", "--quiet", NULL};
     int rc = lwqt_run(a);
     char *err = lwqt_err();
     cr_assert_eq(rc, 0, "mkmodel %s: %s", fmt, err);
     free(err);
 }
+
+static void mk(const char *dir, const char *fmt) { mk_arch(dir, "deepseek_v3", fmt); }
 
 static void quantize(const char *src, const char *out)
 {
@@ -134,6 +136,16 @@ Test(deepseek_e2e, fp8_source_quantizes_verifies_and_matches_published_structure
     for (int i = 0; i < f.n; i++)
         cr_assert_null(strstr(f.entries[i].name, "_scale_inv"), "%s left over", f.entries[i].name);
     lwq_st_free(&f);
+}
+
+Test(deepseek_e2e, deepseek_v2_fp8_source_quantizes_and_verifies)
+{
+    mk_arch(lwqt_path("m"), "deepseek_v2", "fp8");
+    char *cfg = lwqt_slurp(lwqt_path("m/config.json"));
+    cr_assert(strstr(cfg, "\"group_limited_greedy\"") && strstr(cfg, "\"softmax\""), "%s", cfg);
+    free(cfg);
+    quantize(lwqt_path("m"), lwqt_path("q"));
+    verify(lwqt_path("q"));
 }
 
 Test(deepseek_e2e, mxfp4_expert_source_quantizes_and_verifies)
