@@ -34,15 +34,16 @@
  *   accumulated in f32 instead, which differs only in BF16 rounding).
  *   out = routed + shared_experts(x) (one SwiGLU MLP of width moe_intermediate_size *
  *       n_shared_experts).
- * Routing runs on the host (router logits are downloaded): one pass over n x n_experts floats,
- * small next to the expert GEMMs, and it keeps the selection rules in one place for every
- * backend.  Ties in every top-k go to the lower index. */
+ * Routing runs on the host (router logits are downloaded), threaded over tokens: a few passes
+ * over n x n_experts floats, small next to the expert GEMMs, and it keeps the selection rules in
+ * one place for every backend.  Ties in every top-k go to the lower index. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/parallel.h"
 #include "engine/forward_internal.h"
 
 int lwq_fwd_is_mla(const lwq_model_config *c)
@@ -312,21 +313,25 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
 
 /* ---- routing ---------------------------------------------------------------------------------- */
 
-/* Indexes of the k largest of v[0..n) into out (descending, ties to the lower index). */
+/* Indexes of the k largest of v[0..n) into out (descending, ties to the lower index), in one
+ * pass with an insertion-sorted list.  NaN never enters; slots left empty get -1 (the caller
+ * reports a token whose scores are NaN). */
 static void topk(const float *v, int n, int k, int *out)
 {
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        for (int i = 0; i < n; i++) {
-            int taken = 0;
-            for (int t = 0; t < s && !taken; t++)
-                taken = out[t] == i;
-            /* NaN never wins; a row of NaNs leaves best = -1 for the caller to report */
-            if (!taken && v[i] == v[i] && (best < 0 || v[i] > v[best]))
-                best = i;
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float x = v[i];
+        if (x != x || (m == k && !(x > v[out[k - 1]])))
+            continue;
+        int p = m < k ? m++ : k - 1;
+        while (p > 0 && x > v[out[p - 1]]) { /* equal values keep the earlier index first */
+            out[p] = out[p - 1];
+            p--;
         }
-        out[s] = best;
+        out[p] = i;
     }
+    for (int s = m; s < k; s++)
+        out[s] = -1;
 }
 
 /* Keep only the experts of the topk_group groups with the best group score (0.0 elsewhere). */
@@ -356,36 +361,47 @@ static void mask_groups(float *choice, int E, int ng, int tg, int v3, float *gsc
     }
 }
 
-/* logits (n, E) f32 host -> idx/wts (n, K) for the valid rows. */
-static int deepseek_route(const lwq_model_config *c, int layer, const float *logits,
-                          const float *bias, const uint8_t *valid, int64_t n, int32_t *idx,
-                          float *wts, lwq_error *e)
+typedef struct route_job {
+    const lwq_model_config *c;
+    const float *logits, *bias;
+    const uint8_t *valid;
+    int32_t *idx;
+    float *wts;
+    int64_t *bad; /* per thread: first token with NaN scores, -1; -2 out of memory */
+} route_job;
+
+static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
 {
+    const route_job *j = ctx;
+    const lwq_model_config *c = j->c;
     const int E = c->num_experts, K = c->num_experts_per_tok;
     const int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
     const int grouped = v3 || !strcmp(c->topk_method, "group_limited_greedy");
     const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
-    float *score = malloc((size_t)E * sizeof(float)), *choice = malloc((size_t)E * sizeof(float));
-    float *gscore = malloc((size_t)ng * sizeof(float));
+    float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
     int *gsel = malloc((size_t)ng * sizeof(int)), sel[64];
-    int rc = 0;
-    if (!score || !choice || !gscore || !gsel) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %d experts", layer, E);
-        goto out;
+    if (!score || !gsel) {
+        j->bad[tid] = -2;
+        free(score);
+        free(gsel);
+        return;
     }
-    for (int64_t t = 0; t < n; t++) {
-        if (!valid[t]) {
+    float *choice = score + E, *gscore = choice + E;
+    for (int64_t t = t0; t < t1; t++) {
+        int32_t *idx = j->idx + t * K;
+        float *wts = j->wts + t * K;
+        if (!j->valid[t]) {
             for (int s = 0; s < K; s++) {
-                idx[t * K + s] = 0;
-                wts[t * K + s] = 0.0f;
+                idx[s] = 0;
+                wts[s] = 0.0f;
             }
             continue;
         }
-        const float *lg = logits + t * E;
+        const float *lg = j->logits + t * E;
         if (v3) {
             for (int i = 0; i < E; i++) {
                 score[i] = 1.0f / (1.0f + expf(-lg[i]));
-                choice[i] = score[i] + bias[i];
+                choice[i] = score[i] + j->bias[i];
             }
         } else {
             float mx = -INFINITY, sum = 0.0f;
@@ -400,35 +416,67 @@ static int deepseek_route(const lwq_model_config *c, int layer, const float *log
                 choice[i] = score[i];
             }
         }
+        int nan = 0;
+        for (int i = 0; i < E; i++)
+            nan |= choice[i] != choice[i];
+        if (nan && j->bad[tid] == -1) /* group masking would hide a NaN behind 0.0 */
+            j->bad[tid] = t;
         if (grouped && ng > 1)
             mask_groups(choice, E, ng, tg, v3, gscore, gsel);
         topk(choice, E, K, sel);
         float wsum = 0.0f;
         for (int s = 0; s < K; s++) {
             if (sel[s] < 0) {
-                rc = lwq_errf(e, LWQ_ENUMERIC, "layer %d: router scores of token %" PRId64
-                              " are NaN", layer, t);
-                goto out;
+                if (j->bad[tid] == -1)
+                    j->bad[tid] = t;
+                sel[s] = 0;
             }
-            idx[t * K + s] = sel[s];
-            wts[t * K + s] = score[sel[s]];
+            idx[s] = sel[s];
+            wts[s] = score[sel[s]];
             wsum += score[sel[s]];
         }
         if (c->norm_topk_prob) {
             /* V3 adds 1e-20 to the denominator; V2 renormalises by the plain sum */
             float den = v3 ? wsum + 1e-20f : wsum;
             for (int s = 0; s < K; s++)
-                wts[t * K + s] /= den;
+                wts[s] /= den;
         }
         for (int s = 0; s < K; s++)
-            wts[t * K + s] *= (float)c->routed_scaling_factor;
+            wts[s] *= (float)c->routed_scaling_factor;
     }
-out:
     free(score);
-    free(choice);
-    free(gscore);
     free(gsel);
-    return rc;
+}
+
+/* logits (n, E) f32 host -> idx/wts (n, K) for the valid rows, threaded over tokens (each
+ * token's routing is independent, so the result does not depend on the split). */
+static int deepseek_route(const lwq_model_config *c, int layer, const float *logits,
+                          const float *bias, const uint8_t *valid, int64_t n, int32_t *idx,
+                          float *wts, lwq_error *e)
+{
+    int nt = lwq_parallel_threads();
+    int64_t *bad = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *bad);
+    if (!bad)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing", layer);
+    for (int i = 0; i < nt; i++)
+        bad[i] = -1;
+    route_job j = {c, logits, bias, valid, idx, wts, bad};
+    lwq_parallel_for(n, 64, route_rows, &j);
+    int64_t first = -1;
+    int oom = 0;
+    for (int i = 0; i < nt; i++) {
+        oom |= bad[i] == -2;
+        if (bad[i] >= 0 && (first < 0 || bad[i] < first))
+            first = bad[i];
+    }
+    free(bad);
+    if (oom)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %d experts", layer,
+                        c->num_experts);
+    if (first >= 0)
+        return lwq_errf(e, LWQ_ENUMERIC, "layer %d: router scores of token %" PRId64 " are NaN",
+                        layer, first);
+    return 0;
 }
 
 int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,

@@ -449,6 +449,39 @@ Test(forward_deepseek, v3_missing_score_bias_is_named)
     lwq_config_free(&c);
 }
 
+Test(forward_deepseek, nan_router_scores_are_reported_with_the_token)
+{
+    lwq_error e = {0};
+    lwq_model_config c;
+    cr_assert_eq(lwq_config_parse("v3.json", CONFIG, &c, &e), 0, "%s", e.msg);
+    wset *w = calloc(1, sizeof *w);
+    make_layer(&c, 1, w);
+    lwq_weights lw = {get, w};
+    lwq_backend be;
+    cr_assert_eq(lwq_backend_cpu_create(&be, 1, &e), 0);
+    lwq_model m;
+    cr_assert_eq(lwq_model_init(&m, &c, &be, LWQ_F32, &e), 0, "%s", e.msg);
+    lwq_batch b;
+    cr_assert_eq(lwq_batch_init(&b, &be, 1, 4, NULL, &e), 0, "%s", e.msg);
+    int64_t shape[2] = {4, D};
+    lwq_tensor h;
+    cr_assert_eq(lwq_backend_tensor_alloc(&be, LWQ_F32, 2, shape, &h, &e), 0);
+    for (int i = 0; i < 4 * D; i++)
+        ((float *)h.data)[i] = (float)urand();
+    ((float *)h.data)[2 * D + 3] = NAN; /* token 2; attention may spread it to its tile */
+    cr_assert_eq(lwq_model_layer_forward(&m, 1, &lw, &b, &h, NULL, &e), LWQ_ENUMERIC);
+    cr_assert(strstr(e.msg, "layer 1: router scores of token ") && strstr(e.msg, " are NaN"),
+              "%s", e.msg);
+    lwq_backend_tensor_free(&be, &h);
+    lwq_batch_free(&b, &be);
+    lwq_model_free(&m);
+    lwq_backend_free_backend(&be);
+    for (int i = 0; i < w->n; i++)
+        free(w->data[i]);
+    free(w);
+    lwq_config_free(&c);
+}
+
 Test(forward_deepseek, mla_odd_rope_dim_is_refused)
 {
     lwq_error e = {0};
