@@ -43,6 +43,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "core/parallel.h"
 #include "engine/forward_internal.h"
 
@@ -96,6 +98,49 @@ static double yarn_correction_dim(double rotations, double dim, double base, dou
     return dim * log(max_pos / (rotations * 2.0 * M_PI)) / (2.0 * log(base));
 }
 
+/* Yarn keys config.h does not keep: "attention_factor" (overrides the mscale ratio),
+ * "truncate" (default true), and whether "factor" (else max_position_embeddings /
+ * original_max_position_embeddings) and both "mscale" keys (else mscale(factor, 1)) were given,
+ * as transformers tells them apart. */
+static void yarn_extra(const lwq_model_config *c, double *attention_factor, int *truncate,
+                       int *has_factor, int *has_mscales)
+{
+    *attention_factor = 0.0;
+    *truncate = 1;
+    *has_factor = 1;
+    *has_mscales = c->rope_mscale != 0.0 && c->rope_mscale_all_dim != 0.0;
+    const cJSON *root = c->raw, *tc = root ? cJSON_GetObjectItemCaseSensitive(root, "text_config")
+                                           : NULL;
+    if (c->weight_prefix[0] && cJSON_IsObject(tc))
+        root = tc;
+    const cJSON *rs = root ? cJSON_GetObjectItemCaseSensitive(root, "rope_scaling") : NULL;
+    if (!cJSON_IsObject(rs))
+        rs = root ? cJSON_GetObjectItemCaseSensitive(root, "rope_parameters") : NULL;
+    if (!cJSON_IsObject(rs))
+        return;
+    const cJSON *af = cJSON_GetObjectItemCaseSensitive(rs, "attention_factor");
+    if (cJSON_IsNumber(af) && af->valuedouble > 0.0)
+        *attention_factor = af->valuedouble;
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
+    if (cJSON_IsBool(tr))
+        *truncate = cJSON_IsTrue(tr);
+    *has_factor = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, "factor"));
+    *has_mscales = *has_mscales && cJSON_GetObjectItemCaseSensitive(rs, "mscale") &&
+                   cJSON_GetObjectItemCaseSensitive(rs, "mscale_all_dim");
+}
+
+/* rope_scaling.factor, or max_position_embeddings / original_max_position_embeddings when the
+ * config gives none (transformers' rule). */
+static double yarn_factor(const lwq_model_config *c)
+{
+    double af;
+    int tr, has_factor, hm;
+    yarn_extra(c, &af, &tr, &has_factor, &hm);
+    const double orig = (double)c->rope_original_max_position;
+    return has_factor || !(orig > 0.0) ? c->rope_factor
+                                       : (double)c->max_position_embeddings / orig;
+}
+
 int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
 {
     const int64_t dim = c->qk_rope_head_dim, half = dim / 2;
@@ -111,7 +156,10 @@ int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scal
     if (c->rope_type != LWQ_ROPE_YARN)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): rope type %d is not supported by the "
                         "MLA forward (default and yarn are)", c->model_type, (int)c->rope_type);
-    const double factor = c->rope_factor, orig = (double)c->rope_original_max_position;
+    double attention_factor;
+    int truncate, has_factor, has_mscales;
+    yarn_extra(c, &attention_factor, &truncate, &has_factor, &has_mscales);
+    const double orig = (double)c->rope_original_max_position, factor = yarn_factor(c);
     if (!(factor > 0.0) || !(orig > 0.0))
         return lwq_errf(e, LWQ_EINVAL, "config (%s): yarn rope_scaling needs factor > 0 and "
                         "original_max_position_embeddings > 0 (got %g, %g)", c->model_type,
@@ -120,14 +168,20 @@ int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scal
     double beta_slow = c->rope_beta_slow != 0.0 ? c->rope_beta_slow : 1.0;
     /* transformers: attention_factor = mscale(f, mscale) / mscale(f, mscale_all_dim) when both
      * are set, else mscale(f, 1) */
-    if (c->rope_mscale != 0.0 && c->rope_mscale_all_dim != 0.0)
+    if (attention_factor > 0.0)
+        *attn_scaling = (float)attention_factor;
+    else if (has_mscales)
         *attn_scaling = (float)(yarn_mscale(factor, c->rope_mscale) /
                                 yarn_mscale(factor, c->rope_mscale_all_dim));
     else
         *attn_scaling = (float)yarn_mscale(factor, 1.0);
-    /* correction range, truncated to whole dims (transformers' default truncate=True) */
-    double low = floor(yarn_correction_dim(beta_fast, (double)dim, c->rope_theta, orig));
-    double high = ceil(yarn_correction_dim(beta_slow, (double)dim, c->rope_theta, orig));
+    /* correction range, truncated to whole dims unless "truncate": false */
+    double low = yarn_correction_dim(beta_fast, (double)dim, c->rope_theta, orig);
+    double high = yarn_correction_dim(beta_slow, (double)dim, c->rope_theta, orig);
+    if (truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
     if (low < 0.0)
         low = 0.0;
     if (high > (double)(dim - 1))
@@ -146,12 +200,12 @@ int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scal
     return 0;
 }
 
-/* Softmax scale of the MLA attention. */
+/* Softmax scale of the MLA attention (computed per layer call: a few JSON lookups). */
 static float mla_softmax_scale(const lwq_model_config *c)
 {
     double s = 1.0 / sqrt((double)(c->qk_nope_head_dim + c->qk_rope_head_dim));
     if (c->rope_type == LWQ_ROPE_YARN && c->rope_mscale_all_dim != 0.0) {
-        double ms = yarn_mscale(c->rope_factor, c->rope_mscale_all_dim);
+        double ms = yarn_mscale(yarn_factor(c), c->rope_mscale_all_dim);
         s = s * ms * ms;
     }
     return (float)s;

@@ -482,6 +482,59 @@ Test(forward_deepseek, nan_router_scores_are_reported_with_the_token)
     lwq_config_free(&c);
 }
 
+/* The RoPE table against transformers' _compute_yarn_parameters written in float64, for the
+ * config variants it tells apart: attention_factor given, truncate false, factor absent
+ * (max_position / original), mscale absent (mscale(factor, 1)). */
+static void yarn_case(const char *rope, const char *extra, double factor, int truncate,
+                      double want_af)
+{
+    char cfg[2048];
+    snprintf(cfg, sizeof cfg, "{\"model_type\":\"deepseek_v3\",\"hidden_size\":32,"
+             "\"num_hidden_layers\":1,\"num_attention_heads\":2,\"vocab_size\":10,"
+             "\"intermediate_size\":24,\"n_routed_experts\":0,\"kv_lora_rank\":16,"
+             "\"qk_nope_head_dim\":8,\"qk_rope_head_dim\":16,\"v_head_dim\":8,"
+             "\"first_k_dense_replace\":1,\"num_experts_per_tok\":1,"
+             "\"moe_intermediate_size\":8,\"max_position_embeddings\":65536%s,"
+             "\"rope_scaling\":{\"type\":\"yarn\",\"original_max_position_embeddings\":4096%s}}",
+             extra, rope);
+    lwq_error e = {0};
+    lwq_model_config c;
+    cr_assert_eq(lwq_config_parse("c.json", cfg, &c, &e), 0, "%s", e.msg);
+    lwq_backend be;
+    cr_assert_eq(lwq_backend_cpu_create(&be, 1, &e), 0);
+    lwq_model m;
+    cr_assert_eq(lwq_model_init(&m, &c, &be, LWQ_F32, &e), 0, "%s", e.msg);
+    const int dim = 16;
+    double lo = dim * log(4096 / (32 * 2 * M_PI)) / (2 * log(10000.0));
+    double hi = dim * log(4096 / (1 * 2 * M_PI)) / (2 * log(10000.0));
+    if (truncate) {
+        lo = floor(lo);
+        hi = ceil(hi);
+    }
+    lo = fmax(lo, 0);
+    hi = fmin(hi, dim - 1);
+    for (int i = 0; i < dim / 2; i++) {
+        double pf = pow(10000.0, 2.0 * i / dim), ramp = fmin(fmax((i - lo) / (hi - lo), 0), 1);
+        double want = 1 / (factor * pf) * ramp + 1 / pf * (1 - ramp);
+        double got = ((const float *)m.inv_freq.data)[i];
+        cr_assert(fabs(got - want) <= 1e-6 * want, "inv_freq[%d]: %.9g, want %.9g", i, got, want);
+    }
+    cr_assert(fabs(m.attn_scaling - want_af) <= 1e-6, "attention factor %.9g, want %.9g",
+              m.attn_scaling, want_af);
+    lwq_model_free(&m);
+    lwq_backend_free_backend(&be);
+    lwq_config_free(&c);
+}
+
+Test(forward_deepseek, yarn_table_variants_match_transformers)
+{
+    double f = 40.0;
+    yarn_case(",\"factor\":40,\"mscale\":1.0,\"mscale_all_dim\":0.5", "", f, 1,
+              mscale(f, 1.0) / mscale(f, 0.5));
+    yarn_case(",\"factor\":40,\"attention_factor\":1.25,\"truncate\":false", "", f, 0, 1.25);
+    yarn_case(",\"mscale_all_dim\":0.5", "", 16.0, 1, mscale(16.0, 1.0)); /* 65536 / 4096 */
+}
+
 Test(forward_deepseek, mla_odd_rope_dim_is_refused)
 {
     lwq_error e = {0};
