@@ -1,5 +1,6 @@
 /* tests/layout/test_tokenizer_variants.c — pipeline pieces the fixtures lack (Llama-3/Qwen2
- * Split regexes, ignore_merges, NFC, Metaspace, Digits, RobertaProcessing), each a fixture's
+ * Split regexes, ignore_merges, NFC, Metaspace, Digits, RobertaProcessing, added tokens with
+ * lstrip/rstrip), each a fixture's
  * tokenizer.json with a patch, against ids from @huggingface/tokenizers (variant_*.json). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -120,4 +121,9 @@ Test(tokenizer_variants, metaspace_prepend_first)
 Test(tokenizer_variants, digits_and_roberta_processing)
 {
     check_variant("variant_digits_roberta.json");
+}
+
+Test(tokenizer_variants, added_tokens_with_lstrip_rstrip)
+{
+    check_variant("variant_added_strip.json");
 }

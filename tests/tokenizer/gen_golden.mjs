@@ -190,6 +190,12 @@ const variants = [
     post_processor: { type: 'RobertaProcessing', sep: ['<|endoftext|>', 50256], cls: ['<|endoftext|>', 50256],
                       trim_offsets: true, add_prefix_space: true },
   }],
+  ['variant_added_strip.json', 'tokenizer-tinyllama-sentencepiece-bpe', {
+    added_tokens: [
+      { id: 0, content: '<unk>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
+      { id: 1, content: '<s>', single_word: false, lstrip: false, rstrip: true, normalized: false, special: true },
+      { id: 2, content: '</s>', single_word: false, lstrip: true, rstrip: false, normalized: false, special: true }],
+  }],
 ];
 
 for (const [outName, base, patch] of variants) {
