@@ -491,3 +491,32 @@ Test(tokenizer, tinyllama_round_trips_random_unicode)
 {
     round_trip("tokenizer-tinyllama-sentencepiece-bpe");
 }
+
+#define PER_CHAR "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"\"},\"behavior\":\"Isolated\"}"
+
+Test(tokenizer, nfd_decomposes_and_reorders)
+{
+    lwq_tokenizer *t = must_load("{\"model\":{\"type\":\"WordLevel\",\"unk_token\":\"?\",\"vocab\":{\"e\":0,"
+                                 "\"\xCC\x81\":1,\"?\":2,\"o\":3,\"\xCC\xA3\":4,\"\xCC\x82\":5}},"
+                                 "\"normalizer\":{\"type\":\"NFD\"}," PER_CHAR "}", NULL);
+    int32_t x[8];
+    /* é -> e + U+0301; ộ written o + U+0302 + U+0323 -> o + U+0323 (class 220) + U+0302 (230). */
+    size_t n = enc(t, "\xC3\xA9o\xCC\x82\xCC\xA3", x, 8);
+    int32_t want[] = {0, 1, 3, 4, 5};
+    cr_assert_eq(n, 5);
+    cr_assert_arr_eq(x, want, sizeof want);
+    lwq_tokenizer_free(t);
+}
+
+Test(tokenizer, nfkc_on_non_ascii_is_unsupported)
+{
+    lwq_tokenizer *t = must_load("{\"model\":{\"type\":\"WordLevel\",\"unk_token\":\"?\",\"vocab\":{\"?\":0}},"
+                                 "\"normalizer\":{\"type\":\"NFKC\"}}", NULL);
+    lwq_token_ids v = {0};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_encode(t, "ascii ok", 8, 1, 0, &v, NULL, &e), 1, "%s", e.msg);
+    cr_assert_eq(lwq_tokenizer_encode(t, "\xEF\xAC\x81", 3, 1, 0, &v, NULL, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "NFKC"), "%s", e.msg);
+    lwq_token_ids_free(&v);
+    lwq_tokenizer_free(t);
+}
