@@ -30,8 +30,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --algo A             max | mse | local_hessian (default: the recipe's, max for presets)\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
             "calibration:\n"
-            "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),
-                       .txt (paragraphs), a directory,\n"
+            "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),\n"
+            "                       .txt (paragraphs), a directory,\n"
             "                       or \"builtin\" (default: the built-in text, tokenized with the model's\n"
             "                       tokenizer.json)\n"
             "  --calib-size N       samples (default 64)\n"
