@@ -317,6 +317,7 @@ static void progress(lwq_run *r, int L, double t_start, double *t_prev, int done
     uint64_t rss, hwm;
     lwq_rss(&rss, &hwm);
     r->lstat[L].rss = rss;
+    r->lstat[L].gpu_bytes = lwq_backend_mem_peak(&r->be);
     double now = lwq_now(), wall = now - *t_prev;
     *t_prev = now;
     if (r->o->quiet)
@@ -563,6 +564,7 @@ static void run_free(lwq_run *r)
 
 static void summary(lwq_run *r, double wall)
 {
+    r->peak_gpu = lwq_backend_mem_peak(&r->be);
     uint64_t rss, hwm, out_bytes = 0, in_bytes = 0;
     lwq_rss(&rss, &hwm);
     for (int L = 0; L < r->nlayers; L++) {

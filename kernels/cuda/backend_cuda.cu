@@ -24,6 +24,7 @@ typedef struct cuda_ctx {
     void *ws;            /* GEMM workspace (f32 staging), grown on demand */
     size_t ws_cap;
     unsigned int *flags; /* device: [0] amax bits, [1] amax NaN, [2] index error */
+    uint64_t peak_used;  /* max of (total - free) seen after each allocation */
 } cuda_ctx;
 
 #define CU(call, what)                                                                             \
@@ -75,8 +76,13 @@ static int cu_alloc(void *vctx, size_t bytes, void **out, lwq_error *e)
         return lwq_errf(e, LWQ_ENOMEM, "cuda alloc of %zu bytes: %s", bytes,
                         cudaGetErrorString(err));
     }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && total_b - free_b > c->peak_used)
+        c->peak_used = total_b - free_b;
     return 0;
 }
+
+static uint64_t cu_mem_peak(void *vctx) { return ((cuda_ctx *)vctx)->peak_used; }
 
 static void cu_free(void *vctx, void *p)
 {
@@ -632,7 +638,7 @@ static const lwq_backend_ops cuda_ops = {
     "cuda",          LWQ_DEV_CUDA,  cu_destroy,     cu_alloc,       cu_free,
     cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
     cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
-    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,
+    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,        cu_mem_peak,
 };
 
 extern "C" int lwq_backend_cuda_device_count(void)
