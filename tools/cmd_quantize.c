@@ -237,6 +237,10 @@ static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 {
     memset(cs, 0, sizeof *cs);
+    char cfgpath[PATH_MAX];
+    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", a->model);
+    if (access(cfgpath, F_OK) != 0)
+        return lwq_errsys(e, -errno, "%s: no config.json; not a Hugging Face checkpoint directory", a->model);
     char tokpath[PATH_MAX];
     snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", a->model);
     lwq_tokenizer *tok = NULL;
