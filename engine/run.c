@@ -334,6 +334,29 @@ static void progress(lwq_run *r, int L, double t_start, double *t_prev, int done
 
 /* ---- the layerwise path ---------------------------------------------------------------------- */
 
+/* Pool registration with the backend (cudaHostRegister on a GPU).  A refusal is not fatal: the
+ * run goes on with pageable uploads, and says so. */
+static int pool_register(void *ctx, void *ptr, size_t len, lwq_error *e)
+{
+    struct pool_reg *pr = ctx;
+    lwq_error sub = {0};
+    int rc = lwq_backend_host_register(pr->be, ptr, len, &sub);
+    pr->done = rc == 0;
+    if (rc < 0)
+        LWQ_WARN("cannot page-lock the %.1f MB read ring for the GPU (%s); uploads will be slower",
+                 (double)len / 1e6, sub.msg);
+    (void)e;
+    return 0;
+}
+
+static void pool_unregister(void *ctx, void *ptr, size_t len)
+{
+    struct pool_reg *pr = ctx;
+    (void)len;
+    if (pr->done)
+        lwq_backend_host_unregister(pr->be, ptr);
+}
+
 static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *e)
 {
     lwq_io_reader_opts ro;
@@ -354,6 +377,14 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     po.slot_bytes = (size_t)slot;
     po.nslots = r->o->prefetch > 0 ? r->o->prefetch : 2;
     po.numa_node = -1;
+    /* memory on the GPU's NUMA node, page-locked for its DMA */
+    char bus[32];
+    if (lwq_backend_pci_bus_id(&r->be, bus, sizeof bus) == 0)
+        po.pci_bus_id = bus;
+    r->pool_reg.be = &r->be;
+    po.reg = pool_register;
+    po.unreg = pool_unregister;
+    po.reg_ctx = &r->pool_reg;
     if ((rc = lwq_pool_init(&r->pool, &po, e)) != 0)
         return rc;
     r->pool_open = 1;

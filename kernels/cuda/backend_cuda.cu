@@ -84,6 +84,30 @@ static int cu_alloc(void *vctx, size_t bytes, void **out, lwq_error *e)
 
 static uint64_t cu_mem_peak(void *vctx) { return ((cuda_ctx *)vctx)->peak_used; }
 
+/* The prefetch pool is page-aligned anonymous memory that O_DIRECT reads fill; registering it
+ * (rather than allocating with cudaHostAlloc) keeps it usable for O_DIRECT and makes uploads
+ * from it DMA at full PCIe speed. */
+static int cu_host_register(void *vctx, void *ptr, size_t bytes, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    CU(cudaHostRegister(ptr, bytes, cudaHostRegisterDefault), "host register");
+    return 0;
+}
+
+static void cu_host_unregister(void *vctx, void *ptr)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    cudaSetDevice(c->device);
+    cudaHostUnregister(ptr);
+}
+
+static int cu_pci_bus_id(void *vctx, char *out, size_t cap)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    return cudaDeviceGetPCIBusId(out, (int)cap, c->device) == cudaSuccess ? 0 : -1;
+}
+
 static void cu_free(void *vctx, void *p)
 {
     cuda_ctx *c = (cuda_ctx *)vctx;
@@ -639,6 +663,7 @@ static const lwq_backend_ops cuda_ops = {
     cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
     cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
     cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,        cu_mem_peak,
+    cu_host_register, cu_host_unregister, cu_pci_bus_id,
 };
 
 extern "C" int lwq_backend_cuda_device_count(void)
