@@ -59,7 +59,7 @@ static const char *quantize(const char *name, const char *preset, int all_expert
     snprintf(out, sizeof out, "%s", lwqt_path(name));
     snprintf(log, sizeof log, "%s.jsonl", out);
     const char *args[] = {"quantize", g_model, "-o", out, "--qformat", preset, "--calib", g_calib, "--calib-size",
-                          "8", "--calib-seq", "32", "--batch-size", "4", "--log-json", log,
+                          "8", "--calib-seq", "32", "--batch-size", "4", "--log-json", log, "--device", "cpu",
                           all_experts ? "--calib-all-experts" : NULL, NULL};
     int rc = lwqt_run(args);
     if (rc != 0)

@@ -38,7 +38,7 @@ static void e2e(const char *fixture, const char *preset, const char *kv)
     qc_calib_make(&c, 10, LENS, vocab_of(dir), 7);
     qc_calib_write(&c, calib);
     const char *args[] = {"quantize", dir, "-o", out, "--qformat", preset, "--calib", calib, "--calib-size", "10",
-                          "--calib-seq", "32", "--batch-size", "4", "--kv-cache", kv, "--quiet", NULL};
+                          "--calib-seq", "32", "--batch-size", "4", "--kv-cache", kv, "--device", "cpu", "--quiet", NULL};
     int rc = lwqt_run(args);
     if (rc != 0) {
         char *err = lwqt_err();
@@ -64,7 +64,7 @@ static void nothing_to_quantize(const char *fixture)
     qc_calib_make(&c, 4, LENS, vocab_of(dir), 3);
     qc_calib_write(&c, calib);
     const char *args[] = {"quantize", dir, "-o", out, "--qformat", "nvfp4_experts_only", "--calib", calib,
-                          "--calib-size", "4", "--calib-seq", "32", NULL};
+                          "--calib-size", "4", "--calib-seq", "32", "--device", "cpu", NULL};
     cr_assert_eq(lwqt_run(args), 2);
     char *err = lwqt_err();
     cr_assert(strstr(err, "nvfp4_experts_only") && strstr(err, "quantizes no linear"),

@@ -21,7 +21,7 @@ static void run_depth(const char *layers, const char *calib, double *peak, doubl
                         "--quiet", NULL};
     cr_assert_eq(lwqt_run(mk), 0, "mkmodel --layers %s failed", layers);
     const char *q[] = {"quantize", model, "-o", out, "--calib", calib, "--calib-size", "8", "--calib-seq", "32",
-                       "--log-json", log, "--quiet", NULL};
+                       "--log-json", log, "--device", "cpu", "--quiet", NULL};
     int rc = lwqt_run(q);
     if (rc != 0)
         cr_assert_fail("lwq quantize (%s layers) exited %d: %s", layers, rc, lwqt_err());

@@ -42,8 +42,8 @@ static const char *quantize(const char *out, const char *const *extra)
     char *p = o[k++ & 7];
     snprintf(p, 600, "%s", lwqt_path(out));
     const char *args[48] = {"quantize", g_dir, "-o", p, "--calib", g_calib, "--calib-size", "10", "--calib-seq",
-                            "32", "--quiet"};
-    int n = 11;
+                            "32", "--device", "cpu", "--quiet"};
+    int n = 13;
     for (int i = 0; extra[i]; i++)
         args[n++] = extra[i];
     args[n] = NULL;

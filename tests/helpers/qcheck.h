@@ -5,7 +5,9 @@
  * batch, the way the engine batches (left padding, batch_size sequences), with observers that
  * take every amax on the host from the rows they are shown; the layer plan, the recipe code and
  * the engine's statistics module are not used.  Which linears a preset quantizes, the fused
- * groups and the cold-expert rule are written down here from the issue and FORMATS.md.
+ * groups and the cold-expert rule are written down here from the issue and FORMATS.md.  Scales
+ * are compared for exact equality, so the run under test must use the CPU backend (--device cpu)
+ * like the recomputation; FP8 weight scales are checked for the `max` algorithm (all presets).
  *
  * Failures are Criterion assertions naming the tensor or file; helpers must be called from a
  * test.  Nothing here is thread-safe. */
