@@ -70,12 +70,12 @@ LWQ_STATIC_ASSERT(LWQ_NVFP4_BLOCK % 2 == 0, "codes are packed in pairs");
  * Selects, not branches; the int32 form keeps CPU loops in one lane width. */
 LWQ_HD float lwq_e4m3_to_f32_i32(int32_t b)
 {
-    int32_t sign = (b & 0x80) << 24;
+    uint32_t sign = ((uint32_t)b & 0x80u) << 24; /* unsigned: 0x80 << 24 overflows an int32 */
     int32_t e = (b >> 3) & 15, m = b & 7;
     int32_t sub = (int32_t)lwq_f32_bits(LWQ_FMUL((float)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
     int32_t bits = e == 0 ? sub : (((e + 120) << 23) | (m << 20));
     bits = (b & 0x7f) == 0x7f ? 0x7fc00000 : bits;
-    return lwq_bits_f32((uint32_t)(bits | sign));
+    return lwq_bits_f32((uint32_t)bits | sign);
 }
 
 LWQ_HD float lwq_e4m3_to_f32(uint8_t b) { return lwq_e4m3_to_f32_i32((int32_t)b); }
