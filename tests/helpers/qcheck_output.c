@@ -317,7 +317,7 @@ void qc_check_output(const char *model_dir, const char *out_dir, const char *pre
     lwq_error e = {0};
     cr_assert_eq(lwq_ckpt_open(model_dir, &ck, &e), 0, "%s", e.msg);
     int NL = ck.cfg.num_hidden_layers, nm = 0, expected = 0;
-    qmod *m = calloc((size_t)ck.ntensors, sizeof *m);
+    qmod *m = calloc((size_t)(ck.ntensors > 0 ? ck.ntensors : 1), sizeof *m);
     qc_out o;
     qc_out_open(&o, out_dir);
     char shard[64];
@@ -356,7 +356,7 @@ void qc_check_output(const char *model_dir, const char *out_dir, const char *pre
             x->wamax = fmaxf(x->wamax, fabsf(lwq_load_f(x->w, x->src->dtype, (size_t)k)));
     }
     /* cold experts: the max over calibrated siblings of the same projection (FORMATS.md 6) */
-    float *fill = calloc((size_t)(nm ? nm : 1), sizeof *fill);
+    float *fill = calloc((size_t)(nm > 0 ? nm : 1), sizeof *fill);
     for (int i = 0; i < nm; i++) {
         if (m[i].fmt == QC_NONE || (m[i].rows > 0 && m[i].in_amax > 0))
             continue;
