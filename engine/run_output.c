@@ -30,15 +30,39 @@
 
 /* ---- shard serialization --------------------------------------------------------------------- */
 
+/* Appends through a 4 MiB staging buffer, so a shard of thousands of small tensors (scales,
+ * norms) costs a few large writes rather than one write each; hashes what it appends. */
+#define STAGE_BYTES (4u << 20)
 typedef struct hashed_file {
     lwq_durable_file *f;
     lwq_xxh64_state h;
+    unsigned char *buf;
+    size_t n;
 } hashed_file;
+
+static int hflush(hashed_file *hf, lwq_error *e)
+{
+    int rc = hf->n ? lwq_durable_append(hf->f, hf->buf, hf->n, e) : 0;
+    hf->n = 0;
+    return rc;
+}
 
 static int happend(hashed_file *hf, const void *p, size_t n, lwq_error *e)
 {
     lwq_xxh64_update(&hf->h, p, n);
-    return lwq_durable_append(hf->f, p, n, e);
+    if (hf->n + n <= STAGE_BYTES) {
+        memcpy(hf->buf + hf->n, p, n);
+        hf->n += n;
+        return 0;
+    }
+    int rc = hflush(hf, e);
+    if (rc)
+        return rc;
+    if (n >= STAGE_BYTES / 2)
+        return lwq_durable_append(hf->f, p, n, e);
+    memcpy(hf->buf, p, n);
+    hf->n = n;
+    return 0;
 }
 
 /* Write a shard's bytes (safetensors, tensors sorted by name, our fingerprint in __metadata__). */
@@ -62,13 +86,16 @@ static int write_tlist(const char *fp_hex, const lwq_tlist *l, lwq_durable_file 
         free(t);
         return rc;
     }
-    hashed_file hf = {f, {{0}, 0, 0, {0}, 0}};
+    hashed_file hf = {f, {{0}, 0, 0, {0}, 0}, malloc(STAGE_BYTES), 0};
     lwq_xxh64_init(&hf.h, 0);
-    rc = happend(&hf, p.header, p.header_bytes, e);
+    rc = hf.buf ? happend(&hf, p.header, p.header_bytes, e) : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", f->path);
     for (int i = 0; rc == 0 && i < p.n; i++) {
         int k = p.order[i];
         rc = happend(&hf, l->v[k].data, p.nbytes[k], e);
     }
+    if (rc == 0)
+        rc = hflush(&hf, e);
+    free(hf.buf);
     if (rc == 0) {
         *hash = lwq_xxh64_digest(&hf.h);
         *bytes = p.header_bytes + p.data_bytes;
@@ -193,6 +220,33 @@ static void free_done(void *ctx, int64_t id, int rc, const lwq_error *e)
     free(ctx);
 }
 
+/* Write `l` as out_dir/name, durably, now (whole-model shards and the tail). */
+static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, uint64_t *hash, uint64_t *bytes,
+                            lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    if (rc)
+        return rc;
+    lwq_durable_file f;
+    lwq_tlist sorted = *l;
+    lwq_tlist_sort(&sorted);
+    if ((rc = lwq_durable_open(&f, path, e)) != 0)
+        return rc;
+    if ((rc = write_tlist(r->fp_hex, &sorted, &f, hash, bytes, e)) != 0) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    return lwq_durable_commit(&f, e);
+}
+
+int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e)
+{
+    char name[40];
+    lwq_shard_name(layer, name);
+    return write_tlist_file(r, name, out, &r->man.layers[layer].xxh64, &r->man.layers[layer].bytes, e);
+}
+
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job, lwq_error *e)
 {
     char name[40], path[PATH_MAX];
@@ -252,50 +306,9 @@ int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, 
     return 0;
 }
 
-int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e)
-{
-    char name[40], path[PATH_MAX];
-    lwq_shard_name(layer, name);
-    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
-    if (rc)
-        return rc;
-    lwq_durable_file f;
-    uint64_t h, b;
-    lwq_tlist sorted = *out;
-    lwq_tlist_sort(&sorted);
-    if ((rc = lwq_durable_open(&f, path, e)) != 0)
-        return rc;
-    if ((rc = write_tlist(r->fp_hex, &sorted, &f, &h, &b, e)) != 0) {
-        lwq_durable_abort(&f);
-        return rc;
-    }
-    if ((rc = lwq_durable_commit(&f, e)) != 0)
-        return rc;
-    r->man.layers[layer].bytes = b;
-    r->man.layers[layer].xxh64 = h;
-    return 0;
-}
 
 /* ---- the end of a run: tail, index, configs ---------------------------------------------------- */
 
-static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, lwq_error *e)
-{
-    char path[PATH_MAX];
-    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
-    if (rc)
-        return rc;
-    lwq_durable_file f;
-    uint64_t h, b;
-    lwq_tlist sorted = *l;
-    lwq_tlist_sort(&sorted);
-    if ((rc = lwq_durable_open(&f, path, e)) != 0)
-        return rc;
-    if ((rc = write_tlist(r->fp_hex, &sorted, &f, &h, &b, e)) != 0) {
-        lwq_durable_abort(&f);
-        return rc;
-    }
-    return lwq_durable_commit(&f, e);
-}
 
 static int write_text(lwq_run *r, const char *name, const char *text, lwq_error *e)
 {
@@ -320,8 +333,9 @@ static int write_tail(lwq_run *r, lwq_error *e)
         }
         lwq_tlist_free(&part);
     }
+    uint64_t h, b;
     if (rc == 0)
-        rc = write_tlist_file(r, "model-tail.safetensors", &tail, e);
+        rc = write_tlist_file(r, "model-tail.safetensors", &tail, &h, &b, e);
     lwq_tlist_free(&tail);
     return rc;
 }

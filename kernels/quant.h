@@ -37,6 +37,10 @@
 #include "core/error.h"
 #include "layout/quant_formats.h"
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* Returned (>0) when an all-zero weight was quantized with the substitute amax 1.0. */
 #define LWQ_QUANT_ZERO_TENSOR 1
 /* A positive amax below this (2^-100) is refused: weight_scale_2 * 2^-9 would be subnormal. */
@@ -125,5 +129,9 @@ int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, c
 /* q: (n,) E4M3 -> out: (n,) of out_dt (F32, BF16 or F16), out = float(q) * weight_scale. */
 int lwq_quant_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,
                           lwq_error *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

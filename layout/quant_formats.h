@@ -28,17 +28,20 @@
 
 #include "core/dtype.h"
 
-#if defined(__CUDACC__)
+#if defined(__CUDA_ARCH__) /* device code: explicit rounding, no FMA contraction */
 #define LWQ_FMUL(a, b) __fmul_rn((a), (b))
 #define LWQ_FADD(a, b) __fadd_rn((a), (b))
 #define LWQ_FSUB(a, b) __fsub_rn((a), (b))
 #define LWQ_FDIV(a, b) __fdiv_rn((a), (b))
-#define LWQ_STATIC_ASSERT(c, m) static_assert(c, m)
 #else
 #define LWQ_FMUL(a, b) ((a) * (b))
 #define LWQ_FADD(a, b) ((a) + (b))
 #define LWQ_FSUB(a, b) ((a) - (b))
 #define LWQ_FDIV(a, b) ((a) / (b))
+#endif
+#if defined(__cplusplus)
+#define LWQ_STATIC_ASSERT(c, m) static_assert(c, m)
+#else
 #define LWQ_STATIC_ASSERT(c, m) _Static_assert(c, m)
 #endif
 
@@ -70,12 +73,13 @@ LWQ_STATIC_ASSERT(LWQ_NVFP4_BLOCK % 2 == 0, "codes are packed in pairs");
  * Selects, not branches; the int32 form keeps CPU loops in one lane width. */
 LWQ_HD float lwq_e4m3_to_f32_i32(int32_t b)
 {
-    uint32_t sign = ((uint32_t)b & 0x80u) << 24; /* unsigned: 0x80 << 24 overflows an int32 */
-    int32_t e = (b >> 3) & 15, m = b & 7;
-    int32_t sub = (int32_t)lwq_f32_bits(LWQ_FMUL((float)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
-    int32_t bits = e == 0 ? sub : (((e + 120) << 23) | (m << 20));
-    bits = (b & 0x7f) == 0x7f ? 0x7fc00000 : bits;
-    return lwq_bits_f32((uint32_t)bits | sign);
+    uint32_t u = (uint32_t)b;
+    uint32_t sign = (u & 0x80u) << 24;
+    uint32_t e = (u >> 3) & 15u, m = u & 7u;
+    uint32_t sub = lwq_f32_bits(LWQ_FMUL((float)(int32_t)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
+    uint32_t bits = e == 0 ? sub : (((e + 120u) << 23) | (m << 20));
+    bits = (u & 0x7fu) == 0x7fu ? 0x7fc00000u : bits;
+    return lwq_bits_f32(bits | sign);
 }
 
 LWQ_HD float lwq_e4m3_to_f32(uint8_t b) { return lwq_e4m3_to_f32_i32((int32_t)b); }

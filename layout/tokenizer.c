@@ -185,8 +185,9 @@ static int load_added(lwq_tokenizer *t, const cJSON *arr, lwq_error *e)
         }
     for (size_t i = 0; i < t->n_added; i++) {
         unsigned char b = (unsigned char)t->added[i].content[0];
-        if (t->added[i].normalized && t->norm) t->added_first_norm[b] = 1;
-        else if (t->added[i].normalized) t->added_first_norm[b] = 1;
+        /* Normalized tokens are matched in normalized text (the raw text when there is no
+         * normalizer), after the raw pass, as the Rust crate does. */
+        if (t->added[i].normalized) t->added_first_norm[b] = 1;
         else t->added_first_raw[b] = 1;
     }
     return 0;
@@ -377,7 +378,9 @@ int lwq_tokenizer_load_buffer(lwq_tokenizer **out, const char *json, size_t json
     if ((rc = tok_pre_build(&t->pre, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), t->name, e))) goto fail;
     if ((rc = tok_dec_build(&t->dec, cJSON_GetObjectItemCaseSensitive(root, "decoder"), t->name, e))) goto fail;
     if ((rc = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), e))) goto fail;
-    if (t->model == TOK_MODEL_WORDLEVEL && t->pre && t->pre->lazy) t->pre->lazy = 0;
+    /* Raw-byte pieces only pay off for BPE (tok_model_word maps them back otherwise). */
+    for (tok_pre *p = t->pre; p && t->model != TOK_MODEL_BPE; p = p->nsubs ? &p->subs[p->nsubs - 1] : NULL)
+        p->lazy = 0;
     if (t->n_ids > LWQ_TOK_MAX_VOCAB * 2) { rc = lwq_errf(e, LWQ_ENOMEM, "%s: ids up to %zu", t->name, t->n_ids); goto fail; }
     if (!(t->id_tok = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_tok))) { rc = LWQ_ENOMEM; goto fail; }
     for (size_t i = 0; i < t->vocab.n; i++)
@@ -550,8 +553,12 @@ int lwq_tokenizer_encode(const lwq_tokenizer *t, const char *text, size_t len, i
     /* Expand the template around the content ids. */
     size_t content = out->n, total = content + nsp, pre = 0;
     for (size_t i = 0; i < t->n_post && t->post[i].kind == TOK_POST_ITEM_SPECIAL; i++) pre += t->post[i].n;
-    while (out->cap < total)
-        if (tok_ids_push(out, 0)) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+    if (out->cap < total) {
+        int32_t *p = realloc(out->ids, total * sizeof *p);
+        if (!p) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+        out->ids = p;
+        out->cap = total;
+    }
     memmove(out->ids + pre, out->ids, content * sizeof *out->ids);
     size_t w = 0;
     int seen_seq = 0;

@@ -122,10 +122,11 @@ static inline uint64_t pair_key(int32_t a, int32_t b)
     return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
 }
 
+/* Fibonacci hashing: the top bits of the product depend on every bit of both ids (the low
+ * bits would ignore most of the left id and cluster pairs sharing a right id). */
 static inline size_t pair_slot(uint64_t k, size_t cap)
 {
-    k *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(k >> 20) & (cap - 1);
+    return (size_t)((k * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_ctzll((unsigned long long)cap)));
 }
 
 int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id)
@@ -359,7 +360,7 @@ int tok_model_load(lwq_tokenizer *t, const cJSON *model, lwq_error *e)
 
 /* ---- BPE ---------------------------------------------------------------------------------- */
 #define TOK_CACHE_MAX_WORD 64
-#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 18)
+#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 15)
 typedef struct { int32_t id, prev, next; uint32_t len; } sym;
 typedef struct { uint32_t rank; uint32_t pos; int32_t id; } mrg;
 
@@ -576,6 +577,9 @@ int tok_model_word(const lwq_tokenizer *t, const char *s, size_t n, int raw_byte
                    lwq_token_ids *out, lwq_error *e)
 {
     if (!n) return 0;
+    if (n > LWQ_TOK_MAX_WORD_BYTES)
+        return lwq_errf(e, LWQ_EINVAL, "%s: a %zu-byte word (text the pre-tokenizer does not split) "
+                        "is over the %zu-byte limit", t->name, n, LWQ_TOK_MAX_WORD_BYTES);
     tok_buf mapped = {0};
     int rc = 0;
     if (raw_bytes) {

@@ -11,6 +11,7 @@
 
 #include "core/log.h"
 #include "engine/engine.h"
+#include "io/sys.h"
 #include "layout/dataset.h"
 #include "layout/recipe.h"
 #include "layout/tokenizer.h"
@@ -30,7 +31,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --algo A             max | mse | local_hessian (default: the recipe's, max for presets)\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
             "calibration:\n"
-            "  --calib PATH         .jsonl (input_ids | text | messages per line), .txt (paragraphs), a directory,\n"
+            "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),\n"
+            "                       .txt (paragraphs), a directory,\n"
             "                       or \"builtin\" (default: the built-in text, tokenized with the model's\n"
             "                       tokenizer.json)\n"
             "  --calib-size N       samples (default 64)\n"
@@ -307,6 +309,11 @@ static int run_cmd(int argc, char **argv, int is_plan)
         return LWQ_EXIT_ERR;
     if (a.o.quiet)
         lwq_log_set_level(LWQ_LOG_WARN);
+    /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
+    if (lwq_sys_fault_from_env() < 0) {
+        fprintf(stderr, "lwq: LWQ_SYS_CRASH_STEP / LWQ_SYS_CRASH_MODE are malformed\n");
+        return LWQ_EXIT_ERR;
+    }
     lwq_error e = {0};
     lwq_recipe r;
     if (build_recipe(&a, &r, &e) != 0) {

@@ -18,6 +18,7 @@ static const lwq_command commands[] = {
     {"mkmodel", lwq_cmd_mkmodel, "write a synthetic checkpoint (llama, qwen3, qwen3_moe, mixtral)"},
     {"quantize", lwq_cmd_quantize, "quantize a checkpoint to NVFP4/FP8, layer by layer, resumable"},
     {"plan", lwq_cmd_plan, "predict memory and output size of a quantize run"},
+    {"verify", lwq_cmd_verify, "check a quantized checkpoint: checksums, index, configs, scales"},
     {"version", lwq_cmd_version, "print the version"},
     {"bench-io", lwq_cmd_bench_io, "cold read throughput of files per I/O path (io_uring, pread, mmap)"},
     {"tokenize", lwq_cmd_tokenize, "tokenize or decode stdin with a model's tokenizer.json"},

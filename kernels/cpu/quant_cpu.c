@@ -65,13 +65,12 @@ INLINE void load16(const void *w, lwq_dtype dt, int64_t off, float *x)
  * any element is NaN/Inf. */
 INLINE uint32_t amax16(const float *x, int *bad)
 {
-    int32_t m = 0, b = 0;
+    int32_t m = 0;
     for (int i = 0; i < BLK; i++) {
         int32_t a = (int32_t)(lwq_f32_bits(x[i]) & 0x7fffffffu);
         m = a > m ? a : m;
-        b |= a >= 0x7f800000;
     }
-    *bad = b;
+    *bad = m >= 0x7f800000; /* NaN and Inf have the largest magnitude bits */
     return (uint32_t)m;
 }
 
@@ -80,11 +79,19 @@ INLINE uint32_t amax16(const float *x, int *bad)
  * bytes inside the same loop) and packed afterwards. */
 INLINE void codes16(const float *x, float d, uint8_t *out)
 {
-    int32_t c[BLK];
+    uint32_t c[BLK];
     for (int i = 0; i < BLK; i++)
-        c[i] = lwq_e2m1_from_f32_i32(x[i] / d);
-    for (int i = 0; i < BLK / 2; i++)
-        out[i] = (uint8_t)(c[2 * i] | (c[2 * i + 1] << 4));
+        c[i] = (uint32_t)lwq_e2m1_from_f32_i32(x[i] / d);
+    /* code i goes to bits 4i..4i+3 of a little-endian 64-bit word: byte i/2, low nibble for even
+     * i.  Two OR-reductions with per-lane shifts vectorize; a byte-wise loop does not. */
+    uint32_t lo = 0, hi = 0;
+    for (int i = 0; i < BLK / 2; i++) {
+        lo |= c[i] << (4 * i);
+        hi |= c[i + BLK / 2] << (4 * i);
+    }
+    uint8_t b[8] = {(uint8_t)lo, (uint8_t)(lo >> 8), (uint8_t)(lo >> 16), (uint8_t)(lo >> 24),
+                    (uint8_t)hi, (uint8_t)(hi >> 8), (uint8_t)(hi >> 16), (uint8_t)(hi >> 24)};
+    memcpy(out, b, 8);
 }
 
 /* ---- amax ----------------------------------------------------------------------------------- */

@@ -70,11 +70,13 @@ static void report_bad_row(fp8_ctx *c, int64_t r)
             int32_t t[CHUNK];                                                                                \
             for (int l = 0; l < CHUNK; l++)                                                                  \
                 x[l] = LOAD(j + l);                                                                          \
-            for (int l = 0; l < CHUNK; l++) {                                                                \
-                int32_t a = (int32_t)(lwq_f32_bits(x[l]) & 0x7fffffffu);                                     \
-                mv[l % LANES] = a > mv[l % LANES] ? a : mv[l % LANES];                                       \
+            for (int l = 0; l < CHUNK; l++)                                                                  \
                 t[l] = lwq_e4m3_from_f32_i32(x[l] / ws);                                                     \
-            }                                                                                                \
+            for (int k = 0; k < CHUNK; k += LANES)                                                           \
+                for (int l = 0; l < LANES; l++) {                                                            \
+                    int32_t a = (int32_t)(lwq_f32_bits(x[k + l]) & 0x7fffffffu);                             \
+                    mv[l] = a > mv[l] ? a : mv[l];                                                           \
+                }                                                                                            \
             for (int l = 0; l < CHUNK; l++)                                                                  \
                 q[j + l] = (uint8_t)t[l];                                                                    \
         }                                                                                                    \

@@ -186,7 +186,10 @@ static int cu_gemm(void *vctx, const lwq_tensor *x, const lwq_tensor *w, const l
     /* cuBLAS writes C directly when it is the output dtype it supports for these inputs and no
      * bias is needed; otherwise C is f32 staging and one kernel adds the bias and rounds once */
     const int direct = !bias && (y->dtype == in_dt || y->dtype == LWQ_F32);
-    size_t bx = conv_x ? (size_t)(n * in) * 4 : 0, bw = conv_w ? (size_t)(out * in) * 4 : 0;
+    /* each staging region starts 256-byte aligned (cuBLAS picks faster kernels for aligned
+     * operands) */
+    size_t bx = conv_x ? ((size_t)(n * in) * 4 + 255) & ~(size_t)255 : 0;
+    size_t bw = conv_w ? ((size_t)(out * in) * 4 + 255) & ~(size_t)255 : 0;
     size_t bc = direct ? 0 : (size_t)(n * out) * 4;
     int rc = ws_reserve(c, bx + bw + bc + 256, e);
     if (rc < 0)

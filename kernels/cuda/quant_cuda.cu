@@ -1,0 +1,599 @@
+// kernels/cuda/quant_cuda.cu — CUDA kernels behind kernels/cuda/quant_cuda.h.
+//
+// Each kernel evaluates the same LWQ_HD functions of layout/quant_formats.h as the CPU code, in
+// the same order per output element; the float operations there are the `_rn` intrinsics in
+// device code, so every byte matches the CPU reference.  Mapping: one thread per 16-element
+// block (NVFP4 quantize, sweep, dequant), per 8 elements (FP8), per Hessian entry (accumulate).
+// Bad input is reported through a small status struct in device memory (atomicMin of the first
+// bad index, atomicMax of an amax), read back before the wrapper returns.
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+// core/ headers have no C++ guards: give their declarations C linkage here
+extern "C" {
+#include "core/dtype.h"
+#include "core/error.h"
+}
+#include "kernels/cuda/quant_cuda.h"
+#include "kernels/quant.h"
+#include "kernels/quant_check.h"
+#include "layout/quant_formats.h"
+
+#define BLK LWQ_NVFP4_BLOCK
+#define NONE 0xffffffffffffffffull
+
+struct qstatus {
+    unsigned long long bad;     // smallest flat index of a NaN/Inf element
+    unsigned long long badamax; // smallest index of a bad static block amax / Hessian entry
+    unsigned int over;          // largest block amax bits above the allowed global amax
+    unsigned int amax;          // max |x| bits
+};
+static_assert(sizeof(qstatus) == 24 && offsetof(qstatus, over) == 16, "call::start() memsets this layout");
+
+// ---- loads ----------------------------------------------------------------------------------
+
+// 16 elements at flat offset off; vector loads when the base pointer allows them.
+__device__ __forceinline__ void load16(const void *w, lwq_dtype dt, bool vec, int64_t off, float *x)
+{
+    if (dt == LWQ_BF16 || dt == LWQ_F16) {
+        const uint16_t *s = (const uint16_t *)w + off;
+        uint32_t u[8];
+        if (vec) {
+            uint4 a = ((const uint4 *)s)[0], b = ((const uint4 *)s)[1];
+            u[0] = a.x, u[1] = a.y, u[2] = a.z, u[3] = a.w, u[4] = b.x, u[5] = b.y, u[6] = b.z, u[7] = b.w;
+        } else {
+            for (int k = 0; k < 8; k++)
+                u[k] = (uint32_t)s[2 * k] | ((uint32_t)s[2 * k + 1] << 16);
+        }
+        for (int k = 0; k < 8; k++) {
+            uint16_t lo = (uint16_t)(u[k] & 0xffffu), hi = (uint16_t)(u[k] >> 16);
+            x[2 * k] = dt == LWQ_BF16 ? lwq_bf16_to_f32(lo) : lwq_f16_to_f32(lo);
+            x[2 * k + 1] = dt == LWQ_BF16 ? lwq_bf16_to_f32(hi) : lwq_f16_to_f32(hi);
+        }
+    } else {
+        const float *s = (const float *)w + off;
+        if (vec) {
+            for (int k = 0; k < 4; k++) {
+                float4 v = ((const float4 *)s)[k];
+                x[4 * k] = v.x, x[4 * k + 1] = v.y, x[4 * k + 2] = v.z, x[4 * k + 3] = v.w;
+            }
+        } else {
+            for (int k = 0; k < BLK; k++)
+                x[k] = s[k];
+        }
+    }
+}
+
+// max |x| bits of 16 values; false if one is NaN/Inf (and then the first is reported).
+__device__ __forceinline__ bool amax16(const float *x, int64_t off, qstatus *st, uint32_t *m)
+{
+    uint32_t mm = 0;
+    for (int k = 0; k < BLK; k++) {
+        uint32_t a = lwq_f32_bits(x[k]) & 0x7fffffffu;
+        mm = a > mm ? a : mm;
+    }
+    *m = mm;
+    if (mm < 0x7f800000u)
+        return true;
+    for (int k = 0; k < BLK; k++)
+        if ((lwq_f32_bits(x[k]) & 0x7fffffffu) >= 0x7f800000u) {
+            atomicMin(&st->bad, (unsigned long long)(off + k));
+            break;
+        }
+    return false;
+}
+
+// ---- kernels --------------------------------------------------------------------------------
+
+__global__ void k_amax(const void *x, lwq_dtype dt, int64_t n, qstatus *st)
+{
+    uint32_t m = 0;
+    int64_t stride = (int64_t)gridDim.x * blockDim.x;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
+        uint32_t a = lwq_f32_bits(lwq_load_f(x, dt, (size_t)i)) & 0x7fffffffu;
+        if (a >= 0x7f800000u)
+            atomicMin(&st->bad, (unsigned long long)i);
+        m = a > m ? a : m;
+    }
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((threadIdx.x & 31) == 0)
+        atomicMax(&st->amax, m);
+}
+
+// NVFP4 max (block_amax == NULL) or static path.  One thread per block of 16.
+__global__ void k_nvfp4(const void *w, lwq_dtype dt, bool vec, int64_t nblk, float ws2, uint32_t limit,
+                        const float *block_amax, float global_eff, uint8_t *packed, uint8_t *scale, qstatus *st)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblk)
+        return;
+    float x[BLK];
+    uint32_t m;
+    load16(w, dt, vec, i * BLK, x);
+    if (!amax16(x, i * BLK, st, &m))
+        return;
+    if (m > limit)
+        atomicMax(&st->over, m);
+    uint8_t s;
+    if (block_amax) {
+        float ba = block_amax[i];
+        if (!(isfinite(ba) && ba >= 0.0f)) {
+            atomicMin(&st->badamax, (unsigned long long)i);
+            return;
+        }
+        s = lwq_nvfp4_scale_static(ba, global_eff);
+    } else {
+        s = lwq_nvfp4_scale_max(lwq_bits_f32(m), ws2);
+    }
+    scale[i] = s;
+    float d = lwq_nvfp4_block_div(s, ws2);
+    uint32_t lo = 0, hi = 0; // little-endian: element k in bits 4k..4k+3
+    for (int k = 0; k < 8; k++) {
+        lo |= (uint32_t)lwq_e2m1_from_f32(LWQ_FDIV(x[k], d)) << (4 * k);
+        hi |= (uint32_t)lwq_e2m1_from_f32(LWQ_FDIV(x[k + 8], d)) << (4 * k);
+    }
+    uint8_t *o = packed + i * 8;
+    if (vec) {
+        *(uint2 *)o = make_uint2(lo, hi);
+    } else {
+        for (int k = 0; k < 4; k++) {
+            o[k] = (uint8_t)(lo >> (8 * k));
+            o[k + 4] = (uint8_t)(hi >> (8 * k));
+        }
+    }
+}
+
+// Scale sweep: blockIdx.x = input block b, threads over rows; the block's Hessian and the 126
+// candidate divisors sit in shared memory.
+__global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int64_t cols, float ws2,
+                        uint32_t limit, const float *hessian, float global_eff, float *out_amax, uint8_t *out_scale,
+                        qstatus *st)
+{
+    __shared__ float hs[BLK * BLK];
+    __shared__ float dtab[LWQ_E4M3_NPOS + 1];
+    const int64_t b = blockIdx.x, nb = cols / BLK;
+    for (int k = threadIdx.x; k < BLK * BLK; k += blockDim.x)
+        hs[k] = hessian ? hessian[b * BLK * BLK + k] : 0.0f;
+    for (int v = threadIdx.x; v <= LWQ_E4M3_NPOS; v += blockDim.x)
+        dtab[v] = v ? lwq_nvfp4_block_div((uint8_t)v, ws2) : 0.0f;
+    __syncthreads();
+    int64_t r = (int64_t)blockIdx.y * blockDim.x + threadIdx.x;
+    if (r >= rows)
+        return;
+    const int64_t off = r * cols + b * BLK;
+    float x[BLK];
+    uint32_t m;
+    load16(w, dt, vec, off, x);
+    if (!amax16(x, off, st, &m))
+        return;
+    if (m > limit)
+        atomicMax(&st->over, m);
+    int best = 1;
+    float best_loss = 0.0f;
+    for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
+        float l = hessian ? lwq_nvfp4_block_herr_ref(x, dtab[v], hs) : lwq_nvfp4_block_sqerr_ref(x, dtab[v]);
+        if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
+            best = v;
+            best_loss = l;
+        }
+    }
+    if (out_scale)
+        out_scale[r * nb + b] = (uint8_t)best;
+    if (out_amax)
+        out_amax[r * nb + b] = lwq_nvfp4_sweep_amax((uint8_t)best, global_eff);
+}
+
+__device__ __forceinline__ void store_f(void *out, lwq_dtype dt, int64_t i, float v)
+{
+    if (dt == LWQ_BF16)
+        ((uint16_t *)out)[i] = lwq_f32_to_bf16(v);
+    else if (dt == LWQ_F16)
+        ((uint16_t *)out)[i] = lwq_f32_to_f16(v);
+    else
+        ((float *)out)[i] = v;
+}
+
+__global__ void k_nvfp4_dq(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t nblk, lwq_dtype dt,
+                           void *out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblk)
+        return;
+    float d = lwq_nvfp4_block_div(scale[i], ws2);
+    for (int k = 0; k < BLK; k++) {
+        uint8_t byte = packed[i * 8 + k / 2];
+        uint8_t c = (uint8_t)((k & 1) ? byte >> 4 : byte & 15);
+        store_f(out, dt, i * BLK + k, LWQ_FMUL(lwq_e2m1_to_f32(c), d));
+    }
+}
+
+// One thread per Hessian entry (b, i, j); the entry is summed in token order, as on the CPU.
+// Products of two floats are exact in double, so FMA or not gives the same sum.
+__global__ void k_hess(const void *x, lwq_dtype dt, int64_t tokens, int64_t cols, double *h, qstatus *st)
+{
+    const int64_t b = blockIdx.x;
+    const int i = threadIdx.x / BLK, j = threadIdx.x % BLK;
+    double acc = h[b * BLK * BLK + threadIdx.x];
+    for (int64_t t = 0; t < tokens; t++) {
+        float xi = lwq_load_f(x, dt, (size_t)(t * cols + b * BLK + i));
+        float xj = lwq_load_f(x, dt, (size_t)(t * cols + b * BLK + j));
+        if (j == 0 && !isfinite(xi))
+            atomicMin(&st->bad, (unsigned long long)(t * cols + b * BLK + i));
+        acc = __dadd_rn(acc, __dmul_rn((double)xi, (double)xj));
+    }
+    h[b * BLK * BLK + threadIdx.x] = acc;
+}
+
+__global__ void k_hess_fin(const double *hs, double n, int64_t count, float *h, qstatus *st)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= count)
+        return;
+    float v = __double2float_rn(__ddiv_rn(hs[i], n));
+    if (!isfinite(v))
+        atomicMin(&st->badamax, (unsigned long long)i);
+    h[i] = v;
+}
+
+// FP8: one thread per 8 consecutive elements of the flat tensor.
+__global__ void k_fp8(const void *w, lwq_dtype dt, bool vec, int64_t n, float ws, uint8_t *q, qstatus *st)
+{
+    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    int64_t i0 = g * 8;
+    uint32_t m = 0;
+    if (i0 < n) {
+        int cnt = n - i0 < 8 ? (int)(n - i0) : 8;
+        float x[8];
+        if (vec && cnt == 8 && dt != LWQ_F32) {
+            uint4 a = *(const uint4 *)((const uint16_t *)w + i0);
+            uint32_t u[4] = {a.x, a.y, a.z, a.w};
+            for (int k = 0; k < 4; k++) {
+                uint16_t lo = (uint16_t)(u[k] & 0xffffu), hi = (uint16_t)(u[k] >> 16);
+                x[2 * k] = dt == LWQ_BF16 ? lwq_bf16_to_f32(lo) : lwq_f16_to_f32(lo);
+                x[2 * k + 1] = dt == LWQ_BF16 ? lwq_bf16_to_f32(hi) : lwq_f16_to_f32(hi);
+            }
+        } else {
+            for (int k = 0; k < cnt; k++)
+                x[k] = lwq_load_f(w, dt, (size_t)(i0 + k));
+        }
+        uint32_t lo = 0, hi = 0;
+        for (int k = 0; k < cnt; k++) {
+            uint32_t a = lwq_f32_bits(x[k]) & 0x7fffffffu;
+            if (a >= 0x7f800000u)
+                atomicMin(&st->bad, (unsigned long long)(i0 + k));
+            m = a > m ? a : m;
+            uint32_t byte = lwq_e4m3_from_f32(LWQ_FDIV(x[k], ws));
+            if (k < 4)
+                lo |= byte << (8 * k);
+            else
+                hi |= byte << (8 * (k - 4));
+        }
+        if (vec && cnt == 8) {
+            *(uint2 *)(q + i0) = make_uint2(lo, hi);
+        } else {
+            for (int k = 0; k < cnt; k++)
+                q[i0 + k] = (uint8_t)((k < 4 ? lo >> (8 * k) : hi >> (8 * (k - 4))) & 0xffu);
+        }
+    }
+    m = __reduce_max_sync(0xffffffffu, m);
+    if ((threadIdx.x & 31) == 0)
+        atomicMax(&st->amax, m);
+}
+
+__global__ void k_fp8_dq(const uint8_t *q, float ws, int64_t n, lwq_dtype dt, void *out)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n)
+        store_f(out, dt, i, LWQ_FMUL(lwq_e4m3_to_f32(q[i]), ws));
+}
+
+// ---- host side ------------------------------------------------------------------------------
+
+namespace {
+
+// The status struct of one call, allocated on the call's stream.
+struct call {
+    cudaStream_t s;
+    qstatus *dev = nullptr;
+    qstatus host;
+    const char *name;
+    lwq_error *err;
+    int rc = 0;
+
+    call(void *stream, const char *n, lwq_error *e) : s((cudaStream_t)stream), name(lwq_quant_name(n)), err(e)
+    {
+        host.bad = NONE;
+        host.badamax = NONE;
+        host.over = 0;
+        host.amax = 0;
+    }
+    ~call()
+    {
+        if (dev)
+            cudaFreeAsync(dev, s);
+    }
+    bool ok(cudaError_t e, const char *what)
+    {
+        if (e == cudaSuccess)
+            return true;
+        rc = lwq_errf(err, LWQ_EDEVICE, "tensor %s: %s: %s", name, what, cudaGetErrorString(e));
+        return false;
+    }
+    // bad / badamax = NONE (all ones), over / amax = 0: two memsets, no host round trip
+    bool start()
+    {
+        return ok(cudaMallocAsync((void **)&dev, sizeof(qstatus), s), "cudaMallocAsync") &&
+               ok(cudaMemsetAsync(dev, 0xff, 2 * sizeof(unsigned long long), s), "status init") &&
+               ok(cudaMemsetAsync(&dev->over, 0, 2 * sizeof(unsigned int), s), "status init");
+    }
+    // After the kernels: launch errors, then read the status back (synchronizes the stream).
+    bool finish()
+    {
+        return ok(cudaGetLastError(), "kernel launch") &&
+               ok(cudaMemcpyAsync(&host, dev, sizeof host, cudaMemcpyDeviceToHost, s), "status download") &&
+               ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
+    }
+};
+
+unsigned grid_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
+
+bool aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+
+int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax, float global_amax,
+              const char *name, uint8_t *packed, uint8_t *scale, float *ws2, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    if (!packed || !scale || !ws2)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
+    float g;
+    int zero = lwq_quant_check_global(name, global_amax, INFINITY, &g, err);
+    if (zero < 0)
+        return zero;
+    const float w2 = lwq_nvfp4_ws2(g);
+    const int64_t nblk = rows * cols / BLK;
+    const bool vec = aligned(w, 16) && aligned(packed, 8);
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    k_nvfp4<<<grid_for(nblk, 256), 256, 0, c.s>>>(w, dt, vec, nblk, w2, lwq_f32_bits(global_amax), block_amax, g,
+                                                   packed, scale, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
+    if (c.host.badamax != NONE) {
+        int64_t i = (int64_t)c.host.badamax, nb = cols / BLK;
+        float v = 0;
+        cudaMemcpy(&v, block_amax + i, sizeof v, cudaMemcpyDeviceToHost);
+        return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: block amax %g at block [%lld, %lld] is not finite and >= 0",
+                        lwq_quant_name(name), (double)v, (long long)(i / nb), (long long)(i % nb));
+    }
+    if (c.host.over != 0)
+        return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.over), global_amax, err);
+    *ws2 = w2;
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int check_dq(const void *in, const void *out, lwq_dtype dt, int64_t rows, int64_t cols, int block16, float ws,
+             lwq_error *err)
+{
+    if (dt != LWQ_F32 && dt != LWQ_BF16 && dt != LWQ_F16)
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "dequantize: output dtype %s (expected F32, BF16 or F16)",
+                        lwq_dtype_name(dt));
+    if (rows <= 0 || cols <= 0 || rows > INT64_MAX / 8 / cols || (block16 && cols % BLK))
+        return lwq_errf(err, LWQ_EINVAL, "dequantize: bad shape [%lld, %lld]", (long long)rows, (long long)cols);
+    if (!in || !out)
+        return lwq_errf(err, LWQ_EINVAL, "dequantize: NULL buffer");
+    if (!isfinite(ws) || ws <= 0.0f)
+        return lwq_errf(err, LWQ_ENUMERIC, "dequantize: scale %g is not finite and > 0", (double)ws);
+    return 0;
+}
+
+} // namespace
+
+extern "C" {
+
+int lwq_quant_cuda_device_count(void)
+{
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess) {
+        cudaGetLastError(); // clear the sticky "no driver" error
+        return 0;
+    }
+    return n;
+}
+
+int lwq_quant_cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, void *stream,
+                        lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, x, dt, 1, n, 0, err);
+    if (rc < 0)
+        return rc;
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    int64_t blocks = (n + 255) / 256;
+    k_amax<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, c.s>>>(x, dt, n, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, n, err);
+    *amax = lwq_bits_f32(c.host.amax);
+    return 0;
+}
+
+int lwq_quant_cuda_nvfp4_max(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                             const char *name, uint8_t *packed, uint8_t *scale, float *ws2, void *stream,
+                             lwq_error *err)
+{
+    return nvfp4_run(w, dt, rows, cols, NULL, global_amax, name, packed, scale, ws2, stream, err);
+}
+
+int lwq_quant_cuda_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax,
+                                float global_amax, const char *name, uint8_t *packed, uint8_t *scale, float *ws2,
+                                void *stream, lwq_error *err)
+{
+    if (!block_amax)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: static NVFP4 needs per-block amax values", lwq_quant_name(name));
+    return nvfp4_run(w, dt, rows, cols, block_amax, global_amax, name, packed, scale, ws2, stream, err);
+}
+
+int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                               const float *hessian, const char *name, float *block_amax, uint8_t *scale,
+                               void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    float g;
+    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
+    if (zero < 0)
+        return zero;
+    const int threads = 128;
+    if ((rows + threads - 1) / threads > 65535)
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA sweep's grid", lwq_quant_name(name),
+                        (long long)rows);
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    if (hessian) {
+        // the CPU refuses a non-finite Hessian entry up front: same check on a host copy
+        // (cols * 16 floats, small next to the weight)
+        size_t bytes = (size_t)cols * BLK * sizeof(float);
+        float *hh = (float *)malloc(bytes);
+        if (!hh)
+            return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for a host copy of the Hessian",
+                            lwq_quant_name(name));
+        bool good = c.ok(cudaMemcpyAsync(hh, hessian, bytes, cudaMemcpyDeviceToHost, c.s), "Hessian download") &&
+                    c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize");
+        int64_t badi = -1;
+        for (int64_t i = 0; good && i < cols * BLK; i++)
+            if (!isfinite(hh[i])) {
+                badi = i;
+                break;
+            }
+        free(hh);
+        if (!good)
+            return c.rc;
+        if (badi >= 0)
+            return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: Hessian entry %lld of input block %lld is not finite",
+                            lwq_quant_name(name), (long long)(badi % (BLK * BLK)), (long long)(badi / (BLK * BLK)));
+    }
+    dim3 grid((unsigned)(cols / BLK), (unsigned)((rows + threads - 1) / threads));
+    k_sweep<<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g), lwq_f32_bits(global_amax),
+                                        hessian, g, block_amax, scale, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
+    if (c.host.over != 0)
+        return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.over), global_amax, err);
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_cuda_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,
+                                 lwq_dtype out_dt, void *out, void *stream, lwq_error *err)
+{
+    int rc = check_dq(packed, out, out_dt, rows, cols, 1, ws2, err);
+    if (rc < 0)
+        return rc;
+    if (!scale)
+        return lwq_errf(err, LWQ_EINVAL, "dequantize: NULL block scales");
+    call c(stream, "dequantize", err);
+    int64_t nblk = rows * cols / BLK;
+    k_nvfp4_dq<<<grid_for(nblk, 256), 256, 0, c.s>>>(packed, scale, ws2, nblk, out_dt, out);
+    if (!c.ok(cudaGetLastError(), "kernel launch") || !c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize"))
+        return c.rc;
+    return 0;
+}
+
+int lwq_quant_cuda_hessian_accumulate(const void *x, lwq_dtype dt, int64_t tokens, int64_t cols, double *h_sum,
+                                      const char *name, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, x, dt, tokens, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    if (!h_sum)
+        return lwq_errf(err, LWQ_EINVAL, "activations of %s: NULL Hessian buffer", lwq_quant_name(name));
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    k_hess<<<(unsigned)(cols / BLK), BLK * BLK, 0, c.s>>>(x, dt, tokens, cols, h_sum, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_errf(err, LWQ_ENUMERIC, "activations of %s: non-finite value at token %lld, column %lld",
+                        lwq_quant_name(name), (long long)(c.host.bad / cols), (long long)(c.host.bad % cols));
+    return 0;
+}
+
+int lwq_quant_cuda_hessian_finalize(const double *h_sum, int64_t ntokens, int64_t cols, float *h, const char *name,
+                                    void *stream, lwq_error *err)
+{
+    if (ntokens <= 0)
+        return lwq_errf(err, LWQ_ENUMERIC, "Hessian of %s: no calibration tokens were accumulated",
+                        lwq_quant_name(name));
+    if (cols <= 0 || cols % BLK || !h_sum || !h)
+        return lwq_errf(err, LWQ_EINVAL, "Hessian of %s: bad in-features %lld or NULL buffer", lwq_quant_name(name),
+                        (long long)cols);
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    int64_t count = cols * BLK;
+    k_hess_fin<<<grid_for(count, 256), 256, 0, c.s>>>(h_sum, (double)ntokens, count, h, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.badamax != NONE)
+        return lwq_errf(err, LWQ_ENUMERIC, "Hessian of %s: entry %lld of input block %lld overflows float32",
+                        lwq_quant_name(name), (long long)(c.host.badamax % (BLK * BLK)),
+                        (long long)(c.host.badamax / (BLK * BLK)));
+    return 0;
+}
+
+int lwq_quant_cuda_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float amax, const char *name,
+                       uint8_t *q, float *weight_scale, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 0, err);
+    if (rc < 0)
+        return rc;
+    if (!q || !weight_scale)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
+    float g;
+    int zero = lwq_quant_check_global(name, amax, INFINITY, &g, err);
+    if (zero < 0)
+        return zero;
+    const float ws = g / LWQ_E4M3_MAX; // host division, as on the CPU path
+    const int64_t n = rows * cols;
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    k_fp8<<<grid_for((n + 7) / 8, 256), 256, 0, c.s>>>(w, dt, aligned(w, 16) && aligned(q, 8), n, ws, q, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
+    if (zero && c.host.amax != 0)
+        return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.amax), amax, err);
+    *weight_scale = ws;
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_cuda_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,
+                               void *stream, lwq_error *err)
+{
+    int rc = check_dq(q, out, out_dt, 1, n, 0, weight_scale, err);
+    if (rc < 0)
+        return rc;
+    call c(stream, "dequantize", err);
+    k_fp8_dq<<<grid_for(n, 256), 256, 0, c.s>>>(q, weight_scale, n, out_dt, out);
+    if (!c.ok(cudaGetLastError(), "kernel launch") || !c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize"))
+        return c.rc;
+    return 0;
+}
+
+} // extern "C"
