@@ -13,6 +13,8 @@
 
 #include "../tools/run.h"
 #include "layout/checkpoint.h"
+#include "layout/dataset.h"
+#include "layout/tokenizer.h"
 #include "tests/helpers/fwd_fixture.h"
 #include "tests/helpers/qcheck.h"
 
@@ -71,6 +73,43 @@ static void nothing_to_quantize(const char *fixture)
               "unclear message: %s", err);
     free(err);
     cr_assert_neq(access(out, F_OK), 0, "%s was created by a run that quantizes nothing", out);
+    qc_calib_free(&c);
+}
+
+/* The built-in calibration text through the fixture's own tokenizer (the demo's path); the
+ * reference tokenizes it with the same library calls the command makes. */
+Test(quantize_e2e, moe_builtin_text, .init = lwqt_setup, .fini = lwqt_teardown)
+{
+    char dir[1024], tok_path[1100], out[600];
+    fwd_fixture_dir("agilerl-tiny-qwen3-moe", dir, sizeof dir);
+    snprintf(tok_path, sizeof tok_path, "%s/tokenizer.json", dir);
+    snprintf(out, sizeof out, "%s", lwqt_path("out"));
+    const char *args[] = {"quantize", dir, "-o", out, "--calib", "builtin", "--calib-size", "6", "--calib-seq", "48",
+                          "--batch-size", "4", "--kv-cache", "fp8", "--device", "cpu", "--quiet", NULL};
+    int rc = lwqt_run(args);
+    if (rc != 0)
+        cr_assert_fail("lwq quantize --calib builtin exited %d: %s", rc, lwqt_err());
+    lwq_tokenizer *tok;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_load(&tok, tok_path, &e), 0, "%s", e.msg);
+    lwq_calib_opts co = {0};
+    co.max_samples = 6;
+    co.seq_len = 48;
+    lwq_calib_batch b;
+    cr_assert_eq(lwq_calib_load(tok, NULL, &co, &b, NULL, &e), 0, "%s", e.msg);
+    lwq_tokenizer_free(tok);
+    cr_assert_eq(b.n, 6);
+    qc_calib c = {(int)b.n, calloc(b.n, sizeof(int64_t)), calloc(b.n, sizeof(int32_t *))};
+    for (size_t i = 0; i < b.n; i++) {
+        c.len[i] = b.lengths[i];
+        c.ids[i] = malloc((size_t)b.lengths[i] * sizeof(int32_t));
+        memcpy(c.ids[i], b.ids + i * b.seq + (b.seq - (size_t)b.lengths[i]), (size_t)b.lengths[i] * sizeof(int32_t));
+    }
+    lwq_calib_batch_free(&b);
+    qc_ref ref;
+    qc_ref_compute(&ref, dir, &c, 4, 0, 0);
+    qc_check_output(dir, out, "nvfp4", QC_KV_FP8, &ref);
+    qc_ref_free(&ref);
     qc_calib_free(&c);
 }
 
