@@ -17,6 +17,12 @@
 #include "io/reader.h"
 #include "layout/checkpoint.h"
 
+/* Ranges of one read job closer than this on the same file are read as one extent (gap bytes
+ * included).  The ring slots are sized from plans built with this gap and the prefetcher merges
+ * with it, so the two must agree: a layer whose tensors are interleaved with another layer's in
+ * the file needs a larger slot than its own bytes. */
+#define LWQ_LAYERSRC_MERGE_GAP ((uint64_t)256 << 10)
+
 /* ranges[k] for the k-th tensor of the layer (c->layers[i].idx order, or c->tail for -1). */
 int lwq_layersrc_ranges(const lwq_ckpt *c, int layer, lwq_io_range **ranges, int *n, lwq_error *e);
 /* Views into `slot` after the ranges were read there. */

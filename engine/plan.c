@@ -93,7 +93,7 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         int n;
         lwq_io_plan iop;
         if (rc == 0 && (rc = lwq_layersrc_ranges(&ck, L, &ranges, &n, e)) == 0) {
-            if ((rc = lwq_io_plan_build(&iop, ranges, (size_t)n, 0, e)) == 0) {
+            if ((rc = lwq_io_plan_build(&iop, ranges, (size_t)n, LWQ_LAYERSRC_MERGE_GAP, e)) == 0) {
                 p->slot_bytes = iop.bytes > p->slot_bytes ? iop.bytes : p->slot_bytes;
                 lwq_io_plan_free(&iop);
             }

@@ -370,7 +370,7 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     for (int L = r->start_layer; L < r->nlayers; L++) {
         lwq_io_plan p;
         if ((rc = lwq_layersrc_ranges(&r->ck, L, &ranges[L], &nranges[L], e)) != 0 ||
-            (rc = lwq_io_plan_build(&p, ranges[L], (size_t)nranges[L], 0, e)) != 0)
+            (rc = lwq_io_plan_build(&p, ranges[L], (size_t)nranges[L], LWQ_LAYERSRC_MERGE_GAP, e)) != 0)
             return rc;
         slot = p.bytes > slot ? p.bytes : slot;
         lwq_io_plan_free(&p);
@@ -390,7 +390,7 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     if ((rc = lwq_pool_init(&r->pool, &po, e)) != 0)
         return rc;
     r->pool_open = 1;
-    lwq_prefetch_opts pf = {r->rd, &r->pool, 0};
+    lwq_prefetch_opts pf = {r->rd, &r->pool, LWQ_LAYERSRC_MERGE_GAP};
     if ((rc = lwq_prefetch_init(&r->pf, &pf, e)) != 0)
         return rc;
     if (!r->o->quiet)
