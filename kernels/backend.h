@@ -84,9 +84,16 @@ typedef struct lwq_backend_ops {
     int (*amax)(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
                 lwq_error *e);
     int (*synchronize)(void *ctx, lwq_error *e);
-    /* Optional (NULL: 0 bytes): device memory in use now, all of it, not only this backend's
-     * allocations (CUDA: total - free from cudaMemGetInfo, the context included).  For reports. */
-    int (*mem_in_use)(void *ctx, uint64_t *bytes, lwq_error *e);
+    /* Peak device memory in use (bytes, whole device as cudaMemGetInfo reports it, sampled at
+     * every allocation); NULL for host backends. */
+    uint64_t (*mem_peak)(void *ctx);
+    /* Page-lock host memory for fast uploads (cudaHostRegister); NULL for host backends. */
+    int (*host_register)(void *ctx, void *ptr, size_t bytes, lwq_error *e);
+    void (*host_unregister)(void *ctx, void *ptr);
+    /* "0000:17:00.0" of the device (for NUMA placement); NULL for host backends. */
+    int (*pci_bus_id)(void *ctx, char *out, size_t cap);
+    /* Appended last so positional initialisers of the tables stay in order. */
+    int (*copy)(void *ctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
     /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
      * here when they are wired: the reference quantizers are plain functions (layout/ and
      * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
@@ -125,8 +132,14 @@ int lwq_backend_download(const lwq_backend *be, void *dst_host, const void *src,
                          lwq_error *e);
 int lwq_backend_memset0(const lwq_backend *be, void *dst, size_t bytes, lwq_error *e);
 int lwq_backend_synchronize(const lwq_backend *be, lwq_error *e);
-/* Device memory in use (see mem_in_use above); *bytes = 0 for the CPU backend. */
-int lwq_backend_mem_in_use(const lwq_backend *be, uint64_t *bytes, lwq_error *e);
+/* Peak device memory in use so far (0 for the CPU backend). */
+uint64_t lwq_backend_mem_peak(const lwq_backend *be);
+/* Page-lock [ptr, ptr+bytes) for the device's DMA.  0 when done, 1 when the backend has no such
+ * notion (CPU), negative on failure. */
+int lwq_backend_host_register(const lwq_backend *be, void *ptr, size_t bytes, lwq_error *e);
+void lwq_backend_host_unregister(const lwq_backend *be, void *ptr);
+/* The device's PCI bus id, or -1 when there is none (CPU backend). */
+int lwq_backend_pci_bus_id(const lwq_backend *be, char *out, size_t cap);
 
 /* ---- ops ------------------------------------------------------------------------------------- */
 
@@ -173,6 +186,12 @@ int lwq_backend_moe_combine(const lwq_backend *be, const lwq_tensor *y,
  * 0 for no rows; NaN when any counted element is NaN.  x: (rows, d) float dtype. */
 int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *row_valid,
                      float *out, lwq_error *e);
+
+/* dst = src converted to dst's dtype, element by element, over strided views (1 to 4 dims, the
+ * same shape; strides in elements as lwq_tensor holds them).  src strides may be 0 (broadcast);
+ * dst strides must be > 0 on every dim longer than 1, and dst must not overlap src.  The MLA
+ * forward uses it to split heads into their nope/rope/value parts and to assemble q and k. */
+int lwq_backend_copy(const lwq_backend *be, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
 
 /* True for F32, BF16, F16. */
 int lwq_dtype_is_act(lwq_dtype t);

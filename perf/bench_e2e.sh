@@ -242,12 +242,12 @@ print(f"| peak RSS (VmHWM) | {peak/G:.3f} GB | <= 2 x {largest/G:.3f} + {boundar
 if len(rss) > 1:
     print(f"| RSS layer 2 -> last | {rss[1]/G:.3f} -> {rss[-1]/G:.3f} GB ({100*flat:.1f}%) | within 5%: {ok(flat <= 0.05)} |")
 if gpu_flat is not None:
-    print(f"| GPU memory in use layer 2 -> last | {gpu[1]/G:.3f} -> {gpu[-1]/G:.3f} GB ({100*gpu_flat:.1f}%) | "
+    print(f"| peak GPU memory so far, layer 2 -> last | {gpu[1]/G:.3f} -> {gpu[-1]/G:.3f} GB ({100*gpu_flat:.1f}%) | "
           f"within 5%: {ok(gpu_flat <= 0.05)} |")
 print(f"| output | {out_bytes/G:.3f} GB ({100*out_bytes/src_bytes:.1f}% of the source) | |")
 print("\nRSS after each layer (GB): " + " ".join(f"{x/G:.2f}" for x in rss))
 if any(gpu):
-    print("GPU memory in use after each layer's forward (GB): " + " ".join(f"{x/G:.2f}" for x in gpu))
+    print("peak GPU memory so far after each layer (GB): " + " ".join(f"{x/G:.2f}" for x in gpu))
 if json_out:
     with open(json_out, "w") as f:
         json.dump({"layers": int(nlayers), "source_bytes": src_bytes, "wall_s": wall, "bytes_read": read_bytes,

@@ -263,8 +263,9 @@ rows = [("build (Release, CUDA sm_90)", f"{build_s} s"),
         ("disk read: lwq bench-io (probe shard)", ", ".join(f"{k} {v:.2f}" for k, v in io.items()) + " GB/s" if io else "failed"),
         ("mkmodel write", f"{mk} GB/s")]
 if h2d.get("pageable_gbps"):
-    rows.append(("H2D, engine path (pool memory, lwq_backend_upload, 64 MiB pieces)", f"{h2d['pageable_gbps']:.1f} GB/s"))
-    rows.append(("H2D, same memory pinned (cudaHostRegister)", f"{h2d['pinned_gbps']:.1f} GB/s"))
+    rows.append(("H2D, engine path (pool slot registered with lwq_backend_host_register, lwq_backend_upload "
+                 "in 64 MiB pieces)", f"{h2d['pinned_gbps']:.1f} GB/s"))
+    rows.append(("H2D, same slot pageable (not registered)", f"{h2d['pageable_gbps']:.1f} GB/s"))
 elif h2d:
     rows.append(("H2D", str(h2d)))
 if qmax:
@@ -282,7 +283,7 @@ if e:
               f"{100*e['write_s']/e['wall_s']:.0f}%; waited on reads {100*e['read_wait_s']/e['wall_s']:.0f}%"),
              ("GPU kernel time share", "needs nsys (perf/profile-nsys.sh); the forward share above bounds it"),
              ("overlap wall / max(read-only, compute)", f"{e['overlap']:.3f} (target <= 1.15)"),
-             ("peak GPU memory (cudaMemGetInfo after each layer's forward)",
+             ("peak GPU memory (cudaMemGetInfo, sampled at every device allocation)",
               f"{e['peak_gpu_bytes']/G:.2f} GB" + (f"; layer 2 {e['gpu_bytes'][1]/G:.2f} -> last {e['gpu_bytes'][-1]/G:.2f} GB"
                                                     if len(e['gpu_bytes']) > 1 else "")),
              ("peak RSS", f"{e['peak_rss_bytes']/G:.2f} GB (target {e['rss_target_bytes']/G:.2f} GB)"),
