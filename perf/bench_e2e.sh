@@ -15,7 +15,9 @@
 #   4. lwq quantize -o OUT --log-json         (the real run)
 # and prints a markdown report: wall, bytes read and GB/s, fio GB/s, read-only time, compute time
 # (sum over layers of forward_s + quantize_s + write_s from the JSON log), overlap efficiency =
-# wall / max(read-only, compute), peak RSS (VmHWM, the log's summary) against 2 x largest layer +
+# wall / max(read-only, compute) (and, since the writer thread runs beside the engine, also
+# wall / max(read-only, forward + quantize, write), and the same for the depth loop alone, from
+# the summary's loop_s), peak RSS (VmHWM, the log's summary) against 2 x largest layer +
 # boundary activations + 512 MiB, RSS after every layer (flat: last within 5% of layer 2), output
 # bytes; each target is marked met or MISSED.  A one-line JSON summary goes to $JSON_OUT when set
 # (perf/gpu-check.sh reads it).

@@ -257,7 +257,7 @@ h2d = (lines(f"{work}/h2d.json") or [{}])[0]
 e = (lines(f"{work}/e2e.json") or [None])[0]
 G = 1e9
 rows = [("build (Release, CUDA sm_90)", f"{build_s} s"),
-        ("GPU parity tests", (gpu_tests.strip() or "none ran") + f" ({test_s} s)"),
+        ("GPU parity tests", (gpu_tests.strip().rstrip(";") or "none ran") + f" ({test_s} s)"),
         ("ctest, every other test (-E cuda)", f"{ctest} ({ctest_s} s)"),
         ("disk read: fio io_uring O_DIRECT QD32 1M (probe shard)", f"{fio:.2f} GB/s" if fio else "fio not available"),
         ("disk read: lwq bench-io (probe shard)", ", ".join(f"{k} {v:.2f}" for k, v in io.items()) + " GB/s" if io else "failed"),
@@ -283,6 +283,8 @@ if e:
               f"{100*e['write_s']/e['wall_s']:.0f}%; waited on reads {100*e['read_wait_s']/e['wall_s']:.0f}%"),
              ("GPU kernel time share", "needs nsys (perf/profile-nsys.sh); the forward share above bounds it"),
              ("overlap wall / max(read-only, compute)", f"{e['overlap']:.3f} (target <= 1.15)"),
+             ("overlap wall / max(read-only, forward + quantize, write) (the writer runs in parallel)",
+              f"{e['overlap_stage']:.3f}; depth loop alone {e['loop_overlap_stage']:.3f}"),
              ("peak GPU memory (cudaMemGetInfo, sampled at every device allocation)",
               f"{e['peak_gpu_bytes']/G:.2f} GB" + (f"; layer 2 {e['gpu_bytes'][1]/G:.2f} -> last {e['gpu_bytes'][-1]/G:.2f} GB"
                                                     if len(e['gpu_bytes']) > 1 else "")),
