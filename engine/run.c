@@ -426,6 +426,7 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     if (rc == 0 && !r->o->dry_read)
         rc = lwq_writer_init(&r->wr, 4, e);
     double t_start = lwq_now(), t_prev = t_start;
+    r->setup_s = t_start - r->t0;
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {
         int64_t job = L - r->start_layer;
         void *slot;
@@ -638,9 +639,9 @@ static void summary(lwq_run *r, double wall)
     char buf[1024];
     snprintf(buf, sizeof buf,
              "{\"event\":\"summary\",\"layers\":%d,\"wall_s\":%.3f,\"bytes_read\":%" PRIu64 ",\"read_gbps\":%.3f,"
-             "\"loop_s\":%.3f,\"read_wait_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"peak_gpu_bytes\":%" PRIu64
+             "\"setup_s\":%.3f,\"loop_s\":%.3f,\"read_wait_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"peak_gpu_bytes\":%" PRIu64
              ",\"output_layer_bytes\":%" PRIu64 ",\"source_layer_bytes\":%" PRIu64 ",\"source_bytes\":%" PRIu64 ",\"cold_experts\":%d,\"backend\":\"%s\"}",
-             r->nlayers, wall, r->bytes_read, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0, r->loop_s,
+             r->nlayers, wall, r->bytes_read, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0, r->setup_s, r->loop_s,
              r->read_wait_total, hwm, r->peak_gpu, out_bytes, in_bytes, r->ck.total_bytes, r->cold_total,
              r->be.ops->name);
     lwq_run_jlog(r, buf);
@@ -684,6 +685,7 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
     pthread_cond_init(&r.cv, NULL);
     pthread_mutex_init(&r.log_mu, NULL);
     double t0 = lwq_now();
+    r.t0 = t0;
     int rc = run_setup(&r, e), nothing = 0;
     if (rc == 0 && o->log_json && !(r.jlog = fopen(o->log_json, "a")))
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);

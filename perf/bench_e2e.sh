@@ -224,7 +224,9 @@ print(f"\nmodel: {nlayers} layers, {experts} experts, {src_bytes/G:.2f} GB on di
       f"{qformat}; backend {summ['backend']}; page cache dropped before each step: {can_drop}\n")
 print("| quantity | value | target |")
 print("|---|---|---|")
-print(f"| wall, `lwq quantize` | {wall:.1f} s (depth loop {summ.get('loop_s', 0):.1f} s) | |")
+ls, ss = summ.get("loop_s", 0), summ.get("setup_s", 0)
+print(f"| wall, `lwq quantize` | {wall:.1f} s = set-up {ss:.1f} (embedding, ring) + depth loop {ls:.1f} "
+      f"+ the rest {wall - ss - ls:.1f} (tail copy, index, configs, process exit) | |")
 print(f"| bytes read (decoder layers) | {read_bytes/G:.2f} GB, {read_bytes/G/wall:.3f} GB/s over the wall | |")
 if fio_gbps:
     print(f"| fio, same shard files (io_uring, O_DIRECT, QD32, 1M) | {fio_bytes/G:.2f} GB at {fio_gbps:.3f} GB/s | |")
