@@ -15,6 +15,9 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
             continue;
         if (l->is_router)
             return lwq_errf(e, LWQ_EINVAL, "%s is a router; routers are never quantized (fix the recipe)", l->name);
+        if (l->role == LWQ_ROLE_LIN_CONV && choice[i].format != LWQ_QFMT_FP8)
+            return lwq_errf(e, LWQ_EINVAL, "%s is a depthwise conv1d; only per-tensor FP8 is supported for it, not %s",
+                            l->name, lwq_qformat_name(choice[i].format));
         if (choice[i].format == LWQ_QFMT_NVFP4 && l->in_features % 16 != 0)
             return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld is not a multiple of 16; NVFP4 needs blocks of 16",
                             l->name, (long long)l->in_features);
@@ -42,9 +45,17 @@ static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear 
         lwq_errf(e, LWQ_ENOENT, "tensor %s is missing", name);
         return NULL;
     }
-    if (t->ndim != 2 || t->shape[0] != l->out_features || t->shape[1] != l->in_features) {
-        lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, %lld]", name, (long long)l->out_features,
-                 (long long)l->in_features);
+    /* a conv1d weight [channels, 1, kernel] is quantized as the [channels, kernel] matrix it is in
+     * memory, and written back with its 3-D shape */
+    int conv = l->role == LWQ_ROLE_LIN_CONV;
+    if (t->ndim != (conv ? 3 : 2) || t->shape[0] != l->out_features || t->shape[t->ndim - 1] != l->in_features ||
+        (conv && t->shape[1] != 1)) {
+        if (conv)
+            lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, 1, %lld]", name, (long long)l->out_features,
+                     (long long)l->in_features);
+        else
+            lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, %lld]", name, (long long)l->out_features,
+                     (long long)l->in_features);
         return NULL;
     }
     if (t->dtype != LWQ_BF16 && t->dtype != LWQ_F16 && t->dtype != LWQ_F32) {
@@ -192,7 +203,7 @@ fail:
 static int emit_fp8(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float wamax,
                     float in_amax, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
-    int64_t rows = w->shape[0], cols = w->shape[1];
+    int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
     float amax = wamax, ws = 0, is = 0;
     int rc = 0;
     if (c->algo != LWQ_ALGO_MAX) /* local_hessian has no per-tensor form: FP8 uses mse for it */
@@ -214,9 +225,13 @@ static int emit_fp8(const lwq_arch_linear *l, const lwq_quant_choice *c, const l
         return rc;
     }
     char name[LWQ_ARCH_NAME_MAX + 32];
-    int64_t sh[2] = {rows, cols};
+    int64_t sh[3] = {rows, cols, 0};
+    if (w->ndim == 3) { /* conv1d [channels, 1, kernel] */
+        sh[1] = 1;
+        sh[2] = cols;
+    }
     snprintf(name, sizeof name, "%s.weight", l->name);
-    if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, 2, sh, q, 1, e)) < 0)
+    if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, w->ndim, sh, q, 1, e)) < 0)
         return rc;
     snprintf(name, sizeof name, "%s.weight_scale", l->name);
     if ((rc = lwq_tlist_add_scalar(out, name, ws, e)) < 0)
@@ -293,7 +308,8 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
             rc = e && e->code ? e->code : LWQ_ENOENT;
             goto out;
         }
-        rc = lwq_quant_amax(w[i]->data, w[i]->dtype, w[i]->shape[0] * w[i]->shape[1], w[i]->name, &w_amax[i], e);
+        rc = lwq_quant_amax(w[i]->data, w[i]->dtype, w[i]->shape[0] * w[i]->shape[w[i]->ndim - 1], w[i]->name,
+                            &w_amax[i], e);
         if (rc < 0)
             goto out;
     }

@@ -41,6 +41,7 @@ const char *lwq_linear_role_name(lwq_linear_role r)
         [LWQ_ROLE_LIN_QKVZ] = "in_proj_qkvz",
         [LWQ_ROLE_LIN_BA] = "in_proj_ba",
         [LWQ_ROLE_LIN_OUT] = "out_proj",
+        [LWQ_ROLE_LIN_CONV] = "conv1d",
     };
     return (unsigned)r < LWQ_ROLE_COUNT ? n[r] : "?";
 }
@@ -202,8 +203,16 @@ static void plan_linear_attention(builder *b)
      * are not a fused group. */
     linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
     linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
-    tensor(b, LWQ_TK_PARAM, 0, 3, 2 * kd + vd, 1, c->linear_conv_kernel_dim,
-           "linear_attn.conv1d.weight");
+    /* The depthwise causal conv reads q/k/v (2 kd + vd channels) and is quantizable like a linear
+     * (the production recipe runs it FP8 W8A8): its weight keeps the source's 3-D shape. */
+    linear(b, "linear_attn.conv1d", LWQ_ROLE_LIN_CONV, -1, 2 * kd + vd, c->linear_conv_kernel_dim,
+           -1, 0, 0);
+    if (!b->oom) {
+        lwq_arch_tensor *w = &b->l->tensors[b->l->ntensors - 1];
+        w->ndim = 3;
+        w->shape[1] = 1;
+        w->shape[2] = c->linear_conv_kernel_dim;
+    }
     tensor(b, LWQ_TK_PARAM, 0, 1, nv, 0, 0, "linear_attn.dt_bias");
     tensor(b, LWQ_TK_PARAM, 0, 1, nv, 0, 0, "linear_attn.A_log");
     tensor(b, LWQ_TK_NORM, 0, 1, c->linear_value_head_dim, 0, 0, "linear_attn.norm.weight");

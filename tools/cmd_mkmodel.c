@@ -1,11 +1,15 @@
 /* tools/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
- * benchmarks (llama, qwen3, qwen3_moe, mixtral).
+ * benchmarks (llama, qwen3, qwen3_moe, mixtral, qwen3_next).
  *
  * The tensor list comes from the architecture plans (layout/arch), so what mkmodel writes is
  * exactly what the rest of lwq expects to read.  Values are a counter-based hash of
  * (seed, tensor name, element index), so a tensor's bytes do not depend on the shard size, the
  * write order or the thread count, and the same flags always give the same files.  Weights are
- * ~N(0, 0.02) (Irwin-Hall of four 16-bit uniforms), norm weights ~1.0.  Data streams through one
+ * ~N(0, 0.02) (Irwin-Hall of four 16-bit uniforms), norm weights ~1.0 (qwen3_next: its zero-centred
+ * (1 + w) norms ~N(0, 0.1), the gated norm ~1.0, conv1d ~N(0, 0.3), A_log and dt_bias ~N(0, 0.5)).
+ * qwen3_next can also get Multi-Token-Prediction weights (--mtp), named as Qwen ships them
+ * (mtp.fc, mtp.pre_fc_norm_{embedding,hidden}, mtp.norm, mtp.layers.0.* = one full-attention MoE
+ * layer); they are not part of the forward and pass through quantization unchanged.  Data streams through one
  * fixed buffer, so memory does not grow with the model. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -33,6 +37,9 @@ typedef struct mk_opts {
     int64_t shard_bytes, seed;
     lwq_dtype dtype;
     int force, quiet, tie;
+    /* qwen3_next */
+    int64_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_every, shared_inter;
+    int mtp;
 } mk_opts;
 
 typedef struct mk_tensor {
@@ -53,7 +60,8 @@ static void usage(FILE *fp)
             "than one), a byte-level BPE tokenizer.json, tokenizer_config.json and\n"
             "generation_config.json.  Same flags -> same bytes.\n"
             "\n"
-            "  --arch A              llama | qwen3 | qwen3_moe | mixtral   (default llama)\n"
+            "  --arch A              llama | qwen3 | qwen3_moe | mixtral | qwen3_next\n"
+            "                        (default llama)\n"
             "  --hidden N            hidden size (default 256)\n"
             "  --intermediate N      dense MLP width; Mixtral's expert width (default 4 x hidden/3,\n"
             "                        rounded to 64)\n"
@@ -69,6 +77,15 @@ static void usage(FILE *fp)
             "  --shard-size N[K|M|G] largest shard, MiB without a suffix (default 2048)\n"
             "  --seed S              value seed (default 0)\n"
             "  --tie                 tie_word_embeddings: no lm_head.weight is written\n"
+            "qwen3_next only:\n"
+            "  --linear-key-heads N  Gated DeltaNet key heads (default 2)\n"
+            "  --linear-value-heads N  value heads, a multiple of the key heads (default 4)\n"
+            "  --linear-key-dim N    key head dim (default head dim)\n"
+            "  --linear-value-dim N  value head dim (default head dim)\n"
+            "  --conv-kernel N       conv1d kernel (default 4)\n"
+            "  --full-attn-every N   every N-th layer is full attention (default 4)\n"
+            "  --shared-intermediate N  shared expert width (default = expert width)\n"
+            "  --mtp                 also write Multi-Token-Prediction weights (mtp.*)\n"
             "  --force               write into a non-empty OUT_DIR (old shards are removed)\n"
             "  --quiet               no summary line\n"
             "\n"
@@ -201,6 +218,8 @@ static const char *arch_class(const char *a)
         return "Qwen3MoeForCausalLM";
     if (!strcmp(a, "mixtral"))
         return "MixtralForCausalLM";
+    if (!strcmp(a, "qwen3_next"))
+        return "Qwen3NextForCausalLM";
     return NULL;
 }
 
@@ -339,6 +358,27 @@ static char *config_json(const mk_opts *o)
         cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
         cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
         cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+    } else if (!strcmp(o->arch, "qwen3_next")) {
+        cJSON_AddNumberToObject(c, "num_experts", (double)o->experts);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
+        cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
+        cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", (double)o->shared_inter);
+        cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
+        cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
+        cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+        cJSON_AddNumberToObject(c, "partial_rotary_factor", 0.25);
+        cJSON_AddNumberToObject(c, "linear_num_key_heads", (double)o->lin_k_heads);
+        cJSON_AddNumberToObject(c, "linear_num_value_heads", (double)o->lin_v_heads);
+        cJSON_AddNumberToObject(c, "linear_key_head_dim", (double)o->lin_k_dim);
+        cJSON_AddNumberToObject(c, "linear_value_head_dim", (double)o->lin_v_dim);
+        cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", (double)o->conv_kernel);
+        cJSON_AddNumberToObject(c, "full_attention_interval", (double)o->full_every);
+        cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
+        for (int64_t i = 0; i < o->layers; i++)
+            cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % o->full_every ? "linear_attention"
+                                                                                  : "full_attention"));
+        if (o->mtp)
+            cJSON_AddNumberToObject(c, "mtp_num_hidden_layers", 1);
     } else if (!strcmp(o->arch, "mixtral")) {
         cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
         cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
@@ -421,7 +461,94 @@ static int prepare_dir(const mk_opts *o, lwq_error *e)
     return rc;
 }
 
-static int build_tensors(const lwq_model_config *cfg, mk_tensor **out, int *nout, lwq_error *e)
+/* Value distribution of a planned tensor (see the header comment). */
+static void tensor_dist(const lwq_model_config *cfg, const lwq_arch_tensor *p, mk_tensor *m)
+{
+    m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
+    m->std = 0.02f;
+    if (cfg->arch != LWQ_ARCH_QWEN3_NEXT)
+        return;
+    if (p->kind == LWQ_TK_NORM && !strstr(p->name, "linear_attn.norm.")) {
+        m->mean = 0.0f;
+        m->std = 0.1f;
+    } else if (strstr(p->name, "conv1d.weight")) {
+        m->std = 0.3f;
+    } else if (strstr(p->name, ".A_log") || strstr(p->name, ".dt_bias")) {
+        m->std = 0.5f;
+    }
+}
+
+static mk_tensor *add_tensor(mk_tensor **t, int *n, int *cap)
+{
+    if (*n == *cap) {
+        mk_tensor *nt = realloc(*t, (size_t)(*cap * 2) * sizeof **t);
+        if (!nt)
+            return NULL;
+        *t = nt;
+        *cap *= 2;
+    }
+    mk_tensor *m = &(*t)[(*n)++];
+    memset(m, 0, sizeof *m);
+    return m;
+}
+
+static void set_shape(mk_tensor *m, const lwq_model_config *cfg, int ndim, const int64_t *shape)
+{
+    m->ndim = ndim;
+    uint64_t numel = 1;
+    for (int d = 0; d < ndim; d++) {
+        m->shape[d] = shape[d];
+        numel *= (uint64_t)shape[d];
+    }
+    m->nbytes = numel * lwq_dtype_size(cfg->dtype);
+}
+
+/* qwen3_next Multi-Token-Prediction weights: the fusion projection and norms plus one decoder
+ * layer shaped like the model's full-attention layers, under mtp.layers.0. */
+static int add_mtp(const lwq_model_config *cfg, mk_tensor **t, int *n, int *cap, lwq_error *e)
+{
+    int full = -1;
+    for (int i = 0; i < cfg->num_hidden_layers && full < 0; i++)
+        if (!cfg->layer_is_linear[i])
+            full = i;
+    if (full < 0)
+        return lwq_errf(e, LWQ_EINVAL, "--mtp needs at least one full-attention layer to copy the "
+                                       "shape of (use --layers >= --full-attn-every)");
+    lwq_arch_layer lp;
+    int rc = lwq_arch_layer_plan(cfg, full, &lp, e);
+    if (rc != 0)
+        return rc;
+    char pre[64];
+    size_t np = (size_t)snprintf(pre, sizeof pre, "model.layers.%d.", full);
+    static const char *const norms[] = {"mtp.pre_fc_norm_embedding.weight",
+                                        "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"};
+    int64_t hs[2] = {cfg->hidden_size, 2 * cfg->hidden_size};
+    mk_tensor *m = add_tensor(t, n, cap);
+    if (m) {
+        snprintf(m->name, sizeof m->name, "mtp.fc.weight");
+        set_shape(m, cfg, 2, hs);
+        m->std = 0.02f;
+    }
+    for (int i = 0; m && i < 3; i++)
+        if ((m = add_tensor(t, n, cap))) {
+            snprintf(m->name, sizeof m->name, "%s", norms[i]);
+            set_shape(m, cfg, 1, hs);
+            m->std = 0.1f;
+        }
+    for (int i = 0; m && i < lp.ntensors; i++) {
+        const lwq_arch_tensor *p = &lp.tensors[i];
+        if (p->optional || !(m = add_tensor(t, n, cap)))
+            continue;
+        snprintf(m->name, sizeof m->name, "mtp.layers.0.%s", p->name + np);
+        set_shape(m, cfg, p->ndim, p->shape);
+        tensor_dist(cfg, p, m);
+    }
+    lwq_arch_layer_free(&lp);
+    return m ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory for the tensor list");
+}
+
+static int build_tensors(const lwq_model_config *cfg, int mtp, mk_tensor **out, int *nout,
+                         lwq_error *e)
 {
     lwq_arch_layer tail;
     int rc = lwq_arch_tail_plan(cfg, &tail, e);
@@ -457,8 +584,7 @@ static int build_tensors(const lwq_model_config *cfg, mk_tensor **out, int *nout
             snprintf(m->name, sizeof m->name, "%s", p->name);
             m->ndim = p->ndim;
             memcpy(m->shape, p->shape, sizeof m->shape);
-            m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
-            m->std = 0.02f;
+            tensor_dist(cfg, p, m);
             uint64_t numel = 1;
             for (int d = 0; d < p->ndim; d++)
                 numel *= (uint64_t)p->shape[d];
@@ -470,6 +596,8 @@ static int build_tensors(const lwq_model_config *cfg, mk_tensor **out, int *nout
             break;
     }
     lwq_arch_layer_free(&tail);
+    if (rc == 0 && t && mtp)
+        rc = add_mtp(cfg, &t, &n, &cap, e);
     if (rc != 0) {
         free(t);
         return rc;
@@ -490,6 +618,9 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"top-k", 1, 0, 't'},    {"vocab", 1, 0, 'V'},    {"dtype", 1, 0, 'T'},
         {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
         {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
+        {"linear-key-heads", 1, 0, 1}, {"linear-value-heads", 1, 0, 2}, {"linear-key-dim", 1, 0, 3},
+        {"linear-value-dim", 1, 0, 4}, {"conv-kernel", 1, 0, 5}, {"full-attn-every", 1, 0, 6},
+        {"shared-intermediate", 1, 0, 7}, {"mtp", 0, 0, 8},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->arch = "llama";
@@ -553,6 +684,14 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'Y': o->tie = 1; break;
+        case 1: bad = lwq_tool_parse_i64("--linear-key-heads", optarg, 1, 4096, &o->lin_k_heads); break;
+        case 2: bad = lwq_tool_parse_i64("--linear-value-heads", optarg, 1, 4096, &o->lin_v_heads); break;
+        case 3: bad = lwq_tool_parse_i64("--linear-key-dim", optarg, 1, 4096, &o->lin_k_dim); break;
+        case 4: bad = lwq_tool_parse_i64("--linear-value-dim", optarg, 1, 4096, &o->lin_v_dim); break;
+        case 5: bad = lwq_tool_parse_i64("--conv-kernel", optarg, 1, 64, &o->conv_kernel); break;
+        case 6: bad = lwq_tool_parse_i64("--full-attn-every", optarg, 1, LWQ_MAX_LAYERS, &o->full_every); break;
+        case 7: bad = lwq_tool_parse_i64("--shared-intermediate", optarg, 1, BIG, &o->shared_inter); break;
+        case 8: o->mtp = 1; break;
         case 'h': usage(stdout); return 1;
         case ':': fprintf(stderr, "lwq mkmodel: %s needs a value\n", argv[optind - 1]); return -1;
         default: fprintf(stderr, "lwq mkmodel: unknown option '%s'\n", argv[optind - 1]); return -1;
@@ -566,7 +705,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     }
     o->out = argv[optind];
     if (!arch_class(o->arch)) {
-        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe or mixtral, got '%s'\n",
+        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral or qwen3_next, "
+                        "got '%s'\n",
                 o->arch);
         return -1;
     }
@@ -585,6 +725,24 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         o->inter = ((o->hidden * 8 / 3 + 63) / 64) * 64;
     if (!o->moe_inter)
         o->moe_inter = o->hidden / 2 > 0 ? o->hidden / 2 : 1;
+    if (!o->lin_k_heads)
+        o->lin_k_heads = 2;
+    if (!o->lin_v_heads)
+        o->lin_v_heads = 2 * o->lin_k_heads;
+    if (!o->lin_k_dim)
+        o->lin_k_dim = o->head_dim;
+    if (!o->lin_v_dim)
+        o->lin_v_dim = o->head_dim;
+    if (!o->conv_kernel)
+        o->conv_kernel = 4;
+    if (!o->full_every)
+        o->full_every = 4;
+    if (!o->shared_inter)
+        o->shared_inter = o->moe_inter;
+    if (o->mtp && strcmp(o->arch, "qwen3_next")) {
+        fprintf(stderr, "lwq mkmodel: --mtp is for --arch qwen3_next only\n");
+        return -1;
+    }
     if (o->topk > o->experts) {
         fprintf(stderr, "lwq mkmodel: --top-k %lld exceeds --experts %lld\n", (long long)o->topk,
                 (long long)o->experts);
@@ -618,7 +776,7 @@ int lwq_cmd_mkmodel(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((rc = build_tensors(&cfg, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
+    if ((rc = build_tensors(&cfg, o.mtp, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
         goto out;
     /* Greedy shards in disk order; a tensor larger than the shard size gets a shard alone. */
     uint64_t limit = (uint64_t)o.shard_bytes, cur = 0, total = 0;
