@@ -442,9 +442,10 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
         wconv.shape[1] != 1 || wconv.shape[2] != K || !lwq_tensor_is_contiguous(&wconv) ||
         wconv.device != m->be->ops->device)
         return lwq_errf(e, LWQ_EFORMAT, "layer %d: tensor %s must be a contiguous float [%" PRId64
-                        ", 1, %d] on the %s device (got %s, %d dims, first dim %" PRId64 ")",
-                        layer, nm, C, K, m->be->ops->name, lwq_dtype_name(wconv.dtype),
-                        wconv.ndim, wconv.shape[0]);
+                        ", 1, %d] on the %s device (got %s, %d dims [%" PRId64 ", %" PRId64 ", %"
+                        PRId64 "])", layer, nm, C, K, m->be->ops->name,
+                        lwq_dtype_name(wconv.dtype), wconv.ndim, wconv.shape[0],
+                        wconv.ndim > 1 ? wconv.shape[1] : 0, wconv.ndim > 2 ? wconv.shape[2] : 0);
     LWQ_TRY(lwq_fwd_tensor(m, dt, n, P, &qkvz, e));
     LWQ_TRY(lwq_fwd_tensor(m, dt, n, 2 * (int64_t)nv, &ba, e));
     LWQ_TRY(lwq_fwd_tensor(m, dt, n, C, &mixed, e));

@@ -40,6 +40,7 @@ typedef struct mk_opts {
     /* qwen3_next */
     int64_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_every, shared_inter;
     int mtp;
+    double weight_std;
 } mk_opts;
 
 typedef struct mk_tensor {
@@ -77,6 +78,7 @@ static void usage(FILE *fp)
             "  --shard-size N[K|M|G] largest shard, MiB without a suffix (default 2048)\n"
             "  --seed S              value seed (default 0)\n"
             "  --tie                 tie_word_embeddings: no lm_head.weight is written\n"
+            "  --weight-std X        std of linear weights and embeddings (default 0.02)\n"
             "qwen3_next only:\n"
             "  --linear-key-heads N  Gated DeltaNet key heads (default 2)\n"
             "  --linear-value-heads N  value heads, a multiple of the key heads (default 4)\n"
@@ -462,10 +464,11 @@ static int prepare_dir(const mk_opts *o, lwq_error *e)
 }
 
 /* Value distribution of a planned tensor (see the header comment). */
-static void tensor_dist(const lwq_model_config *cfg, const lwq_arch_tensor *p, mk_tensor *m)
+static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_tensor *p,
+                        mk_tensor *m)
 {
     m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
-    m->std = 0.02f;
+    m->std = p->kind == LWQ_TK_NORM ? 0.02f : wstd;
     if (cfg->arch != LWQ_ARCH_QWEN3_NEXT)
         return;
     if (p->kind == LWQ_TK_NORM && !strstr(p->name, "linear_attn.norm.")) {
@@ -505,7 +508,8 @@ static void set_shape(mk_tensor *m, const lwq_model_config *cfg, int ndim, const
 
 /* qwen3_next Multi-Token-Prediction weights: the fusion projection and norms plus one decoder
  * layer shaped like the model's full-attention layers, under mtp.layers.0. */
-static int add_mtp(const lwq_model_config *cfg, mk_tensor **t, int *n, int *cap, lwq_error *e)
+static int add_mtp(const lwq_model_config *cfg, float wstd, mk_tensor **t, int *n, int *cap,
+                   lwq_error *e)
 {
     int full = -1;
     for (int i = 0; i < cfg->num_hidden_layers && full < 0; i++)
@@ -527,7 +531,7 @@ static int add_mtp(const lwq_model_config *cfg, mk_tensor **t, int *n, int *cap,
     if (m) {
         snprintf(m->name, sizeof m->name, "mtp.fc.weight");
         set_shape(m, cfg, 2, hs);
-        m->std = 0.02f;
+        m->std = wstd;
     }
     for (int i = 0; m && i < 3; i++)
         if ((m = add_tensor(t, n, cap))) {
@@ -541,14 +545,14 @@ static int add_mtp(const lwq_model_config *cfg, mk_tensor **t, int *n, int *cap,
             continue;
         snprintf(m->name, sizeof m->name, "mtp.layers.0.%s", p->name + np);
         set_shape(m, cfg, p->ndim, p->shape);
-        tensor_dist(cfg, p, m);
+        tensor_dist(cfg, wstd, p, m);
     }
     lwq_arch_layer_free(&lp);
     return m ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory for the tensor list");
 }
 
-static int build_tensors(const lwq_model_config *cfg, int mtp, mk_tensor **out, int *nout,
-                         lwq_error *e)
+static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_tensor **out,
+                         int *nout, lwq_error *e)
 {
     lwq_arch_layer tail;
     int rc = lwq_arch_tail_plan(cfg, &tail, e);
@@ -584,7 +588,7 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, mk_tensor **out, 
             snprintf(m->name, sizeof m->name, "%s", p->name);
             m->ndim = p->ndim;
             memcpy(m->shape, p->shape, sizeof m->shape);
-            tensor_dist(cfg, p, m);
+            tensor_dist(cfg, wstd, p, m);
             uint64_t numel = 1;
             for (int d = 0; d < p->ndim; d++)
                 numel *= (uint64_t)p->shape[d];
@@ -597,7 +601,7 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, mk_tensor **out, 
     }
     lwq_arch_layer_free(&tail);
     if (rc == 0 && t && mtp)
-        rc = add_mtp(cfg, &t, &n, &cap, e);
+        rc = add_mtp(cfg, wstd, &t, &n, &cap, e);
     if (rc != 0) {
         free(t);
         return rc;
@@ -620,7 +624,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
         {"linear-key-heads", 1, 0, 1}, {"linear-value-heads", 1, 0, 2}, {"linear-key-dim", 1, 0, 3},
         {"linear-value-dim", 1, 0, 4}, {"conv-kernel", 1, 0, 5}, {"full-attn-every", 1, 0, 6},
-        {"shared-intermediate", 1, 0, 7}, {"mtp", 0, 0, 8},
+        {"shared-intermediate", 1, 0, 7}, {"mtp", 0, 0, 8}, {"weight-std", 1, 0, 9},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->arch = "llama";
@@ -632,6 +636,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     o->vocab = 1024;
     o->shard_bytes = INT64_C(2048) << 20;
     o->dtype = LWQ_BF16;
+    o->weight_std = 0.02;
     const int64_t BIG = INT64_C(1) << 20;
     int c, bad = 0;
     optind = 1;
@@ -692,6 +697,16 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         case 6: bad = lwq_tool_parse_i64("--full-attn-every", optarg, 1, LWQ_MAX_LAYERS, &o->full_every); break;
         case 7: bad = lwq_tool_parse_i64("--shared-intermediate", optarg, 1, BIG, &o->shared_inter); break;
         case 8: o->mtp = 1; break;
+        case 9: {
+            char *end = NULL;
+            o->weight_std = strtod(optarg, &end);
+            if (!end || *end || !(o->weight_std > 0 && o->weight_std <= 10)) {
+                fprintf(stderr, "lwq mkmodel: --weight-std must be a number in (0, 10], got '%s'\n",
+                        optarg);
+                bad = -1;
+            }
+            break;
+        }
         case 'h': usage(stdout); return 1;
         case ':': fprintf(stderr, "lwq mkmodel: %s needs a value\n", argv[optind - 1]); return -1;
         default: fprintf(stderr, "lwq mkmodel: unknown option '%s'\n", argv[optind - 1]); return -1;
@@ -776,7 +791,7 @@ int lwq_cmd_mkmodel(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((rc = build_tensors(&cfg, o.mtp, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
+    if ((rc = build_tensors(&cfg, o.mtp, (float)o.weight_std, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
         goto out;
     /* Greedy shards in disk order; a tensor larger than the shard size gets a shard alone. */
     uint64_t limit = (uint64_t)o.shard_bytes, cur = 0, total = 0;
