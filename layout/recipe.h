@@ -48,7 +48,8 @@ typedef struct lwq_quant_choice {
     int fp8_scale_sweep;
 } lwq_quant_choice;
 
-/* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn. */
+/* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
+ * qwen3next_production (recipe.c says what each holds). */
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e);
 const char *lwq_recipe_preset_names(void);
 int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e);
