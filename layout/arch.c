@@ -322,6 +322,34 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
     /* Tied models usually omit lm_head; some save the shared matrix under both names. */
     tensor(&b, LWQ_TK_LM_HEAD, c->tie_word_embeddings, 2, c->vocab_size, c->hidden_size, 0,
            "lm_head.weight");
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        /* Qwen's Multi-Token-Prediction block, optional (not part of the forward; it passes
+         * through unquantized): fusion projection, its norms and one full-attention MoE layer. */
+        int first = out->ntensors;
+        tensor(&b, LWQ_TK_PARAM, 1, 2, c->hidden_size, 2 * c->hidden_size, 0, "mtp.fc.weight");
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_embedding.weight");
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_hidden.weight");
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.norm.weight");
+        snprintf(b.pre, sizeof b.pre, "%smtp.layers.0.", c->weight_prefix);
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
+        plan_gqa_attention(&b);
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "post_attention_layernorm.weight");
+        if (c->num_experts > 0)
+            plan_moe(&b);
+        else
+            plan_dense_mlp(&b, c->intermediate_size);
+        /* listed for the checkpoint check only: no linear of the tail is quantized */
+        for (int i = first; !b.oom && i < out->ntensors; i++) {
+            out->tensors[i].optional = 1;
+            out->tensors[i].linear = -1;
+            if (out->tensors[i].kind == LWQ_TK_WEIGHT || out->tensors[i].kind == LWQ_TK_BIAS)
+                out->tensors[i].kind = LWQ_TK_PARAM;
+        }
+        free(out->linears);
+        out->linears = NULL;
+        out->nlinears = 0;
+        out->ngroups = 0;
+    }
     if (b.oom) {
         lwq_arch_layer_free(out);
         return lwq_errf(e, LWQ_ENOMEM, "tail plan: out of memory");

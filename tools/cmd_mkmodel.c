@@ -481,76 +481,6 @@ static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_
     }
 }
 
-static mk_tensor *add_tensor(mk_tensor **t, int *n, int *cap)
-{
-    if (*n == *cap) {
-        mk_tensor *nt = realloc(*t, (size_t)(*cap * 2) * sizeof **t);
-        if (!nt)
-            return NULL;
-        *t = nt;
-        *cap *= 2;
-    }
-    mk_tensor *m = &(*t)[(*n)++];
-    memset(m, 0, sizeof *m);
-    return m;
-}
-
-static void set_shape(mk_tensor *m, const lwq_model_config *cfg, int ndim, const int64_t *shape)
-{
-    m->ndim = ndim;
-    uint64_t numel = 1;
-    for (int d = 0; d < ndim; d++) {
-        m->shape[d] = shape[d];
-        numel *= (uint64_t)shape[d];
-    }
-    m->nbytes = numel * lwq_dtype_size(cfg->dtype);
-}
-
-/* qwen3_next Multi-Token-Prediction weights: the fusion projection and norms plus one decoder
- * layer shaped like the model's full-attention layers, under mtp.layers.0. */
-static int add_mtp(const lwq_model_config *cfg, float wstd, mk_tensor **t, int *n, int *cap,
-                   lwq_error *e)
-{
-    int full = -1;
-    for (int i = 0; i < cfg->num_hidden_layers && full < 0; i++)
-        if (!cfg->layer_is_linear[i])
-            full = i;
-    if (full < 0)
-        return lwq_errf(e, LWQ_EINVAL, "--mtp needs at least one full-attention layer to copy the "
-                                       "shape of (use --layers >= --full-attn-every)");
-    lwq_arch_layer lp;
-    int rc = lwq_arch_layer_plan(cfg, full, &lp, e);
-    if (rc != 0)
-        return rc;
-    char pre[64];
-    size_t np = (size_t)snprintf(pre, sizeof pre, "model.layers.%d.", full);
-    static const char *const norms[] = {"mtp.pre_fc_norm_embedding.weight",
-                                        "mtp.pre_fc_norm_hidden.weight", "mtp.norm.weight"};
-    int64_t hs[2] = {cfg->hidden_size, 2 * cfg->hidden_size};
-    mk_tensor *m = add_tensor(t, n, cap);
-    if (m) {
-        snprintf(m->name, sizeof m->name, "mtp.fc.weight");
-        set_shape(m, cfg, 2, hs);
-        m->std = wstd;
-    }
-    for (int i = 0; m && i < 3; i++)
-        if ((m = add_tensor(t, n, cap))) {
-            snprintf(m->name, sizeof m->name, "%s", norms[i]);
-            set_shape(m, cfg, 1, hs);
-            m->std = 0.1f;
-        }
-    for (int i = 0; m && i < lp.ntensors; i++) {
-        const lwq_arch_tensor *p = &lp.tensors[i];
-        if (p->optional || !(m = add_tensor(t, n, cap)))
-            continue;
-        snprintf(m->name, sizeof m->name, "mtp.layers.0.%s", p->name + np);
-        set_shape(m, cfg, p->ndim, p->shape);
-        tensor_dist(cfg, wstd, p, m);
-    }
-    lwq_arch_layer_free(&lp);
-    return m ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory for the tensor list");
-}
-
 static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_tensor **out,
                          int *nout, lwq_error *e)
 {
@@ -570,7 +500,9 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_te
         }
         for (int i = 0; i < pl->ntensors; i++) {
             const lwq_arch_tensor *p = &pl->tensors[i];
-            if (p->optional)
+            /* optional tensors are not written, except the MTP block when asked for */
+            int is_mtp = pl == &tail && !strncmp(p->name, "mtp.", 4);
+            if (p->optional && !(mtp && is_mtp && p->kind != LWQ_TK_BUFFER))
                 continue;
             if (pl == &tail && (part < 0) != (p->kind == LWQ_TK_EMBED))
                 continue;
@@ -600,8 +532,6 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_te
             break;
     }
     lwq_arch_layer_free(&tail);
-    if (rc == 0 && t && mtp)
-        rc = add_mtp(cfg, wstd, &t, &n, &cap, e);
     if (rc != 0) {
         free(t);
         return rc;
