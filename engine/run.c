@@ -225,13 +225,15 @@ static int qdq_overlay(lwq_run *r, int L, lwq_tlist *out, const lwq_tlist *src, 
         const lwq_htensor *s2 = lwq_tlist_find(out, n);
         if (!s || !q || !sc || (f == LWQ_QFMT_NVFP4 && !s2))
             return lwq_errf(e, LWQ_ESTATE, "%s: quantized tensors missing for --qdq-next", p->linears[i].name);
+        /* FP8 dequantizes every element (a conv1d weight is 3-D) */
         int64_t rows = s->shape[0], cols = s->shape[1];
         void *buf = malloc((size_t)s->nbytes);
         if (!buf)
             return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", s->name);
         int rc = f == LWQ_QFMT_NVFP4
                      ? lwq_quant_nvfp4_dequant(q->data, sc->data, *(const float *)s2->data, rows, cols, s->dtype, buf, e)
-                     : lwq_quant_fp8_dequant(q->data, *(const float *)sc->data, rows * cols, s->dtype, buf, e);
+                     : lwq_quant_fp8_dequant(q->data, *(const float *)sc->data,
+                                             (int64_t)(s->nbytes / lwq_dtype_size(s->dtype)), s->dtype, buf, e);
         if (rc < 0 || (rc = lwq_tlist_add(ov, s->name, s->dtype, s->ndim, s->shape, buf, 1, e)) < 0) {
             if (rc < 0 && !ov->n)
                 free(buf);

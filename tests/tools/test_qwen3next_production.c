@@ -19,7 +19,7 @@
 
 TestSuite(qwen3next_production, .init = lwqt_setup, .fini = lwqt_teardown);
 
-static void make_and_quantize(const char *out, int whole)
+static void make_and_quantize_opt(const char *out, int whole, const char *extra)
 {
     if (access(lwqt_path("m/config.json"), F_OK) != 0) {
         const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_next", "--hidden", "64",
@@ -30,13 +30,15 @@ static void make_and_quantize(const char *out, int whole)
         cr_assert_eq(lwqt_run(mk), 0, "mkmodel failed");
     }
     const char *q[] = {"quantize", lwqt_path("m"), "-o", out, "--qformat", "qwen3next_production",
-                       "--calib-size", "8", "--calib-seq", "32", whole ? "--whole-model" : NULL,
-                       NULL};
+                       "--calib-size", "8", "--calib-seq", "32", whole ? "--whole-model" : extra,
+                       whole ? extra : NULL, NULL};
     int rc = lwqt_run(q);
     char *err = lwqt_err();
     cr_assert_eq(rc, 0, "quantize failed: %s", err);
     free(err);
 }
+
+static void make_and_quantize(const char *out, int whole) { make_and_quantize_opt(out, whole, NULL); }
 
 /* What the production recipe says for a linear of the plan. */
 static lwq_qformat expected(const lwq_arch_linear *l)
@@ -255,6 +257,19 @@ Test(qwen3next_production, layerwise_and_whole_model_outputs_are_byte_identical)
     cr_assert_eq(rc, 0, "lwq diff: %s", out);
     cr_assert(strstr(out, "identical"), "%s", out);
     free(out);
+}
+
+/* --qdq-next feeds each layer the dequantized weights of the previous ones, conv1d's 3-D FP8
+ * weight included; both run orders must still agree. */
+Test(qwen3next_production, qdq_next_layerwise_and_whole_model_agree)
+{
+    make_and_quantize_opt(lwqt_path("a"), 0, "--qdq-next");
+    make_and_quantize_opt(lwqt_path("b"), 1, "--qdq-next");
+    make_and_quantize(lwqt_path("c"), 0);
+    const char *d[] = {"diff", lwqt_path("a"), lwqt_path("b"), NULL};
+    cr_assert_eq(lwqt_run(d), 0, "--qdq-next: layerwise == whole model");
+    const char *d2[] = {"diff", lwqt_path("a"), lwqt_path("c"), NULL};
+    cr_assert_eq(lwqt_run(d2), 1, "--qdq-next changes the later layers' input scales");
 }
 
 Test(qwen3next_production, shipped_recipe_file_is_the_preset)
