@@ -97,6 +97,15 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         int64_t mlp = 3 * c->intermediate_size;
         int64_t moe = c->num_experts ? 3 * c->moe_intermediate_size * c->num_experts_per_tok + c->num_experts : 0;
         int64_t per_row = 4 * c->hidden_size + q + 2 * kv + (mlp > moe ? mlp : moe);
+        /* qwen3_next: q_proj's gate half, and the Gated DeltaNet's f32 host arrays (projections,
+         * conv input and output, z, core output, b and a; model_qwen3next.c) */
+        int64_t host_lin = 0;
+        if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+            int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
+            int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+            host_lin = (2 * kd + 2 * vd) + 2 * (2 * kd + vd) + 2 * vd + 4 * (int64_t)c->linear_num_value_heads;
+            per_row += q + host_lin;
+        }
         p->workspace_bytes = (uint64_t)((double)max_rows * (double)per_row * 4.0 * 1.5);
         p->writer_bytes = o->dry_read ? 0 : 2 * layer_out_max;
         p->embed_bytes = o->dry_read ? 0 : ck.tail.bytes;
@@ -104,7 +113,7 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
         p->host_peak = weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
-                       (cuda ? 0 : p->workspace_bytes + work);
+                       (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_peak = cuda ? p->largest_layer_bytes + work + p->workspace_bytes : 0;
     }
     lwq_ckpt_free(&ck);
