@@ -303,7 +303,7 @@ typedef struct gdn_job {
     const float *alog, *dtb, *wn; /* (nv), (nv), (dv) */
     const float *z;       /* (n, vd) */
     float *y;             /* (n, vd) gated-norm output */
-    float *scratch;       /* per thread: dk*dv + 2*dk + dv */
+    float *scratch;       /* per thread: S (dk*dv), q, k (dk each), o, u (dv each) */
 } gdn_job;
 
 /* Causal depthwise conv + SiLU of sequences [s0, s1): rows before a sequence's first real token
@@ -352,7 +352,7 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
     gdn_job *j = (gdn_job *)ctx;
     const int64_t dk = j->dk, dv = j->dv, C = j->C, T = j->seq;
     const lwq_dtype dt = j->dt;
-    float *S = j->scratch + (int64_t)tid * (dk * dv + 2 * dk + dv);
+    float *S = j->scratch + (int64_t)tid * (dk * dv + 2 * dk + 2 * dv);
     float *qn = S + dk * dv, *kn = qn + dk, *o = kn + dk;
     const float qscale = 1.0f / sqrtf((float)dk);
     for (int64_t it = i0; it < i1; it++) {
@@ -373,23 +373,33 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
             const float *v = cr + 2 * j->kd + (int64_t)hv * dv;
             const float beta = lwq_round_to(sigmoidf(j->bb[row * j->nv + hv]), dt);
             const float decay = expf(A * softplusf(j->aa[row * j->nv + hv] + j->dtb[hv]));
-            for (int64_t i = 0; i < dk * dv; i++)
-                S[i] *= decay;
+            /* two passes over S per token, each fusing two steps of the rule (row i of S is
+             * final for step 1 before step 2 reads it, so this is the plain order):
+             *   S *= exp(g);  u = S^T k            (the memory's prediction of v)
+             *   delta = (v - u) * beta;  S += k (x) delta;  o = S^T q */
+            float *u = qn + 2 * dk + dv; /* dv floats after o */
             for (int64_t d = 0; d < dv; d++)
+                u[d] = 0.0f;
+            for (int64_t i = 0; i < dk; i++) {
+                float *Si = S + i * dv;
+                const float ki = kn[i];
+                for (int64_t d = 0; d < dv; d++) {
+                    Si[d] *= decay;
+                    u[d] += Si[d] * ki;
+                }
+            }
+            for (int64_t d = 0; d < dv; d++) {
+                u[d] = (v[d] - u[d]) * beta;
                 o[d] = 0.0f;
-            for (int64_t i = 0; i < dk; i++) /* o := S^T k (the memory's prediction of v) */
-                for (int64_t d = 0; d < dv; d++)
-                    o[d] += S[i * dv + d] * kn[i];
-            for (int64_t d = 0; d < dv; d++)
-                o[d] = (v[d] - o[d]) * beta;
-            for (int64_t i = 0; i < dk; i++)
-                for (int64_t d = 0; d < dv; d++)
-                    S[i * dv + d] += kn[i] * o[d];
-            for (int64_t d = 0; d < dv; d++)
-                o[d] = 0.0f;
-            for (int64_t i = 0; i < dk; i++)
-                for (int64_t d = 0; d < dv; d++)
-                    o[d] += S[i * dv + d] * qn[i];
+            }
+            for (int64_t i = 0; i < dk; i++) {
+                float *Si = S + i * dv;
+                const float ki = kn[i], qi = qn[i];
+                for (int64_t d = 0; d < dv; d++) {
+                    Si[d] += ki * u[d];
+                    o[d] += Si[d] * qi;
+                }
+            }
             /* gated RMSNorm: round(round(round(o) * rsqrt(var + eps)) * w) * silu(z), rounded */
             float ss = 0.0f;
             for (int64_t d = 0; d < dv; d++) {
@@ -462,7 +472,7 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
           *hz = fbuf(n * vd), *hb = fbuf(n * nv), *ha = fbuf(n * nv), *hy = fbuf(n * vd),
           *wc = fbuf(C * K), *alog = NULL, *dtb = NULL, *wn = NULL;
     int T = lwq_parallel_threads();
-    float *scratch = fbuf((int64_t)(T > 0 ? T : 1) * (dk * dv + 2 * dk + dv));
+    float *scratch = fbuf((int64_t)(T > 0 ? T : 1) * (dk * dv + 2 * dk + 2 * dv));
     if (!hp || !hba || !hm || !hc || !hz || !hb || !ha || !hy || !wc || !scratch) {
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no host memory for the linear attention of %"
                       PRId64 " tokens", layer, n);
