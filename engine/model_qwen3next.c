@@ -377,11 +377,13 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
              * final for step 1 before step 2 reads it, so this is the plain order):
              *   S *= exp(g);  u = S^T k            (the memory's prediction of v)
              *   delta = (v - u) * beta;  S += k (x) delta;  o = S^T q */
-            float *u = qn + 2 * dk + dv; /* dv floats after o */
+            /* restrict: S, u and o do not overlap, so the d loops vectorize */
+            float *restrict u = qn + 2 * dk + dv; /* dv floats after o */
+            float *restrict oo = o;
             for (int64_t d = 0; d < dv; d++)
                 u[d] = 0.0f;
             for (int64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
+                float *restrict Si = S + i * dv;
                 const float ki = kn[i];
                 for (int64_t d = 0; d < dv; d++) {
                     Si[d] *= decay;
@@ -390,14 +392,14 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
             }
             for (int64_t d = 0; d < dv; d++) {
                 u[d] = (v[d] - u[d]) * beta;
-                o[d] = 0.0f;
+                oo[d] = 0.0f;
             }
             for (int64_t i = 0; i < dk; i++) {
-                float *Si = S + i * dv;
+                float *restrict Si = S + i * dv;
                 const float ki = kn[i], qi = qn[i];
                 for (int64_t d = 0; d < dv; d++) {
                     Si[d] += ki * u[d];
-                    o[d] += Si[d] * qi;
+                    oo[d] += Si[d] * qi;
                 }
             }
             /* gated RMSNorm: round(round(round(o) * rsqrt(var + eps)) * w) * silu(z), rounded */
