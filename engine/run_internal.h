@@ -53,6 +53,10 @@ typedef struct lwq_run {
     lwq_io_reader *rd;
     lwq_pool pool;
     int pool_open;
+    struct pool_reg {
+        const lwq_backend *be;
+        int done;
+    } pool_reg;
     lwq_prefetch *pf;
     lwq_writer *wr;
 

@@ -402,3 +402,28 @@ int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
         return 0;
     return be->ops->amax(be->ctx, x, row_valid, out, e);
 }
+
+uint64_t lwq_backend_mem_peak(const lwq_backend *be)
+{
+    return be && be->ops && be->ops->mem_peak ? be->ops->mem_peak(be->ctx) : 0;
+}
+
+int lwq_backend_host_register(const lwq_backend *be, void *ptr, size_t bytes, lwq_error *e)
+{
+    if (!be->ops->host_register)
+        return 1;
+    if (!ptr || !bytes)
+        return lwq_errf(e, LWQ_EINVAL, "host_register: empty range");
+    return be->ops->host_register(be->ctx, ptr, bytes, e);
+}
+
+void lwq_backend_host_unregister(const lwq_backend *be, void *ptr)
+{
+    if (be->ops->host_unregister && ptr)
+        be->ops->host_unregister(be->ctx, ptr);
+}
+
+int lwq_backend_pci_bus_id(const lwq_backend *be, char *out, size_t cap)
+{
+    return be->ops->pci_bus_id && cap > 0 ? be->ops->pci_bus_id(be->ctx, out, cap) : -1;
+}
