@@ -218,7 +218,8 @@ out:
 
 const char *lwq_forward_supported(void)
 {
-    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, qwen3_next";
+    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
+           "qwen3_next";
 }
 
 int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
@@ -285,6 +286,8 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
     case LWQ_ARCH_QWEN3:
     case LWQ_ARCH_QWEN3_MOE:
     case LWQ_ARCH_MIXTRAL:
+    case LWQ_ARCH_DEEPSEEK_V2:
+    case LWQ_ARCH_DEEPSEEK_V3:
     case LWQ_ARCH_QWEN3_NEXT:
         break;
     default:
@@ -309,7 +312,8 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
                         "supported by this forward (full rotary only)", c->model_type,
                         c->partial_rotary_factor);
     if (c->hidden_size <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
-        c->num_attention_heads % c->num_key_value_heads || c->head_dim <= 0 || c->head_dim % 2 ||
+        c->num_attention_heads % c->num_key_value_heads || c->head_dim <= 0 ||
+        (c->head_dim % 2 && !lwq_fwd_is_mla(c)) ||
         c->vocab_size <= 0 || c->num_hidden_layers <= 0 || c->head_dim > 4096 ||
         c->num_attention_heads > 4096)
         return lwq_errf(e, LWQ_EINVAL, "config (%s): bad geometry: hidden %" PRId64 ", heads %d, "
@@ -317,15 +321,19 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
                         c->model_type, c->hidden_size, c->num_attention_heads,
                         c->num_key_value_heads, c->head_dim, c->vocab_size, c->num_hidden_layers);
     int moe = c->arch == LWQ_ARCH_MIXTRAL ||
-              ((c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_QWEN3_NEXT) && c->num_experts > 0);
+              ((c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_QWEN3_NEXT) && c->num_experts > 0) ||
+              (lwq_fwd_is_mla(c) && c->num_experts > 0);
     if (moe && (c->num_experts <= 0 || c->num_experts > 4096 || c->num_experts_per_tok <= 0 ||
                 c->num_experts_per_tok > c->num_experts || c->num_experts_per_tok > 64))
         return lwq_errf(e, LWQ_EINVAL, "config (%s): %d experts with %d per token is not usable",
                         c->model_type, c->num_experts, c->num_experts_per_tok);
+    if (lwq_fwd_is_mla(c))
+        LWQ_TRY(lwq_fwd_mla_check(c, e));
     m->cfg = c;
     m->be = be;
     m->act = act;
-    int64_t half = c->head_dim / 2;
+    /* MLA rotates only the qk_rope_head_dim part of each head */
+    int64_t half = (lwq_fwd_is_mla(c) ? c->qk_rope_head_dim : c->head_dim) / 2;
     float *inv = (float *)malloc((size_t)half * sizeof(float));
     m->arena = (lwq_arena *)calloc(1, sizeof(lwq_arena));
     int rc = 0;
@@ -333,7 +341,9 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
         rc = lwq_errf(e, LWQ_ENOMEM, "forward: no memory for the model tables");
         goto out;
     }
-    if ((rc = lwq_rope_inv_freq(c, inv, &m->attn_scaling, e)) < 0)
+    rc = lwq_fwd_is_mla(c) ? lwq_fwd_mla_inv_freq(c, inv, &m->attn_scaling, e)
+                           : lwq_rope_inv_freq(c, inv, &m->attn_scaling, e);
+    if (rc < 0)
         goto out;
     int64_t shape[1] = {half};
     if ((rc = lwq_backend_tensor_alloc(be, LWQ_F32, 1, shape, &m->inv_freq, e)) < 0 ||
@@ -399,7 +409,10 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
     lwq_fwd_arena_reset(m);
     if (c->arch == LWQ_ARCH_QWEN3_NEXT)
         return lwq_fwd_qwen3next_layer(m, layer, w, b, h, obs, e);
-    LWQ_TRY(lwq_fwd_attention_block(m, layer, w, b, h, obs, e));
+    if (lwq_fwd_is_mla(c))
+        LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
+    else
+        LWQ_TRY(lwq_fwd_attention_block(m, layer, w, b, h, obs, e));
 
     char name[LWQ_NAME_MAX];
     lwq_tensor ln2, x, out;
@@ -409,7 +422,9 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
     LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &ln2, (float)c->rms_norm_eps, &x, e));
-    if (lwq_model_layer_is_moe(m, layer)) {
+    if (lwq_model_layer_is_moe(m, layer) && lwq_fwd_is_mla(c)) {
+        LWQ_TRY(lwq_fwd_deepseek_moe_block(m, layer, w, b, &x, &out, obs, e));
+    } else if (lwq_model_layer_is_moe(m, layer)) {
         LWQ_TRY(lwq_fwd_moe_block(m, layer, w, b, &x, &out, obs, e));
     } else {
         snprintf(name, sizeof name, "model.layers.%d.mlp", layer);

@@ -3,7 +3,10 @@
  *
  * Supported model types: llama (and mistral), qwen2 (q/k/v bias), qwen3 (q/k RMSNorm,
  * head_dim != hidden/heads), qwen3_moe (norm_topk_prob, decoder_sparse_step, mlp_only_layers),
- * mixtral, qwen3_next (Gated DeltaNet / gated attention hybrid; model_qwen3next.c).  The semantics are transformers' *ForCausalLM (../shared/spec/ARCHITECTURES.md).
+ * mixtral, deepseek_v2 and deepseek_v3 / kimi_k2 (multi-head latent attention, DeepSeek MoE
+ * routing: model_deepseek.c), qwen3_next (Gated DeltaNet / gated attention hybrid:
+ * model_qwen3next.c).  The semantics are transformers' *ForCausalLM
+ * (../shared/spec/ARCHITECTURES.md).
  * Activations stay in the model's activation dtype between ops (BF16 for BF16 models) and
  * every op accumulates in FP32, as the backend ops define; results are deterministic for a given
  * backend and thread count.
@@ -78,13 +81,14 @@ typedef struct lwq_model {
     const lwq_model_config *cfg;
     const lwq_backend *be;
     lwq_dtype act;            /* activation dtype between ops */
-    lwq_tensor inv_freq;      /* F32 (head_dim/2) on the device, after rope scaling */
+    lwq_tensor inv_freq;      /* F32 (rotary dims/2) on the device, after rope scaling (MLA:
+                                 qk_rope_head_dim/2) */
     float attn_scaling;       /* RoPE cos/sin factor (1 for default and llama3) */
     struct lwq_arena *arena;  /* per-forward scratch, reused across calls */
 } lwq_model;
 
 /* Supported model_type list for messages: "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,
- * qwen3_next". */
+ * deepseek_v2, deepseek_v3, kimi_k2, qwen3_next". */
 const char *lwq_forward_supported(void);
 /* Check the config (architecture, rope type, geometry) and prepare tables.  `act` is the
  * activation dtype; pass cfg->dtype to run as transformers runs the checkpoint's dtype.  An

@@ -40,6 +40,35 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
 int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                       const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
 
+/* The expert half of a MoE block, given the routing on the host: idx/wts (n, K) (rows of padding
+ * tokens are not read).  Experts are `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
+ * mixtral_names) of width I; out (n, hidden) receives the weighted combine in out's dtype (the
+ * act dtype; F32 would accumulate in f32). */
+int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                        const lwq_tensor *x, const char *prefix, int mixtral_names, int64_t I,
+                        const int32_t *idx_host, const float *wts_host, lwq_tensor *out,
+                        const lwq_observer *obs, lwq_error *e);
+
+/* ---- DeepSeek (model_deepseek.c) ---- */
+
+/* Whether the config uses multi-head latent attention (deepseek_v2, deepseek_v3, kimi_k2). */
+int lwq_fwd_is_mla(const lwq_model_config *c);
+/* Geometry and routing checks of an MLA config (called by lwq_model_init). */
+int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e);
+/* RoPE table of the rope part (qk_rope_head_dim/2 entries) with default or yarn scaling;
+ * *attn_scaling is the yarn cos/sin factor. */
+int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv_freq, float *attn_scaling,
+                         lwq_error *e);
+/* h += mla_attention(input_layernorm(h)). */
+int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                                lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+/* out (n, hidden) = routed experts (V2 softmax / V3 sigmoid group routing) + shared experts. */
+int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                               lwq_error *e);
+
+/* ---- Qwen3-Next (model_qwen3next.c) ---- */
+
 /* One whole qwen3_next decoder layer in place on h (model_qwen3next.c). */
 int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             lwq_tensor *h, const lwq_observer *obs, lwq_error *e);

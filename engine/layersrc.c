@@ -1,8 +1,19 @@
 #include "engine/layersrc.h"
 
+#include "engine/srcdeq.h"
+
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* FP8-block / MXFP4 source tensors become float tensors right after the read. */
+static int dequant(const lwq_ckpt *c, lwq_tlist *src, lwq_error *e)
+{
+    int rc = lwq_srcdeq_apply(&c->cfg, src, e);
+    if (rc < 0)
+        lwq_tlist_free(src);
+    return rc;
+}
 
 static const lwq_ckpt_layer *layer_of(const lwq_ckpt *c, int layer)
 {
@@ -53,7 +64,7 @@ int lwq_layersrc_views(const lwq_ckpt *c, int layer, const lwq_io_range *ranges,
         }
     }
     lwq_tlist_sort(src);
-    return 0;
+    return dequant(c, src, e);
 }
 
 int lwq_layersrc_read(const lwq_ckpt *c, int layer, lwq_tlist *src, lwq_error *e)
@@ -78,7 +89,7 @@ int lwq_layersrc_read(const lwq_ckpt *c, int layer, lwq_tlist *src, lwq_error *e
         }
     }
     lwq_tlist_sort(src);
-    return 0;
+    return dequant(c, src, e);
 }
 
 static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)

@@ -6,7 +6,9 @@
  * the slot (a tensor whose bytes land misaligned for its dtype is copied to an aligned buffer, so
  * no op ever reads a misaligned element).  lwq_layer_weights serves those tensors to the forward:
  * host views on the CPU backend, uploaded device copies (cached for the layer) on a GPU, and an
- * optional overlay (the dequantized weights for --qdq-next) that takes precedence. */
+ * optional overlay (the dequantized weights for --qdq-next) that takes precedence.  Both views
+ * and read lists come back with FP8-block / MXFP4 source tensors already dequantized
+ * (engine/srcdeq.h). */
 #ifndef LWQ_ENGINE_LAYERSRC_H
 #define LWQ_ENGINE_LAYERSRC_H
 
@@ -14,6 +16,12 @@
 #include "engine/tlist.h"
 #include "io/reader.h"
 #include "layout/checkpoint.h"
+
+/* Ranges of one read job closer than this on the same file are read as one extent (gap bytes
+ * included).  The ring slots are sized from plans built with this gap and the prefetcher merges
+ * with it, so the two must agree: a layer whose tensors are interleaved with another layer's in
+ * the file needs a larger slot than its own bytes. */
+#define LWQ_LAYERSRC_MERGE_GAP ((uint64_t)256 << 10)
 
 /* ranges[k] for the k-th tensor of the layer (c->layers[i].idx order, or c->tail for -1). */
 int lwq_layersrc_ranges(const lwq_ckpt *c, int layer, lwq_io_range **ranges, int *n, lwq_error *e);

@@ -106,14 +106,9 @@ int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
     const int64_t n = x->shape[0], D = c->hidden_size;
     const int E = c->num_experts, K = c->num_experts_per_tok;
     const int64_t I = mixtral ? c->intermediate_size : c->moe_intermediate_size;
-    const char *gn = mixtral ? "w1" : "gate_proj", *un = mixtral ? "w3" : "up_proj",
-               *dn = mixtral ? "w2" : "down_proj";
     const lwq_route_mode mode = (mixtral || c->norm_topk_prob) ? LWQ_ROUTE_SOFTMAX_TOPK_NORM
                                                                : LWQ_ROUTE_SOFTMAX_TOPK;
-    if (I <= 0)
-        return lwq_errf(e, LWQ_EINVAL, "layer %d: %s expert width %" PRId64 " must be > 0", layer,
-                        c->model_type, I);
-    char prefix[128], name[LWQ_NAME_MAX], ep[192];
+    char prefix[128], name[LWQ_NAME_MAX];
     snprintf(prefix, sizeof prefix, mixtral ? "model.layers.%d.block_sparse_moe"
                                             : "model.layers.%d.mlp", layer);
     lwq_tensor wg, logits, idx, wts;
@@ -127,6 +122,36 @@ int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
     LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, NULL, &logits, e));
     LWQ_TRY(lwq_backend_moe_route(m->be, &logits, K, mode, m->act, &idx, &wts, e));
 
+    size_t nk = (size_t)(n * K) + 1;
+    int32_t *hidx = (int32_t *)malloc(nk * 4);
+    float *hwts = (float *)malloc(nk * 4);
+    int rc = 0;
+    if (!hidx || !hwts)
+        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for the routing of %" PRId64 " tokens",
+                      layer, n);
+    if (rc == 0 &&
+        (rc = lwq_backend_download(m->be, hidx, idx.data, (size_t)(n * K) * 4, e)) == 0 &&
+        (rc = lwq_backend_download(m->be, hwts, wts.data, (size_t)(n * K) * 4, e)) == 0)
+        rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, mixtral, I, hidx, hwts, out, obs, e);
+    free(hidx);
+    free(hwts);
+    return rc < 0 ? rc : 0;
+}
+
+int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                        const lwq_tensor *x, const char *prefix, int mixtral_names, int64_t I,
+                        const int32_t *idx_host, const float *wts_host, lwq_tensor *out,
+                        const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = x->shape[0], D = c->hidden_size;
+    const int E = c->num_experts, K = c->num_experts_per_tok;
+    const char *gn = mixtral_names ? "w1" : "gate_proj", *un = mixtral_names ? "w3" : "up_proj",
+               *dn = mixtral_names ? "w2" : "down_proj";
+    if (I <= 0)
+        return lwq_errf(e, LWQ_EINVAL, "layer %d: %s expert width %" PRId64 " must be > 0", layer,
+                        c->model_type, I);
+    char ep[192];
     moe_host h;
     memset(&h, 0, sizeof h);
     size_t nk = (size_t)(n * K) + 1;
@@ -144,11 +169,10 @@ int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
                       " tokens", layer, n);
         goto out;
     }
-    if ((rc = lwq_backend_download(m->be, h.idx, idx.data, (size_t)(n * K) * 4, e)) < 0 ||
-        (rc = lwq_backend_download(m->be, h.wts, wts.data, (size_t)(n * K) * 4, e)) < 0)
-        goto out;
+    memcpy(h.idx, idx_host, (size_t)(n * K) * 4);
+    memcpy(h.wts, wts_host, (size_t)(n * K) * 4);
     for (int64_t i = 0; i < n * K; i++)
-        if (h.idx[i] < 0 || h.idx[i] >= E) {
+        if (b->valid_host[i / K] && (h.idx[i] < 0 || h.idx[i] >= E)) {
             rc = lwq_errf(e, LWQ_ENUMERIC, "layer %d: router chose expert %d for token %" PRId64
                           " (NaN router logits?)", layer, h.idx[i], i / K);
             goto out;

@@ -2,7 +2,8 @@
  *
  * Host peak = ring slots (K x the largest layer's aligned read extents) + two boundaries (every
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
- * local-Hessian sums + the quantized output of up to two layers in flight at the writer + the
+ * local-Hessian sums + the quantized output (and, for FP8-block / MXFP4 sources, the dequantized
+ * weights) of up to two layers in flight at the writer + the
  * tail tensors read for the embedding step.  GPU peak (CUDA backend) = the largest layer's
  * weights + one batch of activations + scratch.  The forward scratch is an estimate (the
  * activations of one batch through the widest op of the layer, with a 1.5x margin); the rest are
@@ -28,6 +29,26 @@ static uint64_t linear_out_bytes(const lwq_arch_linear *l, lwq_qformat f, uint64
     return src_bytes;
 }
 
+/* Bytes the checkpoint stores for linear `module`'s weight: the plain weight, or its packed
+ * parts; `dense` when nothing is found (the plan check reports missing tensors elsewhere). */
+static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t dense)
+{
+    static const char *const parts[] = {".weight", ".weight_scale_inv", ".weight_blocks",
+                                        ".weight_scales"};
+    uint64_t n = 0;
+    int found = 0;
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", module, parts[i]);
+        const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
+        if (t) {
+            n += t->nbytes;
+            found = 1;
+        }
+    }
+    return found ? n : dense;
+}
+
 int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
 {
     memset(p, 0, sizeof *p);
@@ -38,25 +59,31 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
     const lwq_model_config *c = &ck.cfg;
     size_t act = lwq_dtype_size(c->dtype);
     int N = c->num_hidden_layers;
-    uint64_t layer_out_max = 0;
+    uint64_t layer_out_max = 0, deq_max = 0;
     for (int L = 0; L < N && rc == 0; L++) {
         lwq_arch_layer plan;
         if ((rc = lwq_arch_layer_plan(c, L, &plan, e)) != 0)
             break;
-        uint64_t out = ck.layers[L].bytes, hess = 0;
+        uint64_t out = ck.layers[L].bytes, hess = 0, deq = 0;
         for (int i = 0; i < plan.nlinears; i++) {
             const lwq_arch_linear *l = &plan.linears[i];
-            lwq_quant_choice ch = lwq_recipe_resolve(o->recipe, l->name);
+            lwq_quant_choice ch = lwq_recipe_resolve_module(
+                o->recipe, l->name, lwq_arch_is_mla_projection(&plan, l) ? LWQ_MODULE_MLA_PROJ : 0);
             if (l->is_router)
                 ch.format = LWQ_QFMT_NONE;
             uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);
-            out = out - src + linear_out_bytes(l, ch.format, src);
+            /* FP8-block / MXFP4 sources store the weight packed; unquantized it comes out
+             * dequantized (engine/srcdeq.h), so the output holds `src` bytes */
+            uint64_t stored = stored_bytes(&ck, l->name, src);
+            out = out - stored + linear_out_bytes(l, ch.format, src);
+            deq += stored != src ? src : 0;
             if (ch.format == LWQ_QFMT_NVFP4 && ch.algo == LWQ_ALGO_LOCAL_HESSIAN)
                 hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
         }
         lwq_arch_layer_free(&plan);
         p->output_bytes += out;
         layer_out_max = out > layer_out_max ? out : layer_out_max;
+        deq_max = deq > deq_max ? deq : deq_max;
         p->stats_bytes = hess > p->stats_bytes ? hess : p->stats_bytes;
         if (ck.layers[L].bytes > p->largest_layer_bytes) {
             p->largest_layer_bytes = ck.layers[L].bytes;
@@ -66,7 +93,7 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         int n;
         lwq_io_plan iop;
         if (rc == 0 && (rc = lwq_layersrc_ranges(&ck, L, &ranges, &n, e)) == 0) {
-            if ((rc = lwq_io_plan_build(&iop, ranges, (size_t)n, 0, e)) == 0) {
+            if ((rc = lwq_io_plan_build(&iop, ranges, (size_t)n, LWQ_LAYERSRC_MERGE_GAP, e)) == 0) {
                 p->slot_bytes = iop.bytes > p->slot_bytes ? iop.bytes : p->slot_bytes;
                 lwq_io_plan_free(&iop);
             }
@@ -107,14 +134,15 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
             per_row += q + host_lin;
         }
         p->workspace_bytes = (uint64_t)((double)max_rows * (double)per_row * 4.0 * 1.5);
-        p->writer_bytes = o->dry_read ? 0 : 2 * layer_out_max;
+        /* a layer's dequantized source weights live until its shard is written */
+        p->writer_bytes = o->dry_read ? 0 : 2 * (layer_out_max + deq_max);
         p->embed_bytes = o->dry_read ? 0 : ck.tail.bytes;
         uint64_t weights = o->whole_model ? ck.total_bytes - ck.tail.bytes : (uint64_t)p->slots * p->slot_bytes;
         int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
         p->host_peak = weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
-        p->gpu_peak = cuda ? p->largest_layer_bytes + work + p->workspace_bytes : 0;
+        p->gpu_peak = cuda ? p->largest_layer_bytes + deq_max + work + p->workspace_bytes : 0;
     }
     lwq_ckpt_free(&ck);
     return rc;

@@ -99,7 +99,9 @@ static int build_plans(lwq_run *r, lwq_error *e)
         if (!r->choice[L])
             return lwq_errf(e, LWQ_ENOMEM, "out of memory");
         for (int i = 0; i < p->nlinears; i++) {
-            r->choice[L][i] = lwq_recipe_resolve(r->o->recipe, p->linears[i].name);
+            r->choice[L][i] = lwq_recipe_resolve_module(
+                r->o->recipe, p->linears[i].name,
+                lwq_arch_is_mla_projection(p, &p->linears[i]) ? LWQ_MODULE_MLA_PROJ : 0);
             if (p->linears[i].is_router) /* never quantized, whatever a rule matched */
                 r->choice[L][i].format = LWQ_QFMT_NONE;
             quantized += r->choice[L][i].format != LWQ_QFMT_NONE;
@@ -370,7 +372,7 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     for (int L = r->start_layer; L < r->nlayers; L++) {
         lwq_io_plan p;
         if ((rc = lwq_layersrc_ranges(&r->ck, L, &ranges[L], &nranges[L], e)) != 0 ||
-            (rc = lwq_io_plan_build(&p, ranges[L], (size_t)nranges[L], 0, e)) != 0)
+            (rc = lwq_io_plan_build(&p, ranges[L], (size_t)nranges[L], LWQ_LAYERSRC_MERGE_GAP, e)) != 0)
             return rc;
         slot = p.bytes > slot ? p.bytes : slot;
         lwq_io_plan_free(&p);
@@ -390,7 +392,7 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     if ((rc = lwq_pool_init(&r->pool, &po, e)) != 0)
         return rc;
     r->pool_open = 1;
-    lwq_prefetch_opts pf = {r->rd, &r->pool, 0};
+    lwq_prefetch_opts pf = {r->rd, &r->pool, LWQ_LAYERSRC_MERGE_GAP};
     if ((rc = lwq_prefetch_init(&r->pf, &pf, e)) != 0)
         return rc;
     if (!r->o->quiet)

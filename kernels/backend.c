@@ -386,6 +386,36 @@ int lwq_backend_moe_combine(const lwq_backend *be, const lwq_tensor *y,
     return be->ops->moe_combine(be->ctx, y, slot_rows, wts, out, e);
 }
 
+int lwq_backend_copy(const lwq_backend *be, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e)
+{
+    const char *op = "copy";
+    if (!src || !dst)
+        return lwq_errf(e, LWQ_EINVAL, "copy: %s is NULL", src ? "dst" : "src");
+    if (src->ndim < 1 || src->ndim > LWQ_TENSOR_MAX_DIMS || dst->ndim != src->ndim)
+        return lwq_errf(e, LWQ_EINVAL, "copy: src has %d dims and dst %d, expected the same "
+                        "count in 1..%d", src->ndim, dst->ndim, LWQ_TENSOR_MAX_DIMS);
+    for (int i = 0; i < src->ndim; i++) {
+        if (src->shape[i] != dst->shape[i] || src->shape[i] < 0)
+            return lwq_errf(e, LWQ_EINVAL, "copy: dim %d is %" PRId64 " in src and %" PRId64
+                            " in dst", i, src->shape[i], dst->shape[i]);
+        if (src->stride[i] < 0 || dst->stride[i] < 0 || (dst->shape[i] > 1 && dst->stride[i] == 0))
+            return lwq_errf(e, LWQ_EINVAL, "copy: dim %d has stride %" PRId64 " in src and %"
+                            PRId64 " in dst (src >= 0, dst > 0)", i, src->stride[i],
+                            dst->stride[i]);
+    }
+    TRY(check_dt(op, "src", src, lwq_dtype_is_act, "F32/BF16/F16", e));
+    TRY(check_dt(op, "dst", dst, lwq_dtype_is_act, "F32/BF16/F16", e));
+    if (src->device != be->ops->device || dst->device != be->ops->device)
+        return lwq_errf(e, LWQ_EINVAL, "copy: tensors live on devices %d and %d, backend %s "
+                        "needs %d", (int)src->device, (int)dst->device, be->ops->name,
+                        (int)be->ops->device);
+    if (lwq_tensor_numel(dst) == 0)
+        return 0;
+    if (!src->data || !dst->data)
+        return lwq_errf(e, LWQ_EINVAL, "copy: %s has no data", src->data ? "dst" : "src");
+    return be->ops->copy(be->ctx, src, dst, e);
+}
+
 int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *row_valid,
                      float *out, lwq_error *e)
 {

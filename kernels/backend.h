@@ -92,6 +92,8 @@ typedef struct lwq_backend_ops {
     void (*host_unregister)(void *ctx, void *ptr);
     /* "0000:17:00.0" of the device (for NUMA placement); NULL for host backends. */
     int (*pci_bus_id)(void *ctx, char *out, size_t cap);
+    /* Appended last so positional initialisers of the tables stay in order. */
+    int (*copy)(void *ctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
     /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
      * here when they are wired: the reference quantizers are plain functions (layout/ and
      * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
@@ -184,6 +186,12 @@ int lwq_backend_moe_combine(const lwq_backend *be, const lwq_tensor *y,
  * 0 for no rows; NaN when any counted element is NaN.  x: (rows, d) float dtype. */
 int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *row_valid,
                      float *out, lwq_error *e);
+
+/* dst = src converted to dst's dtype, element by element, over strided views (1 to 4 dims, the
+ * same shape; strides in elements as lwq_tensor holds them).  src strides may be 0 (broadcast);
+ * dst strides must be > 0 on every dim longer than 1, and dst must not overlap src.  The MLA
+ * forward uses it to split heads into their nope/rope/value parts and to assemble q and k. */
+int lwq_backend_copy(const lwq_backend *be, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
 
 /* True for F32, BF16, F16. */
 int lwq_dtype_is_act(lwq_dtype t);

@@ -3,6 +3,8 @@
  * spec/ARCHITECTURES.md); a new architecture is one more plan_* function here. */
 #include "layout/arch.h"
 
+#include "layout/srcfmt.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -365,6 +367,20 @@ const lwq_arch_linear *lwq_arch_find_linear(const lwq_arch_layer *l, const char 
     return NULL;
 }
 
+int lwq_arch_is_mla_projection(const lwq_arch_layer *l, const lwq_arch_linear *m)
+{
+    if (!l->is_mla)
+        return 0;
+    switch (m->role) {
+    case LWQ_ROLE_Q:
+    case LWQ_ROLE_Q_A:
+    case LWQ_ROLE_Q_B:
+    case LWQ_ROLE_KV_A:
+    case LWQ_ROLE_KV_B: return 1;
+    default: return 0;
+    }
+}
+
 const lwq_arch_tensor *lwq_arch_find_tensor(const lwq_arch_layer *l, const char *name)
 {
     for (int i = 0; i < l->ntensors; i++)
@@ -431,18 +447,23 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
     for (int i = 0; rc == 0 && i < plan->ntensors; i++) {
         const lwq_arch_tensor *p = &plan->tensors[i];
         const lwq_ckpt_tensor *t = lwq_ckpt_find(c, p->name);
-        if (!t) {
+        int ndim = t ? t->ndim : 0;
+        int64_t shape[LWQ_ST_MAX_DIMS];
+        if (t)
+            memcpy(shape, t->shape, sizeof shape);
+        /* an MXFP4 source stores the tensor as name_blocks + name_scales (layout/srcfmt.h) */
+        if (!t && !lwq_srcfmt_packed_shape(c, p->name, &ndim, shape)) {
             if (!p->optional)
                 rc = issue(r, LWQ_ARCH_MISSING, plan->layer, p->name, NULL, e);
             continue;
         }
-        int same = t->ndim == p->ndim;
+        int same = ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++)
-            same = t->shape[d] == p->shape[d];
+            same = shape[d] == p->shape[d];
         if (!same) {
             char a[40], b[40], det[96];
             fmt_shape(a, sizeof a, p->ndim, p->shape);
-            fmt_shape(b, sizeof b, t->ndim, t->shape);
+            fmt_shape(b, sizeof b, ndim, shape);
             snprintf(det, sizeof det, "expected %s, found %s", a, b);
             rc = issue(r, LWQ_ARCH_BAD_SHAPE, plan->layer, p->name, det, e);
         }
@@ -452,8 +473,9 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
         lwq_arch_tensor key;
         snprintf(key.name, sizeof key.name, "%s", name);
         const lwq_arch_tensor *kp = &key;
-        if (strlen(name) >= sizeof key.name ||
-            !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr))
+        if ((strlen(name) >= sizeof key.name ||
+             !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr)) &&
+            !lwq_srcfmt_is_aux(c, name)) /* FP8 scale_inv / MXFP4 halves: dequantized away */
             rc = issue(r, LWQ_ARCH_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
     }
     free(sorted);

@@ -12,7 +12,10 @@
  * lwq_arch_check compares a whole checkpoint against the plans and reports, without dropping
  * anything: missing tensors, tensors of unexpected shape, tensors the architecture does not
  * know (they pass through unquantized), and extra decoder layers beyond num_hidden_layers
- * (DeepSeek MTP blocks).  Missing and mis-shaped tensors are what a run must refuse.
+ * (DeepSeek MTP blocks).  Missing and mis-shaped tensors are what a run must refuse.  A tensor an
+ * FP8-block or MXFP4 source stores packed (layout/srcfmt.h: F8 "X.weight" + "X.weight_scale_inv",
+ * or "X_blocks" + "X_scales") counts as present with its logical shape, and the scale / block
+ * halves are not reported as unexpected: the engine dequantizes them away after the read.
  *
  * Supported: llama/mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3 (kimi_k2)
  * and the qwen3_next layer plan.  Plans are plain data owned by the caller (free with the
@@ -104,6 +107,9 @@ void lwq_arch_layer_free(lwq_arch_layer *l);
 const lwq_arch_linear *lwq_arch_find_linear(const lwq_arch_layer *l, const char *module);
 /* Tensor by full name, or NULL. */
 const lwq_arch_tensor *lwq_arch_find_tensor(const lwq_arch_layer *l, const char *name);
+/* Whether linear m of layer l is a q/kv projection of multi-head latent attention (q_proj,
+ * q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj; not o_proj): recipes may select on it. */
+int lwq_arch_is_mla_projection(const lwq_arch_layer *l, const lwq_arch_linear *m);
 /* "q_proj", "expert_gate", ... */
 const char *lwq_linear_role_name(lwq_linear_role r);
 

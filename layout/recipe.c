@@ -88,12 +88,19 @@ void lwq_recipe_free(lwq_recipe *r)
 
 lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
 {
+    return lwq_recipe_resolve_module(r, module, 0);
+}
+
+lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module, unsigned facts)
+{
     lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep};
     lwq_qformat fmt = LWQ_QFMT_NONE;
     int enabled = 0;
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         if (!lwq_glob_match(u->match, module))
+            continue;
+        if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
             continue;
         if (u->has_format) {
             fmt = u->format;
@@ -166,6 +173,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].fp8_scale_sweep must be true or false", path, idx);
             u->sweep = cJSON_IsTrue(k);
             u->has_sweep = 1;
+        } else if (!strcmp(key, "mla_projection")) {
+            if (!cJSON_IsBool(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].mla_projection must be true or false", path, idx);
+            u->mla = cJSON_IsTrue(k);
+            u->has_mla = 1;
         } else {
             return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: unknown key \"%s\"", path, idx, key);
         }
@@ -287,12 +299,15 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
     "{\"match\":\"*.linear_attn.conv1d\",\"format\":\"fp8\"},"                                   \
     "{\"match\":\"*.linear_attn.out_proj\",\"format\":\"fp8\"}]}"
 
+/* NVIDIA's NVFP4 DeepSeek-V3.1 / Kimi-K2.6 keep the MLA q/kv projections in BF16. */
+#define MLA_PROJ_OFF "{\"match\":\"*\",\"mla_projection\":true,\"enable\":false}"
+
 static const struct {
     const char *name;
     const char *json;
 } presets[] = {
     {"nvfp4", "{\"name\":\"nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"}," ROUTERS_OFF
-              "," CONV_OFF "]}"},
+              "," CONV_OFF "," MLA_PROJ_OFF "]}"},
     {"nvfp4_experts_only",
      "{\"name\":\"nvfp4_experts_only\",\"rules\":["
      "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\"},"
@@ -309,7 +324,8 @@ static const struct {
      "{\"match\":\"*.self_attn.v_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"
      "{\"match\":\"*.self_attn.o_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"
      "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
-     "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true}]}"},
+     "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
+     MLA_PROJ_OFF "]}"},
     {"qwen3next_production", QWEN3NEXT_PRODUCTION},
 };
 
@@ -350,6 +366,8 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
             cJSON_AddStringToObject(o, "algo", lwq_algo_name(u->algo));
         if (u->has_sweep)
             cJSON_AddBoolToObject(o, "fp8_scale_sweep", u->sweep);
+        if (u->has_mla)
+            cJSON_AddBoolToObject(o, "mla_projection", u->mla);
         cJSON_AddItemToArray(rules, o);
     }
     char *s = cJSON_Print(root);

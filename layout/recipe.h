@@ -4,6 +4,9 @@
  *   {"match": glob over module names, "format": "nvfp4"|"fp8"|"none", "enable": bool,
  *    "algo": "max"|"mse"|"local_hessian", "fp8_scale_sweep": bool}
  * Every rule that matches a module applies the fields it sets, in order, so later rules win.
+ * A rule may also select on what the architecture says about the module: "mla_projection":
+ * true (false) restricts it to (away from) the q/kv projections of multi-head latent attention
+ * (q_proj, q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj of DeepSeek layers; not o_proj).
  * A module no rule enables stays in the source dtype.  A preset (`--qformat`) is just a
  * built-in recipe.  Routers are never quantized whatever the recipe says (the engine asks the
  * architecture plan); the recipe only decides among quantizable linears.
@@ -25,7 +28,9 @@ typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST } lwq_kv
 
 typedef struct lwq_recipe_rule {
     char *match;
-    int has_format, has_enable, has_algo, has_sweep;
+    int has_format, has_enable, has_algo, has_sweep, has_mla;
+    int mla;                  /* with has_mla: the rule applies only when the module's
+                                 LWQ_MODULE_MLA_PROJ fact equals this */
     lwq_qformat format;
     int enable;
     lwq_calib_algo algo;
@@ -49,7 +54,9 @@ typedef struct lwq_quant_choice {
 } lwq_quant_choice;
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
- * qwen3next_production (recipe.c says what each holds). */
+ * qwen3next_production (recipe.c says what each holds).
+ * The NVFP4 presets keep MLA q/kv projections unquantized, as NVIDIA's published DeepSeek and
+ * Kimi checkpoints do (o_proj, dense/shared MLPs and routed experts are quantized by nvfp4). */
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e);
 const char *lwq_recipe_preset_names(void);
 int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e);
@@ -59,6 +66,11 @@ void lwq_recipe_free(lwq_recipe *r);
  * gives the same recipe; it is what --print-recipe shows and what the run fingerprint hashes. */
 char *lwq_recipe_to_json(const lwq_recipe *r);
 lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module);
+/* Facts about a module for rules that select on them (layout/arch knows them). */
+#define LWQ_MODULE_MLA_PROJ 1u
+/* lwq_recipe_resolve with the module's facts; lwq_recipe_resolve passes none. */
+lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module,
+                                           unsigned facts);
 
 int lwq_glob_match(const char *pattern, const char *name);
 

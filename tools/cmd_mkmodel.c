@@ -1,5 +1,6 @@
 /* tools/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
- * benchmarks (llama, qwen3, qwen3_moe, mixtral, qwen3_next).
+ * benchmarks (llama, qwen3, qwen3_moe, mixtral, deepseek_v3/v2, qwen3_next; FP8-block or MXFP4
+ * sources through tools/mkmodel_src.c).
  *
  * The tensor list comes from the architecture plans (layout/arch), so what mkmodel writes is
  * exactly what the rest of lwq expects to read.  Values are a counter-based hash of
@@ -27,6 +28,7 @@
 #include "layout/arch.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"
+#include "tools/mkmodel_src.h"
 #include "tools/tool_util.h"
 
 #define MK_BUF_BYTES (8u << 20)
@@ -36,6 +38,7 @@ typedef struct mk_opts {
     int64_t hidden, inter, moe_inter, layers, heads, kv_heads, head_dim, experts, topk, vocab;
     int64_t shard_bytes, seed;
     lwq_dtype dtype;
+    mk_src_format src;
     int force, quiet, tie;
     /* qwen3_next */
     int64_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_every, shared_inter;
@@ -50,6 +53,10 @@ typedef struct mk_tensor {
     float mean, std;
     uint64_t nbytes;
     int shard;
+    lwq_dtype dtype;
+    mk_pack pack;                  /* a part of a packed weight (--source-format) */
+    char base[LWQ_ARCH_NAME_MAX];  /* the packed weight's plain name */
+    int64_t lrows, lcols;          /* and its shape */
 } mk_tensor;
 
 static void usage(FILE *fp)
@@ -61,8 +68,12 @@ static void usage(FILE *fp)
             "than one), a byte-level BPE tokenizer.json, tokenizer_config.json and\n"
             "generation_config.json.  Same flags -> same bytes.\n"
             "\n"
-            "  --arch A              llama | qwen3 | qwen3_moe | mixtral | qwen3_next\n"
+            "  --arch A              llama | qwen3 | qwen3_moe | mixtral | deepseek_v3 |\n"
+            "                        deepseek_v2 | qwen3_next\n"
             "                        (default llama)\n"
+            "  --source-format F     bf16 | fp8 | mxfp4 (default bf16): fp8 stores every layer\n"
+            "                        linear but the routers as F8_E4M3 + 128x128 weight_scale_inv\n"
+            "                        (DeepSeek-V3), mxfp4 the routed experts as _blocks/_scales\n"
             "  --hidden N            hidden size (default 256)\n"
             "  --intermediate N      dense MLP width; Mixtral's expert width (default 4 x hidden/3,\n"
             "                        rounded to 64)\n"
@@ -138,6 +149,14 @@ static void gen_chunk(void *vctx, int64_t b, int64_t e, int tid)
     }
 }
 
+void lwq_mkmodel_values(uint64_t seed, const char *name, float mean, float std, int64_t first,
+                        int64_t count, float *out)
+{
+    gen_ctx g = {.tseed = name_seed(seed, name), .first = first, .mean = mean, .std = std,
+                 .dt = LWQ_F32, .buf = out};
+    lwq_parallel_for(count, 1 << 16, gen_chunk, &g);
+}
+
 static int write_all(int fd, const void *p, size_t n, const char *path, lwq_error *e)
 {
     const char *c = p;
@@ -169,7 +188,7 @@ static int write_shard(const mk_opts *o, const mk_tensor *t, int nt, int shard, 
     for (int i = 0, k = 0; i < nt; i++) {
         if (t[i].shard != shard)
             continue;
-        ot[k] = (lwq_st_out_tensor){.name = t[i].name, .dtype = o->dtype, .ndim = t[i].ndim};
+        ot[k] = (lwq_st_out_tensor){.name = t[i].name, .dtype = t[i].dtype, .ndim = t[i].ndim};
         memcpy(ot[k].shape, t[i].shape, sizeof t[i].shape);
         src[k++] = &t[i];
     }
@@ -184,13 +203,23 @@ static int write_shard(const mk_opts *o, const mk_tensor *t, int nt, int shard, 
         goto out_plan;
     }
     rc = write_all(fd, p.header, p.header_bytes, path, e);
-    size_t esz = lwq_dtype_size(o->dtype);
-    int64_t per_buf = (int64_t)(MK_BUF_BYTES / esz);
     for (int i = 0; rc == 0 && i < n; i++) {
         const mk_tensor *m = src[p.order[i]];
+        if (m->pack != MK_PACK_NONE) {
+            void *pb = malloc(m->nbytes ? m->nbytes : 1);
+            rc = pb ? lwq_mkmodel_src_fill(m->pack, (uint64_t)o->seed, m->base, m->lrows, m->lcols,
+                                           m->mean, m->std, o->dtype, pb, e)
+                    : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", m->name);
+            if (rc == 0)
+                rc = write_all(fd, pb, m->nbytes, path, e);
+            free(pb);
+            continue;
+        }
+        size_t esz = lwq_dtype_size(m->dtype);
+        int64_t per_buf = (int64_t)(MK_BUF_BYTES / esz);
         int64_t numel = (int64_t)(m->nbytes / esz);
         gen_ctx g = {.tseed = name_seed((uint64_t)o->seed, m->name), .mean = m->mean,
-                     .std = m->std, .dt = o->dtype, .buf = buf};
+                     .std = m->std, .dt = m->dtype, .buf = buf};
         for (int64_t at = 0; rc == 0 && at < numel; at += per_buf) {
             int64_t cnt = numel - at < per_buf ? numel - at : per_buf;
             g.first = at;
@@ -220,6 +249,10 @@ static const char *arch_class(const char *a)
         return "Qwen3MoeForCausalLM";
     if (!strcmp(a, "mixtral"))
         return "MixtralForCausalLM";
+    if (!strcmp(a, "deepseek_v3"))
+        return "DeepseekV3ForCausalLM";
+    if (!strcmp(a, "deepseek_v2"))
+        return "DeepseekV2ForCausalLM";
     if (!strcmp(a, "qwen3_next"))
         return "Qwen3NextForCausalLM";
     return NULL;
@@ -384,7 +417,11 @@ static char *config_json(const mk_opts *o)
     } else if (!strcmp(o->arch, "mixtral")) {
         cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
         cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
+    } else if (!strncmp(o->arch, "deepseek_v", 10)) {
+        lwq_mkmodel_ds_config(c, o->arch[10] == '2', o->hidden, o->heads, o->head_dim, o->experts,
+                              o->topk, o->moe_inter);
     }
+    lwq_mkmodel_src_config(c, o->src);
     cJSON_AddStringToObject(c, "transformers_version", "4.51.0");
     char *s = cJSON_Print(c);
     cJSON_Delete(c);
@@ -481,8 +518,8 @@ static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_
     }
 }
 
-static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_tensor **out,
-                         int *nout, lwq_error *e)
+static int build_tensors(const lwq_model_config *cfg, mk_src_format src, int mtp, float wstd,
+                         mk_tensor **out, int *nout, lwq_error *e)
 {
     lwq_arch_layer tail;
     int rc = lwq_arch_tail_plan(cfg, &tail, e);
@@ -490,7 +527,7 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_te
         return rc;
     int cap = 64, n = 0;
     mk_tensor *t = malloc((size_t)cap * sizeof *t);
-    for (int part = -1; t && part <= cfg->num_hidden_layers; part++) {
+    for (int part = -1; t && rc == 0 && part <= cfg->num_hidden_layers; part++) {
         /* Order on disk: embedding, layers 0..L-1, final norm and lm_head (as HF saves). */
         lwq_arch_layer lp, *pl = &tail;
         if (part >= 0 && part < cfg->num_hidden_layers) {
@@ -506,7 +543,14 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_te
                 continue;
             if (pl == &tail && (part < 0) != (p->kind == LWQ_TK_EMBED))
                 continue;
-            if (n == cap) {
+            const lwq_arch_linear *lin = p->linear >= 0 ? &pl->linears[p->linear] : NULL;
+            int packed = p->kind == LWQ_TK_WEIGHT && lin && lwq_mkmodel_src_packs(src, lin);
+            if (packed && src == MK_SRC_MXFP4 && p->shape[1] % 32) {
+                rc = lwq_errf(e, LWQ_EINVAL, "--source-format mxfp4: %s has %lld input features, "
+                              "not a multiple of 32", p->name, (long long)p->shape[1]);
+                break;
+            }
+            if (n + 1 >= cap) {
                 mk_tensor *nt = realloc(t, (size_t)(cap *= 2) * sizeof *t);
                 if (!nt) {
                     free(t);
@@ -525,6 +569,30 @@ static int build_tensors(const lwq_model_config *cfg, int mtp, float wstd, mk_te
             for (int d = 0; d < p->ndim; d++)
                 numel *= (uint64_t)p->shape[d];
             m->nbytes = numel * lwq_dtype_size(cfg->dtype);
+            m->dtype = cfg->dtype;
+            if (packed) { /* the weight becomes two tensors (tools/mkmodel_src.h) */
+                const char *suf[2];
+                lwq_dtype dt[2];
+                int nd[2];
+                int64_t sh[2][3];
+                lwq_mkmodel_src_parts(src, p->shape[0], p->shape[1], suf, dt, nd, sh);
+                mk_tensor w = *m;
+                for (int k = 0; k < 2; k++) {
+                    mk_tensor *q = k ? &t[n++] : m;
+                    *q = w;
+                    snprintf(q->base, sizeof q->base, "%s", p->name);
+                    snprintf(q->name, sizeof q->name, "%s%s", p->name, suf[k]);
+                    q->lrows = p->shape[0];
+                    q->lcols = p->shape[1];
+                    q->dtype = dt[k];
+                    q->ndim = nd[k];
+                    memcpy(q->shape, sh[k], sizeof sh[k]);
+                    q->pack = src == MK_SRC_FP8 ? (k ? MK_PACK_FP8_SCALE_INV : MK_PACK_FP8_WEIGHT)
+                                                : (k ? MK_PACK_MX_SCALES : MK_PACK_MX_BLOCKS);
+                    q->nbytes = (uint64_t)(sh[k][0] * sh[k][1] * (nd[k] == 3 ? sh[k][2] : 1)) *
+                                lwq_dtype_size(dt[k]);
+                }
+            }
         }
         if (pl != &tail)
             lwq_arch_layer_free(pl);
@@ -552,6 +620,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"top-k", 1, 0, 't'},    {"vocab", 1, 0, 'V'},    {"dtype", 1, 0, 'T'},
         {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
         {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
+        {"source-format", 1, 0, 'F'},
         {"linear-key-heads", 1, 0, 1}, {"linear-value-heads", 1, 0, 2}, {"linear-key-dim", 1, 0, 3},
         {"linear-value-dim", 1, 0, 4}, {"conv-kernel", 1, 0, 5}, {"full-attn-every", 1, 0, 6},
         {"shared-intermediate", 1, 0, 7}, {"mtp", 0, 0, 8}, {"weight-std", 1, 0, 9},
@@ -616,6 +685,13 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
                 bad = -1;
             }
             break;
+        case 'F':
+            if (lwq_mkmodel_src_parse(optarg, &o->src) != 0) {
+                fprintf(stderr, "lwq mkmodel: --source-format must be bf16, fp8 or mxfp4, got "
+                                "'%s'\n", optarg);
+                bad = -1;
+            }
+            break;
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'Y': o->tie = 1; break;
@@ -650,9 +726,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     }
     o->out = argv[optind];
     if (!arch_class(o->arch)) {
-        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral or qwen3_next, "
-                        "got '%s'\n",
-                o->arch);
+        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral, deepseek_v3, "
+                        "deepseek_v2 or qwen3_next, got '%s'\n", o->arch);
         return -1;
     }
     if (!o->kv_heads)
@@ -721,7 +796,8 @@ int lwq_cmd_mkmodel(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((rc = build_tensors(&cfg, o.mtp, (float)o.weight_std, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
+    if ((rc = build_tensors(&cfg, o.src, o.mtp, (float)o.weight_std, &t, &nt, &e)) != 0 ||
+        (rc = prepare_dir(&o, &e)) != 0)
         goto out;
     /* Greedy shards in disk order; a tensor larger than the shard size gets a shard alone. */
     uint64_t limit = (uint64_t)o.shard_bytes, cur = 0, total = 0;

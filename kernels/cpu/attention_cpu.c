@@ -6,7 +6,12 @@
  * Memory per thread is ATT_QT x (ATT_KT + head_dim) floats whatever the sequence length.
  * Items are ordered (sequence, head, tile) so the static split of core/parallel gives each thread
  * a similar mix of short and long causal rows; the tiling does not depend on the thread count,
- * so the result is bitwise the same for any thread count. */
+ * so the result is bitwise the same for any thread count.
+ *
+ * Query and key tiles of a sequence start at its first valid key, not at row 0: with left
+ * padding a real token then meets exactly the sgemm shapes and summation order it would meet
+ * in an unpadded run, so calibration statistics do not depend on how samples were batched.
+ * Rows before the first valid key see no key and are written as zeros. */
 #include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
@@ -22,7 +27,8 @@ typedef struct att_job {
     const lwq_attn_args *a;
     const float *q, *k, *v;  /* f32 views (n, cols) */
     const uint8_t *valid;
-    int64_t nqt;             /* query tiles per sequence */
+    const int64_t *first;    /* per sequence: its first valid key (seq when none) */
+    int64_t nqt;             /* query tiles per sequence (at most) */
     float *scratch;
     int64_t per_thread;
 } att_job;
@@ -43,8 +49,16 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         int64_t h = (it / j->nqt) % a->n_heads;
         int64_t s = it / (j->nqt * a->n_heads);
         int64_t g = h / group;
-        int64_t i0 = qt * ATT_QT, nq = T - i0 < ATT_QT ? T - i0 : ATT_QT;
-        int64_t row0 = s * T;
+        int64_t row0 = s * T, base = j->first[s];
+        if (qt == 0)
+            for (int64_t r = 0; r < base; r++) {
+                memset(acc, 0, (size_t)hd * sizeof(float));
+                lwq_cpu_store_f32(a->out->data, a->out->dtype, (row0 + r) * ldq + h * hd, hd, acc);
+            }
+        int64_t i0 = base + qt * ATT_QT;
+        if (i0 >= T)
+            continue;
+        int64_t nq = T - i0 < ATT_QT ? T - i0 : ATT_QT;
         const float *Q = j->q + (row0 + i0) * ldq + h * hd;
         const float *K = j->k + row0 * ldk + g * hd;
         const float *V = j->v + row0 * ldk + g * hd;
@@ -53,7 +67,7 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
             l[r] = 0.0f;
         }
         memset(acc, 0, (size_t)(nq * hd) * sizeof(float));
-        for (int64_t j0 = 0; j0 < i0 + nq; j0 += ATT_KT) {
+        for (int64_t j0 = base; j0 < i0 + nq; j0 += ATT_KT) {
             int64_t nk = i0 + nq - j0 < ATT_KT ? i0 + nq - j0 : ATT_KT;
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)hd,
                         a->scale, Q, (int)ldq, K + j0 * ldk, (int)ldk, 0.0f, S, (int)nk);
@@ -141,16 +155,25 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
     j.v = as_f32(a->v, &ov);
     j.valid = a->key_valid ? (const uint8_t *)a->key_valid->data : NULL;
     j.nqt = (a->seq + ATT_QT - 1) / ATT_QT;
+    int64_t *first = (int64_t *)malloc((size_t)(a->batch > 0 ? a->batch : 1) * sizeof *first);
+    for (int64_t s = 0; first && s < a->batch; s++) {
+        int64_t f = 0;
+        while (j.valid && f < a->seq && !j.valid[s * a->seq + f])
+            f++;
+        first[s] = f;
+    }
+    j.first = first;
     j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT;
     int threads = lwq_parallel_threads();
     j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
     int rc = 0;
-    if (!j.q || !j.k || !j.v || !j.scratch)
+    if (!j.q || !j.k || !j.v || !j.scratch || !first)
         rc = lwq_errf(e, LWQ_ENOMEM, "attention: no memory for f32 copies / tile scratch "
                       "(seq %lld, heads %d)", (long long)a->seq, a->n_heads);
     else
         lwq_parallel_for(a->batch * a->n_heads * j.nqt, 1, att_items, &j);
     free(j.scratch);
+    free(first);
     free(oq);
     free(ok);
     free(ov);

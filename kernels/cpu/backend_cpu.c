@@ -438,6 +438,49 @@ static int cpu_amax(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid,
     return 0;
 }
 
+/* ---- strided copy -------------------------------------------------------------------------- */
+
+typedef struct copy_job {
+    const lwq_tensor *src;
+    lwq_tensor *dst;
+} copy_job;
+
+/* One work item per index of the leading ndim-1 dims ("row"); the last dim is a strided run. */
+static void copy_rows(void *ctx, int64_t b, int64_t e, int tid)
+{
+    (void)tid;
+    const copy_job *j = (const copy_job *)ctx;
+    const lwq_tensor *s = j->src;
+    lwq_tensor *d = j->dst;
+    const int last = s->ndim - 1;
+    const int64_t len = s->shape[last], ss = s->stride[last], ds = d->stride[last];
+    for (int64_t r = b; r < e; r++) {
+        int64_t so = 0, dof = 0, rem = r;
+        for (int i = last - 1; i >= 0; i--) {
+            int64_t k = rem % s->shape[i];
+            rem /= s->shape[i];
+            so += k * s->stride[i];
+            dof += k * d->stride[i];
+        }
+        for (int64_t c = 0; c < len; c++) {
+            float v = lwq_load_f(s->data, s->dtype, (size_t)(so + c * ss));
+            lwq_cpu_store_f32(d->data, d->dtype, dof + c * ds, 1, &v);
+        }
+    }
+}
+
+static int cpu_copy_strided(void *ctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e)
+{
+    (void)ctx;
+    (void)e;
+    int64_t rows = 1;
+    for (int i = 0; i < src->ndim - 1; i++)
+        rows *= src->shape[i];
+    copy_job j = {src, dst};
+    lwq_parallel_for(rows, 64, copy_rows, &j);
+    return 0;
+}
+
 /* ---- table --------------------------------------------------------------------------------- */
 
 static void cpu_destroy(void *ctx) { (void)ctx; }
@@ -462,6 +505,7 @@ static const lwq_backend_ops cpu_ops = {
     .moe_combine = cpu_moe_combine,
     .amax = cpu_amax,
     .synchronize = cpu_sync,
+    .copy = cpu_copy_strided,
 };
 
 int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e)

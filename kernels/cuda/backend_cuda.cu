@@ -658,12 +658,54 @@ static void cu_destroy(void *vctx)
     free(c);
 }
 
+/* ---- strided copy ---------------------------------------------------------------------------- */
+
+typedef struct cu_copy_geom {
+    int ndim;
+    int64_t shape[LWQ_TENSOR_MAX_DIMS], ss[LWQ_TENSOR_MAX_DIMS], ds[LWQ_TENSOR_MAX_DIMS];
+} cu_copy_geom;
+
+__global__ void k_copy(const void *src, lwq_dtype sdt, void *dst, lwq_dtype ddt, cu_copy_geom g,
+                       int64_t n)
+{
+    for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
+         t += (int64_t)gridDim.x * blockDim.x) {
+        int64_t rem = t, so = 0, dof = 0;
+        for (int i = g.ndim - 1; i >= 0; i--) {
+            int64_t k = rem % g.shape[i];
+            rem /= g.shape[i];
+            so += k * g.ss[i];
+            dof += k * g.ds[i];
+        }
+        st(dst, ddt, dof, ld(src, sdt, so));
+    }
+}
+
+static int cu_copy(void *vctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    cu_copy_geom g;
+    g.ndim = src->ndim;
+    int64_t n = 1;
+    for (int i = 0; i < src->ndim; i++) {
+        g.shape[i] = src->shape[i];
+        g.ss[i] = src->stride[i];
+        g.ds[i] = dst->stride[i];
+        n *= src->shape[i];
+    }
+    k_copy<<<grid_for(n, 256), 256, 0, c->stream>>>(src->data, src->dtype, dst->data, dst->dtype,
+                                                     g, n);
+    LAUNCHED("copy");
+    return 0;
+}
+
 static const lwq_backend_ops cuda_ops = {
     "cuda",          LWQ_DEV_CUDA,  cu_destroy,     cu_alloc,       cu_free,
     cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
     cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
     cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,        cu_mem_peak,
-    cu_host_register, cu_host_unregister, cu_pci_bus_id,
+    cu_host_register, cu_host_unregister, cu_pci_bus_id, cu_copy,
 };
 
 extern "C" int lwq_backend_cuda_device_count(void)

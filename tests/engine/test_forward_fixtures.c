@@ -85,6 +85,15 @@ Test(forward_fixtures, qwen2_qkv_bias) { check("cai-tiny-qwen2", LWQ_F32, 1e-5);
 Test(forward_fixtures, qwen3_qk_norm) { check("cai-tiny-qwen3", LWQ_F32, 1e-5); }
 Test(forward_fixtures, qwen3_moe) { check("cai-tiny-qwen3-moe", LWQ_F32, 1e-5); }
 Test(forward_fixtures, mixtral) { check("cai-tiny-mixtral", LWQ_F32, 1e-5); }
+/* MLA (q_proj path, nope/rope split, interleaved RoPE, v_head_dim != qk head), a dense first
+ * layer, then softmax-greedy routing with routed_scaling_factor 1.5 and two shared experts. */
+Test(forward_fixtures, deepseek_v2_mla) { check("cai-tiny-deepseek-v2", LWQ_F32, 1e-5); }
+/* The same with BF16 activations (the head split / assembly copies and RoPE round to BF16): the
+ * smollm2 BF16 bound. */
+Test(forward_fixtures, deepseek_v2_mla_bf16_activations)
+{
+    check("cai-tiny-deepseek-v2", LWQ_BF16, 5e-2);
+}
 
 Test(forward_fixtures, unsupported_model_type_is_refused_with_the_list)
 {
@@ -93,12 +102,16 @@ Test(forward_fixtures, unsupported_model_type_is_refused_with_the_list)
     fwd_fixture f;
     cr_assert_eq(lwq_backend_cpu_create(&be, 1, &e), 0);
     char dir[1024];
-    cr_assert_eq(fwd_fixture_open(&f, fwd_fixture_dir("cai-tiny-deepseek-v2", dir, sizeof dir),
-                                  NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(fwd_fixture_open(&f, fwd_fixture_dir("cai-tiny-llama", dir, sizeof dir), NULL, &e),
+                 0, "%s", e.msg);
+    /* every parsed model_type now has a forward: stand in an architecture id without one */
+    f.ck.cfg.arch = LWQ_ARCH_COUNT;
+    snprintf(f.ck.cfg.model_type, sizeof f.ck.cfg.model_type, "gpt2");
     lwq_model m;
     cr_assert_eq(lwq_model_init(&m, &f.ck.cfg, &be, LWQ_F32, &e), LWQ_EUNSUPPORTED);
-    cr_assert(strstr(e.msg, "model_type 'deepseek_v2' has no forward in lwq (supported: llama, "
-                            "mistral, qwen2, qwen3, qwen3_moe, mixtral"), "%s", e.msg);
+    cr_assert(strstr(e.msg, "model_type 'gpt2' has no forward in lwq (supported: llama, "
+                            "mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2"), "%s", e.msg);
+    f.ck.cfg.arch = LWQ_ARCH_LLAMA;
     fwd_fixture_free(&f);
     lwq_backend_free_backend(&be);
 }

@@ -473,3 +473,50 @@ Test(ops_cpu, tensor_on_wrong_device_is_refused)
     cr_assert_eq(lwq_backend_amax(&be, &tx, NULL, &m, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, "amax: x lives on device 1, backend cpu needs 0"), "%s", e.msg);
 }
+
+/* ---- strided copy ---------------------------------------------------------------------------- */
+
+Test(ops_cpu, copy_strided_broadcast_and_convert)
+{
+    /* src (3, 5) F32; dst (3, 2, 4) BF16 receives src[:, 1:5:... ] as dst[r, h, j] = src[r, 1 + j]
+     * for every h (stride 0 over h) */
+    lwq_tensor s = mk(LWQ_F32, 3, 5, 3), d = mk(LWQ_BF16, 3, 8, 0);
+    lwq_error e = {0};
+    lwq_tensor sv = s, dv = d;
+    sv.ndim = dv.ndim = 3;
+    sv.data = (float *)s.data + 1;
+    sv.shape[0] = 3, sv.shape[1] = 2, sv.shape[2] = 4;
+    sv.stride[0] = 5, sv.stride[1] = 0, sv.stride[2] = 1;
+    dv.shape[0] = 3, dv.shape[1] = 2, dv.shape[2] = 4;
+    dv.stride[0] = 8, dv.stride[1] = 4, dv.stride[2] = 1;
+    cr_assert_eq(lwq_backend_copy(&be, &sv, &dv, &e), 0, "%s", e.msg);
+    for (int r = 0; r < 3; r++)
+        for (int h = 0; h < 2; h++)
+            for (int j = 0; j < 4; j++)
+                cr_assert_eq(at(&d, r * 8 + h * 4 + j), lwq_round_to(at(&s, r * 5 + 1 + j), LWQ_BF16));
+    /* every other element (stride 2) into a contiguous row */
+    lwq_tensor ev = s, out = mk(LWQ_F32, 3, 2, 0);
+    ev.shape[1] = 2, ev.stride[1] = 2;
+    cr_assert_eq(lwq_backend_copy(&be, &ev, &out, &e), 0, "%s", e.msg);
+    for (int r = 0; r < 3; r++)
+        for (int j = 0; j < 2; j++)
+            cr_assert_eq(at(&out, r * 2 + j), at(&s, r * 5 + 2 * j));
+    lwq_backend_tensor_free(&be, &s);
+    lwq_backend_tensor_free(&be, &d);
+    lwq_backend_tensor_free(&be, &out);
+}
+
+Test(ops_cpu, copy_rejects_shape_mismatch_and_zero_dst_stride)
+{
+    lwq_tensor s = mk(LWQ_F32, 4, 6, 1), d = mk(LWQ_F32, 4, 5, 0);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_copy(&be, &s, &d, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, "copy: dim 1 is 6 in src and 5 in dst"), "%s", e.msg);
+    lwq_tensor dv = s;
+    dv.stride[0] = 0;
+    memset(&e, 0, sizeof e);
+    cr_assert_eq(lwq_backend_copy(&be, &s, &dv, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, "copy: dim 0 has stride 6 in src and 0 in dst"), "%s", e.msg);
+    lwq_backend_tensor_free(&be, &s);
+    lwq_backend_tensor_free(&be, &d);
+}

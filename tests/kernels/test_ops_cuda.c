@@ -188,6 +188,25 @@ Test(ops_cuda, swiglu_add_bf16)
     drop(&g), drop(&u), drop(&o);
 }
 
+Test(ops_cuda, copy_strided_broadcast_bf16_to_f32)
+{
+    pair s = mk(LWQ_BF16, 33, 40, 2), d = mk(LWQ_F32, 33, 3 * 24, 0);
+    lwq_error e = {0};
+    /* dst[r, h, j] = src[r, 8 + 2j] for 3 heads (src broadcast over h, every other column) */
+    for (int dev = 0; dev < 2; dev++) {
+        lwq_tensor sv = dev ? s.g : s.c, dv = dev ? d.g : d.c;
+        sv.ndim = dv.ndim = 3;
+        sv.data = (uint16_t *)sv.data + 8;
+        sv.shape[0] = dv.shape[0] = 33, sv.shape[1] = dv.shape[1] = 3;
+        sv.shape[2] = dv.shape[2] = 16;
+        sv.stride[0] = 40, sv.stride[1] = 0, sv.stride[2] = 2;
+        dv.stride[0] = 72, dv.stride[1] = 24, dv.stride[2] = 1;
+        cr_assert_eq(lwq_backend_copy(dev ? &gpu : &cpu, &sv, &dv, &e), 0, "%s", e.msg);
+    }
+    same(&d, 0, 0, "copy");
+    drop(&s), drop(&d);
+}
+
 Test(ops_cuda, moe_route_gather_combine)
 {
     const int64_t n = 50, E = 64, K = 8, d = 96;
@@ -326,6 +345,7 @@ static void forward_case(const char *fixture, lwq_dtype act, double rtol)
  * flip in one op propagates, 2 layers: 5e-2. */
 Test(ops_cuda, forward_qwen3_moe_f32) { forward_case("cai-tiny-qwen3-moe", LWQ_F32, 1e-4); }
 Test(ops_cuda, forward_mixtral_f32) { forward_case("cai-tiny-mixtral", LWQ_F32, 1e-4); }
+Test(ops_cuda, forward_deepseek_v2_f32) { forward_case("cai-tiny-deepseek-v2", LWQ_F32, 1e-4); }
 Test(ops_cuda, forward_qwen2_f32) { forward_case("cai-tiny-qwen2", LWQ_F32, 1e-4); }
 Test(ops_cuda, forward_llama3_bf16) { forward_case("mlxd-tiny-llama3-bf16", LWQ_BF16, 5e-2); }
 Test(ops_cuda, forward_qwen3_bf16) { forward_case("mlxd-tiny-qwen3-bf16", LWQ_BF16, 5e-2); }
