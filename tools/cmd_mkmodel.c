@@ -28,6 +28,7 @@
 #include "layout/arch.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"
+#include "tools/mkmodel_qwen3next.h"
 #include "tools/mkmodel_src.h"
 #include "tools/tool_util.h"
 
@@ -40,9 +41,7 @@ typedef struct mk_opts {
     lwq_dtype dtype;
     mk_src_format src;
     int force, quiet, tie;
-    /* qwen3_next */
-    int64_t lin_k_heads, lin_v_heads, lin_k_dim, lin_v_dim, conv_kernel, full_every, shared_inter;
-    int mtp;
+    mk_qn_opts qn; /* qwen3_next (tools/mkmodel_qwen3next.h) */
     double weight_std;
 } mk_opts;
 
@@ -90,15 +89,7 @@ static void usage(FILE *fp)
             "  --seed S              value seed (default 0)\n"
             "  --tie                 tie_word_embeddings: no lm_head.weight is written\n"
             "  --weight-std X        std of linear weights and embeddings (default 0.02)\n"
-            "qwen3_next only:\n"
-            "  --linear-key-heads N  Gated DeltaNet key heads (default 2)\n"
-            "  --linear-value-heads N  value heads, a multiple of the key heads (default 4)\n"
-            "  --linear-key-dim N    key head dim (default head dim)\n"
-            "  --linear-value-dim N  value head dim (default head dim)\n"
-            "  --conv-kernel N       conv1d kernel (default 4)\n"
-            "  --full-attn-every N   every N-th layer is full attention (default 4)\n"
-            "  --shared-intermediate N  shared expert width (default = expert width)\n"
-            "  --mtp                 also write Multi-Token-Prediction weights (mtp.*)\n"
+            LWQ_MKMODEL_QWEN3NEXT_USAGE
             "  --force               write into a non-empty OUT_DIR (old shards are removed)\n"
             "  --quiet               no summary line\n"
             "\n"
@@ -394,26 +385,7 @@ static char *config_json(const mk_opts *o)
         cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
         cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
     } else if (!strcmp(o->arch, "qwen3_next")) {
-        cJSON_AddNumberToObject(c, "num_experts", (double)o->experts);
-        cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
-        cJSON_AddNumberToObject(c, "moe_intermediate_size", (double)o->moe_inter);
-        cJSON_AddNumberToObject(c, "shared_expert_intermediate_size", (double)o->shared_inter);
-        cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
-        cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
-        cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
-        cJSON_AddNumberToObject(c, "partial_rotary_factor", 0.25);
-        cJSON_AddNumberToObject(c, "linear_num_key_heads", (double)o->lin_k_heads);
-        cJSON_AddNumberToObject(c, "linear_num_value_heads", (double)o->lin_v_heads);
-        cJSON_AddNumberToObject(c, "linear_key_head_dim", (double)o->lin_k_dim);
-        cJSON_AddNumberToObject(c, "linear_value_head_dim", (double)o->lin_v_dim);
-        cJSON_AddNumberToObject(c, "linear_conv_kernel_dim", (double)o->conv_kernel);
-        cJSON_AddNumberToObject(c, "full_attention_interval", (double)o->full_every);
-        cJSON *lt = cJSON_AddArrayToObject(c, "layer_types");
-        for (int64_t i = 0; i < o->layers; i++)
-            cJSON_AddItemToArray(lt, cJSON_CreateString((i + 1) % o->full_every ? "linear_attention"
-                                                                                  : "full_attention"));
-        if (o->mtp)
-            cJSON_AddNumberToObject(c, "mtp_num_hidden_layers", 1);
+        lwq_mkmodel_qwen3next_config(c, &o->qn, o->layers, o->experts, o->topk, o->moe_inter);
     } else if (!strcmp(o->arch, "mixtral")) {
         cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
         cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
@@ -506,16 +478,8 @@ static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_
 {
     m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
     m->std = p->kind == LWQ_TK_NORM ? 0.02f : wstd;
-    if (cfg->arch != LWQ_ARCH_QWEN3_NEXT)
-        return;
-    if (p->kind == LWQ_TK_NORM && !strstr(p->name, "linear_attn.norm.")) {
-        m->mean = 0.0f;
-        m->std = 0.1f;
-    } else if (strstr(p->name, "conv1d.weight")) {
-        m->std = 0.3f;
-    } else if (strstr(p->name, ".A_log") || strstr(p->name, ".dt_bias")) {
-        m->std = 0.5f;
-    }
+    if (cfg->arch == LWQ_ARCH_QWEN3_NEXT)
+        lwq_mkmodel_qwen3next_dist(p, &m->mean, &m->std);
 }
 
 static int build_tensors(const lwq_model_config *cfg, mk_src_format src, int mtp, float wstd,
@@ -621,9 +585,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
         {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
         {"source-format", 1, 0, 'F'},
-        {"linear-key-heads", 1, 0, 1}, {"linear-value-heads", 1, 0, 2}, {"linear-key-dim", 1, 0, 3},
-        {"linear-value-dim", 1, 0, 4}, {"conv-kernel", 1, 0, 5}, {"full-attn-every", 1, 0, 6},
-        {"shared-intermediate", 1, 0, 7}, {"mtp", 0, 0, 8}, {"weight-std", 1, 0, 9},
+        LWQ_MKMODEL_QWEN3NEXT_LONGOPTS, {"weight-std", 1, 0, 9},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->arch = "llama";
@@ -695,14 +657,9 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'Y': o->tie = 1; break;
-        case 1: bad = lwq_tool_parse_i64("--linear-key-heads", optarg, 1, 4096, &o->lin_k_heads); break;
-        case 2: bad = lwq_tool_parse_i64("--linear-value-heads", optarg, 1, 4096, &o->lin_v_heads); break;
-        case 3: bad = lwq_tool_parse_i64("--linear-key-dim", optarg, 1, 4096, &o->lin_k_dim); break;
-        case 4: bad = lwq_tool_parse_i64("--linear-value-dim", optarg, 1, 4096, &o->lin_v_dim); break;
-        case 5: bad = lwq_tool_parse_i64("--conv-kernel", optarg, 1, 64, &o->conv_kernel); break;
-        case 6: bad = lwq_tool_parse_i64("--full-attn-every", optarg, 1, LWQ_MAX_LAYERS, &o->full_every); break;
-        case 7: bad = lwq_tool_parse_i64("--shared-intermediate", optarg, 1, BIG, &o->shared_inter); break;
-        case 8: o->mtp = 1; break;
+        case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8:
+            bad = lwq_mkmodel_qwen3next_option(&o->qn, c, optarg);
+            break;
         case 9: {
             char *end = NULL;
             o->weight_std = strtod(optarg, &end);
@@ -745,24 +702,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         o->inter = ((o->hidden * 8 / 3 + 63) / 64) * 64;
     if (!o->moe_inter)
         o->moe_inter = o->hidden / 2 > 0 ? o->hidden / 2 : 1;
-    if (!o->lin_k_heads)
-        o->lin_k_heads = 2;
-    if (!o->lin_v_heads)
-        o->lin_v_heads = 2 * o->lin_k_heads;
-    if (!o->lin_k_dim)
-        o->lin_k_dim = o->head_dim;
-    if (!o->lin_v_dim)
-        o->lin_v_dim = o->head_dim;
-    if (!o->conv_kernel)
-        o->conv_kernel = 4;
-    if (!o->full_every)
-        o->full_every = 4;
-    if (!o->shared_inter)
-        o->shared_inter = o->moe_inter;
-    if (o->mtp && strcmp(o->arch, "qwen3_next")) {
-        fprintf(stderr, "lwq mkmodel: --mtp is for --arch qwen3_next only\n");
+    if (lwq_mkmodel_qwen3next_finish(&o->qn, o->arch, o->head_dim, o->moe_inter) != 0)
         return -1;
-    }
     if (o->topk > o->experts) {
         fprintf(stderr, "lwq mkmodel: --top-k %lld exceeds --experts %lld\n", (long long)o->topk,
                 (long long)o->experts);
@@ -796,7 +737,7 @@ int lwq_cmd_mkmodel(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((rc = build_tensors(&cfg, o.src, o.mtp, (float)o.weight_std, &t, &nt, &e)) != 0 ||
+    if ((rc = build_tensors(&cfg, o.src, o.qn.mtp, (float)o.weight_std, &t, &nt, &e)) != 0 ||
         (rc = prepare_dir(&o, &e)) != 0)
         goto out;
     /* Greedy shards in disk order; a tensor larger than the shard size gets a shard alone. */
