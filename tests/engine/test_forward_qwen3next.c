@@ -471,3 +471,55 @@ Test(forward_qwen3next, misshaped_a_log_is_named)
     expect_refusal("model.layers.0.linear_attn.A_log", 0, LWQ_EFORMAT,
                    "layer 0: tensor model.layers.0.linear_attn.A_log has shape (3), expected (4)");
 }
+
+/* The head: model.norm is a (1 + w) norm too, then lm_head. */
+Test(forward_qwen3next, head_uses_the_zero_centred_final_norm)
+{
+    make_model("f32");
+    lwq_error e = {0};
+    lwq_backend be;
+    fwd_fixture f;
+    cr_assert_eq(lwq_backend_cpu_create(&be, 1, &e), 0);
+    cr_assert_eq(fwd_fixture_open(&f, lwqt_path("m"), NULL, &e), 0, "%s", e.msg);
+    const lwq_model_config *c = &f.ck.cfg;
+    lwq_model m;
+    cr_assert_eq(lwq_model_init(&m, c, &be, LWQ_F32, &e), 0, "%s", e.msg);
+    const int64_t n = 5, D = c->hidden_size, V = c->vocab_size;
+    int64_t sh[2] = {n, D}, sl[2] = {n, V};
+    lwq_tensor h, logits;
+    cr_assert_eq(lwq_backend_tensor_alloc(&be, LWQ_F32, 2, sh, &h, &e), 0);
+    cr_assert_eq(lwq_backend_tensor_alloc(&be, LWQ_F32, 2, sl, &logits, &e), 0);
+    int32_t tok[5] = {3, 14, 15, 92, 65};
+    cr_assert_eq(lwq_model_embed(&m, &f.w, tok, &h, &e), 0, "%s", e.msg);
+    double *x = malloc((size_t)(n * D) * 8), *y = malloc((size_t)D * 8), *ref = malloc((size_t)V * 8);
+    for (int64_t i = 0; i < n * D; i++)
+        x[i] = ((float *)h.data)[i];
+    cr_assert_eq(lwq_model_head(&m, &f.w, &h, &logits, &e), 0, "%s", e.msg);
+    const lwq_ckpt_tensor *tn = lwq_ckpt_find(&f.ck, "model.norm.weight"),
+                          *th = lwq_ckpt_find(&f.ck, "lm_head.weight");
+    const float *wn = f.t[tn - f.ck.tensors].data, *wh = f.t[th - f.ck.tensors].data;
+    double wnd[512], worst = 0;
+    for (int64_t d = 0; d < D; d++)
+        wnd[d] = wn[d];
+    for (int64_t t = 0; t < n; t++) {
+        rms(x + t * D, wnd, c->rms_norm_eps, D, 1, y);
+        double num = 0, den = 0;
+        for (int64_t v = 0; v < V; v++) {
+            double s = 0;
+            for (int64_t d = 0; d < D; d++)
+                s += y[d] * wh[v * D + d];
+            num = fmax(num, fabs(s - ((float *)logits.data)[t * V + v]));
+            den = fmax(den, fabs(s));
+        }
+        worst = fmax(worst, num / den);
+    }
+    cr_assert_lt(worst, 1e-5, "head logits relative error %.3g", worst);
+    free(x);
+    free(y);
+    free(ref);
+    lwq_backend_tensor_free(&be, &h);
+    lwq_backend_tensor_free(&be, &logits);
+    lwq_model_free(&m);
+    fwd_fixture_free(&f);
+    lwq_backend_free_backend(&be);
+}
