@@ -142,6 +142,20 @@ LWQ_HD float lwq_e2m1_round(float q)
     return q < 0.0f ? -m : m;
 }
 
+/* The same rounding for a magnitude a >= 0 by three round-to-integer steps instead of seven
+ * comparisons: adding and removing 2^22 / 2^23 / 2^24 rounds to the nearest multiple of 0.5 / 1 /
+ * 2 with ties to the even multiple, which is exactly E2M1's grid and tie rule on [0,2), [2,4)
+ * and [4,6] (6 caps everything above).  Equal to |lwq_e2m1_round(a)| for every non-NaN a >= 0
+ * (test_quant_formats checks every float in [0, 16) and samples above). */
+LWQ_HD float lwq_e2m1_round_mag(float a)
+{
+    float r05 = LWQ_FSUB(LWQ_FADD(a, 0x1p22f), 0x1p22f);
+    float r1 = LWQ_FSUB(LWQ_FADD(a, 0x1p23f), 0x1p23f);
+    float r2 = LWQ_FSUB(LWQ_FADD(a, 0x1p24f), 0x1p24f);
+    r2 = r2 > 6.0f ? 6.0f : r2;
+    return a < 2.0f ? r05 : (a < 4.0f ? r1 : r2);
+}
+
 /* Two codes in one byte: the lower-index element in the low nibble. */
 LWQ_HD uint8_t lwq_nvfp4_pack(uint8_t lo, uint8_t hi) { return (uint8_t)((lo & 15u) | ((hi & 15u) << 4)); }
 

@@ -364,17 +364,23 @@ int lwq_quant_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64_t co
 
 /* ---- NVFP4 scale sweep ---------------------------------------------------------------------- */
 
-/* The loss of layout/quant_formats.h's lwq_nvfp4_block_sqerr_ref / _herr_ref, the same float
- * operations in the same order, written as lane-wise loops: (H dw)_i accumulates over j in
- * ascending order for every i at once, and the final sum is the same halving tree.
- * ht: H transposed (ht[j*16 + i] = H[i][j]) so that the lane-wise loop reads contiguously. */
-INLINE float sweep_loss(const float *x, float d, const float *ht)
+/* The loss of layout/quant_formats.h's lwq_nvfp4_block_sqerr_ref / _herr_ref, bit for bit,
+ * written as lane-wise loops.  It works on magnitudes: IEEE division, multiplication and
+ * subtraction are symmetric under a sign flip, so |x| / d, round, * d, |x| - that gives exactly
+ * the magnitude of the signed error, and lwq_e2m1_round_mag is lwq_e2m1_round on magnitudes
+ * (tested over every float in [0, 16)).  For the Hessian loss the sign is put back (the sign of
+ * a zero error may differ from _ref's; every term it touches is a zero either way).  (H dw)_i
+ * accumulates over j in ascending order for every i at once; the final sum is the same halving
+ * tree.  ht: H transposed (ht[j*16 + i] = H[i][j]) so that the lane-wise loop reads contiguously. */
+INLINE float sweep_loss(const float *x, const float *ax, float d, const float *ht)
 {
     float dw[BLK], t[BLK];
     for (int i = 0; i < BLK; i++)
-        dw[i] = x[i] - lwq_e2m1_round(x[i] / d) * d;
+        dw[i] = ax[i] - lwq_e2m1_round_mag(ax[i] / d) * d;
     if (ht) {
         float hd[BLK] = {0};
+        for (int i = 0; i < BLK; i++)
+            dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
         for (int j = 0; j < BLK; j++)
             for (int i = 0; i < BLK; i++)
                 hd[i] = hd[i] + ht[j * BLK + i] * dw[j];
@@ -425,10 +431,13 @@ LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
                         htb[j * BLK + i] = hb[i * BLK + j];
                 h = htb;
             }
+            float ax[BLK];
+            for (int i = 0; i < BLK; i++)
+                ax[i] = fabsf(x[i]);
             int best = 1;
-            float best_loss = sweep_loss(x, dtab[1], h);
+            float best_loss = sweep_loss(x, ax, dtab[1], h);
             for (int v = 2; v <= LWQ_E4M3_NPOS; v++) {
-                float l = sweep_loss(x, dtab[v], h);
+                float l = sweep_loss(x, ax, dtab[v], h);
                 if (l < best_loss) { /* strict: ties keep the smaller byte */
                     best = v;
                     best_loss = l;

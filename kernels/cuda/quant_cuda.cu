@@ -146,6 +146,30 @@ __global__ void k_nvfp4(const void *w, lwq_dtype dt, bool vec, int64_t nblk, flo
     }
 }
 
+// The sweep's loss for divisor d: kernels/cpu/quant_cpu.c's sweep_loss, operation for operation
+// (magnitudes + lwq_e2m1_round_mag, sign restored for the Hessian form, (H dw)_i summed over j in
+// ascending order, the halving tree), hence also equal to lwq_nvfp4_block_sqerr_ref / _herr_ref.
+__device__ __forceinline__ float sweep_loss(const float *x, const float *ax, float d, const float *h)
+{
+    float dw[BLK], t[BLK];
+    for (int i = 0; i < BLK; i++)
+        dw[i] = LWQ_FSUB(ax[i], LWQ_FMUL(lwq_e2m1_round_mag(LWQ_FDIV(ax[i], d)), d));
+    if (h) {
+        for (int i = 0; i < BLK; i++)
+            dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
+        for (int i = 0; i < BLK; i++) {
+            float hd = 0.0f;
+            for (int j = 0; j < BLK; j++)
+                hd = LWQ_FADD(hd, LWQ_FMUL(h[i * BLK + j], dw[j]));
+            t[i] = LWQ_FMUL(dw[i], hd);
+        }
+    } else {
+        for (int i = 0; i < BLK; i++)
+            t[i] = LWQ_FMUL(dw[i], dw[i]);
+    }
+    return lwq_sum16_tree(t);
+}
+
 // Scale sweep: blockIdx.x = input block b, threads over rows; the block's Hessian and the 126
 // candidate divisors sit in shared memory.
 __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int64_t cols, float ws2,
@@ -171,10 +195,14 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
         return;
     if (m > limit)
         atomicMax(&st->over, m);
+    float ax[BLK];
+    for (int k = 0; k < BLK; k++)
+        ax[k] = fabsf(x[k]);
+    const float *h = hessian ? hs : NULL;
     int best = 1;
     float best_loss = 0.0f;
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
-        float l = hessian ? lwq_nvfp4_block_herr_ref(x, dtab[v], hs) : lwq_nvfp4_block_sqerr_ref(x, dtab[v]);
+        float l = sweep_loss(x, ax, dtab[v], h);
         if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
             best = v;
             best_loss = l;

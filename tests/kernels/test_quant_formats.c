@@ -141,6 +141,20 @@ Test(quant_formats, e2m1_round_equals_decode_of_encode)
     }
 }
 
+Test(quant_formats, e2m1_round_mag_equals_comparison_rounding)
+{
+    /* every float in [0, 16): all of E2M1's grid, thresholds and saturation */
+    for (uint32_t u = 0; u <= 0x41800000u; u++) {
+        float a = lwq_bits_f32(u);
+        float want = lwq_e2m1_round(a), got = lwq_e2m1_round_mag(a);
+        if (got != want)
+            cr_assert_fail("a=%a: %g vs %g", (double)a, (double)got, (double)want);
+    }
+    float big[] = {16.0f, 1e3f, 0x1p24f, 0x1.fffffep127f, INFINITY};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        cr_assert_eq(lwq_e2m1_round_mag(big[i]), 6.0f, "%g", (double)big[i]);
+}
+
 Test(quant_formats, nibble_packing_low_index_in_low_nibble)
 {
     cr_assert_eq(lwq_nvfp4_pack(0x7, 0xD), 0xD7);
