@@ -157,7 +157,8 @@ int lwq_quant_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, flo
     atomic_init(&c.bad, INT64_MAX);
     lwq_parallel_for(n, 1 << 16, amax_range, &c);
     if (atomic_load(&c.bad) != INT64_MAX)
-        return lwq_quant_err_nonfinite(name, atomic_load(&c.bad), n, err);
+        return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: non-finite value (NaN or Inf) at element %lld",
+                        lwq_quant_name(name), (long long)atomic_load(&c.bad));
     *amax = lwq_bits_f32(atomic_load(&c.amax));
     return 0;
 }

@@ -450,7 +450,8 @@ int lwq_quant_cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name
     if (!c.finish())
         return c.rc;
     if (c.host.bad != NONE)
-        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, n, err);
+        return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: non-finite value (NaN or Inf) at element %lld",
+                        lwq_quant_name(name), (long long)c.host.bad);
     *amax = lwq_bits_f32(c.host.amax);
     return 0;
 }
