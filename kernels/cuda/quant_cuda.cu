@@ -149,12 +149,15 @@ __global__ void k_nvfp4(const void *w, lwq_dtype dt, bool vec, int64_t nblk, flo
 // The sweep's loss for divisor d: kernels/cpu/quant_cpu.c's sweep_loss, operation for operation
 // (magnitudes + lwq_e2m1_round_mag, sign restored for the Hessian form, (H dw)_i summed over j in
 // ascending order, the halving tree), hence also equal to lwq_nvfp4_block_sqerr_ref / _herr_ref.
-__device__ __forceinline__ float sweep_loss(const float *x, const float *ax, float d, const float *h)
+// h is read through a volatile pointer so that the compiler re-reads the 256 shared-memory
+// entries per candidate instead of hoisting them into (and spilling) registers.
+template <bool HESS>
+__device__ __forceinline__ float sweep_loss(const float *x, const float *ax, float d, const volatile float *h)
 {
     float dw[BLK], t[BLK];
     for (int i = 0; i < BLK; i++)
         dw[i] = LWQ_FSUB(ax[i], LWQ_FMUL(lwq_e2m1_round_mag(LWQ_FDIV(ax[i], d)), d));
-    if (h) {
+    if (HESS) {
         for (int i = 0; i < BLK; i++)
             dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
         for (int i = 0; i < BLK; i++) {
@@ -171,7 +174,9 @@ __device__ __forceinline__ float sweep_loss(const float *x, const float *ax, flo
 }
 
 // Scale sweep: blockIdx.x = input block b, threads over rows; the block's Hessian and the 126
-// candidate divisors sit in shared memory.
+// candidate divisors sit in shared memory.  One instantiation per loss keeps the plain sweep's
+// register count low.
+template <bool HESS>
 __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int64_t cols, float ws2,
                         uint32_t limit, const float *hessian, float global_eff, float *out_amax, uint8_t *out_scale,
                         qstatus *st)
@@ -180,7 +185,7 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     __shared__ float dtab[LWQ_E4M3_NPOS + 1];
     const int64_t b = blockIdx.x, nb = cols / BLK;
     for (int k = threadIdx.x; k < BLK * BLK; k += blockDim.x)
-        hs[k] = hessian ? hessian[b * BLK * BLK + k] : 0.0f;
+        hs[k] = HESS ? hessian[b * BLK * BLK + k] : 0.0f;
     for (int v = threadIdx.x; v <= LWQ_E4M3_NPOS; v += blockDim.x)
         dtab[v] = v ? lwq_nvfp4_block_div((uint8_t)v, ws2) : 0.0f;
     __syncthreads();
@@ -198,11 +203,11 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     float ax[BLK];
     for (int k = 0; k < BLK; k++)
         ax[k] = fabsf(x[k]);
-    const float *h = hessian ? hs : NULL;
     int best = 1;
     float best_loss = 0.0f;
+#pragma unroll 1
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
-        float l = sweep_loss(x, ax, dtab[v], h);
+        float l = sweep_loss<HESS>(x, ax, dtab[v], hs);
         if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
             best = v;
             best_loss = l;
@@ -514,8 +519,12 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
                             lwq_quant_name(name), (long long)(badi % (BLK * BLK)), (long long)(badi / (BLK * BLK)));
     }
     dim3 grid((unsigned)(cols / BLK), (unsigned)((rows + threads - 1) / threads));
-    k_sweep<<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g), lwq_f32_bits(global_amax),
-                                        hessian, g, block_amax, scale, c.dev);
+    if (hessian)
+        k_sweep<true><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
+                                                  lwq_f32_bits(global_amax), hessian, g, block_amax, scale, c.dev);
+    else
+        k_sweep<false><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
+                                                   lwq_f32_bits(global_amax), hessian, g, block_amax, scale, c.dev);
     if (!c.finish())
         return c.rc;
     if (c.host.bad != NONE)
