@@ -54,14 +54,14 @@ static float naive_amax(const tens *t)
 
 static const lwq_dtype dts[3] = {LWQ_BF16, LWQ_F16, LWQ_F32};
 static const float scales[5] = {1e-6f, 1e-3f, 1.0f, 1e2f, 1e4f};
-static const int64_t shapes[4][2] = {{1, 16}, {3, 48}, {17, 256}, {40, 1024}};
+static const int64_t shapes[5][2] = {{1, 16}, {3, 48}, {17, 256}, {40, 1024}, {5, 2080}};
 
 Test(quant_nvfp4, max_path_matches_naive_on_random_tensors)
 {
     uint64_t seed = 1;
     for (int d = 0; d < 3; d++)
         for (int s = 0; s < 5; s++)
-            for (int sh = 0; sh < 4; sh++) {
+            for (int sh = 0; sh < 5; sh++) {
                 if (dts[d] == LWQ_F16 && scales[s] > 1e3f)
                     continue; /* f16 overflows */
                 tens t = make(dts[d], shapes[sh][0], shapes[sh][1], scales[s], seed++);
