@@ -271,16 +271,8 @@ int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling
 
 int lwq_model_layer_is_moe(const lwq_model *m, int layer)
 {
-    const lwq_model_config *c = m->cfg;
-    if (c->arch == LWQ_ARCH_MIXTRAL)
-        return 1;
-    if (c->arch != LWQ_ARCH_QWEN3_MOE || c->num_experts <= 0)
-        return 0;
-    for (int i = 0; i < c->n_mlp_only_layers; i++)
-        if (c->mlp_only_layers[i] == layer)
-            return 0;
-    int step = c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1;
-    return (layer + 1) % step == 0;
+    /* one definition shared with the layer plans (layout/config.c) */
+    return lwq_config_layer_is_moe(m->cfg, layer);
 }
 
 int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *be, lwq_dtype act,
@@ -301,6 +293,10 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
     if (!lwq_dtype_is_act(act))
         return lwq_errf(e, LWQ_EINVAL, "forward: activation dtype %s is not F32, BF16 or F16",
                         lwq_dtype_name(act));
+    if (c->partial_rotary_factor != 0.0 && c->partial_rotary_factor != 1.0)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): partial_rotary_factor %g is not "
+                        "supported by this forward (full rotary only)", c->model_type,
+                        c->partial_rotary_factor);
     if (c->hidden_size <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
         c->num_attention_heads % c->num_key_value_heads || c->head_dim <= 0 || c->head_dim % 2 ||
         c->vocab_size <= 0 || c->num_hidden_layers <= 0 || c->head_dim > 4096 ||

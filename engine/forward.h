@@ -101,8 +101,8 @@ int lwq_model_embed(lwq_model *m, const lwq_weights *w, const int32_t *tokens, l
 /* One decoder layer in place on h (n, hidden).  obs may be NULL. */
 int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
-/* Final norm and lm_head (or the tied embedding): logits (n, vocab) act, in place of nothing:
- * h is overwritten by the normed hidden state. */
+/* Final norm and lm_head (or the tied embedding when tie_word_embeddings and lm_head.weight is
+ * absent): logits (n, vocab) act on the device.  h is overwritten by the normed hidden state. */
 int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor *logits,
                    lwq_error *e);
 /* embed -> all layers -> head.  tokens (n) host; logits (n, vocab) on the device. */

@@ -15,7 +15,7 @@
 #define MANIFEST_MAX_BYTES (64u << 20)
 
 const char *const lwq_fp_part_names[LWQ_FP_PARTS] = {
-    "source checkpoint (shard headers and sizes)", "config.json", "recipe", "calibration tokens",
+    "source checkpoint (shard headers, sizes and modification times)", "config.json", "recipe", "calibration tokens",
     "batching and padding", "calibration options", "backend", "lwq format version",
 };
 

@@ -113,17 +113,17 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
                        lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
 {
     const int64_t n = x->shape[0], D = m->cfg->hidden_size;
-    char mg[LWQ_NAME_MAX], mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX], name[LWQ_NAME_MAX + 8];
+    char mg[LWQ_NAME_MAX], mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX];
     snprintf(mg, sizeof mg, "%s.%s", prefix, gate);
     snprintf(mu, sizeof mu, "%s.%s", prefix, up);
     snprintf(md, sizeof md, "%s.%s", prefix, down);
-    lwq_tensor wg, wu, wd, gs, us;
-    snprintf(name, sizeof name, "%s.weight", mg);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, inter, D, 0, &wg, e));
-    snprintf(name, sizeof name, "%s.weight", mu);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, inter, D, 0, &wu, e));
-    snprintf(name, sizeof name, "%s.weight", md);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, D, inter, 0, &wd, e));
+    /* llama's mlp_bias adds biases to all three; otherwise a bias is used when present */
+    const int need_bias = m->cfg->mlp_bias && m->cfg->arch == LWQ_ARCH_LLAMA;
+    lwq_tensor wg, wu, wd, bg, bu, bd, gs, us;
+    int hbg, hbu, hbd;
+    LWQ_TRY(linear_weights(m, w, layer, mg, inter, D, need_bias, &wg, &bg, &hbg, e));
+    LWQ_TRY(linear_weights(m, w, layer, mu, inter, D, need_bias, &wu, &bu, &hbu, e));
+    LWQ_TRY(linear_weights(m, w, layer, md, D, inter, need_bias, &wd, &bd, &hbd, e));
     if (!g) {
         LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &gs, e));
         g = &gs;
@@ -134,9 +134,9 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
     }
     LWQ_TRY(lwq_fwd_observe(obs, layer, mg, x, valid, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mu, x, valid, e));
-    LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, NULL, g, e));
-    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, NULL, u, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, hbg ? &bg : NULL, g, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, hbu ? &bu : NULL, u, e));
     LWQ_TRY(lwq_backend_swiglu(m->be, g, u, g, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, md, g, valid, e));
-    return lwq_backend_gemm(m->be, g, &wd, NULL, out, e);
+    return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);
 }

@@ -337,6 +337,8 @@ static int build(collect *c, lwq_calib_batch *out, lwq_calib_stats *st, size_t f
         T = l > T ? l : T;
         tokens += l;
     }
+    if (c->n * T > ((size_t)1 << 31))
+        return lwq_errf(e, LWQ_ENOMEM, "calibration: a %zu x %zu batch is over 2^31 tokens", c->n, T);
     int32_t pad = c->o->has_pad_id ? c->o->pad_id : c->tok ? lwq_tokenizer_pad_id(c->tok) : -1;
     if (tokens != c->n * T && pad < 0)
         return lwq_errf(e, LWQ_EINVAL, "calibration: rows of different lengths need padding, but "

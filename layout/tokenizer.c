@@ -185,8 +185,9 @@ static int load_added(lwq_tokenizer *t, const cJSON *arr, lwq_error *e)
         }
     for (size_t i = 0; i < t->n_added; i++) {
         unsigned char b = (unsigned char)t->added[i].content[0];
-        if (t->added[i].normalized && t->norm) t->added_first_norm[b] = 1;
-        else if (t->added[i].normalized) t->added_first_norm[b] = 1;
+        /* Normalized tokens are matched in normalized text (the raw text when there is no
+         * normalizer), after the raw pass, as the Rust crate does. */
+        if (t->added[i].normalized) t->added_first_norm[b] = 1;
         else t->added_first_raw[b] = 1;
     }
     return 0;
@@ -550,8 +551,12 @@ int lwq_tokenizer_encode(const lwq_tokenizer *t, const char *text, size_t len, i
     /* Expand the template around the content ids. */
     size_t content = out->n, total = content + nsp, pre = 0;
     for (size_t i = 0; i < t->n_post && t->post[i].kind == TOK_POST_ITEM_SPECIAL; i++) pre += t->post[i].n;
-    while (out->cap < total)
-        if (tok_ids_push(out, 0)) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+    if (out->cap < total) {
+        int32_t *p = realloc(out->ids, total * sizeof *p);
+        if (!p) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+        out->ids = p;
+        out->cap = total;
+    }
     memmove(out->ids + pre, out->ids, content * sizeof *out->ids);
     size_t w = 0;
     int seen_seq = 0;

@@ -38,7 +38,10 @@
 #define LWQ_TOK_MAX_VOCAB ((size_t)1 << 22)
 #define LWQ_TOK_MAX_MERGES ((size_t)1 << 23)
 #define LWQ_TOK_MAX_TOKEN_BYTES 4096
-#define LWQ_TOK_MAX_TEXT_BYTES ((size_t)1 << 30)
+#define LWQ_TOK_MAX_TEXT_BYTES ((size_t)256 << 20)
+/* One BPE word (a whole normalized segment when there is no pre-tokenizer, as in Llama-2) costs
+ * about 50 bytes of work memory per byte, so words are capped. */
+#define LWQ_TOK_MAX_WORD_BYTES ((size_t)16 << 20)
 
 typedef struct lwq_tokenizer lwq_tokenizer;
 

@@ -359,7 +359,7 @@ int tok_model_load(lwq_tokenizer *t, const cJSON *model, lwq_error *e)
 
 /* ---- BPE ---------------------------------------------------------------------------------- */
 #define TOK_CACHE_MAX_WORD 64
-#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 18)
+#define TOK_CACHE_MAX_ENTRIES ((size_t)1 << 15)
 typedef struct { int32_t id, prev, next; uint32_t len; } sym;
 typedef struct { uint32_t rank; uint32_t pos; int32_t id; } mrg;
 
@@ -576,6 +576,9 @@ int tok_model_word(const lwq_tokenizer *t, const char *s, size_t n, int raw_byte
                    lwq_token_ids *out, lwq_error *e)
 {
     if (!n) return 0;
+    if (n > LWQ_TOK_MAX_WORD_BYTES)
+        return lwq_errf(e, LWQ_EINVAL, "%s: a %zu-byte word (text the pre-tokenizer does not split) "
+                        "is over the %zu-byte limit", t->name, n, LWQ_TOK_MAX_WORD_BYTES);
     tok_buf mapped = {0};
     int rc = 0;
     if (raw_bytes) {

@@ -191,15 +191,12 @@ static int split_spans(tok_span *sp, size_t n, int behavior, int invert, const c
             prev_match = c.match;
         }
     }
-    int emitted = 0;
     for (size_t i = 0; i < k; i++) {
         if (sp[i].match) continue; /* Removed drops the matches */
         if (sp[i].end == sp[i].start) continue;
         if (tok_pieces_add(o, s + sp[i].start, sp[i].end - sp[i].start, first && sp[i].start == 0))
             return LWQ_ENOMEM;
-        emitted = 1;
     }
-    (void)emitted;
     return 0;
 }
 
@@ -395,8 +392,9 @@ int tok_dec_build(tok_dec **out, const cJSON *j, const char *name, lwq_error *e)
     return 0;
 }
 
-/* Token list: NUL-terminated malloc'd strings; each step replaces the list. */
-typedef struct { char **v; size_t n, cap; } strv;
+/* Token list: malloc'd strings with lengths (a ByteLevel step can produce NUL bytes); each
+ * step replaces the list. */
+typedef struct { char **v; size_t *len; size_t n, cap; } strv;
 
 static int strv_push(strv *l, const char *s, size_t n)
 {
@@ -405,12 +403,16 @@ static int strv_push(strv *l, const char *s, size_t n)
         char **v = realloc(l->v, cap * sizeof *v);
         if (!v) return LWQ_ENOMEM;
         l->v = v;
+        size_t *len = realloc(l->len, cap * sizeof *len);
+        if (!len) return LWQ_ENOMEM;
+        l->len = len;
         l->cap = cap;
     }
     char *c = malloc(n + 1);
     if (!c) return LWQ_ENOMEM;
     memcpy(c, s, n);
     c[n] = 0;
+    l->len[l->n] = n;
     l->v[l->n++] = c;
     return 0;
 }
@@ -419,6 +421,7 @@ static void strv_free(strv *l)
 {
     for (size_t i = 0; i < l->n; i++) free(l->v[i]);
     free(l->v);
+    free(l->len);
     memset(l, 0, sizeof *l);
 }
 
@@ -440,7 +443,7 @@ static int dec_one(const tok_dec *d, strv *in, strv *out)
         tok_buf raw = {0};
         for (size_t i = 0; i < in->n && !rc; i++) {
             const unsigned char *s = (const unsigned char *)in->v[i];
-            size_t n = strlen(in->v[i]), start = raw.n, k = 0;
+            size_t n = in->len[i], start = raw.n, k = 0;
             int ok = 1;
             while (k < n && ok) {
                 uint32_t cp;
@@ -462,8 +465,9 @@ static int dec_one(const tok_dec *d, strv *in, strv *out)
         tok_buf bytes = {0};
         for (size_t i = 0; i <= in->n && !rc; i++) {
             const char *t = i < in->n ? in->v[i] : NULL;
+            size_t tl = t ? in->len[i] : 0;
             int hv = -1;
-            if (t && strlen(t) == 6 && !strncmp(t, "<0x", 3) && t[5] == '>' && hexval(t[3]) >= 0 &&
+            if (t && tl == 6 && !strncmp(t, "<0x", 3) && t[5] == '>' && hexval(t[3]) >= 0 &&
                 hexval(t[4]) >= 0)
                 hv = hexval(t[3]) * 16 + hexval(t[4]);
             if (hv >= 0) { unsigned char c = (unsigned char)hv; rc = tok_buf_put(&bytes, &c, 1); continue; }
@@ -472,19 +476,19 @@ static int dec_one(const tok_dec *d, strv *in, strv *out)
                 else for (size_t k = 0; k < bytes.n && !rc; k++) rc = strv_push(out, "\xEF\xBF\xBD", 3);
                 bytes.n = 0;
             }
-            if (t && !rc) rc = strv_push(out, t, strlen(t));
+            if (t && !rc) rc = strv_push(out, t, tl);
         }
         free(bytes.p);
         break;
     }
     case TOK_DEC_FUSE:
-        for (size_t i = 0; i < in->n && !rc; i++) rc = tok_buf_put(&b, in->v[i], strlen(in->v[i]));
+        for (size_t i = 0; i < in->n && !rc; i++) rc = tok_buf_put(&b, in->v[i], in->len[i]);
         if (!rc) rc = strv_push(out, b.p ? b.p : "", b.n);
         break;
     case TOK_DEC_STRIP:
         for (size_t i = 0; i < in->n && !rc; i++) {
             const char *s = in->v[i];
-            size_t n = strlen(s), a = 0, z = n;
+            size_t n = in->len[i], a = 0, z = n;
             for (size_t k = 0; k < d->start && a + d->repl_len <= z && !memcmp(s + a, d->repl, d->repl_len); k++)
                 a += d->repl_len;
             for (size_t k = 0; k < d->stop && z >= a + d->repl_len && !memcmp(s + z - d->repl_len, d->repl, d->repl_len); k++)
@@ -501,9 +505,9 @@ static int dec_one(const tok_dec *d, strv *in, strv *out)
             const char *with = d->kind == TOK_DEC_REPLACE ? d->content : " ";
             size_t wl = d->kind == TOK_DEC_REPLACE ? d->content_len : 1;
             b.n = 0;
-            for (const char *p = s; *p && !rc;) {
-                if (!strncmp(p, pat, pl)) { rc = tok_buf_put(&b, with, wl); p += pl; }
-                else { rc = tok_buf_put(&b, p, 1); p++; }
+            for (size_t k = 0, n = in->len[i]; k < n && !rc;) {
+                if (n - k >= pl && !memcmp(s + k, pat, pl)) { rc = tok_buf_put(&b, with, wl); k += pl; }
+                else { rc = tok_buf_put(&b, s + k, 1); k++; }
             }
             size_t skip = 0;
             if (d->kind == TOK_DEC_METASPACE && i == 0 && d->prepend != TOK_PREPEND_NEVER && b.n && b.p[0] == ' ')
@@ -531,7 +535,7 @@ int tok_dec_apply(const tok_dec *d, char **toks, size_t n, tok_buf *out, lwq_err
     if (!rc && d) rc = dec_one(d, &in, &tmp);
     for (size_t i = 0; i < in.n && !rc; i++) {
         if (!d && i && (rc = tok_buf_put(out, " ", 1))) break; /* no decoder: join with spaces */
-        rc = tok_buf_put(out, in.v[i], strlen(in.v[i]));
+        rc = tok_buf_put(out, in.v[i], in.len[i]);
     }
     if (!rc) rc = tok_buf_put(out, "", 0);
     strv_free(&in);

@@ -18,13 +18,15 @@
 
 static void usage(FILE *fp)
 {
-    fprintf(fp, "usage: lwq diff A_DIR B_DIR [--max N]\n"
+    fprintf(fp, "usage: lwq diff A_DIR B_DIR [--max N] [--no-metadata]\n"
                 "\n"
                 "Compare two checkpoints tensor by tensor (names, dtypes, shapes, bytes; max abs and\n"
                 "relative difference for float tensors, F8 included) and compare config.json and\n"
-                "hf_quant_config.json as JSON values.  Prints the first differences.\n"
+                "hf_quant_config.json as JSON values, and the safetensors __metadata__ pairs of all\n"
+                "shards.  Prints the first differences.\n"
                 "\n"
-                "  --max N   print at most N differences (default 20)\n"
+                "  --max N        print at most N differences (default 20)\n"
+                "  --no-metadata  do not compare safetensors __metadata__\n"
                 "\n"
                 "exit status: 0 identical, 1 different, 2 error (message on stderr)\n");
 }
@@ -186,6 +188,68 @@ static int diff_tensors(const lwq_ckpt *A, const lwq_ckpt *B, dstate *d, int *sa
     return rc < 0 ? rc : 0;
 }
 
+/* ---- safetensors __metadata__ ---------------------------------------------------------------- */
+
+/* The (key, value) pairs of all shards, sorted and deduplicated: shard layout does not matter. */
+static int collect_meta(const lwq_ckpt *c, const lwq_st_kv ***out, int *nout)
+{
+    int n = 0;
+    for (int f = 0; f < c->nfiles; f++)
+        n += c->files[f].nmeta;
+    const lwq_st_kv **v = malloc(((size_t)n + 1) * sizeof *v);
+    if (!v)
+        return -1;
+    n = 0;
+    for (int f = 0; f < c->nfiles; f++)
+        for (int k = 0; k < c->files[f].nmeta; k++)
+            v[n++] = &c->files[f].meta[k];
+    for (int i = 1; i < n; i++) /* insertion sort: a handful of keys */
+        for (int j = i; j > 0; j--) {
+            int cmp = strcmp(v[j - 1]->key, v[j]->key);
+            if (cmp < 0 || (cmp == 0 && strcmp(v[j - 1]->value, v[j]->value) <= 0))
+                break;
+            const lwq_st_kv *t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (!m || strcmp(v[m - 1]->key, v[i]->key) || strcmp(v[m - 1]->value, v[i]->value))
+            v[m++] = v[i];
+    *out = v;
+    *nout = m;
+    return 0;
+}
+
+static int diff_meta(const lwq_ckpt *A, const lwq_ckpt *B, dstate *d, lwq_error *e)
+{
+    const lwq_st_kv **a = NULL, **b = NULL;
+    int na = 0, nb = 0;
+    if (collect_meta(A, &a, &na) != 0 || collect_meta(B, &b, &nb) != 0) {
+        free(a);
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
+    int i = 0, j = 0;
+    while (i < na || j < nb) {
+        int c = i >= na ? 1 : j >= nb ? -1 : strcmp(a[i]->key, b[j]->key);
+        if (c == 0)
+            c = strcmp(a[i]->value, b[j]->value);
+        if (c == 0) {
+            i++;
+            j++;
+        } else if (c < 0) {
+            report(d, "safetensors __metadata__: \"%s\": \"%.60s\" only in A", a[i]->key, a[i]->value);
+            i++;
+        } else {
+            report(d, "safetensors __metadata__: \"%s\": \"%.60s\" only in B", b[j]->key, b[j]->value);
+            j++;
+        }
+    }
+    free(a);
+    free(b);
+    return 0;
+}
+
 /* ---- JSON ------------------------------------------------------------------------------------ */
 
 static void json_brief(const cJSON *v, char *out, size_t cap)
@@ -293,9 +357,10 @@ static int diff_json_file(const char *da, const char *db, const char *name, dsta
 
 int lwq_cmd_diff(int argc, char **argv)
 {
-    static const struct option lo[] = {{"max", 1, 0, 'm'}, {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
+    static const struct option lo[] = {{"max", 1, 0, 'm'}, {"no-metadata", 0, 0, 'n'},
+                                       {"help", 0, 0, 'h'}, {0, 0, 0, 0}};
     int64_t maxn = 20;
-    int c;
+    int c, meta = 1;
     optind = 1;
     opterr = 0;
     while ((c = getopt_long(argc, argv, ":h", lo, NULL)) != -1) {
@@ -304,6 +369,7 @@ int lwq_cmd_diff(int argc, char **argv)
             if (lwq_tool_parse_i64("--max", optarg, 0, 1 << 30, &maxn) != 0)
                 return LWQ_EXIT_ERR;
             break;
+        case 'n': meta = 0; break;
         case 'h': usage(stdout); return LWQ_EXIT_OK;
         case ':': fprintf(stderr, "lwq diff: %s needs a value\n", argv[optind - 1]); return LWQ_EXIT_ERR;
         default: fprintf(stderr, "lwq diff: unknown option '%s'\n", argv[optind - 1]); return LWQ_EXIT_ERR;
@@ -327,6 +393,8 @@ int lwq_cmd_diff(int argc, char **argv)
     }
     dstate d = {.max_shown = (int)maxn};
     int same = 0, rc = diff_tensors(&A, &B, &d, &same, &e);
+    if (rc >= 0 && meta)
+        rc = diff_meta(&A, &B, &d, &e);
     int tensor_diffs = d.ndiff;
     int njson = 0;
     const char *jsons[] = {"config.json", "hf_quant_config.json"};
@@ -346,7 +414,8 @@ int lwq_cmd_diff(int argc, char **argv)
     } else {
         if (d.ndiff > d.shown)
             printf("... %d more differences\n", d.ndiff - d.shown);
-        printf("different: %d tensor difference%s (%d tensors identical), %d config difference%s\n",
+        printf("different: %d tensor/metadata difference%s (%d tensors identical), %d config "
+               "difference%s\n",
                tensor_diffs, tensor_diffs == 1 ? "" : "s", same, d.ndiff - tensor_diffs,
                d.ndiff - tensor_diffs == 1 ? "" : "s");
         ret = LWQ_EXIT_DIFF;

@@ -32,7 +32,7 @@ typedef struct mk_opts {
     int64_t hidden, inter, moe_inter, layers, heads, kv_heads, head_dim, experts, topk, vocab;
     int64_t shard_bytes, seed;
     lwq_dtype dtype;
-    int force, quiet;
+    int force, quiet, tie;
 } mk_opts;
 
 typedef struct mk_tensor {
@@ -68,6 +68,7 @@ static void usage(FILE *fp)
             "  --dtype D             bf16 | f16 | f32 (default bf16)\n"
             "  --shard-size N[K|M|G] largest shard, MiB without a suffix (default 2048)\n"
             "  --seed S              value seed (default 0)\n"
+            "  --tie                 tie_word_embeddings: no lm_head.weight is written\n"
             "  --force               write into a non-empty OUT_DIR (old shards are removed)\n"
             "  --quiet               no summary line\n"
             "\n"
@@ -327,7 +328,7 @@ static char *config_json(const mk_opts *o)
     cJSON_AddNullToObject(c, "rope_scaling");
     cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddBoolToObject(c, "attention_bias", 0);
-    cJSON_AddBoolToObject(c, "tie_word_embeddings", 0);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
     cJSON_AddNumberToObject(c, "bos_token_id", EOT_ID);
     cJSON_AddNumberToObject(c, "eos_token_id", EOT_ID);
     cJSON_AddStringToObject(c, "torch_dtype", torch_dtype(o->dtype));
@@ -368,10 +369,29 @@ static int cmp_mk_name(const void *a, const void *b, void *ctx)
 
 /* ---- the command ----------------------------------------------------------------------------- */
 
+static int mkdir_p(const char *path, lwq_error *e)
+{
+    char p[4096];
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return lwq_errf(e, LWQ_EINVAL, "%s: path too long", path);
+    for (char *s = p + 1; *s; s++) {
+        if (*s != '/')
+            continue;
+        *s = 0;
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            return lwq_errsys(e, -errno, "%s: mkdir", p);
+        *s = '/';
+    }
+    if (mkdir(p, 0755) != 0 && errno != EEXIST)
+        return lwq_errsys(e, -errno, "%s: mkdir", p);
+    return 0;
+}
+
 static int prepare_dir(const mk_opts *o, lwq_error *e)
 {
-    if (mkdir(o->out, 0755) != 0 && errno != EEXIST)
-        return lwq_errsys(e, -errno, "%s: mkdir", o->out);
+    int mk = mkdir_p(o->out, e);
+    if (mk != 0)
+        return mk;
     DIR *d = opendir(o->out);
     if (!d)
         return lwq_errsys(e, -errno, "%s: open directory", o->out);
@@ -469,7 +489,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"kv-heads", 1, 0, 'k'}, {"head-dim", 1, 0, 'd'}, {"experts", 1, 0, 'E'},
         {"top-k", 1, 0, 't'},    {"vocab", 1, 0, 'V'},    {"dtype", 1, 0, 'T'},
         {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
-        {"quiet", 0, 0, 'q'},    {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+        {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
+        {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->arch = "llama";
     o->hidden = 256;
@@ -531,6 +552,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
             break;
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
+        case 'Y': o->tie = 1; break;
         case 'h': usage(stdout); return 1;
         case ':': fprintf(stderr, "lwq mkmodel: %s needs a value\n", argv[optind - 1]); return -1;
         default: fprintf(stderr, "lwq mkmodel: unknown option '%s'\n", argv[optind - 1]); return -1;

@@ -10,6 +10,9 @@ typedef struct lwq_command {
     const char *summary;
 } lwq_command;
 
+int lwq_cmd_quantize(int argc, char **argv);
+int lwq_cmd_plan(int argc, char **argv);
+int lwq_cmd_verify(int argc, char **argv);
 int lwq_cmd_inspect(int argc, char **argv);
 int lwq_cmd_diff(int argc, char **argv);
 int lwq_cmd_mkmodel(int argc, char **argv);

@@ -2,9 +2,13 @@
  *
  * Padding: sequences run alone vs the same sequences left-padded into one batch (pad token ids
  * are arbitrary real ids, so a leak would show).  Per-token outputs and every observed amax
- * (linear inputs, k/v) must agree and expert token counts must be equal.  Rows are computed
- * independently by every op except attention, whose key tiles see the padded keys as exact
- * zeros, so we expect (and allow) no more than f32 re-association noise: 1e-6 relative. */
+ * (linear inputs, k/v) must agree and expert token counts must be equal.  Every op computes a
+ * row independently of the others and attention sees padded keys as exact zeros, so on this
+ * machine (OpenBLAS SkylakeX kernels) the results are bitwise equal; but an sgemm kernel may
+ * round a row differently depending on how many rows the call has (valgrind's CPU model selects
+ * another kernel and shows ~1e-6 differences in the MoE fixtures, whose experts see different row
+ * sets), so we allow f32 re-association noise: 1e-5 relative for F32, one BF16 ulp (2^-7
+ * relative) for BF16.  A leak of padding into real rows changes values by O(1). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -169,9 +173,9 @@ static void padding_case(const char *fixture, lwq_dtype act, double rtol)
     env_close(&v);
 }
 
-Test(forward_observe, left_padding_moe_f32) { padding_case("cai-tiny-qwen3-moe", LWQ_F32, 1e-6); }
-Test(forward_observe, left_padding_mixtral_f32) { padding_case("cai-tiny-mixtral", LWQ_F32, 1e-6); }
-Test(forward_observe, left_padding_llama3_bf16) { padding_case("mlxd-tiny-llama3-bf16", LWQ_BF16, 1e-6); }
+Test(forward_observe, left_padding_moe_f32) { padding_case("cai-tiny-qwen3-moe", LWQ_F32, 1e-5); }
+Test(forward_observe, left_padding_mixtral_f32) { padding_case("cai-tiny-mixtral", LWQ_F32, 1e-5); }
+Test(forward_observe, left_padding_llama3_bf16) { padding_case("mlxd-tiny-llama3-bf16", LWQ_BF16, 1.0 / 128); }
 
 Test(forward_observe, all_experts_mode_observes_every_token_and_keeps_the_output)
 {
@@ -309,4 +313,29 @@ Test(forward_observe, bad_lengths_are_refused)
     cr_assert_eq(lwq_batch_init(&b, &be, 2, 4, lens, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, "sequence 1 has length 5, outside [0, 4]"), "%s", e.msg);
     lwq_backend_free_backend(&be);
+}
+
+Test(forward_observe, llama_mlp_bias_is_required_when_configured)
+{
+    env v;
+    env_open(&v, "cai-tiny-llama", LWQ_F32);
+    v.f.ck.cfg.mlp_bias = 1; /* the model borrows this config */
+    int32_t tok[2] = {1, 2};
+    lwq_error e = {0};
+    cr_assert_eq(run(&v, &v.f.w, tok, 1, 2, NULL, NULL, 0, NULL, &e), LWQ_ENOENT);
+    cr_assert(strstr(e.msg, "layer 0: tensor model.layers.0.mlp.gate_proj.bias is missing"), "%s",
+              e.msg);
+    env_close(&v);
+}
+
+Test(forward_observe, partial_rotary_is_refused)
+{
+    env v;
+    env_open(&v, "cai-tiny-llama", LWQ_F32);
+    lwq_model m;
+    lwq_error e = {0};
+    v.f.ck.cfg.partial_rotary_factor = 0.5;
+    cr_assert_eq(lwq_model_init(&m, &v.f.ck.cfg, &v.be, LWQ_F32, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "partial_rotary_factor 0.5 is not supported"), "%s", e.msg);
+    env_close(&v);
 }

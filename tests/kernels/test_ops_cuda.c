@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "tests/helpers/fwd_fixture.h"
 
 static lwq_backend cpu, gpu;
 
@@ -246,3 +247,85 @@ Test(ops_cuda, amax_masked)
     cr_assert_eq(a, b, "amax cpu %g cuda %g", a, b);
     drop(&x), drop(&val);
 }
+
+/* ---- whole forward on the device vs the CPU ------------------------------------------------- */
+
+typedef struct dev_weights {
+    fwd_fixture *f;
+    lwq_tensor *g; /* device copies, by fixture index */
+} dev_weights;
+
+static int dev_get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
+{
+    dev_weights *d = ctx;
+    const lwq_ckpt_tensor *t = lwq_ckpt_find(&d->f->ck, name);
+    if (!t)
+        return lwq_errf(e, LWQ_ENOENT, "not in fixture");
+    *out = d->g[t - d->f->ck.tensors];
+    return 0;
+}
+
+static void forward_case(const char *fixture, lwq_dtype act, double rtol)
+{
+    char dir[1024];
+    lwq_error e = {0};
+    fwd_fixture f;
+    cr_assert_eq(fwd_fixture_open(&f, fwd_fixture_dir(fixture, dir, sizeof dir), NULL, &e), 0,
+                 "%s", e.msg);
+    dev_weights dw = {&f, calloc((size_t)f.n, sizeof(lwq_tensor))};
+    for (int i = 0; i < f.n; i++) {
+        cr_assert_eq(lwq_backend_tensor_alloc(&gpu, f.t[i].dtype, f.t[i].ndim, f.t[i].shape,
+                                              &dw.g[i], &e), 0, "%s", e.msg);
+        cr_assert_eq(lwq_backend_upload(&gpu, dw.g[i].data, f.t[i].data,
+                                        (size_t)lwq_tensor_numel(&f.t[i]) *
+                                            lwq_dtype_size(f.t[i].dtype), &e), 0, "%s", e.msg);
+    }
+    lwq_weights wg = {dev_get, &dw};
+    const lwq_model_config *c = &f.ck.cfg;
+    const int64_t B = 2, T = 16, lens[2] = {16, 11};
+    int32_t tok[32];
+    for (int i = 0; i < B * T; i++)
+        tok[i] = (i * 7 + 2) % (int)c->vocab_size;
+    pair lg = mk(act, B * T, c->vocab_size, 0);
+    lwq_model mc, mg;
+    lwq_batch bc, bg;
+    cr_assert_eq(lwq_model_init(&mc, c, &cpu, act, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_model_init(&mg, c, &gpu, act, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_batch_init(&bc, &cpu, B, T, lens, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_batch_init(&bg, &gpu, B, T, lens, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_model_forward(&mc, &f.w, tok, &bc, &lg.c, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_model_forward(&mg, &wg, tok, &bg, &lg.g, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_synchronize(&gpu, &e), 0, "%s", e.msg);
+    /* compare real rows only: padding rows carry no meaning */
+    size_t bytes = (size_t)lwq_tensor_numel(&lg.c) * lwq_dtype_size(act);
+    void *h = malloc(bytes);
+    cr_assert_eq(lwq_backend_download(&gpu, h, lg.g.data, bytes, &e), 0, "%s", e.msg);
+    for (int64_t t = 0; t < B * T; t++) {
+        if (!bc.valid_host[t])
+            continue;
+        for (int64_t v = 0; v < c->vocab_size; v++) {
+            size_t i = (size_t)(t * c->vocab_size + v);
+            double a = lwq_load_f(lg.c.data, act, i), g = lwq_load_f(h, act, i);
+            cr_assert(fabs(a - g) <= rtol * (1 + fabs(a)), "%s logits[%lld][%lld]: cpu %.9g "
+                      "cuda %.9g", fixture, (long long)t, (long long)v, a, g);
+        }
+    }
+    free(h);
+    drop(&lg);
+    lwq_batch_free(&bc, &cpu);
+    lwq_batch_free(&bg, &gpu);
+    lwq_model_free(&mc);
+    lwq_model_free(&mg);
+    for (int i = 0; i < f.n; i++)
+        lwq_backend_tensor_free(&gpu, &dw.g[i]);
+    free(dw.g);
+    fwd_fixture_free(&f);
+}
+
+/* F32: per-op differences of a few f32 ulps through 2 layers: 1e-4.  BF16: a BF16 rounding
+ * flip in one op propagates, 2 layers: 5e-2. */
+Test(ops_cuda, forward_qwen3_moe_f32) { forward_case("cai-tiny-qwen3-moe", LWQ_F32, 1e-4); }
+Test(ops_cuda, forward_mixtral_f32) { forward_case("cai-tiny-mixtral", LWQ_F32, 1e-4); }
+Test(ops_cuda, forward_qwen2_f32) { forward_case("cai-tiny-qwen2", LWQ_F32, 1e-4); }
+Test(ops_cuda, forward_llama3_bf16) { forward_case("mlxd-tiny-llama3-bf16", LWQ_BF16, 5e-2); }
+Test(ops_cuda, forward_qwen3_bf16) { forward_case("mlxd-tiny-qwen3-bf16", LWQ_BF16, 5e-2); }

@@ -299,3 +299,39 @@ Test(config, oversized_file_is_refused)
     cr_assert_eq(lwq_config_load(lwqt_path("config.json"), &c, &e), LWQ_EFORMAT);
     cr_assert(strstr(e.msg, "byte limit"), "%s", e.msg);
 }
+
+/* Mutated configs (fixed seed): each parses or fails with a message; none crashes. */
+Test(config, mutated_configs_fail_cleanly)
+{
+    const char *base = "{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,\"num_hidden_layers\":4,"
+                       "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":10,"
+                       "\"intermediate_size\":128,\"num_experts\":4,\"num_experts_per_tok\":2,"
+                       "\"moe_intermediate_size\":32,\"mlp_only_layers\":[1],"
+                       "\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4}}";
+    size_t n = strlen(base);
+    static const char alphabet[] = "{}[]\",:0123456789-.eE ntul_";
+    uint64_t s = 42;
+    char *buf = malloc(n + 1);
+    int ok = 0, failed = 0;
+    for (int it = 0; it < 5000; it++) {
+        memcpy(buf, base, n + 1);
+        for (int k = 0; k < 1 + (int)(s % 3); k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            buf[(s >> 33) % n] = alphabet[(s >> 20) % (sizeof alphabet - 1)];
+        }
+        lwq_model_config c;
+        lwq_error e = {0};
+        if (lwq_config_parse("fuzz.json", buf, &c, &e) == 0) {
+            ok++;
+            cr_assert(c.hidden_size > 0 && c.num_hidden_layers > 0 && c.head_dim > 0);
+            for (int l = 0; l < c.num_hidden_layers; l++)
+                (void)lwq_config_layer_is_moe(&c, l);
+            lwq_config_free(&c);
+        } else {
+            failed++;
+            cr_assert(e.msg[0]);
+        }
+    }
+    free(buf);
+    cr_assert(ok > 0 && failed > 0, "ok %d failed %d", ok, failed);
+}

@@ -272,3 +272,43 @@ Test(st, plan_offsets_follow_name_order)
     cr_assert_eq(p.header_bytes % 8, 0);
     lwq_st_plan_free(&p);
 }
+
+/* Mutated headers (fixed seed): every outcome is 0 or an error with a message, never a crash or
+ * an entry that escapes the data area.  Run under the ASan build to catch memory errors. */
+Test(st, mutated_headers_fail_cleanly)
+{
+    const char *base = "{\"__metadata__\":{\"format\":\"pt\"},"
+                       "\"a\":{\"dtype\":\"F32\",\"shape\":[2,3],\"data_offsets\":[0,24]},"
+                       "\"b\":{\"dtype\":\"BF16\",\"shape\":[3],\"data_offsets\":[24,30]}}";
+    size_t n = strlen(base);
+    static const char alphabet[] = "{}[]\",:0123456789-.eE \\\"u_FBIU8";
+    uint64_t s = 0x1234567;
+    char *buf = malloc(n + 1);
+    int ok = 0, failed = 0;
+    for (int it = 0; it < 20000; it++) {
+        memcpy(buf, base, n + 1);
+        int edits = 1 + (int)(s % 4);
+        for (int k = 0; k < edits; k++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            size_t pos = (size_t)(s >> 33) % n;
+            buf[pos] = alphabet[(s >> 20) % (sizeof alphabet - 1)];
+        }
+        lwq_st_file f;
+        lwq_error e = {0};
+        int rc = lwq_st_parse_header("fuzz.safetensors", buf, n, 8 + n + 30, &f, &e);
+        if (rc == 0) {
+            ok++;
+            for (int i = 0; i < f.n; i++) {
+                cr_assert(f.entries[i].end <= 30 && f.entries[i].begin <= f.entries[i].end);
+                cr_assert_eq(f.entries[i].end - f.entries[i].begin,
+                             (uint64_t)lwq_st_numel(&f.entries[i]) * lwq_dtype_size(f.entries[i].dtype));
+            }
+            lwq_st_free(&f);
+        } else {
+            failed++;
+            cr_assert(rc < 0 && e.msg[0], "error without a message");
+        }
+    }
+    free(buf);
+    cr_assert(ok > 0 && failed > 0, "ok %d failed %d", ok, failed);
+}

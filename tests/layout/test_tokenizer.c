@@ -355,3 +355,38 @@ Test(tokenizer, digits_split_every_unicode_numeral_like_rust)
     cr_assert_arr_eq(x, want, sizeof want);
     lwq_tokenizer_free(t);
 }
+
+Test(tokenizer, decode_keeps_nul_bytes)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/tokenizer-gpt2-bytelevel-bpe", LWQ_FIXTURES);
+    lwq_tokenizer *t = NULL;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_load(&t, path, &e), 0, "%s", e.msg);
+    lwq_token_ids v = {0};
+    cr_assert_eq(lwq_tokenizer_encode(t, "a\0b", 3, 1, 0, &v, NULL, &e), 3, "%s", e.msg);
+    char *out = NULL;
+    size_t n = 0;
+    cr_assert_eq(lwq_tokenizer_decode(t, v.ids, v.n, 0, &out, &n, &e), 0, "%s", e.msg);
+    cr_assert_eq(n, 3);
+    cr_assert_arr_eq(out, "a\0b", 3);
+    free(out);
+    lwq_token_ids_free(&v);
+    lwq_tokenizer_free(t);
+}
+
+Test(tokenizer, oversized_word_is_refused)
+{
+    /* No pre-tokenizer: the whole text is one BPE word. */
+    lwq_tokenizer *t = must_load(BPE_HEAD "\"merges\":[\"a b\"]}}", NULL);
+    size_t n = LWQ_TOK_MAX_WORD_BYTES + 1;
+    char *text = malloc(n);
+    memset(text, 'a', n);
+    lwq_token_ids v = {0};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_encode(t, text, n, 1, 0, &v, NULL, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, "over the"), "%s", e.msg);
+    free(text);
+    lwq_token_ids_free(&v);
+    lwq_tokenizer_free(t);
+}

@@ -34,6 +34,13 @@ static cJSON *parse_file(const char *path)
     return j;
 }
 
+/* obj[item->string] = copy of item, added when absent. */
+static void set(cJSON *obj, const cJSON *item)
+{
+    cJSON_DeleteItemFromObjectCaseSensitive(obj, item->string);
+    cJSON_AddItemToObject(obj, item->string, cJSON_Duplicate(item, 1));
+}
+
 static void check_variant(const char *file)
 {
     char path[4096];
@@ -45,10 +52,9 @@ static void check_variant(const char *file)
     cJSON *tj = parse_file(path);
     for (cJSON *p = cJSON_GetObjectItem(g, "patch")->child; p; p = p->next) {
         if (!strcmp(p->string, "model")) {
-            for (cJSON *m = p->child; m; m = m->next)
-                cJSON_ReplaceItemInObject(cJSON_GetObjectItem(tj, "model"), m->string, cJSON_Duplicate(m, 1));
+            for (cJSON *m = p->child; m; m = m->next) set(cJSON_GetObjectItem(tj, "model"), m);
         } else {
-            cJSON_ReplaceItemInObject(tj, p->string, cJSON_Duplicate(p, 1));
+            set(tj, p);
         }
     }
     char *js = cJSON_PrintUnformatted(tj);

@@ -1,6 +1,7 @@
 #include <criterion/criterion.h>
 
 #include "layout/checkpoint.h"
+#include "layout/safetensors.h"
 #include "run.h"
 
 TestSuite(diff, .init = lwqt_setup, .fini = lwqt_teardown);
@@ -38,7 +39,7 @@ Test(diff, finds_one_changed_byte_in_a_100mb_model)
     cr_assert(strstr(out, "tensor model.layers.1.mlp.down_proj.weight: data differs in 1 of"), "%s",
               out);
     cr_assert(strstr(out, "max abs diff"), "%s", out);
-    cr_assert(strstr(out, "1 tensor difference"), "%s", out);
+    cr_assert(strstr(out, "1 tensor/metadata difference"), "%s", out);
     free(out);
 }
 
@@ -140,4 +141,27 @@ Test(diff, errors_exit_2)
     char *out = lwqt_out();
     cr_assert(strstr(out, "exit status: 0 identical, 1 different, 2 error"));
     free(out);
+}
+
+Test(diff, safetensors_metadata_compared_unless_disabled)
+{
+    float x[2] = {1, 2};
+    lwq_st_out_tensor t[1] = {{.name = "model.layers.0.w", .dtype = LWQ_F32, .ndim = 1, .shape = {2}, .data = x}};
+    const char *cfg = "{\"model_type\":\"llama\",\"hidden_size\":4,\"intermediate_size\":4,"
+                      "\"num_hidden_layers\":1,\"num_attention_heads\":1,\"vocab_size\":2}";
+    lwq_st_kv ma[] = {{"format", "pt"}, {"run", "1"}}, mb[] = {{"format", "pt"}, {"run", "2"}};
+    lwq_error e = {0};
+    cr_assert_eq(mkdir(lwqt_path("a"), 0755), 0);
+    cr_assert_eq(mkdir(lwqt_path("b"), 0755), 0);
+    lwqt_write_str("a/config.json", cfg);
+    lwqt_write_str("b/config.json", cfg);
+    cr_assert_eq(lwq_st_write_file(lwqt_path("a/model.safetensors"), t, 1, ma, 2, &e), 0);
+    cr_assert_eq(lwq_st_write_file(lwqt_path("b/model.safetensors"), t, 1, mb, 2, &e), 0);
+    const char *d[] = {"diff", lwqt_path("a"), lwqt_path("b"), NULL};
+    cr_assert_eq(lwqt_run(d), 1);
+    char *out = lwqt_out();
+    cr_assert(strstr(out, "__metadata__: \"run\": \"1\" only in A"), "%s", out);
+    free(out);
+    const char *dn[] = {"diff", "--no-metadata", lwqt_path("a"), lwqt_path("b"), NULL};
+    cr_assert_eq(lwqt_run(dn), 0);
 }

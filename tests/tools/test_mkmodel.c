@@ -254,3 +254,20 @@ Test(mkmodel, tokenizer_loads_and_encodes_with_lwq_tokenizer)
     lwq_token_ids_free(&ids);
     lwq_tokenizer_free(tk);
 }
+
+Test(mkmodel, tied_embeddings_omit_lm_head)
+{
+    const char *a[] = {"mkmodel", lwqt_path("t"), "--tie", "--layers", "1", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(a), 0);
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(lwqt_path("t"), &c, &e), 0, "%s", e.msg);
+    cr_assert(c.cfg.tie_word_embeddings);
+    cr_assert_null(lwq_ckpt_find(&c, "lm_head.weight"));
+    cr_assert_not_null(lwq_ckpt_find(&c, "model.embed_tokens.weight"));
+    lwq_arch_report r;
+    cr_assert_eq(lwq_arch_check(&c, &r, &e), 0);
+    cr_assert_eq(r.n, 0);
+    lwq_arch_report_free(&r);
+    lwq_ckpt_free(&c);
+}

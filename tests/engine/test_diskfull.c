@@ -1,0 +1,128 @@
+/* Disk full during a run (issue 7): an injected ENOSPC stops the run with a clear error, nothing
+ * past the last good layer is committed, and the rerun after space is freed completes with the
+ * same bytes as an uninterrupted run.  Runs the engine in-process so the io/sys.h fault table
+ * applies. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "engine/engine.h"
+#include "engine/manifest.h"
+#include "io/sys.h"
+#include "layout/recipe.h"
+
+static char g_tmp[256];
+
+static void setup(void)
+{
+    snprintf(g_tmp, sizeof g_tmp, "/tmp/lwq-diskfull-XXXXXX");
+    cr_assert_not_null(mkdtemp(g_tmp));
+    char cmd[1024];
+    const char *bin = getenv("LWQ_BIN") ? getenv("LWQ_BIN") : LWQ_BIN;
+    snprintf(cmd, sizeof cmd, "%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 3 --heads 4 --kv-heads 2 "
+             "--experts 4 --top-k 2 --vocab 512 --quiet", bin, g_tmp);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static void teardown(void)
+{
+    lwq_sys_fault_clear();
+    char cmd[512];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
+    cr_assert_eq(system(cmd), 0);
+}
+
+static int run(const char *out, lwq_error *e)
+{
+    static int32_t ids[6][20];
+    static int32_t *rows[6];
+    static int64_t lens[6];
+    for (int i = 0; i < 6; i++) {
+        for (int t = 0; t < 20; t++)
+            ids[i][t] = (int32_t)((i * 37 + t * 11) % 500);
+        rows[i] = ids[i];
+        lens[i] = 12 + i; /* unequal lengths: batches are padded */
+    }
+    lwq_calib_set cs = {6, rows, lens, 0, "test ids"};
+    lwq_recipe r;
+    cr_assert_eq(lwq_recipe_preset("nvfp4", &r, e), 0);
+    char model[512], o[512];
+    snprintf(model, sizeof model, "%s/m", g_tmp);
+    snprintf(o, sizeof o, "%s/%s", g_tmp, out);
+    lwq_quantize_opts opts = {0};
+    opts.model_dir = model;
+    opts.out_dir = o;
+    opts.recipe = &r;
+    opts.calib = &cs;
+    opts.batch_size = 4;
+    opts.device = LWQ_DEVICE_CPU;
+    opts.quiet = 1;
+    int rc = lwq_quantize_run(&opts, e);
+    lwq_recipe_free(&r);
+    return rc;
+}
+
+static int committed(const char *out, int *complete)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s.layerwise_resume/manifest.json", g_tmp, out);
+    lwq_manifest m;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_manifest_load(p, &m, &e), 0, "%s", e.msg);
+    int c = m.committed;
+    if (complete)
+        *complete = m.complete;
+    lwq_manifest_free(&m);
+    return c;
+}
+
+TestSuite(diskfull, .init = setup, .fini = teardown, .timeout = 120);
+
+Test(diskfull, enospc_stops_cleanly_and_the_rerun_is_identical)
+{
+    lwq_error e = {0};
+    cr_assert_eq(run("ref", &e), 0, "%s", e.msg);
+    /* Writes after arming: 1 the initial manifest; per layer a shard, a boundary (not after the
+     * last layer) and a manifest; then the tail.  Every write from the nth on fails. */
+    static const struct {
+        int nth, max_committed;
+    } cases[] = {{2, 0}, {3, 0}, {4, 0}, {7, 1}, {10, 3}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int nth = cases[ci].nth;
+        char out[32], cmd[1024];
+        snprintf(out, sizeof out, "out%d", nth);
+        lwq_sys_fault f = {LWQ_SYS_OP_WRITE, nth, 0, ENOSPC, 0};
+        cr_assert_eq(lwq_sys_fault_add(&f), 0);
+        lwq_error_clear(&e);
+        int rc = run(out, &e);
+        lwq_sys_fault_clear();
+        cr_assert_eq(rc, LWQ_ENOSPC, "write %d: rc %d (%s)", nth, rc, e.msg);
+        cr_assert(strstr(e.msg, "No space left on device") && strstr(e.msg, g_tmp), "message: %s", e.msg);
+        int complete = 1, c = committed(out, &complete);
+        cr_assert_leq(c, cases[ci].max_committed, "write %d: %d layers committed past the failed write", nth, c);
+        cr_assert_not(complete, "write %d: the run was marked complete", nth);
+        snprintf(cmd, sizeof cmd, "test ! -e %s/%s/model.safetensors.index.json", g_tmp, out);
+        cr_assert_eq(system(cmd), 0, "write %d: the index was written after a failed write", nth);
+        lwq_error_clear(&e);
+        cr_assert_eq(run(out, &e), 0, "rerun after space is freed: %s", e.msg);
+        snprintf(cmd, sizeof cmd, "diff -r %s/ref %s/%s >/dev/null", g_tmp, g_tmp, out);
+        cr_assert_eq(system(cmd), 0, "output after ENOSPC at write %d differs", nth);
+    }
+}
+
+Test(diskfull, eio_on_fsync_is_an_error_not_a_commit)
+{
+    lwq_error e = {0};
+    lwq_sys_fault f = {LWQ_SYS_OP_FSYNC, 3, 1, EIO, 0};
+    cr_assert_eq(lwq_sys_fault_add(&f), 0);
+    int rc = run("out", &e);
+    lwq_sys_fault_clear();
+    cr_assert_eq(rc, LWQ_EIO, "rc %d: %s", rc, e.msg);
+    cr_assert(strstr(e.msg, "fsync"), "message does not name the step: %s", e.msg);
+    lwq_error_clear(&e);
+    cr_assert_eq(run("out", &e), 0, "%s", e.msg);
+    cr_assert_eq(committed("out", NULL), 3);
+}

@@ -1,0 +1,365 @@
+/* tools/cmd_quantize.c — `lwq quantize` and `lwq plan`. */
+#include <errno.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "engine/engine.h"
+#include "io/sys.h"
+#include "layout/dataset.h"
+#include "layout/recipe.h"
+#include "layout/tokenizer.h"
+#include "tools/commands.h"
+
+static void usage(FILE *fp, const char *cmd)
+{
+    fprintf(fp,
+            "usage: lwq %s MODEL_DIR%s [options]\n\n"
+            "%s\n\n"
+            "what to quantize:\n"
+            "  --qformat P          preset: %s (default nvfp4)\n"
+            "  --recipe FILE.json   algorithm settings + ordered {match, format, enable, algo, fp8_scale_sweep}\n"
+            "                       rules (later rules win); replaces --qformat\n"
+            "  --print-recipe       print the effective recipe as JSON and exit\n"
+            "  --kv-cache M         none | fp8 | fp8_cast (default fp8_cast: FP8 cache, no calibrated scales)\n"
+            "  --algo A             max | mse | local_hessian (default: the recipe's, max for presets)\n"
+            "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
+            "calibration:\n"
+            "  --calib PATH         .jsonl (input_ids | text | messages per line), .txt (paragraphs), a directory,\n"
+            "                       or \"builtin\" (default: the built-in text, tokenized with the model's\n"
+            "                       tokenizer.json)\n"
+            "  --calib-size N       samples (default 64)\n"
+            "  --calib-seq L        tokens per sample at most (default 256)\n"
+            "  --batch-size B       sequences per batch, left-padded (default 8)\n"
+            "  --calib-include-padding  padded positions count in statistics (Model Optimizer parity)\n"
+            "  --calib-all-experts  every expert also runs on every token for its statistics\n"
+            "run:\n"
+            "  --device D           auto | cpu | cuda (default auto)\n"
+            "  --threads N          CPU threads (default: all cores)\n"
+            "  --max-gpu-memory-gb X, --max-cpu-memory-gb X   stop before reading weights if the plan exceeds them\n"
+            "  --prefetch K         layers read ahead (ring slots, default 2)\n"
+            "  --whole-model        reference path: all layers resident, data outside (same bytes)\n"
+            "  --qdq-next           the next layer calibrates on the quantized layer's outputs\n"
+            "  --dry-read           read every layer through the I/O path; compute and write nothing\n"
+            "  --resume-dir DIR     resume state (default OUT_DIR.layerwise_resume)\n"
+            "  --repair             recompute the last committed layer if its shard is damaged\n"
+            "  --log-json FILE      one JSON object per layer and a summary\n"
+            "  --quiet              no progress output\n\n"
+            "A killed run resumes where it stopped when the same command is run again; the output is\n"
+            "byte-identical to an uninterrupted run.\n\n"
+            "exit status: 0 done, 2 error (message on stderr)\n",
+            cmd, strcmp(cmd, "plan") ? " -o OUT_DIR" : "",
+            strcmp(cmd, "plan") ? "Quantize a Hugging Face checkpoint layer by layer to NVFP4/FP8 (ModelOpt format)."
+                                : "Predict peak host/GPU memory and output size of a quantize run with these options.",
+            lwq_recipe_preset_names());
+}
+
+typedef struct qargs {
+    const char *model, *out, *qformat, *recipe_file, *calib, *algo, *kv;
+    int print_recipe, sweep, calib_size, calib_seq;
+    lwq_quantize_opts o;
+} qargs;
+
+static int need(int i, int argc, char **argv)
+{
+    if (i + 1 >= argc) {
+        fprintf(stderr, "lwq: %s needs a value\n", argv[i]);
+        return 0;
+    }
+    return 1;
+}
+
+static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
+{
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || *end || v < lo || v > hi) {
+        fprintf(stderr, "lwq: %s %s: expected an integer in [%d, %d]\n", opt, s, lo, hi);
+        return 0;
+    }
+    *out = (int)v;
+    return 1;
+}
+
+static int parse_gb(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > 0) || v > 1e6) {
+        fprintf(stderr, "lwq: %s %s: expected a positive number of GB\n", opt, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_args(int argc, char **argv, int is_plan, qargs *a)
+{
+    memset(a, 0, sizeof *a);
+    a->qformat = "nvfp4";
+    a->calib_size = 64;
+    a->calib_seq = 256;
+    a->o.batch_size = 8;
+    for (int i = 1; i < argc; i++) {
+        const char *s = argv[i];
+        if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
+            usage(stdout, argv[0]);
+            exit(LWQ_EXIT_OK);
+        }
+#define VAL() (need(i, argc, argv) ? argv[++i] : NULL)
+        if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
+            if (!(a->out = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--qformat")) {
+            if (!(a->qformat = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--recipe")) {
+            if (!(a->recipe_file = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--print-recipe")) {
+            a->print_recipe = 1;
+        } else if (!strcmp(s, "--kv-cache")) {
+            if (!(a->kv = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--algo")) {
+            if (!(a->algo = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--fp8-scale-sweep")) {
+            a->sweep = 1;
+        } else if (!strcmp(s, "--calib")) {
+            if (!(a->calib = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--calib-size")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->calib_size))
+                return -1;
+        } else if (!strcmp(s, "--calib-seq")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->calib_seq))
+                return -1;
+        } else if (!strcmp(s, "--batch-size")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 4096, &a->o.batch_size))
+                return -1;
+        } else if (!strcmp(s, "--calib-include-padding")) {
+            a->o.include_padding = 1;
+        } else if (!strcmp(s, "--calib-all-experts")) {
+            a->o.all_experts = 1;
+        } else if (!strcmp(s, "--device")) {
+            const char *d = VAL();
+            if (!d)
+                return -1;
+            if (!strcmp(d, "auto"))
+                a->o.device = LWQ_DEVICE_AUTO;
+            else if (!strcmp(d, "cpu"))
+                a->o.device = LWQ_DEVICE_CPU;
+            else if (!strcmp(d, "cuda"))
+                a->o.device = LWQ_DEVICE_CUDA;
+            else {
+                fprintf(stderr, "lwq: --device %s: expected auto, cpu or cuda\n", d);
+                return -1;
+            }
+        } else if (!strcmp(s, "--threads")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
+                return -1;
+        } else if (!strcmp(s, "--prefetch")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 16, &a->o.prefetch))
+                return -1;
+        } else if (!strcmp(s, "--max-gpu-memory-gb")) {
+            if (!need(i, argc, argv) || !parse_gb(s, argv[++i], &a->o.max_gpu_gb))
+                return -1;
+        } else if (!strcmp(s, "--max-cpu-memory-gb")) {
+            if (!need(i, argc, argv) || !parse_gb(s, argv[++i], &a->o.max_cpu_gb))
+                return -1;
+        } else if (!strcmp(s, "--whole-model")) {
+            a->o.whole_model = 1;
+        } else if (!strcmp(s, "--qdq-next")) {
+            a->o.qdq_next = 1;
+        } else if (!strcmp(s, "--dry-read")) {
+            a->o.dry_read = 1;
+        } else if (!strcmp(s, "--resume-dir")) {
+            if (!(a->o.resume_dir = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--repair")) {
+            a->o.repair = 1;
+        } else if (!strcmp(s, "--log-json")) {
+            if (!(a->o.log_json = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--quiet")) {
+            a->o.quiet = 1;
+        } else if (s[0] == '-') {
+            fprintf(stderr, "lwq: unknown option %s (lwq %s --help)\n", s, argv[0]);
+            return -1;
+        } else if (!a->model) {
+            a->model = s;
+        } else {
+            fprintf(stderr, "lwq: unexpected argument %s\n", s);
+            return -1;
+        }
+#undef VAL
+    }
+    if (!a->model && !a->print_recipe) {
+        fprintf(stderr, "lwq: %s needs MODEL_DIR (lwq %s --help)\n", argv[0], argv[0]);
+        return -1;
+    }
+    if (!is_plan && !a->out && !a->print_recipe && !a->o.dry_read) {
+        fprintf(stderr, "lwq: quantize needs -o OUT_DIR\n");
+        return -1;
+    }
+    return 0;
+}
+
+static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
+{
+    int rc = a->recipe_file ? lwq_recipe_load(a->recipe_file, r, e) : lwq_recipe_preset(a->qformat, r, e);
+    if (rc)
+        return rc;
+    if (a->algo) {
+        if (!strcmp(a->algo, "awq") || !strcmp(a->algo, "gptq") || !strcmp(a->algo, "svdquant") ||
+            !strcmp(a->algo, "smoothquant") || !strcmp(a->algo, "awq_lite"))
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "--algo %s is not supported (supported: max, mse, local_hessian)", a->algo);
+        if (lwq_algo_parse(a->algo, &r->algo) != 0)
+            return lwq_errf(e, LWQ_EINVAL, "--algo %s: expected max, mse or local_hessian", a->algo);
+    }
+    if (a->sweep)
+        r->fp8_scale_sweep = 1;
+    if (a->kv && lwq_kv_mode_parse(a->kv, &r->kv) != 0)
+        return lwq_errf(e, LWQ_EINVAL, "--kv-cache %s: expected none, fp8 or fp8_cast", a->kv);
+    return 0;
+}
+
+/* The calibration set: token sequences, unpadded, in file order. */
+static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
+{
+    memset(cs, 0, sizeof *cs);
+    char tokpath[PATH_MAX];
+    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", a->model);
+    lwq_tokenizer *tok = NULL;
+    int rc = 0;
+    if (access(tokpath, F_OK) == 0)
+        rc = lwq_tokenizer_load(&tok, tokpath, e);
+    if (rc)
+        return rc;
+    lwq_calib_opts co = {0};
+    co.max_samples = (size_t)a->calib_size;
+    co.seq_len = (size_t)a->calib_seq;
+    if (!tok) {
+        co.pad_id = 0;
+        co.has_pad_id = 1;
+    }
+    const char *path = a->calib && strcmp(a->calib, "builtin") ? a->calib : NULL;
+    if (!path && !tok) {
+        return lwq_errf(e, LWQ_EINVAL, "%s has no tokenizer.json, so the built-in text cannot be tokenized; give "
+                        "--calib FILE.jsonl with \"input_ids\"", a->model);
+    }
+    lwq_calib_batch b;
+    lwq_calib_stats st;
+    rc = lwq_calib_load(tok, path, &co, &b, &st, e);
+    lwq_tokenizer_free(tok);
+    if (rc)
+        return rc;
+    if (!a->o.quiet)
+        lwq_calib_stats_log(&st);
+    cs->n = (int)b.n;
+    cs->ids = calloc(b.n ? b.n : 1, sizeof *cs->ids);
+    cs->len = calloc(b.n ? b.n : 1, sizeof *cs->len);
+    cs->pad_id = b.pad_id >= 0 ? b.pad_id : 0;
+    snprintf(cs->source, sizeof cs->source, "%s", path ? path : "built-in text");
+    if (!cs->ids || !cs->len) {
+        lwq_calib_batch_free(&b);
+        lwq_calib_set_free(cs);
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; i < b.n; i++) {
+        int64_t len = b.lengths[i];
+        cs->len[i] = len;
+        cs->ids[i] = malloc((size_t)(len ? len : 1) * sizeof(int32_t));
+        if (!cs->ids[i]) {
+            lwq_calib_batch_free(&b);
+            lwq_calib_set_free(cs);
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        }
+        memcpy(cs->ids[i], b.ids + i * b.seq + (b.seq - (size_t)len), (size_t)len * sizeof(int32_t));
+    }
+    lwq_calib_batch_free(&b);
+    return 0;
+}
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    lwq_engine_request_stop();
+    static const char msg[] = "\nlwq: stopping after the layer in flight is committed (signal again to kill)\n";
+    ssize_t w = write(2, msg, sizeof msg - 1);
+    (void)w;
+    signal(SIGINT, SIG_DFL);
+    signal(SIGTERM, SIG_DFL);
+}
+
+static int run_cmd(int argc, char **argv, int is_plan)
+{
+    qargs a;
+    if (parse_args(argc, argv, is_plan, &a) != 0)
+        return LWQ_EXIT_ERR;
+    if (a.o.quiet)
+        lwq_log_set_level(LWQ_LOG_WARN);
+    /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
+    if (lwq_sys_fault_from_env() < 0) {
+        fprintf(stderr, "lwq: LWQ_SYS_CRASH_STEP / LWQ_SYS_CRASH_MODE are malformed\n");
+        return LWQ_EXIT_ERR;
+    }
+    lwq_error e = {0};
+    lwq_recipe r;
+    if (build_recipe(&a, &r, &e) != 0) {
+        fprintf(stderr, "lwq: %s\n", e.msg);
+        return LWQ_EXIT_ERR;
+    }
+    if (a.print_recipe) {
+        char *s = lwq_recipe_to_json(&r);
+        printf("%s\n", s ? s : "{}");
+        free(s);
+        lwq_recipe_free(&r);
+        return LWQ_EXIT_OK;
+    }
+    lwq_calib_set cs;
+    int rc = load_calib(&a, &cs, &e);
+    if (rc == 0) {
+        a.o.model_dir = a.model;
+        a.o.out_dir = a.out;
+        a.o.recipe = &r;
+        a.o.calib = &cs;
+        if (is_plan) {
+            lwq_mem_plan p;
+            if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
+                lwq_mem_plan_print(&p, &a.o);
+                if (a.o.max_cpu_gb > 0 && (double)p.host_peak > a.o.max_cpu_gb * 1e9)
+                    printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
+                           a.o.max_cpu_gb);
+                else if (a.o.max_gpu_gb > 0 && (double)p.gpu_peak > a.o.max_gpu_gb * 1e9)
+                    printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
+                           a.o.max_gpu_gb);
+                else
+                    printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
+                           (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
+            }
+        } else {
+            signal(SIGINT, on_signal);
+            signal(SIGTERM, on_signal);
+            rc = lwq_quantize_run(&a.o, &e);
+        }
+        lwq_calib_set_free(&cs);
+    }
+    lwq_recipe_free(&r);
+    if (rc) {
+        fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
+        return LWQ_EXIT_ERR;
+    }
+    return LWQ_EXIT_OK;
+}
+
+int lwq_cmd_quantize(int argc, char **argv) { return run_cmd(argc, argv, 0); }
+int lwq_cmd_plan(int argc, char **argv) { return run_cmd(argc, argv, 1); }

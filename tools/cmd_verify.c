@@ -1,0 +1,361 @@
+/* tools/cmd_verify.c — `lwq verify OUT_DIR`: is a quantized checkpoint whole and servable?
+ *
+ * Checks: every layer shard's size and XXH64 against the resume manifest (when the resume
+ * directory is there), every safetensors header (lwq_st_open validates offsets, dtypes, sizes),
+ * every index entry resolves to a shard holding that tensor and every shard tensor is indexed,
+ * hf_quant_config.json / config.json agree with the tensors (a quantized module has its scales
+ * with the right dtype/shape; an excluded module has none), and every scale is finite and > 0. */
+#include <cjson/cJSON.h>
+#include <dirent.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "engine/manifest.h"
+#include "layout/quant_formats.h"
+#include "layout/safetensors.h"
+#include "tools/commands.h"
+
+typedef struct vstate {
+    const char *dir;
+    int problems;
+    int quiet;
+} vstate;
+
+static void problem(vstate *v, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void problem(vstate *v, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (v->problems < 50) {
+        fprintf(stdout, "FAIL: ");
+        vfprintf(stdout, fmt, ap);
+        fputc('\n', stdout);
+    }
+    va_end(ap);
+    v->problems++;
+}
+
+typedef struct shard {
+    char name[64];
+    lwq_st_file f;
+    int ok;
+} shard;
+
+static int read_scalar(const char *path, const lwq_st_file *f, int i, float *out)
+{
+    const lwq_st_entry *t = &f->entries[i];
+    if (t->dtype != LWQ_F32 || t->end - t->begin != 4)
+        return -1;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return -1;
+    int ok = fseeko(fp, (off_t)(f->data_start + t->begin), SEEK_SET) == 0 && fread(out, 4, 1, fp) == 1;
+    fclose(fp);
+    return ok ? 0 : -1;
+}
+
+static int check_e4m3_scales(const char *path, const lwq_st_file *f, int i)
+{
+    const lwq_st_entry *t = &f->entries[i];
+    uint64_t n = t->end - t->begin;
+    FILE *fp = fopen(path, "rb");
+    if (!fp)
+        return -1;
+    unsigned char buf[65536];
+    int bad = 0;
+    if (fseeko(fp, (off_t)(f->data_start + t->begin), SEEK_SET) != 0)
+        bad = 1;
+    while (!bad && n) {
+        size_t k = n < sizeof buf ? (size_t)n : sizeof buf;
+        if (fread(buf, 1, k, fp) != k) {
+            bad = 1;
+            break;
+        }
+        for (size_t j = 0; j < k; j++)
+            if ((buf[j] & 0x7f) == 0x7f || buf[j] == 0 || (buf[j] & 0x80)) /* NaN, zero or negative scale */
+                bad = 1;
+        n -= k;
+    }
+    fclose(fp);
+    return bad ? -1 : 0;
+}
+
+static int ends_with(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+static void check_shard_tensors(vstate *v, shard *s)
+{
+    char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/%s", v->dir, s->name);
+    for (int i = 0; i < s->f.n; i++) {
+        const lwq_st_entry *t = &s->f.entries[i];
+        if (ends_with(t->name, ".input_scale") || ends_with(t->name, ".weight_scale_2") || ends_with(t->name, ".k_scale") ||
+            ends_with(t->name, ".v_scale") || (ends_with(t->name, ".weight_scale") && t->dtype == LWQ_F32)) {
+            float x;
+            if (read_scalar(path, &s->f, i, &x) != 0)
+                problem(v, "%s: %s is not an F32 scalar", s->name, t->name);
+            else if (!isfinite(x) || !(x > 0))
+                problem(v, "%s: %s = %g; every scale must be finite and > 0", s->name, t->name, (double)x);
+        } else if (ends_with(t->name, ".weight_scale") && t->dtype == LWQ_F8_E4M3) {
+            if (check_e4m3_scales(path, &s->f, i) != 0)
+                problem(v, "%s: %s holds a zero, negative or NaN E4M3 block scale", s->name, t->name);
+        }
+    }
+}
+
+/* 1 when `file` holds `tensor`, or when `file` could not be opened (reported once already). */
+static int find_in(const shard *sh, int ns, const char *file, const char *tensor)
+{
+    for (int i = 0; i < ns; i++)
+        if (!strcmp(sh[i].name, file))
+            return !sh[i].ok || lwq_st_find(&sh[i].f, tensor) >= 0;
+    return 0;
+}
+
+static const lwq_st_entry *find_any(const shard *sh, int ns, const char *tensor)
+{
+    for (int i = 0; i < ns; i++) {
+        int k = sh[i].ok ? lwq_st_find(&sh[i].f, tensor) : -1;
+        if (k >= 0)
+            return &sh[i].f.entries[k];
+    }
+    return NULL;
+}
+
+/* A quantized module must carry its scales; an excluded one must not. */
+static void check_module(vstate *v, const shard *sh, int ns, const char *m, const char *algo)
+{
+    char n[512];
+    snprintf(n, sizeof n, "%s.weight", m);
+    const lwq_st_entry *w = find_any(sh, ns, n);
+    if (!w) {
+        problem(v, "config names quantized module %s but %s is in no shard", m, n);
+        return;
+    }
+    int nv = !strcmp(algo, "NVFP4");
+    if (w->dtype != (nv ? LWQ_U8 : LWQ_F8_E4M3))
+        problem(v, "%s is %s, expected %s for %s", n, lwq_dtype_name(w->dtype), nv ? "U8" : "F8_E4M3", algo);
+    static const char *const nv_s[] = {"weight_scale", "weight_scale_2", "input_scale"};
+    static const char *const f8_s[] = {"weight_scale", "input_scale"};
+    for (int i = 0; i < (nv ? 3 : 2); i++) {
+        snprintf(n, sizeof n, "%s.%s", m, nv ? nv_s[i] : f8_s[i]);
+        const lwq_st_entry *s = find_any(sh, ns, n);
+        if (!s)
+            problem(v, "quantized module %s lacks %s", m, n);
+        else if (nv && i == 0 && (s->dtype != LWQ_F8_E4M3 || s->ndim != 2 || w->ndim != 2 ||
+                                  s->shape[0] != w->shape[0] || s->shape[1] * 8 != w->shape[1]))
+            problem(v, "%s: expected F8_E4M3 [%lld, %lld]", n, (long long)w->shape[0], (long long)w->shape[1] / 8);
+    }
+}
+
+static void check_configs(vstate *v, const shard *sh, int ns)
+{
+    char path[PATH_MAX], *txt;
+    lwq_error e = {0};
+    snprintf(path, sizeof path, "%s/hf_quant_config.json", v->dir);
+    if (lwq_file_read_all(path, 64u << 20, &txt, NULL, &e) != 0) {
+        problem(v, "%s", e.msg);
+        return;
+    }
+    cJSON *j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization");
+    const cJSON *algo = cJSON_GetObjectItemCaseSensitive(q, "quant_algo");
+    const cJSON *ex = cJSON_GetObjectItemCaseSensitive(q, "exclude_modules");
+    if (!cJSON_IsString(algo) || !cJSON_IsArray(ex) || !cJSON_GetObjectItemCaseSensitive(q, "kv_cache_quant_algo")) {
+        problem(v, "hf_quant_config.json: quantization.quant_algo, kv_cache_quant_algo and exclude_modules are required");
+        cJSON_Delete(j);
+        return;
+    }
+    int mixed = !strcmp(algo->valuestring, "MIXED_PRECISION");
+    if (!mixed && strcmp(algo->valuestring, "NVFP4") && strcmp(algo->valuestring, "FP8"))
+        problem(v, "hf_quant_config.json: unknown quant_algo %s", algo->valuestring);
+    /* every module with a weight_scale must be quantized per the config, every excluded one not */
+    for (int i = 0; i < ns; i++) {
+        for (int k = 0; sh[i].ok && k < sh[i].f.n; k++) {
+            const char *t = sh[i].f.entries[k].name;
+            if (!ends_with(t, ".weight_scale"))
+                continue;
+            char m[512];
+            snprintf(m, sizeof m, "%.*s", (int)(strlen(t) - strlen(".weight_scale")), t);
+            const char *ma = algo->valuestring;
+            if (mixed) {
+                const cJSON *ql = cJSON_GetObjectItemCaseSensitive(q, "quantized_layers");
+                const cJSON *a = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ql, m), "quant_algo");
+                if (!cJSON_IsString(a)) {
+                    problem(v, "%s carries scales but is not in quantized_layers", m);
+                    continue;
+                }
+                ma = a->valuestring;
+            }
+            for (const cJSON *x = ex->child; x; x = x->next) {
+                if (!cJSON_IsString(x))
+                    continue;
+                size_t L = strlen(x->valuestring);
+                int glob = L && x->valuestring[L - 1] == '*';
+                if ((!glob && !strcmp(x->valuestring, m)) || (glob && !strncmp(x->valuestring, m, L - 1)))
+                    problem(v, "exclusion %s matches quantized module %s", x->valuestring, m);
+            }
+            check_module(v, sh, ns, m, ma);
+        }
+    }
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/config.json", v->dir);
+    if (lwq_file_read_all(path, 64u << 20, &txt, NULL, &e) != 0) {
+        problem(v, "%s", e.msg);
+        return;
+    }
+    j = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *qc = cJSON_GetObjectItemCaseSensitive(j, "quantization_config");
+    const cJSON *kv = cJSON_GetObjectItemCaseSensitive(qc, "kv_cache_scheme");
+    if (!cJSON_IsObject(qc) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(qc, "quant_method")))
+        problem(v, "config.json: quantization_config with quant_method is missing");
+    else if (kv && !cJSON_IsObject(kv))
+        problem(v, "config.json: kv_cache_scheme must be an object");
+    cJSON_Delete(j);
+}
+
+int lwq_cmd_verify(int argc, char **argv)
+{
+    vstate v = {0};
+    const char *resume = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: lwq verify OUT_DIR [--resume-dir DIR]\n\n"
+                   "Check a quantized checkpoint: shard checksums against the resume manifest (when present),\n"
+                   "safetensors headers, index entries, configs against tensors, every scale finite and > 0.\n\n"
+                   "exit status: 0 all good, 1 problems found (listed), 2 error\n");
+            return LWQ_EXIT_OK;
+        }
+        if (!strcmp(argv[i], "--resume-dir") && i + 1 < argc)
+            resume = argv[++i];
+        else if (argv[i][0] != '-' && !v.dir)
+            v.dir = argv[i];
+        else {
+            fprintf(stderr, "lwq: verify: unexpected argument %s\n", argv[i]);
+            return LWQ_EXIT_ERR;
+        }
+    }
+    if (!v.dir) {
+        fprintf(stderr, "lwq: verify needs OUT_DIR\n");
+        return LWQ_EXIT_ERR;
+    }
+    /* checksums from the resume manifest */
+    char mpath[PATH_MAX];
+    if (resume)
+        snprintf(mpath, sizeof mpath, "%s/manifest.json", resume);
+    else
+        snprintf(mpath, sizeof mpath, "%s.layerwise_resume/manifest.json", v.dir);
+    lwq_manifest m;
+    lwq_error e = {0};
+    int mrc = lwq_manifest_load(mpath, &m, &e);
+    int checked = 0;
+    if (mrc == 0) {
+        for (int L = 0; L < m.committed; L++) {
+            char name[40], p[PATH_MAX];
+            lwq_shard_name(L, name);
+            snprintf(p, sizeof p, "%s/%s", v.dir, name);
+            uint64_t h, b;
+            lwq_error_clear(&e);
+            if (lwq_file_xxh64(p, &h, &b, &e) != 0)
+                problem(&v, "%s", e.msg);
+            else if (h != m.layers[L].xxh64 || b != m.layers[L].bytes)
+                problem(&v, "%s: checksum or size differs from the manifest (the file was changed or damaged)", p);
+            checked++;
+        }
+        if (!m.complete)
+            problem(&v, "%s: the run is not complete (%d/%d layers committed)", mpath, m.committed, m.num_layers);
+        lwq_manifest_free(&m);
+    } else if (mrc != LWQ_ENOENT) {
+        problem(&v, "%s", e.msg);
+    }
+    char ipath[PATH_MAX], *txt;
+    lwq_error_clear(&e);
+    snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", v.dir);
+    if (lwq_file_read_all(ipath, 256u << 20, &txt, NULL, &e) != 0) {
+        fprintf(stderr, "lwq: %s\n", e.msg);
+        return LWQ_EXIT_ERR;
+    }
+    cJSON *idx = cJSON_Parse(txt);
+    free(txt);
+    const cJSON *wm = cJSON_GetObjectItemCaseSensitive(idx, "weight_map");
+    if (!cJSON_IsObject(wm)) {
+        fprintf(stderr, "lwq: %s: no weight_map object\n", ipath);
+        cJSON_Delete(idx);
+        return LWQ_EXIT_ERR;
+    }
+    /* the shards the index names */
+    int ns = 0, cap = 64;
+    shard *sh = calloc((size_t)cap, sizeof *sh);
+    for (const cJSON *x = wm->child; x && sh; x = x->next) {
+        if (!cJSON_IsString(x) || strchr(x->valuestring, '/') || strlen(x->valuestring) >= sizeof sh->name) {
+            problem(&v, "index entry %s names an invalid file", x->string);
+            continue;
+        }
+        int known = 0;
+        for (int i = 0; i < ns && !known; i++)
+            known = !strcmp(sh[i].name, x->valuestring);
+        if (known)
+            continue;
+        if (ns == cap) {
+            shard *n2 = realloc(sh, (size_t)(cap *= 2) * sizeof *sh);
+            if (!n2)
+                break;
+            sh = n2;
+        }
+        memset(&sh[ns], 0, sizeof sh[ns]);
+        snprintf(sh[ns].name, sizeof sh[ns].name, "%s", x->valuestring);
+        char p[PATH_MAX];
+        snprintf(p, sizeof p, "%s/%s", v.dir, sh[ns].name);
+        lwq_error_clear(&e);
+        if (lwq_st_open(p, &sh[ns].f, &e) == 0)
+            sh[ns].ok = 1;
+        else
+            problem(&v, "%s", e.msg);
+        ns++;
+    }
+    if (!sh) {
+        cJSON_Delete(idx);
+        fprintf(stderr, "lwq: out of memory\n");
+        return LWQ_EXIT_ERR;
+    }
+    for (const cJSON *x = wm->child; x; x = x->next)
+        if (cJSON_IsString(x) && !find_in(sh, ns, x->valuestring, x->string))
+            problem(&v, "index: %s -> %s, which does not hold it", x->string, x->valuestring);
+    for (int i = 0; i < ns; i++)
+        for (int k = 0; sh[i].ok && k < sh[i].f.n; k++) {
+            const cJSON *x = cJSON_GetObjectItemCaseSensitive(wm, sh[i].f.entries[k].name);
+            if (!cJSON_IsString(x) || strcmp(x->valuestring, sh[i].name))
+                problem(&v, "%s holds %s, which the index does not map to it", sh[i].name, sh[i].f.entries[k].name);
+        }
+    for (int i = 0; i < ns; i++)
+        if (sh[i].ok)
+            check_shard_tensors(&v, &sh[i]);
+    check_configs(&v, sh, ns);
+    int tensors = 0;
+    for (int i = 0; i < ns; i++) {
+        tensors += sh[i].ok ? sh[i].f.n : 0;
+        if (sh[i].ok)
+            lwq_st_free(&sh[i].f);
+    }
+    free(sh);
+    cJSON_Delete(idx);
+    if (v.problems) {
+        printf("%s: %d problem(s)\n", v.dir, v.problems);
+        return LWQ_EXIT_DIFF;
+    }
+    printf("%s: ok (%d shards, %d tensors, %s)\n", v.dir, ns, tensors,
+           mrc == 0 ? "checksums match the manifest" : "no resume manifest: checksums not checked");
+    (void)checked;
+    return LWQ_EXIT_OK;
+}
