@@ -48,7 +48,7 @@ typedef struct g {
     float amax, ws;
 } g;
 
-enum { K_AMAX, K_MAX, K_FP8, K_SWEEP, K_HSWEEP, K_DQ };
+enum { K_AMAX, K_MAX, K_FP8, K_SWEEP, K_HSWEEP, K_BMSE, K_DQ };
 
 static int run(g *c, int k)
 {
@@ -64,6 +64,8 @@ static int run(g *c, int k)
     case K_HSWEEP:
         return lwq_quant_cuda_nvfp4_sweep(c->w, LWQ_BF16, c->rows, c->cols, c->amax, c->h, "w", c->bamax, c->scale,
                                           NULL, NULL);
+    case K_BMSE:
+        return lwq_quant_cuda_nvfp4_mse(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->bamax, NULL, NULL);
     default:
         return lwq_quant_cuda_nvfp4_dequant(c->packed, c->scale, c->ws, c->rows, c->cols, LWQ_BF16, c->out, NULL,
                                             NULL);
@@ -140,8 +142,15 @@ int main(int argc, char **argv)
     CHECK(run(&c, K_SWEEP) == 0);
     CHECK(cudaMemcpy(sg, c.scale, (size_t)(srows * cols / 16), cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(sc, sg, (size_t)(srows * cols / 16)) == 0);
+    float *bc = malloc((size_t)(srows * cols / 16) * sizeof(float)), *bg = malloc((size_t)(srows * cols / 16) * sizeof(float));
+    CHECK(bc && bg);
+    CHECK(lwq_quant_nvfp4_mse(w, LWQ_BF16, srows, cols, amax, "w", bc, NULL) == 0);
+    CHECK(run(&c, K_BMSE) == 0);
+    CHECK(cudaMemcpy(bg, c.bamax, (size_t)(srows * cols / 16) * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(memcmp(bc, bg, (size_t)(srows * cols / 16) * sizeof(float)) == 0);
+    free(bc), free(bg);
     CHECK(run(&c, K_MAX) == 0); /* restore the max-path scales for the dequant timing */
-    printf("bench_quant_cuda: GPU bytes equal CPU bytes (nvfp4 max, sweep, local_hessian on %lld rows)\n",
+    printf("bench_quant_cuda: GPU bytes equal CPU bytes (nvfp4 max, sweep, local_hessian, block mse on %lld rows)\n",
            (long long)srows);
 
     report("amax", rows, cols, best_ms(&c, K_AMAX, 20));
@@ -150,6 +159,7 @@ int main(int argc, char **argv)
     report("nvfp4 dequant -> bf16", rows, cols, best_ms(&c, K_DQ, 20));
     report("nvfp4 fp8_scale_sweep", rows, cols, best_ms(&c, K_SWEEP, 5));
     report("nvfp4 local_hessian", rows, cols, best_ms(&c, K_HSWEEP, 3));
+    report("nvfp4 block mse (39)", rows, cols, best_ms(&c, K_BMSE, 5));
     cudaFree(c.w), cudaFree(c.packed), cudaFree(c.scale), cudaFree(c.q), cudaFree(c.bamax), cudaFree(c.h),
         cudaFree(c.out);
     free(w), free(pc), free(sc), free(pg), free(sg), free(h);

@@ -480,6 +480,75 @@ int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t col
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
 }
 
+/* ---- NVFP4 per-block mse -------------------------------------------------------------------- */
+
+LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid)
+{
+    nvfp4_ctx *c = vc;
+    const int64_t nb = c->cols / BLK;
+    float mult[LWQ_MSE_STEPS];
+    for (int k = 0; k < LWQ_MSE_STEPS; k++)
+        mult[k] = lwq_mse_multiplier(k);
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t off = r * c->cols + b * BLK;
+            float x[BLK], ax[BLK];
+            int bad;
+            load16(c->w, c->dt, off, x);
+            uint32_t am = amax16(x, &bad);
+            if (bad) {
+                for (int i = 0; i < BLK; i++)
+                    if (!isfinite(x[i])) {
+                        atomic_min_i64(&c->bad, off + i);
+                        return;
+                    }
+            }
+            if (am > c->limit_bits)
+                atomic_max_u32(&c->over, am);
+            for (int i = 0; i < BLK; i++)
+                ax[i] = fabsf(x[i]);
+            const float bamax = lwq_bits_f32(am);
+            float best_a = bamax * mult[0], best_loss = 0.0f;
+            int prev = -1;
+            for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+                float a = bamax * mult[k];
+                int s = lwq_nvfp4_scale_static(a, c->global_eff);
+                if (s == prev) /* same byte, same loss: a tie, which the first candidate wins */
+                    continue;
+                prev = s;
+                float l = sweep_loss(x, ax, lwq_nvfp4_block_div((uint8_t)s, c->ws2), NULL);
+                if (k == 0 || l < best_loss) {
+                    best_a = a;
+                    best_loss = l;
+                }
+            }
+            c->out_amax[r * nb + b] = best_a;
+        }
+    }
+}
+
+int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                        const char *name, float *block_amax, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    if (!block_amax)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
+    float g;
+    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
+    if (zero < 0)
+        return zero;
+    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = lwq_nvfp4_ws2(g), .limit_bits = lwq_f32_bits(global_amax),
+                   .global_eff = g, .out_amax = block_amax};
+    nvfp4_ctx_init(&c);
+    lwq_parallel_for(rows, min_chunk_rows(cols) / 8 + 1, mse_blocks_rows, &c);
+    rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
+    if (rc < 0)
+        return rc;
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
 /* ---- NVFP4 dequant -------------------------------------------------------------------------- */
 
 static inline void store_f(void *out, lwq_dtype dt, int64_t i, float v)

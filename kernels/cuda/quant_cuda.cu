@@ -219,6 +219,46 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
         out_amax[r * nb + b] = lwq_nvfp4_sweep_amax((uint8_t)best, global_eff);
 }
 
+// The 39 multipliers, computed on the host (the same function the CPU path calls) and passed by value.
+struct mse_mults {
+    float m[LWQ_MSE_STEPS];
+};
+
+// Per-block mse (lwq_quant_nvfp4_mse): one thread per block, the CPU's loop and skip rule.
+__global__ void k_mse_blocks(const void *w, lwq_dtype dt, bool vec, int64_t nblk, float ws2, uint32_t limit,
+                             float global_eff, mse_mults mm, float *out_amax, qstatus *st)
+{
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblk)
+        return;
+    float x[BLK], ax[BLK];
+    uint32_t m;
+    load16(w, dt, vec, i * BLK, x);
+    if (!amax16(x, i * BLK, st, &m))
+        return;
+    if (m > limit)
+        atomicMax(&st->over, m);
+    for (int k = 0; k < BLK; k++)
+        ax[k] = fabsf(x[k]);
+    const float bamax = lwq_bits_f32(m);
+    float best_a = LWQ_FMUL(bamax, mm.m[0]), best_loss = 0.0f;
+    int prev = -1;
+#pragma unroll 1
+    for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+        float a = LWQ_FMUL(bamax, mm.m[k]);
+        int s = lwq_nvfp4_scale_static(a, global_eff);
+        if (s == prev) // same byte, same loss: a tie, which the first candidate wins
+            continue;
+        prev = s;
+        float l = sweep_loss<false>(x, ax, lwq_nvfp4_block_div((uint8_t)s, ws2), NULL);
+        if (k == 0 || l < best_loss) {
+            best_a = a;
+            best_loss = l;
+        }
+    }
+    out_amax[i] = best_a;
+}
+
 __device__ __forceinline__ void store_f(void *out, lwq_dtype dt, int64_t i, float v)
 {
     if (dt == LWQ_BF16)
@@ -525,6 +565,36 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
     else
         k_sweep<false><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
                                                    lwq_f32_bits(global_amax), hessian, g, block_amax, scale, c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
+    if (c.host.over != 0)
+        return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.over), global_amax, err);
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_cuda_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                             const char *name, float *block_amax, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    if (!block_amax)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
+    float g;
+    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
+    if (zero < 0)
+        return zero;
+    const int64_t nblk = rows * cols / BLK;
+    mse_mults mm;
+    for (int k = 0; k < LWQ_MSE_STEPS; k++)
+        mm.m[k] = lwq_mse_multiplier(k);
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    k_mse_blocks<<<grid_for(nblk, 128), 128, 0, c.s>>>(w, dt, aligned(w, 16), nblk, lwq_nvfp4_ws2(g),
+                                                        lwq_f32_bits(global_amax), g, mm, block_amax, c.dev);
     if (!c.finish())
         return c.rc;
     if (c.host.bad != NONE)

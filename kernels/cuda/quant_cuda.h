@@ -44,6 +44,9 @@ int lwq_quant_cuda_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64
 int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
                                const float *hessian, const char *name, float *block_amax, uint8_t *scale,
                                void *stream, lwq_error *err);
+/* Per-block mse (see lwq_quant_nvfp4_mse); block_amax: (rows, cols/16) out. */
+int lwq_quant_cuda_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                             const char *name, float *block_amax, void *stream, lwq_error *err);
 /* packed: (rows, cols/2), scale: (rows, cols/16) -> out: (rows, cols) of out_dt. */
 int lwq_quant_cuda_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,
                                  lwq_dtype out_dt, void *out, void *stream, lwq_error *err);

@@ -170,6 +170,37 @@ Test(quant_nvfp4, sweep_picks_brute_force_argmin)
     check_sweep(LWQ_F16, 2, 48, 30.0f, NULL, 13);
 }
 
+Test(quant_nvfp4, block_mse_picks_brute_force_argmin)
+{
+    const lwq_dtype d3[3] = {LWQ_BF16, LWQ_F16, LWQ_F32};
+    for (int d = 0; d < 3; d++) {
+        tens t = make(d3[d], 9, 160, d == 1 ? 2.0f : 0.01f, 70 + (uint64_t)d);
+        int64_t nb = 9 * 10;
+        float g = naive_amax(&t) * (d == 2 ? 1.5f : 1.0f), ws2 = g / 2688.0f, out[90];
+        lwq_error e = {0};
+        cr_assert_eq(lwq_quant_nvfp4_mse(t.data, t.dt, 9, 160, g, "w", out, &e), 0, "%s", e.msg);
+        int moved = 0; /* blocks whose choice is not the first candidate: the search did something */
+        for (int64_t b = 0; b < nb; b++) {
+            double m = 0;
+            for (int i = 0; i < 16; i++)
+                m = fmax(m, fabs((double)t.f[b * 16 + i]));
+            moved += out[b] != (float)m * lwq_mse_multiplier(0);
+            float best_a = 0, bl = 0;
+            for (int k = 0; k < 39; k++) {
+                float a = (float)m * lwq_mse_multiplier(k);
+                float dd = (float)nv_e4m3_val(nv_scale_static(a, g)) * ws2;
+                float l = nv_loss(t.f + b * 16, dd, NULL);
+                if (k == 0 || l < bl)
+                    bl = l, best_a = a;
+            }
+            cr_assert_eq(out[b], best_a, "%s block %ld: %g vs %g", lwq_dtype_name(t.dt), (long)b, (double)out[b],
+                         (double)best_a);
+        }
+        cr_assert(moved > nb / 2, "%s: only %d of %ld blocks moved", lwq_dtype_name(t.dt), moved, (long)nb);
+        drop(&t);
+    }
+}
+
 static float *random_hessian(int64_t nb, uint64_t seed)
 {
     /* H = A^T A / 16 + diag, positive definite with unequal weights */
