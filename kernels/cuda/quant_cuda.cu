@@ -530,8 +530,8 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
         return zero;
     const int threads = 128;
     if ((rows + threads - 1) / threads > 65535)
-        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA sweep's grid", lwq_quant_name(name),
-                        (long long)rows);
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA sweep's grid",
+                        lwq_quant_name(name), (long long)rows);
     call c(stream, name, err);
     if (!c.start())
         return c.rc;
