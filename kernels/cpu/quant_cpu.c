@@ -16,6 +16,10 @@
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "quant_cpu.c stores packed codes as little-endian words"
+#endif
+
 #define BLK LWQ_NVFP4_BLOCK
 #define MIN_CHUNK_ELEMS 16384
 /* helpers of the cloned loops must be inlined into each clone to get its instruction set */
@@ -89,9 +93,8 @@ INLINE void codes16(const float *x, float d, uint8_t *out)
         lo |= c[i] << (4 * i);
         hi |= c[i + BLK / 2] << (4 * i);
     }
-    uint8_t b[8] = {(uint8_t)lo, (uint8_t)(lo >> 8), (uint8_t)(lo >> 16), (uint8_t)(lo >> 24),
-                    (uint8_t)hi, (uint8_t)(hi >> 8), (uint8_t)(hi >> 16), (uint8_t)(hi >> 24)};
-    memcpy(out, b, 8);
+    memcpy(out, &lo, 4); /* little-endian host (checked at the top of this file) */
+    memcpy(out + 4, &hi, 4);
 }
 
 /* ---- amax ----------------------------------------------------------------------------------- */
@@ -257,7 +260,9 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
 {
     nvfp4_ctx *c = vc;
     const int64_t nb = c->cols / BLK;
-    float x[GROUP * BLK], am[GROUP], d[GROUP];
+    /* am / sb / d loops run over all GROUP entries (fixed trip counts vectorize at -O2); entries
+     * past ng hold 0 or an earlier group's values: valid inputs whose results are never stored */
+    float x[GROUP * BLK], am[GROUP] = {0}, d[GROUP], bam[GROUP] = {0};
     int32_t sb[GROUP];
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t g0 = 0; g0 < nb; g0 += GROUP) {
@@ -265,9 +270,11 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
             const int64_t off0 = r * c->cols + g0 * BLK;
             int anybad = 0;
             uint32_t gmax = 0;
+            /* convert the whole group first: reading a block back right after storing it stalls */
+            for (int g = 0; g < ng; g++)
+                load16(c->w, c->dt, off0 + g * BLK, x + g * BLK);
             for (int g = 0; g < ng; g++) {
                 int bad;
-                load16(c->w, c->dt, off0 + g * BLK, x + g * BLK);
                 uint32_t m = amax16(x + g * BLK, &bad);
                 anybad |= bad;
                 gmax = m > gmax ? m : gmax;
@@ -289,18 +296,19 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
                         atomic_min_i64(&c->badamax, r * nb + g0 + g);
                         return;
                     }
-                for (int g = 0; g < ng; g++)
-                    sb[g] = lwq_nvfp4_scale_static(ba[g], c->global_eff);
+                memcpy(bam, ba, (size_t)ng * sizeof(float));
+                for (int g = 0; g < GROUP; g++)
+                    sb[g] = lwq_nvfp4_scale_static(bam[g], c->global_eff);
             } else {
                 const float t6 = 6.0f * c->ws2;
-                for (int g = 0; g < ng; g++) { /* = lwq_nvfp4_scale_max(am[g], ws2), vectorized */
+                for (int g = 0; g < GROUP; g++) { /* = lwq_nvfp4_scale_max(am[g], ws2), vectorized */
                     float s = am[g] / t6;
                     s = s == 0.0f ? 1.0f : s;
                     sb[g] = lwq_e4m3_from_f32_i32(lwq_e4m3_clamp(s));
                 }
             }
-            for (int g = 0; g < ng; g++)
-                d[g] = lwq_e4m3_to_f32((uint8_t)sb[g]) * c->ws2;
+            for (int g = 0; g < GROUP; g++)
+                d[g] = lwq_e4m3_to_f32_i32(sb[g]) * c->ws2;
             uint8_t *so = c->scale + r * nb + g0;
             for (int g = 0; g < ng; g++)
                 so[g] = (uint8_t)sb[g];
