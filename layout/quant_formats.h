@@ -77,8 +77,11 @@ LWQ_HD float lwq_e4m3_to_f32_i32(int32_t b)
     uint32_t sign = (u & 0x80u) << 24;
     uint32_t e = (u >> 3) & 15u, m = u & 7u;
     uint32_t sub = lwq_f32_bits(LWQ_FMUL((float)(int32_t)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
-    uint32_t bits = e == 0 ? sub : (((e + 120u) << 23) | (m << 20));
-    bits = (u & 0x7fu) == 0x7fu ? 0x7fc00000u : bits;
+    uint32_t nrm = ((e + 120u) << 23) | (m << 20);
+    /* selects as masks: GCC does not if-convert the ternary form of this loop body */
+    uint32_t is_sub = 0u - (uint32_t)(e == 0u), is_nan = 0u - (uint32_t)((u & 0x7fu) == 0x7fu);
+    uint32_t bits = (sub & is_sub) | (nrm & ~is_sub);
+    bits = (0x7fc00000u & is_nan) | (bits & ~is_nan);
     return lwq_bits_f32(bits | sign);
 }
 
