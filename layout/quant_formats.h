@@ -159,6 +159,57 @@ LWQ_HD float lwq_e2m1_round_mag(float a)
     return a < 2.0f ? r05 : (a < 4.0f ? r1 : r2);
 }
 
+/* E2M1 rounding of a quotient without the division.  For a magnitude a >= 0 and a divisor d > 0,
+ * each of the seven tests of lwq_e2m1_from_f32 on q = fl(a / d) (q > 0.25, q >= 0.75, q > 1.25,
+ * q >= 1.75, q > 2.5, q >= 3.5, q > 5) is monotone in a, because division by d > 0 and rounding
+ * are monotone.  So each holds exactly when a >= b[i], b[i] the smallest float for which it
+ * holds; lwq_e2m1_thresholds finds the seven b[i] by bisection over the bit patterns of
+ * [0, +inf] (one division per step, 31 steps), once per divisor.  The searches try the same 126
+ * divisors on every block, so they pay for this once per tensor and then round by comparisons. */
+#define LWQ_E2M1_NTHR 7
+
+LWQ_HD int lwq_e2m1_test(float q, int i)
+{
+    switch (i) {
+    case 0: return q > 0.25f;
+    case 1: return q >= 0.75f;
+    case 2: return q > 1.25f;
+    case 3: return q >= 1.75f;
+    case 4: return q > 2.5f;
+    case 5: return q >= 3.5f;
+    default: return q > 5.0f;
+    }
+}
+
+LWQ_HD void lwq_e2m1_thresholds(float d, float *b)
+{
+    for (int i = 0; i < LWQ_E2M1_NTHR; i++) {
+        uint32_t lo = 0, hi = 0x7f800000u; /* test false at 0, true at +inf */
+        while (hi - lo > 1u) {
+            uint32_t mid = lo + (hi - lo) / 2u;
+            if (lwq_e2m1_test(LWQ_FDIV(lwq_bits_f32(mid), d), i))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        b[i] = lwq_bits_f32(hi);
+    }
+}
+
+/* lwq_e2m1_round_mag(fl(a / d)) from the thresholds of d (a >= 0, not NaN).  The tests are
+ * nested (each implies the one before), so b[] ascends and the value is that of the highest
+ * threshold passed: one compare and one select per threshold. */
+LWQ_HD float lwq_e2m1_round_thr(float a, const float *b)
+{
+    float m = a >= b[0] ? 0.5f : 0.0f;
+    m = a >= b[1] ? 1.0f : m;
+    m = a >= b[2] ? 1.5f : m;
+    m = a >= b[3] ? 2.0f : m;
+    m = a >= b[4] ? 3.0f : m;
+    m = a >= b[5] ? 4.0f : m;
+    return a >= b[6] ? 6.0f : m;
+}
+
 /* Two codes in one byte: the lower-index element in the low nibble. */
 LWQ_HD uint8_t lwq_nvfp4_pack(uint8_t lo, uint8_t hi) { return (uint8_t)((lo & 15u) | ((hi & 15u) << 4)); }
 

@@ -146,17 +146,26 @@ __global__ void k_nvfp4(const void *w, lwq_dtype dt, bool vec, int64_t nblk, flo
     }
 }
 
+// The E2M1 thresholds of the 126 scale bytes' divisors, computed on the host by the same
+// LWQ_HD function the CPU path calls and passed by value (3.5 KB of kernel parameters).
+struct thr_tab {
+    float b[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
+};
+#define THR_N ((LWQ_E4M3_NPOS + 1) * LWQ_E2M1_NTHR)
+
 // The sweep's loss for divisor d: kernels/cpu/quant_cpu.c's sweep_loss, operation for operation
-// (magnitudes + lwq_e2m1_round_mag, sign restored for the Hessian form, (H dw)_i summed over j in
-// ascending order, the halving tree), hence also equal to lwq_nvfp4_block_sqerr_ref / _herr_ref.
+// (magnitudes + thresholds rounding, sign restored for the Hessian form, (H dw)_i summed over j
+// in ascending order, the halving tree), hence also equal to lwq_nvfp4_block_sqerr_ref / _herr_ref.
+// b: the divisor's E2M1 thresholds (lwq_e2m1_thresholds), so no division per element.
 // h is read through a volatile pointer so that the compiler re-reads the 256 shared-memory
 // entries per candidate instead of hoisting them into (and spilling) registers.
 template <bool HESS>
-__device__ __forceinline__ float sweep_loss(const float *x, const float *ax, float d, const volatile float *h)
+__device__ __forceinline__ float sweep_loss(const float *x, const float *ax, float d, const float *b,
+                                            const volatile float *h)
 {
     float dw[BLK], t[BLK];
     for (int i = 0; i < BLK; i++)
-        dw[i] = LWQ_FSUB(ax[i], LWQ_FMUL(lwq_e2m1_round_mag(LWQ_FDIV(ax[i], d)), d));
+        dw[i] = LWQ_FSUB(ax[i], LWQ_FMUL(lwq_e2m1_round_thr(ax[i], b), d));
     if (HESS) {
         for (int i = 0; i < BLK; i++)
             dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
@@ -178,11 +187,14 @@ __device__ __forceinline__ float sweep_loss(const float *x, const float *ax, flo
 // register count low.
 template <bool HESS>
 __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int64_t cols, float ws2,
-                        uint32_t limit, const float *hessian, float global_eff, float *out_amax, uint8_t *out_scale,
-                        qstatus *st)
+                        uint32_t limit, const float *hessian, float global_eff, const __grid_constant__ thr_tab tab,
+                        float *out_amax, uint8_t *out_scale, qstatus *st)
 {
     __shared__ float hs[BLK * BLK];
     __shared__ float dtab[LWQ_E4M3_NPOS + 1];
+    __shared__ float sthr[THR_N];
+    for (int k = threadIdx.x; k < THR_N; k += blockDim.x)
+        sthr[k] = tab.b[k / LWQ_E2M1_NTHR][k % LWQ_E2M1_NTHR];
     const int64_t b = blockIdx.x, nb = cols / BLK;
     for (int k = threadIdx.x; k < BLK * BLK; k += blockDim.x)
         hs[k] = HESS ? hessian[b * BLK * BLK + k] : 0.0f;
@@ -207,7 +219,7 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     float best_loss = 0.0f;
 #pragma unroll 1
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
-        float l = sweep_loss<HESS>(x, ax, dtab[v], hs);
+        float l = sweep_loss<HESS>(x, ax, dtab[v], sthr + v * LWQ_E2M1_NTHR, hs);
         if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
             best = v;
             best_loss = l;
@@ -226,8 +238,13 @@ struct mse_mults {
 
 // Per-block mse (lwq_quant_nvfp4_mse): one thread per block, the CPU's loop and skip rule.
 __global__ void k_mse_blocks(const void *w, lwq_dtype dt, bool vec, int64_t nblk, float ws2, uint32_t limit,
-                             float global_eff, mse_mults mm, float *out_amax, qstatus *st)
+                             float global_eff, mse_mults mm, const __grid_constant__ thr_tab tab, float *out_amax,
+                             qstatus *st)
 {
+    __shared__ float sthr[THR_N];
+    for (int k = threadIdx.x; k < THR_N; k += blockDim.x)
+        sthr[k] = tab.b[k / LWQ_E2M1_NTHR][k % LWQ_E2M1_NTHR];
+    __syncthreads();
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= nblk)
         return;
@@ -250,7 +267,7 @@ __global__ void k_mse_blocks(const void *w, lwq_dtype dt, bool vec, int64_t nblk
         if (s == prev) // same byte, same loss: a tie, which the first candidate wins
             continue;
         prev = s;
-        float l = sweep_loss<false>(x, ax, lwq_nvfp4_block_div((uint8_t)s, ws2), NULL);
+        float l = sweep_loss<false>(x, ax, lwq_nvfp4_block_div((uint8_t)s, ws2), sthr + s * LWQ_E2M1_NTHR, NULL);
         if (k == 0 || l < best_loss) {
             best_a = a;
             best_loss = l;
@@ -413,6 +430,15 @@ struct call {
 
 unsigned grid_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+// Host side, as kernels/cpu/quant_cpu.c's search_thresholds: byte v's divisor v * ws2.
+void search_thresholds(float ws2, thr_tab *t)
+{
+    for (int i = 0; i < LWQ_E2M1_NTHR; i++)
+        t->b[0][i] = INFINITY;
+    for (int v = 1; v <= LWQ_E4M3_NPOS; v++)
+        lwq_e2m1_thresholds(lwq_nvfp4_block_div((uint8_t)v, ws2), t->b[v]);
+}
+
 bool aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
 
 int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax, float global_amax,
@@ -559,12 +585,16 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
                             lwq_quant_name(name), (long long)(badi % (BLK * BLK)), (long long)(badi / (BLK * BLK)));
     }
     dim3 grid((unsigned)(cols / BLK), (unsigned)((rows + threads - 1) / threads));
+    thr_tab tab;
+    search_thresholds(lwq_nvfp4_ws2(g), &tab);
     if (hessian)
         k_sweep<true><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
-                                                  lwq_f32_bits(global_amax), hessian, g, block_amax, scale, c.dev);
+                                                  lwq_f32_bits(global_amax), hessian, g, tab, block_amax, scale,
+                                                  c.dev);
     else
         k_sweep<false><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
-                                                   lwq_f32_bits(global_amax), hessian, g, block_amax, scale, c.dev);
+                                                   lwq_f32_bits(global_amax), hessian, g, tab, block_amax, scale,
+                                                   c.dev);
     if (!c.finish())
         return c.rc;
     if (c.host.bad != NONE)
@@ -593,8 +623,10 @@ int lwq_quant_cuda_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t 
     call c(stream, name, err);
     if (!c.start())
         return c.rc;
+    thr_tab tab;
+    search_thresholds(lwq_nvfp4_ws2(g), &tab);
     k_mse_blocks<<<grid_for(nblk, 128), 128, 0, c.s>>>(w, dt, aligned(w, 16), nblk, lwq_nvfp4_ws2(g),
-                                                        lwq_f32_bits(global_amax), g, mm, block_amax, c.dev);
+                                                        lwq_f32_bits(global_amax), g, mm, tab, block_amax, c.dev);
     if (!c.finish())
         return c.rc;
     if (c.host.bad != NONE)
