@@ -455,9 +455,13 @@ LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
             float ax[BLK];
             for (int i = 0; i < BLK; i++)
                 ax[i] = fabsf(x[i]);
+            /* Once every |x| is below a candidate's first threshold, all its codes are 0, and so are
+             * those of every larger candidate (thresholds grow with the divisor): the same loss
+             * (dw = x) again, which cannot beat the first of them.  Stopping there is exact. */
+            const float bamax = lwq_bits_f32(am);
             int best = 1;
             float best_loss = sweep_loss(x, ax, dtab[1], c->thr[1], h);
-            for (int v = 2; v <= LWQ_E4M3_NPOS; v++) {
+            for (int v = 2; v <= LWQ_E4M3_NPOS && !(bamax < c->thr[v - 1][0]); v++) {
                 float l = sweep_loss(x, ax, dtab[v], c->thr[v], h);
                 if (l < best_loss) { /* strict: ties keep the smaller byte */
                     best = v;
@@ -544,6 +548,8 @@ LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid
                     best_a = a;
                     best_loss = l;
                 }
+                if (bamax < c->thr[s][0]) /* all codes 0 here and beyond (see sweep_rows) */
+                    break;
             }
             c->out_amax[r * nb + b] = best_a;
         }

@@ -218,12 +218,15 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     int best = 1;
     float best_loss = 0.0f;
 #pragma unroll 1
+    const float bamax = lwq_bits_f32(m);
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
         float l = sweep_loss<HESS>(x, ax, dtab[v], sthr + v * LWQ_E2M1_NTHR, hs);
         if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
             best = v;
             best_loss = l;
         }
+        if (bamax < sthr[v * LWQ_E2M1_NTHR]) // all codes 0 here and beyond: exact stop (CPU: sweep_rows)
+            break;
     }
     if (out_scale)
         out_scale[r * nb + b] = (uint8_t)best;
@@ -272,6 +275,8 @@ __global__ void k_mse_blocks(const void *w, lwq_dtype dt, bool vec, int64_t nblk
             best_a = a;
             best_loss = l;
         }
+        if (bamax < sthr[s * LWQ_E2M1_NTHR]) // all codes 0 here and beyond
+            break;
     }
     out_amax[i] = best_a;
 }

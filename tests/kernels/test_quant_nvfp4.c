@@ -201,6 +201,39 @@ Test(quant_nvfp4, block_mse_picks_brute_force_argmin)
     }
 }
 
+Test(quant_nvfp4, searches_exact_on_blocks_far_below_the_global_amax)
+{
+    /* rows scaled by 1 .. 1e-4 of one outlier: the searches stop early on small blocks (once all
+     * codes are 0); the brute force below does not, and must agree */
+    int64_t r = 10, c = 64, nb = r * c / 16;
+    float *w = malloc((size_t)(r * c) * 4), ws2, out_a[40], out_m[40];
+    uint8_t sc[40];
+    uint64_t seed = 91;
+    for (int64_t i = 0; i < r * c; i++)
+        w[i] = nv_rand_val(&seed, 1.0f) * powf(10.0f, -(float)((i / c) % 5));
+    w[3] = 40.0f;
+    float g = 40.0f;
+    ws2 = g / 2688.0f;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_nvfp4_sweep(w, LWQ_F32, r, c, g, NULL, "w", out_a, sc, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_quant_nvfp4_mse(w, LWQ_F32, r, c, g, "w", out_m, &e), 0, "%s", e.msg);
+    for (int64_t b = 0; b < nb; b++) {
+        cr_assert_eq(sc[b], nv_sweep(w + b * 16, ws2, NULL, NULL), "block %ld", (long)b);
+        double m = 0;
+        for (int i = 0; i < 16; i++)
+            m = fmax(m, fabs((double)w[b * 16 + i]));
+        float best_a = 0, bl = 0;
+        for (int k = 0; k < 39; k++) {
+            float a = (float)m * lwq_mse_multiplier(k);
+            float l = nv_loss(w + b * 16, (float)nv_e4m3_val(nv_scale_static(a, g)) * ws2, NULL);
+            if (k == 0 || l < bl)
+                bl = l, best_a = a;
+        }
+        cr_assert_eq(out_m[b], best_a, "block %ld", (long)b);
+    }
+    free(w);
+}
+
 static float *random_hessian(int64_t nb, uint64_t seed)
 {
     /* H = A^T A / 16 + diag, positive definite with unequal weights */
