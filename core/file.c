@@ -27,7 +27,7 @@ int lwq_file_read_all(const char *path, size_t max_bytes, char **out, size_t *le
     }
     if ((unsigned long long)st.st_size > max_bytes) {
         close(fd);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, more than the %zu allowed for this kind of file",
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the %zu byte limit for this kind of file",
                         path, (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;

@@ -309,22 +309,26 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     return rc;
 }
 
-static void progress(lwq_run *r, int L, double t_start, int done_layers)
+/* One line per layer: its bytes and the wall time since the previous layer finished, so the GB/s
+ * shown is what the whole pipeline sustains, not the disk alone. */
+static void progress(lwq_run *r, int L, double t_start, double *t_prev, int done_layers)
 {
     const struct lwq_layer_log *s = &r->lstat[L];
     uint64_t rss, hwm;
     lwq_rss(&rss, &hwm);
     r->lstat[L].rss = rss;
+    r->lstat[L].gpu_bytes = lwq_backend_mem_peak(&r->be);
+    double now = lwq_now(), wall = now - *t_prev;
+    *t_prev = now;
     if (r->o->quiet)
         return;
-    double el = lwq_now() - t_start, eta = done_layers ? el / done_layers * (r->nlayers - L - 1) : 0;
-    double busy = s->read_wait_s + s->forward_s + s->quantize_s;
+    double el = now - t_start, eta = done_layers ? el / done_layers * (r->nlayers - L - 1) : 0;
     char cold[48] = "";
     if (s->n_experts)
         snprintf(cold, sizeof cold, "  cold experts %d/%d", s->cold_experts, s->n_experts);
-    fprintf(stderr, "layer %d/%d  read %.3f GB (%.2f GB/s, waited %.2fs)  forward %.2fs  quantize %.2fs  rss %.2f GB%s"
-                    "  ETA %.0fs\n",
-            L + 1, r->nlayers, (double)s->bytes_read / 1e9, busy > 0 ? (double)s->bytes_read / 1e9 / busy : 0.0,
+    fprintf(stderr, "layer %d/%d  %.3f GB in %.2fs (%.2f GB/s; waited %.2fs for reads)  forward %.2fs  quantize %.2fs"
+                    "  rss %.2f GB%s  ETA %.0fs\n",
+            L + 1, r->nlayers, (double)s->bytes_read / 1e9, wall, wall > 0 ? (double)s->bytes_read / 1e9 / wall : 0.0,
             s->read_wait_s, s->forward_s, s->quantize_s, (double)rss / 1e9, cold, eta);
 }
 
@@ -377,7 +381,7 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     /* the input of the first layer to compute */
     if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers)
         rc = r->man.boundary_file[0] ? load_boundary(r, r->bnd[r->cur], e) : embed_all(r, r->bnd[r->cur], e);
-    double t_start = lwq_now();
+    double t_start = lwq_now(), t_prev = t_start;
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {
         int64_t job = L - r->start_layer;
         void *slot;
@@ -391,7 +395,7 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
         r->read_wait_total += ls->read_wait_s;
         if (r->o->dry_read) {
             rc = lwq_prefetch_release(r->pf, job, e);
-            progress(r, L, t_start, L - r->start_layer + 1);
+            progress(r, L, t_start, &t_prev, L - r->start_layer + 1);
             continue;
         }
         lwq_tlist src, out = {0};
@@ -402,7 +406,7 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
             lwq_tlist_free(&src);
             break;
         }
-        progress(r, L, t_start, L - r->start_layer + 1);
+        progress(r, L, t_start, &t_prev, L - r->start_layer + 1);
         /* the slot is released, and src/out freed, once the shard is on disk */
         if ((rc = lwq_run_commit_layer(r, L, &out, &src, job, e)) != 0)
             break;
@@ -560,26 +564,29 @@ static void run_free(lwq_run *r)
 
 static void summary(lwq_run *r, double wall)
 {
-    uint64_t rss, hwm, out_bytes = 0, in_bytes = r->ck.total_bytes;
+    r->peak_gpu = lwq_backend_mem_peak(&r->be);
+    uint64_t rss, hwm, out_bytes = 0, in_bytes = 0;
     lwq_rss(&rss, &hwm);
-    for (int L = 0; L < r->nlayers; L++)
+    for (int L = 0; L < r->nlayers; L++) {
         out_bytes += r->man.layers[L].bytes;
-    char buf[768];
+        in_bytes += r->ck.layers[L].bytes;
+    }
+    char buf[1024];
     snprintf(buf, sizeof buf,
              "{\"event\":\"summary\",\"layers\":%d,\"wall_s\":%.3f,\"bytes_read\":%" PRIu64 ",\"read_gbps\":%.3f,"
              "\"read_wait_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"peak_gpu_bytes\":%" PRIu64
-             ",\"output_layer_bytes\":%" PRIu64 ",\"source_bytes\":%" PRIu64 ",\"cold_experts\":%d,\"backend\":\"%s\"}",
+             ",\"output_layer_bytes\":%" PRIu64 ",\"source_layer_bytes\":%" PRIu64 ",\"source_bytes\":%" PRIu64 ",\"cold_experts\":%d,\"backend\":\"%s\"}",
              r->nlayers, wall, r->bytes_read, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0, r->read_wait_total,
-             hwm, r->peak_gpu, out_bytes, in_bytes, r->cold_total, r->be.ops->name);
+             hwm, r->peak_gpu, out_bytes, in_bytes, r->ck.total_bytes, r->cold_total, r->be.ops->name);
     lwq_run_jlog(r, buf);
     if (r->o->quiet)
         return;
     fprintf(stderr,
             "done: %d layers in %.2fs; read %.3f GB (%.2f GB/s overall, %.2fs waiting on the disk); peak RSS %.2f GB; "
-            "layer shards %.3f GB (%.1f%% of the %.3f GB source); cold experts %d; output in %s\n",
+            "decoder layers %.3f GB -> %.3f GB (%.1f%%); cold experts %d; output in %s\n",
             r->nlayers, wall, (double)r->bytes_read / 1e9, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0,
-            r->read_wait_total, (double)hwm / 1e9, (double)out_bytes / 1e9,
-            in_bytes ? 100.0 * (double)out_bytes / (double)in_bytes : 0, (double)in_bytes / 1e9, r->cold_total,
+            r->read_wait_total, (double)hwm / 1e9, (double)in_bytes / 1e9, (double)out_bytes / 1e9,
+            in_bytes ? 100.0 * (double)out_bytes / (double)in_bytes : 0, r->cold_total,
             r->out_dir);
 }
 

@@ -220,6 +220,33 @@ static void free_done(void *ctx, int64_t id, int rc, const lwq_error *e)
     free(ctx);
 }
 
+/* Write `l` as out_dir/name, durably, now (whole-model shards and the tail). */
+static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, uint64_t *hash, uint64_t *bytes,
+                            lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    if (rc)
+        return rc;
+    lwq_durable_file f;
+    lwq_tlist sorted = *l;
+    lwq_tlist_sort(&sorted);
+    if ((rc = lwq_durable_open(&f, path, e)) != 0)
+        return rc;
+    if ((rc = write_tlist(r->fp_hex, &sorted, &f, hash, bytes, e)) != 0) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    return lwq_durable_commit(&f, e);
+}
+
+int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e)
+{
+    char name[40];
+    lwq_shard_name(layer, name);
+    return write_tlist_file(r, name, out, &r->man.layers[layer].xxh64, &r->man.layers[layer].bytes, e);
+}
+
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job, lwq_error *e)
 {
     char name[40], path[PATH_MAX];
@@ -279,50 +306,9 @@ int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, 
     return 0;
 }
 
-int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e)
-{
-    char name[40], path[PATH_MAX];
-    lwq_shard_name(layer, name);
-    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
-    if (rc)
-        return rc;
-    lwq_durable_file f;
-    uint64_t h, b;
-    lwq_tlist sorted = *out;
-    lwq_tlist_sort(&sorted);
-    if ((rc = lwq_durable_open(&f, path, e)) != 0)
-        return rc;
-    if ((rc = write_tlist(r->fp_hex, &sorted, &f, &h, &b, e)) != 0) {
-        lwq_durable_abort(&f);
-        return rc;
-    }
-    if ((rc = lwq_durable_commit(&f, e)) != 0)
-        return rc;
-    r->man.layers[layer].bytes = b;
-    r->man.layers[layer].xxh64 = h;
-    return 0;
-}
 
 /* ---- the end of a run: tail, index, configs ---------------------------------------------------- */
 
-static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, lwq_error *e)
-{
-    char path[PATH_MAX];
-    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
-    if (rc)
-        return rc;
-    lwq_durable_file f;
-    uint64_t h, b;
-    lwq_tlist sorted = *l;
-    lwq_tlist_sort(&sorted);
-    if ((rc = lwq_durable_open(&f, path, e)) != 0)
-        return rc;
-    if ((rc = write_tlist(r->fp_hex, &sorted, &f, &h, &b, e)) != 0) {
-        lwq_durable_abort(&f);
-        return rc;
-    }
-    return lwq_durable_commit(&f, e);
-}
 
 static int write_text(lwq_run *r, const char *name, const char *text, lwq_error *e)
 {
@@ -347,8 +333,9 @@ static int write_tail(lwq_run *r, lwq_error *e)
         }
         lwq_tlist_free(&part);
     }
+    uint64_t h, b;
     if (rc == 0)
-        rc = write_tlist_file(r, "model-tail.safetensors", &tail, e);
+        rc = write_tlist_file(r, "model-tail.safetensors", &tail, &h, &b, e);
     lwq_tlist_free(&tail);
     return rc;
 }

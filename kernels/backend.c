@@ -402,3 +402,8 @@ int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
         return 0;
     return be->ops->amax(be->ctx, x, row_valid, out, e);
 }
+
+uint64_t lwq_backend_mem_peak(const lwq_backend *be)
+{
+    return be && be->ops && be->ops->mem_peak ? be->ops->mem_peak(be->ctx) : 0;
+}

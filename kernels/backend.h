@@ -84,6 +84,9 @@ typedef struct lwq_backend_ops {
     int (*amax)(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
                 lwq_error *e);
     int (*synchronize)(void *ctx, lwq_error *e);
+    /* Peak device memory in use (bytes, whole device as cudaMemGetInfo reports it, sampled at
+     * every allocation); NULL for host backends. */
+    uint64_t (*mem_peak)(void *ctx);
     /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
      * here when they are wired: the reference quantizers are plain functions (layout/ and
      * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
@@ -122,6 +125,8 @@ int lwq_backend_download(const lwq_backend *be, void *dst_host, const void *src,
                          lwq_error *e);
 int lwq_backend_memset0(const lwq_backend *be, void *dst, size_t bytes, lwq_error *e);
 int lwq_backend_synchronize(const lwq_backend *be, lwq_error *e);
+/* Peak device memory in use so far (0 for the CPU backend). */
+uint64_t lwq_backend_mem_peak(const lwq_backend *be);
 
 /* ---- ops ------------------------------------------------------------------------------------- */
 

@@ -2,6 +2,8 @@
  * checkpoint.h). */
 #include "layout/checkpoint.h"
 
+#include "core/file.h"
+
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <errno.h>
@@ -116,37 +118,6 @@ static int find_weights(const char *dir, char *which, size_t cap, int *is_index,
     return 0;
 }
 
-static int read_small_file(const char *path, size_t limit, char **out, lwq_error *e)
-{
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return lwq_errsys(e, -errno, "%s: open", path);
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0) {
-        fclose(fp);
-        return lwq_errsys(e, -errno, "%s: stat", path);
-    }
-    if ((uint64_t)st.st_size > limit) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the %zu byte limit", path,
-                        (long long)st.st_size, limit);
-    }
-    size_t n = (size_t)st.st_size;
-    char *b = malloc(n + 1);
-    if (!b) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
-    }
-    size_t got = fread(b, 1, n, fp);
-    fclose(fp);
-    if (got != n) {
-        free(b);
-        return lwq_errf(e, LWQ_EIO, "%s: short read", path);
-    }
-    b[n] = 0;
-    *out = b;
-    return 0;
-}
 
 typedef struct ientry {
     const char *name, *file;
@@ -207,7 +178,7 @@ static int load_index(lwq_ckpt *c, const char *index_name, lwq_error *e)
     char ipath[PATH_CAP], spath[PATH_CAP];
     snprintf(ipath, sizeof ipath, "%s/%s", c->dir, index_name);
     char *text = NULL;
-    int rc = read_small_file(ipath, INDEX_MAX_BYTES, &text, e);
+    int rc = lwq_file_read_all(ipath, INDEX_MAX_BYTES, &text, NULL, e);
     if (rc != 0)
         return rc;
     ientry *ent = NULL;

@@ -3,6 +3,8 @@
  * config class would fill in may be absent; keys the forward cannot do without are required. */
 #include "layout/config.h"
 
+#include "core/file.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <math.h>
@@ -521,38 +523,16 @@ fail:
 int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e)
 {
     memset(c, 0, sizeof *c);
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return lwq_errsys(e, -errno, "%s: open", path);
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || !S_ISREG(st.st_mode)) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > CONFIG_MAX_BYTES) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, larger than the %u byte limit for a config",
-                        path, (long long)st.st_size, CONFIG_MAX_BYTES);
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
-    }
-    size_t got = fread(buf, 1, n, fp);
-    int err = ferror(fp);
-    fclose(fp);
-    if (got != n || err) {
-        free(buf);
-        return lwq_errf(e, LWQ_EIO, "%s: short read (%zu of %zu bytes)", path, got, n);
-    }
-    buf[n] = 0;
+    char *buf;
+    size_t n;
+    int rc = lwq_file_read_all(path, CONFIG_MAX_BYTES, &buf, &n, e);
+    if (rc)
+        return rc;
     if (memchr(buf, 0, n)) {
         free(buf);
         return lwq_errf(e, LWQ_EFORMAT, "%s: contains a NUL byte", path);
     }
-    int rc = lwq_config_parse(path, buf, c, e);
+    rc = lwq_config_parse(path, buf, c, e);
     free(buf);
     return rc;
 }

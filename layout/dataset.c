@@ -161,6 +161,47 @@ static int blank(const char *s, size_t n)
     return 1;
 }
 
+/* Growing "\n"-joined text. */
+typedef struct { char *p; size_t n, cap; int parts; } joiner;
+
+static int join_add(joiner *jn, const char *s)
+{
+    size_t l = strlen(s), need = jn->n + l + 2;
+    if (need > jn->cap) {
+        size_t cap = jn->cap ? jn->cap : 256;
+        while (cap < need) cap *= 2;
+        char *p = realloc(jn->p, cap);
+        if (!p) return LWQ_ENOMEM;
+        jn->p = p;
+        jn->cap = cap;
+    }
+    if (jn->parts++) jn->p[jn->n++] = '\n';
+    memcpy(jn->p + jn->n, s, l);
+    jn->n += l;
+    jn->p[jn->n] = 0;
+    return 0;
+}
+
+static const cJSON *present(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    return v && !cJSON_IsNull(v) ? v : NULL;
+}
+
+/* Append the string field `k` of `o` (skipped when absent or null unless `required`). */
+static int join_field(joiner *jn, const cJSON *o, const char *k, int required, const char *where,
+                      lwq_error *e)
+{
+    const cJSON *v = present(o, k);
+    if (!v && !required) return 0;
+    if (!cJSON_IsString(v)) return lwq_errf(e, LWQ_EFORMAT, "%s: \"%s\" is not a string", where, k);
+    return join_add(jn, v->valuestring) ? lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where) : 0;
+}
+
+/* One JSON line.  Keys, first match wins (Model Optimizer's auto-detection order, with
+ * pre-tokenized ids first): input_ids; messages / conversations (turn contents joined with
+ * "\n"; a conversations turn may say "value"); prompt (+ completion, response, output); text;
+ * input (+ output).  The joins are dataset_utils.py's. */
 static int jsonl_line(collect *c, const char *s, size_t n, const char *where, lwq_error *e)
 {
     const char *end = NULL;
@@ -168,46 +209,43 @@ static int jsonl_line(collect *c, const char *s, size_t n, const char *where, lw
     if (!j)
         return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where,
                         end && end >= s ? (size_t)(end - s) : 0);
-    int rc = 0;
+    joiner jn = {0};
+    int rc = 0, text = 1;
     const cJSON *v;
     if (!cJSON_IsObject(j)) {
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: expected a JSON object", where);
-    } else if ((v = cJSON_GetObjectItemCaseSensitive(j, "input_ids")) && !cJSON_IsNull(v)) {
+    } else if ((v = present(j, "input_ids"))) {
+        text = 0;
         rc = cJSON_IsArray(v) ? add_id_array(c, v, where, e)
                               : lwq_errf(e, LWQ_EFORMAT, "%s: \"input_ids\" is not an array", where);
-    } else if ((v = cJSON_GetObjectItemCaseSensitive(j, "messages")) && !cJSON_IsNull(v)) {
-        size_t total = 0, k = 0;
-        for (const cJSON *m = cJSON_IsArray(v) ? v->child : NULL; m; m = m->next, k++) {
+    } else if ((v = present(j, "messages")) || (v = present(j, "conversations"))) {
+        const char *key = present(j, "messages") ? "messages" : "conversations";
+        if (!cJSON_IsArray(v)) rc = lwq_errf(e, LWQ_EFORMAT, "%s: \"%s\" is not an array", where, key);
+        size_t k = 0;
+        for (const cJSON *m = rc ? NULL : v->child; m && !rc; m = m->next, k++) {
             const cJSON *ct = cJSON_GetObjectItemCaseSensitive(m, "content");
-            if (!cJSON_IsString(ct)) {
-                rc = lwq_errf(e, LWQ_EFORMAT, "%s: messages[%zu] has no string \"content\"", where, k);
-                break;
-            }
-            total += strlen(ct->valuestring) + 1;
+            if (!cJSON_IsString(ct)) ct = cJSON_GetObjectItemCaseSensitive(m, "value");
+            if (!cJSON_IsString(ct))
+                rc = lwq_errf(e, LWQ_EFORMAT, "%s: %s[%zu] has no string \"content\"", where, key, k);
+            else if (join_add(&jn, ct->valuestring))
+                rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
         }
-        if (!cJSON_IsArray(v)) rc = lwq_errf(e, LWQ_EFORMAT, "%s: \"messages\" is not an array", where);
-        char *joined = rc ? NULL : malloc(total + 1);
-        if (!rc && !joined) rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
-        if (!rc) {
-            size_t w = 0;
-            for (const cJSON *m = v->child; m; m = m->next) {
-                const char *ct = cJSON_GetObjectItemCaseSensitive(m, "content")->valuestring;
-                if (m != v->child) joined[w++] = '\n';
-                size_t l = strlen(ct);
-                memcpy(joined + w, ct, l);
-                w += l;
-            }
-            joined[w] = 0;
-            rc = add_text(c, joined, w, where, e);
-        }
-        free(joined);
-    } else if ((v = cJSON_GetObjectItemCaseSensitive(j, "text")) && !cJSON_IsNull(v)) {
-        rc = cJSON_IsString(v) ? add_text(c, v->valuestring, strlen(v->valuestring), where, e)
-                               : lwq_errf(e, LWQ_EFORMAT, "%s: \"text\" is not a string", where);
+    } else if (present(j, "prompt")) {
+        rc = join_field(&jn, j, "prompt", 1, where, e);
+        if (!rc) rc = join_field(&jn, j, "completion", 0, where, e);
+        if (!rc) rc = join_field(&jn, j, "response", 0, where, e);
+        if (!rc) rc = join_field(&jn, j, "output", 0, where, e);
+    } else if (present(j, "text")) {
+        rc = join_field(&jn, j, "text", 1, where, e);
+    } else if (present(j, "input")) {
+        rc = join_field(&jn, j, "input", 1, where, e);
+        if (!rc) rc = join_field(&jn, j, "output", 0, where, e);
     } else {
-        rc = lwq_errf(e, LWQ_EFORMAT, "%s: object has none of \"input_ids\", \"messages\", \"text\"",
-                      where);
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: object has none of \"input_ids\", \"messages\", "
+                      "\"conversations\", \"prompt\", \"text\", \"input\"", where);
     }
+    if (!rc && text) rc = add_text(c, jn.p ? jn.p : "", jn.n, where, e);
+    free(jn.p);
     cJSON_Delete(j);
     return rc;
 }

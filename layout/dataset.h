@@ -2,11 +2,15 @@
  *
  * Sources (chosen by `path`):
  *   NULL or "builtin"  the built-in text of layout/calib_text.c, one sample per paragraph;
- *   FILE.jsonl         one JSON object per line (blank lines skipped) with, by priority,
- *                      "input_ids" (array of ints, used as is), "messages" (chat: the "content"
- *                      strings of all turns joined with "\n", roles dropped — the rule Model
- *                      Optimizer's dataset_utils.py applies to its chat sets such as
- *                      nemotron-post-training-dataset-v2, `_join_messages_content`), or "text";
+ *   FILE.jsonl         one JSON object per line (blank lines skipped); the first key present of
+ *                      "input_ids" (array of ints, used as is); "messages" or "conversations"
+ *                      (chat: the "content" — for conversations also "value" — strings of all
+ *                      turns joined with "\n", roles dropped: the rule Model Optimizer's
+ *                      dataset_utils.py applies to its chat sets, `_join_messages_content`
+ *                      for nemotron-post-training-dataset-v2, the same join for magpie's
+ *                      conversations); "prompt" (joined with "\n" to whichever of "completion",
+ *                      "response", "output" are present); "text"; "input" (+ "output") — the
+ *                      order of Model Optimizer's format auto-detection;
  *   FILE.txt           one sample per paragraph; paragraphs are separated by blank lines
  *                      (lines of only spaces/tabs/CR) and keep their inner newlines;
  *   DIRECTORY          its *.jsonl and *.txt files (not hidden, not recursive) in strcmp order.

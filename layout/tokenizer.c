@@ -378,7 +378,9 @@ int lwq_tokenizer_load_buffer(lwq_tokenizer **out, const char *json, size_t json
     if ((rc = tok_pre_build(&t->pre, cJSON_GetObjectItemCaseSensitive(root, "pre_tokenizer"), t->name, e))) goto fail;
     if ((rc = tok_dec_build(&t->dec, cJSON_GetObjectItemCaseSensitive(root, "decoder"), t->name, e))) goto fail;
     if ((rc = load_added(t, cJSON_GetObjectItemCaseSensitive(root, "added_tokens"), e))) goto fail;
-    if (t->model == TOK_MODEL_WORDLEVEL && t->pre && t->pre->lazy) t->pre->lazy = 0;
+    /* Raw-byte pieces only pay off for BPE (tok_model_word maps them back otherwise). */
+    for (tok_pre *p = t->pre; p && t->model != TOK_MODEL_BPE; p = p->nsubs ? &p->subs[p->nsubs - 1] : NULL)
+        p->lazy = 0;
     if (t->n_ids > LWQ_TOK_MAX_VOCAB * 2) { rc = lwq_errf(e, LWQ_ENOMEM, "%s: ids up to %zu", t->name, t->n_ids); goto fail; }
     if (!(t->id_tok = calloc(t->n_ids ? t->n_ids : 1, sizeof *t->id_tok))) { rc = LWQ_ENOMEM; goto fail; }
     for (size_t i = 0; i < t->vocab.n; i++)

@@ -6,9 +6,9 @@
  *   models          BPE (merges as "a b" strings or [a, b] pairs, byte_fallback, fuse_unk,
  *                   ignore_merges, continuing_subword_prefix/end_of_word_suffix) and WordLevel;
  *                   files without model.type are typed the way the Rust library does.
- *   normalizers     Sequence, Prepend, Replace, Strip, NFC/NFKC/NFD/NFKD (identity on text that
- *                   no Unicode normalization can change; such text otherwise fails with
- *                   LWQ_EUNSUPPORTED naming the code point, see tokenizer_text.c).
+ *   normalizers     Sequence, Prepend, Replace, Strip, NFC, NFD (Unicode data generated from
+ *                   Python's unicodedata, see tokenizer_nfc.c); NFKC/NFKD only on ASCII text
+ *                   (other text fails with LWQ_EUNSUPPORTED).
  *   pre-tokenizers  ByteLevel (GPT-2 regex), Split (PCRE2, UTF+UCP, bounded), Sequence,
  *                   Metaspace, Digits, Whitespace, WhitespaceSplit.
  *   post-processors TemplateProcessing, ByteLevel, RobertaProcessing, BertProcessing, Sequence.

@@ -1,6 +1,7 @@
 /* layout/tokenizer_internal.h — shared internals of tokenizer.c (loading, pipeline, post-
- * processing), tokenizer_model.c (vocab maps, BPE, WordLevel) and tokenizer_text.c (UTF-8,
- * normalizers, pre-tokenizers, decoders).  Not a public header. */
+ * processing), tokenizer_model.c (vocab maps, BPE, WordLevel), tokenizer_text.c (UTF-8,
+ * regex, normalizers), tokenizer_nfc.c (NFC/NFD) and tokenizer_pretok.c (pre-tokenizers,
+ * decoders).  Not a public header. */
 #ifndef LWQ_LAYOUT_TOKENIZER_INTERNAL_H
 #define LWQ_LAYOUT_TOKENIZER_INTERNAL_H
 
@@ -10,6 +11,8 @@
 #include <stdint.h>
 
 #include "layout/tokenizer.h"
+
+struct cJSON;
 
 /* ---- string pool + string -> int32 map (open addressing, power-of-two capacity) ---------- */
 typedef struct tok_strmap {
@@ -195,7 +198,6 @@ static inline uint32_t tok_byte_cp(unsigned b)
 int tok_cp_byte(uint32_t cp); /* -1 if not a byte char */
 
 /* Builders from cJSON (tokenizer_text.c).  `j` is a cJSON object. */
-struct cJSON;
 int tok_norm_build(tok_norm **out, const struct cJSON *j, const char *name, lwq_error *e);
 int tok_pre_build(tok_pre **out, const struct cJSON *j, const char *name, lwq_error *e);
 int tok_dec_build(tok_dec **out, const struct cJSON *j, const char *name, lwq_error *e);
@@ -203,6 +205,8 @@ void tok_norm_free(tok_norm *n);
 void tok_pre_free(tok_pre *p);
 void tok_dec_free(tok_dec *d);
 
+/* NFC (compose_too) or NFD of valid UTF-8 `s` into `out` (tokenizer_nfc.c). */
+int tok_unicode_normalize(const char *s, size_t n, int compose_too, tok_buf *out);
 /* Apply a normalizer to `s` into `out` (cleared first). */
 int tok_norm_apply(const tok_norm *n, const char *s, size_t len, tok_buf *out, lwq_error *e);
 /* Run the pre-tokenizer over `ps` (in place via `tmp`). */

@@ -122,10 +122,11 @@ static inline uint64_t pair_key(int32_t a, int32_t b)
     return ((uint64_t)(uint32_t)a << 32) | (uint32_t)b;
 }
 
+/* Fibonacci hashing: the top bits of the product depend on every bit of both ids (the low
+ * bits would ignore most of the left id and cluster pairs sharing a right id). */
 static inline size_t pair_slot(uint64_t k, size_t cap)
 {
-    k *= 0x9e3779b97f4a7c15ull;
-    return (size_t)(k >> 20) & (cap - 1);
+    return (size_t)((k * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_ctzll((unsigned long long)cap)));
 }
 
 int tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, uint32_t rank, int32_t id)

@@ -4,7 +4,7 @@
  * Regex patterns in tokenizer.json are written for Oniguruma (what the Rust crate uses).  PCRE2
  * with UTF+UCP agrees on the constructs these patterns use except the shorthands \s and \w, so
  * those are rewritten to Oniguruma's Unicode definitions before compiling (see onig_rewrite).
- * Every match runs under a match limit, a depth limit and a heap limit, so a hostile pattern or
+ * NFC/NFD are in tokenizer_nfc.c.  Every match runs under a match limit, a depth limit and a heap limit, so a hostile pattern or
  * text ends in an error, not a hang. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -414,30 +414,6 @@ int tok_norm_build(tok_norm **out, const cJSON *j, const char *name, lwq_error *
     return 0;
 }
 
-/* Code points that Unicode normalization to NFC might change or reorder: combining marks of
- * non-zero class, conjoining jamo, singletons and composition exclusions, by whole blocks where
- * those are dense.  Deliberately a superset (Indic and several other scripts are flagged
- * whole): text outside it is left unchanged by NFC, so NFC is the identity there. */
-static int nfc_maybe_changes(uint32_t c)
-{
-    static const uint32_t r[][2] = {
-        {0x0300, 0x036F}, {0x0374, 0x0374}, {0x037E, 0x037E}, {0x0387, 0x0387}, {0x0483, 0x0489},
-        {0x0591, 0x05C7}, {0x0610, 0x061A}, {0x064B, 0x065F}, {0x0670, 0x0670}, {0x06D6, 0x06ED},
-        {0x0711, 0x0711}, {0x0730, 0x074A}, {0x07EB, 0x07FD}, {0x0816, 0x082D}, {0x0859, 0x085B},
-        {0x0898, 0x08FF}, {0x0900, 0x0DFF}, {0x0E30, 0x0E4E}, {0x0EB0, 0x0ECE}, {0x0F00, 0x0FFF},
-        {0x1000, 0x109F}, {0x1100, 0x11FF}, {0x135D, 0x135F}, {0x1700, 0x17FF}, {0x18A9, 0x18A9},
-        {0x1920, 0x1A7F}, {0x1AB0, 0x1CFF}, {0x1DC0, 0x1DFF}, {0x1F00, 0x1FFF}, {0x2000, 0x2001},
-        {0x20D0, 0x20FF}, {0x2126, 0x2126}, {0x212A, 0x212B}, {0x2329, 0x232A}, {0x2ADC, 0x2ADC},
-        {0x2CEF, 0x2CF1}, {0x2D7F, 0x2D7F}, {0x2DE0, 0x2DFF}, {0x302A, 0x302F}, {0x3099, 0x309A},
-        {0xA66F, 0xA67D}, {0xA69E, 0xA69F}, {0xA6F0, 0xA6F1}, {0xA800, 0xABFF}, {0xF900, 0xFAFF},
-        {0xFB1D, 0xFB4F}, {0xFE20, 0xFE2F}, {0x10000, 0x1CFFF}, {0x1D000, 0x1D3FF},
-        {0x1D800, 0x1EFFF}, {0x2F800, 0x2FA1F},
-    };
-    for (size_t i = 0; i < sizeof r / sizeof r[0]; i++)
-        if (c >= r[i][0] && c <= r[i][1]) return 1;
-    return 0;
-}
-
 static int is_ws(uint32_t c) /* Rust char::is_whitespace (White_Space) */
 {
     return (c >= 9 && c <= 13) || c == 32 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
@@ -494,20 +470,17 @@ static int norm_one(const tok_norm *n, tok_buf *cur, tok_buf *tmp, lwq_error *e)
         break;
     }
     case TOK_NORM_UNICODE: {
-        /* NFD/NFKD/NFKC change far more than NFC; only ASCII is known to be left alone. */
-        int nfc = !strcmp(n->form, "NFC");
-        const unsigned char *u = (const unsigned char *)cur->p;
-        for (size_t i = 0; i < cur->n;) {
-            uint32_t cp;
-            int l = tok_utf8_decode(u + i, cur->n - i, &cp);
-            if (l <= 0) return lwq_errf(e, LWQ_EFORMAT, "invalid UTF-8 at byte %zu", i);
-            if (cp >= 0x80 && (!nfc || nfc_maybe_changes(cp)))
-                return lwq_errf(e, LWQ_EUNSUPPORTED, "normalizer %s: U+%04X at byte %zu may change "
-                                "under Unicode normalization, which lwq does not implement (it "
-                                "handles %s only where it is the identity)", n->form, cp, i,
-                                n->form);
-            i += (size_t)l;
+        if (!strcmp(n->form, "NFC") || !strcmp(n->form, "NFD")) {
+            if (tok_unicode_normalize(cur->p, cur->n, n->form[2] == 'C', tmp))
+                return lwq_errf(e, LWQ_ENOMEM, "normalizer %s: out of memory", n->form);
+            break;
         }
+        /* NFKC/NFKD need the compatibility mappings, which lwq does not carry: it handles them
+         * only on ASCII, which they leave unchanged. */
+        for (size_t i = 0; i < cur->n; i++)
+            if ((unsigned char)cur->p[i] >= 0x80)
+                return lwq_errf(e, LWQ_EUNSUPPORTED, "normalizer %s: non-ASCII text (byte %zu) needs "
+                                "compatibility decompositions, which lwq does not implement", n->form, i);
         return 0;
     }
     }

@@ -8,8 +8,12 @@
  *    moe_intermediate 768, BF16 random weights) on 512 tokens: tokens/s routed, and in
  *    all-experts calibration mode with an amax observer on every linear input.
  *
- * usage: bench_forward [threads] [iterations] [modes]   (defaults: all cores, 3, 2; modes 1 runs
- * only the routed layer, for profiling) */
+ * 4. With a 4th argument "cuda" (and a CUDA build with a device): the same on the CUDA backend:
+ *    cuBLAS BF16 peak on an 8192^3 product, the layer's GEMM shapes, and the layer (routed and
+ *    all-experts), timed to a synchronize.
+ *
+ * usage: bench_forward [threads] [iterations] [modes] [cuda]   (defaults: all cores, 3, 2; modes 1
+ * runs only the routed layer, for profiling) */
 #include <cblas.h>
 #include <math.h>
 #include <stdio.h>
@@ -141,6 +145,118 @@ static void sgemm_peak(const float *A, const float *B, float *C, int N, int thre
     openblas_set_num_threads(1); /* the CPU backend's setting */
 }
 
+/* ---- CUDA -------------------------------------------------------------------------------------- */
+
+static double gemm_dev(const lwq_backend *g, int64_t n, int64_t in, int64_t out, int reps,
+                       lwq_error *e)
+{
+    int64_t sx[2] = {n, in}, sw[2] = {out, in}, sy[2] = {n, out};
+    lwq_tensor x, w, y;
+    if (lwq_backend_tensor_alloc(g, LWQ_BF16, 2, sx, &x, e) || lwq_backend_tensor_alloc(g, LWQ_BF16, 2, sw, &w, e) ||
+        lwq_backend_tensor_alloc(g, LWQ_BF16, 2, sy, &y, e))
+        return -1;
+    lwq_backend_memset0(g, x.data, (size_t)(n * in) * 2, e);
+    lwq_backend_memset0(g, w.data, (size_t)(out * in) * 2, e);
+    double best = 1e30;
+    for (int r = 0; r < reps + 1; r++) { /* the first call warms cuBLAS up */
+        lwq_backend_synchronize(g, e);
+        double t0 = clk(CLOCK_MONOTONIC);
+        for (int i = 0; i < 10; i++)
+            lwq_backend_gemm(g, &x, &w, NULL, &y, e);
+        lwq_backend_synchronize(g, e);
+        double dt = (clk(CLOCK_MONOTONIC) - t0) / 10;
+        if (r > 0 && dt < best)
+            best = dt;
+    }
+    lwq_backend_tensor_free(g, &x);
+    lwq_backend_tensor_free(g, &w);
+    lwq_backend_tensor_free(g, &y);
+    return 2.0 * n * in * out / best * 1e-9;
+}
+
+typedef struct dev_store {
+    store *host;
+    lwq_tensor t[MAXW];
+} dev_store;
+
+static int get_dev(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
+{
+    dev_store *d = ctx;
+    for (int i = 0; i < d->host->n; i++)
+        if (!strcmp(d->host->name[i], name)) {
+            *out = d->t[i];
+            return 0;
+        }
+    return lwq_errf(e, LWQ_ENOENT, "no tensor %s", name);
+}
+
+static void bench_cuda(store *st, const lwq_model_config *cfg, const uint16_t *h0, int64_t T,
+                       int iters, const double *layer_f)
+{
+    lwq_backend g;
+    lwq_error e = {0};
+    if (lwq_backend_cuda_create(&g, 0, &e)) {
+        printf("cuda: skipped (%s)\n", e.msg);
+        return;
+    }
+    double peak = gemm_dev(&g, 8192, 8192, 8192, 3, &e);
+    printf("\ncuda: cuBLAS BF16 8192^3 (lwq_backend_gemm, BF16 out): %.0f GFLOP/s\n", peak);
+    int64_t shapes[3][3] = {{512, 2048, 4096}, {64, 2048, 768}, {512, 2048, 768}};
+    for (int s = 0; s < 3; s++) {
+        double gf = gemm_dev(&g, shapes[s][0], shapes[s][1], shapes[s][2], 3, &e);
+        printf("cuda gemm bf16 %lldx%lld -> %lld: %.0f GFLOP/s = %.1f%% of the 8192^3 peak\n",
+               (long long)shapes[s][0], (long long)shapes[s][1], (long long)shapes[s][2], gf,
+               100.0 * gf / peak);
+    }
+    dev_store *d = calloc(1, sizeof *d);
+    d->host = st;
+    for (int i = 0; i < st->n; i++) {
+        if (lwq_backend_tensor_alloc(&g, st->t[i].dtype, st->t[i].ndim, st->t[i].shape, &d->t[i], &e) ||
+            lwq_backend_upload(&g, d->t[i].data, st->t[i].data,
+                               (size_t)lwq_tensor_numel(&st->t[i]) * 2, &e)) {
+            printf("cuda: weights upload failed: %s\n", e.msg);
+            return;
+        }
+    }
+    lwq_weights w = {get_dev, d};
+    lwq_model m;
+    lwq_batch b;
+    lwq_tensor h;
+    int64_t sh[2] = {T, cfg->hidden_size};
+    if (lwq_model_init(&m, cfg, &g, LWQ_BF16, &e) || lwq_batch_init(&b, &g, 1, T, NULL, &e) ||
+        lwq_backend_tensor_alloc(&g, LWQ_BF16, 2, sh, &h, &e)) {
+        printf("cuda: setup failed: %s\n", e.msg);
+        return;
+    }
+    amax_obs ao = {&g, 0, 0};
+    for (int mode = 0; mode < 2; mode++) {
+        lwq_observer obs = {&ao, obs_linear, NULL, NULL, mode};
+        double best = 1e30;
+        for (int r = 0; r < iters + 1; r++) {
+            lwq_backend_upload(&g, h.data, h0, (size_t)(T * cfg->hidden_size) * 2, &e);
+            double t0 = clk(CLOCK_MONOTONIC);
+            if (lwq_model_layer_forward(&m, 0, &w, &b, &h, mode ? &obs : NULL, &e) ||
+                lwq_backend_synchronize(&g, &e)) {
+                printf("cuda forward: %s\n", e.msg);
+                return;
+            }
+            double dt = clk(CLOCK_MONOTONIC) - t0;
+            if (r > 0 && dt < best)
+                best = dt;
+        }
+        printf("cuda qwen3_moe layer, %lld tokens, %s: %.4f s = %.0f tokens/s, %.0f GFLOP/s\n",
+               (long long)T, mode ? "all-experts+amax" : "routed", best, T / best,
+               layer_f[mode] / best);
+    }
+    lwq_backend_tensor_free(&g, &h);
+    lwq_batch_free(&b, &g);
+    lwq_model_free(&m);
+    for (int i = 0; i < st->n; i++)
+        lwq_backend_tensor_free(&g, &d->t[i]);
+    free(d);
+    lwq_backend_free_backend(&g);
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -148,6 +264,7 @@ int main(int argc, char **argv)
     int threads = argc > 1 ? atoi(argv[1]) : 0;
     int iters = argc > 2 ? atoi(argv[2]) : 3;
     int modes = argc > 3 ? atoi(argv[3]) : 2;
+    int cuda = argc > 4 && !strcmp(argv[4], "cuda");
     if (iters < 1 || modes < 1 || modes > 2) {
         fprintf(stderr, "usage: bench_forward [threads] [iterations >= 1] [modes 1|2]\n");
         return 2;
@@ -310,6 +427,11 @@ int main(int argc, char **argv)
                T / layer_t[mode].wall, T / layer_t[mode].cpu);
     printf("(observer calls %d)\n", ao.calls);
     free(A), free(B), free(C);
+    if (cuda) {
+        if (modes < 2)
+            layer_f[1] = layer_f[0] + 64 * 2.0 * T * 3 * D * MI * 1e-9;
+        bench_cuda(&st, &cfg, h0, T, iters, layer_f);
+    }
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
     for (int i = 0; i < st.n; i++) {

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "layout/checkpoint.h"
+#include "core/file.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 
@@ -330,8 +331,8 @@ static int diff_json_file(const char *da, const char *db, const char *name, dsta
     snprintf(pb, sizeof pb, "%s/%s", db, name);
     char *ta = NULL, *tb = NULL;
     lwq_error ea = {0}, eb = {0};
-    int ra = lwq_tool_read_file(pa, 64u << 20, &ta, NULL, &ea);
-    int rb = lwq_tool_read_file(pb, 64u << 20, &tb, NULL, &eb);
+    int ra = lwq_file_read_all(pa, 64u << 20, &ta, NULL, &ea);
+    int rb = lwq_file_read_all(pb, 64u << 20, &tb, NULL, &eb);
     int rc = 1;
     if (ra == LWQ_ENOENT && rb == LWQ_ENOENT) {
         rc = 0;

@@ -30,7 +30,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --algo A             max | mse | local_hessian (default: the recipe's, max for presets)\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
             "calibration:\n"
-            "  --calib PATH         .jsonl (input_ids | text | messages per line), .txt (paragraphs), a directory,\n"
+            "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),\n"
+            "                       .txt (paragraphs), a directory,\n"
             "                       or \"builtin\" (default: the built-in text, tokenized with the model's\n"
             "                       tokenizer.json)\n"
             "  --calib-size N       samples (default 64)\n"
@@ -236,6 +237,10 @@ static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 {
     memset(cs, 0, sizeof *cs);
+    char cfgpath[PATH_MAX];
+    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", a->model);
+    if (access(cfgpath, F_OK) != 0)
+        return lwq_errsys(e, -errno, "%s: no config.json; not a Hugging Face checkpoint directory", a->model);
     char tokpath[PATH_MAX];
     snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", a->model);
     lwq_tokenizer *tok = NULL;

@@ -65,32 +65,3 @@ int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error 
     return 0;
 }
 
-int lwq_tool_read_file(const char *path, size_t limit, char **out, size_t *n, lwq_error *e)
-{
-    *out = NULL;
-    FILE *fp = fopen(path, "rb");
-    if (!fp)
-        return lwq_errsys(e, -errno, "%s: open", path);
-    struct stat st;
-    if (fstat(fileno(fp), &st) != 0 || (uint64_t)st.st_size > limit) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: missing size or larger than %zu bytes", path, limit);
-    }
-    size_t len = (size_t)st.st_size;
-    char *b = malloc(len + 1);
-    if (!b) {
-        fclose(fp);
-        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
-    }
-    size_t got = fread(b, 1, len, fp);
-    fclose(fp);
-    if (got != len) {
-        free(b);
-        return lwq_errf(e, LWQ_EIO, "%s: short read", path);
-    }
-    b[len] = 0;
-    *out = b;
-    if (n)
-        *n = len;
-    return 0;
-}

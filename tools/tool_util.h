@@ -14,7 +14,5 @@ int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, i
 const char *lwq_tool_bytes(uint64_t b, char *buf, size_t cap);
 /* Write `n` bytes to `path` (create/truncate). */
 int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error *e);
-/* Read a whole (small) file, NUL-terminated; *out is malloc'd.  ENOENT when absent. */
-int lwq_tool_read_file(const char *path, size_t limit, char **out, size_t *n, lwq_error *e);
 
 #endif

@@ -24,6 +24,7 @@ typedef struct cuda_ctx {
     void *ws;            /* GEMM workspace (f32 staging), grown on demand */
     size_t ws_cap;
     unsigned int *flags; /* device: [0] amax bits, [1] amax NaN, [2] index error */
+    uint64_t peak_used;  /* max of (total - free) seen after each allocation */
 } cuda_ctx;
 
 #define CU(call, what)                                                                             \
@@ -75,8 +76,13 @@ static int cu_alloc(void *vctx, size_t bytes, void **out, lwq_error *e)
         return lwq_errf(e, LWQ_ENOMEM, "cuda alloc of %zu bytes: %s", bytes,
                         cudaGetErrorString(err));
     }
+    size_t free_b = 0, total_b = 0;
+    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && total_b - free_b > c->peak_used)
+        c->peak_used = total_b - free_b;
     return 0;
 }
+
+static uint64_t cu_mem_peak(void *vctx) { return ((cuda_ctx *)vctx)->peak_used; }
 
 static void cu_free(void *vctx, void *p)
 {
@@ -186,7 +192,10 @@ static int cu_gemm(void *vctx, const lwq_tensor *x, const lwq_tensor *w, const l
     /* cuBLAS writes C directly when it is the output dtype it supports for these inputs and no
      * bias is needed; otherwise C is f32 staging and one kernel adds the bias and rounds once */
     const int direct = !bias && (y->dtype == in_dt || y->dtype == LWQ_F32);
-    size_t bx = conv_x ? (size_t)(n * in) * 4 : 0, bw = conv_w ? (size_t)(out * in) * 4 : 0;
+    /* each staging region starts 256-byte aligned (cuBLAS picks faster kernels for aligned
+     * operands) */
+    size_t bx = conv_x ? ((size_t)(n * in) * 4 + 255) & ~(size_t)255 : 0;
+    size_t bw = conv_w ? ((size_t)(out * in) * 4 + 255) & ~(size_t)255 : 0;
     size_t bc = direct ? 0 : (size_t)(n * out) * 4;
     int rc = ws_reserve(c, bx + bw + bc + 256, e);
     if (rc < 0)
@@ -629,7 +638,7 @@ static const lwq_backend_ops cuda_ops = {
     "cuda",          LWQ_DEV_CUDA,  cu_destroy,     cu_alloc,       cu_free,
     cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
     cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
-    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,
+    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,        cu_mem_peak,
 };
 
 extern "C" int lwq_backend_cuda_device_count(void)

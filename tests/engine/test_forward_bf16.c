@@ -233,3 +233,6 @@ Test(forward_bf16, llama3_bf16_activations) { run("mlxd-tiny-llama3-bf16", LWQ_B
 Test(forward_bf16, llama3_f32_activations) { run("mlxd-tiny-llama3-bf16", LWQ_F32, 1e-5); }
 Test(forward_bf16, qwen3_bf16_activations) { run("mlxd-tiny-qwen3-bf16", LWQ_BF16, 3e-2); }
 Test(forward_bf16, qwen3_f32_activations) { run("mlxd-tiny-qwen3-bf16", LWQ_F32, 1e-5); }
+/* F16 activations (11-bit significands, 2^-12 relative per rounding): same reasoning, 16x
+ * tighter than BF16: 5e-3. */
+Test(forward_bf16, qwen3_f16_activations) { run("mlxd-tiny-qwen3-bf16", LWQ_F16, 5e-3); }

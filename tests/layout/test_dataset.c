@@ -116,6 +116,25 @@ Test(dataset, chat_messages_are_joined_with_newlines)
     lwq_calib_batch_free(&b);
 }
 
+Test(dataset, conversations_prompt_and_input_fields_are_joined)
+{
+    const char *p = put("mix.jsonl",
+                        "{\"conversations\": [{\"from\": \"human\", \"value\": \"Q?\"}, {\"from\": \"gpt\", \"value\": \"A.\"}]}\n"
+                        "{\"prompt\": \"Say hi\", \"completion\": \"hi\", \"output\": null}\n"
+                        "{\"input\": \"2+2\", \"output\": \"4\"}\n"
+                        "{\"text\": \"plain\", \"input\": \"ignored\"}\n");
+    lwq_calib_opts o = opts(8, 64);
+    lwq_calib_batch b;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_calib_load(llama, p, &o, &b, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(b.n, 4);
+    expect_row(&b, 0, "Q?\nA.");
+    expect_row(&b, 1, "Say hi\nhi");
+    expect_row(&b, 2, "2+2\n4");
+    expect_row(&b, 3, "plain");
+    lwq_calib_batch_free(&b);
+}
+
 Test(dataset, input_ids_are_used_as_given_and_truncated)
 {
     const char *p = put("ids.jsonl", "{\"input_ids\": [1, 450, 4996, 17354, 1701]}\n{\"input_ids\": [1, 2]}\n");
@@ -228,8 +247,8 @@ Test(dataset, invalid_utf8_names_file_line_and_byte)
 
 Test(dataset, object_without_known_keys)
 {
-    expect_load_error(put("x.jsonl", "{\"prompt\": \"hi\"}\n"), LWQ_EFORMAT,
-                      "none of \"input_ids\", \"messages\", \"text\"");
+    expect_load_error(put("x.jsonl", "{\"title\": \"hi\"}\n"), LWQ_EFORMAT,
+                      "none of \"input_ids\", \"messages\", \"conversations\", \"prompt\"");
 }
 
 Test(dataset, message_without_content)

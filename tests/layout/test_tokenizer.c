@@ -390,3 +390,133 @@ Test(tokenizer, oversized_word_is_refused)
     lwq_token_ids_free(&v);
     lwq_tokenizer_free(t);
 }
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+Test(tokenizer, mutated_json_fails_cleanly)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/agilerl-tiny-qwen3-moe/tokenizer.json", LWQ_FIXTURES);
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f);
+    char base[4096];
+    size_t n = fread(base, 1, sizeof base, f);
+    fclose(f);
+    uint64_t s = 12345;
+    static const char junk[] = "{}[]\",:0-9e\\u\xff ";
+    size_t loaded = 0;
+    for (int it = 0; it < 1500; it++) {
+        char buf[4096];
+        memcpy(buf, base, n);
+        int edits = 1 + (int)(rng_next(&s) % 4);
+        for (int k = 0; k < edits; k++)
+            buf[rng_next(&s) % n] = junk[rng_next(&s) % (sizeof junk - 1)];
+        lwq_tokenizer *t = NULL;
+        lwq_error e = {0};
+        int rc = lwq_tokenizer_load_buffer(&t, buf, n, NULL, 0, "mutant.json", &e);
+        if (rc == 0) {
+            lwq_token_ids v = {0};
+            lwq_tokenizer_encode(t, "0123 [EOS] 4", 12, 1, 0, &v, NULL, &e);
+            lwq_token_ids_free(&v);
+            lwq_tokenizer_free(t);
+            loaded++;
+        } else {
+            cr_assert_lt(rc, 0);
+            cr_assert_null(t);
+            cr_assert_neq(e.msg[0], 0, "failure without a message");
+        }
+    }
+    cr_assert_lt(loaded, 1500, "mutations should break some files");
+}
+
+/* Random UTF-8 from several scripts, whitespace and emoji. */
+static size_t random_text(uint64_t *s, char *out, size_t cap)
+{
+    static const uint32_t ranges[][2] = {{0x20, 0x7E}, {0x20, 0x7E}, {0x09, 0x0A}, {0xC0, 0x17F},
+                                         {0x391, 0x3C9}, {0x4E00, 0x4FFF}, {0x3040, 0x30FF},
+                                         {0x1F600, 0x1F64F}, {0xAC00, 0xAD00}, {0x2000, 0x2030}};
+    size_t n = 0, len = 1 + rng_next(s) % 40;
+    for (size_t i = 0; i < len && n + 4 < cap; i++) {
+        const uint32_t *r = ranges[rng_next(s) % 10];
+        uint32_t cp = r[0] + (uint32_t)(rng_next(s) % (r[1] - r[0] + 1));
+        if (cp < 0x80) out[n++] = (char)cp;
+        else if (cp < 0x800) { out[n++] = (char)(0xC0 | cp >> 6); out[n++] = (char)(0x80 | (cp & 63)); }
+        else if (cp < 0x10000) {
+            out[n++] = (char)(0xE0 | cp >> 12); out[n++] = (char)(0x80 | ((cp >> 6) & 63));
+            out[n++] = (char)(0x80 | (cp & 63));
+        } else {
+            out[n++] = (char)(0xF0 | cp >> 18); out[n++] = (char)(0x80 | ((cp >> 12) & 63));
+            out[n++] = (char)(0x80 | ((cp >> 6) & 63)); out[n++] = (char)(0x80 | (cp & 63));
+        }
+    }
+    out[n] = 0;
+    return n;
+}
+
+static void round_trip(const char *dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", LWQ_FIXTURES, dir);
+    lwq_tokenizer *t = NULL;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_load(&t, path, &e), 0, "%s", e.msg);
+    uint64_t s = 987654321;
+    lwq_token_ids v = {0};
+    for (int it = 0; it < 300; it++) {
+        char text[256];
+        size_t n = random_text(&s, text, sizeof text);
+        cr_assert_geq(lwq_tokenizer_encode(t, text, n, 0, 0, &v, NULL, &e), 0, "%s", e.msg);
+        char *out = NULL;
+        size_t on = 0;
+        cr_assert_eq(lwq_tokenizer_decode(t, v.ids, v.n, 0, &out, &on, &e), 0, "%s", e.msg);
+        cr_assert(on == n && !memcmp(out, text, n), "%s: decode(encode(\"%s\")) = \"%s\"", dir, text, out);
+        free(out);
+    }
+    lwq_token_ids_free(&v);
+    lwq_tokenizer_free(t);
+}
+
+Test(tokenizer, gpt2_round_trips_random_unicode)
+{
+    round_trip("tokenizer-gpt2-bytelevel-bpe");
+}
+
+Test(tokenizer, tinyllama_round_trips_random_unicode)
+{
+    round_trip("tokenizer-tinyllama-sentencepiece-bpe");
+}
+
+#define PER_CHAR "\"pre_tokenizer\":{\"type\":\"Split\",\"pattern\":{\"String\":\"\"},\"behavior\":\"Isolated\"}"
+
+Test(tokenizer, nfd_decomposes_and_reorders)
+{
+    lwq_tokenizer *t = must_load("{\"model\":{\"type\":\"WordLevel\",\"unk_token\":\"?\",\"vocab\":{\"e\":0,"
+                                 "\"\xCC\x81\":1,\"?\":2,\"o\":3,\"\xCC\xA3\":4,\"\xCC\x82\":5}},"
+                                 "\"normalizer\":{\"type\":\"NFD\"}," PER_CHAR "}", NULL);
+    int32_t x[8];
+    /* é -> e + U+0301; ộ written o + U+0302 + U+0323 -> o + U+0323 (class 220) + U+0302 (230). */
+    size_t n = enc(t, "\xC3\xA9o\xCC\x82\xCC\xA3", x, 8);
+    int32_t want[] = {0, 1, 3, 4, 5};
+    cr_assert_eq(n, 5);
+    cr_assert_arr_eq(x, want, sizeof want);
+    lwq_tokenizer_free(t);
+}
+
+Test(tokenizer, nfkc_on_non_ascii_is_unsupported)
+{
+    lwq_tokenizer *t = must_load("{\"model\":{\"type\":\"WordLevel\",\"unk_token\":\"?\",\"vocab\":{\"?\":0}},"
+                                 "\"normalizer\":{\"type\":\"NFKC\"}}", NULL);
+    lwq_token_ids v = {0};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_tokenizer_encode(t, "ascii ok", 8, 1, 0, &v, NULL, &e), 1, "%s", e.msg);
+    cr_assert_eq(lwq_tokenizer_encode(t, "\xEF\xAC\x81", 3, 1, 0, &v, NULL, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "NFKC"), "%s", e.msg);
+    lwq_token_ids_free(&v);
+    lwq_tokenizer_free(t);
+}

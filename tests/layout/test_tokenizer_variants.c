@@ -1,5 +1,6 @@
 /* tests/layout/test_tokenizer_variants.c — pipeline pieces the fixtures lack (Llama-3/Qwen2
- * Split regexes, ignore_merges, NFC, Metaspace, Digits, RobertaProcessing), each a fixture's
+ * Split regexes, ignore_merges, NFC, Metaspace, Digits, RobertaProcessing, added tokens with
+ * lstrip/rstrip), each a fixture's
  * tokenizer.json with a patch, against ids from @huggingface/tokenizers (variant_*.json). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -63,20 +64,15 @@ static void check_variant(const char *file)
     lwq_error e = {0};
     cr_assert_eq(lwq_tokenizer_load_buffer(&t, js, strlen(js), NULL, 0, file, &e), 0, "%s", e.msg);
     free(js);
-    size_t ncase = 0, bad = 0, unsupported = 0;
+    size_t ncase = 0, bad = 0, nfc_changes = 0;
     lwq_token_ids ids = {0};
     for (const cJSON *c = cJSON_GetObjectItem(g, "cases")->child; c; c = c->next, ncase++) {
         const char *text = cJSON_GetObjectItem(c, "text")->valuestring;
         const cJSON *want = cJSON_GetObjectItem(c, "ids");
-        const cJSON *nfc = cJSON_GetObjectItem(c, "nfc_changes");
+        nfc_changes += cJSON_IsTrue(cJSON_GetObjectItem(c, "nfc_changes"));
         lwq_error_clear(&e);
         int n = lwq_tokenizer_encode(t, text, strlen(text), 1, 0, &ids, NULL, &e);
-        if (n == LWQ_EUNSUPPORTED && nfc) {
-            unsupported++; /* NFC is implemented only where it is the identity */
-            continue;
-        }
         cr_assert_geq(n, 0, "%s case %zu: %s", file, ncase, e.msg);
-        cr_assert(!cJSON_IsTrue(nfc), "%s case %zu: NFC changes the text but it was encoded", file, ncase);
         int same = (size_t)cJSON_GetArraySize(want) == ids.n;
         size_t k = 0;
         for (const cJSON *w = want->child; same && w; w = w->next, k++) same = w->valueint == ids.ids[k];
@@ -97,7 +93,7 @@ static void check_variant(const char *file)
     }
     lwq_token_ids_free(&ids);
     cr_assert_eq(bad, 0, "%s: %zu of %zu cases differ", file, bad, ncase);
-    cr_assert_leq(unsupported * 10, ncase, "%s: %zu of %zu cases refused", file, unsupported, ncase);
+    if (strstr(file, "qwen2")) cr_assert_geq(nfc_changes, 20, "%s: too few texts that NFC changes", file);
     cJSON_Delete(g);
     lwq_tokenizer_free(t);
 }
@@ -120,4 +116,9 @@ Test(tokenizer_variants, metaspace_prepend_first)
 Test(tokenizer_variants, digits_and_roberta_processing)
 {
     check_variant("variant_digits_roberta.json");
+}
+
+Test(tokenizer_variants, added_tokens_with_lstrip_rstrip)
+{
+    check_variant("variant_added_strip.json");
 }

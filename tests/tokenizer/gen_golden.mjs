@@ -161,6 +161,14 @@ for (const [dir, outName, seed] of cases) {
 // ---- variants ---------------------------------------------------------------------------------
 const LLAMA3_RE = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
 const QWEN2_RE = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}| ?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+// Texts NFC changes: combining sequences (also out of canonical order), conjoining jamo,
+// singletons, composition exclusions, two-starter compositions.
+const nfcTexts = ['e\u0301', 'cafe\u0301 au lait', 'a\u0308\u0301', 'o\u0323\u0302', 'o\u0302\u0323',
+  '\u1100\u1161\u11A8 \u1100\u1161', '\u2126 and \u212B', 'A\u030A', '\u0344', '\u0958\u0959',
+  '\u00C5\u0301', 'u\u0308\u0304', '\uFB2A', '\u1E9B\u0323', 'A\u0327\u0301', '\u0B47\u0B3E',
+  '\u304B\u3099 \u30CF\u309A', '\uF900\uF901', '\u1F71\u1FFD', 'e\u0301\u0301', '\u0301 leading mark',
+  '\u00e9\u0300', 'Vie\u0302\u0323t Nam', '\u0915\u093C', 'n\u0303o\u0303 s\u0327a\u0303',
+  'I\u0307stanbul', '\u1112\u1161\u11AB\u1100\u116E\u11A8\u110B\u1165', 'x\u0300\u0316\u0301y'];
 const variants = [
   ['variant_llama3_style.json', 'tokenizer-gpt2-bytelevel-bpe', {
     model: { ignore_merges: true },
@@ -190,6 +198,12 @@ const variants = [
     post_processor: { type: 'RobertaProcessing', sep: ['<|endoftext|>', 50256], cls: ['<|endoftext|>', 50256],
                       trim_offsets: true, add_prefix_space: true },
   }],
+  ['variant_added_strip.json', 'tokenizer-tinyllama-sentencepiece-bpe', {
+    added_tokens: [
+      { id: 0, content: '<unk>', single_word: false, lstrip: false, rstrip: false, normalized: false, special: true },
+      { id: 1, content: '<s>', single_word: false, lstrip: false, rstrip: true, normalized: false, special: true },
+      { id: 2, content: '</s>', single_word: false, lstrip: true, rstrip: false, normalized: false, special: true }],
+  }],
 ];
 
 for (const [outName, base, patch] of variants) {
@@ -200,6 +214,7 @@ for (const [outName, base, patch] of variants) {
   const tok = new Tokenizer(tj, {});
   const specials = tj.added_tokens.map((t) => t.content);
   let texts = [...fixed, ...specialTexts(specials), ...randomTexts(7, 120, specials)];
+  if (patch.normalizer && patch.normalizer.type === 'NFC') texts = [...texts, ...nfcTexts];
   // tokenizers.js's Digits splits on ASCII \d, the Rust crate on char::is_numeric (all of
   // Unicode N), so texts with other numerals would record the JS port's divergence, not
   // Python's ids; test_tokenizer.c checks the Rust behaviour on them instead.
