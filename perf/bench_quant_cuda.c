@@ -48,7 +48,7 @@ typedef struct g {
     float amax, ws;
 } g;
 
-enum { K_AMAX, K_MAX, K_FP8, K_SWEEP, K_HSWEEP, K_BMSE, K_DQ };
+enum { K_AMAX, K_MAX, K_FP8, K_SWEEP, K_HSWEEP, K_BMSE, K_FMSE, K_DQ };
 
 static int run(g *c, int k)
 {
@@ -66,6 +66,10 @@ static int run(g *c, int k)
     case K_HSWEEP:
         return lwq_quant_cuda_nvfp4_sweep(c->w, LWQ_BF16, c->rows, c->cols, c->amax, c->h, "w", c->bamax, c->scale,
                                           NULL, NULL);
+    case K_FMSE: {
+        float a;
+        return lwq_quant_cuda_fp8_mse(c->w, LWQ_BF16, c->rows, c->cols, "w", &a, NULL, NULL, NULL);
+    }
     case K_BMSE:
         return lwq_quant_cuda_nvfp4_mse(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->bamax, NULL, NULL);
     default:
@@ -155,8 +159,12 @@ int main(int argc, char **argv)
     CHECK(cudaMemcpy(bg, c.bamax, (size_t)(srows * cols / 16) * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(bc, bg, (size_t)(srows * cols / 16) * sizeof(float)) == 0);
     free(bc), free(bg);
+    float fa_c, fa_g;
+    CHECK(lwq_quant_fp8_mse(w, LWQ_BF16, srows, cols, "w", &fa_c, NULL, NULL) == 0);
+    CHECK(lwq_quant_cuda_fp8_mse(c.w, LWQ_BF16, srows, cols, "w", &fa_g, NULL, NULL, NULL) == 0);
+    CHECK(fa_c == fa_g);
     CHECK(run(&c, K_MAX) == 0); /* restore the max-path scales for the dequant timing */
-    printf("bench_quant_cuda: GPU bytes equal CPU bytes (nvfp4 max, sweep, local_hessian, block mse on %lld rows)\n",
+    printf("bench_quant_cuda: GPU bytes equal CPU bytes (nvfp4 max, sweep, local_hessian, block mse, fp8 mse on %lld rows)\n",
            (long long)srows);
 
     report("amax", rows, cols, best_ms(&c, K_AMAX, 20));
@@ -166,6 +174,7 @@ int main(int argc, char **argv)
     report("nvfp4 fp8_scale_sweep", rows, cols, best_ms(&c, K_SWEEP, 5));
     report("nvfp4 local_hessian", rows, cols, best_ms(&c, K_HSWEEP, 3));
     report("nvfp4 block mse (39)", rows, cols, best_ms(&c, K_BMSE, 5));
+    report("fp8 mse (39)", rows, cols, best_ms(&c, K_FMSE, 3));
     cudaFree(c.w), cudaFree(c.packed), cudaFree(c.scale), cudaFree(c.q), cudaFree(c.bamax), cudaFree(c.h),
         cudaFree(c.out);
     free(w), free(pc), free(sc), free(pg), free(sg), free(h);

@@ -215,10 +215,10 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     float ax[BLK];
     for (int k = 0; k < BLK; k++)
         ax[k] = fabsf(x[k]);
+    const float bamax = lwq_bits_f32(m);
     int best = 1;
     float best_loss = 0.0f;
 #pragma unroll 1
-    const float bamax = lwq_bits_f32(m);
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
         float l = sweep_loss<HESS>(x, ax, dtab[v], sthr + v * LWQ_E2M1_NTHR, hs);
         if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
@@ -378,6 +378,39 @@ __global__ void k_fp8(const void *w, lwq_dtype dt, bool vec, int64_t n, float ws
         atomicMax(&st->amax, m);
 }
 
+// FP8 mse, per-row losses: one CTA per row, thread k < 39 evaluates candidate k over the row in
+// the CPU's order (lane j % 16 accumulates element j ascending, in double; the products of two
+// floats are exact in double, so FMA or not gives the same sums), then the lwq_sum16_tree order.
+struct mse_scales {
+    float s[LWQ_MSE_STEPS];
+};
+
+__global__ void k_fp8_mse_rows(const void *w, lwq_dtype dt, int64_t cols, mse_scales sc, double *row_loss)
+{
+    const int k = threadIdx.x;
+    if (k >= LWQ_MSE_STEPS)
+        return;
+    const int64_t r = blockIdx.x;
+    const float s = sc.s[k];
+    double lane[16];
+    for (int l = 0; l < 16; l++)
+        lane[l] = 0.0;
+    for (int64_t j = 0; j < cols; j++) {
+        float x = lwq_load_f(w, dt, (size_t)(r * cols + j));
+        float dq = LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s);
+        float e = LWQ_FSUB(x, dq);
+        double p = __dmul_rn((double)e, (double)e);
+        int l = (int)(j & 15);
+        // unrolled select instead of lane[l] with a dynamic index (which would live in local memory)
+        for (int m = 0; m < 16; m++)
+            lane[m] = m == l ? __dadd_rn(lane[m], p) : lane[m];
+    }
+    for (int h = 8; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++)
+            lane[i] = __dadd_rn(lane[i], lane[i + h]);
+    row_loss[r * LWQ_MSE_STEPS + k] = lane[0];
+}
+
 __global__ void k_fp8_dq(const uint8_t *q, float ws, int64_t n, lwq_dtype dt, void *out)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -445,6 +478,25 @@ void search_thresholds(float ws2, thr_tab *t)
 }
 
 bool aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+
+// max |x| of x: (n,); *bad = the first NaN/Inf index or -1 (then *amax is meaningless).
+int cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, int64_t *bad, void *stream,
+              lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, x, dt, 1, n, 0, err);
+    if (rc < 0)
+        return rc;
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    int64_t blocks = (n + 255) / 256;
+    k_amax<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, c.s>>>(x, dt, n, c.dev);
+    if (!c.finish())
+        return c.rc;
+    *bad = c.host.bad != NONE ? (int64_t)c.host.bad : -1;
+    *amax = lwq_bits_f32(c.host.amax);
+    return 0;
+}
 
 int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax, float global_amax,
               const char *name, uint8_t *packed, uint8_t *scale, float *ws2, void *stream, lwq_error *err)
@@ -515,21 +567,12 @@ int lwq_quant_cuda_device_count(void)
 int lwq_quant_cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, void *stream,
                         lwq_error *err)
 {
-    int rc = lwq_quant_check_shape(name, x, dt, 1, n, 0, err);
-    if (rc < 0)
-        return rc;
-    call c(stream, name, err);
-    if (!c.start())
-        return c.rc;
-    int64_t blocks = (n + 255) / 256;
-    k_amax<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, c.s>>>(x, dt, n, c.dev);
-    if (!c.finish())
-        return c.rc;
-    if (c.host.bad != NONE)
+    int64_t bad = -1;
+    int rc = cuda_amax(x, dt, n, name, amax, &bad, stream, err);
+    if (rc == 0 && bad >= 0)
         return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: non-finite value (NaN or Inf) at element %lld",
-                        lwq_quant_name(name), (long long)c.host.bad);
-    *amax = lwq_bits_f32(c.host.amax);
-    return 0;
+                        lwq_quant_name(name), (long long)bad);
+    return rc;
 }
 
 int lwq_quant_cuda_nvfp4_max(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
@@ -726,6 +769,77 @@ int lwq_quant_cuda_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, 
         return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.amax), amax, err);
     *weight_scale = ws;
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name,
+                           float *amax_out, int *mult_index, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 0, err);
+    if (rc < 0)
+        return rc;
+    if (!amax_out)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output", lwq_quant_name(name));
+    if (rows > 0x7fffffff)
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA mse grid", lwq_quant_name(name),
+                        (long long)rows);
+    float amax;
+    int64_t bad = -1;
+    rc = cuda_amax(w, dt, rows * cols, name, &amax, &bad, stream, err);
+    if (rc < 0)
+        return rc;
+    if (bad >= 0)
+        return lwq_quant_err_nonfinite(name, bad, cols, err);
+    if (amax == 0.0f) {
+        *amax_out = 0.0f;
+        if (mult_index)
+            *mult_index = -1;
+        return LWQ_QUANT_ZERO_TENSOR;
+    }
+    float g;
+    rc = lwq_quant_check_global(name, amax * lwq_mse_multiplier(0), INFINITY, &g, err);
+    if (rc < 0)
+        return rc;
+    float cand_amax[LWQ_MSE_STEPS];
+    mse_scales sc;
+    for (int k = 0; k < LWQ_MSE_STEPS; k++) { // host arithmetic, as on the CPU path
+        cand_amax[k] = amax * lwq_mse_multiplier(k);
+        sc.s[k] = cand_amax[k] / LWQ_E4M3_MAX;
+    }
+    size_t bytes = (size_t)rows * LWQ_MSE_STEPS * sizeof(double);
+    double *loss = (double *)malloc(bytes);
+    if (!loss)
+        return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for the mse search's %lld row losses",
+                        lwq_quant_name(name), (long long)rows);
+    call c(stream, name, err);
+    double *dloss = NULL;
+    bool ok = c.ok(cudaMallocAsync((void **)&dloss, bytes, c.s), "cudaMallocAsync");
+    if (ok) {
+        k_fp8_mse_rows<<<(unsigned)rows, 64, 0, c.s>>>(w, dt, cols, sc, dloss);
+        ok = c.ok(cudaGetLastError(), "kernel launch") &&
+             c.ok(cudaMemcpyAsync(loss, dloss, bytes, cudaMemcpyDeviceToHost, c.s), "loss download") &&
+             c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize");
+        cudaFreeAsync(dloss, c.s);
+    }
+    if (!ok) {
+        free(loss);
+        return c.rc;
+    }
+    int best = 0;
+    double best_loss = 0.0;
+    for (int k = 0; k < LWQ_MSE_STEPS; k++) { // rows in ascending order, as on the CPU
+        double t = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            t += loss[r * LWQ_MSE_STEPS + k];
+        if (k == 0 || t < best_loss) {
+            best = k;
+            best_loss = t;
+        }
+    }
+    free(loss);
+    *amax_out = cand_amax[best];
+    if (mult_index)
+        *mult_index = best;
+    return 0;
 }
 
 int lwq_quant_cuda_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,
