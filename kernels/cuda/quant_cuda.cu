@@ -395,15 +395,24 @@ __global__ void k_fp8_mse_rows(const void *w, lwq_dtype dt, int64_t cols, mse_sc
     double lane[16];
     for (int l = 0; l < 16; l++)
         lane[l] = 0.0;
-    for (int64_t j = 0; j < cols; j++) {
-        float x = lwq_load_f(w, dt, (size_t)(r * cols + j));
-        float dq = LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s);
-        float e = LWQ_FSUB(x, dq);
-        double p = __dmul_rn((double)e, (double)e);
-        int l = (int)(j & 15);
-        // unrolled select instead of lane[l] with a dynamic index (which would live in local memory)
-        for (int m = 0; m < 16; m++)
-            lane[m] = m == l ? __dadd_rn(lane[m], p) : lane[m];
+    // steps of 16 with an unrolled inner loop keep every lane index static (registers, not local
+    // memory); the tail adds element j to lane j % 16 like the CPU's
+    const int64_t full = cols / 16 * 16;
+    for (int64_t j0 = 0; j0 < full; j0 += 16) {
+#pragma unroll
+        for (int l = 0; l < 16; l++) {
+            float x = lwq_load_f(w, dt, (size_t)(r * cols + j0 + l));
+            float e = LWQ_FSUB(x, LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s));
+            lane[l] = __dadd_rn(lane[l], __dmul_rn((double)e, (double)e));
+        }
+    }
+#pragma unroll
+    for (int l = 0; l < 16; l++) {
+        if (full + l < cols) {
+            float x = lwq_load_f(w, dt, (size_t)(r * cols + full + l));
+            float e = LWQ_FSUB(x, LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s));
+            lane[l] = __dadd_rn(lane[l], __dmul_rn((double)e, (double)e));
+        }
     }
     for (int h = 8; h >= 1; h /= 2)
         for (int i = 0; i < h; i++)
