@@ -66,65 +66,6 @@ static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear 
     return t;
 }
 
-/* Per-block `mse` search for NVFP4 without the FP8 sweep: each block tries its own amax times the
- * 39 multipliers and keeps the one with the smallest squared error (first on ties). */
-static int nvfp4_block_mse(const lwq_htensor *w, float global_amax, const char *name, float *best_amax,
-                           lwq_error *e)
-{
-    int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
-    float *bamax = malloc((size_t)nb * sizeof *bamax);
-    float *cand = malloc((size_t)nb * sizeof *cand);
-    double *best = malloc((size_t)nb * sizeof *best);
-    uint8_t *packed = malloc((size_t)(rows * cols / 2));
-    uint8_t *scale = malloc((size_t)nb);
-    float *dq = malloc((size_t)(rows * cols) * sizeof *dq);
-    int rc = 0;
-    if (!bamax || !cand || !best || !packed || !scale || !dq) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory in the mse search", name);
-        goto out;
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        float m = 0;
-        for (int j = 0; j < 16; j++) {
-            float v = fabsf(lwq_load_f(w->data, w->dtype, (size_t)(b * 16 + j)));
-            m = v > m ? v : m;
-        }
-        bamax[b] = m;
-        best[b] = INFINITY;
-    }
-    for (int k = 0; k < 39 && rc == 0; k++) {
-        float mult = lwq_mse_multiplier(k), ws2;
-        for (int64_t b = 0; b < nb; b++)
-            cand[b] = bamax[b] * mult;
-        rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, cand, global_amax, name, packed, scale, &ws2, e);
-        if (rc < 0)
-            break;
-        rc = lwq_quant_nvfp4_dequant(packed, scale, ws2, rows, cols, LWQ_F32, dq, e);
-        if (rc < 0)
-            break;
-        for (int64_t b = 0; b < nb; b++) {
-            double err = 0;
-            for (int j = 0; j < 16; j++) {
-                double d = (double)lwq_load_f(w->data, w->dtype, (size_t)(b * 16 + j)) - dq[b * 16 + j];
-                err += d * d;
-            }
-            if (err < best[b]) {
-                best[b] = err;
-                best_amax[b] = cand[b];
-            }
-        }
-        rc = 0;
-    }
-out:
-    free(bamax);
-    free(cand);
-    free(best);
-    free(packed);
-    free(scale);
-    free(dq);
-    return rc;
-}
-
 static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float global_amax,
                       float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out, lwq_qlayer_report *rep,
                       lwq_error *e)
@@ -162,7 +103,7 @@ static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const
         } else if (c->fp8_scale_sweep) {
             rc = lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, global_amax, NULL, l->name, bamax, NULL, e);
         } else {
-            rc = nvfp4_block_mse(w, global_amax, l->name, bamax, e);
+            rc = lwq_quant_nvfp4_mse(w->data, w->dtype, rows, cols, global_amax, l->name, bamax, e);
         }
         if (rc >= 0)
             rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, global_amax, l->name, packed, scale,

@@ -165,7 +165,7 @@ static int embed_all(lwq_run *r, unsigned char *dst, lwq_error *e)
     if (rc)
         return rc;
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &r->be, &tail, NULL);
+    lwq_layer_weights_init(&lw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
     for (int b = 0; b < r->nb && rc == 0; b++) {
         lwq_tensor h = work_view(r, b);
         if ((rc = lwq_model_embed(&r->model, &lw.w, r->tokens[b], &h, e)) == 0)
@@ -274,12 +274,12 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     lwq_layer_weights lw;
     lwq_tlist ov = {0};
     lwq_qlayer_report rep;
-    int rc = wh ? lwq_stats_init(&st, p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh, e)
+    int rc = wh ? lwq_stats_init(&st, p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh, r->ck.cfg.weight_prefix, e)
                 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     free(wh);
     if (rc)
         return rc;
-    lwq_layer_weights_init(&lw, &r->be, src, NULL);
+    lwq_layer_weights_init(&lw, &r->be, src, NULL, r->ck.cfg.weight_prefix);
     double t = lwq_now();
     if (!no_output)
         lwq_run_wait_boundary(r, nxt);
@@ -293,7 +293,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
         t = lwq_now();
         lwq_layer_weights_free(&lw);
         if ((rc = qdq_overlay(r, L, out, src, &ov, e)) == 0) {
-            lwq_layer_weights_init(&lw, &r->be, src, &ov);
+            lwq_layer_weights_init(&lw, &r->be, src, &ov, r->ck.cfg.weight_prefix);
             rc = forward_layer(r, L, &lw.w, r->cur, nxt, NULL, e);
         }
         ls->forward_s += lwq_now() - t;
@@ -488,15 +488,15 @@ static int run_whole(lwq_run *r, lwq_error *e)
         uint8_t *wh = hessian_wanted(r, L);
         rc = (rc = lwq_layersrc_read(&r->ck, L, &src[L], e)) != 0 ? rc
              : wh ? lwq_stats_init(&st[L], &r->plans[L], &r->be, r->plans[L].is_moe ? r->ck.cfg.num_experts : 0,
-                                   r->o->include_padding, r->o->all_experts, wh, e)
+                                   r->o->include_padding, r->o->all_experts, wh, r->ck.cfg.weight_prefix, e)
                   : lwq_errf(e, LWQ_ENOMEM, "out of memory");
         free(wh);
-        lwq_layer_weights_init(&lw[L], &r->be, &src[L], NULL);
+        lwq_layer_weights_init(&lw[L], &r->be, &src[L], NULL, r->ck.cfg.weight_prefix);
     }
     if (rc == 0)
         rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
     lwq_layer_weights tw;
-    lwq_layer_weights_init(&tw, &r->be, &tail, NULL);
+    lwq_layer_weights_init(&tw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
     int passes = r->o->qdq_next ? N : 1;
     for (int pass = 0; pass < passes && rc == 0; pass++) {
         for (int b = 0; b < r->nb && rc == 0; b++) {
@@ -515,7 +515,7 @@ static int run_whole(lwq_run *r, lwq_error *e)
             if (rc == 0 && r->o->qdq_next) {
                 lwq_layer_weights_free(&lw[L]);
                 if ((rc = qdq_overlay(r, L, &out[L], &src[L], &ov[L], e)) == 0)
-                    lwq_layer_weights_init(&lw[L], &r->be, &src[L], &ov[L]);
+                    lwq_layer_weights_init(&lw[L], &r->be, &src[L], &ov[L], r->ck.cfg.weight_prefix);
             }
             if (rc == 0) {
                 int nE = r->plans[L].is_moe ? r->ck.cfg.num_experts : 0;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "core/proc.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/manifest.h"
@@ -84,9 +85,6 @@ typedef struct lwq_run {
     uint64_t peak_gpu;
 } lwq_run;
 
-double lwq_now(void);
-/* Resident and peak resident set size in bytes (/proc/self/status). */
-void lwq_rss(uint64_t *rss, uint64_t *hwm);
 
 /* run_setup.c */
 int lwq_run_fingerprint(lwq_run *r, lwq_error *e);
