@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "engine/qops.h"
 
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e)
 {
@@ -66,9 +67,9 @@ static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear 
     return t;
 }
 
-static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float global_amax,
-                      float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out, lwq_qlayer_report *rep,
-                      lwq_error *e)
+static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
+                      float global_amax, float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out,
+                      lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
     uint8_t *packed = malloc((size_t)(rows * cols / 2));
@@ -80,7 +81,7 @@ static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const
         goto fail;
     }
     if (c->algo == LWQ_ALGO_MAX) {
-        rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
+        rc = lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
     } else {
         bamax = malloc((size_t)nb * sizeof *bamax);
         if (!bamax) {
@@ -99,15 +100,14 @@ static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const
             }
             rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
             if (rc >= 0)
-                rc = lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, global_amax, h, l->name, bamax, NULL, e);
+                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
         } else if (c->fp8_scale_sweep) {
-            rc = lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, global_amax, NULL, l->name, bamax, NULL, e);
+            rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
         } else {
-            rc = lwq_quant_nvfp4_mse(w->data, w->dtype, rows, cols, global_amax, l->name, bamax, e);
+            rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, global_amax, l->name, bamax, e);
         }
         if (rc >= 0)
-            rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, global_amax, l->name, packed, scale,
-                                        &ws2, e);
+            rc = lwq_qops_nvfp4_static(qo, w, rows, cols, bamax, global_amax, l->name, packed, scale, &ws2, e);
     }
     if (rc < 0)
         goto fail;
@@ -141,20 +141,20 @@ fail:
     return rc;
 }
 
-static int emit_fp8(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float wamax,
-                    float in_amax, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
+                    float wamax, float in_amax, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
     float amax = wamax, ws = 0, is = 0;
     int rc = 0;
     if (c->algo != LWQ_ALGO_MAX) /* local_hessian has no per-tensor form: FP8 uses mse for it */
-        rc = lwq_quant_fp8_mse(w->data, w->dtype, rows, cols, l->name, &amax, NULL, e);
+        rc = lwq_qops_fp8_mse(qo, w, rows, cols, l->name, &amax, e);
     if (rc < 0)
         return rc;
     uint8_t *q = malloc((size_t)(rows * cols));
     if (!q)
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
-    rc = lwq_quant_fp8(w->data, w->dtype, rows, cols, amax, l->name, q, &ws, e);
+    rc = lwq_qops_fp8(qo, w, rows, cols, amax, l->name, q, &ws, e);
     if (rc < 0) {
         free(q);
         return rc;
@@ -228,8 +228,8 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
 }
 
 int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
-                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_tlist *out, lwq_qlayer_report *rep,
-                   lwq_error *e)
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                   lwq_qlayer_report *rep, lwq_error *e)
 {
     memset(rep, 0, sizeof *rep);
     int n = plan->nlinears, rc = 0;
@@ -273,9 +273,9 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         if (choice[i].format == LWQ_QFMT_NVFP4)
-            rc = emit_nvfp4(l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
+            rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         else if (choice[i].format == LWQ_QFMT_FP8)
-            rc = emit_fp8(l, &choice[i], w[i], w_amax[i], in_amax[i], out, rep, e);
+            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], out, rep, e);
         else
             continue;
         if (rc < 0)

@@ -124,6 +124,10 @@ static int make_backend(lwq_run *r, lwq_error *e)
     if (rc)
         return rc;
     r->be_open = 1;
+    lwq_qops_init(&r->qops, &r->be);
+    if (!r->o->quiet)
+        LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
+                 lwq_qops_where(&r->qops));
     if (r->o->threads > 0)
         lwq_parallel_set_threads(r->o->threads);
     return 0;
@@ -287,7 +291,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     ls->forward_s = lwq_now() - t;
     t = lwq_now();
     if (rc == 0)
-        rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, out, &rep, e);
+        rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, &r->qops, out, &rep, e);
     ls->quantize_s = lwq_now() - t;
     if (rc == 0 && r->o->qdq_next && !no_output) {
         t = lwq_now();
@@ -511,7 +515,8 @@ static int run_whole(lwq_run *r, lwq_error *e)
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {
             lwq_qlayer_report rep;
-            rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &out[L], &rep, e);
+            rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
+                                e);
             if (rc == 0 && r->o->qdq_next) {
                 lwq_layer_weights_free(&lw[L]);
                 if ((rc = qdq_overlay(r, L, &out[L], &src[L], &ov[L], e)) == 0)
@@ -574,6 +579,8 @@ static void run_free(lwq_run *r)
     free(r->bnd[1]);
     if (r->be_open && r->work.data)
         lwq_backend_tensor_free(&r->be, &r->work);
+    if (r->be_open)
+        lwq_qops_free(&r->qops);
     if (r->model_open)
         lwq_model_free(&r->model);
     for (int L = 0; L < r->nlayers; L++) {

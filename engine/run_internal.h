@@ -13,6 +13,7 @@
 #include "engine/forward.h"
 #include "engine/manifest.h"
 #include "engine/qlayer.h"
+#include "engine/qops.h"
 #include "engine/tlist.h"
 #include "io/pool.h"
 #include "io/prefetch.h"
@@ -30,6 +31,7 @@ typedef struct lwq_run {
     lwq_quant_choice **choice;    /* [layer][linear] */
     lwq_backend be;
     int be_open;
+    lwq_qops qops;                /* where weights are quantized (the GPU with the CUDA backend) */
     lwq_model model;
     int model_open;
     lwq_dtype act;
