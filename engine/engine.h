@@ -62,6 +62,7 @@ typedef struct lwq_mem_plan {
     uint64_t stats_bytes;          /* Hessian sums etc. */
     uint64_t writer_bytes;         /* quantized output of up to two layers in flight */
     uint64_t embed_bytes;          /* embedding matrix during the embedding step */
+    uint64_t process_bytes;        /* the process itself when planning (code, libraries, pools) */
     uint64_t host_peak, gpu_peak;  /* predicted peaks (gpu 0 on the CPU backend) */
     uint64_t output_bytes;         /* predicted bytes written */
     uint64_t source_bytes;

@@ -218,7 +218,8 @@ out:
 
 const char *lwq_forward_supported(void)
 {
-    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2";
+    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
+           "qwen3_next";
 }
 
 int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
@@ -287,6 +288,7 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
     case LWQ_ARCH_MIXTRAL:
     case LWQ_ARCH_DEEPSEEK_V2:
     case LWQ_ARCH_DEEPSEEK_V3:
+    case LWQ_ARCH_QWEN3_NEXT:
         break;
     default:
         return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s' has no forward in lwq (supported: "
@@ -295,7 +297,17 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
     if (!lwq_dtype_is_act(act))
         return lwq_errf(e, LWQ_EINVAL, "forward: activation dtype %s is not F32, BF16 or F16",
                         lwq_dtype_name(act));
-    if (c->partial_rotary_factor != 0.0 && c->partial_rotary_factor != 1.0)
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        /* partial rotary; the linear-attention geometry (dims > 0, value heads a multiple of
+         * key heads) was checked by the config parser */
+        int64_t half = (int64_t)((double)c->head_dim * c->partial_rotary_factor) / 2;
+        if (half < 1 || c->rope_type != LWQ_ROPE_DEFAULT || c->linear_num_key_heads <= 0 ||
+            c->linear_num_value_heads % c->linear_num_key_heads || c->linear_conv_kernel_dim <= 0)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "config (qwen3_next): needs default RoPE on at "
+                            "least 2 dims (head_dim %" PRId64 " x partial_rotary_factor %g) and a "
+                            "valid linear-attention geometry", c->head_dim,
+                            c->partial_rotary_factor);
+    } else if (c->partial_rotary_factor != 0.0 && c->partial_rotary_factor != 1.0)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): partial_rotary_factor %g is not "
                         "supported by this forward (full rotary only)", c->model_type,
                         c->partial_rotary_factor);
@@ -308,7 +320,8 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
                         "kv_heads %d, head_dim %" PRId64 ", vocab %" PRId64 ", layers %d",
                         c->model_type, c->hidden_size, c->num_attention_heads,
                         c->num_key_value_heads, c->head_dim, c->vocab_size, c->num_hidden_layers);
-    int moe = c->arch == LWQ_ARCH_MIXTRAL || (c->arch == LWQ_ARCH_QWEN3_MOE && c->num_experts > 0) ||
+    int moe = c->arch == LWQ_ARCH_MIXTRAL ||
+              ((c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_QWEN3_NEXT) && c->num_experts > 0) ||
               (lwq_fwd_is_mla(c) && c->num_experts > 0);
     if (moe && (c->num_experts <= 0 || c->num_experts > 4096 || c->num_experts_per_tok <= 0 ||
                 c->num_experts_per_tok > c->num_experts || c->num_experts_per_tok > 64))
@@ -394,6 +407,8 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
                         c->num_hidden_layers);
     LWQ_TRY(check_h(m, h, b->batch * b->seq, "layer forward", e));
     lwq_fwd_arena_reset(m);
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT)
+        return lwq_fwd_qwen3next_layer(m, layer, w, b, h, obs, e);
     if (lwq_fwd_is_mla(c))
         LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
     else
@@ -433,7 +448,10 @@ int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor
     if (rc == 1) /* tied and absent: transformers reuses the embedding matrix */
         LWQ_TRY(lwq_fwd_weight(m, w, -1, "model.embed_tokens.weight", 2, c->vocab_size,
                                c->hidden_size, 0, &head, e));
-    LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &norm, (float)c->rms_norm_eps, h, e));
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT)
+        LWQ_TRY(lwq_fwd_rmsnorm_1p(m, h, &norm, h, e));
+    else
+        LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &norm, (float)c->rms_norm_eps, h, e));
     return lwq_backend_gemm(m->be, h, &head, NULL, logits, e);
 }
 

@@ -4,7 +4,8 @@
  * Supported model types: llama (and mistral), qwen2 (q/k/v bias), qwen3 (q/k RMSNorm,
  * head_dim != hidden/heads), qwen3_moe (norm_topk_prob, decoder_sparse_step, mlp_only_layers),
  * mixtral, deepseek_v2 and deepseek_v3 / kimi_k2 (multi-head latent attention, DeepSeek MoE
- * routing: model_deepseek.c).  The semantics are transformers' *ForCausalLM
+ * routing: model_deepseek.c), qwen3_next (Gated DeltaNet / gated attention hybrid:
+ * model_qwen3next.c).  The semantics are transformers' *ForCausalLM
  * (../shared/spec/ARCHITECTURES.md).
  * Activations stay in the model's activation dtype between ops (BF16 for BF16 models) and
  * every op accumulates in FP32, as the backend ops define; results are deterministic for a given
@@ -87,7 +88,7 @@ typedef struct lwq_model {
 } lwq_model;
 
 /* Supported model_type list for messages: "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,
- * deepseek_v2, deepseek_v3, kimi_k2". */
+ * deepseek_v2, deepseek_v3, kimi_k2, qwen3_next". */
 const char *lwq_forward_supported(void);
 /* Check the config (architecture, rope type, geometry) and prepare tables.  `act` is the
  * activation dtype; pass cfg->dtype to run as transformers runs the checkpoint's dtype.  An

@@ -67,6 +67,17 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
                                const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
                                lwq_error *e);
 
+/* ---- Qwen3-Next (model_qwen3next.c) ---- */
+
+/* One whole qwen3_next decoder layer in place on h (model_qwen3next.c). */
+int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+
+/* Qwen3-Next's RMSNorm (zero-centred weight): y = x * rsqrt(mean(x^2) + eps) * (1 + w) in f32,
+ * rounded once to y's dtype.  x, y: (rows, d), y may alias x; w: (d). */
+int lwq_fwd_rmsnorm_1p(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, lwq_tensor *y,
+                       lwq_error *e);
+
 #define LWQ_TRY(x)                                                                                 \
     do {                                                                                           \
         int rc_ = (x);                                                                             \

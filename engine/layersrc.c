@@ -97,6 +97,12 @@ int lwq_layersrc_read(const lwq_ckpt *c, int layer, lwq_tlist *src, lwq_error *e
 static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
 {
     lwq_layer_weights *lw = ctx;
+    char full[512];
+    if (lw->prefix) {
+        if ((size_t)snprintf(full, sizeof full, "%s%s", lw->prefix, name) >= sizeof full)
+            return lwq_errf(e, LWQ_EINVAL, "tensor name %s%s is too long", lw->prefix, name);
+        name = full;
+    }
     const lwq_htensor *t = lw->overlay ? lwq_tlist_find(lw->overlay, name) : NULL;
     if (!t)
         t = lwq_tlist_find(lw->src, name);
@@ -133,9 +139,11 @@ static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e
     return 0;
 }
 
-void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src, const lwq_tlist *overlay)
+void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src, const lwq_tlist *overlay,
+                            const char *prefix)
 {
     memset(lw, 0, sizeof *lw);
+    lw->prefix = prefix && prefix[0] ? prefix : NULL;
     lw->be = be;
     lw->src = src;
     lw->overlay = overlay;

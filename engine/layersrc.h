@@ -35,12 +35,14 @@ typedef struct lwq_layer_weights {
     const lwq_backend *be;
     const lwq_tlist *src;      /* sorted */
     const lwq_tlist *overlay;  /* sorted, or NULL */
+    const char *prefix;        /* cfg.weight_prefix: the forward asks for "model.layers..." names,
+                                  wrapped checkpoints store "language_model.model.layers..." */
     lwq_tlist dev;             /* device copies (CUDA), data = device pointers */
     lwq_weights w;             /* pass to the forward */
 } lwq_layer_weights;
 
 void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src,
-                            const lwq_tlist *overlay);
+                            const lwq_tlist *overlay, const char *prefix);
 /* Frees device copies. */
 void lwq_layer_weights_free(lwq_layer_weights *lw);
 

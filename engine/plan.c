@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/proc.h"
 #include "engine/engine.h"
 #include "engine/layersrc.h"
 #include "kernels/backend.h"
@@ -124,6 +125,15 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         int64_t mlp = 3 * c->intermediate_size;
         int64_t moe = c->num_experts ? 3 * c->moe_intermediate_size * c->num_experts_per_tok + c->num_experts : 0;
         int64_t per_row = 4 * c->hidden_size + q + 2 * kv + (mlp > moe ? mlp : moe);
+        /* qwen3_next: q_proj's gate half, and the Gated DeltaNet's f32 host arrays (projections,
+         * conv input and output, z, core output, b and a; model_qwen3next.c) */
+        int64_t host_lin = 0;
+        if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+            int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
+            int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
+            host_lin = (2 * kd + 2 * vd) + 2 * (2 * kd + vd) + 2 * vd + 4 * (int64_t)c->linear_num_value_heads;
+            per_row += q + host_lin;
+        }
         p->workspace_bytes = (uint64_t)((double)max_rows * (double)per_row * 4.0 * 1.5);
         /* a layer's dequantized source weights live until its shard is written */
         p->writer_bytes = o->dry_read ? 0 : 2 * (layer_out_max + deq_max);
@@ -131,8 +141,10 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         uint64_t weights = o->whole_model ? ck.total_bytes - ck.tail.bytes : (uint64_t)p->slots * p->slot_bytes;
         int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
-        p->host_peak = weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
-                       (cuda ? 0 : p->workspace_bytes + work);
+        uint64_t hwm;
+        lwq_rss(&p->process_bytes, &hwm);
+        p->host_peak = p->process_bytes + weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
+                       (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_peak = cuda ? p->largest_layer_bytes + deq_max + work + p->workspace_bytes : 0;
     }
     lwq_ckpt_free(&ck);
@@ -146,11 +158,11 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
     fprintf(stderr,
             "plan: source %.3f GB; largest layer %d holds %.3f GB\n"
             "plan: calibration %lld tokens in %lld rows (batch %d)\n"
-            "plan: host peak %.3f GB = ring %d x %.3f GB + boundaries %.3f GB + scratch %.3f GB + writer %.3f GB"
-            " + statistics %.3f GB + tail %.3f GB\n"
+            "plan: host peak %.3f GB = process %.3f GB + ring %d x %.3f GB + boundaries %.3f GB + scratch %.3f GB"
+            " + writer %.3f GB + statistics %.3f GB + tail %.3f GB\n"
             "plan: GPU peak %.3f GB%s; output %.3f GB\n",
             gb(p->source_bytes), p->largest_layer, gb(p->largest_layer_bytes), (long long)p->calib_tokens,
-            (long long)p->calib_rows, o->batch_size, gb(p->host_peak), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
+            (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
             gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes), gb(p->gpu_peak),
             p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes));
 }

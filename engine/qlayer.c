@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "engine/qops.h"
 
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e)
 {
@@ -15,6 +16,9 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
             continue;
         if (l->is_router)
             return lwq_errf(e, LWQ_EINVAL, "%s is a router; routers are never quantized (fix the recipe)", l->name);
+        if (l->role == LWQ_ROLE_LIN_CONV && choice[i].format != LWQ_QFMT_FP8)
+            return lwq_errf(e, LWQ_EINVAL, "%s is a depthwise conv1d; only per-tensor FP8 is supported for it, not %s",
+                            l->name, lwq_qformat_name(choice[i].format));
         if (choice[i].format == LWQ_QFMT_NVFP4 && l->in_features % 16 != 0)
             return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld is not a multiple of 16; NVFP4 needs blocks of 16",
                             l->name, (long long)l->in_features);
@@ -42,9 +46,17 @@ static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear 
         lwq_errf(e, LWQ_ENOENT, "tensor %s is missing", name);
         return NULL;
     }
-    if (t->ndim != 2 || t->shape[0] != l->out_features || t->shape[1] != l->in_features) {
-        lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, %lld]", name, (long long)l->out_features,
-                 (long long)l->in_features);
+    /* a conv1d weight [channels, 1, kernel] is quantized as the [channels, kernel] matrix it is in
+     * memory, and written back with its 3-D shape */
+    int conv = l->role == LWQ_ROLE_LIN_CONV;
+    if (t->ndim != (conv ? 3 : 2) || t->shape[0] != l->out_features || t->shape[t->ndim - 1] != l->in_features ||
+        (conv && t->shape[1] != 1)) {
+        if (conv)
+            lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, 1, %lld]", name, (long long)l->out_features,
+                     (long long)l->in_features);
+        else
+            lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, %lld]", name, (long long)l->out_features,
+                     (long long)l->in_features);
         return NULL;
     }
     if (t->dtype != LWQ_BF16 && t->dtype != LWQ_F16 && t->dtype != LWQ_F32) {
@@ -55,68 +67,9 @@ static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear 
     return t;
 }
 
-/* Per-block `mse` search for NVFP4 without the FP8 sweep: each block tries its own amax times the
- * 39 multipliers and keeps the one with the smallest squared error (first on ties). */
-static int nvfp4_block_mse(const lwq_htensor *w, float global_amax, const char *name, float *best_amax,
-                           lwq_error *e)
-{
-    int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
-    float *bamax = malloc((size_t)nb * sizeof *bamax);
-    float *cand = malloc((size_t)nb * sizeof *cand);
-    double *best = malloc((size_t)nb * sizeof *best);
-    uint8_t *packed = malloc((size_t)(rows * cols / 2));
-    uint8_t *scale = malloc((size_t)nb);
-    float *dq = malloc((size_t)(rows * cols) * sizeof *dq);
-    int rc = 0;
-    if (!bamax || !cand || !best || !packed || !scale || !dq) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory in the mse search", name);
-        goto out;
-    }
-    for (int64_t b = 0; b < nb; b++) {
-        float m = 0;
-        for (int j = 0; j < 16; j++) {
-            float v = fabsf(lwq_load_f(w->data, w->dtype, (size_t)(b * 16 + j)));
-            m = v > m ? v : m;
-        }
-        bamax[b] = m;
-        best[b] = INFINITY;
-    }
-    for (int k = 0; k < 39 && rc == 0; k++) {
-        float mult = lwq_mse_multiplier(k), ws2;
-        for (int64_t b = 0; b < nb; b++)
-            cand[b] = bamax[b] * mult;
-        rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, cand, global_amax, name, packed, scale, &ws2, e);
-        if (rc < 0)
-            break;
-        rc = lwq_quant_nvfp4_dequant(packed, scale, ws2, rows, cols, LWQ_F32, dq, e);
-        if (rc < 0)
-            break;
-        for (int64_t b = 0; b < nb; b++) {
-            double err = 0;
-            for (int j = 0; j < 16; j++) {
-                double d = (double)lwq_load_f(w->data, w->dtype, (size_t)(b * 16 + j)) - dq[b * 16 + j];
-                err += d * d;
-            }
-            if (err < best[b]) {
-                best[b] = err;
-                best_amax[b] = cand[b];
-            }
-        }
-        rc = 0;
-    }
-out:
-    free(bamax);
-    free(cand);
-    free(best);
-    free(packed);
-    free(scale);
-    free(dq);
-    return rc;
-}
-
-static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float global_amax,
-                      float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out, lwq_qlayer_report *rep,
-                      lwq_error *e)
+static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
+                      float global_amax, float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out,
+                      lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
     uint8_t *packed = malloc((size_t)(rows * cols / 2));
@@ -128,7 +81,7 @@ static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const
         goto fail;
     }
     if (c->algo == LWQ_ALGO_MAX) {
-        rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
+        rc = lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
     } else {
         bamax = malloc((size_t)nb * sizeof *bamax);
         if (!bamax) {
@@ -147,15 +100,14 @@ static int emit_nvfp4(const lwq_arch_linear *l, const lwq_quant_choice *c, const
             }
             rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
             if (rc >= 0)
-                rc = lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, global_amax, h, l->name, bamax, NULL, e);
+                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
         } else if (c->fp8_scale_sweep) {
-            rc = lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, global_amax, NULL, l->name, bamax, NULL, e);
+            rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
         } else {
-            rc = nvfp4_block_mse(w, global_amax, l->name, bamax, e);
+            rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, global_amax, l->name, bamax, e);
         }
         if (rc >= 0)
-            rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, global_amax, l->name, packed, scale,
-                                        &ws2, e);
+            rc = lwq_qops_nvfp4_static(qo, w, rows, cols, bamax, global_amax, l->name, packed, scale, &ws2, e);
     }
     if (rc < 0)
         goto fail;
@@ -189,20 +141,20 @@ fail:
     return rc;
 }
 
-static int emit_fp8(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float wamax,
-                    float in_amax, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
+                    float wamax, float in_amax, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
-    int64_t rows = w->shape[0], cols = w->shape[1];
+    int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
     float amax = wamax, ws = 0, is = 0;
     int rc = 0;
     if (c->algo != LWQ_ALGO_MAX) /* local_hessian has no per-tensor form: FP8 uses mse for it */
-        rc = lwq_quant_fp8_mse(w->data, w->dtype, rows, cols, l->name, &amax, NULL, e);
+        rc = lwq_qops_fp8_mse(qo, w, rows, cols, l->name, &amax, e);
     if (rc < 0)
         return rc;
     uint8_t *q = malloc((size_t)(rows * cols));
     if (!q)
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
-    rc = lwq_quant_fp8(w->data, w->dtype, rows, cols, amax, l->name, q, &ws, e);
+    rc = lwq_qops_fp8(qo, w, rows, cols, amax, l->name, q, &ws, e);
     if (rc < 0) {
         free(q);
         return rc;
@@ -214,9 +166,13 @@ static int emit_fp8(const lwq_arch_linear *l, const lwq_quant_choice *c, const l
         return rc;
     }
     char name[LWQ_ARCH_NAME_MAX + 32];
-    int64_t sh[2] = {rows, cols};
+    int64_t sh[3] = {rows, cols, 0};
+    if (w->ndim == 3) { /* conv1d [channels, 1, kernel] */
+        sh[1] = 1;
+        sh[2] = cols;
+    }
     snprintf(name, sizeof name, "%s.weight", l->name);
-    if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, 2, sh, q, 1, e)) < 0)
+    if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, w->ndim, sh, q, 1, e)) < 0)
         return rc;
     snprintf(name, sizeof name, "%s.weight_scale", l->name);
     if ((rc = lwq_tlist_add_scalar(out, name, ws, e)) < 0)
@@ -272,8 +228,8 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
 }
 
 int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
-                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_tlist *out, lwq_qlayer_report *rep,
-                   lwq_error *e)
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                   lwq_qlayer_report *rep, lwq_error *e)
 {
     memset(rep, 0, sizeof *rep);
     int n = plan->nlinears, rc = 0;
@@ -293,7 +249,8 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
             rc = e && e->code ? e->code : LWQ_ENOENT;
             goto out;
         }
-        rc = lwq_quant_amax(w[i]->data, w[i]->dtype, w[i]->shape[0] * w[i]->shape[1], w[i]->name, &w_amax[i], e);
+        rc = lwq_quant_amax(w[i]->data, w[i]->dtype, w[i]->shape[0] * w[i]->shape[w[i]->ndim - 1], w[i]->name,
+                            &w_amax[i], e);
         if (rc < 0)
             goto out;
     }
@@ -316,9 +273,9 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         if (choice[i].format == LWQ_QFMT_NVFP4)
-            rc = emit_nvfp4(l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
+            rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         else if (choice[i].format == LWQ_QFMT_FP8)
-            rc = emit_fp8(l, &choice[i], w[i], w_amax[i], in_amax[i], out, rep, e);
+            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], out, rep, e);
         else
             continue;
         if (rc < 0)

@@ -15,6 +15,7 @@
 #ifndef LWQ_ENGINE_QLAYER_H
 #define LWQ_ENGINE_QLAYER_H
 
+#include "engine/qops.h"
 #include "engine/stats.h"
 #include "engine/tlist.h"
 #include "layout/recipe.h"
@@ -31,9 +32,10 @@ typedef struct lwq_qlayer_report {
  * in-features % 16 == 0, every fused group in one format.  Errors name the module. */
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e);
 
-/* src must be sorted (lwq_tlist_sort).  out receives the shard's tensors, unsorted. */
+/* src must be sorted (lwq_tlist_sort).  out receives the shard's tensors, unsorted.  qo says where
+ * the quantizers run (engine/qops.h; same bytes either way). */
 int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
-                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_tlist *out,
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
                    lwq_qlayer_report *rep, lwq_error *e);
 
 #endif

@@ -125,6 +125,10 @@ static int make_backend(lwq_run *r, lwq_error *e)
     if (rc)
         return rc;
     r->be_open = 1;
+    lwq_qops_init(&r->qops, &r->be);
+    if (!r->o->quiet)
+        LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
+                 lwq_qops_where(&r->qops));
     if (r->o->threads > 0)
         lwq_parallel_set_threads(r->o->threads);
     return 0;
@@ -166,7 +170,7 @@ static int embed_all(lwq_run *r, unsigned char *dst, lwq_error *e)
     if (rc)
         return rc;
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &r->be, &tail, NULL);
+    lwq_layer_weights_init(&lw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
     for (int b = 0; b < r->nb && rc == 0; b++) {
         lwq_tensor h = work_view(r, b);
         if ((rc = lwq_model_embed(&r->model, &lw.w, r->tokens[b], &h, e)) == 0)
@@ -228,13 +232,15 @@ static int qdq_overlay(lwq_run *r, int L, lwq_tlist *out, const lwq_tlist *src, 
         const lwq_htensor *s2 = lwq_tlist_find(out, n);
         if (!s || !q || !sc || (f == LWQ_QFMT_NVFP4 && !s2))
             return lwq_errf(e, LWQ_ESTATE, "%s: quantized tensors missing for --qdq-next", p->linears[i].name);
+        /* FP8 dequantizes every element (a conv1d weight is 3-D) */
         int64_t rows = s->shape[0], cols = s->shape[1];
         void *buf = malloc((size_t)s->nbytes);
         if (!buf)
             return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", s->name);
         int rc = f == LWQ_QFMT_NVFP4
                      ? lwq_quant_nvfp4_dequant(q->data, sc->data, *(const float *)s2->data, rows, cols, s->dtype, buf, e)
-                     : lwq_quant_fp8_dequant(q->data, *(const float *)sc->data, rows * cols, s->dtype, buf, e);
+                     : lwq_quant_fp8_dequant(q->data, *(const float *)sc->data,
+                                             (int64_t)(s->nbytes / lwq_dtype_size(s->dtype)), s->dtype, buf, e);
         if (rc < 0 || (rc = lwq_tlist_add(ov, s->name, s->dtype, s->ndim, s->shape, buf, 1, e)) < 0) {
             if (rc < 0 && !ov->n)
                 free(buf);
@@ -273,12 +279,12 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     lwq_layer_weights lw;
     lwq_tlist ov = {0};
     lwq_qlayer_report rep;
-    int rc = wh ? lwq_stats_init(&st, p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh, e)
+    int rc = wh ? lwq_stats_init(&st, p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh, r->ck.cfg.weight_prefix, e)
                 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     free(wh);
     if (rc)
         return rc;
-    lwq_layer_weights_init(&lw, &r->be, src, NULL);
+    lwq_layer_weights_init(&lw, &r->be, src, NULL, r->ck.cfg.weight_prefix);
     double t = lwq_now();
     if (!no_output)
         lwq_run_wait_boundary(r, nxt);
@@ -289,14 +295,14 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     t = lwq_now();
     LWQ_TRACE_BEGIN("quantize", L);
     if (rc == 0)
-        rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, out, &rep, e);
+        rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, &r->qops, out, &rep, e);
     LWQ_TRACE_END();
     ls->quantize_s = lwq_now() - t;
     if (rc == 0 && r->o->qdq_next && !no_output) {
         t = lwq_now();
         lwq_layer_weights_free(&lw);
         if ((rc = qdq_overlay(r, L, out, src, &ov, e)) == 0) {
-            lwq_layer_weights_init(&lw, &r->be, src, &ov);
+            lwq_layer_weights_init(&lw, &r->be, src, &ov, r->ck.cfg.weight_prefix);
             LWQ_TRACE_BEGIN("forward qdq", L);
             rc = forward_layer(r, L, &lw.w, r->cur, nxt, NULL, e);
             LWQ_TRACE_END();
@@ -513,15 +519,15 @@ static int run_whole(lwq_run *r, lwq_error *e)
         uint8_t *wh = hessian_wanted(r, L);
         rc = (rc = lwq_layersrc_read(&r->ck, L, &src[L], e)) != 0 ? rc
              : wh ? lwq_stats_init(&st[L], &r->plans[L], &r->be, r->plans[L].is_moe ? r->ck.cfg.num_experts : 0,
-                                   r->o->include_padding, r->o->all_experts, wh, e)
+                                   r->o->include_padding, r->o->all_experts, wh, r->ck.cfg.weight_prefix, e)
                   : lwq_errf(e, LWQ_ENOMEM, "out of memory");
         free(wh);
-        lwq_layer_weights_init(&lw[L], &r->be, &src[L], NULL);
+        lwq_layer_weights_init(&lw[L], &r->be, &src[L], NULL, r->ck.cfg.weight_prefix);
     }
     if (rc == 0)
         rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
     lwq_layer_weights tw;
-    lwq_layer_weights_init(&tw, &r->be, &tail, NULL);
+    lwq_layer_weights_init(&tw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
     int passes = r->o->qdq_next ? N : 1;
     for (int pass = 0; pass < passes && rc == 0; pass++) {
         for (int b = 0; b < r->nb && rc == 0; b++) {
@@ -536,11 +542,12 @@ static int run_whole(lwq_run *r, lwq_error *e)
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {
             lwq_qlayer_report rep;
-            rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &out[L], &rep, e);
+            rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
+                                e);
             if (rc == 0 && r->o->qdq_next) {
                 lwq_layer_weights_free(&lw[L]);
                 if ((rc = qdq_overlay(r, L, &out[L], &src[L], &ov[L], e)) == 0)
-                    lwq_layer_weights_init(&lw[L], &r->be, &src[L], &ov[L]);
+                    lwq_layer_weights_init(&lw[L], &r->be, &src[L], &ov[L], r->ck.cfg.weight_prefix);
             }
             if (rc == 0) {
                 int nE = r->plans[L].is_moe ? r->ck.cfg.num_experts : 0;
@@ -599,6 +606,8 @@ static void run_free(lwq_run *r)
     free(r->bnd[1]);
     if (r->be_open && r->work.data)
         lwq_backend_tensor_free(&r->be, &r->work);
+    if (r->be_open)
+        lwq_qops_free(&r->qops);
     if (r->model_open)
         lwq_model_free(&r->model);
     for (int L = 0; L < r->nlayers; L++) {

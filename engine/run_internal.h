@@ -8,10 +8,12 @@
 #include <pthread.h>
 #include <stdio.h>
 
+#include "core/proc.h"
 #include "engine/engine.h"
 #include "engine/forward.h"
 #include "engine/manifest.h"
 #include "engine/qlayer.h"
+#include "engine/qops.h"
 #include "engine/tlist.h"
 #include "io/pool.h"
 #include "io/prefetch.h"
@@ -29,6 +31,7 @@ typedef struct lwq_run {
     lwq_quant_choice **choice;    /* [layer][linear] */
     lwq_backend be;
     int be_open;
+    lwq_qops qops;                /* where weights are quantized (the GPU with the CUDA backend) */
     lwq_model model;
     int model_open;
     lwq_dtype act;
@@ -87,9 +90,6 @@ typedef struct lwq_run {
     double loop_s;                /* the depth loop alone: wall minus set-up, embedding, tail */
 } lwq_run;
 
-double lwq_now(void);
-/* Resident and peak resident set size in bytes (/proc/self/status). */
-void lwq_rss(uint64_t *rss, uint64_t *hwm);
 
 /* run_setup.c */
 int lwq_run_fingerprint(lwq_run *r, lwq_error *e);

@@ -414,7 +414,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
     lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
-    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 1), sizeof *extra);
+    /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized */
+    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 1, sizeof *extra);
     int nextra = 0, k = 0, rc = 0;
     if (!mods || !extra) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
@@ -433,7 +434,20 @@ static int write_configs(lwq_run *r, lwq_error *e)
             goto out;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv};
+    {
+        char mtp[64];
+        size_t np = (size_t)snprintf(mtp, sizeof mtp, "%smtp.", r->ck.cfg.weight_prefix);
+        for (int i = 0; i < r->ck.tail.n; i++)
+            if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, mtp, np)) {
+                mtp[np - 1] = '*'; /* "mtp*": a prefix glob at the dot boundary */
+                if (!(extra[nextra++] = strdup(mtp))) {
+                    rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                    goto out;
+                }
+                break;
+            }
+    }
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.raw, &q, &cj, e)) == 0 &&
         (rc = write_text(r, "hf_quant_config.json", hq, e)) == 0)

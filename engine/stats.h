@@ -22,6 +22,7 @@ typedef struct lwq_layer_stats {
     const lwq_arch_layer *plan;
     const lwq_backend *be;
     int include_padding;
+    const char *prefix;     /* cfg.weight_prefix, prepended to the forward's module names */
     int n;                  /* = plan->nlinears */
     int *by_name;           /* linear indexes sorted by module name (lookup) */
     float *in_amax;         /* (n) */
@@ -41,7 +42,7 @@ typedef struct lwq_layer_stats {
  * NULL). */
 int lwq_stats_init(lwq_layer_stats *s, const lwq_arch_layer *plan, const lwq_backend *be,
                    int n_experts, int include_padding, int all_experts, const uint8_t *want_hessian,
-                   lwq_error *e);
+                   const char *prefix, lwq_error *e);
 void lwq_stats_free(lwq_layer_stats *s);
 /* Index of the linear named `module` in the plan, or -1. */
 int lwq_stats_find(const lwq_layer_stats *s, const char *module);

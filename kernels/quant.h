@@ -93,6 +93,15 @@ int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t col
                           const float *hessian, const char *name, float *block_amax, uint8_t *scale,
                           lwq_error *err);
 
+/* Per-block `mse` search for static NVFP4 without the FP8 sweep: block b tries the 39 amax
+ * candidates a_k = amax_b * lwq_mse_multiplier(k) (amax_b = the block's own max |w|, the product
+ * rounded to float), maps each through the static path to its scale byte, and keeps the a_k
+ * whose dequantized block has the smallest squared error (the sweep's loss and summation
+ * order; first k on ties).  block_amax: (rows, cols/16) out, for lwq_quant_nvfp4_static.
+ * global_amax as for lwq_quant_nvfp4_sweep. */
+int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                        const char *name, float *block_amax, lwq_error *err);
+
 /* packed: (rows, cols/2), scale: (rows, cols/16) -> out: (rows, cols) of out_dt (F32, BF16 or F16),
  * out = e2m1 * (float(scale) * ws2), the product rounded once, then cast to out_dt. */
 int lwq_quant_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,

@@ -43,6 +43,7 @@ const char *lwq_linear_role_name(lwq_linear_role r)
         [LWQ_ROLE_LIN_QKVZ] = "in_proj_qkvz",
         [LWQ_ROLE_LIN_BA] = "in_proj_ba",
         [LWQ_ROLE_LIN_OUT] = "out_proj",
+        [LWQ_ROLE_LIN_CONV] = "conv1d",
     };
     return (unsigned)r < LWQ_ROLE_COUNT ? n[r] : "?";
 }
@@ -204,8 +205,16 @@ static void plan_linear_attention(builder *b)
      * are not a fused group. */
     linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
     linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
-    tensor(b, LWQ_TK_PARAM, 0, 3, 2 * kd + vd, 1, c->linear_conv_kernel_dim,
-           "linear_attn.conv1d.weight");
+    /* The depthwise causal conv reads q/k/v (2 kd + vd channels) and is quantizable like a linear
+     * (the production recipe runs it FP8 W8A8): its weight keeps the source's 3-D shape. */
+    linear(b, "linear_attn.conv1d", LWQ_ROLE_LIN_CONV, -1, 2 * kd + vd, c->linear_conv_kernel_dim,
+           -1, 0, 0);
+    if (!b->oom) {
+        lwq_arch_tensor *w = &b->l->tensors[b->l->ntensors - 1];
+        w->ndim = 3;
+        w->shape[1] = 1;
+        w->shape[2] = c->linear_conv_kernel_dim;
+    }
     tensor(b, LWQ_TK_PARAM, 0, 1, nv, 0, 0, "linear_attn.dt_bias");
     tensor(b, LWQ_TK_PARAM, 0, 1, nv, 0, 0, "linear_attn.A_log");
     tensor(b, LWQ_TK_NORM, 0, 1, c->linear_value_head_dim, 0, 0, "linear_attn.norm.weight");
@@ -315,6 +324,34 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
     /* Tied models usually omit lm_head; some save the shared matrix under both names. */
     tensor(&b, LWQ_TK_LM_HEAD, c->tie_word_embeddings, 2, c->vocab_size, c->hidden_size, 0,
            "lm_head.weight");
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        /* Qwen's Multi-Token-Prediction block, optional (not part of the forward; it passes
+         * through unquantized): fusion projection, its norms and one full-attention MoE layer. */
+        int first = out->ntensors;
+        tensor(&b, LWQ_TK_PARAM, 1, 2, c->hidden_size, 2 * c->hidden_size, 0, "mtp.fc.weight");
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_embedding.weight");
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_hidden.weight");
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.norm.weight");
+        snprintf(b.pre, sizeof b.pre, "%smtp.layers.0.", c->weight_prefix);
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
+        plan_gqa_attention(&b);
+        tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "post_attention_layernorm.weight");
+        if (c->num_experts > 0)
+            plan_moe(&b);
+        else
+            plan_dense_mlp(&b, c->intermediate_size);
+        /* listed for the checkpoint check only: no linear of the tail is quantized */
+        for (int i = first; !b.oom && i < out->ntensors; i++) {
+            out->tensors[i].optional = 1;
+            out->tensors[i].linear = -1;
+            if (out->tensors[i].kind == LWQ_TK_WEIGHT || out->tensors[i].kind == LWQ_TK_BIAS)
+                out->tensors[i].kind = LWQ_TK_PARAM;
+        }
+        free(out->linears);
+        out->linears = NULL;
+        out->nlinears = 0;
+        out->ngroups = 0;
+    }
     if (b.oom) {
         lwq_arch_layer_free(out);
         return lwq_errf(e, LWQ_ENOMEM, "tail plan: out of memory");

@@ -54,6 +54,8 @@ typedef enum lwq_linear_role {
     LWQ_ROLE_LIN_QKVZ,      /* qwen3_next Gated DeltaNet: linear_attn.in_proj_qkvz */
     LWQ_ROLE_LIN_BA,        /* linear_attn.in_proj_ba */
     LWQ_ROLE_LIN_OUT,       /* linear_attn.out_proj */
+    LWQ_ROLE_LIN_CONV,      /* linear_attn.conv1d: depthwise [channels, 1, kernel] weight, treated
+                               as a linear of out = channels, in = kernel (per-tensor FP8 only) */
     LWQ_ROLE_COUNT
 } lwq_linear_role;
 

@@ -36,7 +36,9 @@ static cJSON *exclude_list(const lwq_export_quant *q)
     if (!v)
         return NULL;
     int k = 0;
-    v[k++] = "lm_head";
+    char lm[96];
+    snprintf(lm, sizeof lm, "%slm_head", q->prefix ? q->prefix : "");
+    v[k++] = lm;
     for (int i = 0; i < q->nextra; i++)
         v[k++] = q->extra_excludes[i];
     for (int i = 0; i < q->nmods; i++)

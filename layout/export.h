@@ -32,6 +32,8 @@ typedef struct lwq_export_quant {
     const char *const *extra_excludes; /* beyond lm_head, e.g. MTP layers "model.layers.61*" */
     int nextra;
     lwq_kv_mode kv;
+    const char *prefix;                /* weight-name prefix of wrapped models ("language_model.")
+                                          for the lm_head entry, or NULL */
 } lwq_export_quant;
 
 #define LWQ_PRODUCER_NAME "modelopt"

@@ -77,8 +77,11 @@ LWQ_HD float lwq_e4m3_to_f32_i32(int32_t b)
     uint32_t sign = (u & 0x80u) << 24;
     uint32_t e = (u >> 3) & 15u, m = u & 7u;
     uint32_t sub = lwq_f32_bits(LWQ_FMUL((float)(int32_t)m, LWQ_E4M3_MIN_SUB)); /* m * 2^-9, exact */
-    uint32_t bits = e == 0 ? sub : (((e + 120u) << 23) | (m << 20));
-    bits = (u & 0x7fu) == 0x7fu ? 0x7fc00000u : bits;
+    uint32_t nrm = ((e + 120u) << 23) | (m << 20);
+    /* selects as masks: GCC does not if-convert the ternary form of this loop body */
+    uint32_t is_sub = 0u - (uint32_t)(e == 0u), is_nan = 0u - (uint32_t)((u & 0x7fu) == 0x7fu);
+    uint32_t bits = (sub & is_sub) | (nrm & ~is_sub);
+    bits = (0x7fc00000u & is_nan) | (bits & ~is_nan);
     return lwq_bits_f32(bits | sign);
 }
 
@@ -140,6 +143,71 @@ LWQ_HD float lwq_e2m1_round(float q)
               (a >= 1.75f ? 0.5f : 0.0f) + (a > 2.5f ? 1.0f : 0.0f) + (a >= 3.5f ? 1.0f : 0.0f) +
               (a > 5.0f ? 2.0f : 0.0f); /* every partial sum is exact */
     return q < 0.0f ? -m : m;
+}
+
+/* The same rounding for a magnitude a >= 0 by three round-to-integer steps instead of seven
+ * comparisons: adding and removing 2^22 / 2^23 / 2^24 rounds to the nearest multiple of 0.5 / 1 /
+ * 2 with ties to the even multiple, which is exactly E2M1's grid and tie rule on [0,2), [2,4)
+ * and [4,6] (6 caps everything above).  Equal to |lwq_e2m1_round(a)| for every non-NaN a >= 0
+ * (test_quant_formats checks every float in [0, 16) and samples above). */
+LWQ_HD float lwq_e2m1_round_mag(float a)
+{
+    float r05 = LWQ_FSUB(LWQ_FADD(a, 0x1p22f), 0x1p22f);
+    float r1 = LWQ_FSUB(LWQ_FADD(a, 0x1p23f), 0x1p23f);
+    float r2 = LWQ_FSUB(LWQ_FADD(a, 0x1p24f), 0x1p24f);
+    r2 = r2 > 6.0f ? 6.0f : r2;
+    return a < 2.0f ? r05 : (a < 4.0f ? r1 : r2);
+}
+
+/* E2M1 rounding of a quotient without the division.  For a magnitude a >= 0 and a divisor d > 0,
+ * each of the seven tests of lwq_e2m1_from_f32 on q = fl(a / d) (q > 0.25, q >= 0.75, q > 1.25,
+ * q >= 1.75, q > 2.5, q >= 3.5, q > 5) is monotone in a, because division by d > 0 and rounding
+ * are monotone.  So each holds exactly when a >= b[i], b[i] the smallest float for which it
+ * holds; lwq_e2m1_thresholds finds the seven b[i] by bisection over the bit patterns of
+ * [0, +inf] (one division per step, 31 steps), once per divisor.  The searches try the same 126
+ * divisors on every block, so they pay for this once per tensor and then round by comparisons. */
+#define LWQ_E2M1_NTHR 7
+
+LWQ_HD int lwq_e2m1_test(float q, int i)
+{
+    switch (i) {
+    case 0: return q > 0.25f;
+    case 1: return q >= 0.75f;
+    case 2: return q > 1.25f;
+    case 3: return q >= 1.75f;
+    case 4: return q > 2.5f;
+    case 5: return q >= 3.5f;
+    default: return q > 5.0f;
+    }
+}
+
+LWQ_HD void lwq_e2m1_thresholds(float d, float *b)
+{
+    for (int i = 0; i < LWQ_E2M1_NTHR; i++) {
+        uint32_t lo = 0, hi = 0x7f800000u; /* test false at 0, true at +inf */
+        while (hi - lo > 1u) {
+            uint32_t mid = lo + (hi - lo) / 2u;
+            if (lwq_e2m1_test(LWQ_FDIV(lwq_bits_f32(mid), d), i))
+                hi = mid;
+            else
+                lo = mid;
+        }
+        b[i] = lwq_bits_f32(hi);
+    }
+}
+
+/* lwq_e2m1_round_mag(fl(a / d)) from the thresholds of d (a >= 0, not NaN).  The tests are
+ * nested (each implies the one before), so b[] ascends and the value is that of the highest
+ * threshold passed: one compare and one select per threshold. */
+LWQ_HD float lwq_e2m1_round_thr(float a, const float *b)
+{
+    float m = a >= b[0] ? 0.5f : 0.0f;
+    m = a >= b[1] ? 1.0f : m;
+    m = a >= b[2] ? 1.5f : m;
+    m = a >= b[3] ? 2.0f : m;
+    m = a >= b[4] ? 3.0f : m;
+    m = a >= b[5] ? 4.0f : m;
+    return a >= b[6] ? 6.0f : m;
 }
 
 /* Two codes in one byte: the lower-index element in the low nibble. */

@@ -274,6 +274,31 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
     "{\"match\":\"*.block_sparse_moe.gate\",\"enable\":false},"                                    \
     "{\"match\":\"*.shared_expert_gate\",\"enable\":false}"
 
+/* A depthwise conv1d (qwen3_next linear attention) has no NVFP4 form (blocks of 16 along a
+ * kernel of 4): presets that put "*" in NVFP4 leave it in the source dtype. */
+#define CONV_OFF "{\"match\":\"*.linear_attn.conv1d\",\"enable\":false}"
+
+/* NVIDIA's production recipe for the Qwen3-Next / Qwen3.8 hybrids (seed article
+ * "Quantizing a 4.9 TB Qwen3.8 Model on a Single GPU"): routed experts NVFP4 with MSE-searched
+ * static weight scales and the FP8 scale sweep; self-attention q/k/v/o and the whole
+ * linear-attention path (in_proj_qkvz, in_proj_ba, conv1d, out_proj) FP8 W8A8 (per-tensor, mse);
+ * KV cache FP8 cast.  Routers, shared experts, shared_expert_gate, lm_head, embeddings and the
+ * MTP block (mtp.*, outside the decoder layers) match no rule and stay BF16, excluded.  The same
+ * recipe ships as recipes/qwen3next_production.json. */
+#define QWEN3NEXT_PRODUCTION                                                                       \
+    "{\"name\":\"qwen3next_production\","                                                         \
+    "\"algorithm\":{\"method\":\"mse\",\"fp8_scale_sweep\":true},\"kv_cache\":\"fp8_cast\","         \
+    "\"rules\":["                                                                                 \
+    "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\"},"                                       \
+    "{\"match\":\"*.self_attn.q_proj\",\"format\":\"fp8\"},"                                     \
+    "{\"match\":\"*.self_attn.k_proj\",\"format\":\"fp8\"},"                                     \
+    "{\"match\":\"*.self_attn.v_proj\",\"format\":\"fp8\"},"                                     \
+    "{\"match\":\"*.self_attn.o_proj\",\"format\":\"fp8\"},"                                     \
+    "{\"match\":\"*.linear_attn.in_proj_qkvz\",\"format\":\"fp8\"},"                             \
+    "{\"match\":\"*.linear_attn.in_proj_ba\",\"format\":\"fp8\"},"                               \
+    "{\"match\":\"*.linear_attn.conv1d\",\"format\":\"fp8\"},"                                   \
+    "{\"match\":\"*.linear_attn.out_proj\",\"format\":\"fp8\"}]}"
+
 /* NVIDIA's NVFP4 DeepSeek-V3.1 / Kimi-K2.6 keep the MLA q/kv projections in BF16. */
 #define MLA_PROJ_OFF "{\"match\":\"*\",\"mla_projection\":true,\"enable\":false}"
 
@@ -282,7 +307,7 @@ static const struct {
     const char *json;
 } presets[] = {
     {"nvfp4", "{\"name\":\"nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"}," ROUTERS_OFF
-              "," MLA_PROJ_OFF "]}"},
+              "," CONV_OFF "," MLA_PROJ_OFF "]}"},
     {"nvfp4_experts_only",
      "{\"name\":\"nvfp4_experts_only\",\"rules\":["
      "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\"},"
@@ -301,11 +326,12 @@ static const struct {
      "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
      "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
      MLA_PROJ_OFF "]}"},
+    {"qwen3next_production", QWEN3NEXT_PRODUCTION},
 };
 
 const char *lwq_recipe_preset_names(void)
 {
-    return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn";
+    return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn, qwen3next_production";
 }
 
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)

@@ -53,7 +53,8 @@ typedef struct lwq_quant_choice {
     int fp8_scale_sweep;
 } lwq_quant_choice;
 
-/* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn.
+/* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
+ * qwen3next_production (recipe.c says what each holds).
  * The NVFP4 presets keep MLA q/kv projections unquantized, as NVIDIA's published DeepSeek and
  * Kimi checkpoints do (o_proj, dense/shared MLPs and routed experts are quantized by nvfp4). */
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e);

@@ -67,7 +67,7 @@ typedef struct bctx {
     int64_t rows, cols;
     float amax, ws;
     uint8_t *packed, *scale, *q;
-    float *h;
+    float *h, *bamax;
 } bctx;
 
 static int run_max(void *v)
@@ -94,6 +94,11 @@ static int run_hsweep(void *v)
 {
     bctx *c = v;
     return lwq_quant_nvfp4_sweep(c->w, LWQ_BF16, c->rows, c->cols, c->amax, c->h, "w", NULL, c->scale, NULL);
+}
+static int run_bmse(void *v)
+{
+    bctx *c = v;
+    return lwq_quant_nvfp4_mse(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->bamax, NULL);
 }
 static int run_mse(void *v)
 {
@@ -168,6 +173,25 @@ int main(int argc, char **argv)
     hs.rows = s.rows / 4 > 0 ? s.rows / 4 : 1;
     report("nvfp4 local_hessian", hs.rows, cols, run_hsweep, &hs, 2);
     report("fp8 mse (39 cand.)", s.rows, cols, run_mse, &s, 2);
+    s.bamax = malloc((size_t)(s.rows * cols / 16) * sizeof(float));
+    CHECK(s.bamax);
+    CHECK(run_bmse(&s) == 0);
+    for (int64_t b = 0; b < s.rows * cols / 16; b += 97) { /* a sample, against the _ref loss */
+        float x[16], am = 0, best_a = 0, bl = 0;
+        for (int i = 0; i < 16; i++) {
+            x[i] = lwq_bf16_to_f32(c.w[b * 16 + i]);
+            am = fabsf(x[i]) > am ? fabsf(x[i]) : am;
+        }
+        for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+            float a = am * lwq_mse_multiplier(k);
+            float l = lwq_nvfp4_block_sqerr_ref(x, lwq_nvfp4_block_div(lwq_nvfp4_scale_static(a, c.amax), ws2));
+            if (k == 0 || l < bl)
+                bl = l, best_a = a;
+        }
+        CHECK(s.bamax[b] == best_a);
+    }
+    report("nvfp4 block mse (39)", s.rows, cols, run_bmse, &s, 2);
+    free(s.bamax);
     free(s.h);
     free(c.w), free(c.packed), free(c.scale), free(c.q);
     lwq_parallel_shutdown();

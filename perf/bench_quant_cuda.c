@@ -24,12 +24,12 @@ int main(void)
 
 #include "kernels/cuda/quant_cuda.h"
 
-#define CHECK(c)                                                                                        \
-    do {                                                                                                \
-        if (!(c)) {                                                                                     \
-            fprintf(stderr, "bench_quant_cuda: check failed: %s (line %d)\n", #c, __LINE__);            \
-            return 1;                                                                                   \
-        }                                                                                               \
+#define CHECK(c)                                                                                                       \
+    do {                                                                                                               \
+        if (!(c)) {                                                                                                    \
+            fprintf(stderr, "bench_quant_cuda: check failed: %s (line %d)\n", #c, __LINE__);                           \
+            return 1;                                                                                                  \
+        }                                                                                                              \
     } while (0)
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
@@ -48,25 +48,32 @@ typedef struct g {
     float amax, ws;
 } g;
 
-enum { K_AMAX, K_MAX, K_FP8, K_SWEEP, K_HSWEEP, K_DQ };
+enum { K_AMAX, K_MAX, K_FP8, K_SWEEP, K_HSWEEP, K_BMSE, K_FMSE, K_DQ };
 
 static int run(g *c, int k)
 {
     switch (k) {
-    case K_AMAX: return lwq_quant_cuda_amax(c->w, LWQ_BF16, c->rows * c->cols, "w", &c->amax, NULL, NULL);
+    case K_AMAX:
+        return lwq_quant_cuda_amax(c->w, LWQ_BF16, c->rows * c->cols, "w", &c->amax, NULL, NULL);
     case K_MAX:
         return lwq_quant_cuda_nvfp4_max(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->packed, c->scale, &c->ws,
                                         NULL, NULL);
-    case K_FP8: return lwq_quant_cuda_fp8(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->q, &c->ws, NULL, NULL);
+    case K_FP8:
+        return lwq_quant_cuda_fp8(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->q, &c->ws, NULL, NULL);
     case K_SWEEP:
         return lwq_quant_cuda_nvfp4_sweep(c->w, LWQ_BF16, c->rows, c->cols, c->amax, NULL, "w", c->bamax, c->scale,
                                           NULL, NULL);
     case K_HSWEEP:
         return lwq_quant_cuda_nvfp4_sweep(c->w, LWQ_BF16, c->rows, c->cols, c->amax, c->h, "w", c->bamax, c->scale,
                                           NULL, NULL);
+    case K_FMSE: {
+        float a;
+        return lwq_quant_cuda_fp8_mse(c->w, LWQ_BF16, c->rows, c->cols, "w", &a, NULL, NULL, NULL);
+    }
+    case K_BMSE:
+        return lwq_quant_cuda_nvfp4_mse(c->w, LWQ_BF16, c->rows, c->cols, c->amax, "w", c->bamax, NULL, NULL);
     default:
-        return lwq_quant_cuda_nvfp4_dequant(c->packed, c->scale, c->ws, c->rows, c->cols, LWQ_BF16, c->out, NULL,
-                                            NULL);
+        return lwq_quant_cuda_nvfp4_dequant(c->packed, c->scale, c->ws, c->rows, c->cols, LWQ_BF16, c->out, NULL, NULL);
     }
 }
 
@@ -92,8 +99,8 @@ static double best_ms(g *c, int k, int reps)
 static void report(const char *what, int64_t rows, int64_t cols, double ms)
 {
     double gbs = (double)rows * (double)cols * 2.0 / (ms * 1e-3) / 1e9;
-    printf("%-24s %6lld x %-6lld %9.3f ms  %9.1f GB/s  (%.1f%% of 4.8 TB/s)\n", what, (long long)rows,
-           (long long)cols, ms, gbs, gbs / 48.0);
+    printf("%-24s %6lld x %-6lld %9.3f ms  %9.1f GB/s  (%.1f%% of 4.8 TB/s)\n", what, (long long)rows, (long long)cols,
+           ms, gbs, gbs / 48.0);
 }
 
 int main(int argc, char **argv)
@@ -106,15 +113,19 @@ int main(int argc, char **argv)
     CHECK(rows > 0 && cols > 0 && cols % 16 == 0);
     int64_t n = rows * cols, nb = n / 16;
     uint16_t *w = malloc((size_t)n * 2);
-    uint8_t *pc = malloc((size_t)n / 2), *sc = malloc((size_t)nb), *pg = malloc((size_t)n / 2), *sg = malloc((size_t)nb);
+    uint8_t *pc = malloc((size_t)n / 2), *sc = malloc((size_t)nb), *pg = malloc((size_t)n / 2),
+            *sg = malloc((size_t)nb);
     CHECK(w && pc && sc && pg && sg);
     for (int64_t i = 0; i < n; i++)
         w[i] = lwq_f32_to_bf16(rnd());
     g c = {.rows = rows, .cols = cols};
-    CHECK(cudaMalloc(&c.w, (size_t)n * 2) == cudaSuccess && cudaMalloc((void **)&c.packed, (size_t)n / 2) == cudaSuccess &&
-          cudaMalloc((void **)&c.scale, (size_t)nb) == cudaSuccess && cudaMalloc((void **)&c.q, (size_t)n) == cudaSuccess &&
+    CHECK(cudaMalloc(&c.w, (size_t)n * 2) == cudaSuccess &&
+          cudaMalloc((void **)&c.packed, (size_t)n / 2) == cudaSuccess &&
+          cudaMalloc((void **)&c.scale, (size_t)nb) == cudaSuccess &&
+          cudaMalloc((void **)&c.q, (size_t)n) == cudaSuccess &&
           cudaMalloc((void **)&c.bamax, (size_t)nb * 4) == cudaSuccess &&
-          cudaMalloc((void **)&c.h, (size_t)cols * 16 * 4) == cudaSuccess && cudaMalloc(&c.out, (size_t)n * 2) == cudaSuccess);
+          cudaMalloc((void **)&c.h, (size_t)cols * 16 * 4) == cudaSuccess &&
+          cudaMalloc(&c.out, (size_t)n * 2) == cudaSuccess);
     CHECK(cudaMemcpy(c.w, w, (size_t)n * 2, cudaMemcpyHostToDevice) == cudaSuccess);
     float *h = malloc((size_t)cols * 16 * 4);
     CHECK(h);
@@ -140,8 +151,20 @@ int main(int argc, char **argv)
     CHECK(run(&c, K_SWEEP) == 0);
     CHECK(cudaMemcpy(sg, c.scale, (size_t)(srows * cols / 16), cudaMemcpyDeviceToHost) == cudaSuccess);
     CHECK(memcmp(sc, sg, (size_t)(srows * cols / 16)) == 0);
+    float *bc = malloc((size_t)(srows * cols / 16) * sizeof(float)),
+          *bg = malloc((size_t)(srows * cols / 16) * sizeof(float));
+    CHECK(bc && bg);
+    CHECK(lwq_quant_nvfp4_mse(w, LWQ_BF16, srows, cols, amax, "w", bc, NULL) == 0);
+    CHECK(run(&c, K_BMSE) == 0);
+    CHECK(cudaMemcpy(bg, c.bamax, (size_t)(srows * cols / 16) * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    CHECK(memcmp(bc, bg, (size_t)(srows * cols / 16) * sizeof(float)) == 0);
+    free(bc), free(bg);
+    float fa_c, fa_g;
+    CHECK(lwq_quant_fp8_mse(w, LWQ_BF16, srows, cols, "w", &fa_c, NULL, NULL) == 0);
+    CHECK(lwq_quant_cuda_fp8_mse(c.w, LWQ_BF16, srows, cols, "w", &fa_g, NULL, NULL, NULL) == 0);
+    CHECK(fa_c == fa_g);
     CHECK(run(&c, K_MAX) == 0); /* restore the max-path scales for the dequant timing */
-    printf("bench_quant_cuda: GPU bytes equal CPU bytes (nvfp4 max, sweep, local_hessian on %lld rows)\n",
+    printf("bench_quant_cuda: GPU bytes equal CPU bytes (nvfp4 max, sweep, local_hessian, block mse, fp8 mse on %lld rows)\n",
            (long long)srows);
 
     report("amax", rows, cols, best_ms(&c, K_AMAX, 20));
@@ -150,6 +173,8 @@ int main(int argc, char **argv)
     report("nvfp4 dequant -> bf16", rows, cols, best_ms(&c, K_DQ, 20));
     report("nvfp4 fp8_scale_sweep", rows, cols, best_ms(&c, K_SWEEP, 5));
     report("nvfp4 local_hessian", rows, cols, best_ms(&c, K_HSWEEP, 3));
+    report("nvfp4 block mse (39)", rows, cols, best_ms(&c, K_BMSE, 5));
+    report("fp8 mse (39)", rows, cols, best_ms(&c, K_FMSE, 3));
     cudaFree(c.w), cudaFree(c.packed), cudaFree(c.scale), cudaFree(c.q), cudaFree(c.bamax), cudaFree(c.h),
         cudaFree(c.out);
     free(w), free(pc), free(sc), free(pg), free(sg), free(h);

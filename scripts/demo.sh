@@ -12,7 +12,7 @@ mkdir -p "$demo"
 ./build/lwq mkmodel "$demo/model" --arch qwen3_moe --hidden 512 --layers 8 --heads 8 --kv-heads 4 \
     --experts 16 --top-k 4 --vocab 4096 --seed 1
 ./build/lwq inspect "$demo/model"
-./build/lwq quantize "$demo/model" -o "$demo/out" --qformat nvfp4 --calib-size 32 --calib-seq 128 \
+./build/lwq quantize "$demo/model" -o "$demo/out" --qformat nvfp4 --calib-size 16 --calib-seq 128 \
     --log-json "$demo/log.jsonl"
 ./build/lwq verify "$demo/out" 2>/dev/null || true
 echo "demo: quantized checkpoint in $demo/out (per-layer JSON log in $demo/log.jsonl)"

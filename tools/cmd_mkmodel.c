@@ -1,12 +1,16 @@
 /* tools/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
- * benchmarks (llama, qwen3, qwen3_moe, mixtral, deepseek_v3/v2; FP8-block or MXFP4 sources through
- * tools/mkmodel_src.c).
+ * benchmarks (llama, qwen3, qwen3_moe, mixtral, deepseek_v3/v2, qwen3_next; FP8-block or MXFP4
+ * sources through tools/mkmodel_src.c).
  *
  * The tensor list comes from the architecture plans (layout/arch), so what mkmodel writes is
  * exactly what the rest of lwq expects to read.  Values are a counter-based hash of
  * (seed, tensor name, element index), so a tensor's bytes do not depend on the shard size, the
  * write order or the thread count, and the same flags always give the same files.  Weights are
- * ~N(0, 0.02) (Irwin-Hall of four 16-bit uniforms), norm weights ~1.0.  Data streams through one
+ * ~N(0, 0.02) (Irwin-Hall of four 16-bit uniforms), norm weights ~1.0 (qwen3_next: its zero-centred
+ * (1 + w) norms ~N(0, 0.1), the gated norm ~1.0, conv1d ~N(0, 0.3), A_log and dt_bias ~N(0, 0.5)).
+ * qwen3_next can also get Multi-Token-Prediction weights (--mtp), named as Qwen ships them
+ * (mtp.fc, mtp.pre_fc_norm_{embedding,hidden}, mtp.norm, mtp.layers.0.* = one full-attention MoE
+ * layer); they are not part of the forward and pass through quantization unchanged.  Data streams through one
  * fixed buffer, so memory does not grow with the model. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -24,6 +28,7 @@
 #include "layout/arch.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"
+#include "tools/mkmodel_qwen3next.h"
 #include "tools/mkmodel_src.h"
 #include "tools/tool_util.h"
 
@@ -36,6 +41,8 @@ typedef struct mk_opts {
     lwq_dtype dtype;
     mk_src_format src;
     int force, quiet, tie;
+    mk_qn_opts qn; /* qwen3_next (tools/mkmodel_qwen3next.h) */
+    double weight_std;
 } mk_opts;
 
 typedef struct mk_tensor {
@@ -61,7 +68,7 @@ static void usage(FILE *fp)
             "generation_config.json.  Same flags -> same bytes.\n"
             "\n"
             "  --arch A              llama | qwen3 | qwen3_moe | mixtral | deepseek_v3 |\n"
-            "                        deepseek_v2\n"
+            "                        deepseek_v2 | qwen3_next\n"
             "                        (default llama)\n"
             "  --source-format F     bf16 | fp8 | mxfp4 (default bf16): fp8 stores every layer\n"
             "                        linear but the routers as F8_E4M3 + 128x128 weight_scale_inv\n"
@@ -81,6 +88,8 @@ static void usage(FILE *fp)
             "  --shard-size N[K|M|G] largest shard, MiB without a suffix (default 2048)\n"
             "  --seed S              value seed (default 0)\n"
             "  --tie                 tie_word_embeddings: no lm_head.weight is written\n"
+            "  --weight-std X        std of linear weights and embeddings (default 0.02)\n"
+            LWQ_MKMODEL_QWEN3NEXT_USAGE
             "  --force               write into a non-empty OUT_DIR (old shards are removed)\n"
             "  --quiet               no summary line\n"
             "\n"
@@ -235,6 +244,8 @@ static const char *arch_class(const char *a)
         return "DeepseekV3ForCausalLM";
     if (!strcmp(a, "deepseek_v2"))
         return "DeepseekV2ForCausalLM";
+    if (!strcmp(a, "qwen3_next"))
+        return "Qwen3NextForCausalLM";
     return NULL;
 }
 
@@ -373,6 +384,8 @@ static char *config_json(const mk_opts *o)
         cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
         cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
         cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
+    } else if (!strcmp(o->arch, "qwen3_next")) {
+        lwq_mkmodel_qwen3next_config(c, &o->qn, o->layers, o->experts, o->topk, o->moe_inter);
     } else if (!strcmp(o->arch, "mixtral")) {
         cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
         cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)o->topk);
@@ -459,8 +472,18 @@ static int prepare_dir(const mk_opts *o, lwq_error *e)
     return rc;
 }
 
-static int build_tensors(const lwq_model_config *cfg, mk_src_format src, mk_tensor **out,
-                         int *nout, lwq_error *e)
+/* Value distribution of a planned tensor (see the header comment). */
+static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_tensor *p,
+                        mk_tensor *m)
+{
+    m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
+    m->std = p->kind == LWQ_TK_NORM ? 0.02f : wstd;
+    if (cfg->arch == LWQ_ARCH_QWEN3_NEXT)
+        lwq_mkmodel_qwen3next_dist(p, &m->mean, &m->std);
+}
+
+static int build_tensors(const lwq_model_config *cfg, mk_src_format src, int mtp, float wstd,
+                         mk_tensor **out, int *nout, lwq_error *e)
 {
     lwq_arch_layer tail;
     int rc = lwq_arch_tail_plan(cfg, &tail, e);
@@ -478,7 +501,9 @@ static int build_tensors(const lwq_model_config *cfg, mk_src_format src, mk_tens
         }
         for (int i = 0; i < pl->ntensors; i++) {
             const lwq_arch_tensor *p = &pl->tensors[i];
-            if (p->optional)
+            /* optional tensors are not written, except the MTP block when asked for */
+            int is_mtp = pl == &tail && !strncmp(p->name, "mtp.", 4);
+            if (p->optional && !(mtp && is_mtp && p->kind != LWQ_TK_BUFFER))
                 continue;
             if (pl == &tail && (part < 0) != (p->kind == LWQ_TK_EMBED))
                 continue;
@@ -503,8 +528,7 @@ static int build_tensors(const lwq_model_config *cfg, mk_src_format src, mk_tens
             snprintf(m->name, sizeof m->name, "%s", p->name);
             m->ndim = p->ndim;
             memcpy(m->shape, p->shape, sizeof m->shape);
-            m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
-            m->std = 0.02f;
+            tensor_dist(cfg, wstd, p, m);
             uint64_t numel = 1;
             for (int d = 0; d < p->ndim; d++)
                 numel *= (uint64_t)p->shape[d];
@@ -561,6 +585,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         {"shard-size", 1, 0, 'S'}, {"seed", 1, 0, 's'},   {"force", 0, 0, 'f'},
         {"quiet", 0, 0, 'q'},    {"tie", 0, 0, 'Y'},      {"help", 0, 0, 'h'},
         {"source-format", 1, 0, 'F'},
+        LWQ_MKMODEL_QWEN3NEXT_LONGOPTS, {"weight-std", 1, 0, 9},
         {0, 0, 0, 0}};
     memset(o, 0, sizeof *o);
     o->arch = "llama";
@@ -572,6 +597,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     o->vocab = 1024;
     o->shard_bytes = INT64_C(2048) << 20;
     o->dtype = LWQ_BF16;
+    o->weight_std = 0.02;
     const int64_t BIG = INT64_C(1) << 20;
     int c, bad = 0;
     optind = 1;
@@ -631,6 +657,19 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         case 'f': o->force = 1; break;
         case 'q': o->quiet = 1; break;
         case 'Y': o->tie = 1; break;
+        case 1: case 2: case 3: case 4: case 5: case 6: case 7: case 8:
+            bad = lwq_mkmodel_qwen3next_option(&o->qn, c, optarg);
+            break;
+        case 9: {
+            char *end = NULL;
+            o->weight_std = strtod(optarg, &end);
+            if (!end || *end || !(o->weight_std > 0 && o->weight_std <= 10)) {
+                fprintf(stderr, "lwq mkmodel: --weight-std must be a number in (0, 10], got '%s'\n",
+                        optarg);
+                bad = -1;
+            }
+            break;
+        }
         case 'h': usage(stdout); return 1;
         case ':': fprintf(stderr, "lwq mkmodel: %s needs a value\n", argv[optind - 1]); return -1;
         default: fprintf(stderr, "lwq mkmodel: unknown option '%s'\n", argv[optind - 1]); return -1;
@@ -644,8 +683,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     }
     o->out = argv[optind];
     if (!arch_class(o->arch)) {
-        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral, deepseek_v3 or "
-                        "deepseek_v2, got '%s'\n", o->arch);
+        fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral, deepseek_v3, "
+                        "deepseek_v2 or qwen3_next, got '%s'\n", o->arch);
         return -1;
     }
     if (!o->kv_heads)
@@ -663,6 +702,8 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         o->inter = ((o->hidden * 8 / 3 + 63) / 64) * 64;
     if (!o->moe_inter)
         o->moe_inter = o->hidden / 2 > 0 ? o->hidden / 2 : 1;
+    if (lwq_mkmodel_qwen3next_finish(&o->qn, o->arch, o->head_dim, o->moe_inter) != 0)
+        return -1;
     if (o->topk > o->experts) {
         fprintf(stderr, "lwq mkmodel: --top-k %lld exceeds --experts %lld\n", (long long)o->topk,
                 (long long)o->experts);
@@ -696,7 +737,8 @@ int lwq_cmd_mkmodel(int argc, char **argv)
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    if ((rc = build_tensors(&cfg, o.src, &t, &nt, &e)) != 0 || (rc = prepare_dir(&o, &e)) != 0)
+    if ((rc = build_tensors(&cfg, o.src, o.qn.mtp, (float)o.weight_std, &t, &nt, &e)) != 0 ||
+        (rc = prepare_dir(&o, &e)) != 0)
         goto out;
     /* Greedy shards in disk order; a tensor larger than the shard size gets a shard alone. */
     uint64_t limit = (uint64_t)o.shard_bytes, cur = 0, total = 0;

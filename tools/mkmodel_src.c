@@ -89,8 +89,8 @@ void lwq_mkmodel_src_config(cJSON *c, mk_src_format f)
 
 int lwq_mkmodel_src_packs(mk_src_format f, const lwq_arch_linear *l)
 {
-    if (f == MK_SRC_FP8) /* DeepSeek-V3 keeps its routers in BF16 */
-        return !l->is_router;
+    if (f == MK_SRC_FP8) /* DeepSeek-V3 keeps its routers in BF16; a conv1d is not a 2-D block */
+        return !l->is_router && l->role != LWQ_ROLE_LIN_CONV;
     if (f == MK_SRC_MXFP4) /* published MXFP4 checkpoints pack the experts only */
         return l->role == LWQ_ROLE_EXPERT_GATE || l->role == LWQ_ROLE_EXPERT_UP ||
                l->role == LWQ_ROLE_EXPERT_DOWN;

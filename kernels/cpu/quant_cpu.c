@@ -16,6 +16,10 @@
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
 
+#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "quant_cpu.c stores packed codes as little-endian words"
+#endif
+
 #define BLK LWQ_NVFP4_BLOCK
 #define MIN_CHUNK_ELEMS 16384
 /* helpers of the cloned loops must be inlined into each clone to get its instruction set */
@@ -89,9 +93,8 @@ INLINE void codes16(const float *x, float d, uint8_t *out)
         lo |= c[i] << (4 * i);
         hi |= c[i + BLK / 2] << (4 * i);
     }
-    uint8_t b[8] = {(uint8_t)lo, (uint8_t)(lo >> 8), (uint8_t)(lo >> 16), (uint8_t)(lo >> 24),
-                    (uint8_t)hi, (uint8_t)(hi >> 8), (uint8_t)(hi >> 16), (uint8_t)(hi >> 24)};
-    memcpy(out, b, 8);
+    memcpy(out, &lo, 4); /* little-endian host (checked at the top of this file) */
+    memcpy(out + 4, &hi, 4);
 }
 
 /* ---- amax ----------------------------------------------------------------------------------- */
@@ -157,7 +160,8 @@ int lwq_quant_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, flo
     atomic_init(&c.bad, INT64_MAX);
     lwq_parallel_for(n, 1 << 16, amax_range, &c);
     if (atomic_load(&c.bad) != INT64_MAX)
-        return lwq_quant_err_nonfinite(name, atomic_load(&c.bad), n, err);
+        return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: non-finite value (NaN or Inf) at element %lld",
+                        lwq_quant_name(name), (long long)atomic_load(&c.bad));
     *amax = lwq_bits_f32(atomic_load(&c.amax));
     return 0;
 }
@@ -233,6 +237,7 @@ typedef struct nvfp4_ctx {
     float global_eff;         /* static path: global amax used in the scale formula */
     const float *block_amax;  /* static path: (rows, cols/16); NULL on the max path */
     const float *hessian;     /* sweep */
+    const float (*thr)[LWQ_E2M1_NTHR]; /* searches: E2M1 thresholds of each scale byte's divisor */
     uint8_t *packed, *scale;
     float *out_amax;          /* sweep */
     _Atomic int64_t bad;      /* smallest flat index of a NaN/Inf element */
@@ -256,7 +261,9 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
 {
     nvfp4_ctx *c = vc;
     const int64_t nb = c->cols / BLK;
-    float x[GROUP * BLK], am[GROUP], d[GROUP];
+    /* am / sb / d loops run over all GROUP entries (fixed trip counts vectorize at -O2); entries
+     * past ng hold 0 or an earlier group's values: valid inputs whose results are never stored */
+    float x[GROUP * BLK], am[GROUP] = {0}, d[GROUP], bam[GROUP] = {0};
     int32_t sb[GROUP];
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t g0 = 0; g0 < nb; g0 += GROUP) {
@@ -264,9 +271,11 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
             const int64_t off0 = r * c->cols + g0 * BLK;
             int anybad = 0;
             uint32_t gmax = 0;
+            /* convert the whole group first: reading a block back right after storing it stalls */
+            for (int g = 0; g < ng; g++)
+                load16(c->w, c->dt, off0 + g * BLK, x + g * BLK);
             for (int g = 0; g < ng; g++) {
                 int bad;
-                load16(c->w, c->dt, off0 + g * BLK, x + g * BLK);
                 uint32_t m = amax16(x + g * BLK, &bad);
                 anybad |= bad;
                 gmax = m > gmax ? m : gmax;
@@ -288,18 +297,19 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
                         atomic_min_i64(&c->badamax, r * nb + g0 + g);
                         return;
                     }
-                for (int g = 0; g < ng; g++)
-                    sb[g] = lwq_nvfp4_scale_static(ba[g], c->global_eff);
+                memcpy(bam, ba, (size_t)ng * sizeof(float));
+                for (int g = 0; g < GROUP; g++)
+                    sb[g] = lwq_nvfp4_scale_static(bam[g], c->global_eff);
             } else {
                 const float t6 = 6.0f * c->ws2;
-                for (int g = 0; g < ng; g++) { /* = lwq_nvfp4_scale_max(am[g], ws2), vectorized */
+                for (int g = 0; g < GROUP; g++) { /* = lwq_nvfp4_scale_max(am[g], ws2), vectorized */
                     float s = am[g] / t6;
                     s = s == 0.0f ? 1.0f : s;
                     sb[g] = lwq_e4m3_from_f32_i32(lwq_e4m3_clamp(s));
                 }
             }
-            for (int g = 0; g < ng; g++)
-                d[g] = lwq_e4m3_to_f32((uint8_t)sb[g]) * c->ws2;
+            for (int g = 0; g < GROUP; g++)
+                d[g] = lwq_e4m3_to_f32_i32(sb[g]) * c->ws2;
             uint8_t *so = c->scale + r * nb + g0;
             for (int g = 0; g < ng; g++)
                 so[g] = (uint8_t)sb[g];
@@ -364,17 +374,25 @@ int lwq_quant_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64_t co
 
 /* ---- NVFP4 scale sweep ---------------------------------------------------------------------- */
 
-/* The loss of layout/quant_formats.h's lwq_nvfp4_block_sqerr_ref / _herr_ref, the same float
- * operations in the same order, written as lane-wise loops: (H dw)_i accumulates over j in
- * ascending order for every i at once, and the final sum is the same halving tree.
- * ht: H transposed (ht[j*16 + i] = H[i][j]) so that the lane-wise loop reads contiguously. */
-INLINE float sweep_loss(const float *x, float d, const float *ht)
+/* The loss of layout/quant_formats.h's lwq_nvfp4_block_sqerr_ref / _herr_ref, bit for bit,
+ * written as lane-wise loops.  It works on magnitudes: IEEE division, multiplication and
+ * subtraction are symmetric under a sign flip, so rounding |x| / d, times d, |x| minus that gives
+ * exactly the magnitude of the signed error.  The rounding itself uses the divisor's E2M1
+ * thresholds b (lwq_e2m1_round_thr == lwq_e2m1_round_mag(fl(|x| / d)), tested), which replaces
+ * 126 x 16 divisions per block by comparisons.  For the Hessian loss the sign is put back (the
+ * sign of a zero error may differ from _ref's; every term it touches is a zero either way).
+ * (H dw)_i accumulates over j in ascending order for every i at once; the final sum is the same
+ * halving tree.  ht: H transposed (ht[j*16 + i] = H[i][j]) so the lane-wise loop reads
+ * contiguously. */
+INLINE float sweep_loss(const float *x, const float *ax, float d, const float *b, const float *ht)
 {
     float dw[BLK], t[BLK];
     for (int i = 0; i < BLK; i++)
-        dw[i] = x[i] - lwq_e2m1_round(x[i] / d) * d;
+        dw[i] = ax[i] - lwq_e2m1_round_thr(ax[i], b) * d;
     if (ht) {
         float hd[BLK] = {0};
+        for (int i = 0; i < BLK; i++)
+            dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
         for (int j = 0; j < BLK; j++)
             for (int i = 0; i < BLK; i++)
                 hd[i] = hd[i] + ht[j * BLK + i] * dw[j];
@@ -391,6 +409,15 @@ INLINE float sweep_loss(const float *x, float d, const float *ht)
     for (int i = 0; i < 2; i++)
         t[i] = t[i] + t[i + 2];
     return t[0] + t[1];
+}
+
+/* thr[v] = the E2M1 thresholds of scale byte v's divisor v * ws2 (v = 1..126; thr[0] unused). */
+static void search_thresholds(float ws2, float thr[][LWQ_E2M1_NTHR])
+{
+    for (int i = 0; i < LWQ_E2M1_NTHR; i++)
+        thr[0][i] = INFINITY;
+    for (int v = 1; v <= LWQ_E4M3_NPOS; v++)
+        lwq_e2m1_thresholds(lwq_nvfp4_block_div((uint8_t)v, ws2), thr[v]);
 }
 
 LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
@@ -425,10 +452,17 @@ LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
                         htb[j * BLK + i] = hb[i * BLK + j];
                 h = htb;
             }
+            float ax[BLK];
+            for (int i = 0; i < BLK; i++)
+                ax[i] = fabsf(x[i]);
+            /* Once every |x| is below a candidate's first threshold, all its codes are 0, and so are
+             * those of every larger candidate (thresholds grow with the divisor): the same loss
+             * (dw = x) again, which cannot beat the first of them.  Stopping there is exact. */
+            const float bamax = lwq_bits_f32(am);
             int best = 1;
-            float best_loss = sweep_loss(x, dtab[1], h);
-            for (int v = 2; v <= LWQ_E4M3_NPOS; v++) {
-                float l = sweep_loss(x, dtab[v], h);
+            float best_loss = sweep_loss(x, ax, dtab[1], c->thr[1], h);
+            for (int v = 2; v <= LWQ_E4M3_NPOS && !(bamax < c->thr[v - 1][0]); v++) {
+                float l = sweep_loss(x, ax, dtab[v], c->thr[v], h);
                 if (l < best_loss) { /* strict: ties keep the smaller byte */
                     best = v;
                     best_loss = l;
@@ -459,11 +493,87 @@ int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t col
                 return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: Hessian entry %lld of input block %lld is not finite",
                                 lwq_quant_name(name), (long long)(i % (BLK * BLK)), (long long)(i / (BLK * BLK)));
     }
+    float thr[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
+    search_thresholds(lwq_nvfp4_ws2(g), thr);
     nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = lwq_nvfp4_ws2(g), .limit_bits = lwq_f32_bits(global_amax),
-                   .global_eff = g, .hessian = hessian, .scale = scale, .out_amax = block_amax};
+                   .global_eff = g, .hessian = hessian, .thr = (const float(*)[LWQ_E2M1_NTHR])thr, .scale = scale,
+                   .out_amax = block_amax};
     nvfp4_ctx_init(&c);
     /* ~126x the work of the max path per element: smaller chunks still pay off */
     lwq_parallel_for(rows, min_chunk_rows(cols) / 64 + 1, sweep_rows, &c);
+    rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
+    if (rc < 0)
+        return rc;
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+/* ---- NVFP4 per-block mse -------------------------------------------------------------------- */
+
+LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid)
+{
+    nvfp4_ctx *c = vc;
+    const int64_t nb = c->cols / BLK;
+    float mult[LWQ_MSE_STEPS];
+    for (int k = 0; k < LWQ_MSE_STEPS; k++)
+        mult[k] = lwq_mse_multiplier(k);
+    for (int64_t r = r0; r < r1; r++) {
+        for (int64_t b = 0; b < nb; b++) {
+            int64_t off = r * c->cols + b * BLK;
+            float x[BLK], ax[BLK];
+            int bad;
+            load16(c->w, c->dt, off, x);
+            uint32_t am = amax16(x, &bad);
+            if (bad) {
+                for (int i = 0; i < BLK; i++)
+                    if (!isfinite(x[i])) {
+                        atomic_min_i64(&c->bad, off + i);
+                        return;
+                    }
+            }
+            if (am > c->limit_bits)
+                atomic_max_u32(&c->over, am);
+            for (int i = 0; i < BLK; i++)
+                ax[i] = fabsf(x[i]);
+            const float bamax = lwq_bits_f32(am);
+            float best_a = bamax * mult[0], best_loss = 0.0f;
+            int prev = -1;
+            for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+                float a = bamax * mult[k];
+                int s = lwq_nvfp4_scale_static(a, c->global_eff);
+                if (s == prev) /* same byte, same loss: a tie, which the first candidate wins */
+                    continue;
+                prev = s;
+                float l = sweep_loss(x, ax, lwq_nvfp4_block_div((uint8_t)s, c->ws2), c->thr[s], NULL);
+                if (k == 0 || l < best_loss) {
+                    best_a = a;
+                    best_loss = l;
+                }
+                if (bamax < c->thr[s][0]) /* all codes 0 here and beyond (see sweep_rows) */
+                    break;
+            }
+            c->out_amax[r * nb + b] = best_a;
+        }
+    }
+}
+
+int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                        const char *name, float *block_amax, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    if (!block_amax)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
+    float g;
+    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
+    if (zero < 0)
+        return zero;
+    float thr[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
+    search_thresholds(lwq_nvfp4_ws2(g), thr);
+    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = lwq_nvfp4_ws2(g), .limit_bits = lwq_f32_bits(global_amax),
+                   .global_eff = g, .thr = (const float(*)[LWQ_E2M1_NTHR])thr, .out_amax = block_amax};
+    nvfp4_ctx_init(&c);
+    lwq_parallel_for(rows, min_chunk_rows(cols) / 8 + 1, mse_blocks_rows, &c);
     rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
     if (rc < 0)
         return rc;

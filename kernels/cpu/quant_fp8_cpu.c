@@ -169,11 +169,13 @@ LWQ_CLONES static void mse_rows(void *vc, int64_t r0, int64_t r1, int tid)
         for (int k = 0; k < LWQ_MSE_STEPS; k++) {
             const float s = c->cand_scale[k];
             double lane[LANES] = {0};
-            for (int64_t j = 0; j < full; j += LANES)
-                for (int l = 0; l < LANES; l++) {
-                    float e = x[j + l] - lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(x[j + l] / s)) * s;
-                    lane[l] += (double)e * (double)e;
-                }
+            for (int64_t j = 0; j < full; j += LANES) {
+                float e[LANES]; /* float stage and double stage apart: each loop vectorizes */
+                for (int l = 0; l < LANES; l++)
+                    e[l] = x[j + l] - lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(x[j + l] / s)) * s;
+                for (int l = 0; l < LANES; l++)
+                    lane[l] += (double)e[l] * (double)e[l];
+            }
             for (int64_t j = full; j < n; j++) {
                 float e = x[j] - lwq_e4m3_to_f32(lwq_e4m3_from_f32(x[j] / s)) * s;
                 lane[j - full] += (double)e * (double)e;

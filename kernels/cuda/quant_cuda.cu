@@ -146,17 +146,58 @@ __global__ void k_nvfp4(const void *w, lwq_dtype dt, bool vec, int64_t nblk, flo
     }
 }
 
+// The E2M1 thresholds of the 126 scale bytes' divisors, computed on the host by the same
+// LWQ_HD function the CPU path calls and passed by value (3.5 KB of kernel parameters).
+struct thr_tab {
+    float b[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
+};
+#define THR_N ((LWQ_E4M3_NPOS + 1) * LWQ_E2M1_NTHR)
+
+// The sweep's loss for divisor d: kernels/cpu/quant_cpu.c's sweep_loss, operation for operation
+// (magnitudes + thresholds rounding, sign restored for the Hessian form, (H dw)_i summed over j
+// in ascending order, the halving tree), hence also equal to lwq_nvfp4_block_sqerr_ref / _herr_ref.
+// b: the divisor's E2M1 thresholds (lwq_e2m1_thresholds), so no division per element.
+// h is read through a volatile pointer so that the compiler re-reads the 256 shared-memory
+// entries per candidate instead of hoisting them into (and spilling) registers.
+template <bool HESS>
+__device__ __forceinline__ float sweep_loss(const float *x, const float *ax, float d, const float *b,
+                                            const volatile float *h)
+{
+    float dw[BLK], t[BLK];
+    for (int i = 0; i < BLK; i++)
+        dw[i] = LWQ_FSUB(ax[i], LWQ_FMUL(lwq_e2m1_round_thr(ax[i], b), d));
+    if (HESS) {
+        for (int i = 0; i < BLK; i++)
+            dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
+        for (int i = 0; i < BLK; i++) {
+            float hd = 0.0f;
+            for (int j = 0; j < BLK; j++)
+                hd = LWQ_FADD(hd, LWQ_FMUL(h[i * BLK + j], dw[j]));
+            t[i] = LWQ_FMUL(dw[i], hd);
+        }
+    } else {
+        for (int i = 0; i < BLK; i++)
+            t[i] = LWQ_FMUL(dw[i], dw[i]);
+    }
+    return lwq_sum16_tree(t);
+}
+
 // Scale sweep: blockIdx.x = input block b, threads over rows; the block's Hessian and the 126
-// candidate divisors sit in shared memory.
+// candidate divisors sit in shared memory.  One instantiation per loss keeps the plain sweep's
+// register count low.
+template <bool HESS>
 __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int64_t cols, float ws2,
-                        uint32_t limit, const float *hessian, float global_eff, float *out_amax, uint8_t *out_scale,
-                        qstatus *st)
+                        uint32_t limit, const float *hessian, float global_eff, const __grid_constant__ thr_tab tab,
+                        float *out_amax, uint8_t *out_scale, qstatus *st)
 {
     __shared__ float hs[BLK * BLK];
     __shared__ float dtab[LWQ_E4M3_NPOS + 1];
+    __shared__ float sthr[THR_N];
+    for (int k = threadIdx.x; k < THR_N; k += blockDim.x)
+        sthr[k] = tab.b[k / LWQ_E2M1_NTHR][k % LWQ_E2M1_NTHR];
     const int64_t b = blockIdx.x, nb = cols / BLK;
     for (int k = threadIdx.x; k < BLK * BLK; k += blockDim.x)
-        hs[k] = hessian ? hessian[b * BLK * BLK + k] : 0.0f;
+        hs[k] = HESS ? hessian[b * BLK * BLK + k] : 0.0f;
     for (int v = threadIdx.x; v <= LWQ_E4M3_NPOS; v += blockDim.x)
         dtab[v] = v ? lwq_nvfp4_block_div((uint8_t)v, ws2) : 0.0f;
     __syncthreads();
@@ -171,19 +212,73 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
         return;
     if (m > limit)
         atomicMax(&st->over, m);
+    float ax[BLK];
+    for (int k = 0; k < BLK; k++)
+        ax[k] = fabsf(x[k]);
+    const float bamax = lwq_bits_f32(m);
     int best = 1;
     float best_loss = 0.0f;
+#pragma unroll 1
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
-        float l = hessian ? lwq_nvfp4_block_herr_ref(x, dtab[v], hs) : lwq_nvfp4_block_sqerr_ref(x, dtab[v]);
+        float l = sweep_loss<HESS>(x, ax, dtab[v], sthr + v * LWQ_E2M1_NTHR, hs);
         if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
             best = v;
             best_loss = l;
         }
+        if (bamax < sthr[v * LWQ_E2M1_NTHR]) // all codes 0 here and beyond: exact stop (CPU: sweep_rows)
+            break;
     }
     if (out_scale)
         out_scale[r * nb + b] = (uint8_t)best;
     if (out_amax)
         out_amax[r * nb + b] = lwq_nvfp4_sweep_amax((uint8_t)best, global_eff);
+}
+
+// The 39 multipliers, computed on the host (the same function the CPU path calls) and passed by value.
+struct mse_mults {
+    float m[LWQ_MSE_STEPS];
+};
+
+// Per-block mse (lwq_quant_nvfp4_mse): one thread per block, the CPU's loop and skip rule.
+__global__ void k_mse_blocks(const void *w, lwq_dtype dt, bool vec, int64_t nblk, float ws2, uint32_t limit,
+                             float global_eff, mse_mults mm, const __grid_constant__ thr_tab tab, float *out_amax,
+                             qstatus *st)
+{
+    __shared__ float sthr[THR_N];
+    for (int k = threadIdx.x; k < THR_N; k += blockDim.x)
+        sthr[k] = tab.b[k / LWQ_E2M1_NTHR][k % LWQ_E2M1_NTHR];
+    __syncthreads();
+    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= nblk)
+        return;
+    float x[BLK], ax[BLK];
+    uint32_t m;
+    load16(w, dt, vec, i * BLK, x);
+    if (!amax16(x, i * BLK, st, &m))
+        return;
+    if (m > limit)
+        atomicMax(&st->over, m);
+    for (int k = 0; k < BLK; k++)
+        ax[k] = fabsf(x[k]);
+    const float bamax = lwq_bits_f32(m);
+    float best_a = LWQ_FMUL(bamax, mm.m[0]), best_loss = 0.0f;
+    int prev = -1;
+#pragma unroll 1
+    for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+        float a = LWQ_FMUL(bamax, mm.m[k]);
+        int s = lwq_nvfp4_scale_static(a, global_eff);
+        if (s == prev) // same byte, same loss: a tie, which the first candidate wins
+            continue;
+        prev = s;
+        float l = sweep_loss<false>(x, ax, lwq_nvfp4_block_div((uint8_t)s, ws2), sthr + s * LWQ_E2M1_NTHR, NULL);
+        if (k == 0 || l < best_loss) {
+            best_a = a;
+            best_loss = l;
+        }
+        if (bamax < sthr[s * LWQ_E2M1_NTHR]) // all codes 0 here and beyond
+            break;
+    }
+    out_amax[i] = best_a;
 }
 
 __device__ __forceinline__ void store_f(void *out, lwq_dtype dt, int64_t i, float v)
@@ -283,6 +378,48 @@ __global__ void k_fp8(const void *w, lwq_dtype dt, bool vec, int64_t n, float ws
         atomicMax(&st->amax, m);
 }
 
+// FP8 mse, per-row losses: one CTA per row, thread k < 39 evaluates candidate k over the row in
+// the CPU's order (lane j % 16 accumulates element j ascending, in double; the products of two
+// floats are exact in double, so FMA or not gives the same sums), then the lwq_sum16_tree order.
+struct mse_scales {
+    float s[LWQ_MSE_STEPS];
+};
+
+__global__ void k_fp8_mse_rows(const void *w, lwq_dtype dt, int64_t cols, mse_scales sc, double *row_loss)
+{
+    const int k = threadIdx.x;
+    if (k >= LWQ_MSE_STEPS)
+        return;
+    const int64_t r = blockIdx.x;
+    const float s = sc.s[k];
+    double lane[16];
+    for (int l = 0; l < 16; l++)
+        lane[l] = 0.0;
+    // steps of 16 with an unrolled inner loop keep every lane index static (registers, not local
+    // memory); the tail adds element j to lane j % 16 like the CPU's
+    const int64_t full = cols / 16 * 16;
+    for (int64_t j0 = 0; j0 < full; j0 += 16) {
+#pragma unroll
+        for (int l = 0; l < 16; l++) {
+            float x = lwq_load_f(w, dt, (size_t)(r * cols + j0 + l));
+            float e = LWQ_FSUB(x, LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s));
+            lane[l] = __dadd_rn(lane[l], __dmul_rn((double)e, (double)e));
+        }
+    }
+#pragma unroll
+    for (int l = 0; l < 16; l++) {
+        if (full + l < cols) {
+            float x = lwq_load_f(w, dt, (size_t)(r * cols + full + l));
+            float e = LWQ_FSUB(x, LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s));
+            lane[l] = __dadd_rn(lane[l], __dmul_rn((double)e, (double)e));
+        }
+    }
+    for (int h = 8; h >= 1; h /= 2)
+        for (int i = 0; i < h; i++)
+            lane[i] = __dadd_rn(lane[i], lane[i + h]);
+    row_loss[r * LWQ_MSE_STEPS + k] = lane[0];
+}
+
 __global__ void k_fp8_dq(const uint8_t *q, float ws, int64_t n, lwq_dtype dt, void *out)
 {
     int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -340,7 +477,35 @@ struct call {
 
 unsigned grid_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
+// Host side, as kernels/cpu/quant_cpu.c's search_thresholds: byte v's divisor v * ws2.
+void search_thresholds(float ws2, thr_tab *t)
+{
+    for (int i = 0; i < LWQ_E2M1_NTHR; i++)
+        t->b[0][i] = INFINITY;
+    for (int v = 1; v <= LWQ_E4M3_NPOS; v++)
+        lwq_e2m1_thresholds(lwq_nvfp4_block_div((uint8_t)v, ws2), t->b[v]);
+}
+
 bool aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+
+// max |x| of x: (n,); *bad = the first NaN/Inf index or -1 (then *amax is meaningless).
+int cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, int64_t *bad, void *stream,
+              lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, x, dt, 1, n, 0, err);
+    if (rc < 0)
+        return rc;
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    int64_t blocks = (n + 255) / 256;
+    k_amax<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, c.s>>>(x, dt, n, c.dev);
+    if (!c.finish())
+        return c.rc;
+    *bad = c.host.bad != NONE ? (int64_t)c.host.bad : -1;
+    *amax = lwq_bits_f32(c.host.amax);
+    return 0;
+}
 
 int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax, float global_amax,
               const char *name, uint8_t *packed, uint8_t *scale, float *ws2, void *stream, lwq_error *err)
@@ -411,20 +576,12 @@ int lwq_quant_cuda_device_count(void)
 int lwq_quant_cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, void *stream,
                         lwq_error *err)
 {
-    int rc = lwq_quant_check_shape(name, x, dt, 1, n, 0, err);
-    if (rc < 0)
-        return rc;
-    call c(stream, name, err);
-    if (!c.start())
-        return c.rc;
-    int64_t blocks = (n + 255) / 256;
-    k_amax<<<(unsigned)(blocks < 8192 ? blocks : 8192), 256, 0, c.s>>>(x, dt, n, c.dev);
-    if (!c.finish())
-        return c.rc;
-    if (c.host.bad != NONE)
-        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, n, err);
-    *amax = lwq_bits_f32(c.host.amax);
-    return 0;
+    int64_t bad = -1;
+    int rc = cuda_amax(x, dt, n, name, amax, &bad, stream, err);
+    if (rc == 0 && bad >= 0)
+        return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: non-finite value (NaN or Inf) at element %lld",
+                        lwq_quant_name(name), (long long)bad);
+    return rc;
 }
 
 int lwq_quant_cuda_nvfp4_max(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
@@ -456,8 +613,8 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
         return zero;
     const int threads = 128;
     if ((rows + threads - 1) / threads > 65535)
-        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA sweep's grid", lwq_quant_name(name),
-                        (long long)rows);
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA sweep's grid",
+                        lwq_quant_name(name), (long long)rows);
     call c(stream, name, err);
     if (!c.start())
         return c.rc;
@@ -485,8 +642,48 @@ int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_
                             lwq_quant_name(name), (long long)(badi % (BLK * BLK)), (long long)(badi / (BLK * BLK)));
     }
     dim3 grid((unsigned)(cols / BLK), (unsigned)((rows + threads - 1) / threads));
-    k_sweep<<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g), lwq_f32_bits(global_amax),
-                                        hessian, g, block_amax, scale, c.dev);
+    thr_tab tab;
+    search_thresholds(lwq_nvfp4_ws2(g), &tab);
+    if (hessian)
+        k_sweep<true><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
+                                                  lwq_f32_bits(global_amax), hessian, g, tab, block_amax, scale,
+                                                  c.dev);
+    else
+        k_sweep<false><<<grid, threads, 0, c.s>>>(w, dt, aligned(w, 16), rows, cols, lwq_nvfp4_ws2(g),
+                                                   lwq_f32_bits(global_amax), hessian, g, tab, block_amax, scale,
+                                                   c.dev);
+    if (!c.finish())
+        return c.rc;
+    if (c.host.bad != NONE)
+        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
+    if (c.host.over != 0)
+        return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.over), global_amax, err);
+    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_cuda_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                             const char *name, float *block_amax, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
+    if (rc < 0)
+        return rc;
+    if (!block_amax)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
+    float g;
+    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
+    if (zero < 0)
+        return zero;
+    const int64_t nblk = rows * cols / BLK;
+    mse_mults mm;
+    for (int k = 0; k < LWQ_MSE_STEPS; k++)
+        mm.m[k] = lwq_mse_multiplier(k);
+    call c(stream, name, err);
+    if (!c.start())
+        return c.rc;
+    thr_tab tab;
+    search_thresholds(lwq_nvfp4_ws2(g), &tab);
+    k_mse_blocks<<<grid_for(nblk, 128), 128, 0, c.s>>>(w, dt, aligned(w, 16), nblk, lwq_nvfp4_ws2(g),
+                                                        lwq_f32_bits(global_amax), g, mm, tab, block_amax, c.dev);
     if (!c.finish())
         return c.rc;
     if (c.host.bad != NONE)
@@ -581,6 +778,77 @@ int lwq_quant_cuda_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, 
         return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.amax), amax, err);
     *weight_scale = ws;
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name,
+                           float *amax_out, int *mult_index, void *stream, lwq_error *err)
+{
+    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 0, err);
+    if (rc < 0)
+        return rc;
+    if (!amax_out)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output", lwq_quant_name(name));
+    if (rows > 0x7fffffff)
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA mse grid", lwq_quant_name(name),
+                        (long long)rows);
+    float amax;
+    int64_t bad = -1;
+    rc = cuda_amax(w, dt, rows * cols, name, &amax, &bad, stream, err);
+    if (rc < 0)
+        return rc;
+    if (bad >= 0)
+        return lwq_quant_err_nonfinite(name, bad, cols, err);
+    if (amax == 0.0f) {
+        *amax_out = 0.0f;
+        if (mult_index)
+            *mult_index = -1;
+        return LWQ_QUANT_ZERO_TENSOR;
+    }
+    float g;
+    rc = lwq_quant_check_global(name, amax * lwq_mse_multiplier(0), INFINITY, &g, err);
+    if (rc < 0)
+        return rc;
+    float cand_amax[LWQ_MSE_STEPS];
+    mse_scales sc;
+    for (int k = 0; k < LWQ_MSE_STEPS; k++) { // host arithmetic, as on the CPU path
+        cand_amax[k] = amax * lwq_mse_multiplier(k);
+        sc.s[k] = cand_amax[k] / LWQ_E4M3_MAX;
+    }
+    size_t bytes = (size_t)rows * LWQ_MSE_STEPS * sizeof(double);
+    double *loss = (double *)malloc(bytes);
+    if (!loss)
+        return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for the mse search's %lld row losses",
+                        lwq_quant_name(name), (long long)rows);
+    call c(stream, name, err);
+    double *dloss = NULL;
+    bool ok = c.ok(cudaMallocAsync((void **)&dloss, bytes, c.s), "cudaMallocAsync");
+    if (ok) {
+        k_fp8_mse_rows<<<(unsigned)rows, 64, 0, c.s>>>(w, dt, cols, sc, dloss);
+        ok = c.ok(cudaGetLastError(), "kernel launch") &&
+             c.ok(cudaMemcpyAsync(loss, dloss, bytes, cudaMemcpyDeviceToHost, c.s), "loss download") &&
+             c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize");
+        cudaFreeAsync(dloss, c.s);
+    }
+    if (!ok) {
+        free(loss);
+        return c.rc;
+    }
+    int best = 0;
+    double best_loss = 0.0;
+    for (int k = 0; k < LWQ_MSE_STEPS; k++) { // rows in ascending order, as on the CPU
+        double t = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            t += loss[r * LWQ_MSE_STEPS + k];
+        if (k == 0 || t < best_loss) {
+            best = k;
+            best_loss = t;
+        }
+    }
+    free(loss);
+    *amax_out = cand_amax[best];
+    if (mult_index)
+        *mult_index = best;
+    return 0;
 }
 
 int lwq_quant_cuda_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,

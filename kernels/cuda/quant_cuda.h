@@ -11,8 +11,8 @@
  * (LWQ_QUANT_ZERO_TENSOR) and the error codes are those of kernels/quant.h; a CUDA failure is
  * LWQ_EDEVICE with the CUDA error string.  Calls may run concurrently on different streams.
  *
- * Not here (CPU only for now): the FP8 `mse` search, group unification and the scalar scale
- * helpers (they are host arithmetic on a few floats). */
+ * Not here (CPU only): group unification and the activation / KV scale helpers (host
+ * arithmetic on a few floats). */
 #ifndef LWQ_KERNELS_CUDA_QUANT_CUDA_H
 #define LWQ_KERNELS_CUDA_QUANT_CUDA_H
 
@@ -44,6 +44,9 @@ int lwq_quant_cuda_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64
 int lwq_quant_cuda_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
                                const float *hessian, const char *name, float *block_amax, uint8_t *scale,
                                void *stream, lwq_error *err);
+/* Per-block mse (see lwq_quant_nvfp4_mse); block_amax: (rows, cols/16) out. */
+int lwq_quant_cuda_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                             const char *name, float *block_amax, void *stream, lwq_error *err);
 /* packed: (rows, cols/2), scale: (rows, cols/16) -> out: (rows, cols) of out_dt. */
 int lwq_quant_cuda_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,
                                  lwq_dtype out_dt, void *out, void *stream, lwq_error *err);
@@ -58,6 +61,10 @@ int lwq_quant_cuda_hessian_finalize(const double *h_sum, int64_t ntokens, int64_
 /* w: (rows, cols); q: (rows, cols); *weight_scale host. */
 int lwq_quant_cuda_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float amax, const char *name,
                        uint8_t *q, float *weight_scale, void *stream, lwq_error *err);
+/* FP8 `mse` search (see lwq_quant_fp8_mse): same candidates, loss order and result; the per-row
+ * losses are computed on the device, added on the host in row order. */
+int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name,
+                           float *amax_out, int *mult_index, void *stream, lwq_error *err);
 /* q: (n,) -> out: (n,) of out_dt. */
 int lwq_quant_cuda_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,
                                void *stream, lwq_error *err);

@@ -11,13 +11,17 @@
 static const int64_t LENS[8] = {32, 32, 32, 32, 32, 32, 32, 32};
 
 /* Summary of a quantize run of a fresh mkmodel llama with `layers` layers. */
-static void run_depth(const char *layers, const char *calib, double *peak, double *source)
+static void run_depth_w(const char *layers, const char *hidden, const char *calib, double *peak, double *source)
 {
     char model[600], out[610], log[700];
     snprintf(model, sizeof model, "%s", lwqt_path(layers));
     snprintf(out, sizeof out, "%s.q", model);
     snprintf(log, sizeof log, "%s.jsonl", out);
-    const char *mk[] = {"mkmodel", model, "--arch", "llama", "--hidden", "1024", "--layers", layers, "--vocab", "512",
+    if (strcmp(hidden, "1024"))
+        strcat(model, "w");
+    snprintf(out, sizeof out, "%s.q", model);
+    snprintf(log, sizeof log, "%s.jsonl", out);
+    const char *mk[] = {"mkmodel", model, "--arch", "llama", "--hidden", hidden, "--layers", layers, "--vocab", "512",
                         "--quiet", NULL};
     cr_assert_eq(lwqt_run(mk), 0, "mkmodel --layers %s failed", layers);
     const char *q[] = {"quantize", model, "-o", out, "--calib", calib, "--calib-size", "8", "--calib-seq", "32",
@@ -44,6 +48,11 @@ static void run_depth(const char *layers, const char *calib, double *peak, doubl
     unlink(rm);
 }
 
+static void run_depth(const char *layers, const char *calib, double *peak, double *source)
+{
+    run_depth_w(layers, "1024", calib, peak, source);
+}
+
 Test(quantize_memory, peak_rss_independent_of_depth, .init = lwqt_setup, .fini = lwqt_teardown, .timeout = 120)
 {
 #ifdef __SANITIZE_ADDRESS__
@@ -62,5 +71,10 @@ Test(quantize_memory, peak_rss_independent_of_depth, .init = lwqt_setup, .fini =
     double hi = p4 > p16 ? p4 : p16, lo = p4 > p16 ? p16 : p4;
     cr_assert_leq(hi - lo, 0.10 * hi, "peak RSS %.1f MB with 4 layers, %.1f MB with 16: more than 10%% apart",
                   p4 / 1e6, p16 / 1e6);
-    cr_assert_lt(p16, 0.5 * s16, "peak RSS %.1f MB holds much of the %.1f MB model", p16 / 1e6, s16 / 1e6);
+    /* the process's own floor (shared libraries: with CUDA built in, cuBLAS alone maps ~200 MB),
+     * measured on a one-layer model of width 64 */
+    double pb, sb;
+    run_depth_w("1", "64", calib, &pb, &sb);
+    cr_assert_lt(p16 - pb, 0.5 * s16, "peak RSS %.1f MB above the %.1f MB process floor holds much of the %.1f MB "
+                 "model", (p16 - pb) / 1e6, pb / 1e6, s16 / 1e6);
 }

@@ -178,6 +178,45 @@ Test(quant_cuda, local_hessian_and_its_statistics_equal_cpu)
         sweep_case(dts[d], 70, 96, 1, 400 + (uint64_t)d);
 }
 
+Test(quant_cuda, block_mse_equal_cpu)
+{
+    for (int d = 0; d < 3; d++) {
+        int64_t r = 50, c = 320, n = r * c, nb = n / 16, es = (int64_t)lwq_dtype_size(dts[d]);
+        void *w = rand_w(dts[d], n, 0.2f, 700 + (uint64_t)d);
+        float g, *ac = malloc((size_t)nb * 4), *ag = malloc((size_t)nb * 4);
+        lwq_error e = {0};
+        cr_assert_eq(lwq_quant_amax(w, dts[d], n, "w", &g, &e), 0);
+        void *dw = up(w, (size_t)(n * es));
+        float *da = up(NULL, (size_t)nb * 4);
+        cr_assert_eq(lwq_quant_nvfp4_mse(w, dts[d], r, c, g, "w", ac, &e), 0, "%s", e.msg);
+        cr_assert_eq(lwq_quant_cuda_nvfp4_mse(dw, dts[d], r, c, g, "w", da, NULL, &e), 0, "%s", e.msg);
+        down(ag, da, (size_t)nb * 4);
+        cr_assert_eq(memcmp(ac, ag, (size_t)nb * 4), 0, "%s", lwq_dtype_name(dts[d]));
+        free(w), free(ac), free(ag);
+        cudaFree(dw), cudaFree(da);
+    }
+}
+
+Test(quant_cuda, fp8_mse_equal_cpu)
+{
+    const int64_t shapes[3][2] = {{3, 37}, {64, 256}, {9, 1000}};
+    for (int d = 0; d < 3; d++)
+        for (int sh = 0; sh < 3; sh++) {
+            int64_t r = shapes[sh][0], c = shapes[sh][1], n = r * c, es = (int64_t)lwq_dtype_size(dts[d]);
+            void *w = rand_w(dts[d], n, 0.01f, 800 + (uint64_t)(d * 3 + sh));
+            void *dw = up(w, (size_t)(n * es));
+            float ac, ag;
+            int kc, kg;
+            lwq_error e = {0};
+            cr_assert_eq(lwq_quant_fp8_mse(w, dts[d], r, c, "w", &ac, &kc, &e), 0, "%s", e.msg);
+            cr_assert_eq(lwq_quant_cuda_fp8_mse(dw, dts[d], r, c, "w", &ag, &kg, NULL, &e), 0, "%s", e.msg);
+            cr_assert_eq(kc, kg, "%s [%ld,%ld]", lwq_dtype_name(dts[d]), (long)r, (long)c);
+            cr_assert_eq(ac, ag);
+            free(w);
+            cudaFree(dw);
+        }
+}
+
 Test(quant_cuda, fp8_and_dequant_equal_cpu)
 {
     const int64_t shapes[3][2] = {{1, 5}, {13, 77}, {128, 512}};

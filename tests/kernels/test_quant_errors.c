@@ -35,8 +35,10 @@ Test(quant_errors, nan_in_weight_names_tensor_and_position, .init = setup)
     EXPECT(lwq_quant_nvfp4_sweep(w, LWQ_F32, 4, 32, 3.0f, NULL, NAME, NULL, sc, err), LWQ_ENUMERIC, NAME, "[2, 5]");
     EXPECT(lwq_quant_fp8(w, LWQ_F32, 4, 32, 3.0f, NAME, q, &ws, err), LWQ_ENUMERIC, NAME, "[2, 5]");
     EXPECT(lwq_quant_fp8_mse(w, LWQ_F32, 4, 32, NAME, &ws, NULL, err), LWQ_ENUMERIC, NAME, "[2, 5]");
+    float ba[8];
+    EXPECT(lwq_quant_nvfp4_mse(w, LWQ_F32, 4, 32, 3.0f, NAME, ba, err), LWQ_ENUMERIC, NAME, "[2, 5]");
     float a;
-    EXPECT(lwq_quant_amax(w, LWQ_F32, 128, NAME, &a, err), LWQ_ENUMERIC, NAME, "69");
+    EXPECT(lwq_quant_amax(w, LWQ_F32, 128, NAME, &a, err), LWQ_ENUMERIC, NAME, "element 69");
 }
 
 Test(quant_errors, inf_in_bf16_weight, .init = setup)

@@ -141,6 +141,45 @@ Test(quant_formats, e2m1_round_equals_decode_of_encode)
     }
 }
 
+Test(quant_formats, e2m1_round_mag_equals_comparison_rounding)
+{
+    /* every float in [0, 16): all of E2M1's grid, thresholds and saturation */
+    for (uint32_t u = 0; u <= 0x41800000u; u++) {
+        float a = lwq_bits_f32(u);
+        float want = lwq_e2m1_round(a), got = lwq_e2m1_round_mag(a);
+        if (got != want)
+            cr_assert_fail("a=%a: %g vs %g", (double)a, (double)got, (double)want);
+    }
+    float big[] = {16.0f, 1e3f, 0x1p24f, 0x1.fffffep127f, INFINITY};
+    for (size_t i = 0; i < sizeof big / sizeof big[0]; i++)
+        cr_assert_eq(lwq_e2m1_round_mag(big[i]), 6.0f, "%g", (double)big[i]);
+}
+
+Test(quant_formats, e2m1_thresholds_equal_division_rounding)
+{
+    uint64_t s = 4242;
+    for (int t = 0; t < 400; t++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        /* divisors from 2^-120 to 2^30, any mantissa */
+        float d = lwq_bits_f32((uint32_t)((7u + (s >> 58) % 150u) << 23) | (uint32_t)((s >> 20) & 0x7fffffu));
+        float b[LWQ_E2M1_NTHR];
+        lwq_e2m1_thresholds(d, b);
+        for (int i = 0; i < LWQ_E2M1_NTHR; i++) {
+            /* at each threshold, one float below it, and the neighbours of the exact boundary */
+            float probes[4] = {b[i], nextafterf(b[i], 0.0f), nextafterf(b[i], INFINITY), b[i] * 1.5f};
+            for (int k = 0; k < 4; k++) {
+                float a = probes[k];
+                cr_assert_eq(lwq_e2m1_round_thr(a, b), lwq_e2m1_round_mag(a / d), "d=%a a=%a", (double)d, (double)a);
+            }
+        }
+        for (int k = 0; k < 2000; k++) { /* and random magnitudes around the grid */
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            float a = d * (float)((s >> 40) % 8000000u) * 1e-6f;
+            cr_assert_eq(lwq_e2m1_round_thr(a, b), lwq_e2m1_round_mag(a / d), "d=%a a=%a", (double)d, (double)a);
+        }
+    }
+}
+
 Test(quant_formats, nibble_packing_low_index_in_low_nibble)
 {
     cr_assert_eq(lwq_nvfp4_pack(0x7, 0xD), 0xD7);

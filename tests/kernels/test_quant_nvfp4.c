@@ -54,14 +54,14 @@ static float naive_amax(const tens *t)
 
 static const lwq_dtype dts[3] = {LWQ_BF16, LWQ_F16, LWQ_F32};
 static const float scales[5] = {1e-6f, 1e-3f, 1.0f, 1e2f, 1e4f};
-static const int64_t shapes[4][2] = {{1, 16}, {3, 48}, {17, 256}, {40, 1024}};
+static const int64_t shapes[5][2] = {{1, 16}, {3, 48}, {17, 256}, {40, 1024}, {5, 2080}};
 
 Test(quant_nvfp4, max_path_matches_naive_on_random_tensors)
 {
     uint64_t seed = 1;
     for (int d = 0; d < 3; d++)
         for (int s = 0; s < 5; s++)
-            for (int sh = 0; sh < 4; sh++) {
+            for (int sh = 0; sh < 5; sh++) {
                 if (dts[d] == LWQ_F16 && scales[s] > 1e3f)
                     continue; /* f16 overflows */
                 tens t = make(dts[d], shapes[sh][0], shapes[sh][1], scales[s], seed++);
@@ -168,6 +168,70 @@ Test(quant_nvfp4, sweep_picks_brute_force_argmin)
     check_sweep(LWQ_BF16, 4, 64, 1.0f, NULL, 11);
     check_sweep(LWQ_F32, 3, 32, 1e-4f, NULL, 12);
     check_sweep(LWQ_F16, 2, 48, 30.0f, NULL, 13);
+}
+
+Test(quant_nvfp4, block_mse_picks_brute_force_argmin)
+{
+    const lwq_dtype d3[3] = {LWQ_BF16, LWQ_F16, LWQ_F32};
+    for (int d = 0; d < 3; d++) {
+        tens t = make(d3[d], 9, 160, d == 1 ? 2.0f : 0.01f, 70 + (uint64_t)d);
+        int64_t nb = 9 * 10;
+        float g = naive_amax(&t) * (d == 2 ? 1.5f : 1.0f), ws2 = g / 2688.0f, out[90];
+        lwq_error e = {0};
+        cr_assert_eq(lwq_quant_nvfp4_mse(t.data, t.dt, 9, 160, g, "w", out, &e), 0, "%s", e.msg);
+        int moved = 0; /* blocks whose choice is not the first candidate: the search did something */
+        for (int64_t b = 0; b < nb; b++) {
+            double m = 0;
+            for (int i = 0; i < 16; i++)
+                m = fmax(m, fabs((double)t.f[b * 16 + i]));
+            moved += out[b] != (float)m * lwq_mse_multiplier(0);
+            float best_a = 0, bl = 0;
+            for (int k = 0; k < 39; k++) {
+                float a = (float)m * lwq_mse_multiplier(k);
+                float dd = (float)nv_e4m3_val(nv_scale_static(a, g)) * ws2;
+                float l = nv_loss(t.f + b * 16, dd, NULL);
+                if (k == 0 || l < bl)
+                    bl = l, best_a = a;
+            }
+            cr_assert_eq(out[b], best_a, "%s block %ld: %g vs %g", lwq_dtype_name(t.dt), (long)b, (double)out[b],
+                         (double)best_a);
+        }
+        cr_assert(moved > nb / 2, "%s: only %d of %ld blocks moved", lwq_dtype_name(t.dt), moved, (long)nb);
+        drop(&t);
+    }
+}
+
+Test(quant_nvfp4, searches_exact_on_blocks_far_below_the_global_amax)
+{
+    /* rows scaled by 1 .. 1e-4 of one outlier: the searches stop early on small blocks (once all
+     * codes are 0); the brute force below does not, and must agree */
+    int64_t r = 10, c = 64, nb = r * c / 16;
+    float *w = malloc((size_t)(r * c) * 4), ws2, out_a[40], out_m[40];
+    uint8_t sc[40];
+    uint64_t seed = 91;
+    for (int64_t i = 0; i < r * c; i++)
+        w[i] = nv_rand_val(&seed, 1.0f) * powf(10.0f, -(float)((i / c) % 5));
+    w[3] = 40.0f;
+    float g = 40.0f;
+    ws2 = g / 2688.0f;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_nvfp4_sweep(w, LWQ_F32, r, c, g, NULL, "w", out_a, sc, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_quant_nvfp4_mse(w, LWQ_F32, r, c, g, "w", out_m, &e), 0, "%s", e.msg);
+    for (int64_t b = 0; b < nb; b++) {
+        cr_assert_eq(sc[b], nv_sweep(w + b * 16, ws2, NULL, NULL), "block %ld", (long)b);
+        double m = 0;
+        for (int i = 0; i < 16; i++)
+            m = fmax(m, fabs((double)w[b * 16 + i]));
+        float best_a = 0, bl = 0;
+        for (int k = 0; k < 39; k++) {
+            float a = (float)m * lwq_mse_multiplier(k);
+            float l = nv_loss(w + b * 16, (float)nv_e4m3_val(nv_scale_static(a, g)) * ws2, NULL);
+            if (k == 0 || l < bl)
+                bl = l, best_a = a;
+        }
+        cr_assert_eq(out_m[b], best_a, "block %ld", (long)b);
+    }
+    free(w);
 }
 
 static float *random_hessian(int64_t nb, uint64_t seed)

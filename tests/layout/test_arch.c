@@ -244,6 +244,11 @@ Test(arch, qwen3_next_linear_and_full_attention_layers)
     cr_assert_not_null(conv);
     cr_assert_eq(conv->shape[0], 2 * 32 + 32);
     cr_assert_eq(conv->shape[2], 4);
+    cr_assert_eq(conv->ndim, 3);
+    const lwq_arch_linear *cl = lin(&p, "model.layers.0.linear_attn.conv1d");
+    cr_assert(cl->role == LWQ_ROLE_LIN_CONV && cl->out_features == 96 && cl->in_features == 4,
+              "conv1d is a quantizable linear of out = channels, in = kernel");
+    cr_assert_eq(conv->linear, (int)(cl - p.linears));
     cr_assert(lin(&p, "model.layers.0.mlp.shared_expert_gate")->is_router);
     cr_assert_eq(lin(&p, "model.layers.0.mlp.shared_expert.up_proj")->out_features, 48);
     lwq_arch_layer_free(&p);

@@ -20,7 +20,7 @@ static cJSON *parse_ok(const char *s)
 
 Test(export, nvfp4_hf_quant_config_matches_formats_md)
 {
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8_CAST};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8_CAST, NULL};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
@@ -42,7 +42,7 @@ Test(export, nvfp4_hf_quant_config_matches_formats_md)
 
 Test(export, kv_none_keeps_null_key)
 {
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
     char *s;
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
     cJSON *j = parse_ok(s);
@@ -56,7 +56,7 @@ Test(export, config_json_keeps_source_and_adds_quantization_config)
 {
     cJSON *src = cJSON_Parse("{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,"
                              "\"quantization_config\":{\"stale\":1}}");
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8, NULL};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_config_json(src, &q, &s, &e), 0, "%s", e.msg);
@@ -86,7 +86,7 @@ Test(export, two_formats_give_mixed_precision)
         {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4},
         {"model.layers.0.mlp.gate", LWQ_QFMT_NONE},
     };
-    lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST};
+    lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST, NULL};
     char *s;
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
     cJSON *j = parse_ok(s);
@@ -107,7 +107,7 @@ Test(export, two_formats_give_mixed_precision)
 Test(export, nothing_quantized_is_refused)
 {
     static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE}};
-    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST};
+    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST, NULL};
     char *s;
     lwq_error e = {0};
     cr_assert_lt(lwq_export_hf_quant_config(&q, &s, &e), 0);

@@ -271,3 +271,50 @@ Test(mkmodel, tied_embeddings_omit_lm_head)
     lwq_arch_report_free(&r);
     lwq_ckpt_free(&c);
 }
+
+/* qwen3_next: layer_types from --full-attn-every, the linear-attention geometry in config.json,
+ * parameters counted from the flags, and the MTP block only with --mtp. */
+Test(mkmodel, qwen3_next_round_trip_with_mtp)
+{
+    const char *out = lwqt_path("m");
+    const char *a[] = {"mkmodel", out, "--arch", "qwen3_next", "--hidden", "64", "--layers", "4",
+                       "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--experts", "4",
+                       "--moe-intermediate", "32", "--shared-intermediate", "48",
+                       "--linear-key-heads", "2", "--linear-value-heads", "4",
+                       "--linear-key-dim", "16", "--linear-value-dim", "8", "--conv-kernel", "3",
+                       "--full-attn-every", "2", "--vocab", "300", "--mtp", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(a), 0);
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(out, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(c.cfg.arch, LWQ_ARCH_QWEN3_NEXT);
+    cr_assert_eq(c.cfg.linear_conv_kernel_dim, 3);
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(c.cfg.layer_is_linear[i], i % 2 == 0, "layer %d", i);
+    lwq_arch_report r;
+    cr_assert_eq(lwq_arch_check(&c, &r, &e), 0, "no missing or mis-shaped tensor");
+    cr_assert_eq(r.count[LWQ_ARCH_UNEXPECTED], 0, "the MTP block is known to the tail plan");
+    /* h=64, kd=32, vd=32: linear layer = qkvz 128x64 + ba 8x64 + conv 96x3 + A_log, dt_bias 4+4 +
+     * gated norm 8 + out 64x32; full layer = q 128x64 + k,v 2x32x64 + o 64x64 + 2x16 norms;
+     * MoE = 4 x 3 x 64x32 + router 4x64 + shared 3 x 64x48 + gate 64; 2 layer norms */
+    int64_t lin = 128 * 64 + 8 * 64 + 96 * 3 + 8 + 8 + 64 * 32, full = 128 * 64 + 2 * 32 * 64 +
+                  64 * 64 + 32, moe = 4 * 3 * 64 * 32 + 4 * 64 + 3 * 64 * 48 + 64;
+    int64_t layers = 2 * lin + 2 * full + 4 * (moe + 128), tail = 2 * 300 * 64 + 64;
+    int64_t mtp = 64 * 128 + 3 * 64 + full + moe + 128;
+    cr_assert_eq((int64_t)c.total_bytes / 2, layers + tail + mtp);
+    cr_assert_not_null(lwq_ckpt_find(&c, "mtp.layers.0.mlp.experts.3.down_proj.weight"));
+    cr_assert_not_null(lwq_ckpt_find(&c, "mtp.fc.weight"));
+    const lwq_ckpt_tensor *cv = lwq_ckpt_find(&c, "model.layers.0.linear_attn.conv1d.weight");
+    cr_assert(cv && cv->ndim == 3 && cv->shape[0] == 96 && cv->shape[1] == 1 && cv->shape[2] == 3);
+    lwq_arch_report_free(&r);
+    lwq_ckpt_free(&c);
+}
+
+Test(mkmodel, mtp_is_refused_for_other_architectures)
+{
+    const char *a[] = {"mkmodel", lwqt_path("m"), "--arch", "llama", "--mtp", NULL};
+    cr_assert_eq(lwqt_run(a), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "--mtp is for --arch qwen3_next only"), "%s", err);
+    free(err);
+}
