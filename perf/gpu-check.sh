@@ -278,10 +278,10 @@ if e:
               + (f" = {100*e2e/ref:.0f}% of the disk (target >= 85%)" if ref else "")),
              ("--dry-read on the same model", f"{e['dry_read_gbps']:.2f} GB/s"
               + (f" ({100*e['dry_read_gbps']/e['fio_gbps']:.0f}% of fio on its shards)" if e.get("fio_gbps") else "")),
-             ("engine time: forward (GPU + uploads) / quantize (CPU) / write, share of wall",
+             ("engine time: forward (kernels + uploads) / quantize / write, share of wall",
               f"{100*e['forward_s']/e['wall_s']:.0f}% / {100*e['quantize_s']/e['wall_s']:.0f}% / "
               f"{100*e['write_s']/e['wall_s']:.0f}%; waited on reads {100*e['read_wait_s']/e['wall_s']:.0f}%"),
-             ("GPU kernel time share", "needs nsys (perf/profile-nsys.sh); the forward share above bounds it"),
+             ("GPU kernel time share", "needs nsys (perf/profile-nsys.sh); forward + quantize above bound it"),
              ("overlap wall / max(read-only, compute)", f"{e['overlap']:.3f} (target <= 1.15)"),
              ("overlap wall / max(read-only, forward + quantize, write) (the writer runs in parallel)",
               f"{e['overlap_stage']:.3f}; depth loop alone {e['loop_overlap_stage']:.3f}"),
