@@ -165,10 +165,27 @@ static int from_work(lwq_run *r, int b, unsigned char *buf, lwq_error *e)
 
 static int embed_all(lwq_run *r, unsigned char *dst, lwq_error *e)
 {
-    lwq_tlist tail;
-    int rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
-    if (rc)
+    /* only the embedding matrix: lm_head, as large, is not needed to embed */
+    lwq_tlist tail = {0};
+    char name[128];
+    snprintf(name, sizeof name, "%smodel.embed_tokens.weight", r->ck.cfg.weight_prefix);
+    const lwq_ckpt_tensor *t = lwq_ckpt_find(&r->ck, name);
+    int rc = 0;
+    if (t && t->dtype != LWQ_F8_E4M3 && t->dtype != LWQ_U8) {
+        void *buf = malloc(t->nbytes ? t->nbytes : 1);
+        if (!buf)
+            return lwq_errf(e, LWQ_ENOMEM, "%s: cannot allocate %llu bytes", name, (unsigned long long)t->nbytes);
+        if ((rc = lwq_ckpt_read_tensor(&r->ck, t, buf, e)) == 0)
+            rc = lwq_tlist_add(&tail, t->name, t->dtype, t->ndim, t->shape, buf, 1, e);
+        else
+            free(buf);
+    } else { /* absent (the forward names it) or packed: the general path */
+        rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
+    }
+    if (rc) {
+        lwq_tlist_free(&tail);
         return rc;
+    }
     lwq_layer_weights lw;
     lwq_layer_weights_init(&lw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
     for (int b = 0; b < r->nb && rc == 0; b++) {
@@ -431,6 +448,9 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
         rc = start_io(r, ranges, nranges, e);
     if (rc == 0 && !r->o->dry_read)
         rc = lwq_writer_init(&r->wr, 4, e);
+    /* the unchanged tail is copied by the writer while the first layers compute */
+    if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers)
+        rc = lwq_run_submit_tail(r, e);
     double t_start = lwq_now(), t_prev = t_start;
     r->setup_s = t_start - r->t0;
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {

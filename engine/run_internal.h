@@ -71,6 +71,7 @@ typedef struct lwq_run {
     char fp_hex[17];
     lwq_manifest man;             /* touched by the writer thread between submit and flush */
     int start_layer;              /* first layer to compute (resume) */
+    int tail_written;             /* model-tail.safetensors made durable by this process */
 
     /* report */
     int cold_total;
@@ -105,6 +106,9 @@ void lwq_run_log_layer(lwq_run *r, int layer);
 /* Queue shard + boundary + manifest writes of layer L (out/src freed when written). */
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t job,
                          lwq_error *e);
+/* Queue the tail's streamed copy as the writer's first job, so it overlaps the depth loop (a
+ * no-op when a tail tensor needs dequantization; lwq_run_finish then writes it). */
+int lwq_run_submit_tail(lwq_run *r, lwq_error *e);
 /* Write one shard synchronously (whole-model path). */
 int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e);
 /* Tail, index, configs, copied files, report; then mark the manifest complete. */

@@ -12,6 +12,7 @@
  * A crash anywhere leaves either the old manifest (layer L recomputed on rerun, its shard
  * overwritten) or the new one (layer L skipped). */
 #include <dirent.h>
+#include <fcntl.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -327,11 +328,132 @@ static int write_text(lwq_run *r, const char *name, const char *text, lwq_error 
 }
 
 /* The tail: every tensor outside decoder layers 0..num_hidden_layers-1 (embeddings, final norm,
- * lm_head, MTP layers), unchanged. */
+ * lm_head, MTP layers), unchanged.  Streamed from the source files through a fixed 8 MiB buffer
+ * (the embedding and lm_head of a large model are gigabytes), unless a tensor there must be
+ * dequantized first (FP8 / MXFP4 MTP layers), which goes through memory. */
+static int tail_tensors(const lwq_run *r, int **idx, int *n, int *packed)
+{
+    int cap = r->ck.tail.n;
+    for (int L = r->nlayers; L < r->ck.nlayers; L++)
+        cap += r->ck.layers[L].n;
+    *idx = malloc((size_t)(cap ? cap : 1) * sizeof **idx);
+    if (!*idx)
+        return -1;
+    *n = 0;
+    *packed = 0;
+    for (int L = -1; L < r->ck.nlayers; L++) {
+        if (L >= 0 && L < r->nlayers)
+            continue;
+        const lwq_ckpt_layer *cl = L < 0 ? &r->ck.tail : &r->ck.layers[L];
+        for (int k = 0; k < cl->n; k++) {
+            const lwq_ckpt_tensor *t = &r->ck.tensors[cl->idx[k]];
+            *packed |= t->dtype == LWQ_F8_E4M3 || t->dtype == LWQ_U8;
+            (*idx)[(*n)++] = cl->idx[k];
+        }
+    }
+    return 0;
+}
+
+static int stream_tail(lwq_run *r, const int *idx, int n, lwq_durable_file *f, lwq_error *e)
+{
+    lwq_st_out_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
+    unsigned char *buf = malloc(STAGE_BYTES);
+    int *fds = malloc((size_t)r->ck.nfiles * sizeof *fds);
+    int rc = t && buf && fds ? 0 : lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    for (int i = 0; fds && i < r->ck.nfiles; i++)
+        fds[i] = -1;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const lwq_ckpt_tensor *s = &r->ck.tensors[idx[i]];
+        t[i].name = s->name;
+        t[i].dtype = s->dtype;
+        t[i].ndim = s->ndim;
+        memcpy(t[i].shape, s->shape, sizeof t[i].shape);
+    }
+    lwq_st_kv meta[2] = {{(char *)"format", (char *)"pt"}, {(char *)"lwq_fingerprint", r->fp_hex}};
+    lwq_st_plan p = {0};
+    if (rc == 0 && (rc = lwq_st_plan_make(t, n, meta, 2, &p, e)) == 0)
+        rc = lwq_durable_append(f, p.header, p.header_bytes, e);
+    for (int i = 0; rc == 0 && i < p.n; i++) {
+        const lwq_ckpt_tensor *s = &r->ck.tensors[idx[p.order[i]]];
+        const char *path = r->ck.files[s->file].path;
+        if (fds[s->file] < 0 && (fds[s->file] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
+            rc = lwq_errsys(e, -errno, "%s: cannot open", path);
+            break;
+        }
+        for (uint64_t off = 0; rc == 0 && off < s->nbytes;) {
+            size_t k = (size_t)(s->nbytes - off < STAGE_BYTES ? s->nbytes - off : STAGE_BYTES);
+            if ((rc = lwq_durable_pread_all(fds[s->file], buf, k, s->offset + off, path, e)) == 0)
+                rc = lwq_durable_append(f, buf, k, e);
+            off += k;
+        }
+    }
+    for (int i = 0; fds && i < r->ck.nfiles; i++)
+        if (fds[i] >= 0)
+            close(fds[i]);
+    lwq_st_plan_free(&p);
+    free(fds);
+    free(buf);
+    free(t);
+    return rc;
+}
+
+static int tail_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    lwq_run *r = ctx;
+    int *idx, n, packed;
+    if (tail_tensors(r, &idx, &n, &packed) != 0)
+        return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    int rc = stream_tail(r, idx, n, f, e);
+    free(idx);
+    return rc;
+}
+
+static void tail_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    lwq_run *r = ctx;
+    (void)id;
+    (void)e;
+    r->tail_written = rc == 0;
+}
+
+int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
+{
+    int *idx, n, packed;
+    if (tail_tensors(r, &idx, &n, &packed) != 0)
+        return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    free(idx);
+    if (packed) /* needs dequantization: written at the end, through memory */
+        return 0;
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/model-tail.safetensors", r->out_dir);
+    if (rc)
+        return rc;
+    lwq_writer_job job = {path, NULL, 0, tail_serialize, r, tail_done, r};
+    return lwq_writer_submit(r->wr, &job, e) < 0 ? e->code : 0;
+}
+
 static int write_tail(lwq_run *r, lwq_error *e)
 {
+    int *idx, n, packed;
+    if (tail_tensors(r, &idx, &n, &packed) != 0)
+        return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    int rc;
+    if (!packed) {
+        char path[PATH_MAX];
+        lwq_durable_file f;
+        if ((rc = lwq_pathf(e, path, sizeof path, "%s/model-tail.safetensors", r->out_dir)) == 0 &&
+            (rc = lwq_durable_open(&f, path, e)) == 0) {
+            if ((rc = stream_tail(r, idx, n, &f, e)) != 0)
+                lwq_durable_abort(&f);
+            else
+                rc = lwq_durable_commit(&f, e);
+        }
+        free(idx);
+        return rc;
+    }
+    free(idx);
     lwq_tlist tail = {0}, part;
-    int rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
+    rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
     for (int L = r->nlayers; rc == 0 && L < r->ck.nlayers; L++) {
         if ((rc = lwq_layersrc_read(&r->ck, L, &part, e)) != 0)
             break;
@@ -541,7 +663,7 @@ char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_
 int lwq_run_finish(lwq_run *r, lwq_error *e)
 {
     int rc;
-    if ((rc = write_tail(r, e)) != 0 || (rc = write_index(r, e)) != 0 || (rc = write_configs(r, e)) != 0 ||
+    if ((!r->tail_written && (rc = write_tail(r, e)) != 0) || (rc = write_index(r, e)) != 0 || (rc = write_configs(r, e)) != 0 ||
         (rc = copy_side_files(r, e)) != 0)
         return rc;
     if ((rc = write_report(r, e)) != 0)

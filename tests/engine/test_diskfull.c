@@ -85,8 +85,9 @@ Test(diskfull, enospc_stops_cleanly_and_the_rerun_is_identical)
 {
     lwq_error e = {0};
     cr_assert_eq(run("ref", &e), 0, "%s", e.msg);
-    /* Writes after arming: 1 the initial manifest; per layer a shard, a boundary (not after the
-     * last layer) and a manifest; then the tail.  Every write from the nth on fails. */
+    /* Writes after arming: 1 the initial manifest, 2 the tail (streamed by the writer before the
+     * first shard); per layer a shard, a boundary (not after the last layer) and a manifest; then
+     * the index and configs.  Every write from the nth on fails. */
     static const struct {
         int nth, max_committed;
     } cases[] = {{2, 0}, {3, 0}, {4, 0}, {7, 1}, {10, 3}};
