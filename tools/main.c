@@ -15,7 +15,7 @@ static int lwq_cmd_version(int argc, char **argv)
 static const lwq_command commands[] = {
     {"inspect", lwq_cmd_inspect, "describe a checkpoint: architecture, layers, bytes, tail"},
     {"diff", lwq_cmd_diff, "compare two checkpoints tensor by tensor (exit 0 same, 1 different)"},
-    {"mkmodel", lwq_cmd_mkmodel, "write a synthetic checkpoint (llama, qwen3, qwen3_moe, mixtral)"},
+    {"mkmodel", lwq_cmd_mkmodel, "write a synthetic checkpoint (llama, qwen3, qwen3_moe, mixtral, deepseek, qwen3_next)"},
     {"quantize", lwq_cmd_quantize, "quantize a checkpoint to NVFP4/FP8, layer by layer, resumable"},
     {"plan", lwq_cmd_plan, "predict memory and output size of a quantize run"},
     {"verify", lwq_cmd_verify, "check a quantized checkpoint: checksums, index, configs, scales"},
