@@ -30,6 +30,7 @@
 #include "tools/commands.h"
 #include "tools/mkmodel_qwen3next.h"
 #include "tools/mkmodel_src.h"
+#include "tools/mkmodel_tokenizer.h"
 #include "tools/tool_util.h"
 
 #define MK_BUF_BYTES (8u << 20)
@@ -254,105 +255,6 @@ static const char *torch_dtype(lwq_dtype t)
     return t == LWQ_BF16 ? "bfloat16" : t == LWQ_F16 ? "float16" : "float32";
 }
 
-/* GPT-2's byte-level merges whose parts are single bytes or earlier merges. */
-static const char *const merges[] = {"Ġ t", "Ġ a", "h e", "i n",  "r e", "o n", "Ġt he", "e r",
-                                     "Ġ s", "a t", "Ġ w", "Ġ o", "e n", "Ġ c", "i t",   "i s"};
-#define N_MERGES ((int)(sizeof merges / sizeof merges[0]))
-#define EOT_ID (256 + N_MERGES)
-
-static int utf8(unsigned cp, char *out)
-{
-    if (cp < 0x80) {
-        out[0] = (char)cp;
-        out[1] = 0;
-        return 1;
-    }
-    out[0] = (char)(0xc0 | (cp >> 6));
-    out[1] = (char)(0x80 | (cp & 0x3f));
-    out[2] = 0;
-    return 2;
-}
-
-static char *tokenizer_json(void)
-{
-    /* GPT-2 byte_to_unicode: printable bytes map to themselves, the other 68 to U+0100.. in
-     * order; ids follow that same order (printable first), as in GPT-2's vocab. */
-    unsigned cp[256];
-    int order[256], k = 0, extra = 0;
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-        if (printable) {
-            cp[b] = (unsigned)b;
-            order[k++] = b;
-        }
-    }
-    for (int b = 0; b < 256; b++) {
-        int printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174);
-        if (!printable) {
-            cp[b] = 256u + (unsigned)extra++;
-            order[k++] = b;
-        }
-    }
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "version", "1.0");
-    cJSON_AddNullToObject(root, "truncation");
-    cJSON_AddNullToObject(root, "padding");
-    cJSON *added = cJSON_AddArrayToObject(root, "added_tokens");
-    cJSON *at = cJSON_CreateObject();
-    cJSON_AddNumberToObject(at, "id", EOT_ID);
-    cJSON_AddStringToObject(at, "content", "<|endoftext|>");
-    cJSON_AddBoolToObject(at, "single_word", 0);
-    cJSON_AddBoolToObject(at, "lstrip", 0);
-    cJSON_AddBoolToObject(at, "rstrip", 0);
-    cJSON_AddBoolToObject(at, "normalized", 0);
-    cJSON_AddBoolToObject(at, "special", 1);
-    cJSON_AddItemToArray(added, at);
-    cJSON_AddNullToObject(root, "normalizer");
-    cJSON *pre = cJSON_AddObjectToObject(root, "pre_tokenizer");
-    cJSON_AddStringToObject(pre, "type", "ByteLevel");
-    cJSON_AddBoolToObject(pre, "add_prefix_space", 0);
-    cJSON_AddBoolToObject(pre, "trim_offsets", 1);
-    cJSON_AddBoolToObject(pre, "use_regex", 1);
-    cJSON *post = cJSON_AddObjectToObject(root, "post_processor");
-    cJSON_AddStringToObject(post, "type", "ByteLevel");
-    cJSON_AddBoolToObject(post, "add_prefix_space", 1);
-    cJSON_AddBoolToObject(post, "trim_offsets", 0);
-    cJSON_AddBoolToObject(post, "use_regex", 1);
-    cJSON *dec = cJSON_AddObjectToObject(root, "decoder");
-    cJSON_AddStringToObject(dec, "type", "ByteLevel");
-    cJSON_AddBoolToObject(dec, "add_prefix_space", 1);
-    cJSON_AddBoolToObject(dec, "trim_offsets", 1);
-    cJSON_AddBoolToObject(dec, "use_regex", 1);
-    cJSON *model = cJSON_AddObjectToObject(root, "model");
-    cJSON_AddStringToObject(model, "type", "BPE");
-    cJSON_AddNullToObject(model, "dropout");
-    cJSON_AddNullToObject(model, "unk_token");
-    cJSON_AddNullToObject(model, "continuing_subword_prefix");
-    cJSON_AddNullToObject(model, "end_of_word_suffix");
-    cJSON_AddBoolToObject(model, "fuse_unk", 0);
-    cJSON_AddBoolToObject(model, "byte_fallback", 0);
-    cJSON_AddBoolToObject(model, "ignore_merges", 0);
-    cJSON *vocab = cJSON_AddObjectToObject(model, "vocab");
-    for (int i = 0; i < 256; i++) {
-        char s[4];
-        utf8(cp[order[i]], s);
-        cJSON_AddNumberToObject(vocab, s, i);
-    }
-    for (int i = 0; i < N_MERGES; i++) {
-        char tok[32];
-        const char *sp = strchr(merges[i], ' ');
-        snprintf(tok, sizeof tok, "%.*s%s", (int)(sp - merges[i]), merges[i], sp + 1);
-        cJSON_AddNumberToObject(vocab, tok, 256 + i);
-    }
-    cJSON_AddNumberToObject(vocab, "<|endoftext|>", EOT_ID);
-    cJSON *mg = cJSON_AddArrayToObject(model, "merges");
-    for (int i = 0; i < N_MERGES; i++)
-        cJSON_AddItemToArray(mg, cJSON_CreateString(merges[i]));
-    char *s = cJSON_PrintUnformatted(root);
-    cJSON_Delete(root);
-    return s;
-}
-
 static char *config_json(const mk_opts *o)
 {
     cJSON *c = cJSON_CreateObject();
@@ -374,8 +276,8 @@ static char *config_json(const mk_opts *o)
     cJSON_AddStringToObject(c, "hidden_act", "silu");
     cJSON_AddBoolToObject(c, "attention_bias", 0);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie);
-    cJSON_AddNumberToObject(c, "bos_token_id", EOT_ID);
-    cJSON_AddNumberToObject(c, "eos_token_id", EOT_ID);
+    cJSON_AddNumberToObject(c, "bos_token_id", LWQ_MK_EOT_ID);
+    cJSON_AddNumberToObject(c, "eos_token_id", LWQ_MK_EOT_ID);
     cJSON_AddStringToObject(c, "torch_dtype", torch_dtype(o->dtype));
     if (!strcmp(o->arch, "qwen3_moe")) {
         cJSON_AddNumberToObject(c, "num_experts", (double)o->experts);
@@ -614,7 +516,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
         case 'd': bad = lwq_tool_parse_i64("--head-dim", optarg, 1, 4096, &o->head_dim); break;
         case 'E': bad = lwq_tool_parse_i64("--experts", optarg, 1, 4096, &o->experts); break;
         case 't': bad = lwq_tool_parse_i64("--top-k", optarg, 1, 4096, &o->topk); break;
-        case 'V': bad = lwq_tool_parse_i64("--vocab", optarg, EOT_ID + 1, INT64_C(1) << 24, &o->vocab); break;
+        case 'V': bad = lwq_tool_parse_i64("--vocab", optarg, LWQ_MK_EOT_ID + 1, INT64_C(1) << 24, &o->vocab); break;
         case 'S': {
             /* MiB by default; a K/M/G suffix gives KiB/MiB/GiB (tests want small shards). */
             char num[32];
@@ -799,7 +701,7 @@ int lwq_cmd_mkmodel(int argc, char **argv)
         cfg_text = NULL;
     }
     if (rc == 0)
-        rc = write_json_file(o.out, "tokenizer.json", tokenizer_json(), &e);
+        rc = write_json_file(o.out, "tokenizer.json", lwq_mkmodel_tokenizer_json(), &e);
     if (rc == 0) {
         char tc[512];
         snprintf(tc, sizeof tc,
@@ -812,7 +714,7 @@ int lwq_cmd_mkmodel(int argc, char **argv)
         char gc[256];
         snprintf(gc, sizeof gc,
                  "{\n  \"bos_token_id\": %d,\n  \"eos_token_id\": %d,\n  \"do_sample\": false\n}\n",
-                 EOT_ID, EOT_ID);
+                 LWQ_MK_EOT_ID, LWQ_MK_EOT_ID);
         rc = write_json_file(o.out, "generation_config.json", strdup(gc), &e);
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
