@@ -258,11 +258,13 @@ static int qdq_overlay(lwq_run *r, int L, lwq_tlist *out, const lwq_tlist *src, 
                      ? lwq_quant_nvfp4_dequant(q->data, sc->data, *(const float *)s2->data, rows, cols, s->dtype, buf, e)
                      : lwq_quant_fp8_dequant(q->data, *(const float *)sc->data,
                                              (int64_t)(s->nbytes / lwq_dtype_size(s->dtype)), s->dtype, buf, e);
-        if (rc < 0 || (rc = lwq_tlist_add(ov, s->name, s->dtype, s->ndim, s->shape, buf, 1, e)) < 0) {
-            if (rc < 0 && !ov->n)
-                free(buf);
+        if (rc < 0) {
+            free(buf);
             return rc;
         }
+        /* lwq_tlist_add takes buf over, and frees it when it fails */
+        if ((rc = lwq_tlist_add(ov, s->name, s->dtype, s->ndim, s->shape, buf, 1, e)) < 0)
+            return rc;
     }
     lwq_tlist_sort(ov);
     return 0;

@@ -7,17 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* `name` minus `suf` into out when it ends with suf. */
-static int strip(const char *name, const char *suf, char *out, size_t cap)
-{
-    size_t n = strlen(name), s = strlen(suf);
-    if (n <= s || strcmp(name + n - s, suf) || n - s >= cap)
-        return 0;
-    memcpy(out, name, n - s);
-    out[n - s] = 0;
-    return 1;
-}
-
 static const lwq_htensor *sibling(const lwq_tlist *l, const char *base, const char *suf)
 {
     char n[512];
@@ -93,7 +82,7 @@ int lwq_srcdeq_apply(const lwq_model_config *cfg, lwq_tlist *src, lwq_error *e)
     for (int i = 0; i < src->n && !packed; i++) {
         const lwq_htensor *t = &src->v[i];
         packed = t->dtype == LWQ_F8_E4M3 ||
-                 (strip(t->name, LWQ_SRCFMT_BLOCKS, base, sizeof base) &&
+                 (lwq_srcfmt_strip_suffix(t->name, LWQ_SRCFMT_BLOCKS, base, sizeof base) &&
                   sibling(src, base, LWQ_SRCFMT_SCALES));
     }
     if (!packed)
@@ -115,13 +104,13 @@ int lwq_srcdeq_apply(const lwq_model_config *cfg, lwq_tlist *src, lwq_error *e)
         } else if (t->dtype == LWQ_F8_E4M3 && f.kind == LWQ_SRCFMT_FP8_BLOCK) {
             rc = lwq_errf(e, LWQ_EFORMAT, "%s is F8_E4M3 but %s" LWQ_SRCFMT_SCALE_INV " is "
                           "missing", t->name, t->name);
-        } else if (strip(t->name, LWQ_SRCFMT_SCALE_INV, base, sizeof base) &&
+        } else if (lwq_srcfmt_strip_suffix(t->name, LWQ_SRCFMT_SCALE_INV, base, sizeof base) &&
                    (o = lwq_tlist_find(src, base)) && o->dtype == LWQ_F8_E4M3) {
             continue; /* consumed by its weight */
-        } else if (strip(t->name, LWQ_SRCFMT_BLOCKS, base, sizeof base) &&
+        } else if (lwq_srcfmt_strip_suffix(t->name, LWQ_SRCFMT_BLOCKS, base, sizeof base) &&
                    (o = sibling(src, base, LWQ_SRCFMT_SCALES))) {
             rc = mx_tensor(&f, base, t, o, &out, e);
-        } else if (strip(t->name, LWQ_SRCFMT_SCALES, base, sizeof base) &&
+        } else if (lwq_srcfmt_strip_suffix(t->name, LWQ_SRCFMT_SCALES, base, sizeof base) &&
                    sibling(src, base, LWQ_SRCFMT_BLOCKS)) {
             continue;
         } else {

@@ -262,8 +262,7 @@ static const lwq_ckpt_tensor *find_suffixed(const lwq_ckpt *c, const char *base,
     return lwq_ckpt_find(c, n);
 }
 
-/* `name` without `suf` into out (cap bytes) when it ends with suf. */
-static int strip(const char *name, const char *suf, char *out, size_t cap)
+int lwq_srcfmt_strip_suffix(const char *name, const char *suf, char *out, size_t cap)
 {
     size_t n = strlen(name), s = strlen(suf);
     if (n <= s || strcmp(name + n - s, suf) || n - s >= cap)
@@ -289,13 +288,13 @@ int lwq_srcfmt_packed_shape(const lwq_ckpt *c, const char *name, int *ndim, int6
 int lwq_srcfmt_is_aux(const lwq_ckpt *c, const char *name)
 {
     char base[512];
-    if (strip(name, LWQ_SRCFMT_SCALE_INV, base, sizeof base)) {
+    if (lwq_srcfmt_strip_suffix(name, LWQ_SRCFMT_SCALE_INV, base, sizeof base)) {
         const lwq_ckpt_tensor *w = lwq_ckpt_find(c, base);
         return w && w->dtype == LWQ_F8_E4M3;
     }
-    if (strip(name, LWQ_SRCFMT_BLOCKS, base, sizeof base))
+    if (lwq_srcfmt_strip_suffix(name, LWQ_SRCFMT_BLOCKS, base, sizeof base))
         return find_suffixed(c, base, LWQ_SRCFMT_SCALES) != NULL;
-    if (strip(name, LWQ_SRCFMT_SCALES, base, sizeof base))
+    if (lwq_srcfmt_strip_suffix(name, LWQ_SRCFMT_SCALES, base, sizeof base))
         return find_suffixed(c, base, LWQ_SRCFMT_BLOCKS) != NULL;
     return 0;
 }

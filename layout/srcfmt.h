@@ -65,6 +65,8 @@ int lwq_srcfmt_mxfp4_dequant(const char *name, const uint8_t *blocks, const uint
  * `name` is stored as name_blocks + name_scales, fill the logical shape and return 1, else 0.
  * lwq_srcfmt_is_aux: 1 for a tensor that only serves another's dequantization (an
  * X_scale_inv beside an F8_E4M3 X, either half of an X_blocks / X_scales pair). */
+/* `name` without the suffix `suf` into out (cap bytes); 1 when name ends with suf and fits, else 0. */
+int lwq_srcfmt_strip_suffix(const char *name, const char *suf, char *out, size_t cap);
 int lwq_srcfmt_packed_shape(const lwq_ckpt *c, const char *name, int *ndim, int64_t *shape);
 int lwq_srcfmt_is_aux(const lwq_ckpt *c, const char *name);
 

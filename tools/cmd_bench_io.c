@@ -203,7 +203,11 @@ static int drop_cache(const char *path, uint64_t *size)
         return -1;
     }
     struct stat st;
-    fstat(fd, &st);
+    if (fstat(fd, &st) != 0) {
+        fprintf(stderr, "lwq bench-io: stat %s: %s\n", path, strerror(errno));
+        close(fd);
+        return -1;
+    }
     *size = (uint64_t)st.st_size;
     int rc = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
     if (rc)
