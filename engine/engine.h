@@ -71,6 +71,9 @@ typedef struct lwq_mem_plan {
 
 /* Predict memory and output size for a run with these options (nothing is read but headers). */
 int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e);
+struct lwq_ckpt;
+/* The same on a checkpoint already open (the run's own, so its headers are not parsed twice). */
+int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const struct lwq_ckpt *ck, lwq_mem_plan *p, lwq_error *e);
 /* Print a plan for people. */
 void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o);
 int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e);

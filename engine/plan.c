@@ -50,14 +50,11 @@ static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t de
     return found ? n : dense;
 }
 
-int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
+int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_mem_plan *p, lwq_error *e)
 {
     memset(p, 0, sizeof *p);
-    lwq_ckpt ck;
-    int rc = lwq_ckpt_open(o->model_dir, &ck, e);
-    if (rc)
-        return rc;
-    const lwq_model_config *c = &ck.cfg;
+    int rc = 0;
+    const lwq_model_config *c = &ck->cfg;
     size_t act = lwq_dtype_size(c->dtype);
     int N = c->num_hidden_layers;
     uint64_t layer_out_max = 0, deq_max = 0;
@@ -65,7 +62,7 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         lwq_arch_layer plan;
         if ((rc = lwq_arch_layer_plan(c, L, &plan, e)) != 0)
             break;
-        uint64_t out = ck.layers[L].bytes, hess = 0, deq = 0;
+        uint64_t out = ck->layers[L].bytes, hess = 0, deq = 0;
         for (int i = 0; i < plan.nlinears; i++) {
             const lwq_arch_linear *l = &plan.linears[i];
             lwq_quant_choice ch = lwq_recipe_resolve_module(
@@ -75,7 +72,7 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
             uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);
             /* FP8-block / MXFP4 sources store the weight packed; unquantized it comes out
              * dequantized (engine/srcdeq.h), so the output holds `src` bytes */
-            uint64_t stored = stored_bytes(&ck, l->name, src);
+            uint64_t stored = stored_bytes(ck, l->name, src);
             out = out - stored + linear_out_bytes(l, ch.format, src);
             deq += stored != src ? src : 0;
             if (ch.format == LWQ_QFMT_NVFP4 && ch.algo == LWQ_ALGO_LOCAL_HESSIAN)
@@ -86,14 +83,14 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         layer_out_max = out > layer_out_max ? out : layer_out_max;
         deq_max = deq > deq_max ? deq : deq_max;
         p->stats_bytes = hess > p->stats_bytes ? hess : p->stats_bytes;
-        if (ck.layers[L].bytes > p->largest_layer_bytes) {
-            p->largest_layer_bytes = ck.layers[L].bytes;
+        if (ck->layers[L].bytes > p->largest_layer_bytes) {
+            p->largest_layer_bytes = ck->layers[L].bytes;
             p->largest_layer = L;
         }
         lwq_io_range *ranges;
         int n;
         lwq_io_plan iop;
-        if (rc == 0 && (rc = lwq_layersrc_ranges(&ck, L, &ranges, &n, e)) == 0) {
+        if (rc == 0 && (rc = lwq_layersrc_ranges(ck, L, &ranges, &n, e)) == 0) {
             if ((rc = lwq_io_plan_build(&iop, ranges, (size_t)n, LWQ_LAYERSRC_MERGE_GAP, e)) == 0) {
                 p->slot_bytes = iop.bytes > p->slot_bytes ? iop.bytes : p->slot_bytes;
                 lwq_io_plan_free(&iop);
@@ -102,10 +99,10 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         }
     }
     if (rc == 0) {
-        p->source_bytes = ck.total_bytes;
-        p->output_bytes += ck.tail.bytes;
-        for (int L = N; L < ck.nlayers; L++)
-            p->output_bytes += ck.layers[L].bytes;
+        p->source_bytes = ck->total_bytes;
+        p->output_bytes += ck->tail.bytes;
+        for (int L = N; L < ck->nlayers; L++)
+            p->output_bytes += ck->layers[L].bytes;
         p->slots = o->prefetch > 0 ? o->prefetch : 2;
         /* calibration rows as the engine batches them */
         int B = o->batch_size > 0 ? o->batch_size : 1;
@@ -137,8 +134,8 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
         p->workspace_bytes = (uint64_t)((double)max_rows * (double)per_row * 4.0 * 1.5);
         /* a layer's dequantized source weights live until its shard is written */
         p->writer_bytes = o->dry_read ? 0 : 2 * (layer_out_max + deq_max);
-        p->embed_bytes = o->dry_read ? 0 : ck.tail.bytes;
-        uint64_t weights = o->whole_model ? ck.total_bytes - ck.tail.bytes : (uint64_t)p->slots * p->slot_bytes;
+        p->embed_bytes = o->dry_read ? 0 : ck->tail.bytes;
+        uint64_t weights = o->whole_model ? ck->total_bytes - ck->tail.bytes : (uint64_t)p->slots * p->slot_bytes;
         int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
         uint64_t hwm;
@@ -147,6 +144,16 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_peak = cuda ? p->largest_layer_bytes + deq_max + work + p->workspace_bytes : 0;
     }
+    return rc;
+}
+
+int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
+{
+    lwq_ckpt ck;
+    int rc = lwq_ckpt_open(o->model_dir, &ck, e);
+    if (rc)
+        return rc;
+    rc = lwq_quantize_plan_ckpt(o, &ck, p, e);
     lwq_ckpt_free(&ck);
     return rc;
 }

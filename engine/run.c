@@ -722,7 +722,7 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     lwq_mem_plan mp;
     if (rc == 0)
-        rc = lwq_quantize_plan(o, &mp, e);
+        rc = lwq_quantize_plan_ckpt(o, &r.ck, &mp, e);
     if (rc == 0) {
         if (!o->quiet)
             lwq_mem_plan_print(&mp, o);
