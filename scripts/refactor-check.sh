@@ -6,7 +6,8 @@
 #   scripts/refactor-check.sh [BASE_REV [NEW_REV]]     (NEW_REV "WORKTREE" = uncommitted tree)
 #
 # Exit 0 when every hash matches, 1 when any differs (the differing files are listed).
-# Timing fields (the --log-json log) are not hashed; everything a run leaves on disk is.
+# Not hashed: the --log-json log (timings) and the run lock (a pid); everything else a run leaves
+# on disk is.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -100,7 +101,7 @@ quantize_set() { # lwq_binary models_dir out_dir
         "$lwq" quantize "$fx/cai-tiny-deepseek-v2" -o "$d/o_fx_ds2" --qformat fp8 --whole-model \
             --calib "$d/calib11.jsonl" --calib-size 3 --threads "$threads" --quiet
     fi
-    (cd "$d" && find . -type f ! -name '*.jsonl' -print0 | sort -z | xargs -0 sha256sum)
+    (cd "$d" && find . -type f ! -name '*.jsonl' ! -name lock -print0 | sort -z | xargs -0 sha256sum)
 }
 
 lwq_a=$(build_rev "$base")
