@@ -42,6 +42,14 @@ const lwqt_ckpt_fixture lwqt_ckpt_fixtures[] = {
 };
 const int lwqt_nckpt_fixtures = (int)(sizeof lwqt_ckpt_fixtures / sizeof lwqt_ckpt_fixtures[0]);
 
+int *lwqt_ckpt_fixture_indexes(void)
+{
+    static int idx[sizeof lwqt_ckpt_fixtures / sizeof lwqt_ckpt_fixtures[0]];
+    for (int i = 0; i < lwqt_nckpt_fixtures; i++)
+        idx[i] = i;
+    return idx;
+}
+
 static const char *env_root(void)
 {
     const char *r = getenv("LWQ_FIXTURES");

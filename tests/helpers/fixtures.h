@@ -31,6 +31,10 @@ typedef struct lwqt_ckpt_fixture {
 
 extern const lwqt_ckpt_fixture lwqt_ckpt_fixtures[];
 extern const int lwqt_nckpt_fixtures;
+/* 0 .. lwqt_nckpt_fixtures-1, the parameters of a Criterion ParameterizedTest over the table
+ * (Criterion copies parameters into the test process by value: an index survives, a pointer into
+ * the table does not). */
+int *lwqt_ckpt_fixture_indexes(void);
 
 /* Path of `rel` ("cai-tiny-llama", "cai-tiny-llama/config.json") under the first root that holds
  * it; skips the calling test (one line naming what is missing) when no root does.  The first
