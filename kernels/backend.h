@@ -116,6 +116,10 @@ int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
 int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e);
 /* Number of CUDA devices (0 without CUDA support or without a driver). */
 int lwq_backend_cuda_device_count(void);
+/* The number of CUDA devices (> 0), or LWQ_EDEVICE / LWQ_EUNSUPPORTED with the real reason in e:
+ * built without CUDA, no driver, a driver too old for the runtime lwq was built with (both
+ * versions named), no device.  Say this instead of a bare "0 devices". */
+int lwq_backend_cuda_probe(lwq_error *e);
 void lwq_backend_free_backend(lwq_backend *be);
 
 /* ---- memory ---------------------------------------------------------------------------------- */
