@@ -17,6 +17,13 @@
  * rounding per framework op, e.g. RoPE rounds q*cos, rot(q)*sin and their sum separately).
  * Results are deterministic for a given backend and thread count: no op uses atomics or an
  * order that depends on scheduling.
+ * Contraction: the element-wise ops (rope, swiglu, add, moe_combine, rmsnorm's scaling) round
+ * every product and every sum to f32 on its own; no product is fused with the following add
+ * into an FMA (the C build is ISO C11, where GCC does not contract; the CUDA kernels use
+ * __fmul_rn / __fadd_rn).  So for equal inputs these ops agree bit for bit across backends, except
+ * where a libm function (expf, sinf, cosf) differs by an ulp between glibc and CUDA.  Reductions
+ * (GEMM, attention, RMSNorm's sum of squares, routing's softmax) may differ in order and
+ * contraction and are compared with stated tolerances. 
  *
  * Ownership: lwq_backend_free_backend() destroys what lwq_backend_*_create() made.  Memory from
  * lwq_backend_alloc() must be released with lwq_backend_free() of the same backend.
