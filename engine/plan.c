@@ -144,6 +144,8 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_peak = cuda ? p->largest_layer_bytes + deq_max + work + p->workspace_bytes : 0;
     }
+    if (rc == 0)
+        rc = lwq_plan_stream(o, ck, p, e);
     return rc;
 }
 
@@ -172,4 +174,18 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
             (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
             gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes), gb(p->gpu_peak),
             p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes));
+    if (p->expert_group > 0)
+        fprintf(stderr,
+                "plan: expert streaming: units of %d of %d experts (ring slot %.3f GB; largest expert %.3f GB,"
+                " dense part %.3f GB); MoE activations %.3f GB\n",
+                p->expert_group, p->num_experts, gb(p->slot_bytes), gb(p->expert_bytes), gb(p->dense_bytes),
+                gb(p->stream_bytes));
+    else if (p->stream_min_host > 0) {
+        char g[64] = "";
+        if (p->stream_min_gpu)
+            snprintf(g, sizeof g, ", GPU %.3f GB", gb(p->stream_min_gpu));
+        fprintf(stderr, "plan: layers are whole; with expert streaming the least is host %.3f GB%s (dense part"
+                " %.3f GB + one expert %.3f GB per unit)\n", gb(p->stream_min_host), g,
+                gb(p->dense_bytes), gb(p->expert_bytes));
+    }
 }
