@@ -6,7 +6,8 @@
  * routing (rows x top-k index and weight).  Quantized experts go to a spill file, so the writer
  * holds only the dense part's output of up to two layers, plus the group being quantized.
  *   host(G) = host(whole) - K x slot(whole) - writer(whole) + K x slot(G) + writer(G) + stream
- *   gpu(G)  = slot(G) + one batch of activations x 3 (h, x, partial) + scratch
+ *   gpu(G)  = runtime + slot(G) + one batch of activations x 3 (h, x, partial) + scratch + staging +
+ *             quantizer copy
  * G comes from --expert-group, or is the largest that fits the budget when a whole layer does not;
  * with no G that fits, stream_min_* say what one expert per unit needs (the run refuses). */
 #include <stdint.h>
@@ -41,7 +42,9 @@ static int peaks_for(const lwq_quantize_opts *o, const lwq_ckpt *ck, const lwq_m
         uint64_t r = (uint64_t)((o->calib->n - s0 < B ? o->calib->n - s0 : B) * seq);
         rows = r > rows ? r : rows;
     }
-    q->gpu = cuda ? q->slot + 3 * rows * (uint64_t)ck->cfg.hidden_size * act + p->workspace_bytes : 0;
+    q->gpu = cuda ? p->gpu_runtime_bytes + q->slot + 3 * rows * (uint64_t)ck->cfg.hidden_size * act +
+                        p->workspace_bytes + p->gpu_staging_bytes + p->gpu_quant_bytes
+                  : 0;
     return 0;
 }
 
