@@ -120,8 +120,21 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     double t_start = lwq_now(), t_prev = t_start;
     r->setup_s = t_start - r->t0;
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {
-        int64_t job = L - r->start_layer;
+        int64_t job = r->stream ? lwq_run_stream_job0(r, L) : L - r->start_layer;
         void *slot;
+        if (lwq_run_stream_active(r, L)) { /* expert streaming: units (run_stream.c) */
+            if ((rc = lwq_run_stream_layer(r, L, e)) != 0)
+                break;
+            lwq_run_progress(r, L, t_start, &t_prev, L - r->start_layer + 1);
+            r->cur = 1 - r->cur;
+            if (g_stop && L + 1 < r->nlayers) {
+                if ((rc = lwq_writer_flush(r->wr, e)) == 0)
+                    rc = lwq_errf(e, LWQ_ECANCELED, "stopped by a signal after layer %d/%d was committed; rerun "
+                                  "the same command to resume", L + 1, r->nlayers);
+                break;
+            }
+            continue;
+        }
         double t = lwq_now();
         LWQ_TRACE_BEGIN("read-wait", L);
         rc = lwq_prefetch_wait(r->pf, job, &slot, e);
@@ -139,7 +152,8 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
             continue;
         }
         lwq_tlist src, out = {0};
-        if ((rc = lwq_layersrc_views(&r->ck, L, ranges[L], slot, &src, e)) != 0)
+        if ((rc = r->stream ? lwq_run_stream_views(r, L, slot, &src, e)
+                            : lwq_layersrc_views(&r->ck, L, ranges[L], slot, &src, e)) != 0)
             break;
         if ((rc = process_layer(r, L, &src, &out, 0, e)) != 0) {
             lwq_tlist_free(&out);
@@ -293,7 +307,9 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     if (rc)
         return rc;
     uint64_t slot = LWQ_IO_ALIGN;
-    for (int L = r->start_layer; L < r->nlayers; L++) {
+    if (r->stream && (rc = lwq_run_stream_slot(r, &slot, e)) != 0)
+        return rc;
+    for (int L = r->start_layer; L < r->nlayers && !r->stream; L++) {
         lwq_io_plan p;
         if ((rc = lwq_layersrc_ranges(&r->ck, L, &ranges[L], &nranges[L], e)) != 0 ||
             (rc = lwq_io_plan_build(&p, ranges[L], (size_t)nranges[L], LWQ_LAYERSRC_MERGE_GAP, e)) != 0)
@@ -322,9 +338,12 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     if (!r->o->quiet)
         LWQ_INFO("reading with %s; %d ring slots of %.1f MB", lwq_io_reader_describe(r->rd), po.nslots,
                  (double)slot / 1e6);
-    for (int L = r->start_layer; L < r->nlayers; L++)
-        if (lwq_prefetch_submit(r->pf, ranges[L], (size_t)nranges[L], e) < 0)
+    for (int L = r->start_layer; L < r->nlayers; L++) {
+        int64_t job;
+        if (r->stream ? lwq_run_stream_submit(r, L, &job, e) != 0
+                      : lwq_prefetch_submit(r->pf, ranges[L], (size_t)nranges[L], e) < 0)
             return e->code;
+    }
     return 0;
 }
 

@@ -134,15 +134,29 @@ static int open_model(lwq_run *r, lwq_error *e)
 
 /* The memory plan, printed, and held against --max-cpu-memory-gb / --max-gpu-memory-gb before
  * any weight is read. */
-static int check_memory(lwq_run *r, lwq_error *e)
+static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
 {
     const lwq_quantize_opts *o = r->o;
     lwq_mem_plan mp;
     int rc = lwq_quantize_plan_ckpt(o, &r->ck, &mp, e);
     if (rc)
         return rc;
+    *p = mp;
     if (!o->quiet)
         lwq_mem_plan_print(&mp, o);
+    if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9 && mp.stream_min_host > 0)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of host memory, more than --max-cpu-memory-gb %.3f, "
+                        "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
+                        "%.3f GB per unit); give at least --max-cpu-memory-gb %.3f or lower --calib-size/--calib-seq",
+                        (double)mp.host_peak / 1e9, o->max_cpu_gb, (double)mp.stream_min_host / 1e9,
+                        (double)mp.dense_bytes / 1e9, (double)mp.expert_bytes / 1e9,
+                        (double)mp.stream_min_host / 1e9);
+    if (o->max_gpu_gb > 0 && mp.gpu_peak > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9 &&
+        mp.stream_min_gpu > 0)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of GPU memory, more than --max-gpu-memory-gb %.3f, "
+                        "and streaming experts one at a time still needs %.3f GB; give at least "
+                        "--max-gpu-memory-gb %.3f", (double)mp.gpu_peak / 1e9, o->max_gpu_gb,
+                        (double)mp.stream_min_gpu / 1e9, (double)mp.stream_min_gpu / 1e9);
     if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
         return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of host memory, more than --max-cpu-memory-gb %.2f; "
                         "lower --calib-size/--calib-seq or --prefetch", (double)mp.host_peak / 1e9, o->max_cpu_gb);
@@ -166,11 +180,12 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
 {
     const lwq_quantize_opts *o = r->o;
     *nothing_to_do = 0;
+    lwq_mem_plan mp;
     int rc = open_model(r, e);
     if (rc == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     if (rc == 0)
-        rc = check_memory(r, e);
+        rc = check_memory(r, &mp, e);
     if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
         rc = lwq_run_prepare_output(r, nothing_to_do, e);
     if (rc || *nothing_to_do)
@@ -184,11 +199,17 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
         /* boundary alternation: the input of layer L is always bnd[L % 2] (run.c, run_output.c) */
         r->cur = r->start_layer % 2;
     }
+    if (!o->whole_model && r->start_layer < r->nlayers && mp.expert_group > 0) {
+        if (!o->quiet)
+            LWQ_INFO("expert streaming: MoE layers in units of %d experts", mp.expert_group);
+        return lwq_run_stream_init(r, mp.expert_group, e);
+    }
     return 0;
 }
 
 void lwq_run_free(lwq_run *r)
 {
+    lwq_run_stream_free(r);
     if (r->pf)
         lwq_prefetch_free(r->pf);
     if (r->wr)
