@@ -43,6 +43,7 @@ static inline float v_sum(v16 a)
 #define V_LD(p) v_ld(p)
 #define V_ST(p, v) v_st(p, v)
 #define V_SUM(v) v_sum(v)
+#define V_PIN(v) ((void)0)
 
 #define W_BF16(p, e, o)                                                                            \
     do {                                                                                           \

@@ -19,6 +19,7 @@
 #define V_LD(p) _mm512_loadu_ps(p)
 #define V_ST(p, v) _mm512_storeu_ps(p, v)
 #define V_SUM(v) v_sum(v)
+#define V_PIN(v) __asm__("" : "+v"(v))
 
 static inline float v_sum(__m512 a)
 {
@@ -60,12 +61,29 @@ static inline float v_sum(__m512 a)
         W_SPLIT(l_, h_, e, o);                                                                     \
     } while (0)
 
+#ifndef MR
 #define MR 6
+#endif
+#ifndef MC
 #define MC 3
+#endif
+#if MC == 2
+#define KR(X, K, R) X(K, R, 1) X(K, R, 2)
+#elif MC == 3
+#define KR(X, K, R) X(K, R, 1) X(K, R, 2) X(K, R, 3)
+#else
+#define KR(X, K, R) X(K, R, 1) X(K, R, 2) X(K, R, 3) X(K, R, 4)
+#endif
+#if MR == 4
+#define KLIST(X, K) KR(X, K, 1) KR(X, K, 2) KR(X, K, 3) KR(X, K, 4)
+#elif MR == 6
+#define KLIST(X, K) KR(X, K, 1) KR(X, K, 2) KR(X, K, 3) KR(X, K, 4) KR(X, K, 5) KR(X, K, 6)
+#elif MR == 7
+#define KLIST(X, K) KR(X, K, 1) KR(X, K, 2) KR(X, K, 3) KR(X, K, 4) KR(X, K, 5) KR(X, K, 6) KR(X, K, 7)
+#else
 #define KLIST(X, K)                                                                                \
-    X(K, 1, 1) X(K, 1, 2) X(K, 1, 3) X(K, 2, 1) X(K, 2, 2) X(K, 2, 3) X(K, 3, 1) X(K, 3, 2)         \
-    X(K, 3, 3) X(K, 4, 1) X(K, 4, 2) X(K, 4, 3) X(K, 5, 1) X(K, 5, 2) X(K, 5, 3) X(K, 6, 1)         \
-    X(K, 6, 2) X(K, 6, 3)
+    KR(X, K, 1) KR(X, K, 2) KR(X, K, 3) KR(X, K, 4) KR(X, K, 5) KR(X, K, 6) KR(X, K, 7) KR(X, K, 8)
+#endif
 #define KNAME(s) lwq_gemm_##s##_avx512_
 #define lwq_gemm_panel_avx512_ lwq_gemm_panel_avx512
 #define lwq_gemm_axpy_avx512_ lwq_gemm_axpy_avx512

@@ -20,7 +20,9 @@
 #include "kernels/cpu/gemm_isa.h"
 
 #define GEMM_NB 48  /* outputs per block: a multiple of every kernel's MC, <= LWQ_GEMM_MAXC */
-#define GEMM_RB 192 /* rows per slice (bounds the per-thread f32 output tile) */
+#ifndef GEMM_RB
+#define GEMM_RB 64 /* rows per slice: its packed x stays in L2 while the weight blocks pass */
+#endif
 
 /* ---- kernel choice ------------------------------------------------------------------------- */
 
@@ -112,16 +114,16 @@ static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
     p.ldw = j->in * es;
     p.wkind = j->w->dtype == LWQ_BF16 ? 0 : j->w->dtype == LWQ_F16 ? 1 : 2;
     p.nfull = j->in / 32;
-    for (int64_t blk = b; blk < e; blk++) {
-        int64_t c0 = blk * GEMM_NB, nc = j->out - c0 < GEMM_NB ? j->out - c0 : GEMM_NB;
-        p.w = (const char *)j->w->data + c0 * p.ldw;
-        p.wt = j->wt ? j->wt + c0 * 32 * es : NULL;
-        p.nc = nc;
-        p.ldy = nc;
-        p.y = yt;
-        for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_RB) {
-            p.nr = j->n - r0 < GEMM_RB ? j->n - r0 : GEMM_RB;
-            p.x = j->xp + r0 * j->kp;
+    for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_RB) {
+        p.nr = j->n - r0 < GEMM_RB ? j->n - r0 : GEMM_RB;
+        p.x = j->xp + r0 * j->kp;
+        for (int64_t blk = b; blk < e; blk++) {
+            int64_t c0 = blk * GEMM_NB, nc = j->out - c0 < GEMM_NB ? j->out - c0 : GEMM_NB;
+            p.w = (const char *)j->w->data + c0 * p.ldw;
+            p.wt = j->wt ? j->wt + c0 * 32 * es : NULL;
+            p.nc = nc;
+            p.ldy = nc;
+            p.y = yt;
             j->k->panel(&p, acc);
             for (int64_t r = 0; r < p.nr; r++) {
                 float *yr = yt + r * nc;

@@ -19,7 +19,7 @@
 #include "core/dtype.h"
 
 #define LWQ_GEMM_MAXC 64          /* outputs per panel, at most */
-#define LWQ_GEMM_ACC_FLOATS 8192  /* accumulator scratch a panel needs (floats, 64-byte aligned) */
+#define LWQ_GEMM_ACC_FLOATS 9216  /* accumulator scratch a panel needs (floats, 64-byte aligned) */
 
 /* nr rows x nc outputs of y (f32, row stride ldy) over the whole k. */
 typedef struct lwq_gemm_panel {

@@ -16,7 +16,9 @@
  * over k or the ISA: a row's result depends on that row and the weight row alone. */
 #include "kernels/cpu/gemm_isa.h"
 
-#define KC 8 /* 32-blocks of k per chunk: the x rows of a chunk stay in L1 across all outputs */
+#ifndef KC
+#define KC 16 /* 32-blocks of k per chunk: the x rows of a chunk stay in L1 across all outputs */
+#endif
 
 _Static_assert(((LWQ_GEMM_MAXC + MC - 1) / MC) * MR * MC * 16 <= LWQ_GEMM_ACC_FLOATS,
                "accumulator buffer too small for this tile shape");
@@ -48,6 +50,8 @@ KNAME(tile)(const int R, const int C, const int kind, const float *x, int64_t ld
         for (int r = 0; r < R; r++) {
             const float *xr = x + r * ldx + 32 * b;
             V xe = V_LD(xr), xo = V_LD(xr + 16);
+            V_PIN(xe);
+            V_PIN(xo);
 #pragma GCC unroll 8
             for (int c = 0; c < C; c++) {
                 a[r][c] = V_FMA(xe, we[c], a[r][c]);
