@@ -332,12 +332,16 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     }
     f->part[LWQ_FP_CALIB] = lwq_xxh64_digest(&s);
 
-    int64_t batching[2] = {o->batch_size, o->include_padding};
+    /* CPU results depend neither on the thread count nor on the batching (kernels/cpu: a
+     * token's result is computed the same way whatever shares its GEMM call), so the batch size
+     * is part of the run's identity only when padded rows are counted or on another backend
+     * (cuBLAS picks its kernels by shape); a resume may then change it and still match */
+    const char *bn = r->be.ops->name;
+    const int batch_matters = o->include_padding || strcmp(bn, "cpu") != 0;
+    int64_t batching[2] = {batch_matters ? o->batch_size : 0, o->include_padding};
     f->part[LWQ_FP_BATCHING] = lwq_xxh64(batching, sizeof batching, 0);
     int64_t opts[2] = {o->all_experts, o->qdq_next};
     f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
-    /* CPU results do not depend on the thread count (fixed tiles), so only the backend counts */
-    const char *bn = r->be.ops->name;
     f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
     const char *ver = "lwq-format-1";
     f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);
