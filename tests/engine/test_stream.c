@@ -126,6 +126,19 @@ Test(stream, qwen3_next_gated_shared_expert_streams_byte_identically)
     cr_assert(same_dirs("ref", "g3"), "qwen3_next --expert-group 3 differs from the unstreamed run");
 }
 
+Test(stream, fp8_block_and_mxfp4_sources_stream_byte_identically)
+{
+    /* packed sources are dequantized per unit: an expert's weight and its scales land together */
+    make_model("f8", "deepseek_v3", "--source-format fp8 --hidden 128 --layers 3 --heads 4 --experts 8 --top-k 2");
+    make_model("mx", "qwen3_moe", "--source-format mxfp4 " SMALL_MOE);
+    cr_assert_eq(quantize("f8", "f8ref", NULL, NULL), 0);
+    cr_assert_eq(quantize("f8", "f8g3", NULL, "--expert-group 3"), 0);
+    cr_assert(same_dirs("f8ref", "f8g3"), "FP8-block source: --expert-group 3 differs from the unstreamed run");
+    cr_assert_eq(quantize("mx", "mxref", NULL, NULL), 0);
+    cr_assert_eq(quantize("mx", "mxg3", NULL, "--expert-group 3"), 0);
+    cr_assert(same_dirs("mxref", "mxg3"), "MXFP4 source: --expert-group 3 differs from the unstreamed run");
+}
+
 Test(stream, expert_group_on_a_model_without_experts_is_refused)
 {
     make_model("ll", "llama", "--hidden 128 --layers 2 --heads 4");
