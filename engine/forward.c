@@ -36,6 +36,11 @@ static const lwq_fwd_arch *arch_of(const lwq_model_config *c)
     }
 }
 
+int lwq_fwd_is_mla(const lwq_model_config *c)
+{
+    return arch_of(c) == &lwq_fwd_arch_deepseek;
+}
+
 const char *lwq_forward_supported(void)
 {
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "

@@ -45,6 +45,10 @@ extern const lwq_fwd_arch lwq_fwd_arch_llama;      /* model_llama.c */
 extern const lwq_fwd_arch lwq_fwd_arch_deepseek;   /* model_deepseek.c */
 extern const lwq_fwd_arch lwq_fwd_arch_qwen3next;  /* model_qwen3next.c */
 
+/* Whether the config's forward is DeepSeek's multi-head latent attention family (deepseek_v2,
+ * deepseek_v3, kimi_k2), from the switch in forward.c (for expert streaming, fwd_stream.c). */
+int lwq_fwd_is_mla(const lwq_model_config *c);
+
 /* ---- the toolkit (fwd_common.c) -------------------------------------------------------------- */
 
 /* Scratch tensor (rows, cols) on the device from the model's arena; valid until the next
