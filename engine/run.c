@@ -225,8 +225,13 @@ static uint8_t *hessian_wanted(lwq_run *r, int L)
 {
     const lwq_arch_layer *p = &r->plans[L];
     uint8_t *w = calloc((size_t)(p->nlinears ? p->nlinears : 1), 1);
-    for (int i = 0; w && i < p->nlinears; i++)
-        w[i] = r->choice[L][i].format == LWQ_QFMT_NVFP4 && r->choice[L][i].algo == LWQ_ALGO_LOCAL_HESSIAN;
+    for (int i = 0; w && i < p->nlinears; i++) {
+        const lwq_quant_choice *c = &r->choice[L][i];
+        if (c->format == LWQ_QFMT_NVFP4 && c->algo == LWQ_ALGO_LOCAL_HESSIAN)
+            w[i] = LWQ_STATS_H_BLOCK;
+        else if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ && p->linears[i].role != LWQ_ROLE_LIN_CONV)
+            w[i] = LWQ_STATS_H_FULL;
+    }
     return w;
 }
 
@@ -297,7 +302,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     lwq_layer_stats st;
     lwq_layer_weights lw;
     lwq_tlist ov = {0};
-    lwq_qlayer_report rep;
+    lwq_qlayer_report rep = {0};
     int rc = wh ? lwq_stats_init(&st, p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh, r->ck.cfg.weight_prefix, e)
                 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     free(wh);
@@ -336,7 +341,10 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
         r->man.layers[L].report = lwq_run_layer_report(L, &rep, nE ? st.expert_tokens : NULL);
         if (!r->man.layers[L].report)
             rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        else
+            lwq_run_log_gptq(r, L, &rep);
     }
+    lwq_qlayer_report_free(&rep);
     lwq_layer_weights_free(&lw);
     lwq_tlist_free(&ov);
     lwq_stats_free(&st);
@@ -563,7 +571,7 @@ static int run_whole(lwq_run *r, lwq_error *e)
         }
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {
-            lwq_qlayer_report rep;
+            lwq_qlayer_report rep = {0};
             rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
                                 e);
             if (rc == 0 && r->o->qdq_next) {
@@ -577,7 +585,9 @@ static int run_whole(lwq_run *r, lwq_error *e)
                 rc = r->man.layers[L].report ? lwq_run_write_shard_now(r, L, &out[L], e)
                                              : lwq_errf(e, LWQ_ENOMEM, "out of memory");
                 r->cold_total += rep.cold_experts;
+                lwq_run_log_gptq(r, L, &rep);
             }
+            lwq_qlayer_report_free(&rep);
         }
     }
     lwq_layer_weights_free(&tw);
@@ -709,6 +719,10 @@ static int run_setup(lwq_run *r, lwq_error *e)
 
 int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
 {
+    /* sequential GPTQ: each layer is calibrated on the quantized previous layer's outputs */
+    lwq_quantize_opts eff = *o;
+    eff.qdq_next |= o->recipe && lwq_recipe_uses_gptq(o->recipe);
+    o = &eff;
     lwq_run r;
     memset(&r, 0, sizeof r);
     r.o = o;

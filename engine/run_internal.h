@@ -115,6 +115,11 @@ int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_err
 int lwq_run_finish(lwq_run *r, lwq_error *e);
 /* Compact JSON of a layer's calibration report (malloc'd, NULL when out of memory). */
 char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens);
+/* engine/run_gptq.c: GPTQ's per-layer summary in the layer report (a cJSON object), and one JSON
+ * log event + one progress line per layer with GPTQ linears. */
+struct cJSON;
+void lwq_run_gptq_summary(struct cJSON *layer_report, const lwq_qlayer_report *rep);
+void lwq_run_log_gptq(lwq_run *r, int layer, const lwq_qlayer_report *rep);
 /* Wait until no boundary write reads bnd[i]. */
 void lwq_run_wait_boundary(lwq_run *r, int i);
 
