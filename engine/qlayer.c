@@ -104,7 +104,8 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
     }
     if (c->algo == LWQ_ALGO_GPTQ) {
         rc = gptq_applies(l, c, st, idx, rep)
-                 ? lwq_qlayer_gptq(l, c, w, global_amax, st, idx, packed, scale, NULL, &ws2, rep, e)
+                 ? lwq_qlayer_gptq(l, c, w, global_amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), packed, scale,
+                                   NULL, &ws2, rep, e)
                  : lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
     } else if (c->algo == LWQ_ALGO_MAX) {
         rc = lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
@@ -182,7 +183,7 @@ static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choi
     uint8_t *q = malloc((size_t)(rows * cols));
     if (!q)
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
-    rc = gptq ? lwq_qlayer_gptq(l, c, w, amax, st, idx, NULL, NULL, q, &ws, rep, e)
+    rc = gptq ? lwq_qlayer_gptq(l, c, w, amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), NULL, NULL, q, &ws, rep, e)
               : lwq_qops_fp8(qo, w, rows, cols, amax, l->name, q, &ws, e);
     if (rc < 0) {
         free(q);

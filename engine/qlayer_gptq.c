@@ -5,6 +5,9 @@
 
 #include "kernels/gptq.h"
 #include "kernels/quant.h"
+#ifdef LWQ_HAVE_CUDA
+#include "kernels/cuda/gptq_cuda.h"
+#endif
 
 static int add_err(lwq_qlayer_report *rep, const char *name, double eg, double em, double ref, lwq_error *e)
 {
@@ -47,8 +50,8 @@ static int max_baseline(const lwq_htensor *w, int64_t rows, int64_t cols, int fp
 }
 
 int lwq_qlayer_gptq(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w, float amax,
-                    const lwq_layer_stats *st, int idx, uint8_t *packed, uint8_t *scale, uint8_t *q8, float *ws,
-                    lwq_qlayer_report *rep, lwq_error *e)
+                    const lwq_layer_stats *st, int idx, int on_gpu, uint8_t *packed, uint8_t *scale, uint8_t *q8,
+                    float *ws, lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
     int fp8 = q8 != NULL;
@@ -71,10 +74,22 @@ int lwq_qlayer_gptq(const lwq_arch_linear *l, const lwq_quant_choice *c, const l
                       (double)cols * (double)cols * 8 / 1e9);
         goto out;
     }
-    if ((rc = lwq_gptq_factor(hs, ntok, cols, &o, l->name, perm, u, dead, e)) < 0)
-        goto out;
-    rc = fp8 ? lwq_gptq_fp8(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, q8, ws, e)
-             : lwq_gptq_nvfp4(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, packed, scale, ws, e);
+#ifdef LWQ_HAVE_CUDA
+    if (on_gpu) {
+        if ((rc = lwq_gptq_cuda_factor(hs, ntok, cols, &o, l->name, perm, u, dead, e)) < 0)
+            goto out;
+        rc = fp8 ? lwq_gptq_cuda_fp8(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, q8, ws, e)
+                 : lwq_gptq_cuda_nvfp4(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, packed, scale,
+                                       ws, e);
+    } else
+#endif
+    {
+        (void)on_gpu;
+        if ((rc = lwq_gptq_factor(hs, ntok, cols, &o, l->name, perm, u, dead, e)) < 0)
+            goto out;
+        rc = fp8 ? lwq_gptq_fp8(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, q8, ws, e)
+                 : lwq_gptq_nvfp4(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, packed, scale, ws, e);
+    }
     if (rc < 0)
         goto out;
     zero = rc;

@@ -66,6 +66,12 @@ int lwq_gptq_hessian_accumulate(const void *x, lwq_dtype dt, int64_t tokens, int
 int lwq_gptq_factor(const double *h_sum, int64_t ntokens, int64_t cols, const lwq_gptq_opts *o, const char *name,
                     int64_t *perm, double *u, uint8_t *dead, lwq_error *err);
 
+/* Steps 1-3 alone (the part of lwq_gptq_factor before the factorization, shared with the CUDA
+ * version): perm and dead as above; a: (cols, cols) double out, P H P^T with the dampened diagonal,
+ * both triangles. */
+int lwq_gptq_prepare(const double *h_sum, int64_t ntokens, int64_t cols, const lwq_gptq_opts *o, const char *name,
+                     int64_t *perm, double *a, uint8_t *dead, lwq_error *err);
+
 /* NVFP4 GPTQ.  global_amax as for lwq_quant_nvfp4_max (>= the weight's own amax; 0 only for an
  * all-zero weight, which takes the substitute 1.0 and returns LWQ_QUANT_ZERO_TENSOR).
  * packed: (rows, cols/2), scale: (rows, cols/16), *ws2 out; exactly the format of

@@ -164,8 +164,8 @@ static int64_t cholesky(double *a, int64_t n)
             return j;
         lj[j] = sqrt(d);
         c.j = j;
-        if (n - j - 1 > 0)
-            lwq_parallel_for(n - j - 1, 64, chol_col, &c);
+        if (n - j - 1 > 0) /* a task gets >= ~64k multiply-adds, or the loop runs inline */
+            lwq_parallel_for(n - j - 1, 65536 / (j + 1) + 16, chol_col, &c);
     }
     for (int64_t i = 0; i < n; i++)
         memset(a + i * n + i + 1, 0, (size_t)(n - i - 1) * sizeof *a);
@@ -216,11 +216,11 @@ static int cmp_diag_desc(const void *x, const void *y)
     return a->i < b->i ? -1 : a->i > b->i;
 }
 
-int lwq_gptq_factor(const double *h_sum, int64_t ntokens, int64_t cols, const lwq_gptq_opts *o, const char *name,
-                    int64_t *perm, double *u, uint8_t *dead, lwq_error *err)
+int lwq_gptq_prepare(const double *h_sum, int64_t ntokens, int64_t cols, const lwq_gptq_opts *o, const char *name,
+                     int64_t *perm, double *a, uint8_t *dead, lwq_error *err)
 {
     name = lwq_quant_name(name);
-    if (!h_sum || !perm || !u || !o || cols <= 0)
+    if (!h_sum || !perm || !a || !o || cols <= 0)
         return lwq_errf(err, LWQ_EINVAL, "GPTQ of %s: bad in-features %lld or NULL buffer", name, (long long)cols);
     if (ntokens <= 0)
         return lwq_errf(err, LWQ_ENUMERIC, "GPTQ of %s: no calibration tokens reached this linear", name);
@@ -229,18 +229,12 @@ int lwq_gptq_factor(const double *h_sum, int64_t ntokens, int64_t cols, const lw
     const int64_t n = cols;
     const double f = 2.0 / (double)ntokens;
     diag_ent *dg = malloc((size_t)n * sizeof *dg);
-    double *a = malloc((size_t)(n * n) * sizeof *a);
-    if (!dg || !a) {
-        free(dg);
-        free(a);
-        return lwq_errf(err, LWQ_ENOMEM, "GPTQ of %s: cannot allocate %lld bytes for the Hessian factor", name,
-                        (long long)(n * n * 8));
-    }
+    if (!dg)
+        return lwq_errf(err, LWQ_ENOMEM, "GPTQ of %s: out of memory", name);
     for (int64_t i = 0; i < n; i++) {
         double v = h_sum[i * n + i] * f;
         if (!isfinite(v)) {
             free(dg);
-            free(a);
             return lwq_errf(err, LWQ_ENUMERIC, "GPTQ of %s: Hessian diagonal entry %lld is not finite", name,
                             (long long)i);
         }
@@ -258,21 +252,38 @@ int lwq_gptq_factor(const double *h_sum, int64_t ntokens, int64_t cols, const lw
         mean += dg[i].v;
     mean /= (double)n;
     const double damp = o->damp * mean;
-    /* a = P H P^T (lower triangle), dampened; h_sum holds the upper triangle */
+    /* a = P H P^T, dampened, both triangles; h_sum holds the upper triangle */
     for (int64_t p = 0; p < n; p++)
         for (int64_t q = 0; q <= p; q++) {
             int64_t i = perm[p], j = perm[q];
-            double v = (i <= j ? h_sum[i * n + j] : h_sum[j * n + i]) * f;
-            a[p * n + q] = p == q ? dg[p].v + damp : v;
+            double v = p == q ? dg[p].v + damp : (i <= j ? h_sum[i * n + j] : h_sum[j * n + i]) * f;
+            if (!isfinite(v)) {
+                free(dg);
+                return lwq_errf(err, LWQ_ENUMERIC, "GPTQ of %s: Hessian entry [%lld, %lld] is not finite", name,
+                                (long long)i, (long long)j);
+            }
+            a[p * n + q] = a[q * n + p] = v;
         }
     free(dg);
-    for (int64_t p = 0; p < n; p++)
-        for (int64_t q = 0; q <= p; q++)
-            if (!isfinite(a[p * n + q])) {
-                free(a);
-                return lwq_errf(err, LWQ_ENUMERIC, "GPTQ of %s: Hessian entry [%lld, %lld] is not finite", name,
-                                (long long)perm[p], (long long)perm[q]);
-            }
+    return 0;
+}
+
+int lwq_gptq_factor(const double *h_sum, int64_t ntokens, int64_t cols, const lwq_gptq_opts *o, const char *name,
+                    int64_t *perm, double *u, uint8_t *dead, lwq_error *err)
+{
+    name = lwq_quant_name(name);
+    if (!u || cols <= 0)
+        return lwq_errf(err, LWQ_EINVAL, "GPTQ of %s: bad in-features %lld or NULL buffer", name, (long long)cols);
+    const int64_t n = cols;
+    double *a = malloc((size_t)(n * n) * sizeof *a);
+    if (!a)
+        return lwq_errf(err, LWQ_ENOMEM, "GPTQ of %s: cannot allocate %lld bytes for the Hessian factor", name,
+                        (long long)(n * n * 8));
+    int rc = lwq_gptq_prepare(h_sum, ntokens, cols, o, name, perm, a, dead, err);
+    if (rc < 0) {
+        free(a);
+        return rc;
+    }
     int64_t badcol = cholesky(a, n);
     if (badcol >= 0) {
         free(a);
