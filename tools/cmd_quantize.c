@@ -245,6 +245,7 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
 
 static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 {
+    memset(r, 0, sizeof *r); /* lwq_recipe_free is safe on it whatever fails below */
     int rc = a->recipe_file ? lwq_recipe_load(a->recipe_file, r, e) : lwq_recipe_preset(a->qformat, r, e);
     if (rc)
         return rc;
@@ -358,6 +359,7 @@ static int run_cmd(int argc, char **argv, int is_plan)
     lwq_recipe r;
     if (build_recipe(&a, &r, &e) != 0) {
         fprintf(stderr, "lwq: %s\n", e.msg);
+        lwq_recipe_free(&r);
         return LWQ_EXIT_ERR;
     }
     if (a.print_recipe) {
