@@ -29,6 +29,7 @@ typedef struct lwq_qlayer_gptq_err {
     double err;                /* with the GPTQ weight */
     double max_err;            /* with the max-calibrated weight (same scales) */
     double ref;                /* ||WX||^2, to make both relative */
+    int sampled;               /* measured on every s-th row only (large linears) */
 } lwq_qlayer_gptq_err;
 
 typedef struct lwq_qlayer_report {

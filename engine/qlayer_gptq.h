@@ -6,7 +6,8 @@
  * global amax (the unmodified weight's, or its fused group's), or FP8 codes with the given
  * per-tensor amax.  It also measures what GPTQ bought: the layer-output error ||WX - ŴX||^2 over the
  * calibration tokens of the GPTQ weight and of the max-calibrated weight (same scales), appended
- * to the report.  Working memory (the factor, in^2 doubles, and two dequantized copies) is held
+ * to the report (on a regular sample of the rows when all of them would cost more than ~4e9
+ * multiply-adds; the entry says so).  Working memory (the factor, in^2 doubles, and two dequantized copies) is held
  * for one linear at a time.  on_gpu (a CUDA build with the CUDA backend): the factor and the sweep
  * run on the GPU (kernels/cuda/gptq_cuda.h; not bit-equal to the CPU, the run fingerprint names
  * the backend); the Hessian sums and the error report stay on the host. */

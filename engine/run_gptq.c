@@ -16,6 +16,7 @@ typedef struct gsum {
     double rel_gptq, rel_max; /* means over linears of the relative errors */
     double worst;             /* max over linears of err / max_err */
     int worse;                /* linears where GPTQ's error exceeds max's */
+    int sampled;              /* linears measured on a row sample */
 } gsum;
 
 static gsum summarize(const lwq_qlayer_report *rep)
@@ -28,6 +29,7 @@ static gsum summarize(const lwq_qlayer_report *rep)
         double q = x->max_err > 0 ? x->err / x->max_err : (x->err > 0 ? INFINITY : 1.0);
         g.worst = q > g.worst ? q : g.worst;
         g.worse += x->err > x->max_err;
+        g.sampled += x->sampled;
     }
     if (rep->gptq_n) {
         g.rel_gptq /= rep->gptq_n;
@@ -46,6 +48,8 @@ void lwq_run_gptq_summary(struct cJSON *l, const lwq_qlayer_report *rep)
     cJSON_AddNumberToObject(o, "mean_rel_output_error_max", g.rel_max);
     cJSON_AddNumberToObject(o, "worst_ratio_to_max", isfinite(g.worst) ? g.worst : -1.0);
     cJSON_AddNumberToObject(o, "linears_worse_than_max", g.worse);
+    if (g.sampled)
+        cJSON_AddNumberToObject(o, "linears_measured_on_a_row_sample", g.sampled);
 }
 
 void lwq_run_log_gptq(lwq_run *r, int L, const lwq_qlayer_report *rep)
@@ -61,6 +65,8 @@ void lwq_run_log_gptq(lwq_run *r, int L, const lwq_qlayer_report *rep)
         cJSON_AddNumberToObject(o, "output_error", x->err);
         cJSON_AddNumberToObject(o, "max_output_error", x->max_err);
         cJSON_AddNumberToObject(o, "output_norm", x->ref);
+        if (x->sampled)
+            cJSON_AddBoolToObject(o, "row_sample", 1);
         char *s = cJSON_PrintUnformatted(o);
         cJSON_Delete(o);
         if (s)

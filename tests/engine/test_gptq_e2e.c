@@ -192,3 +192,24 @@ Test(gptq_e2e, plan_predicts_hessian_memory)
     free(cfg);
     lwq_recipe_free(&r);
 }
+
+/* Large linears are measured on a row sample (LWQ_GPTQ_REPORT_WORK lowers the budget): the report
+ * says so, and the shards do not change. */
+Test(gptq_e2e, error_report_samples_rows_of_large_linears)
+{
+    mk("m", "llama", NULL);
+    quant("m", "full", NULL);
+    setenv("LWQ_GPTQ_REPORT_WORK", "100000", 1);
+    quant("m", "samp", NULL);
+    unsetenv("LWQ_GPTQ_REPORT_WORK");
+    cr_assert(same_tensors("full", "samp"), "the error report changed the output");
+    char p[700];
+    snprintf(p, sizeof p, "%s/calibration_report.json", lwqt_path("samp"));
+    char *s = lwqt_slurp(p);
+    cr_assert(strstr(s, "\"linears_measured_on_a_row_sample\":\t7"), "%s", s);
+    free(s);
+    snprintf(p, sizeof p, "%s/calibration_report.json", lwqt_path("full"));
+    s = lwqt_slurp(p);
+    cr_assert_null(strstr(s, "row_sample"), "%s", s);
+    free(s);
+}
