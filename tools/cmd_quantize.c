@@ -54,11 +54,13 @@ static void usage(FILE *fp, const char *cmd)
             "  --quiet              no progress output\n\n"
             "A killed run resumes where it stopped when the same command is run again; the output is\n"
             "byte-identical to an uninterrupted run.\n\n"
+            "%s"
             "exit status: 0 done, 2 error (message on stderr)\n",
             cmd, strcmp(cmd, "plan") ? " -o OUT_DIR" : "",
             strcmp(cmd, "plan") ? "Quantize a Hugging Face checkpoint layer by layer to NVFP4/FP8 (ModelOpt format)."
                                 : "Predict peak host/GPU memory and output size of a quantize run with these options.",
-            lwq_recipe_preset_names());
+            lwq_recipe_preset_names(),
+            strcmp(cmd, "plan") ? "" : "lwq plan --eval SRC [QUANT_DIR] [eval options] plans an `lwq eval` run instead.\n\n");
 }
 
 typedef struct qargs {
@@ -372,4 +374,23 @@ static int run_cmd(int argc, char **argv, int is_plan)
 }
 
 int lwq_cmd_quantize(int argc, char **argv) { return run_cmd(argc, argv, 0); }
-int lwq_cmd_plan(int argc, char **argv) { return run_cmd(argc, argv, 1); }
+int lwq_cmd_plan(int argc, char **argv)
+{
+    /* lwq plan --eval SRC [QUANT_DIR] [eval options]: the plan of an eval run (tools/cmd_eval.c) */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--eval")) {
+            char **v = calloc((size_t)argc + 2, sizeof *v);
+            if (!v)
+                return LWQ_EXIT_ERR;
+            int n = 0;
+            v[n++] = "eval";
+            for (int j = 1; j < argc; j++)
+                if (j != i)
+                    v[n++] = argv[j];
+            v[n++] = "--plan";
+            int rc = lwq_cmd_eval(n, v);
+            free(v);
+            return rc;
+        }
+    return run_cmd(argc, argv, 1);
+}
