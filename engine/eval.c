@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "core/proc.h"
+#include "engine/eval_experts.h"
 #include "engine/eval_run.h"
 #include "engine/layersrc.h"
 #include "engine/qlayer.h"
@@ -338,8 +339,8 @@ static uint8_t *hessians_wanted(lwq_eval_ctx *v, int L)
 
 /* Candidate c's layer L: its tensors (quantized in memory from `st`, or read from its checkpoint),
  * dequantized, run over the eval batches, compared with the source stream. */
-static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const lwq_layer_stats *st,
-                      double *q_s, double *f_s, lwq_error *e)
+static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const lwq_weights *wsrc,
+                      const lwq_layer_stats *st, double *q_s, double *f_s, lwq_error *e)
 {
     lwq_eval_stream *s = &v->cand[c];
     const lwq_arch_layer *p = &v->plans[L];
@@ -368,7 +369,18 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
         cw.prefix = v->ck.cfg.weight_prefix;
         cw.w.get = cand_get;
         cw.w.ctx = &cw;
-        rc = stream_layer(v, s, &v->data, L, &cw.w, NULL, e);
+        lwq_eval_experts X;
+        int moe = p->is_moe && v->ck.cfg.num_experts > 0;
+        if (moe)
+            rc = lwq_eval_experts_init(&X, p, v->ck.cfg.num_experts, v->ck.cfg.weight_prefix, &v->be, &s->em.be,
+                                       v->act, wsrc, &cw.w, e);
+        if (rc == 0)
+            rc = stream_layer(v, s, &v->data, L, &cw.w, moe ? &X.obs : NULL, e);
+        if (moe) {
+            if (rc == 0)
+                lwq_eval_experts_worst(&X, &v->res->c[c].layers[L]);
+            lwq_eval_experts_free(&X);
+        }
         for (int i = 0; rc == 0 && i < s->em.n; i++)
             if (s->em.lin[i].dev_weight && s->em.lin[i].hits == 0)
                 rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: its input quantization cannot be emulated: the %s forward does "
@@ -441,7 +453,7 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
             rc = stream_layer(v, &v->src, &v->data, L, &lw.w, NULL, e);
         src_s = lwq_now() - t;
         for (int c = 0; c < o->ncand && rc == 0; c++)
-            rc = cand_layer(v, c, L, &src, st_open ? &st : NULL, &q_s, &f_s, e);
+            rc = cand_layer(v, c, L, &src, &lw.w, st_open ? &st : NULL, &q_s, &f_s, e);
         if (st_open)
             lwq_stats_free(&st);
         lwq_layer_weights_free(&lw);

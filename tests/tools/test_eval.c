@@ -139,3 +139,38 @@ Test(eval, refuses_a_checkpoint_that_is_not_quantized)
     const char *a[] = {"eval", m, m, "--data-size", "2", "--data-seq", "8", "--quiet", NULL};
     expect_refusal(a, "not a quantized checkpoint", NULL);
 }
+
+Test(eval, moe_layers_report_the_worst_experts)
+{
+    const char *argv_mk[] = {"mkmodel", lwqt_path("moe"), "--arch", "qwen3_moe", "--hidden", "64", "--layers", "2",
+                             "--heads", "4", "--kv-heads", "2", "--experts", "8", "--top-k", "2", "--vocab", "512",
+                             NULL};
+    cr_assert_eq(lwqt_run(argv_mk), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    lwqt_write_str("none.json", "{\"kv_cache\": \"none\", \"rules\": []}");
+    const char *a[] = {"eval", lwqt_path("moe"), "--qformat", "nvfp4_experts_only", SMALL, "--json", lwqt_path("r.json"),
+                       NULL};
+    /* two runs: the experts quantized, and nothing quantized */
+    const char *b[] = {"eval", lwqt_path("moe"), "--recipe", lwqt_path("none.json"), SMALL, "--json",
+                       lwqt_path("z.json"), NULL};
+    cr_assert_eq(lwqt_run(a), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cr_assert_eq(lwqt_run(b), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    for (int run = 0; run < 2; run++) {
+        cJSON *j = load_json(run ? "z.json" : "r.json");
+        const cJSON *l;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(cand(j, 0), "layers"))
+        {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(l, "worst_experts"), *x;
+            cr_assert(cJSON_IsArray(w) && cJSON_GetArraySize(w) == 5, "five worst experts per MoE layer");
+            double prev = INFINITY;
+            cJSON_ArrayForEach(x, w)
+            {
+                double r = num(x, "rel_err");
+                cr_assert(num(x, "tokens") > 0 && num(x, "expert") >= 0 && num(x, "expert") < 8);
+                cr_assert(r <= prev, "sorted, largest first");
+                cr_assert(run ? r == 0.0 : (r > 1e-4 && r < 1), "run %d: rel_err %g", run, r);
+                prev = r;
+            }
+        }
+        cJSON_Delete(j);
+    }
+}
