@@ -470,8 +470,10 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
         log_layer(v, L, wait_s, cal_s, src_s, q_s, f_s);
         if (!o->quiet) {
             double el = lwq_now() - t_start, eta = el / (L + 1) * (v->N - L - 1);
-            fprintf(stderr, "layer %d/%d  read-wait %.2fs  calib %.2fs  source %.2fs  quantize %.2fs  candidates %.2fs", L + 1,
-                    v->N, wait_s, cal_s, src_s, q_s, f_s);
+            uint64_t rss, hwm;
+            lwq_rss(&rss, &hwm);
+            fprintf(stderr, "layer %d/%d  read-wait %.2fs  calib %.2fs  source %.2fs  quantize %.2fs  candidates %.2fs"
+                    "  rss %.2f GB", L + 1, v->N, wait_s, cal_s, src_s, q_s, f_s, (double)rss / 1e9);
             for (int c = 0; c < o->ncand && c < 4; c++)
                 fprintf(stderr, "  %s rel_mse %.3g", v->res->c[c].name, v->res->c[c].layers[L].rel_mse);
             fprintf(stderr, "%s  ETA %.0fs\n", o->ncand > 4 ? " ..." : "", eta);
@@ -592,7 +594,13 @@ int lwq_eval_run(const lwq_eval_opts *o, lwq_eval_result *res, lwq_error *e)
         v.rd = NULL;
         lwq_pool_free(&v.pool);
         v.pool_open = 0;
+        double t = lwq_now();
+        if (!o->quiet)
+            fprintf(stderr, "head: final norm + lm_head of %d model(s) over %lld rows...\n", 1 + o->ncand,
+                    (long long)v.data.boff[v.data.nb] / (long long)(v.hidden * (int64_t)lwq_dtype_size(v.act)));
         rc = lwq_eval_head(&v, e);
+        if (rc == 0 && !o->quiet)
+            fprintf(stderr, "head: %.2fs\n", lwq_now() - t);
     }
     for (int c = 0; rc == 0 && c < o->ncand; c++) {
         lwq_eval_cand_result *cr = &res->c[c];

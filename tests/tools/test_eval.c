@@ -174,3 +174,27 @@ Test(eval, moe_layers_report_the_worst_experts)
         cJSON_Delete(j);
     }
 }
+
+Test(eval, results_do_not_depend_on_the_thread_count)
+{
+    const char *m = mk("m", NULL);
+    const char *a[] = {"eval", m, "--qformat", "nvfp4,fp8", SMALL, "--threads", "1", "--json", lwqt_path("a.json"),
+                       NULL};
+    const char *b[] = {"eval", m, "--qformat", "nvfp4,fp8", SMALL, "--threads", "3", "--json", lwqt_path("b.json"),
+                       NULL};
+    cr_assert_eq(lwqt_run(a), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cr_assert_eq(lwqt_run(b), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *ja = load_json("a.json"), *jb = load_json("b.json");
+    /* timings differ; every measured number must not */
+    const char *drop[] = {"wall_s", "calib_forward_s", "src_forward_s", "quantize_s", "cand_forward_s"};
+    for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) {
+        cJSON_DeleteItemFromObject(ja, drop[i]);
+        cJSON_DeleteItemFromObject(jb, drop[i]);
+    }
+    char *sa = cJSON_PrintUnformatted(ja), *sb = cJSON_PrintUnformatted(jb);
+    cr_assert_str_eq(sa, sb);
+    free(sa);
+    free(sb);
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+}
