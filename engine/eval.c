@@ -4,6 +4,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/log.h"
 #include "core/parallel.h"
@@ -13,6 +14,14 @@
 #include "engine/layersrc.h"
 #include "engine/qlayer.h"
 #include "engine/stats.h"
+
+/* Process CPU seconds: per-phase costs that a busy machine does not distort as it does walls. */
+static double cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 /* ---- batches ---------------------------------------------------------------------------------- */
 
@@ -340,7 +349,7 @@ static uint8_t *hessians_wanted(lwq_eval_ctx *v, int L)
 /* Candidate c's layer L: its tensors (quantized in memory from `st`, or read from its checkpoint),
  * dequantized, run over the eval batches, compared with the source stream. */
 static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const lwq_weights *wsrc,
-                      const lwq_layer_stats *st, double *q_s, double *f_s, lwq_error *e)
+                      const lwq_layer_stats *st, double *q_s, double *f_s, double *f_cpu, lwq_error *e)
 {
     lwq_eval_stream *s = &v->cand[c];
     const lwq_arch_layer *p = &v->plans[L];
@@ -362,6 +371,7 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
         rc = lwq_qlayer_view_make(p, &qt, s->kv_fp8, &s->em, &view, e);
     *q_s += lwq_now() - t;
     t = lwq_now();
+    double tc = cpu_now();
     if (rc == 0) {
         cand_weights cw;
         lwq_layer_weights_init(&cw.lw, &v->be, &qt, &view.overlay, v->ck.cfg.weight_prefix);
@@ -388,6 +398,7 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
         lwq_layer_weights_free(&cw.lw);
     }
     *f_s += lwq_now() - t;
+    *f_cpu += cpu_now() - tc;
     if (rc == 0) {
         lwq_eval_cand_result *cr = &v->res->c[c];
         lwq_eval_layer *ly = &cr->layers[L];
@@ -403,13 +414,15 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
     return rc;
 }
 
-static void log_layer(lwq_eval_ctx *v, int L, double wait_s, double cal_s, double src_s, double q_s, double f_s)
+static void log_layer(lwq_eval_ctx *v, int L, double wait_s, double cal_s, double src_s, double q_s, double f_s,
+                      const double *cpu)
 {
     if (!v->jlog)
         return;
     fprintf(v->jlog, "{\"event\":\"eval_layer\",\"layer\":%d,\"read_wait_s\":%.6f,\"calib_forward_s\":%.6f,"
-                     "\"src_forward_s\":%.6f,\"quantize_s\":%.6f,\"cand_forward_s\":%.6f,\"candidates\":[",
-            L, wait_s, cal_s, src_s, q_s, f_s);
+                     "\"src_forward_s\":%.6f,\"quantize_s\":%.6f,\"cand_forward_s\":%.6f,\"calib_forward_cpu_s\":%.6f,"
+                     "\"src_forward_cpu_s\":%.6f,\"cand_forward_cpu_s\":%.6f,\"candidates\":[",
+            L, wait_s, cal_s, src_s, q_s, f_s, cpu[0], cpu[1], cpu[2]);
     for (int c = 0; c < v->o->ncand; c++)
         fprintf(v->jlog, "%s{\"name\":\"%s\",\"rel_mse\":%.9g,\"max_abs\":%.9g}", c ? "," : "", v->res->c[c].name,
                 v->res->c[c].layers[L].rel_mse, v->res->c[c].layers[L].max_abs);
@@ -427,7 +440,7 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
         double t = lwq_now();
         if ((rc = lwq_prefetch_wait(v->pf, L, &slot, e)) != 0)
             break;
-        double wait_s = lwq_now() - t, cal_s = 0, src_s, q_s = 0, f_s = 0;
+        double wait_s = lwq_now() - t, cal_s = 0, src_s, q_s = 0, f_s = 0, cpu[3] = {0, 0, 0}, tc;
         lwq_tlist src;
         if ((rc = lwq_layersrc_views(&v->ck, L, v->ranges[L], slot, &src, e)) != 0)
             break;
@@ -444,16 +457,20 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
             free(wh);
             st_open = rc == 0;
             t = lwq_now();
+            tc = cpu_now();
             if (rc == 0)
                 rc = stream_layer(v, &v->cal, &v->calib, L, &lw.w, &st.obs, e);
             cal_s = lwq_now() - t;
+            cpu[0] = cpu_now() - tc;
         }
         t = lwq_now();
+        tc = cpu_now();
         if (rc == 0)
             rc = stream_layer(v, &v->src, &v->data, L, &lw.w, NULL, e);
         src_s = lwq_now() - t;
+        cpu[1] = cpu_now() - tc;
         for (int c = 0; c < o->ncand && rc == 0; c++)
-            rc = cand_layer(v, c, L, &src, &lw.w, st_open ? &st : NULL, &q_s, &f_s, e);
+            rc = cand_layer(v, c, L, &src, &lw.w, st_open ? &st : NULL, &q_s, &f_s, &cpu[2], e);
         if (st_open)
             lwq_stats_free(&st);
         lwq_layer_weights_free(&lw);
@@ -467,7 +484,7 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
         v->res->forward_src_s += src_s;
         v->res->quantize_s += q_s;
         v->res->forward_q_s += f_s;
-        log_layer(v, L, wait_s, cal_s, src_s, q_s, f_s);
+        log_layer(v, L, wait_s, cal_s, src_s, q_s, f_s, cpu);
         if (!o->quiet) {
             double el = lwq_now() - t_start, eta = el / (L + 1) * (v->N - L - 1);
             uint64_t rss, hwm;

@@ -200,11 +200,15 @@ void lwq_eval_print_table(const lwq_eval_result *r, FILE *fp)
         for (int c = 0; c < r->ncand; c++)
             fprintf(fp, " %14.4g", r->c[c].layers[L].rel_mse);
         fprintf(fp, "\n");
-        for (int c = 0; c < r->ncand; c++)
-            for (int k = 0; k < r->c[c].layers[L].nworst; k++)
-                fprintf(fp, "       %s: expert %d rel err %.3g over %lld tokens\n", r->c[c].name,
-                        r->c[c].layers[L].worst[k].expert, r->c[c].layers[L].worst[k].rel_err,
-                        (long long)r->c[c].layers[L].worst[k].tokens);
+        for (int c = 0; c < r->ncand; c++) {
+            const lwq_eval_layer *ly = &r->c[c].layers[L];
+            if (!ly->nworst)
+                continue;
+            fprintf(fp, "       %s worst experts (rel err, tokens):", r->c[c].name);
+            for (int k = 0; k < ly->nworst; k++)
+                fprintf(fp, " %d (%.3g, %lld)", ly->worst[k].expert, ly->worst[k].rel_err, (long long)ly->worst[k].tokens);
+            fprintf(fp, "\n");
+        }
     }
     if (r->ncand > 1) {
         int best = 0;
