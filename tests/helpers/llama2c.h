@@ -24,6 +24,7 @@
 #include <sys/stat.h>
 
 #include "core/error.h"
+#include "tests/helpers/fixtures.h"
 
 typedef struct llama2c_model {
     int dim, hidden, nlayers, nheads, nkv, vocab, seq_len;
@@ -40,32 +41,17 @@ typedef struct llama2c_model {
     const float *rms_final;/* (dim) */
 } llama2c_model;
 
-/* Path of the fixture's stories260K.bin ($LWQ_FIXTURES, else the test's compile-time
- * LWQ_FIXTURES), or NULL with `why` filled when it is absent.  Inline: the fixture root is a
- * definition of each test executable, not of the helper library. */
+/* Path of the fixture's stories260K.bin (tests/helpers/fixtures.h: $LWQ_FIXTURES, then
+ * ../shared/fixtures), or NULL with `why` filled when it is absent. */
 static inline const char *llama2c_fixture_path(char *buf, size_t cap, char *why, size_t why_cap)
 {
-    const char *root = getenv("LWQ_FIXTURES");
-#ifdef LWQ_FIXTURES
-    if (!root)
-        root = LWQ_FIXTURES;
-/* FP8 W8A8 with an FP8 KV cache, emulated inside the float64 reference (no lwq code): every
- * linear weight per tensor e4m3(w / ws) * ws with ws = amax(w) / 448 (f32); every linear input
- * e4m3(x / s) * s with s = amax / 448 from llama2c_fp8_calibrate; k (after RoPE) and v rounded
- * to E4M3 with scale 1 (cast mode).  amax: (nlayers, 4) maxima of |x| at the inputs of q/k/v,
- * o, gate/up and down over every token of the nseq sequences of len tokens. */
-int llama2c_fp8_calibrate(const llama2c_model *m, const int32_t *tokens, int nseq, int len, double *amax);
-int llama2c_logits64_fp8(const llama2c_model *m, const double *amax, const int32_t *tokens, int len, double *logits);
-
-#endif
-    if (!root)
-        root = "../shared/fixtures";
-    snprintf(buf, cap, "%s/llama2c-stories260K-raw/stories260K.bin", root);
-    struct stat st;
-    if (stat(buf, &st) != 0) {
-        snprintf(why, why_cap, "fixture %s is absent (set LWQ_FIXTURES to the shared fixtures folder)", buf);
+    const char *p = lwqt_fixture_find("llama2c-stories260K-raw/stories260K.bin");
+    if (!p) {
+        snprintf(why, why_cap, "fixture llama2c-stories260K-raw/stories260K.bin not found (looked in %s); see "
+                 "README, Test fixtures", lwqt_fixture_roots());
         return NULL;
     }
+    snprintf(buf, cap, "%s", p);
     return buf;
 }
 
