@@ -52,6 +52,16 @@ typedef struct lwq_emul {
     int n, cap;
     lwq_emul_linear *lin;    /* the current layer's quantized linears */
     int kv_fp8;              /* k/v go through an FP8 cache */
+    float *scratch;          /* the emulated GEMM input (CPU backend), grown as needed */
+    size_t scratch_bytes;
+    /* the input bytes scratch was computed from, with its format and scale */
+    void *last_x;
+    size_t last_cap;
+    int last_ok;
+    lwq_qformat last_fmt;
+    float last_scale;
+    int64_t last_n, last_in;
+    lwq_dtype last_dt;
     float k_scale, v_scale;
 } lwq_emul;
 

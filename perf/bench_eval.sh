@@ -7,16 +7,18 @@
 # and --log-json.  Its calibration stream is exactly quantize's forward (same function, same
 # observer, same tokens), so per layer (eval source forward + candidate forward) / calibration
 # forward is the cost of evaluating one candidate relative to quantize's forward, measured in the
-# same process in process CPU seconds (robust on a shared, loaded machine; THREADS=1 by default).
+# same process in process CPU seconds (THREADS=1 by default), the minimum over REPEAT=3 runs
+# (robust on a shared, loaded machine).
 # The wall ratio against a separate `lwq quantize` run's forward_s is printed beside it.
 #
-# usage: [THREADS=1] perf/bench_eval.sh [HIDDEN] [LAYERS] [SAMPLES] [SEQ]   (from the repository root)
+# usage: [THREADS=1] [REPEAT=3] perf/bench_eval.sh [HIDDEN] [LAYERS] [SAMPLES] [SEQ]   (from the repository root)
 set -euo pipefail
 H=${1:-1024}
 L=${2:-4}
 N=${3:-16}
 T=${4:-128}
 THREADS=${THREADS:-1}
+REPEAT=${REPEAT:-3}
 LWQ=${LWQ:-./build/lwq}
 W=$(mktemp -d /tmp/lwq-bench-eval.XXXXXX)
 trap 'rm -rf "$W"' EXIT
@@ -31,13 +33,28 @@ with open(path, "w") as f:
 EOF
 "$LWQ" quantize "$W/m" -o "$W/q" --qformat nvfp4 --calib "$W/data.jsonl" --calib-size "$N" --calib-seq "$T" \
     --quiet --log-json "$W/q.jsonl" --threads "$THREADS"
-"$LWQ" eval "$W/m" --qformat nvfp4 --calib "$W/data.jsonl" --calib-size "$N" --calib-seq "$T" \
-    --data "$W/data.jsonl" --data-size "$N" --data-seq "$T" --quiet --log-json "$W/m.jsonl" \
-    --threads "$THREADS" >/dev/null
+for r in $(seq "$REPEAT"); do
+    "$LWQ" eval "$W/m" --qformat nvfp4 --calib "$W/data.jsonl" --calib-size "$N" --calib-seq "$T" \
+        --data "$W/data.jsonl" --data-size "$N" --data-seq "$T" --quiet --log-json "$W/m.jsonl" \
+        --threads "$THREADS" >/dev/null
+done
 python3 - "$W/q.jsonl" "$W/m.jsonl" "$H" "$L" "$N" "$T" "$THREADS" <<'EOF'
 import json, sys
 q = [json.loads(l) for l in open(sys.argv[1]) if '"event":"layer"' in l]
-m = [json.loads(l) for l in open(sys.argv[2]) if '"eval_layer"' in l]
+# REPEAT runs appended to one log: per layer and phase the minimum (the run least disturbed by
+# other processes on a shared machine)
+runs = {}
+for l in open(sys.argv[2]):
+    if '"eval_layer"' in l:
+        d = json.loads(l)
+        runs.setdefault(d["layer"], []).append(d)
+m = []
+for L in sorted(runs):
+    d = dict(runs[L][0])
+    for k in d:
+        if k.endswith("_s"):
+            d[k] = min(x[k] for x in runs[L])
+    m.append(d)
 print("model: llama hidden %s, %s layers, BF16; %s x %s tokens (calibration = eval set); --threads %s" % tuple(sys.argv[3:8]))
 print("process CPU seconds per layer inside one eval run (its calibration stream is quantize's forward:")
 print("the same lwq_model_layer_forward with the same statistics observer over the same tokens)")
