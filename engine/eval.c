@@ -220,7 +220,7 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
             rc = build_choices(v, &v->cand[c], cd->recipe, e);
         } else {
             rc = lwq_qdir_open(&v->cand[c].qd, cd->quant_dir, &v->ck, e);
-            v->cand[c].kv_fp8 = v->cand[c].qd.kv_fp8;
+            v->cand[c].kv_fp8 = v->cand[c].qd.kv_fp8 && !cd->kv_none;
         }
         if (rc)
             return rc;

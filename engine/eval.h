@@ -35,6 +35,7 @@ typedef struct lwq_eval_candidate {
     char name[128];
     const lwq_recipe *recipe;   /* built in memory from this recipe, or NULL */
     const char *quant_dir;      /* or read from this quantized checkpoint */
+    int kv_none;                /* quant_dir: do not emulate the KV cache the checkpoint declares */
 } lwq_eval_candidate;
 
 typedef struct lwq_eval_opts {

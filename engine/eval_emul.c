@@ -2,6 +2,7 @@
  * wrapper that applies it (engine/eval_emul.h). */
 #include "engine/eval_emul.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,7 +12,7 @@
 
 /* ---- the numerics ----------------------------------------------------------------------------- */
 
-static void load_row(const void *x, lwq_dtype dt, int64_t off, int64_t n, float *out)
+static inline __attribute__((always_inline)) void load_row(const void *x, lwq_dtype dt, int64_t off, int64_t n, float *out)
 {
     if (dt == LWQ_F32) {
         if ((const float *)x + off != out)
@@ -27,23 +28,33 @@ static void load_row(const void *x, lwq_dtype dt, int64_t off, int64_t n, float 
     }
 }
 
-static void nvfp4_block(float *v, float six_is, float input_scale)
+/* Hot loops are also compiled for AVX-512 / AVX2 and chosen at load time, as kernels/cpu does;
+ * every clone performs the same IEEE single-precision operations, so the values are the same. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#define LWQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define LWQ_CLONES
+#endif
+#define INLINE static inline __attribute__((always_inline))
+
+/* One block in place, branch-free so that it vectorizes: the magnitude by lwq_e2m1_round_mag
+ * (equal to |lwq_e2m1_round| for every finite value, layout/quant_formats.h), the sign put back
+ * only where q < 0 (so -0.0 in gives +0.0 out, as lwq_e2m1_round does); a block whose scale is 0
+ * gives zeros. */
+INLINE void nvfp4_block(float *v, float six_is, float input_scale)
 {
     float amax = 0;
-    for (int i = 0; i < LWQ_NVFP4_BLOCK; i++) {
-        float a = v[i] < 0 ? -v[i] : v[i];
-        amax = a > amax ? a : amax;
-    }
+    for (int i = 0; i < LWQ_NVFP4_BLOCK; i++)
+        amax = fmaxf(amax, fabsf(v[i]));
     float bs = lwq_e4m3_to_f32(lwq_e4m3_from_f32(LWQ_FDIV(amax, six_is)));
     float d = LWQ_FMUL(bs, input_scale);
-    if (!(d > 0)) {
-        memset(v, 0, LWQ_NVFP4_BLOCK * sizeof *v);
-        return;
-    }
-    /* lwq_e2m1_round_mag equals |lwq_e2m1_round| for every finite value (layout/quant_formats.h) */
+    float dd = d > 0 ? d : 1.0f;
+    uint32_t keep = d > 0 ? 0xffffffffu : 0u;
     for (int i = 0; i < LWQ_NVFP4_BLOCK; i++) {
-        float q = LWQ_FDIV(v[i], d), m = lwq_e2m1_round_mag(q < 0 ? -q : q);
-        v[i] = LWQ_FMUL(q < 0 ? -m : m, d);
+        float q = LWQ_FDIV(v[i], dd);
+        float r = LWQ_FMUL(lwq_e2m1_round_mag(fabsf(q)), dd);
+        uint32_t neg = (uint32_t)(q < 0.0f) << 31;
+        v[i] = lwq_bits_f32((lwq_f32_bits(r) | neg) & keep);
     }
 }
 
@@ -55,7 +66,7 @@ typedef struct act_job {
     float *out;
 } act_job;
 
-static void nvfp4_rows(void *ctx, int64_t r0, int64_t r1, int tid)
+LWQ_CLONES static void nvfp4_rows(void *ctx, int64_t r0, int64_t r1, int tid)
 {
     (void)tid;
     const act_job *j = ctx;
@@ -74,7 +85,7 @@ void lwq_emul_nvfp4_act(const void *x, lwq_dtype dt, int64_t rows, int64_t cols,
     lwq_parallel_for(rows, 16, nvfp4_rows, &j);
 }
 
-static void fp8_part(void *ctx, int64_t i0, int64_t i1, int tid)
+LWQ_CLONES static void fp8_part(void *ctx, int64_t i0, int64_t i1, int tid)
 {
     (void)tid;
     const act_job *j = ctx;

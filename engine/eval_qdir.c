@@ -52,8 +52,10 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
         if (!cJSON_IsObject(qc))
             return lwq_errf(e, LWQ_EFORMAT, "%s has neither hf_quant_config.json nor a quantization_config in "
                             "config.json: not a quantized checkpoint", dir);
+        /* Model Optimizer writes quant_method "modelopt"; some of its exports name only the producer */
         const char *m = jstr(qc, "quant_method");
-        if (!m || strcmp(m, "modelopt"))
+        const char *prod = jstr(cJSON_GetObjectItemCaseSensitive(qc, "producer"), "name");
+        if (m ? strcmp(m, "modelopt") != 0 : !(prod && !strcmp(prod, "modelopt")))
             return lwq_errf(e, LWQ_EUNSUPPORTED, "%s/config.json: quantization_config.quant_method is \"%s\"; only "
                             "Model Optimizer (\"modelopt\") checkpoints are emulated", dir, m ? m : "(none)");
         root = cJSON_Duplicate(qc, 1);
@@ -83,6 +85,10 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
             q->kv_fp8 = 1;
         } else if (kv && !cJSON_IsNull(kv)) {
             rc = lwq_errf(e, LWQ_EFORMAT, "%s: kv_cache_quant_algo must be a string or null", p);
+        } else if (cJSON_IsString(ks)) { /* older exports: "kv_cache_scheme": "FP8" */
+            if (strcmp(ks->valuestring, "FP8"))
+                rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: kv_cache_scheme \"%s\" is not emulated (FP8)", p, ks->valuestring);
+            q->kv_fp8 = 1;
         } else if (cJSON_IsObject(ks)) {
             const cJSON *nb = cJSON_GetObjectItemCaseSensitive(ks, "num_bits");
             const char *ty = jstr(ks, "type");
@@ -424,7 +430,7 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
     if ((ks != NULL) != (vs != NULL))
         return lwq_errf(e, LWQ_EFORMAT, "layer %d: %s without its %s", plan->layer, ks ? ks->name : vs->name,
                         ks ? "v_scale" : "k_scale");
-    if (ks) {
+    if (ks && kv_fp8) {
         em->kv_fp8 = 1;
         em->k_scale = scalar(ks);
         em->v_scale = scalar(vs);

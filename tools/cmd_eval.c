@@ -32,7 +32,8 @@ static void usage(FILE *fp)
             "  --recipe FILE.json   a recipe candidate (repeat for several)\n"
             "  --algo A             max | mse | local_hessian, for every recipe candidate\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
-            "  --kv-cache M         none | fp8 | fp8_cast, for every recipe candidate\n"
+            "  --kv-cache M         none | fp8 | fp8_cast, for every recipe candidate; with QUANT_DIR only\n"
+            "                       none: leave the checkpoint's FP8 KV cache out of the emulation\n"
             "calibration of recipe candidates (as lwq quantize):\n"
             "  --calib PATH  --calib-size N (64)  --calib-seq L (256)  --calib-include-padding  --calib-all-experts\n"
             "eval data:\n"
@@ -198,9 +199,14 @@ static int parse(int argc, char **argv, eargs *a)
         fprintf(stderr, "lwq: eval needs SRC (lwq eval --help)\n");
         return -1;
     }
-    if (a->qdir && (a->qformat || a->nrecipes || a->algo || a->sweep || a->kv || a->calib)) {
+    if (a->qdir && (a->qformat || a->nrecipes || a->algo || a->sweep || a->calib)) {
         fprintf(stderr, "lwq: with QUANT_DIR the checkpoint is the candidate; --qformat, --recipe, --algo, "
-                        "--fp8-scale-sweep, --kv-cache and --calib build candidates in memory instead\n");
+                        "--fp8-scale-sweep and --calib build candidates in memory instead\n");
+        return -1;
+    }
+    if (a->qdir && a->kv && strcmp(a->kv, "none")) {
+        fprintf(stderr, "lwq: with QUANT_DIR the checkpoint declares its KV cache; --kv-cache none (do not emulate "
+                        "it) is the only choice\n");
         return -1;
     }
     return 0;
@@ -332,6 +338,7 @@ int lwq_cmd_eval(int argc, char **argv)
         const char *base = strrchr(a.qdir, '/');
         snprintf(cand[0].name, sizeof cand[0].name, "%s", base && base[1] ? base + 1 : a.qdir);
         cand[0].quant_dir = a.qdir;
+        cand[0].kv_none = a.kv != NULL;
         ncand = 1;
     } else {
         rc = build_recipes(&a, rec, cand, &ncand, &e);

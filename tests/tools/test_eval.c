@@ -198,3 +198,63 @@ Test(eval, results_do_not_depend_on_the_thread_count)
     cJSON_Delete(ja);
     cJSON_Delete(jb);
 }
+
+/* the hf_quant_config.json of NVIDIA's published Llama-3.1-70B-Instruct-FP8 (FP8, FP8 KV cache) */
+static const char published_fp8[] =
+    "{\"producer\": {\"name\": \"modelopt\", \"version\": \"0.23.0\"}, \"quantization\": {\"quant_algo\": \"FP8\", "
+    "\"kv_cache_quant_algo\": \"FP8\", \"exclude_modules\": [\"lm_head\"]}}";
+
+Test(eval, reads_a_model_optimizer_config_and_its_kv_cache_scales)
+{
+    const char *m = mk("m", NULL);
+    lwqt_write_str("fp8.json", "{\"kv_cache\": \"fp8\", \"rules\": [{\"match\": \"*\", \"format\": \"fp8\"}]}");
+    const char *q[] = {"quantize", m, "-o", lwqt_path("q"), "--recipe", lwqt_path("fp8.json"), "--calib-size", "6",
+                       "--calib-seq", "24", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    const char *a[] = {"eval", m, lwqt_path("q"), "--data-size", "5", "--data-seq", "20", "--quiet", "--json",
+                       lwqt_path("a.json"), NULL};
+    cr_assert_eq(lwqt_run(a), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    lwqt_write_str("q/hf_quant_config.json", published_fp8);
+    const char *b[] = {"eval", m, lwqt_path("q"), "--data-size", "5", "--data-seq", "20", "--quiet", "--json",
+                       lwqt_path("b.json"), NULL};
+    cr_assert_eq(lwqt_run(b), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *ja = load_json("a.json"), *jb = load_json("b.json");
+    cr_assert(num(cand(ja, 0), "kl") > 0 && num(cand(ja, 0), "kl") == num(cand(jb, 0), "kl"));
+    cJSON_Delete(ja);
+    cJSON_Delete(jb);
+}
+
+Test(eval, the_fp8_kv_cache_is_emulated)
+{
+    const char *m = mk("m", NULL);
+    lwqt_write_str("none.json", "{\"kv_cache\": \"none\", \"rules\": []}");
+    lwqt_write_str("cast.json", "{\"kv_cache\": \"fp8_cast\", \"rules\": []}");
+    lwqt_write_str("cal.json", "{\"kv_cache\": \"fp8\", \"rules\": []}");
+    const char *a[] = {"eval", m, "--recipe", lwqt_path("none.json"), "--recipe", lwqt_path("cast.json"), "--recipe",
+                       lwqt_path("cal.json"), SMALL, "--json", lwqt_path("r.json"), NULL};
+    cr_assert_eq(lwqt_run(a), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *j = load_json("r.json");
+    double k0 = num(cand(j, 0), "kl"), k1 = num(cand(j, 1), "kl"), k2 = num(cand(j, 2), "kl");
+    cr_assert(k0 == 0.0, "no quantization at all: %g", k0);
+    /* the weights quantize nothing, so the whole KL comes from k/v going through E4M3 */
+    cr_assert(k1 > 0 && k2 > 0 && k1 != k2, "cast %g, calibrated %g", k1, k2);
+    cJSON_Delete(j);
+}
+
+Test(eval, fp8_block_source_with_mla_needs_the_kv_cache_left_out)
+{
+    const char *mkds[] = {"mkmodel", lwqt_path("ds"), "--arch", "deepseek_v3", "--source-format", "fp8", "--hidden",
+                          "256", "--layers", "2", "--vocab", "512", NULL};
+    cr_assert_eq(lwqt_run(mkds), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    const char *q[] = {"quantize", lwqt_path("ds"), "-o", lwqt_path("q"), "--qformat", "nvfp4", "--calib-size", "4",
+                       "--calib-seq", "16", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    const char *a[] = {"eval", lwqt_path("ds"), lwqt_path("q"), "--data-size", "3", "--data-seq", "16", "--quiet", NULL};
+    expect_refusal(a, "multi-head latent attention", "--kv-cache none");
+    const char *b[] = {"eval", lwqt_path("ds"), lwqt_path("q"), "--kv-cache", "none", "--data-size", "3", "--data-seq",
+                       "16", "--quiet", "--json", lwqt_path("r.json"), NULL};
+    cr_assert_eq(lwqt_run(b), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *j = load_json("r.json");
+    cr_assert(num(cand(j, 0), "kl") > 0 && num(cand(j, 0), "quantized_linears") > 0);
+    cJSON_Delete(j);
+}
