@@ -9,10 +9,10 @@
 
 #include "core/log.h"
 #include "engine/eval.h"
-#include "layout/dataset.h"
-#include "layout/eval_text.h"
+#include "text/dataset.h"
+#include "text/eval_text.h"
 #include "layout/recipe.h"
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
 
 #define MAX_CAND 16

@@ -1,8 +1,8 @@
-/* layout/eval_text.c — the built-in held-out evaluation text of `lwq eval`: prose and code written
+/* text/eval_text.c — the built-in held-out evaluation text of `lwq eval`: prose and code written
  * for lwq and dedicated to the public domain, none of it in the calibration text
- * (layout/calib_text.c), so that the default eval set never overlaps the default calibration
- * samples.  Samples are paragraphs, in order (layout/eval_text.h). */
-#include "layout/eval_text.h"
+ * (text/calib_text.c), so that the default eval set never overlaps the default calibration
+ * samples.  Samples are paragraphs, in order (text/eval_text.h). */
+#include "text/eval_text.h"
 
 static const char *const samples[] = {
     "The lighthouse keeper wrote the same three lines in his log every night: the time the lamp "

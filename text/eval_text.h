@@ -1,4 +1,4 @@
-/* layout/eval_text.h — the built-in held-out evaluation text of `lwq eval` (layout/eval_text.c):
+/* text/eval_text.h — the built-in held-out evaluation text of `lwq eval` (text/eval_text.c):
  * paragraphs that are not in the built-in calibration text, so the default eval set never
  * overlaps the default calibration samples.  Strings are static. */
 #ifndef LWQ_LAYOUT_EVAL_TEXT_H
