@@ -25,6 +25,19 @@ static int64_t rows_of(const lwq_calib_set *c, int B, int64_t *tokens)
     return rows;
 }
 
+static int64_t max_batch_rows(const lwq_calib_set *c, int B)
+{
+    int64_t m = 0;
+    for (int s0 = 0; c && s0 < c->n; s0 += B) {
+        int64_t seq = 0;
+        for (int i = s0; i < c->n && i < s0 + B; i++)
+            seq = c->len[i] > seq ? c->len[i] : seq;
+        int64_t r = (c->n - s0 < B ? c->n - s0 : B) * seq;
+        m = r > m ? r : m;
+    }
+    return m;
+}
+
 int lwq_eval_plan(const lwq_eval_opts *o, lwq_mem_plan *p, lwq_error *e)
 {
     lwq_ckpt ck;
@@ -65,18 +78,25 @@ int lwq_eval_plan(const lwq_eval_opts *o, lwq_mem_plan *p, lwq_error *e)
         /* one boundary per stream: source + candidates on the eval rows, the calibration stream */
         p->boundary_bytes = ((uint64_t)(1 + o->ncand) * (uint64_t)drows + (uint64_t)crows) * (uint64_t)c->hidden_size * act;
         /* one candidate layer at a time: its quantized tensors and their f32 dequantized weights */
-        uint64_t lin = 0;
+        uint64_t lin = 0, max_in = (uint64_t)c->hidden_size;
         for (int L = 0; L < c->num_hidden_layers; L++) {
             lwq_arch_layer plan;
             if (lwq_arch_layer_plan(c, L, &plan, NULL) != 0)
                 continue;
             uint64_t n = 0;
-            for (int i = 0; i < plan.nlinears; i++)
+            for (int i = 0; i < plan.nlinears; i++) {
                 n += (uint64_t)plan.linears[i].out_features * (uint64_t)plan.linears[i].in_features;
+                max_in = (uint64_t)plan.linears[i].in_features > max_in ? (uint64_t)plan.linears[i].in_features : max_in;
+            }
             lin = n > lin ? n : lin;
             lwq_arch_layer_free(&plan);
         }
         p->writer_bytes = lin * 4 + p->largest_layer_bytes;
+        /* every stream's model keeps its own forward scratch (the estimate above is one batch of
+         * one stream); each candidate also keeps its emulated GEMM input (f32, one batch) and the
+         * input it was computed from (activation dtype) */
+        p->workspace_bytes *= (uint64_t)(1 + o->ncand + in_memory);
+        p->workspace_bytes += (uint64_t)o->ncand * (uint64_t)max_batch_rows(o->data, B) * max_in * (4 + act);
         /* the head: every model's tail (embedding, norm, lm_head) and two chunks of f32 logits */
         uint64_t ntail = 1;
         for (int k = 0; k < o->ncand; k++)
