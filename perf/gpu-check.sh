@@ -21,7 +21,7 @@
 #
 # Steps (the table's rows; perf/RESULTS.md "GPU claims" names the row that measures each claim):
 #   machine, deps, build, gpu-tests, sanitizer, identity-max, identity-mse-sweep,
-#   identity-local-hessian, resume, qwen3next, bench-quant, bench-attention, bench-h2d, e2e
+#   identity-local-hessian, identity-batch, plan-gpu, resume, qwen3next, bench-quant, bench-attention, bench-h2d, e2e
 # Exit status: 0 every step ran and passed; 1 a check failed or was cut by the budget; 2 set-up
 # error (no GPU, no nvcc, missing dependency: named, within seconds).
 set -uo pipefail
@@ -297,20 +297,19 @@ fi
 # test_quantize_cuda.c's bound).  local_hessian's block scales come from the forward too (its
 # Hessian): the output's structure must be identical, and the row reports how many quantized
 # weights came out byte-identical.  Dry mode compares two CPU runs: everything identical.
-identity() { # identity NAME strict|hessian ARGS...
-    local name=$1 mode=$2 rc=0 t0 d=$LOGS/identity-$1.diff
-    shift 2
+identity() { # identity NAME strict|hessian "A's options" "B's options" ARGS...
+    local name=$1 mode=$2 oa=$3 ob=$4 rc=0 t0 d=$LOGS/identity-$1.diff
+    shift 4
     t0=$(date +%s)
     rm -rf "$WORK/q-$name-cpu" "$WORK/q-$name-dev"
     {
-        bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-$name-cpu" --device cpu --calib-size 6 --calib-seq 24 \
-            --batch-size 4 --quiet "$@" &&
-            bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-$name-dev" --device "$DEVICE" --calib-size 6 \
-                --calib-seq 24 --batch-size 4 --quiet "$@"
+        # shellcheck disable=SC2086 # $oa / $ob are option lists
+        bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-$name-cpu" $oa --calib-size 6 --calib-seq 24 --quiet "$@" &&
+            bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-$name-dev" $ob --calib-size 6 --calib-seq 24 --quiet "$@"
     } > "$LOGS/identity-$name.log" 2>&1 || rc=$?
     if [ $rc -ne 0 ]; then
         step_log "identity-$name"
-        row "identity-$name" "$([ $rc -eq 124 ] && echo CUT || echo FAIL)" "cpu vs $DEVICE ($*): quantize exit $rc, $(tail -2 "$LOGS/identity-$name.log" | tr '\n' ' ')" $(($(date +%s) - t0))
+        row "identity-$name" "$([ $rc -eq 124 ] && echo CUT || echo FAIL)" "$oa vs $ob ($*): quantize exit $rc, $(tail -2 "$LOGS/identity-$name.log" | tr '\n' ' ')" $(($(date +%s) - t0))
         return
     fi
     "$LWQ" diff "$WORK/q-$name-cpu" "$WORK/q-$name-dev" --max 100000 --no-metadata > "$d" 2>&1
@@ -330,11 +329,34 @@ identity() { # identity NAME strict|hessian ARGS...
     else
         [ "$((other - wdiff))" -eq 0 ] || st=FAIL
     fi
-    row "identity-$name" "$st" "cpu vs $DEVICE ($*): $(ls "$WORK/q-$name-cpu" | wc -l) files; $other tensors differ besides input scales ($wdiff weights/weight scales); $nin input scales differ, max rel $rel (<= 2e-2)" $(($(date +%s) - t0))
+    row "identity-$name" "$st" "$oa vs $ob ($*): $(ls "$WORK/q-$name-cpu" | wc -l) files; $other tensors differ besides input scales ($wdiff weights/weight scales); $nin input scales differ, max rel $rel (<= 2e-2)" $(($(date +%s) - t0))
 }
-identity max strict --qformat nvfp4_experts-fp8_attn --algo max
-identity mse-sweep strict --qformat nvfp4_experts-fp8_attn --algo mse --fp8-scale-sweep
-identity local-hessian hessian --qformat nvfp4 --algo local_hessian
+C="--device cpu --batch-size 4" G="--device $DEVICE --batch-size 4"
+identity max strict "$C" "$G" --qformat nvfp4_experts-fp8_attn --algo max
+identity mse-sweep strict "$C" "$G" --qformat nvfp4_experts-fp8_attn --algo mse --fp8-scale-sweep
+identity local-hessian hessian "$C" "$G" --qformat nvfp4 --algo local_hessian
+# batch size on the device (README "GPU": what holds): weights and weight scales identical, input
+# scales from forwards whose GEMMs cuBLAS tiles by row count; the row reports their difference
+identity batch strict "$G" "--device $DEVICE --batch-size 1" --qformat nvfp4_experts-fp8_attn --algo max
+
+# ---- lwq plan's GPU peak against the peak the run measures (cudaMemGetInfo at every allocation) ---
+t0=$(date +%s)
+PA=(--qformat nvfp4_experts-fp8_attn --algo mse --fp8-scale-sweep --calib-size 6 --calib-seq 24 --batch-size 4)
+rm -rf "$WORK/q-plan"
+rc=0
+{ bounded 60 "$LWQ" plan "$TINY" --device cuda "${PA[@]}" && bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-plan" \
+    --device "$DEVICE" "${PA[@]}" --quiet --log-json "$LOGS/plan-run.jsonl"; } > "$LOGS/plan.log" 2>&1 || rc=$?
+step_log plan
+planned=$(sed -n 's/^plan: GPU peak \([0-9.]*\) GB.*/\1/p' "$LOGS/plan.log" | head -1)
+measured=$(grep -o '"peak_gpu_bytes":[0-9]*' "$LOGS/plan-run.jsonl" 2>/dev/null | tail -1 | cut -d: -f2)
+if [ $rc -ne 0 ] || [ -z "$planned" ] || [ -z "$measured" ]; then
+    row plan-gpu "$([ $rc -eq 124 ] && echo CUT || echo FAIL)" "plan or run failed (exit $rc; $LOGS/plan.log)" $(($(date +%s) - t0))
+elif [ "$NO_GPU" = 1 ]; then
+    row plan-gpu ok "planned ${planned} GB for cuda; the CPU run measures no GPU memory ($measured)" $(($(date +%s) - t0))
+else
+    awk -v p="$planned" -v m="$measured" 'BEGIN {exit !(m / 1e9 <= p)}' && st=ok || st=FAIL
+    row plan-gpu "$st" "planned ${planned} GB >= measured $(awk -v m="$measured" 'BEGIN {printf "%.3f", m / 1e9}') GB (whole device, context included)" $(($(date +%s) - t0))
+fi
 
 # ---- the resume test and the Qwen3-Next production test, on the device explicitly ----------------
 t0=$(date +%s)
