@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "io/sys.h"
@@ -45,6 +46,9 @@ static void usage(FILE *fp, const char *cmd)
             "  --threads N          CPU threads (default: all cores)\n"
             "  --max-gpu-memory-gb X, --max-cpu-memory-gb X   stop before reading weights if the plan exceeds them\n"
             "  --prefetch K         layers read ahead (ring slots, default 2)\n"
+            "  --expert-group N     stream MoE layers as the dense part + groups of N routed experts\n"
+            "                       (default: only when a layer does not fit the memory budget, with\n"
+            "                       the largest group that fits; output bytes are the same either way)\n"
             "  --whole-model        reference path: all layers resident, data outside (same bytes)\n"
             "  --qdq-next           the next layer calibrates on the quantized layer's outputs\n"
             "  --dry-read           read every layer through the I/O path; compute and write nothing\n"
@@ -53,7 +57,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --log-json FILE      one JSON object per layer and a summary\n"
             "  --quiet              no progress output\n\n"
             "A killed run resumes where it stopped when the same command is run again; the output is\n"
-            "byte-identical to an uninterrupted run.\n\n"
+            "byte-identical to an uninterrupted run.  One run per output: a second run on the same\n"
+            "output or resume directory is refused at once, naming the running one's pid.\n\n"
             "exit status: 0 done, 2 error (message on stderr)\n",
             cmd, strcmp(cmd, "plan") ? " -o OUT_DIR" : "",
             strcmp(cmd, "plan") ? "Quantize a Hugging Face checkpoint layer by layer to NVFP4/FP8 (ModelOpt format)."
@@ -178,6 +183,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
         } else if (!strcmp(s, "--threads")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
                 return -1;
+        } else if (!strcmp(s, "--expert-group")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->o.expert_group))
+                return -1;
         } else if (!strcmp(s, "--prefetch")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 16, &a->o.prefetch))
                 return -1;
@@ -248,14 +256,13 @@ static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 {
     memset(cs, 0, sizeof *cs);
-    char cfgpath[PATH_MAX];
-    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", a->model);
+    char cfgpath[PATH_MAX], tokpath[PATH_MAX];
+    int rc = lwq_pathf(e, cfgpath, sizeof cfgpath, "%s/config.json", a->model);
+    if (rc || (rc = lwq_pathf(e, tokpath, sizeof tokpath, "%s/tokenizer.json", a->model)) != 0)
+        return rc;
     if (access(cfgpath, F_OK) != 0)
         return lwq_errsys(e, -errno, "%s: no config.json; not a Hugging Face checkpoint directory", a->model);
-    char tokpath[PATH_MAX];
-    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", a->model);
     lwq_tokenizer *tok = NULL;
-    int rc = 0;
     if (access(tokpath, F_OK) == 0)
         rc = lwq_tokenizer_load(&tok, tokpath, e);
     if (rc)
