@@ -21,7 +21,7 @@
 #
 # Steps (the table's rows; perf/RESULTS.md "GPU claims" names the row that measures each claim):
 #   machine, deps, build, gpu-tests, sanitizer, identity-max, identity-mse-sweep,
-#   identity-local-hessian, identity-batch, plan-gpu, resume, qwen3next, bench-quant, bench-attention, bench-h2d, e2e
+#   identity-local-hessian, identity-batch, stream, plan-gpu, resume, qwen3next, bench-quant, bench-attention, bench-h2d, e2e
 # Exit status: 0 every step ran and passed; 1 a check failed or was cut by the budget; 2 set-up
 # error (no GPU, no nvcc, missing dependency: named, within seconds).
 set -uo pipefail
@@ -338,6 +338,22 @@ identity local-hessian hessian "$C" "$G" --qformat nvfp4 --algo local_hessian
 # batch size on the device (README "GPU": what holds): weights and weight scales identical, input
 # scales from forwards whose GEMMs cuBLAS tiles by row count; the row reports their difference
 identity batch strict "$G" "--device $DEVICE --batch-size 1" --qformat nvfp4_experts-fp8_attn --algo max
+
+# ---- expert streaming (issue 16, the `stream` work): the tiny MoE again in units of 2 experts on the
+#      same device, each group's weights uploaded on their own; byte-identical to the unstreamed run
+t0=$(date +%s)
+rm -rf "$WORK/q-stream-a" "$WORK/q-stream-b"
+rc=0
+SA=(--qformat nvfp4_experts-fp8_attn --calib-size 6 --calib-seq 24 --batch-size 4 --device "$DEVICE" --quiet)
+{ bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-stream-a" "${SA[@]}" &&
+    bounded 120 "$LWQ" quantize "$TINY" -o "$WORK/q-stream-b" "${SA[@]}" --expert-group 2 &&
+    diff -r "$WORK/q-stream-a" "$WORK/q-stream-b"; } > "$LOGS/stream.log" 2>&1 || rc=$?
+step_log stream
+if [ $rc -eq 0 ]; then
+    row stream ok "--expert-group 2 on $DEVICE: byte-identical to the unstreamed run" $(($(date +%s) - t0))
+else
+    row stream "$([ $rc -eq 124 ] && echo CUT || echo FAIL)" "--expert-group 2 on $DEVICE: exit $rc, $(tail -2 "$LOGS/stream.log" | tr '\n' ' ')" $(($(date +%s) - t0))
+fi
 
 # ---- lwq plan's GPU peak against the peak the run measures (cudaMemGetInfo at every allocation) ---
 t0=$(date +%s)

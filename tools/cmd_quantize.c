@@ -13,9 +13,9 @@
 #include "core/log.h"
 #include "engine/engine.h"
 #include "io/sys.h"
-#include "layout/dataset.h"
+#include "text/dataset.h"
 #include "layout/recipe.h"
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
 
 static void usage(FILE *fp, const char *cmd)
