@@ -49,7 +49,7 @@ static void usage(FILE *fp, const char *cmd)
             "  --calib-include-padding  padded positions count in statistics (Model Optimizer parity)\n"
             "  --calib-all-experts  every expert also runs on every token for its statistics\n"
             "run:\n"
-            "  --device D           auto | cpu | cuda (default auto)\n"
+            "  --device D           auto | cpu | cuda (default $LWQ_DEVICE, else auto)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --max-gpu-memory-gb X, --max-cpu-memory-gb X   stop before reading weights if the plan exceeds them\n"
             "  --prefetch K         layers read ahead (ring slots, default 2)\n"
@@ -118,6 +118,21 @@ static int parse_gb(const char *opt, const char *s, double *out)
     return 1;
 }
 
+static int parse_device(const char *what, const char *d, lwq_device_choice *out)
+{
+    if (!strcmp(d, "auto"))
+        *out = LWQ_DEVICE_AUTO;
+    else if (!strcmp(d, "cpu"))
+        *out = LWQ_DEVICE_CPU;
+    else if (!strcmp(d, "cuda"))
+        *out = LWQ_DEVICE_CUDA;
+    else {
+        fprintf(stderr, "lwq: %s %s: expected auto, cpu or cuda\n", what, d);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, int is_plan, qargs *a)
 {
     memset(a, 0, sizeof *a);
@@ -125,6 +140,11 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
     a->calib_size = 64;
     a->calib_seq = 256;
     a->o.batch_size = 8;
+    /* the default device may come from the environment (perf/gpu-check.sh runs the resume and
+     * production tests with LWQ_DEVICE=cuda, so they cannot fall back to the CPU silently) */
+    const char *env_dev = getenv("LWQ_DEVICE");
+    if (env_dev && *env_dev && parse_device("LWQ_DEVICE", env_dev, &a->o.device) != 0)
+        return -1;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -182,18 +202,8 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
             a->o.all_experts = 1;
         } else if (!strcmp(s, "--device")) {
             const char *d = VAL();
-            if (!d)
+            if (!d || parse_device("--device", d, &a->o.device) != 0)
                 return -1;
-            if (!strcmp(d, "auto"))
-                a->o.device = LWQ_DEVICE_AUTO;
-            else if (!strcmp(d, "cpu"))
-                a->o.device = LWQ_DEVICE_CPU;
-            else if (!strcmp(d, "cuda"))
-                a->o.device = LWQ_DEVICE_CUDA;
-            else {
-                fprintf(stderr, "lwq: --device %s: expected auto, cpu or cuda\n", d);
-                return -1;
-            }
         } else if (!strcmp(s, "--threads")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
                 return -1;
