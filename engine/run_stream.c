@@ -389,7 +389,7 @@ int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e)
     sl.only = calloc((size_t)(sl.p->nlinears ? sl.p->nlinears : 1), 1);
     int rc = wh && sl.only ? buffers(r, e) : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     for (int i = 0; rc == 0 && i < sl.p->nlinears; i++)
-        wh[i] = r->choice[L][i].format == LWQ_QFMT_NVFP4 && r->choice[L][i].algo == LWQ_ALGO_LOCAL_HESSIAN;
+        wh[i] = lwq_qlayer_hessian(&sl.p->linears[i], &r->choice[L][i]) == LWQ_STATS_H_BLOCK; /* no GPTQ here */
     if (rc == 0)
         rc = lwq_stats_init(&sl.st, sl.p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh,
                             r->ck.cfg.weight_prefix, e);
