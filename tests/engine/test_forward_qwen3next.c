@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "tests/helpers/fwd_fixture.h"
-#include "tests/tools/run.h"
+#include "tests/helpers/run.h"
 
 typedef struct refw {
     fwd_fixture *f;

@@ -6,7 +6,7 @@
 
 #include "tests/helpers/fwd_fixture.h"
 #include "tests/helpers/llama2c.h"
-#include "tests/layout/craft.h"
+#include "tests/helpers/craft.h"
 
 TestSuite(llama2c, .init = lwqt_setup, .fini = lwqt_teardown);
 

@@ -1,10 +1,12 @@
+/* tests/layout/test_arch.c — architecture plans (linears, roles, fused groups per model type) and
+ * checking a checkpoint against them. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "craft.h"
+#include "tests/helpers/craft.h"
 #include "layout/arch.h"
 #include "layout/safetensors.h"
 #include "tests/helpers/fixtures.h"

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(eval, .init = lwqt_setup, .fini = lwqt_teardown);
 

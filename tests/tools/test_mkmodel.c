@@ -1,10 +1,12 @@
+/* tests/tools/test_mkmodel.c — `lwq mkmodel`: every architecture round-trips through the plans;
+ * values and tokenizer are deterministic. */
 #include <criterion/criterion.h>
 #include <math.h>
 
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
 #include "text/tokenizer.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(mkmodel, .init = lwqt_setup, .fini = lwqt_teardown);
 
