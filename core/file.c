@@ -52,7 +52,7 @@ int lwq_file_read_all_ops(const lwq_file_ops *ops, const char *path, size_t max_
     }
     if (st.st_size < 0 || (unsigned long long)st.st_size > max_bytes) {
         ops->close(fd);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the %zu byte limit for this kind of file",
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the byte limit for this kind of file (%zu allowed)",
                         path, (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;
