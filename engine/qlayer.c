@@ -12,6 +12,8 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
 {
     for (int i = 0; i < plan->nlinears; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
+        if (choice[i].split && !l->is_router)
+            return lwq_recipe_split_error(&choice[i], l->name, e);
         if (choice[i].format == LWQ_QFMT_NONE)
             continue;
         if (l->is_router)

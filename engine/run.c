@@ -106,6 +106,16 @@ static int build_plans(lwq_run *r, lwq_error *e)
             if (p->linears[i].is_router) /* never quantized, whatever a rule matched */
                 r->choice[L][i].format = LWQ_QFMT_NONE;
             quantized += r->choice[L][i].format != LWQ_QFMT_NONE;
+            /* the k/v cache quantizers of Model Optimizer live on the attention module */
+            if (p->linears[i].role == LWQ_ROLE_O) {
+                char attn[LWQ_ARCH_NAME_MAX];
+                snprintf(attn, sizeof attn, "%s", p->linears[i].name);
+                char *dot = strrchr(attn, '.');
+                if (dot)
+                    *dot = 0;
+                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0)
+                    return rc;
+            }
         }
         if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
             return rc;
