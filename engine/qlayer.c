@@ -194,6 +194,10 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
     for (int i = 0; i < plan->nlinears; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         in_amax[i] = st->in_amax[i];
+        if (choice[i].has_input_amax) { /* fixed by the recipe (Model Optimizer's constant_amax) */
+            in_amax[i] = choice[i].input_amax;
+            continue;
+        }
         if (choice[i].format == LWQ_QFMT_NONE || (st->in_rows[i] > 0 && in_amax[i] > 0))
             continue;
         if (l->expert < 0) {

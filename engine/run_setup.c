@@ -73,11 +73,32 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     f->part[LWQ_FP_CONFIG] = lwq_xxh64(txt, len, 0);
     free(txt);
 
-    char *rj = lwq_recipe_to_json(o->recipe);
-    if (!rj)
-        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    f->part[LWQ_FP_RECIPE] = lwq_xxh64(rj, strlen(rj), 0);
-    free(rj);
+    /* the recipe as this run applies it: its name (calibration_report.json holds it), the KV cache
+     * mode and every linear's resolved choice, reduced to what the quantizer reads; two recipes
+     * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
+    lwq_xxh64_init(&s, 0);
+    lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
+    int32_t kv = (int32_t)o->recipe->kv;
+    lwq_xxh64_update(&s, &kv, sizeof kv);
+    for (int L = 0; L < r->nlayers; L++)
+        for (int i = 0; i < r->plans[L].nlinears; i++) {
+            const lwq_quant_choice *c = &r->choice[L][i];
+            int32_t v[4] = {(int32_t)c->format, 0, 0, 0};
+            float ia = 0;
+            if (c->format == LWQ_QFMT_FP8) {
+                v[1] = c->algo != LWQ_ALGO_MAX;
+            } else if (c->format == LWQ_QFMT_NVFP4) {
+                v[1] = (int32_t)c->algo;
+                v[2] = c->algo == LWQ_ALGO_MSE && c->fp8_scale_sweep;
+            }
+            if (c->format != LWQ_QFMT_NONE && c->has_input_amax) {
+                v[3] = 1;
+                ia = c->input_amax;
+            }
+            lwq_xxh64_update(&s, v, sizeof v);
+            lwq_xxh64_update(&s, &ia, sizeof ia);
+        }
+    f->part[LWQ_FP_RECIPE] = lwq_xxh64_digest(&s);
 
     lwq_xxh64_init(&s, 0);
     lwq_xxh64_update(&s, &o->calib->n, sizeof o->calib->n);

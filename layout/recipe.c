@@ -132,6 +132,8 @@ lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
 typedef struct qstate {
     lwq_qformat fmt;
     int on;
+    int has_amax;             /* the attributes pin the amax (input rules only) */
+    double amax;
 } qstate;
 
 static void apply_state(qstate *q, const lwq_recipe_rule *u)
@@ -139,6 +141,8 @@ static void apply_state(qstate *q, const lwq_recipe_rule *u)
     if (u->has_format) {
         q->fmt = u->format;
         q->on = u->format != LWQ_QFMT_NONE;
+        q->has_amax = u->has_input_amax;
+        q->amax = u->input_amax;
     }
     if (u->has_enable)
         q->on = u->enable;
@@ -146,8 +150,8 @@ static void apply_state(qstate *q, const lwq_recipe_rule *u)
 
 lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module, unsigned facts)
 {
-    lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep, 0, LWQ_QFMT_NONE, LWQ_QFMT_NONE};
-    qstate w = {LWQ_QFMT_NONE, 0}, in = {LWQ_QFMT_NONE, 0};
+    lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep, 0, LWQ_QFMT_NONE, LWQ_QFMT_NONE, 0, 0};
+    qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         if (u->quantizer == LWQ_QSEL_KV || !lwq_glob_match(u->match, module))
@@ -166,10 +170,13 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
     lwq_qformat wf = w.on ? w.fmt : LWQ_QFMT_NONE, xf = in.on ? in.fmt : LWQ_QFMT_NONE;
     c.weight_format = wf;
     c.input_format = xf;
-    if (wf == xf)
+    if (wf == xf) {
         c.format = wf;
-    else
+        c.has_input_amax = wf != LWQ_QFMT_NONE && in.has_amax;
+        c.input_amax = (float)in.amax;
+    } else {
         c.split = 1;
+    }
     return c;
 }
 
@@ -285,6 +292,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].kv_cache must be \"none\", \"fp8\" or \"fp8_cast\"",
                                 path, idx);
             u->has_kv = 1;
+        } else if (!strcmp(key, "input_amax")) {
+            if (!cJSON_IsNumber(k) || !(k->valuedouble > 0) || k->valuedouble > 3.0e38)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].input_amax must be a positive number", path, idx);
+            u->input_amax = k->valuedouble;
+            u->has_input_amax = 1;
         } else if (!strcmp(key, "mla_projection")) {
             if (!cJSON_IsBool(k))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].mla_projection must be true or false", path, idx);
@@ -301,6 +313,9 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                         "enable", path, idx);
     if (u->quantizer != LWQ_QSEL_KV && u->has_kv)
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: kv_cache needs \"quantizer\": \"kv\"", path, idx);
+    if (u->has_input_amax && (u->quantizer != LWQ_QSEL_INPUT || !u->has_format))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: input_amax needs \"quantizer\": \"input\" and a format", path,
+                        idx);
     if (u->quantizer == LWQ_QSEL_INPUT && (u->has_algo || u->has_sweep))
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: algo and fp8_scale_sweep concern weights, not an "
                         "\"input\" rule", path, idx);
@@ -486,6 +501,8 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
             cJSON_AddStringToObject(o, "kv_cache", lwq_kv_mode_name(u->kv));
         if (u->has_format)
             cJSON_AddStringToObject(o, "format", lwq_qformat_name(u->format));
+        if (u->has_input_amax)
+            cJSON_AddNumberToObject(o, "input_amax", u->input_amax);
         if (u->has_enable)
             cJSON_AddBoolToObject(o, "enable", u->enable);
         if (u->has_algo)

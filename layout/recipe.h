@@ -44,6 +44,9 @@ typedef struct lwq_recipe_rule {
     lwq_qsel quantizer;
     int has_format, has_enable, has_algo, has_sweep, has_mla, has_kv;
     lwq_kv_mode kv;           /* with has_kv (quantizer kv rules only) */
+    int has_input_amax;       /* "input_amax": x on an "input" rule with a format: a fixed input
+                                 amax (Model Optimizer's constant_amax), no calibration statistic */
+    double input_amax;
     int mla;                  /* with has_mla: the rule applies only when the module's
                                  LWQ_MODULE_MLA_PROJ fact equals this */
     lwq_qformat format;
@@ -68,6 +71,8 @@ typedef struct lwq_quant_choice {
     int fp8_scale_sweep;
     int split;                /* weight and input quantizers disagree: not writable (format NONE) */
     lwq_qformat weight_format, input_format;  /* with split: what each resolved to */
+    int has_input_amax;       /* the input amax is fixed to input_amax (not calibrated) */
+    float input_amax;
 } lwq_quant_choice;
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
