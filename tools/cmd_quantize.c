@@ -338,7 +338,7 @@ static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
     return 0;
 }
 
-static int run_translated(int argc, char **argv, int is_plan);
+static int run_translated(int argc, char **argv, int is_plan, const char *notes);
 
 static void on_signal(int sig)
 {
@@ -354,20 +354,27 @@ static void on_signal(int sig)
 static int run_cmd(int argc0, char **argv0, int is_plan)
 {
     lwq_hfptq_argv hf;
-    if (lwq_hfptq_translate(argc0, argv0, &hf, stderr, stderr) != 0) {
-        lwq_hfptq_free(&hf);
+    char *notes = NULL;
+    size_t nlen = 0;
+    FILE *nf = open_memstream(&notes, &nlen);
+    if (!nf) {
+        fprintf(stderr, "lwq: out of memory\n");
         return LWQ_EXIT_ERR;
     }
-    int rc = run_translated(hf.argc, hf.argv, is_plan);
+    int rc = lwq_hfptq_translate(argc0, argv0, &hf, nf, stderr);
+    fclose(nf);
+    rc = rc ? LWQ_EXIT_ERR : run_translated(hf.argc, hf.argv, is_plan, notes);
     lwq_hfptq_free(&hf);
+    free(notes);
     return rc;
 }
 
-static int run_translated(int argc, char **argv, int is_plan)
+static int run_translated(int argc, char **argv, int is_plan, const char *notes)
 {
     qargs a;
     if (parse_args(argc, argv, is_plan, &a) != 0)
         return LWQ_EXIT_ERR;
+    fputs(notes, stderr); /* what hf_ptq's flags became, once the command line is known good */
     if (a.o.quiet)
         lwq_log_set_level(LWQ_LOG_WARN);
     /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
@@ -397,9 +404,10 @@ static int run_translated(int argc, char **argv, int is_plan)
         a.o.out_dir = a.out;
         a.o.recipe = &r;
         a.o.calib = &cs;
-        if (a.o.batch_size == 0)
+        if (a.o.batch_size == 0) /* hf_ptq's default: the largest batch that fits */
             rc = lwq_pick_batch_size(&a.o, &e);
-        if (rc) {
+        if (rc != 0) {
+            /* reported below */
         } else if (is_plan) {
             lwq_mem_plan p;
             if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
