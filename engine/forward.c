@@ -395,7 +395,8 @@ int lwq_model_embed(lwq_model *m, const lwq_weights *w, const int32_t *tokens, l
     LWQ_TRY(lwq_fwd_tensor(m, LWQ_I32, n, 1, &ids, e));
     LWQ_TRY(lwq_backend_upload(m->be, ids.data, tokens, (size_t)n * sizeof(int32_t), e));
     ids.ndim = 1;
-    return lwq_backend_gather_rows(m->be, &emb, &ids, h, e);
+    LWQ_TRY(lwq_backend_gather_rows(m->be, &emb, &ids, h, e));
+    return lwq_backend_synchronize(m->be, e); /* reads the device's index-error flag */
 }
 
 int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
@@ -407,8 +408,10 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
                         c->num_hidden_layers);
     LWQ_TRY(check_h(m, h, b->batch * b->seq, "layer forward", e));
     lwq_fwd_arena_reset(m);
-    if (c->arch == LWQ_ARCH_QWEN3_NEXT)
-        return lwq_fwd_qwen3next_layer(m, layer, w, b, h, obs, e);
+    if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        LWQ_TRY(lwq_fwd_qwen3next_layer(m, layer, w, b, h, obs, e));
+        return lwq_backend_synchronize(m->be, e);
+    }
     if (lwq_fwd_is_mla(c))
         LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
     else
@@ -431,7 +434,10 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
         LWQ_TRY(lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
                                    c->intermediate_size, &x, &b->valid, NULL, NULL, &out, obs, e));
     }
-    return lwq_backend_add(m->be, h, &out, e);
+    LWQ_TRY(lwq_backend_add(m->be, h, &out, e));
+    /* the device flags errors it can only see while running (a MoE gather row out of range);
+     * synchronize() reports them, so a layer never ends with one unread */
+    return lwq_backend_synchronize(m->be, e);
 }
 
 int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor *logits,

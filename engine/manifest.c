@@ -11,6 +11,7 @@
 
 #include "core/hash.h"
 #include "io/durable.h"
+#include "io/sys.h"
 
 #define MANIFEST_MAX_BYTES (64u << 20)
 
@@ -233,13 +234,14 @@ int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, s
 
 int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    const lwq_sys_table *sys = lwq_sys();
+    int fd = sys->open(path, O_RDONLY, 0);
     if (fd < 0)
-        return lwq_errsys(e, -errno, "%s: cannot open", path);
+        return lwq_errsys(e, fd, "%s: cannot open", path);
     size_t cap = 4u << 20;
     unsigned char *buf = malloc(cap);
     if (!buf) {
-        close(fd);
+        sys->close(fd);
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
     }
     lwq_xxh64_state s;
@@ -247,11 +249,11 @@ int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error 
     uint64_t total = 0;
     int rc = 0;
     for (;;) {
-        ssize_t r = read(fd, buf, cap);
-        if (r < 0 && errno == EINTR)
+        ssize_t r = sys->pread(fd, buf, cap, (off_t)total);
+        if (r == -EINTR)
             continue;
         if (r < 0) {
-            rc = lwq_errsys(e, -errno, "%s: read failed at byte %" PRIu64, path, total);
+            rc = lwq_errsys(e, (int)r, "%s: read failed at byte %" PRIu64, path, total);
             break;
         }
         if (r == 0)
@@ -260,10 +262,23 @@ int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error 
         total += (uint64_t)r;
     }
     free(buf);
-    close(fd);
+    sys->close(fd);
     if (rc)
         return rc;
     *hash = lwq_xxh64_digest(&s);
     *bytes = total;
     return 0;
+}
+
+int lwq_out_st_open(const char *path, lwq_st_file *f, lwq_error *e)
+{
+    const lwq_sys_table *sys = lwq_sys();
+    int fd = sys->open(path, O_RDONLY, 0);
+    if (fd < 0) {
+        memset(f, 0, sizeof *f);
+        return lwq_errsys(e, fd, "%s: open", path);
+    }
+    int rc = lwq_st_open_fd(fd, path, f, e);
+    sys->close(fd);
+    return rc;
 }

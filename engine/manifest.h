@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "layout/safetensors.h"
 
 #define LWQ_MANIFEST_VERSION 1
 #define LWQ_FP_PARTS 8
@@ -61,5 +62,7 @@ int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, s
 void lwq_shard_name(int layer, char out[40]);
 /* XXH64 and size of a whole file. */
 int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e);
+/* lwq_st_open of an output or resume file, opened through the io/sys.h table. */
+int lwq_out_st_open(const char *path, lwq_st_file *f, lwq_error *e);
 
 #endif

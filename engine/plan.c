@@ -4,10 +4,13 @@
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
  * local-Hessian sums + the quantized output (and, for FP8-block / MXFP4 sources, the dequantized
  * weights) of up to two layers in flight at the writer + the
- * tail tensors read for the embedding step.  GPU peak (CUDA backend) = the largest layer's
- * weights + one batch of activations + scratch.  The forward scratch is an estimate (the
- * activations of one batch through the widest op of the layer, with a 1.5x margin); the rest are
- * exact byte counts. */
+ * tail tensors read for the embedding step.  GPU peak (CUDA backend) = the CUDA context and
+ * cuBLAS workspace + the largest layer's weights (and dequantized sources) + one batch of
+ * activations + scratch + the GEMM's F32 staging (kept at its high-water mark,
+ * kernels/cuda/backend_cuda.cu ws_reserve) + the quantizer's own copy of a weight and its output
+ * buffers (engine/qops.c keeps them, grown to the largest, while the forward's copies are held).
+ * The forward scratch is an estimate (the activations of one batch through the widest op of the
+ * layer, with a 1.5x margin) and the context an allowance; the rest are exact byte counts. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +22,15 @@
 #include "kernels/backend.h"
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
+#include "layout/quant_formats.h"
+
+/* The CUDA context (module images, the runtime's heaps, streams) on the device, as cudaMemGetInfo
+ * counts it: an allowance, since it depends on driver and toolkit (perf/gpu-check.sh measures the
+ * real one and RESULTS.md records it). */
+#define LWQ_PLAN_CUDA_CONTEXT_BYTES ((uint64_t)768 << 20)
+/* cuBLAS's workspace: the size the cuBLAS documentation (cublasSetWorkspace) recommends for
+ * Hopper, 32 MiB (4 MiB before Hopper); the larger is assumed. */
+#define LWQ_PLAN_CUBLAS_WS_BYTES ((uint64_t)32 << 20)
 
 static uint64_t linear_out_bytes(const lwq_arch_linear *l, lwq_qformat f, uint64_t src_bytes)
 {
@@ -50,6 +62,43 @@ static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t de
     return found ? n : dense;
 }
 
+/* GPU bytes one linear needs beyond the layer's weights, folded into the maxima *staging (the
+ * GEMM's F32 workspace: both operands widened when their dtypes differ, and the f32 output when a
+ * bias or a dtype change needs the extra pass; backend_cuda.cu cu_gemm) and *quant (engine/qops.c:
+ * the weight's device copy, the output buffers, the uploaded block amax / Hessian, and the FP8 mse
+ * search's per-row losses in quant_cuda.cu). */
+static void gpu_linear(const lwq_ckpt *ck, const lwq_arch_linear *l, const lwq_quant_choice *ch, size_t act,
+                       uint64_t rows, uint64_t *staging, uint64_t *quant)
+{
+    char name[512];
+    uint64_t in = (uint64_t)l->in_features, outf = (uint64_t)l->out_features, n = in * outf;
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
+    /* a packed source (FP8 blocks, MXFP4) is dequantized to the activation dtype first */
+    int float_w = t && (t->dtype == LWQ_F32 || t->dtype == LWQ_BF16 || t->dtype == LWQ_F16);
+    uint64_t wbytes = float_w ? t->nbytes : n * act;
+    int mixed = float_w && lwq_dtype_size(t->dtype) != act;
+    snprintf(name, sizeof name, "%s.bias", l->name);
+    int bias = lwq_ckpt_find(ck, name) != NULL;
+    uint64_t al = 256;
+    uint64_t st = (mixed ? ((rows * in * 4 + al - 1) / al * al) + ((n * 4 + al - 1) / al * al) : 0) +
+                  (mixed || bias ? rows * outf * 4 : 0) + al;
+    *staging = st > *staging ? st : *staging;
+    uint64_t q = 0;
+    if (ch->format == LWQ_QFMT_NVFP4) {
+        q = wbytes + n / 2 + n / 16;
+        if (ch->algo != LWQ_ALGO_MAX)
+            q += n / 16 * sizeof(float);
+        if (ch->algo == LWQ_ALGO_LOCAL_HESSIAN)
+            q += in / 16 * 256 * sizeof(float);
+    } else if (ch->format == LWQ_QFMT_FP8) {
+        q = wbytes + n;
+        if (ch->algo != LWQ_ALGO_MAX)
+            q += (uint64_t)l->out_features * LWQ_MSE_STEPS * sizeof(double);
+    }
+    *quant = q > *quant ? q : *quant;
+}
+
 int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_mem_plan *p, lwq_error *e)
 {
     memset(p, 0, sizeof *p);
@@ -58,6 +107,19 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
     size_t act = lwq_dtype_size(c->dtype);
     int N = c->num_hidden_layers;
     uint64_t layer_out_max = 0, deq_max = 0;
+    /* calibration rows as the engine batches them */
+    int B = o->batch_size > 0 ? o->batch_size : 1;
+    int64_t max_rows = 0;
+    for (int s0 = 0; s0 < o->calib->n; s0 += B) {
+        int64_t seq = 0;
+        for (int i = s0; i < o->calib->n && i < s0 + B; i++) {
+            seq = o->calib->len[i] > seq ? o->calib->len[i] : seq;
+            p->calib_tokens += o->calib->len[i];
+        }
+        int64_t rows = (o->calib->n - s0 < B ? o->calib->n - s0 : B) * seq;
+        p->calib_rows += rows;
+        max_rows = rows > max_rows ? rows : max_rows;
+    }
     for (int L = 0; L < N && rc == 0; L++) {
         lwq_arch_layer plan;
         if ((rc = lwq_arch_layer_plan(c, L, &plan, e)) != 0)
@@ -77,6 +139,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
             deq += stored != src ? src : 0;
             if (ch.format == LWQ_QFMT_NVFP4 && ch.algo == LWQ_ALGO_LOCAL_HESSIAN)
                 hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
+            gpu_linear(ck, l, &ch, act, (uint64_t)max_rows, &p->gpu_staging_bytes, &p->gpu_quant_bytes);
         }
         lwq_arch_layer_free(&plan);
         p->output_bytes += out;
@@ -104,19 +167,6 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         for (int L = N; L < ck->nlayers; L++)
             p->output_bytes += ck->layers[L].bytes;
         p->slots = o->prefetch > 0 ? o->prefetch : 2;
-        /* calibration rows as the engine batches them */
-        int B = o->batch_size > 0 ? o->batch_size : 1;
-        int64_t max_rows = 0;
-        for (int s0 = 0; s0 < o->calib->n; s0 += B) {
-            int64_t seq = 0;
-            for (int i = s0; i < o->calib->n && i < s0 + B; i++) {
-                seq = o->calib->len[i] > seq ? o->calib->len[i] : seq;
-                p->calib_tokens += o->calib->len[i];
-            }
-            int64_t rows = (o->calib->n - s0 < B ? o->calib->n - s0 : B) * seq;
-            p->calib_rows += rows;
-            max_rows = rows > max_rows ? rows : max_rows;
-        }
         p->boundary_bytes = o->whole_model || o->dry_read ? 0 : 2 * (uint64_t)p->calib_rows * (uint64_t)c->hidden_size * act;
         int64_t q = (int64_t)c->num_attention_heads * c->head_dim, kv = (int64_t)c->num_key_value_heads * c->head_dim;
         int64_t mlp = 3 * c->intermediate_size;
@@ -142,7 +192,12 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         lwq_rss(&p->process_bytes, &hwm);
         p->host_peak = p->process_bytes + weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
-        p->gpu_peak = cuda ? p->largest_layer_bytes + deq_max + work + p->workspace_bytes : 0;
+        p->gpu_runtime_bytes = cuda ? LWQ_PLAN_CUDA_CONTEXT_BYTES + LWQ_PLAN_CUBLAS_WS_BYTES : 0;
+        if (!cuda)
+            p->gpu_staging_bytes = p->gpu_quant_bytes = 0;
+        p->gpu_peak = cuda ? p->gpu_runtime_bytes + p->largest_layer_bytes + deq_max + work + p->workspace_bytes +
+                                 p->gpu_staging_bytes + p->gpu_quant_bytes
+                           : 0;
     }
     return rc;
 }
@@ -167,9 +222,16 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
             "plan: calibration %lld tokens in %lld rows (batch %d)\n"
             "plan: host peak %.3f GB = process %.3f GB + ring %d x %.3f GB + boundaries %.3f GB + scratch %.3f GB"
             " + writer %.3f GB + statistics %.3f GB + tail %.3f GB\n"
-            "plan: GPU peak %.3f GB%s; output %.3f GB\n",
+            "plan: GPU peak %.3f GB%s; output %.3f GB\n"
+            "plan: GPU peak = CUDA context + cuBLAS workspace %.3f GB + layer weights %.3f GB + activations, dequantized"
+            " sources and scratch %.3f GB + GEMM F32 staging %.3f GB + quantizer copy and outputs %.3f GB\n",
             gb(p->source_bytes), p->largest_layer, gb(p->largest_layer_bytes), (long long)p->calib_tokens,
             (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
             gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes), gb(p->gpu_peak),
-            p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes));
+            p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes), gb(p->gpu_runtime_bytes),
+            gb(p->gpu_peak ? p->largest_layer_bytes : 0),
+            gb(p->gpu_peak ? p->gpu_peak - p->gpu_runtime_bytes - p->largest_layer_bytes - p->gpu_staging_bytes -
+                                 p->gpu_quant_bytes
+                           : 0),
+            gb(p->gpu_staging_bytes), gb(p->gpu_quant_bytes));
 }

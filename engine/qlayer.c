@@ -325,6 +325,7 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
     }
     rc = 0;
 out:
+    lwq_qops_end_layer(qo); /* nothing cached for this layer is reused by the next */
     free(in_amax);
     free(w_amax);
     free(w);

@@ -658,6 +658,7 @@ static void run_free(lwq_run *r)
         lwq_ckpt_free(&r->ck);
     if (r->jlog)
         fclose(r->jlog);
+    lwq_runlock_release(&r->lock);
     pthread_mutex_destroy(&r->mu);
     pthread_cond_destroy(&r->cv);
     pthread_mutex_destroy(&r->log_mu);

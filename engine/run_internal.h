@@ -18,6 +18,7 @@
 #include "io/pool.h"
 #include "io/prefetch.h"
 #include "io/reader.h"
+#include "io/runlock.h"
 #include "io/writer.h"
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
@@ -67,6 +68,7 @@ typedef struct lwq_run {
     char out_dir[PATH_MAX];
     char resume_dir[PATH_MAX];
     char manifest_path[PATH_MAX];
+    lwq_runlock lock;             /* one run per output: held from prepare_output to run_free */
     lwq_fingerprint fp;
     char fp_hex[17];
     lwq_manifest man;             /* touched by the writer thread between submit and flush */

@@ -27,6 +27,7 @@
 #include "core/trace.h"
 #include "engine/run_internal.h"
 #include "io/durable.h"
+#include "io/sys.h"
 #include "engine/layersrc.h"
 #include "layout/export.h"
 
@@ -376,8 +377,9 @@ static int stream_tail(lwq_run *r, const int *idx, int n, lwq_durable_file *f, l
     for (int i = 0; rc == 0 && i < p.n; i++) {
         const lwq_ckpt_tensor *s = &r->ck.tensors[idx[p.order[i]]];
         const char *path = r->ck.files[s->file].path;
-        if (fds[s->file] < 0 && (fds[s->file] = open(path, O_RDONLY | O_CLOEXEC)) < 0) {
-            rc = lwq_errsys(e, -errno, "%s: cannot open", path);
+        if (fds[s->file] < 0 && (fds[s->file] = lwq_sys()->open(path, O_RDONLY, 0)) < 0) {
+            rc = lwq_errsys(e, fds[s->file], "%s: cannot open", path);
+            fds[s->file] = -1;
             break;
         }
         for (uint64_t off = 0; rc == 0 && off < s->nbytes;) {
@@ -389,7 +391,7 @@ static int stream_tail(lwq_run *r, const int *idx, int n, lwq_durable_file *f, l
     }
     for (int i = 0; fds && i < r->ck.nfiles; i++)
         if (fds[i] >= 0)
-            close(fds[i]);
+            lwq_sys()->close(fds[i]);
     lwq_st_plan_free(&p);
     free(fds);
     free(buf);
@@ -490,7 +492,7 @@ static int write_index(lwq_run *r, lwq_error *e)
         char path[PATH_MAX];
         lwq_st_file f;
         if ((rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, fnames[L])) != 0 ||
-            (rc = lwq_st_open(path, &f, e)) != 0)
+            (rc = lwq_out_st_open(path, &f, e)) != 0)
             break;
         for (int i = 0; i < f.n && rc == 0; i++) {
             if (n == cap) {

@@ -15,6 +15,7 @@
 #include "core/log.h"
 #include "engine/run_internal.h"
 #include "io/durable.h"
+#include "io/sys.h"
 
 static int cmp_path(const void *a, const void *b)
 {
@@ -49,16 +50,16 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
             lwq_xxh64_update(&s, mt, sizeof mt);
         }
         char *hdr = malloc(files[i].data_start);
-        int fd = open(files[i].path, O_RDONLY | O_CLOEXEC);
+        int fd = lwq_sys()->open(files[i].path, O_RDONLY, 0);
         if (!hdr || fd < 0)
-            rc = lwq_errsys(e, fd < 0 ? -errno : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
+            rc = lwq_errsys(e, fd < 0 ? fd : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
         else
             rc = lwq_durable_pread_all(fd, hdr, files[i].data_start, 0, files[i].path, e);
         if (rc == 0)
             lwq_xxh64_update(&s, hdr, files[i].data_start);
         free(hdr);
         if (fd >= 0)
-            close(fd);
+            lwq_sys()->close(fd);
     }
     free(files);
     if (rc)
@@ -67,8 +68,8 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
 
     char path[PATH_MAX], *txt;
     size_t len;
-    snprintf(path, sizeof path, "%s/config.json", o->model_dir);
-    if ((rc = lwq_file_read_all(path, 16u << 20, &txt, &len, e)) != 0)
+    if ((rc = lwq_pathf(e, path, sizeof path, "%s/config.json", o->model_dir)) != 0 ||
+        (rc = lwq_file_read_all(path, 16u << 20, &txt, &len, e)) != 0)
         return rc;
     f->part[LWQ_FP_CONFIG] = lwq_xxh64(txt, len, 0);
     free(txt);
@@ -123,17 +124,6 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     return 0;
 }
 
-static int mkdir_p1(const char *d, lwq_error *e)
-{
-    if (mkdir(d, 0755) == 0 || errno == EEXIST) {
-        struct stat st;
-        if (stat(d, &st) != 0 || !S_ISDIR(st.st_mode))
-            return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", d);
-        return 0;
-    }
-    return lwq_errsys(e, -errno, "%s: cannot create directory", d);
-}
-
 /* Files of out_dir: 0 when empty/absent, else checks that each is a shard of this run (or a temp
  * file of one), which are removed (a run that died before its first commit); anything else is
  * foreign and refused. */
@@ -148,15 +138,18 @@ static int clear_own_leftovers(lwq_run *r, lwq_error *e)
         if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
             continue;
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", r->out_dir, de->d_name);
+        if ((rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, de->d_name)) != 0)
+            break;
         size_t n = strlen(de->d_name);
         int ours = 0;
-        if (!strncmp(de->d_name, "model-layer-", 12) && n > 16 && !strcmp(de->d_name + n - 4, ".tmp")) {
+        /* the shards and the tail carry the run's fingerprint in their metadata */
+        int shard = !strncmp(de->d_name, "model-layer-", 12) || !strncmp(de->d_name, "model-tail.", 11);
+        if (shard && n > 16 && !strcmp(de->d_name + n - 4, ".tmp")) {
             ours = 1; /* an unfinished durable write */
-        } else if (!strncmp(de->d_name, "model-layer-", 12)) {
+        } else if (shard) {
             lwq_st_file f;
             lwq_error ig = {0};
-            if (lwq_st_open(p, &f, &ig) == 0) {
+            if (lwq_out_st_open(p, &f, &ig) == 0) {
                 const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
                 ours = fp && !strcmp(fp, r->fp_hex);
                 lwq_st_free(&f);
@@ -165,10 +158,14 @@ static int clear_own_leftovers(lwq_run *r, lwq_error *e)
         if (!ours)
             rc = lwq_errf(e, LWQ_ESTATE, "%s holds %s, which is not from this run; refusing to overwrite another "
                           "run's or foreign files (choose an empty output directory)", r->out_dir, de->d_name);
-        else if (unlink(p) == 0)
-            removed++;
+        else if ((rc = lwq_sys()->unlink(p)) == 0 || rc == -ENOENT)
+            removed++, rc = 0;
+        else
+            rc = lwq_errsys(e, rc, "%s: cannot remove an uncommitted shard of an earlier attempt", p);
     }
     closedir(d);
+    if (rc == 0 && removed)
+        rc = lwq_durable_fsync_dir(r->out_dir, e);
     if (rc == 0 && removed)
         LWQ_INFO("removed %d uncommitted shard file(s) of an earlier attempt of this run", removed);
     return rc;
@@ -180,8 +177,8 @@ static int outputs_present(lwq_run *r)
                                        "hf_quant_config.json"};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", r->out_dir, need[i]);
-        if (access(p, F_OK) != 0)
+        lwq_error ig = {0};
+        if (lwq_pathf(&ig, p, sizeof p, "%s/%s", r->out_dir, need[i]) != 0 || access(p, F_OK) != 0)
             return 0;
     }
     return 1;
@@ -191,24 +188,25 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
 {
     const lwq_quantize_opts *o = r->o;
     *nothing_to_do = 0;
-    snprintf(r->out_dir, sizeof r->out_dir, "%s", o->out_dir);
+    int rc = lwq_pathf(e, r->out_dir, sizeof r->out_dir, "%s", o->out_dir);
+    if (rc)
+        return rc;
     size_t n = strlen(r->out_dir);
     while (n > 1 && r->out_dir[n - 1] == '/')
         r->out_dir[--n] = 0;
-    if (o->resume_dir)
-        snprintf(r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir);
-    else if ((size_t)snprintf(r->resume_dir, sizeof r->resume_dir, "%s.layerwise_resume", r->out_dir) >=
-             sizeof r->resume_dir)
-        return lwq_errf(e, LWQ_EINVAL, "%s: path too long", r->out_dir);
-    int rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/manifest.json", r->resume_dir);
-    if (rc)
+    rc = o->resume_dir ? lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir)
+                       : lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s.layerwise_resume", r->out_dir);
+    if (rc || (rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/manifest.json", r->resume_dir)) != 0)
+        return rc;
+    /* one run per output: both directories exist and are locked before anything in them is
+     * read, removed or written */
+    if ((rc = lwq_durable_mkdir(r->out_dir, e)) != 0 || (rc = lwq_durable_mkdir(r->resume_dir, e)) != 0 ||
+        (rc = lwq_runlock_acquire(&r->lock, r->out_dir, r->resume_dir, e)) != 0)
         return rc;
 
     rc = lwq_manifest_load(r->manifest_path, &r->man, e);
     if (rc == LWQ_ENOENT) {
         if ((rc = clear_own_leftovers(r, e)) != 0)
-            return rc;
-        if ((rc = mkdir_p1(r->out_dir, e)) != 0 || (rc = mkdir_p1(r->resume_dir, e)) != 0)
             return rc;
         if ((rc = lwq_manifest_init(&r->man, &r->fp, r->nlayers, e)) != 0 ||
             (rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
@@ -228,13 +226,12 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
     if (r->man.num_layers != r->nlayers)
         return lwq_errf(e, LWQ_ESTATE, "%s: %d layers, the model has %d", r->manifest_path, r->man.num_layers,
                         r->nlayers);
-    if ((rc = mkdir_p1(r->out_dir, e)) != 0)
-        return rc;
     /* every committed shard must be intact */
     for (int i = 0; i < r->man.committed; i++) {
         char name[40], p[PATH_MAX];
         lwq_shard_name(i, name);
-        snprintf(p, sizeof p, "%s/%s", r->out_dir, name);
+        if ((rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, name)) != 0)
+            return rc;
         uint64_t h = 0, b = 0;
         lwq_error ig = {0};
         int bad = lwq_file_xxh64(p, &h, &b, &ig) != 0 || h != r->man.layers[i].xxh64 || b != r->man.layers[i].bytes;

@@ -272,3 +272,14 @@ int lwq_durable_unlink(const char *path, lwq_error *e)
         return lwq_errsys(e, rc, "unlink %s", path);
     return lwq_durable_fsync_parent(path, e);
 }
+
+int lwq_durable_mkdir(const char *path, lwq_error *e)
+{
+    int rc = lwq_sys()->mkdir(path, 0755);
+    if (rc != 0 && rc != -EEXIST)
+        return lwq_errsys(e, rc, "%s: cannot create directory", path);
+    struct stat st;
+    if (rc != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
+        return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", path);
+    return lwq_durable_fsync_parent(path, e);
+}

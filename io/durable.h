@@ -66,5 +66,9 @@ void lwq_durable_abort(lwq_durable_file *f);
 int lwq_durable_rename(const char *from, const char *to, lwq_error *e);
 /* unlink + fsync of the directory; a missing file is not an error. */
 int lwq_durable_unlink(const char *path, lwq_error *e);
+/* mkdir + fsync of its parent, so the name survives a crash.  An existing directory is not an
+ * error; its parent is synced all the same (an earlier attempt may have died between its mkdir
+ * and that fsync).  An existing non-directory is LWQ_EINVAL naming it. */
+int lwq_durable_mkdir(const char *path, lwq_error *e);
 
 #endif

@@ -84,6 +84,10 @@ int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e)
                     device);
 }
 int lwq_backend_cuda_device_count(void) { return 0; }
+int lwq_backend_cuda_probe(lwq_error *e)
+{
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "cuda: lwq was built without CUDA (no nvcc at configure time)");
+}
 #endif
 
 int lwq_backend_alloc(const lwq_backend *be, size_t bytes, void **out, lwq_error *e)

@@ -17,6 +17,13 @@
  * rounding per framework op, e.g. RoPE rounds q*cos, rot(q)*sin and their sum separately).
  * Results are deterministic for a given backend and thread count: no op uses atomics or an
  * order that depends on scheduling.
+ * Contraction: the element-wise ops (rope, swiglu, add, moe_combine, rmsnorm's scaling) round
+ * every product and every sum to f32 on its own; no product is fused with the following add
+ * into an FMA (the C build is ISO C11, where GCC does not contract; the CUDA kernels use
+ * __fmul_rn / __fadd_rn).  So for equal inputs these ops agree bit for bit across backends, except
+ * where a libm function (expf, sinf, cosf) differs by an ulp between glibc and CUDA.  Reductions
+ * (GEMM, attention, RMSNorm's sum of squares, routing's softmax) may differ in order and
+ * contraction and are compared with stated tolerances. 
  *
  * Ownership: lwq_backend_free_backend() destroys what lwq_backend_*_create() made.  Memory from
  * lwq_backend_alloc() must be released with lwq_backend_free() of the same backend.
@@ -116,6 +123,10 @@ int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
 int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e);
 /* Number of CUDA devices (0 without CUDA support or without a driver). */
 int lwq_backend_cuda_device_count(void);
+/* The number of CUDA devices (> 0), or LWQ_EDEVICE / LWQ_EUNSUPPORTED with the real reason in e:
+ * built without CUDA, no driver, a driver too old for the runtime lwq was built with (both
+ * versions named), no device.  Say this instead of a bare "0 devices". */
+int lwq_backend_cuda_probe(lwq_error *e);
 void lwq_backend_free_backend(lwq_backend *be);
 
 /* ---- memory ---------------------------------------------------------------------------------- */

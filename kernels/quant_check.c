@@ -58,3 +58,34 @@ int lwq_quant_err_over_global(const char *name, float found, float global_amax, 
     return lwq_errf(err, LWQ_EINVAL, "tensor %s: its amax %g exceeds the global amax %g it was given",
                     lwq_quant_name(name), (double)found, (double)global_amax);
 }
+
+int lwq_quant_check_dq(const void *in, const void *out, lwq_dtype dt, int64_t rows, int64_t cols, int block16,
+                       float ws, lwq_error *err)
+{
+    if (dt != LWQ_F32 && dt != LWQ_BF16 && dt != LWQ_F16)
+        return lwq_errf(err, LWQ_EUNSUPPORTED, "dequantize: output dtype %s (expected F32, BF16 or F16)",
+                        lwq_dtype_name(dt));
+    if (rows <= 0 || cols <= 0 || rows > INT64_MAX / 8 / cols || (block16 && cols % LWQ_NVFP4_BLOCK))
+        return lwq_errf(err, LWQ_EINVAL, "dequantize: bad shape [%lld, %lld]", (long long)rows, (long long)cols);
+    if (!in || !out)
+        return lwq_errf(err, LWQ_EINVAL, "dequantize: NULL buffer");
+    if (!isfinite(ws) || ws <= 0.0f)
+        return lwq_errf(err, LWQ_ENUMERIC, "dequantize: scale %g is not finite and > 0", (double)ws);
+    return 0;
+}
+
+int lwq_quant_mse_argmin(const double *loss, int64_t rows, int steps)
+{
+    int best = 0;
+    double best_loss = 0.0;
+    for (int k = 0; k < steps; k++) {
+        double t = 0.0;
+        for (int64_t r = 0; r < rows; r++)
+            t += loss[r * steps + k];
+        if (k == 0 || t < best_loss) {
+            best = k;
+            best_loss = t;
+        }
+    }
+    return best;
+}

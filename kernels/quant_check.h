@@ -1,4 +1,4 @@
-/* kernels/quant_check.h — argument checks shared by the CPU (kernels/cpu/quant_cpu.c) and CUDA
+/* kernels/quant_check.h — argument checks and the mse arg-min shared by the CPU (kernels/cpu/quant_cpu.c) and CUDA
  * (kernels/cuda/quant_cuda.cu) quantizers, so both refuse the same inputs with the same messages.
  * Internal to kernels/; every function fills `err` and returns a negative LWQ_E* on failure. */
 #ifndef LWQ_KERNELS_QUANT_CHECK_H
@@ -30,6 +30,15 @@ int lwq_quant_err_nonfinite(const char *name, int64_t idx, int64_t cols, lwq_err
 
 /* The error for a tensor whose own amax exceeds the global amax it was given. */
 int lwq_quant_err_over_global(const char *name, float found, float global_amax, lwq_error *err);
+
+/* The arguments of an NVFP4 (block16) or FP8 dequantization: out_dt F32/BF16/F16, a (rows, cols)
+ * shape without overflow (cols % 16 == 0 when block16), non-NULL buffers, a finite scale > 0. */
+int lwq_quant_check_dq(const void *in, const void *out, lwq_dtype out_dt, int64_t rows, int64_t cols, int block16,
+                       float scale, lwq_error *err);
+
+/* The `mse` search's pick: loss is (rows, steps) row-major; the candidate whose losses, added over
+ * rows in ascending order in double, are smallest; ties go to the lower index. */
+int lwq_quant_mse_argmin(const double *loss, int64_t rows, int steps);
 
 #ifdef __cplusplus
 }

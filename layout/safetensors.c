@@ -319,6 +319,14 @@ int lwq_st_open(const char *path, lwq_st_file *f, lwq_error *e)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return lwq_errsys(e, -errno, "%s: open", path);
+    int rc = lwq_st_open_fd(fd, path, f, e);
+    close(fd);
+    return rc;
+}
+
+int lwq_st_open_fd(int fd, const char *path, lwq_st_file *f, lwq_error *e)
+{
+    memset(f, 0, sizeof *f);
     int rc = 0;
     char *buf = NULL;
     struct stat st;
@@ -337,7 +345,10 @@ int lwq_st_open(const char *path, lwq_st_file *f, lwq_error *e)
         goto out;
     }
     unsigned char lb[8];
-    if (pread(fd, lb, 8, 0) != 8) {
+    ssize_t got;
+    while ((got = pread(fd, lb, 8, 0)) < 0 && errno == EINTR)
+        ;
+    if (got != 8) {
         rc = lwq_errsys(e, LWQ_EIO, "%s: reading the header length", path);
         goto out;
     }
@@ -376,7 +387,6 @@ int lwq_st_open(const char *path, lwq_st_file *f, lwq_error *e)
     rc = lwq_st_parse_header(path, buf, n, size, f, e);
 out:
     free(buf);
-    close(fd);
     return rc;
 }
 

@@ -52,6 +52,9 @@ typedef struct lwq_st_file {
  * offsets within the data area and non-overlapping, no duplicate names.  On error the message
  * names the file and the tensor. */
 int lwq_st_open(const char *path, lwq_st_file *f, lwq_error *e);
+/* The same on a file the caller opened (the engine opens its output files through the io/sys.h
+ * table); `path` names it in errors; fd stays open. */
+int lwq_st_open_fd(int fd, const char *path, lwq_st_file *f, lwq_error *e);
 /* Parse a header held in memory (for tests and for already-read headers). */
 int lwq_st_parse_header(const char *path_for_errors, const char *json, uint64_t header_len,
                         uint64_t file_size, lwq_st_file *f, lwq_error *e);

@@ -63,8 +63,9 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: bench_h2d [--json] [SLOT_MIB [PIECE_MIB [REPS]]]\n");
         return 1;
     }
-    if (lwq_backend_cuda_device_count() <= 0) {
-        printf(json ? "{\"skipped\":\"no CUDA device\"}\n" : "bench_h2d: no CUDA device; nothing to measure\n");
+    lwq_error pe = {0};
+    if (lwq_backend_cuda_probe(&pe) <= 0) {
+        printf(json ? "{\"skipped\":\"%s\"}\n" : "bench_h2d: nothing to measure: %s\n", pe.msg);
         return 0;
     }
     size_t bytes = slot_mib << 20, piece = piece_mib << 20;

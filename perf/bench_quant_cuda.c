@@ -22,6 +22,7 @@ int main(void)
 #else
 #include <cuda_runtime.h>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/quant_cuda.h"
 
 #define CHECK(c)                                                                                                       \
@@ -105,8 +106,9 @@ static void report(const char *what, int64_t rows, int64_t cols, double ms)
 
 int main(int argc, char **argv)
 {
-    if (lwq_quant_cuda_device_count() <= 0) {
-        printf("bench_quant_cuda: no CUDA device; nothing to measure\n");
+    lwq_error pe = {0};
+    if (lwq_backend_cuda_probe(&pe) <= 0) {
+        printf("bench_quant_cuda: nothing to measure: %s\n", pe.msg);
         return 0;
     }
     int64_t rows = argc > 2 ? atoll(argv[1]) : 8192, cols = argc > 2 ? atoll(argv[2]) : 8192;

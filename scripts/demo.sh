@@ -14,5 +14,9 @@ mkdir -p "$demo"
 ./build/lwq inspect "$demo/model"
 ./build/lwq quantize "$demo/model" -o "$demo/out" --qformat nvfp4 --calib-size 16 --calib-seq 128 \
     --log-json "$demo/log.jsonl"
-./build/lwq verify "$demo/out" 2>/dev/null || true
+# a failing check fails the demo (exit 1, the failing file named by verify)
+if ! ./build/lwq verify "$demo/out"; then
+    echo "demo: lwq verify found a problem in $demo/out (see above)" >&2
+    exit 1
+fi
 echo "demo: quantized checkpoint in $demo/out (per-layer JSON log in $demo/log.jsonl)"

@@ -642,25 +642,10 @@ LWQ_CLONES static void nvfp4_dq_rows(void *vc, int64_t r0, int64_t r1, int tid)
         }
 }
 
-static int check_dq(const void *in, const void *out, lwq_dtype dt, int64_t rows, int64_t cols, int block16,
-                    float ws, lwq_error *err)
-{
-    if (dt != LWQ_F32 && dt != LWQ_BF16 && dt != LWQ_F16)
-        return lwq_errf(err, LWQ_EUNSUPPORTED, "dequantize: output dtype %s (expected F32, BF16 or F16)",
-                        lwq_dtype_name(dt));
-    if (rows <= 0 || cols <= 0 || rows > INT64_MAX / 8 / cols || (block16 && cols % BLK))
-        return lwq_errf(err, LWQ_EINVAL, "dequantize: bad shape [%lld, %lld]", (long long)rows, (long long)cols);
-    if (!in || !out)
-        return lwq_errf(err, LWQ_EINVAL, "dequantize: NULL buffer");
-    if (!isfinite(ws) || ws <= 0.0f)
-        return lwq_errf(err, LWQ_ENUMERIC, "dequantize: scale %g is not finite and > 0", (double)ws);
-    return 0;
-}
-
 int lwq_quant_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,
                             lwq_dtype out_dt, void *out, lwq_error *err)
 {
-    int rc = check_dq(packed, out, out_dt, rows, cols, 1, ws2, err);
+    int rc = lwq_quant_check_dq(packed, out, out_dt, rows, cols, 1, ws2, err);
     if (rc < 0)
         return rc;
     if (!scale)

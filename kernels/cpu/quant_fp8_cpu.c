@@ -234,17 +234,7 @@ int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, c
         return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for a row buffer of the mse search",
                         lwq_quant_name(name));
     }
-    int best = 0;
-    double best_loss = 0.0;
-    for (int k = 0; k < LWQ_MSE_STEPS; k++) {
-        double t = 0.0;
-        for (int64_t r = 0; r < rows; r++)
-            t += loss[r * LWQ_MSE_STEPS + k];
-        if (k == 0 || t < best_loss) {
-            best = k;
-            best_loss = t;
-        }
-    }
+    int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
     free(loss);
     *amax_out = cand_amax[best];
     if (mult_index)

@@ -11,11 +11,14 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 extern "C" {
+#include "core/log.h"
 #include "kernels/backend.h"
 }
+#include "kernels/cuda/grid.h"
 
 typedef struct cuda_ctx {
     int device;
@@ -25,14 +28,37 @@ typedef struct cuda_ctx {
     size_t ws_cap;
     unsigned int *flags; /* device: [0] amax bits, [1] amax NaN, [2] index error */
     uint64_t peak_used;  /* max of (total - free) seen after each allocation */
+    /* the first failure of a call that cannot return one (free, host unregister), reported by
+     * the next synchronize() */
+    cudaError_t deferred;
+    const char *deferred_what;
 } cuda_ctx;
 
+/* Every failing runtime call is followed by cudaGetLastError(), which resets the thread's
+ * last-error state: a failure the caller tolerates (a refused host registration, a failed
+ * allocation that falls back to a smaller one) must not be reported again by the next launch's
+ * LAUNCHED() check.  Sticky errors (a faulted context) cannot be reset; every later call reports
+ * them, as it should. */
 #define CU(call, what)                                                                             \
     do {                                                                                           \
         cudaError_t err_ = (call);                                                                 \
-        if (err_ != cudaSuccess)                                                                   \
+        if (err_ != cudaSuccess) {                                                                 \
+            (void)cudaGetLastError();                                                              \
             return lwq_errf(e, LWQ_EDEVICE, "cuda %s: %s", what, cudaGetErrorString(err_));        \
+        }                                                                                          \
     } while (0)
+
+/* A call whose failure cannot be returned: kept for the next synchronize(). */
+static void defer(cuda_ctx *c, cudaError_t err, const char *what)
+{
+    if (err == cudaSuccess)
+        return;
+    (void)cudaGetLastError();
+    if (c->deferred == cudaSuccess) {
+        c->deferred = err;
+        c->deferred_what = what;
+    }
+}
 
 #define CUBLAS(call, what)                                                                         \
     do {                                                                                           \
@@ -43,11 +69,7 @@ typedef struct cuda_ctx {
 
 #define LAUNCHED(what) CU(cudaGetLastError(), what)
 
-static inline unsigned grid_for(int64_t n, int block)
-{
-    int64_t g = (n + block - 1) / block;
-    return (unsigned)(g > 65535 * 16 ? 65535 * 16 : (g < 1 ? 1 : g));
-}
+static inline unsigned grid_for(int64_t n, int block) { return lwq_grid_for(n, block); }
 
 __device__ __forceinline__ float ld(const void *p, lwq_dtype t, int64_t i)
 {
@@ -72,12 +94,15 @@ static int cu_alloc(void *vctx, size_t bytes, void **out, lwq_error *e)
     CU(cudaSetDevice(c->device), "set device");
     cudaError_t err = cudaMalloc(out, bytes);
     if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* callers may fall back (forward.c's arena): see CU() */
         *out = NULL;
         return lwq_errf(e, LWQ_ENOMEM, "cuda alloc of %zu bytes: %s", bytes,
                         cudaGetErrorString(err));
     }
     size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) == cudaSuccess && total_b - free_b > c->peak_used)
+    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
+        (void)cudaGetLastError(); /* only a statistic: see CU() */
+    else if (total_b - free_b > c->peak_used)
         c->peak_used = total_b - free_b;
     return 0;
 }
@@ -98,8 +123,8 @@ static int cu_host_register(void *vctx, void *ptr, size_t bytes, lwq_error *e)
 static void cu_host_unregister(void *vctx, void *ptr)
 {
     cuda_ctx *c = (cuda_ctx *)vctx;
-    cudaSetDevice(c->device);
-    cudaHostUnregister(ptr);
+    defer(c, cudaSetDevice(c->device), "set device");
+    defer(c, cudaHostUnregister(ptr), "host unregister");
 }
 
 static int cu_pci_bus_id(void *vctx, char *out, size_t cap)
@@ -111,9 +136,9 @@ static int cu_pci_bus_id(void *vctx, char *out, size_t cap)
 static void cu_free(void *vctx, void *p)
 {
     cuda_ctx *c = (cuda_ctx *)vctx;
-    cudaSetDevice(c->device);
-    cudaStreamSynchronize(c->stream);
-    cudaFree(p);
+    defer(c, cudaSetDevice(c->device), "set device");
+    defer(c, cudaStreamSynchronize(c->stream), "free: synchronize");
+    defer(c, cudaFree(p), "free");
 }
 
 static int cu_upload(void *vctx, void *dst, const void *src, size_t bytes, lwq_error *e)
@@ -149,6 +174,12 @@ static int cu_sync(void *vctx, lwq_error *e)
     CU(cudaSetDevice(c->device), "set device");
     CU(cudaMemcpyAsync(f, c->flags, sizeof f, cudaMemcpyDeviceToHost, c->stream), "flag read");
     CU(cudaStreamSynchronize(c->stream), "synchronize");
+    if (c->deferred != cudaSuccess) {
+        cudaError_t d = c->deferred;
+        c->deferred = cudaSuccess;
+        return lwq_errf(e, LWQ_EDEVICE, "cuda %s (an earlier call): %s", c->deferred_what,
+                        cudaGetErrorString(d));
+    }
     if (f[2]) {
         CU(cudaMemsetAsync(c->flags + 2, 0, sizeof(unsigned int), c->stream), "flag reset");
         return lwq_errf(e, LWQ_EINVAL, "cuda gather_rows: a row index was outside its source "
@@ -163,13 +194,15 @@ static int ws_reserve(cuda_ctx *c, size_t bytes, lwq_error *e)
         return 0;
     CU(cudaStreamSynchronize(c->stream), "workspace sync");
     if (c->ws)
-        cudaFree(c->ws);
+        CU(cudaFree(c->ws), "gemm workspace free");
     c->ws = NULL;
     c->ws_cap = 0;
     cudaError_t err = cudaMalloc(&c->ws, bytes);
-    if (err != cudaSuccess)
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* see CU() */
         return lwq_errf(e, LWQ_ENOMEM, "cuda gemm workspace of %zu bytes: %s", bytes,
                         cudaGetErrorString(err));
+    }
     c->ws_cap = bytes;
     return 0;
 }
@@ -305,12 +338,15 @@ __global__ void k_rope(void *x, lwq_dtype dt, int64_t rows, int64_t cols, int64_
     for (int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; t < n;
          t += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = t / per_row, p = t % per_row, h = p / half, i = p % half;
-        float ang = (float)pos[r] * inv[i];
-        float cs = lwq_round_to(cosf(ang) * scaling, dt), sn = lwq_round_to(sinf(ang) * scaling, dt);
+        /* __fmul_rn / __fadd_rn: every product and sum rounds on its own, as on the CPU; nvcc
+         * would otherwise contract a product and the following add into one FMA */
+        float ang = __fmul_rn((float)pos[r], inv[i]);
+        float cs = lwq_round_to(__fmul_rn(cosf(ang), scaling), dt);
+        float sn = lwq_round_to(__fmul_rn(sinf(ang), scaling), dt);
         int64_t a = r * cols + h * hd + i, b = a + half;
         float x1 = ld(x, dt, a), x2 = ld(x, dt, b);
-        st(x, dt, a, lwq_round_to(x1 * cs, dt) + lwq_round_to(-x2 * sn, dt));
-        st(x, dt, b, lwq_round_to(x2 * cs, dt) + lwq_round_to(x1 * sn, dt));
+        st(x, dt, a, __fadd_rn(lwq_round_to(__fmul_rn(x1, cs), dt), lwq_round_to(__fmul_rn(-x2, sn), dt)));
+        st(x, dt, b, __fadd_rn(lwq_round_to(__fmul_rn(x2, cs), dt), lwq_round_to(__fmul_rn(x1, sn), dt)));
     }
 }
 
@@ -454,59 +490,59 @@ __device__ __forceinline__ bool after(float v, int i, float pv, int pi)
 __global__ void k_route(const void *lg, lwq_dtype dt, int64_t n, int E, int k, int mode,
                         lwq_dtype wdt, int32_t *idx, float *w)
 {
-    const int64_t r = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
-    if (r >= n)
-        return;
-    const int64_t base = r * E;
-    float mx = -INFINITY, sum = 0.0f;
-    const bool soft = mode != LWQ_ROUTE_TOPK_SOFTMAX;
-    if (soft) {
-        for (int i = 0; i < E; i++) {
-            float v = ld(lg, dt, base + i);
-            mx = v > mx ? v : mx;
-        }
-        for (int i = 0; i < E; i++)
-            sum += expf(ld(lg, dt, base + i) - mx);
-    }
-    float pv = INFINITY;
-    int pi = -1;
-    for (int s = 0; s < k; s++) {
-        int best = -1;
-        float bv = 0.0f;
-        for (int i = 0; i < E; i++) {
-            float v = ld(lg, dt, base + i);
-            if (soft)
-                v = expf(v - mx) / sum;
-            if (v != v || !after(v, i, pv, pi))
-                continue;
-            if (best < 0 || v > bv) {
-                best = i;
-                bv = v;
+    /* grid-stride: grid_for() caps the grid, so one thread may own several rows */
+    LWQ_CUDA_GRID_STRIDE(r, n) {
+        const int64_t base = r * E;
+        float mx = -INFINITY, sum = 0.0f;
+        const bool soft = mode != LWQ_ROUTE_TOPK_SOFTMAX;
+        if (soft) {
+            for (int i = 0; i < E; i++) {
+                float v = ld(lg, dt, base + i);
+                mx = v > mx ? v : mx;
             }
+            for (int i = 0; i < E; i++)
+                sum += expf(ld(lg, dt, base + i) - mx);
         }
-        idx[r * k + s] = best;
-        w[r * k + s] = bv;
-        pv = bv;
-        pi = best;
-    }
-    float *wr = w + r * k;
-    if (mode == LWQ_ROUTE_TOPK_SOFTMAX) {
-        float m0 = wr[0], z = 0.0f;
+        float pv = INFINITY;
+        int pi = -1;
         for (int s = 0; s < k; s++) {
-            wr[s] = expf(wr[s] - m0);
-            z += wr[s];
+            int best = -1;
+            float bv = 0.0f;
+            for (int i = 0; i < E; i++) {
+                float v = ld(lg, dt, base + i);
+                if (soft)
+                    v = expf(v - mx) / sum;
+                if (v != v || !after(v, i, pv, pi))
+                    continue;
+                if (best < 0 || v > bv) {
+                    best = i;
+                    bv = v;
+                }
+            }
+            idx[r * k + s] = best;
+            w[r * k + s] = bv;
+            pv = bv;
+            pi = best;
+        }
+        float *wr = w + r * k;
+        if (mode == LWQ_ROUTE_TOPK_SOFTMAX) {
+            float m0 = wr[0], z = 0.0f;
+            for (int s = 0; s < k; s++) {
+                wr[s] = expf(wr[s] - m0);
+                z += wr[s];
+            }
+            for (int s = 0; s < k; s++)
+                wr[s] /= z;
+        } else if (mode == LWQ_ROUTE_SOFTMAX_TOPK_NORM) {
+            float z = 0.0f;
+            for (int s = 0; s < k; s++)
+                z += wr[s];
+            for (int s = 0; s < k; s++)
+                wr[s] /= z;
         }
         for (int s = 0; s < k; s++)
-            wr[s] /= z;
-    } else if (mode == LWQ_ROUTE_SOFTMAX_TOPK_NORM) {
-        float z = 0.0f;
-        for (int s = 0; s < k; s++)
-            z += wr[s];
-        for (int s = 0; s < k; s++)
-            wr[s] /= z;
+            wr[s] = lwq_round_to(wr[s], wdt);
     }
-    for (int s = 0; s < k; s++)
-        wr[s] = lwq_round_to(wr[s], wdt);
 }
 
 static int cu_moe_route(void *vctx, const lwq_tensor *logits, int k, lwq_route_mode mode,
@@ -562,8 +598,10 @@ __global__ void k_combine(const void *y, lwq_dtype ydt, int64_t my, const int32_
             int32_t r = slot[tok * k + s];
             if (r < 0 || r >= my)
                 continue;
-            acc = lwq_round_to(acc + lwq_round_to(w[tok * k + s] * ld(y, ydt, r * d + col), odt),
-                               odt);
+            /* no FMA: the product rounds to out's dtype before the add (see k_rope) */
+            acc = lwq_round_to(
+                __fadd_rn(acc, lwq_round_to(__fmul_rn(w[tok * k + s], ld(y, ydt, r * d + col)), odt)),
+                odt);
         }
         st(out, odt, t, acc);
     }
@@ -644,17 +682,21 @@ static void cu_destroy(void *vctx)
     cuda_ctx *c = (cuda_ctx *)vctx;
     if (!c)
         return;
-    cudaSetDevice(c->device);
+    defer(c, cudaSetDevice(c->device), "set device");
     if (c->stream)
-        cudaStreamSynchronize(c->stream);
+        defer(c, cudaStreamSynchronize(c->stream), "synchronize");
     if (c->ws)
-        cudaFree(c->ws);
+        defer(c, cudaFree(c->ws), "free gemm workspace");
     if (c->flags)
-        cudaFree(c->flags);
-    if (c->blas)
-        cublasDestroy(c->blas);
+        defer(c, cudaFree(c->flags), "free flags");
+    if (c->blas && cublasDestroy(c->blas) != CUBLAS_STATUS_SUCCESS && c->deferred == cudaSuccess)
+        c->deferred_what = "cublasDestroy";
     if (c->stream)
-        cudaStreamDestroy(c->stream);
+        defer(c, cudaStreamDestroy(c->stream), "stream destroy");
+    /* destroy() returns nothing: the first failure of the backend's last calls goes to the log */
+    if (c->deferred != cudaSuccess || c->deferred_what)
+        LWQ_WARN("cuda backend teardown: %s failed: %s", c->deferred_what ? c->deferred_what : "?",
+                 c->deferred != cudaSuccess ? cudaGetErrorString(c->deferred) : "cuBLAS error");
     free(c);
 }
 
@@ -708,21 +750,43 @@ static const lwq_backend_ops cuda_ops = {
     cu_host_register, cu_host_unregister, cu_pci_bus_id, cu_copy,
 };
 
-extern "C" int lwq_backend_cuda_device_count(void)
+extern "C" int lwq_backend_cuda_probe(lwq_error *e)
 {
     int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError(); /* clear the sticky "no driver" error */
-        return 0;
+    cudaError_t err = cudaGetDeviceCount(&n);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError(); /* see CU() */
+        int drv = 0, rt = 0;
+        cudaDriverGetVersion(&drv);
+        cudaRuntimeGetVersion(&rt);
+        (void)cudaGetLastError();
+        char why[96] = "";
+        if (err == cudaErrorInsufficientDriver && drv > 0)
+            snprintf(why, sizeof why, " (the driver supports CUDA %d.%d; lwq was built for CUDA %d.%d)",
+                     drv / 1000, drv % 1000 / 10, rt / 1000, rt % 1000 / 10);
+        else if (drv == 0)
+            snprintf(why, sizeof why, " (no CUDA driver was found: libcuda.so is not loadable)");
+        return lwq_errf(e, LWQ_EDEVICE, "cuda: cudaGetDeviceCount: %s [%s]%s", cudaGetErrorString(err),
+                        cudaGetErrorName(err), why);
     }
+    if (n == 0)
+        return lwq_errf(e, LWQ_EDEVICE, "cuda: the driver reports no CUDA device");
     return n;
+}
+
+extern "C" int lwq_backend_cuda_device_count(void)
+{
+    int n = lwq_backend_cuda_probe(NULL);
+    return n > 0 ? n : 0;
 }
 
 extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e)
 {
     be->ops = NULL;
     be->ctx = NULL;
-    int n = lwq_backend_cuda_device_count();
+    int n = lwq_backend_cuda_probe(e);
+    if (n < 0)
+        return n; /* the runtime's reason: no driver, a driver too old, no device */
     if (device < 0 || device >= n)
         return lwq_errf(e, LWQ_EDEVICE, "cuda backend: device %d requested, %d present", device,
                         n);
@@ -739,7 +803,12 @@ extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e
         rc = lwq_errf(e, LWQ_EDEVICE, "cuda backend on device %d: %s", device,
                       cudaGetErrorString(err));
     } else if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
-               cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS) {
+               cublasSetStream(c->blas, c->stream) != CUBLAS_STATUS_SUCCESS ||
+               /* "FP32 accumulation, one rounding" (backend.h): without this flag cuBLAS may
+                * round split-K partial sums to a BF16/F16 output type before adding them */
+               cublasSetMathMode(c->blas, (cublasMath_t)(CUBLAS_DEFAULT_MATH |
+                                                          CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)) !=
+                   CUBLAS_STATUS_SUCCESS) {
         rc = lwq_errf(e, LWQ_EDEVICE, "cuda backend on device %d: cuBLAS init failed", device);
     }
     if (rc < 0) {

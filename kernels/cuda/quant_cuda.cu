@@ -16,6 +16,8 @@
 extern "C" {
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/log.h"
+#include "kernels/backend.h"
 }
 #include "kernels/cuda/quant_cuda.h"
 #include "kernels/quant.h"
@@ -449,14 +451,21 @@ struct call {
     }
     ~call()
     {
-        if (dev)
-            cudaFreeAsync(dev, s);
+        // a destructor cannot return the failure: it goes to the log, and the last-error state
+        // is reset so the next call's launch check does not take it for its own (see ok())
+        if (dev && cudaFreeAsync(dev, s) != cudaSuccess)
+            LWQ_WARN("tensor %s: cudaFreeAsync of the status buffer: %s", name,
+                     cudaGetErrorString(cudaGetLastError()));
     }
+    // Every failure resets the thread's last-error state (cudaGetLastError), so a caller that
+    // tolerates it does not see it again as the next launch's error.
     bool ok(cudaError_t e, const char *what)
     {
         if (e == cudaSuccess)
             return true;
-        rc = lwq_errf(err, LWQ_EDEVICE, "tensor %s: %s: %s", name, what, cudaGetErrorString(e));
+        (void)cudaGetLastError();
+        if (rc == 0)
+            rc = lwq_errf(err, LWQ_EDEVICE, "tensor %s: %s: %s", name, what, cudaGetErrorString(e));
         return false;
     }
     // bad / badamax = NONE (all ones), over / amax = 0: two memsets, no host round trip
@@ -544,33 +553,14 @@ int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const flo
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
 }
 
-int check_dq(const void *in, const void *out, lwq_dtype dt, int64_t rows, int64_t cols, int block16, float ws,
-             lwq_error *err)
-{
-    if (dt != LWQ_F32 && dt != LWQ_BF16 && dt != LWQ_F16)
-        return lwq_errf(err, LWQ_EUNSUPPORTED, "dequantize: output dtype %s (expected F32, BF16 or F16)",
-                        lwq_dtype_name(dt));
-    if (rows <= 0 || cols <= 0 || rows > INT64_MAX / 8 / cols || (block16 && cols % BLK))
-        return lwq_errf(err, LWQ_EINVAL, "dequantize: bad shape [%lld, %lld]", (long long)rows, (long long)cols);
-    if (!in || !out)
-        return lwq_errf(err, LWQ_EINVAL, "dequantize: NULL buffer");
-    if (!isfinite(ws) || ws <= 0.0f)
-        return lwq_errf(err, LWQ_ENUMERIC, "dequantize: scale %g is not finite and > 0", (double)ws);
-    return 0;
-}
-
 } // namespace
 
 extern "C" {
 
 int lwq_quant_cuda_device_count(void)
 {
-    int n = 0;
-    if (cudaGetDeviceCount(&n) != cudaSuccess) {
-        cudaGetLastError(); // clear the sticky "no driver" error
-        return 0;
-    }
-    return n;
+    int n = lwq_backend_cuda_probe(NULL); // the reason, when there is none: lwq_backend_cuda_probe
+    return n > 0 ? n : 0;
 }
 
 int lwq_quant_cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, void *stream,
@@ -696,7 +686,7 @@ int lwq_quant_cuda_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t 
 int lwq_quant_cuda_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,
                                  lwq_dtype out_dt, void *out, void *stream, lwq_error *err)
 {
-    int rc = check_dq(packed, out, out_dt, rows, cols, 1, ws2, err);
+    int rc = lwq_quant_check_dq(packed, out, out_dt, rows, cols, 1, ws2, err);
     if (rc < 0)
         return rc;
     if (!scale)
@@ -827,23 +817,13 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
         ok = c.ok(cudaGetLastError(), "kernel launch") &&
              c.ok(cudaMemcpyAsync(loss, dloss, bytes, cudaMemcpyDeviceToHost, c.s), "loss download") &&
              c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize");
-        cudaFreeAsync(dloss, c.s);
+        ok = c.ok(cudaFreeAsync(dloss, c.s), "cudaFreeAsync") && ok;
     }
     if (!ok) {
         free(loss);
         return c.rc;
     }
-    int best = 0;
-    double best_loss = 0.0;
-    for (int k = 0; k < LWQ_MSE_STEPS; k++) { // rows in ascending order, as on the CPU
-        double t = 0.0;
-        for (int64_t r = 0; r < rows; r++)
-            t += loss[r * LWQ_MSE_STEPS + k];
-        if (k == 0 || t < best_loss) {
-            best = k;
-            best_loss = t;
-        }
-    }
+    int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
     free(loss);
     *amax_out = cand_amax[best];
     if (mult_index)
@@ -854,7 +834,7 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
 int lwq_quant_cuda_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,
                                void *stream, lwq_error *err)
 {
-    int rc = check_dq(q, out, out_dt, 1, n, 0, weight_scale, err);
+    int rc = lwq_quant_check_dq(q, out, out_dt, 1, n, 0, weight_scale, err);
     if (rc < 0)
         return rc;
     call c(stream, "dequantize", err);

@@ -85,12 +85,12 @@ Test(diskfull, enospc_stops_cleanly_and_the_rerun_is_identical)
 {
     lwq_error e = {0};
     cr_assert_eq(run("ref", &e), 0, "%s", e.msg);
-    /* Writes after arming: 1 the initial manifest, 2 the tail (streamed by the writer before the
-     * first shard); per layer a shard, a boundary (not after the last layer) and a manifest; then
-     * the index and configs.  Every write from the nth on fails. */
+    /* Writes after arming: 1 the run lock's pid, 2 the initial manifest, 3 the tail (streamed by
+     * the writer before the first shard); per layer a shard, a boundary (not after the last layer)
+     * and a manifest; then the index and configs.  Every write from the nth on fails. */
     static const struct {
         int nth, max_committed;
-    } cases[] = {{2, 0}, {3, 0}, {4, 0}, {7, 1}, {10, 3}};
+    } cases[] = {{3, 0}, {4, 0}, {5, 0}, {8, 1}, {11, 3}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int nth = cases[ci].nth;
         char out[32], cmd[1024];
@@ -126,4 +126,37 @@ Test(diskfull, eio_on_fsync_is_an_error_not_a_commit)
     lwq_error_clear(&e);
     cr_assert_eq(run("out", &e), 0, "%s", e.msg);
     cr_assert_eq(committed("out", NULL), 3);
+}
+
+/* The steps before the first manifest: the lock file's pid, the directories. */
+Test(diskfull, enospc_before_the_first_manifest_names_the_step_and_the_rerun_is_identical)
+{
+    lwq_error e = {0};
+    cr_assert_eq(run("ref", &e), 0, "%s", e.msg);
+    static const struct {
+        lwq_sys_op op;
+        int err;
+        const char *names;
+    } cases[] = {
+        {LWQ_SYS_OP_WRITE, ENOSPC, "lock"},          /* the pid into out.layerwise_resume/lock */
+        {LWQ_SYS_OP_MKDIR, ENOSPC, "cannot create directory"},
+        {LWQ_SYS_OP_FSYNC, EIO, "fsync directory"}, /* the parent of the new output directory */
+    };
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char out[32], cmd[1024];
+        snprintf(out, sizeof out, "out%zu", ci);
+        lwq_sys_fault f = {cases[ci].op, 1, 1, cases[ci].err, 0};
+        cr_assert_eq(lwq_sys_fault_add(&f), 0);
+        lwq_error_clear(&e);
+        int rc = run(out, &e);
+        lwq_sys_fault_clear();
+        cr_assert_neq(rc, 0, "case %zu: the run ignored the fault", ci);
+        cr_assert(strstr(e.msg, cases[ci].names) && strstr(e.msg, g_tmp), "case %zu: message: %s", ci, e.msg);
+        snprintf(cmd, sizeof cmd, "test ! -e %s/%s.layerwise_resume/manifest.json", g_tmp, out);
+        cr_assert_eq(system(cmd), 0, "case %zu: a manifest was written after the failed step", ci);
+        lwq_error_clear(&e);
+        cr_assert_eq(run(out, &e), 0, "case %zu: rerun: %s", ci, e.msg);
+        snprintf(cmd, sizeof cmd, "diff -r %s/ref %s/%s >/dev/null", g_tmp, g_tmp, out);
+        cr_assert_eq(system(cmd), 0, "case %zu: output differs after the rerun", ci);
+    }
 }

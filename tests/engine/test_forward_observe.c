@@ -224,6 +224,32 @@ Test(forward_observe, observer_error_stops_the_forward)
     env_close(&v);
 }
 
+/* A CUDA backend reports what its kernels flag on the device (k_gather's row out of range) at
+ * synchronize(); the engine never called it, so the flag went unread.  Here a CPU backend whose
+ * synchronize() reports such a flag stands in for the device. */
+static int flagged_sync(void *ctx, lwq_error *e)
+{
+    (void)ctx;
+    return lwq_errf(e, LWQ_EINVAL, "device flag: a row index was outside its source");
+}
+
+Test(forward_observe, a_device_error_flag_read_at_synchronize_stops_the_forward)
+{
+    env v;
+    env_open(&v, "cai-tiny-qwen3-moe", LWQ_F32);
+    const lwq_backend_ops *orig = v.be.ops;
+    lwq_backend_ops ops = *orig;
+    ops.synchronize = flagged_sync;
+    v.be.ops = &ops;
+    int32_t tok[4] = {1, 2, 3, 4};
+    lwq_error e = {0};
+    int rc = run(&v, &v.f.w, tok, 1, 4, NULL, NULL, 0, NULL, &e);
+    v.be.ops = orig;
+    cr_expect_eq(rc, LWQ_EINVAL, "the forward returned %d (%s)", rc, e.msg);
+    cr_expect(strstr(e.msg, "row index was outside") != NULL, "%s", e.msg);
+    env_close(&v);
+}
+
 /* ---- weights that lie ------------------------------------------------------------------------ */
 
 typedef struct liar {

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include "engine/forward.h"
+#include "tests/helpers/fixtures.h"
 #include "layout/checkpoint.h"
 
 typedef struct fwd_fixture {
@@ -33,15 +34,11 @@ typedef struct fwd_ref {
 int fwd_ref_load(const char *dir, int64_t vocab, fwd_ref *r, lwq_error *e);
 void fwd_ref_free(fwd_ref *r);
 
-/* Path of a fixture folder: $LWQ_FIXTURES/<name>, else the test's compile-time LWQ_FIXTURES. */
+/* Path of a fixture folder (tests/helpers/fixtures.h: $LWQ_FIXTURES, then ../shared/fixtures);
+ * skips the calling test, naming what is missing, when it is in neither. */
 static inline const char *fwd_fixture_dir(const char *name, char *buf, size_t cap)
 {
-    const char *root = getenv("LWQ_FIXTURES");
-#ifdef LWQ_FIXTURES
-    if (!root)
-        root = LWQ_FIXTURES;
-#endif
-    snprintf(buf, cap, "%s/%s", root ? root : "../shared/fixtures", name);
+    snprintf(buf, cap, "%s", lwqt_fixture(name));
     return buf;
 }
 

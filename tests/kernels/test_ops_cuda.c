@@ -20,8 +20,8 @@ static void setup(void)
 {
     lwq_error e = {0};
     cr_assert_eq(lwq_backend_cpu_create(&cpu, 2, &e), 0);
-    if (lwq_backend_cuda_device_count() <= 0)
-        cr_skip_test("no CUDA device (or lwq built without CUDA): CPU-vs-CUDA op tests skipped");
+    if (lwq_backend_cuda_probe(&e) <= 0)
+        cr_skip_test("CPU-vs-CUDA op tests skipped: %s", e.msg);
     cr_assert_eq(lwq_backend_cuda_create(&gpu, 0, &e), 0, "%s", e.msg);
 }
 
@@ -234,11 +234,49 @@ Test(ops_cuda, moe_route_gather_combine)
     for (int64_t i = 0; i < n * K; i++)
         ((int32_t *)slot.c.data)[i] = i % 5 == 0 ? -1 : (int32_t)((i * 7) % (n * K));
     sync_to_gpu(&slot);
+    /* the same route weights on both: each backend's own differ by an ulp (glibc vs CUDA expf),
+     * and the combine is compared exactly */
+    sync_to_gpu(&w);
     cr_assert_eq(lwq_backend_moe_combine(&cpu, &dst.c, &slot.c, &w.c, &out.c, &e), 0, "%s", e.msg);
     cr_assert_eq(lwq_backend_moe_combine(&gpu, &dst.g, &slot.g, &w.g, &out.g, &e), 0, "%s", e.msg);
     same(&out, 0, 0, "combine");
     cr_assert_eq(lwq_backend_synchronize(&gpu, &e), 0, "%s", e.msg);
     drop(&lg), drop(&idx), drop(&w), drop(&src), drop(&dst), drop(&out), drop(&slot);
+}
+
+/* F32 output: no rounding to a narrow dtype hides an FMA contraction of product and sum. */
+Test(ops_cuda, combine_f32_is_bitwise_the_cpu_one)
+{
+    const int64_t n = 33, K = 4, m = 40, d = 130;
+    pair y = mk(LWQ_F32, m, d, 3), slot = mk(LWQ_I32, n, K, 0), w = mk(LWQ_F32, n, K, 1),
+         out = mk(LWQ_F32, n, d, 0);
+    for (int64_t i = 0; i < n * K; i++)
+        ((int32_t *)slot.c.data)[i] = i % 7 == 3 ? -1 : (int32_t)((i * 11) % m);
+    sync_to_gpu(&slot);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_moe_combine(&cpu, &y.c, &slot.c, &w.c, &out.c, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_moe_combine(&gpu, &y.g, &slot.g, &w.g, &out.g, &e), 0, "%s", e.msg);
+    same(&out, 0, 0, "combine f32");
+    drop(&y), drop(&slot), drop(&w), drop(&out);
+}
+
+/* A tolerated failure (a refused host registration, a failed allocation) left the runtime's
+ * last error set, and the next launch's check reported it as its own. */
+Test(ops_cuda, tolerated_failures_do_not_fail_the_next_launch)
+{
+    lwq_error e = {0};
+    size_t b = 1 << 20;
+    void *h = aligned_alloc(4096, b);
+    cr_assert_eq(lwq_backend_host_register(&gpu, h, b, &e), 0, "%s", e.msg);
+    cr_assert_lt(lwq_backend_host_register(&gpu, h, b, &e), 0, "registering twice is refused");
+    void *p = NULL;
+    cr_assert_lt(lwq_backend_alloc(&gpu, (size_t)1 << 60, &p, &e), 0, "an exabyte is refused");
+    pair x = mk(LWQ_F32, 8, 16, 1), wt = mk(LWQ_F32, 4, 16, 1), y = mk(LWQ_F32, 8, 4, 0);
+    cr_expect_eq(lwq_backend_gemm(&gpu, &x.g, &wt.g, NULL, &y.g, &e), 0, "%s", e.msg);
+    cr_expect_eq(lwq_backend_synchronize(&gpu, &e), 0, "%s", e.msg);
+    lwq_backend_host_unregister(&gpu, h);
+    free(h);
+    drop(&x), drop(&wt), drop(&y);
 }
 
 Test(ops_cuda, gather_out_of_range_reported_at_synchronize)

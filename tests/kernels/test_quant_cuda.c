@@ -11,6 +11,7 @@
 #ifdef LWQ_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "kernels/backend.h"
 #include "kernels/cuda/quant_cuda.h"
 #endif
 
@@ -27,8 +28,9 @@ Test(quant_cuda, cpu_vs_cuda_bytes)
 
 static void setup(void)
 {
-    if (lwq_quant_cuda_device_count() <= 0)
-        cr_skip("no CUDA device: CPU-vs-CUDA quantizer tests skipped");
+    lwq_error e = {0};
+    if (lwq_backend_cuda_probe(&e) <= 0)
+        cr_skip("CPU-vs-CUDA quantizer tests skipped: %s", e.msg);
 }
 
 TestSuite(quant_cuda, .init = setup);

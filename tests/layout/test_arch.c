@@ -1,4 +1,5 @@
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,15 +7,16 @@
 #include "craft.h"
 #include "layout/arch.h"
 #include "layout/safetensors.h"
+#include "tests/helpers/fixtures.h"
 
 TestSuite(arch, .init = lwqt_setup, .fini = lwqt_teardown);
 
 static void open_fixture(const char *rel, const char *cfg_rel, lwq_ckpt *c)
 {
     char d[1024], p[1024];
-    snprintf(d, sizeof d, "%s/%s", LWQ_FIXTURES, rel);
+    snprintf(d, sizeof d, "%s", lwqt_fixture(rel));
     if (cfg_rel)
-        snprintf(p, sizeof p, "%s/%s", LWQ_FIXTURES, cfg_rel);
+        snprintf(p, sizeof p, "%s", lwqt_fixture(cfg_rel));
     lwq_error e = {0};
     cr_assert_eq(lwq_ckpt_open_with_config(d, cfg_rel ? p : NULL, c, &e), 0, "%s", e.msg);
 }
@@ -50,23 +52,14 @@ static void check_clean(const char *rel, const char *cfg_rel)
     lwq_ckpt_free(&c);
 }
 
-Test(arch, fixture_cai_tiny_llama) { check_clean("cai-tiny-llama", NULL); }
-Test(arch, fixture_cai_tiny_llama_sharded)
+/* One test per checkpoint of the fixture table (tests/helpers/fixtures.c). */
+ParameterizedTestParameters(arch, every_fixture_matches_its_plan)
 {
-    check_clean("cai-tiny-llama/sharded", "cai-tiny-llama/config.json");
+    return cr_make_param_array(int, lwqt_ckpt_fixture_indexes(), (size_t)lwqt_nckpt_fixtures);
 }
-Test(arch, fixture_cai_tiny_smollm2_tied_without_lm_head) { check_clean("cai-tiny-smollm2", NULL); }
-Test(arch, fixture_cai_tiny_qwen2) { check_clean("cai-tiny-qwen2", NULL); }
-Test(arch, fixture_cai_tiny_qwen3_tied_with_lm_head) { check_clean("cai-tiny-qwen3", NULL); }
-Test(arch, fixture_cai_tiny_qwen3_moe) { check_clean("cai-tiny-qwen3-moe", NULL); }
-Test(arch, fixture_cai_tiny_mixtral) { check_clean("cai-tiny-mixtral", NULL); }
-Test(arch, fixture_cai_tiny_deepseek_v2) { check_clean("cai-tiny-deepseek-v2", NULL); }
-Test(arch, fixture_agilerl_tiny_qwen3_moe) { check_clean("agilerl-tiny-qwen3-moe", NULL); }
-Test(arch, fixture_mlxd_tiny_llama3_bf16) { check_clean("mlxd-tiny-llama3-bf16", NULL); }
-Test(arch, fixture_mlxd_tiny_qwen3_bf16) { check_clean("mlxd-tiny-qwen3-bf16", NULL); }
-Test(arch, fixture_quatricmorph_tiny_llama_2shard)
+ParameterizedTest(int *i, arch, every_fixture_matches_its_plan)
 {
-    check_clean("quatricmorph-tiny-llama-2shard", NULL);
+    check_clean(lwqt_ckpt_fixtures[*i].dir, lwqt_ckpt_fixtures[*i].config);
 }
 
 static const lwq_arch_linear *lin(const lwq_arch_layer *p, const char *m)
@@ -204,8 +197,7 @@ Test(arch, deepseek_v3_q_lora_group_and_score_bias)
 Test(arch, kimi_wrapper_names_carry_the_prefix)
 {
     char path[1024];
-    snprintf(path, sizeof path, "%s/published-nvfp4/nvidia--Kimi-K2.6-NVFP4/config.json",
-             LWQ_FIXTURES);
+    snprintf(path, sizeof path, "%s", lwqt_fixture("published-nvfp4/nvidia--Kimi-K2.6-NVFP4/config.json"));
     lwq_model_config c;
     lwq_error e = {0};
     cr_assert_eq(lwq_config_load(path, &c, &e), 0, "%s", e.msg);

@@ -1,4 +1,5 @@
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +7,7 @@
 
 #include "craft.h"
 #include "layout/checkpoint.h"
+#include "tests/helpers/fixtures.h"
 
 TestSuite(ckpt, .init = lwqt_setup, .fini = lwqt_teardown);
 
@@ -60,9 +62,9 @@ static int count_experts(const lwq_ckpt *c, int l)
 static void check_fixture(const char *rel, const char *config_rel)
 {
     char dir[1024], cfgp[1024];
-    snprintf(dir, sizeof dir, "%s/%s", LWQ_FIXTURES, rel);
+    snprintf(dir, sizeof dir, "%s", lwqt_fixture(rel));
     if (config_rel)
-        snprintf(cfgp, sizeof cfgp, "%s/%s", LWQ_FIXTURES, config_rel);
+        snprintf(cfgp, sizeof cfgp, "%s", lwqt_fixture(config_rel));
     lwq_ckpt c;
     lwq_error e = {0};
     cr_assert_eq(lwq_ckpt_open_with_config(dir, config_rel ? cfgp : NULL, &c, &e), 0, "%s", e.msg);
@@ -114,31 +116,22 @@ static void check_fixture(const char *rel, const char *config_rel)
     lwq_ckpt_free(&c);
 }
 
-Test(ckpt, fixture_cai_tiny_llama) { check_fixture("cai-tiny-llama", NULL); }
-Test(ckpt, fixture_cai_tiny_llama_sharded)
+/* One test per checkpoint of the fixture table (tests/helpers/fixtures.c). */
+ParameterizedTestParameters(ckpt, every_fixture_has_a_consistent_tensor_table)
 {
-    check_fixture("cai-tiny-llama/sharded", "cai-tiny-llama/config.json");
+    return cr_make_param_array(int, lwqt_ckpt_fixture_indexes(), (size_t)lwqt_nckpt_fixtures);
 }
-Test(ckpt, fixture_cai_tiny_smollm2) { check_fixture("cai-tiny-smollm2", NULL); }
-Test(ckpt, fixture_cai_tiny_qwen2) { check_fixture("cai-tiny-qwen2", NULL); }
-Test(ckpt, fixture_cai_tiny_qwen3) { check_fixture("cai-tiny-qwen3", NULL); }
-Test(ckpt, fixture_cai_tiny_qwen3_moe) { check_fixture("cai-tiny-qwen3-moe", NULL); }
-Test(ckpt, fixture_cai_tiny_mixtral) { check_fixture("cai-tiny-mixtral", NULL); }
-Test(ckpt, fixture_cai_tiny_deepseek_v2) { check_fixture("cai-tiny-deepseek-v2", NULL); }
-Test(ckpt, fixture_agilerl_tiny_qwen3_moe) { check_fixture("agilerl-tiny-qwen3-moe", NULL); }
-Test(ckpt, fixture_mlxd_tiny_llama3_bf16) { check_fixture("mlxd-tiny-llama3-bf16", NULL); }
-Test(ckpt, fixture_mlxd_tiny_qwen3_bf16) { check_fixture("mlxd-tiny-qwen3-bf16", NULL); }
-Test(ckpt, fixture_quatricmorph_tiny_llama_2shard)
+ParameterizedTest(int *i, ckpt, every_fixture_has_a_consistent_tensor_table)
 {
-    check_fixture("quatricmorph-tiny-llama-2shard", NULL);
+    check_fixture(lwqt_ckpt_fixtures[*i].dir, lwqt_ckpt_fixtures[*i].config);
 }
 
 Test(ckpt, sharded_and_single_file_hold_the_same_bytes)
 {
     char a[1024], b[1024], cfgp[1024];
-    snprintf(a, sizeof a, "%s/cai-tiny-llama", LWQ_FIXTURES);
-    snprintf(b, sizeof b, "%s/cai-tiny-llama/sharded", LWQ_FIXTURES);
-    snprintf(cfgp, sizeof cfgp, "%s/cai-tiny-llama/config.json", LWQ_FIXTURES);
+    snprintf(a, sizeof a, "%s", lwqt_fixture("cai-tiny-llama"));
+    snprintf(b, sizeof b, "%s", lwqt_fixture("cai-tiny-llama/sharded"));
+    snprintf(cfgp, sizeof cfgp, "%s", lwqt_fixture("cai-tiny-llama/config.json"));
     lwq_ckpt x, y;
     lwq_error e = {0};
     cr_assert_eq(lwq_ckpt_open(a, &x, &e), 0, "%s", e.msg);
@@ -163,7 +156,7 @@ Test(ckpt, sharded_and_single_file_hold_the_same_bytes)
 Test(ckpt, mixed_dtypes_in_one_checkpoint)
 {
     char d[1024];
-    snprintf(d, sizeof d, "%s/quatricmorph-tiny-llama-2shard", LWQ_FIXTURES);
+    snprintf(d, sizeof d, "%s", lwqt_fixture("quatricmorph-tiny-llama-2shard"));
     lwq_ckpt c;
     lwq_error e = {0};
     cr_assert_eq(lwq_ckpt_open(d, &c, &e), 0, "%s", e.msg);

@@ -5,13 +5,14 @@
 
 #include "craft.h"
 #include "layout/config.h"
+#include "tests/helpers/fixtures.h"
 
 TestSuite(config, .init = lwqt_setup, .fini = lwqt_teardown);
 
 static void load_fixture(const char *rel, lwq_model_config *c)
 {
     char p[1024];
-    snprintf(p, sizeof p, "%s/%s", LWQ_FIXTURES, rel);
+    snprintf(p, sizeof p, "%s", lwqt_fixture(rel));
     lwq_error e = {0};
     cr_assert_eq(lwq_config_load(p, c, &e), 0, "%s", e.msg);
 }

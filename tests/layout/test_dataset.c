@@ -9,6 +9,7 @@
 
 #include "layout/dataset.h"
 #include "layout/tokenizer.h"
+#include "tests/helpers/fixtures.h"
 
 static char dir[256];
 static lwq_tokenizer *llama; /* TinyLlama: BOS added, pad = eos = 2 */
@@ -18,7 +19,7 @@ static void setup(void)
     snprintf(dir, sizeof dir, "/tmp/lwq_test_dataset_XXXXXX");
     cr_assert_not_null(mkdtemp(dir));
     char p[4096];
-    snprintf(p, sizeof p, "%s/tokenizer-tinyllama-sentencepiece-bpe", LWQ_FIXTURES);
+    snprintf(p, sizeof p, "%s", lwqt_fixture("tokenizer-tinyllama-sentencepiece-bpe"));
     lwq_error e = {0};
     cr_assert_eq(lwq_tokenizer_load(&llama, p, &e), 0, "%s", e.msg);
 }
@@ -308,7 +309,7 @@ Test(dataset, padding_without_pad_or_eos_token)
 Test(dataset, gpt2_pad_falls_back_to_model_config_eos)
 {
     char p[4096];
-    snprintf(p, sizeof p, "%s/tokenizer-gpt2-bytelevel-bpe", LWQ_FIXTURES);
+    snprintf(p, sizeof p, "%s", lwqt_fixture("tokenizer-gpt2-bytelevel-bpe"));
     lwq_tokenizer *t = NULL;
     lwq_error e = {0};
     cr_assert_eq(lwq_tokenizer_load(&t, p, &e), 0, "%s", e.msg);

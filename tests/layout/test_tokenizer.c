@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "layout/tokenizer.h"
+#include "tests/helpers/fixtures.h"
 
 static int load_str(lwq_tokenizer **t, const char *json, const char *cfg, lwq_error *e)
 {
@@ -231,7 +232,7 @@ Test(tokenizer, byte_fallback_and_fused_unk)
 static lwq_tokenizer *tinyllama(const char *cfg)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer-tinyllama-sentencepiece-bpe/tokenizer.json", LWQ_FIXTURES);
+    snprintf(path, sizeof path, "%s", lwqt_fixture("tokenizer-tinyllama-sentencepiece-bpe/tokenizer.json"));
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f);
     fseek(f, 0, SEEK_END);
@@ -317,7 +318,7 @@ static void *worker(void *p)
 Test(tokenizer, concurrent_encodes_agree_with_a_single_thread)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer-gpt2-bytelevel-bpe", LWQ_FIXTURES);
+    snprintf(path, sizeof path, "%s", lwqt_fixture("tokenizer-gpt2-bytelevel-bpe"));
     lwq_tokenizer *t = NULL;
     lwq_error e = {0};
     cr_assert_eq(lwq_tokenizer_load(&t, path, &e), 0, "%s", e.msg);
@@ -359,7 +360,7 @@ Test(tokenizer, digits_split_every_unicode_numeral_like_rust)
 Test(tokenizer, decode_keeps_nul_bytes)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/tokenizer-gpt2-bytelevel-bpe", LWQ_FIXTURES);
+    snprintf(path, sizeof path, "%s", lwqt_fixture("tokenizer-gpt2-bytelevel-bpe"));
     lwq_tokenizer *t = NULL;
     lwq_error e = {0};
     cr_assert_eq(lwq_tokenizer_load(&t, path, &e), 0, "%s", e.msg);
@@ -402,7 +403,7 @@ static uint64_t rng_next(uint64_t *s)
 Test(tokenizer, mutated_json_fails_cleanly)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/agilerl-tiny-qwen3-moe/tokenizer.json", LWQ_FIXTURES);
+    snprintf(path, sizeof path, "%s", lwqt_fixture("agilerl-tiny-qwen3-moe/tokenizer.json"));
     FILE *f = fopen(path, "rb");
     cr_assert_not_null(f);
     char base[4096];
@@ -462,7 +463,7 @@ static size_t random_text(uint64_t *s, char *out, size_t cap)
 static void round_trip(const char *dir)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", LWQ_FIXTURES, dir);
+    snprintf(path, sizeof path, "%s", lwqt_fixture(dir));
     lwq_tokenizer *t = NULL;
     lwq_error e = {0};
     cr_assert_eq(lwq_tokenizer_load(&t, path, &e), 0, "%s", e.msg);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include "tests/helpers/fixtures.h"
 
 /* Run `lwq tokenize ARGS` with `input` on stdin; return the exit status, stdout in out. */
 static int run(const char *args, const char *input, char *out, size_t cap)
@@ -26,34 +27,43 @@ static int run(const char *args, const char *input, char *out, size_t cap)
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-#define GPT2 LWQ_FIXTURES "/tokenizer-gpt2-bytelevel-bpe"
-#define LLAMA LWQ_FIXTURES "/tokenizer-tinyllama-sentencepiece-bpe"
+/* "'<fixture path>' <args>" for the shell command line */
+static const char *tok_args(const char *fixture, const char *args)
+{
+    static char buf[4][2048];
+    static int k;
+    k = (k + 1) % 4;
+    snprintf(buf[k], sizeof buf[k], "'%s'%s", lwqt_fixture(fixture), args);
+    return buf[k];
+}
+#define GPT2(args) tok_args("tokenizer-gpt2-bytelevel-bpe", args)
+#define LLAMA(args) tok_args("tokenizer-tinyllama-sentencepiece-bpe", args)
 
 Test(tokenize_cli, plain_lines_give_space_separated_ids)
 {
     char out[4096];
-    cr_assert_eq(run("'" LLAMA "'", "Hello world\n\n", out, sizeof out), 0);
+    cr_assert_eq(run(LLAMA(""), "Hello world\n\n", out, sizeof out), 0);
     cr_assert_str_eq(out, "1 15043 3186\n1\n");
 }
 
 Test(tokenize_cli, jsonl_strings_give_json_arrays_with_special_tokens)
 {
     char out[4096];
-    cr_assert_eq(run("'" GPT2 "' --jsonl", "\"Hello world\"\n\"a<|endoftext|>b\"\n", out, sizeof out), 0);
+    cr_assert_eq(run(GPT2(" --jsonl"), "\"Hello world\"\n\"a<|endoftext|>b\"\n", out, sizeof out), 0);
     cr_assert_str_eq(out, "[15496,995]\n[64,50256,65]\n");
 }
 
 Test(tokenize_cli, decode_jsonl)
 {
     char out[4096];
-    cr_assert_eq(run("'" LLAMA "' --jsonl --decode --skip-special", "[1,15043,3186]\n", out, sizeof out), 0);
+    cr_assert_eq(run(LLAMA(" --jsonl --decode --skip-special"), "[1,15043,3186]\n", out, sizeof out), 0);
     cr_assert_str_eq(out, "\"Hello world\"\n");
 }
 
 Test(tokenize_cli, invalid_utf8_exits_2)
 {
     char out[4096];
-    cr_assert_eq(run("'" GPT2 "'", "ok\nbad\xC0\n", out, sizeof out), 2);
+    cr_assert_eq(run(GPT2(""), "ok\nbad\xC0\n", out, sizeof out), 2);
     cr_assert_str_eq(out, "482\n", "the good line before the bad one is printed");
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "layout/tokenizer.h"
+#include "tests/helpers/fixtures.h"
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -40,7 +41,7 @@ static cJSON *golden(const char *name)
 static lwq_tokenizer *load(const char *dir)
 {
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s", LWQ_FIXTURES, dir);
+    snprintf(path, sizeof path, "%s", lwqt_fixture(dir));
     lwq_error e = {0};
     lwq_tokenizer *t = NULL;
     int rc = lwq_tokenizer_load(&t, path, &e);

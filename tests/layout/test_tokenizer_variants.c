@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "layout/tokenizer.h"
+#include "tests/helpers/fixtures.h"
 
 static char *slurp(const char *path, size_t *len)
 {
@@ -48,8 +49,9 @@ static void check_variant(const char *file)
     const char *slash = strrchr(__FILE__, '/');
     snprintf(path, sizeof path, "%.*s/../tokenizer/%s", (int)(slash - __FILE__), __FILE__, file);
     cJSON *g = parse_file(path);
-    snprintf(path, sizeof path, "%s/%s/tokenizer.json", LWQ_FIXTURES,
-             cJSON_GetObjectItem(g, "base")->valuestring);
+    char rel[512];
+    snprintf(rel, sizeof rel, "%s/tokenizer.json", cJSON_GetObjectItem(g, "base")->valuestring);
+    snprintf(path, sizeof path, "%s", lwqt_fixture(rel));
     cJSON *tj = parse_file(path);
     for (cJSON *p = cJSON_GetObjectItem(g, "patch")->child; p; p = p->next) {
         if (!strcmp(p->string, "model")) {

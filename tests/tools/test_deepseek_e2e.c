@@ -12,6 +12,7 @@
 #include "layout/recipe.h"
 #include "layout/safetensors.h"
 #include "run.h"
+#include "tests/helpers/fixtures.h"
 
 TestSuite(deepseek_e2e, .init = lwqt_setup, .fini = lwqt_teardown);
 
@@ -75,11 +76,10 @@ static int in_set(const cJSON *arr, const char *s)
     return 0;
 }
 
-static void same_structure_as_published(const char *out)
+static void same_structure_as_published(const char *out, const char *published)
 {
     char p[1024];
-    snprintf(p, sizeof p, "%s/published-nvfp4/nvidia--DeepSeek-V3.1-NVFP4/hf_quant_config.json",
-             getenv("LWQ_FIXTURES") ? getenv("LWQ_FIXTURES") : LWQ_FIXTURES);
+    snprintf(p, sizeof p, "%s", published);
     char *pt = lwqt_slurp(p), *ot = lwqt_slurp(lwqt_path(out));
     cJSON *pub = cJSON_Parse(pt), *ours = cJSON_Parse(ot);
     cr_assert(pub && ours);
@@ -120,10 +120,11 @@ static void same_structure_as_published(const char *out)
 
 Test(deepseek_e2e, fp8_source_quantizes_verifies_and_matches_published_structure)
 {
+    const char *published = lwqt_fixture("published-nvfp4/nvidia--DeepSeek-V3.1-NVFP4/hf_quant_config.json");
     mk(lwqt_path("m"), "fp8");
     quantize(lwqt_path("m"), lwqt_path("q"));
     verify(lwqt_path("q"));
-    same_structure_as_published("q/hf_quant_config.json");
+    same_structure_as_published("q/hf_quant_config.json", published);
     /* the MLA projections come out as BF16 (dequantized), no FP8 source tensor is left */
     lwq_st_file f;
     lwq_error e = {0};
@@ -402,13 +403,12 @@ Test(deepseek_e2e, fp8_mtp_layer_goes_to_the_tail_dequantized_and_excluded)
  * convention), and each module lwq quantizes (the routed experts) by none. */
 Test(deepseek_e2e, experts_only_matches_published_kimi_k26_structure)
 {
+    char p[1024];
+    snprintf(p, sizeof p, "%s", lwqt_fixture("published-nvfp4/nvidia--Kimi-K2.6-NVFP4/hf_quant_config.json"));
     mk(lwqt_path("m"), "bf16");
     const char *a[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--calib-size", "4",
                        "--calib-seq", "16", "--qformat", "nvfp4_experts_only", NULL};
     cr_assert_eq(lwqt_run(a), 0);
-    char p[1024];
-    snprintf(p, sizeof p, "%s/published-nvfp4/nvidia--Kimi-K2.6-NVFP4/hf_quant_config.json",
-             getenv("LWQ_FIXTURES") ? getenv("LWQ_FIXTURES") : LWQ_FIXTURES);
     char *pt = lwqt_slurp(p), *ot = lwqt_slurp(lwqt_path("q/hf_quant_config.json"));
     cJSON *pub = cJSON_Parse(pt), *ours = cJSON_Parse(ot);
     const cJSON *pe = cJSON_GetObjectItem(cJSON_GetObjectItem(pub, "quantization"),

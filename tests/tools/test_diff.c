@@ -3,6 +3,7 @@
 #include "layout/checkpoint.h"
 #include "layout/safetensors.h"
 #include "run.h"
+#include "tests/helpers/fixtures.h"
 
 TestSuite(diff, .init = lwqt_setup, .fini = lwqt_teardown);
 
@@ -46,14 +47,14 @@ Test(diff, finds_one_changed_byte_in_a_100mb_model)
 static void fixture_copy(const char *rel)
 {
     char src[1024];
-    snprintf(src, sizeof src, "%s/%s", LWQ_FIXTURES, rel);
+    snprintf(src, sizeof src, "%s", lwqt_fixture(rel));
     lwqt_copy_dir(src, lwqt_path("b"));
 }
 
 Test(diff, identical_fixture_is_exit_0)
 {
     char a[1024];
-    snprintf(a, sizeof a, "%s/quatricmorph-tiny-llama-2shard", LWQ_FIXTURES);
+    snprintf(a, sizeof a, "%s", lwqt_fixture("quatricmorph-tiny-llama-2shard"));
     const char *d[] = {"diff", a, a, NULL};
     cr_assert_eq(lwqt_run(d), 0);
     char *out = lwqt_out();
@@ -64,7 +65,7 @@ Test(diff, identical_fixture_is_exit_0)
 Test(diff, config_compared_as_json_values)
 {
     char a[1024];
-    snprintf(a, sizeof a, "%s/cai-tiny-llama", LWQ_FIXTURES);
+    snprintf(a, sizeof a, "%s", lwqt_fixture("cai-tiny-llama"));
     fixture_copy("cai-tiny-llama");
     /* Same values, other key order, spacing and number spelling: identical. */
     lwqt_write_str("b/config.json",
@@ -91,7 +92,7 @@ Test(diff, config_compared_as_json_values)
 Test(diff, hf_quant_config_on_one_side)
 {
     char a[1024];
-    snprintf(a, sizeof a, "%s/cai-tiny-llama", LWQ_FIXTURES);
+    snprintf(a, sizeof a, "%s", lwqt_fixture("cai-tiny-llama"));
     fixture_copy("cai-tiny-llama");
     lwqt_write_str("b/hf_quant_config.json", "{\"quantization\":{\"quant_algo\":\"NVFP4\"}}");
     const char *d[] = {"diff", a, lwqt_path("b"), NULL};
@@ -104,8 +105,8 @@ Test(diff, hf_quant_config_on_one_side)
 Test(diff, names_shapes_and_dtypes)
 {
     char a[1024], b[1024];
-    snprintf(a, sizeof a, "%s/cai-tiny-qwen3", LWQ_FIXTURES);
-    snprintf(b, sizeof b, "%s/cai-tiny-llama", LWQ_FIXTURES);
+    snprintf(a, sizeof a, "%s", lwqt_fixture("cai-tiny-qwen3"));
+    snprintf(b, sizeof b, "%s", lwqt_fixture("cai-tiny-llama"));
     const char *d[] = {"diff", "--max", "100", a, b, NULL};
     cr_assert_eq(lwqt_run(d), 1);
     char *out = lwqt_out();
@@ -128,7 +129,7 @@ Test(diff, names_shapes_and_dtypes)
 Test(diff, errors_exit_2)
 {
     char a[1024];
-    snprintf(a, sizeof a, "%s/cai-tiny-llama", LWQ_FIXTURES);
+    snprintf(a, sizeof a, "%s", lwqt_fixture("cai-tiny-llama"));
     const char *d[] = {"diff", a, lwqt_path("nope"), NULL};
     cr_assert_eq(lwqt_run(d), 2);
     char *err = lwqt_err();

@@ -1,7 +1,9 @@
 #include <criterion/criterion.h>
+#include <criterion/parameterized.h>
 
 #include "layout/checkpoint.h"
 #include "run.h"
+#include "tests/helpers/fixtures.h"
 
 TestSuite(inspect, .init = lwqt_setup, .fini = lwqt_teardown);
 
@@ -9,8 +11,8 @@ TestSuite(inspect, .init = lwqt_setup, .fini = lwqt_teardown);
 static void check_fixture(const char *rel, const char *cfg_rel)
 {
     char dir[1024], cfg[1024];
-    snprintf(dir, sizeof dir, "%s/%s", LWQ_FIXTURES, rel);
-    snprintf(cfg, sizeof cfg, "%s/%s", LWQ_FIXTURES, cfg_rel ? cfg_rel : "");
+    snprintf(dir, sizeof dir, "%s", lwqt_fixture(rel));
+    snprintf(cfg, sizeof cfg, "%s", cfg_rel ? lwqt_fixture(cfg_rel) : "");
     const char *a1[] = {"inspect", "--json", dir, NULL};
     const char *a2[] = {"inspect", "--json", "--config", cfg, dir, NULL};
     int rc = lwqt_run(cfg_rel ? a2 : a1);
@@ -44,29 +46,20 @@ static void check_fixture(const char *rel, const char *cfg_rel)
     free(out);
 }
 
-Test(inspect, fixture_cai_tiny_llama) { check_fixture("cai-tiny-llama", NULL); }
-Test(inspect, fixture_cai_tiny_llama_sharded)
+/* One test per checkpoint of the fixture table (tests/helpers/fixtures.c). */
+ParameterizedTestParameters(inspect, every_fixture_agrees_with_its_config)
 {
-    check_fixture("cai-tiny-llama/sharded", "cai-tiny-llama/config.json");
+    return cr_make_param_array(int, lwqt_ckpt_fixture_indexes(), (size_t)lwqt_nckpt_fixtures);
 }
-Test(inspect, fixture_cai_tiny_smollm2) { check_fixture("cai-tiny-smollm2", NULL); }
-Test(inspect, fixture_cai_tiny_qwen2) { check_fixture("cai-tiny-qwen2", NULL); }
-Test(inspect, fixture_cai_tiny_qwen3) { check_fixture("cai-tiny-qwen3", NULL); }
-Test(inspect, fixture_cai_tiny_qwen3_moe) { check_fixture("cai-tiny-qwen3-moe", NULL); }
-Test(inspect, fixture_cai_tiny_mixtral) { check_fixture("cai-tiny-mixtral", NULL); }
-Test(inspect, fixture_cai_tiny_deepseek_v2) { check_fixture("cai-tiny-deepseek-v2", NULL); }
-Test(inspect, fixture_agilerl_tiny_qwen3_moe) { check_fixture("agilerl-tiny-qwen3-moe", NULL); }
-Test(inspect, fixture_mlxd_tiny_llama3_bf16) { check_fixture("mlxd-tiny-llama3-bf16", NULL); }
-Test(inspect, fixture_mlxd_tiny_qwen3_bf16) { check_fixture("mlxd-tiny-qwen3-bf16", NULL); }
-Test(inspect, fixture_quatricmorph_tiny_llama_2shard)
+ParameterizedTest(int *i, inspect, every_fixture_agrees_with_its_config)
 {
-    check_fixture("quatricmorph-tiny-llama-2shard", NULL);
+    check_fixture(lwqt_ckpt_fixtures[*i].dir, lwqt_ckpt_fixtures[*i].config);
 }
 
 Test(inspect, text_output_names_the_largest_layer_and_tail)
 {
     char dir[1024];
-    snprintf(dir, sizeof dir, "%s/cai-tiny-deepseek-v2", LWQ_FIXTURES);
+    snprintf(dir, sizeof dir, "%s", lwqt_fixture("cai-tiny-deepseek-v2"));
     const char *a[] = {"inspect", dir, NULL};
     cr_assert_eq(lwqt_run(a), 0);
     char *out = lwqt_out();

@@ -19,8 +19,9 @@ static int ends(const char *s, const char *suf)
 
 Test(quantize_cuda, gpu_output_matches_cpu)
 {
-    if (lwq_backend_cuda_device_count() <= 0)
-        cr_skip("no CUDA device: the GPU quantize path is not run here (perf/gpu-check.sh runs it)");
+    lwq_error pe = {0};
+    if (lwq_backend_cuda_probe(&pe) <= 0)
+        cr_skip("the GPU quantize path is not run here (perf/gpu-check.sh runs it): %s", pe.msg);
     char m[600], qc[600], qg[600];
     snprintf(m, sizeof m, "%s", lwqt_path("m"));
     snprintf(qc, sizeof qc, "%s", lwqt_path("qc"));

@@ -1,0 +1,125 @@
+/* io/runlock.c — the run lock (see runlock.h). */
+#include "io/runlock.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "io/durable.h"
+#include "io/sys.h"
+
+long lwq_runlock_holder(int fd)
+{
+    struct stat st;
+    if (fstat(fd, &st) != 0)
+        return 0;
+    FILE *f = fopen("/proc/locks", "r");
+    if (!f)
+        return 0;
+    /* "1: FLOCK  ADVISORY  WRITE 4242 fe:00:10955004 0 EOF"; waiters carry "->" after the id */
+    char line[256];
+    long pid = 0;
+    while (!pid && fgets(line, sizeof line, f)) {
+        char kind[16], mode[16], rw[16];
+        long p;
+        unsigned maj, min;
+        unsigned long long ino;
+        if (strstr(line, "->"))
+            continue;
+        if (sscanf(line, "%*d: %15s %15s %15s %ld %x:%x:%llu", kind, mode, rw, &p, &maj, &min, &ino) == 7 &&
+            !strcmp(kind, "FLOCK") && ino == (unsigned long long)st.st_ino && p > 0)
+            pid = p;
+    }
+    fclose(f);
+    return pid;
+}
+
+/* The pid text of the lock file, when the kernel's table did not say. */
+static long pid_from_file(int fd)
+{
+    char buf[32];
+    ssize_t n = lwq_sys()->pread(fd, buf, sizeof buf - 1, 0);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    char *end;
+    long p = strtol(buf, &end, 10);
+    return p > 0 && (*end == '\n' || !*end) ? p : 0;
+}
+
+static int refuse(lwq_error *e, int fd, const char *what, const char *dir, int from_file)
+{
+    long pid = lwq_runlock_holder(fd);
+    if (!pid && from_file)
+        pid = pid_from_file(fd);
+    char who[48];
+    if (pid)
+        snprintf(who, sizeof who, "pid %ld", pid);
+    else
+        snprintf(who, sizeof who, "pid unknown");
+    return lwq_errf(e, LWQ_ESTATE,
+                    "%s %s is in use by another lwq run (%s); one run per output: wait for it to finish or "
+                    "stop it, then rerun", what, dir, who);
+}
+
+int lwq_runlock_acquire(lwq_runlock *l, const char *out_dir, const char *resume_dir, lwq_error *e)
+{
+    const lwq_sys_table *s = lwq_sys();
+    memset(l, 0, sizeof *l);
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/lock", resume_dir);
+    if (rc)
+        return rc;
+    int fd = s->open(path, O_RDWR | O_CREAT, 0644);
+    if (fd < 0)
+        return lwq_errsys(e, fd, "%s: cannot open the run lock", path);
+    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? refuse(e, fd, "the resume directory", resume_dir, 1)
+                                  : lwq_errsys(e, -errno, "%s: cannot lock", path);
+        s->close(fd);
+        return rc;
+    }
+    char txt[32];
+    int n = snprintf(txt, sizeof txt, "%ld\n", (long)getpid());
+    if ((rc = s->ftruncate(fd, 0)) < 0) {
+        s->close(fd);
+        return lwq_errsys(e, rc, "%s: cannot truncate the run lock", path);
+    }
+    if ((rc = lwq_durable_pwrite_all(fd, txt, (size_t)n, 0, path, e)) != 0) {
+        s->close(fd);
+        return rc;
+    }
+    int dfd = s->open(out_dir, O_RDONLY | O_DIRECTORY, 0);
+    if (dfd < 0) {
+        s->close(fd);
+        return lwq_errsys(e, dfd, "%s: cannot open the output directory", out_dir);
+    }
+    if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
+        rc = errno == EWOULDBLOCK ? refuse(e, dfd, "the output directory", out_dir, 0)
+                                  : lwq_errsys(e, -errno, "%s: cannot lock", out_dir);
+        s->close(dfd);
+        s->close(fd);
+        return rc;
+    }
+    l->fd_resume = fd;
+    l->fd_out = dfd;
+    l->held = 1;
+    return 0;
+}
+
+void lwq_runlock_release(lwq_runlock *l)
+{
+    if (!l->held)
+        return;
+    /* closing the last descriptor of each open file description drops its flock */
+    lwq_sys()->close(l->fd_out);
+    lwq_sys()->close(l->fd_resume);
+    l->held = 0;
+}

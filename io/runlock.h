@@ -1,0 +1,33 @@
+/* io/runlock.h — one run per output: the advisory lock a quantize run holds on its resume and
+ * output directories.
+ *
+ * The resume directory holds a file "lock"; the run takes flock(LOCK_EX | LOCK_NB) on it and
+ * writes its pid into it.  The output directory itself is flock'ed too (a directory fd, so no
+ * foreign file appears in the output), which also catches two runs that share an output but were
+ * given different --resume-dir.  flock locks belong to the open file description: the kernel
+ * drops them when the holder exits or is killed (kill -9 included), so a dead run never blocks
+ * the next one; the stale pid left in the file is only text.  A second run is refused at once
+ * (LWQ_ESTATE) with the holder's pid: the kernel's record (/proc/locks), else the file's text.
+ *
+ * The lock file is created through the io/sys.h table (open, ftruncate, pwrite are fault-
+ * injectable steps); it is not fsync'ed (after a crash there is nothing to hold). */
+#ifndef LWQ_IO_RUNLOCK_H
+#define LWQ_IO_RUNLOCK_H
+
+#include "core/error.h"
+
+typedef struct lwq_runlock {
+    int held;        /* 0 in a zeroed struct: nothing to release */
+    int fd_resume;   /* the lock file in the resume directory */
+    int fd_out;      /* the output directory */
+} lwq_runlock;
+
+/* Lock `resume_dir` (which must exist; its "lock" file is created) and then `out_dir` (which must
+ * exist).  On failure nothing is held.  l must not be held already. */
+int lwq_runlock_acquire(lwq_runlock *l, const char *out_dir, const char *resume_dir, lwq_error *e);
+/* Drop both locks (a no-op when nothing is held, e.g. on a zeroed struct). */
+void lwq_runlock_release(lwq_runlock *l);
+/* The pid holding an flock on the file open as `fd` according to /proc/locks, or 0 if unknown. */
+long lwq_runlock_holder(int fd);
+
+#endif
