@@ -47,6 +47,8 @@ typedef struct lwq_quantize_opts {
     int threads;                 /* 0: all cores */
     double max_gpu_gb, max_cpu_gb; /* 0: no limit */
     int prefetch;                /* ring slots K (0: 2) */
+    int expert_group;            /* routed experts per streamed unit (0: streaming only when a layer
+                                    does not fit the budget, sized to it) */
     const char *log_json;        /* NULL: none */
     int quiet;
     int repair;                  /* recompute a committed layer whose shard fails its checksum */
@@ -71,6 +73,13 @@ typedef struct lwq_mem_plan {
     uint64_t output_bytes;         /* predicted bytes written */
     uint64_t source_bytes;
     int64_t calib_tokens, calib_rows;
+    /* expert streaming (engine/plan_stream.c) */
+    int expert_group;              /* experts per unit when streaming, 0 when layers are whole */
+    int num_experts;
+    uint64_t dense_bytes;          /* largest dense part (attention, norms, router, shared experts) */
+    uint64_t expert_bytes;         /* largest single routed expert */
+    uint64_t stream_bytes;         /* MoE input + running expert sum + routing (host) */
+    uint64_t stream_min_host, stream_min_gpu; /* peaks with one expert per unit (0: no experts) */
 } lwq_mem_plan;
 
 /* Predict memory and output size for a run with these options (nothing is read but headers). */
@@ -78,6 +87,10 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
 struct lwq_ckpt;
 /* The same on a checkpoint already open (the run's own, so its headers are not parsed twice). */
 int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const struct lwq_ckpt *ck, lwq_mem_plan *p, lwq_error *e);
+/* Expert streaming in a plan: the group size from o->expert_group or, when a whole layer does not
+ * fit --max-cpu-memory-gb / --max-gpu-memory-gb, the largest that does; the peaks then follow
+ * the units.  Called by lwq_quantize_plan_ckpt. */
+int lwq_plan_stream(const lwq_quantize_opts *o, const struct lwq_ckpt *ck, lwq_mem_plan *p, lwq_error *e);
 /* Print a plan for people. */
 void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o);
 int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e);

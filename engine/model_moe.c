@@ -88,12 +88,13 @@ static int64_t moe_plan(moe_host *h, const uint8_t *valid, int64_t n, int K, int
     return h->off[E];
 }
 
+/* cols 0: a vector (rows); else a (rows, cols) matrix, also when cols is 1 (top-1 routing). */
 static int upload_i32(lwq_model *m, const int32_t *src, int64_t rows, int64_t cols, lwq_tensor *t,
                       lwq_error *e)
 {
-    LWQ_TRY(lwq_fwd_tensor(m, LWQ_I32, rows, cols, t, e));
-    LWQ_TRY(lwq_backend_upload(m->be, t->data, src, (size_t)(rows * cols) * 4, e));
-    if (cols == 1)
+    LWQ_TRY(lwq_fwd_tensor(m, LWQ_I32, rows, cols ? cols : 1, t, e));
+    LWQ_TRY(lwq_backend_upload(m->be, t->data, src, (size_t)(rows * (cols ? cols : 1)) * 4, e));
+    if (!cols)
         t->ndim = 1;
     return 0;
 }
@@ -186,7 +187,7 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
     int64_t maxc = 0;
     for (int ex = 0; ex < E; ex++)
         maxc = h.counts[ex] > maxc ? h.counts[ex] : maxc;
-    if ((rc = upload_i32(m, h.rows, mrows, 1, &rows, e)) < 0 ||
+    if ((rc = upload_i32(m, h.rows, mrows, 0, &rows, e)) < 0 ||
         (rc = upload_i32(m, h.slot, n, K, &slot, e)) < 0 ||
         (rc = lwq_fwd_tensor(m, LWQ_F32, n, K, &wsorted, e)) < 0 ||
         (rc = lwq_backend_upload(m->be, wsorted.data, h.wsorted, (size_t)(n * K) * 4, e)) < 0 ||
@@ -215,7 +216,7 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
             if (b->valid_host[t])
                 h.vrows[nv++] = (int32_t)t;
         lwq_tensor vr, xa, ya, ga, ua;
-        if ((rc = upload_i32(m, h.vrows, nv, 1, &vr, e)) < 0 ||
+        if ((rc = upload_i32(m, h.vrows, nv, 0, &vr, e)) < 0 ||
             (rc = lwq_fwd_tensor(m, m->act, nv, D, &xa, e)) < 0 ||
             (rc = lwq_fwd_tensor(m, m->act, nv, D, &ya, e)) < 0 ||
             (rc = lwq_fwd_tensor(m, m->act, nv, I, &ga, e)) < 0 ||

@@ -199,6 +199,8 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                                  p->gpu_staging_bytes + p->gpu_quant_bytes
                            : 0;
     }
+    if (rc == 0)
+        rc = lwq_plan_stream(o, ck, p, e);
     return rc;
 }
 
@@ -217,6 +219,8 @@ static double gb(uint64_t b) { return (double)b / 1e9; }
 
 void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
 {
+    /* streamed, the GPU holds one unit (the ring slot) instead of the largest layer */
+    uint64_t gpu_weights = p->expert_group > 0 ? p->slot_bytes : p->largest_layer_bytes;
     fprintf(stderr,
             "plan: source %.3f GB; largest layer %d holds %.3f GB\n"
             "plan: calibration %lld tokens in %lld rows (batch %d)\n"
@@ -229,9 +233,22 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
             (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
             gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes), gb(p->gpu_peak),
             p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes), gb(p->gpu_runtime_bytes),
-            gb(p->gpu_peak ? p->largest_layer_bytes : 0),
-            gb(p->gpu_peak ? p->gpu_peak - p->gpu_runtime_bytes - p->largest_layer_bytes - p->gpu_staging_bytes -
-                                 p->gpu_quant_bytes
+            gb(p->gpu_peak ? gpu_weights : 0),
+            gb(p->gpu_peak ? p->gpu_peak - p->gpu_runtime_bytes - gpu_weights - p->gpu_staging_bytes - p->gpu_quant_bytes
                            : 0),
             gb(p->gpu_staging_bytes), gb(p->gpu_quant_bytes));
+    if (p->expert_group > 0)
+        fprintf(stderr,
+                "plan: expert streaming: units of %d of %d experts (ring slot %.3f GB; largest expert %.3f GB,"
+                " dense part %.3f GB); MoE activations %.3f GB\n",
+                p->expert_group, p->num_experts, gb(p->slot_bytes), gb(p->expert_bytes), gb(p->dense_bytes),
+                gb(p->stream_bytes));
+    else if (p->stream_min_host > 0) {
+        char g[64] = "";
+        if (p->stream_min_gpu)
+            snprintf(g, sizeof g, ", GPU %.3f GB", gb(p->stream_min_gpu));
+        fprintf(stderr, "plan: layers are whole; with expert streaming the least is host %.3f GB%s (dense part"
+                " %.3f GB + one expert %.3f GB per unit)\n", gb(p->stream_min_host), g,
+                gb(p->dense_bytes), gb(p->expert_bytes));
+    }
 }

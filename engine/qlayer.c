@@ -183,9 +183,12 @@ static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choi
     return lwq_tlist_add_scalar(out, name, is, e);
 }
 
-/* Input amax per linear after the cold-expert fill; errors for non-expert linears without data. */
+/* Input amax per linear after the cold-expert fill; errors for non-expert linears without data.
+ * only (may be NULL): the linears of one streamed unit; a cold expert then takes a provisional
+ * fill from the siblings seen so far (1 when none yet), and the report's expert counts are left
+ * to lwq_qlayer_finish_inputs. */
 static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
-                        float *in_amax, lwq_qlayer_report *rep, lwq_error *e)
+                        const uint8_t *only, float *in_amax, lwq_qlayer_report *rep, lwq_error *e)
 {
     int nE = st->n_experts;
     uint8_t *filled = calloc((size_t)(nE > 0 ? nE : 1), 1);
@@ -198,7 +201,7 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
             in_amax[i] = choice[i].input_amax;
             continue;
         }
-        if (choice[i].format == LWQ_QFMT_NONE || (st->in_rows[i] > 0 && in_amax[i] > 0))
+        if (choice[i].format == LWQ_QFMT_NONE || (st->in_rows[i] > 0 && in_amax[i] > 0) || (only && !only[i]))
             continue;
         if (l->expert < 0) {
             free(filled);
@@ -214,6 +217,10 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
             if (s->role == l->role && s->expert >= 0 && st->in_rows[j] > 0 && st->in_amax[j] > m)
                 m = st->in_amax[j];
         }
+        if (only) { /* provisional: the layer's last group fixes it */
+            in_amax[i] = m > 0 ? m : 1.0f;
+            continue;
+        }
         if (!(m > 0)) {
             free(filled);
             return lwq_errf(e, LWQ_ENUMERIC, "%s: no expert of layer %d received a calibration token; "
@@ -227,15 +234,40 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
         }
     }
     free(filled);
+    if (only)
+        return 0;
     for (int x = 0; x < nE; x++)
         rep->cold_experts += st->expert_tokens[x] == 0;
     rep->n_experts = nE;
     return 0;
 }
 
-int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
-                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
-                   lwq_qlayer_report *rep, lwq_error *e)
+/* NVFP4 fused groups: shared input amax and shared weight global amax (w_amax may be NULL). */
+static void unify_groups(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const uint8_t *only,
+                         float *in_amax, float *w_amax)
+{
+    int n = plan->nlinears;
+    for (int g = 0; g < plan->ngroups; g++) {
+        float mi = 0, mw = 0;
+        int members = 0;
+        for (int i = 0; i < n; i++)
+            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4 && (!only || only[i])) {
+                mi = fmaxf(mi, in_amax[i]);
+                mw = w_amax ? fmaxf(mw, w_amax[i]) : 0;
+                members++;
+            }
+        for (int i = 0; members && i < n; i++)
+            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4 && (!only || only[i])) {
+                in_amax[i] = mi;
+                if (w_amax)
+                    w_amax[i] = mw;
+            }
+    }
+}
+
+static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                    const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                    lwq_qlayer_report *rep, const uint8_t *only, lwq_error *e)
 {
     memset(rep, 0, sizeof *rep);
     int n = plan->nlinears, rc = 0;
@@ -246,10 +278,11 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
         goto out;
     }
-    if ((rc = lwq_qlayer_check(plan, choice, e)) < 0 || (rc = input_amaxes(plan, choice, st, in_amax, rep, e)) < 0)
+    if ((rc = lwq_qlayer_check(plan, choice, e)) < 0 ||
+        (rc = input_amaxes(plan, choice, st, only, in_amax, rep, e)) < 0)
         goto out;
     for (int i = 0; i < n; i++) {
-        if (choice[i].format == LWQ_QFMT_NONE)
+        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]))
             continue;
         if (!(w[i] = weight_of(src, &plan->linears[i], e))) {
             rc = e && e->code ? e->code : LWQ_ENOENT;
@@ -260,24 +293,11 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
         if (rc < 0)
             goto out;
     }
-    /* NVFP4 fused groups: shared input amax and shared weight global amax */
-    for (int g = 0; g < plan->ngroups; g++) {
-        float mi = 0, mw = 0;
-        int members = 0;
-        for (int i = 0; i < n; i++)
-            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4) {
-                mi = fmaxf(mi, in_amax[i]);
-                mw = fmaxf(mw, w_amax[i]);
-                members++;
-            }
-        for (int i = 0; members && i < n; i++)
-            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4) {
-                in_amax[i] = mi;
-                w_amax[i] = mw;
-            }
-    }
+    unify_groups(plan, choice, only, in_amax, w_amax);
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
+        if (only && !only[i])
+            continue;
         if (choice[i].format == LWQ_QFMT_NVFP4)
             rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         else if (choice[i].format == LWQ_QFMT_FP8)
@@ -329,5 +349,61 @@ out:
     free(in_amax);
     free(w_amax);
     free(w);
+    return rc;
+}
+
+int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                   lwq_qlayer_report *rep, lwq_error *e)
+{
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, NULL, e);
+}
+
+int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                        const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
+                        lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+{
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, only, e);
+}
+
+int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
+                             lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+{
+    int n = plan->nlinears, rc = 0;
+    float *in_amax = calloc((size_t)(n ? n : 1), sizeof *in_amax);
+    if (!in_amax)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
+    lwq_qlayer_report full;
+    memset(&full, 0, sizeof full);
+    if ((rc = input_amaxes(plan, choice, st, NULL, in_amax, &full, e)) < 0)
+        goto out;
+    unify_groups(plan, choice, NULL, in_amax, NULL);
+    for (int i = 0; i < n; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        lwq_qformat f = choice[i].format;
+        if (f == LWQ_QFMT_NONE || l->expert < 0)
+            continue;
+        char name[LWQ_ARCH_NAME_MAX + 32];
+        snprintf(name, sizeof name, "%s.input_scale", l->name);
+        lwq_htensor *t = NULL;
+        for (int k = out->n - 1; k >= 0 && !t; k--)
+            if (!strcmp(out->v[k].name, name))
+                t = &out->v[k];
+        float is;
+        if (!t || t->dtype != LWQ_F32 || !t->data) {
+            rc = lwq_errf(e, LWQ_ESTATE, "layer %d: %s was not produced by the expert groups", plan->layer, name);
+            goto out;
+        }
+        if ((rc = lwq_quant_input_scale(in_amax[i], f == LWQ_QFMT_NVFP4 ? LWQ_QUANT_NVFP4 : LWQ_QUANT_FP8, l->name,
+                                        &is, e)) < 0)
+            goto out;
+        *(float *)t->data = is;
+    }
+    rep->n_experts = full.n_experts;
+    rep->cold_experts = full.cold_experts;
+    rep->filled_experts = full.filled_experts;
+    rc = 0;
+out:
+    free(in_amax);
     return rc;
 }

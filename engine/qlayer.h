@@ -38,4 +38,16 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
                    const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
                    lwq_qlayer_report *rep, lwq_error *e);
 
+/* Expert streaming (engine/units.h): quantize only the linears with only[i] != 0, from the unit's
+ * source tensors src (every other src tensor passes through, as above).  A cold expert's input
+ * scale is provisional (siblings in later groups are not observed yet); after the layer's last
+ * group, lwq_qlayer_finish_inputs recomputes every expert's input_scale in out from the final
+ * statistics (the same values lwq_qlayer_run gives) and sets the report's expert counts.  The
+ * weights themselves do not depend on input amaxes, so nothing else changes. */
+int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                        const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
+                        lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
+                             lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+
 #endif

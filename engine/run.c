@@ -410,7 +410,9 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     if (rc)
         return rc;
     uint64_t slot = LWQ_IO_ALIGN;
-    for (int L = r->start_layer; L < r->nlayers; L++) {
+    if (r->stream && (rc = lwq_run_stream_slot(r, &slot, e)) != 0)
+        return rc;
+    for (int L = r->start_layer; L < r->nlayers && !r->stream; L++) {
         lwq_io_plan p;
         if ((rc = lwq_layersrc_ranges(&r->ck, L, &ranges[L], &nranges[L], e)) != 0 ||
             (rc = lwq_io_plan_build(&p, ranges[L], (size_t)nranges[L], LWQ_LAYERSRC_MERGE_GAP, e)) != 0)
@@ -439,9 +441,12 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
     if (!r->o->quiet)
         LWQ_INFO("reading with %s; %d ring slots of %.1f MB", lwq_io_reader_describe(r->rd), po.nslots,
                  (double)slot / 1e6);
-    for (int L = r->start_layer; L < r->nlayers; L++)
-        if (lwq_prefetch_submit(r->pf, ranges[L], (size_t)nranges[L], e) < 0)
+    for (int L = r->start_layer; L < r->nlayers; L++) {
+        int64_t job;
+        if (r->stream ? lwq_run_stream_submit(r, L, &job, e) != 0
+                      : lwq_prefetch_submit(r->pf, ranges[L], (size_t)nranges[L], e) < 0)
             return e->code;
+    }
     return 0;
 }
 
@@ -466,8 +471,21 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     double t_start = lwq_now(), t_prev = t_start;
     r->setup_s = t_start - r->t0;
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {
-        int64_t job = L - r->start_layer;
+        int64_t job = r->stream ? lwq_run_stream_job0(r, L) : L - r->start_layer;
         void *slot;
+        if (lwq_run_stream_active(r, L)) { /* expert streaming: units (run_stream.c) */
+            if ((rc = lwq_run_stream_layer(r, L, e)) != 0)
+                break;
+            progress(r, L, t_start, &t_prev, L - r->start_layer + 1);
+            r->cur = 1 - r->cur;
+            if (g_stop && L + 1 < r->nlayers) {
+                if ((rc = lwq_writer_flush(r->wr, e)) == 0)
+                    rc = lwq_errf(e, LWQ_ECANCELED, "stopped by a signal after layer %d/%d was committed; rerun "
+                                  "the same command to resume", L + 1, r->nlayers);
+                break;
+            }
+            continue;
+        }
         double t = lwq_now();
         LWQ_TRACE_BEGIN("read-wait", L);
         rc = lwq_prefetch_wait(r->pf, job, &slot, e);
@@ -485,7 +503,8 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
             continue;
         }
         lwq_tlist src, out = {0};
-        if ((rc = lwq_layersrc_views(&r->ck, L, ranges[L], slot, &src, e)) != 0)
+        if ((rc = r->stream ? lwq_run_stream_views(r, L, slot, &src, e)
+                            : lwq_layersrc_views(&r->ck, L, ranges[L], slot, &src, e)) != 0)
             break;
         if ((rc = process_layer(r, L, &src, &out, 0, e)) != 0) {
             lwq_tlist_free(&out);
@@ -616,6 +635,7 @@ done:
 
 static void run_free(lwq_run *r)
 {
+    lwq_run_stream_free(r);
     if (r->pf)
         lwq_prefetch_free(r->pf);
     if (r->wr)
@@ -737,7 +757,20 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
     if (rc == 0) {
         if (!o->quiet)
             lwq_mem_plan_print(&mp, o);
-        if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
+        if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9 && mp.stream_min_host > 0)
+            rc = lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of host memory, more than --max-cpu-memory-gb %.3f, "
+                          "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
+                          "%.3f GB per unit); give at least --max-cpu-memory-gb %.3f or lower --calib-size/--calib-seq",
+                          (double)mp.host_peak / 1e9, o->max_cpu_gb, (double)mp.stream_min_host / 1e9,
+                          (double)mp.dense_bytes / 1e9, (double)mp.expert_bytes / 1e9,
+                          (double)mp.stream_min_host / 1e9);
+        else if (o->max_gpu_gb > 0 && mp.gpu_peak > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9 &&
+                 mp.stream_min_gpu > 0)
+            rc = lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of GPU memory, more than --max-gpu-memory-gb %.3f, "
+                          "and streaming experts one at a time still needs %.3f GB; give at least "
+                          "--max-gpu-memory-gb %.3f", (double)mp.gpu_peak / 1e9, o->max_gpu_gb,
+                          (double)mp.stream_min_gpu / 1e9, (double)mp.stream_min_gpu / 1e9);
+        else if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
             rc = lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of host memory, more than --max-cpu-memory-gb %.2f; "
                           "lower --calib-size/--calib-seq or --prefetch", (double)mp.host_peak / 1e9, o->max_cpu_gb);
         else if (o->max_gpu_gb > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9)
@@ -759,6 +792,11 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
             rc = lwq_errf(e, LWQ_ENOMEM, "cannot allocate 2 x %.2f GB of boundary activations",
                           (double)r.bnd_bytes / 1e9);
         r.cur = r.start_layer % 2;
+    }
+    if (rc == 0 && !o->whole_model && r.start_layer < r.nlayers && mp.expert_group > 0) {
+        if (!o->quiet)
+            LWQ_INFO("expert streaming: MoE layers in units of %d experts", mp.expert_group);
+        rc = lwq_run_stream_init(&r, mp.expert_group, e);
     }
     if (rc == 0 && r.start_layer < r.nlayers)
         rc = o->whole_model ? run_whole(&r, e) : run_layerwise(&r, e);

@@ -14,6 +14,7 @@
 #include "engine/manifest.h"
 #include "engine/qlayer.h"
 #include "engine/qops.h"
+#include "engine/spill.h"
 #include "engine/tlist.h"
 #include "io/pool.h"
 #include "io/prefetch.h"
@@ -22,6 +23,8 @@
 #include "io/writer.h"
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
+
+typedef struct lwq_stream lwq_stream;
 
 typedef struct lwq_run {
     const lwq_quantize_opts *o;
@@ -63,6 +66,7 @@ typedef struct lwq_run {
     } pool_reg;
     lwq_prefetch *pf;
     lwq_writer *wr;
+    lwq_stream *stream;           /* expert streaming (run_stream.c), NULL when off */
 
     /* output and resume */
     char out_dir[PATH_MAX];
@@ -104,10 +108,29 @@ int lwq_run_build_batches(lwq_run *r, lwq_error *e);
 void lwq_run_jlog(lwq_run *r, const char *json);
 void lwq_run_log_layer(lwq_run *r, int layer);
 
+/* run_stream.c: expert streaming.  init with group > 0 turns it on (units of every layer from
+ * start_layer); a layer is streamed when it has more than one unit. */
+int lwq_run_stream_init(lwq_run *r, int group, lwq_error *e);
+void lwq_run_stream_free(lwq_run *r);
+int lwq_run_stream_active(const lwq_run *r, int L);
+/* Raise *slot to the largest unit's ring slot. */
+int lwq_run_stream_slot(lwq_run *r, uint64_t *slot, lwq_error *e);
+/* Submit layer L's units as prefetch jobs; *job = the first one. */
+int lwq_run_stream_submit(lwq_run *r, int L, int64_t *job, lwq_error *e);
+int64_t lwq_run_stream_job0(const lwq_run *r, int L);
+/* Views of an unstreamed layer's single unit. */
+int lwq_run_stream_views(lwq_run *r, int L, void *slot, lwq_tlist *src, lwq_error *e);
+/* Compute, quantize and commit streamed layer L (its unit slots are released as it goes). */
+int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e);
+
 /* run_output.c */
 /* Queue shard + boundary + manifest writes of layer L (out/src freed when written). */
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t job,
                          lwq_error *e);
+/* The same for a streamed layer whose quantized experts are in `spill` (taken over, closed once
+ * the shard is written; slot_job -1: its unit slots were released already). */
+int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job,
+                               lwq_spill *spill, lwq_error *e);
 /* Queue the tail's streamed copy as the writer's first job, so it overlaps the depth loop (a
  * no-op when a tail tensor needs dequantization; lwq_run_finish then writes it). */
 int lwq_run_submit_tail(lwq_run *r, lwq_error *e);

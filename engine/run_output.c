@@ -68,9 +68,26 @@ static int happend(hashed_file *hf, const void *p, size_t n, lwq_error *e)
     return 0;
 }
 
+/* A spilled tensor's bytes (engine/spill.h), read back through the staging buffer. */
+static int happend_spilled(hashed_file *hf, const lwq_spill *sp, uint64_t off, uint64_t n, lwq_error *e)
+{
+    if (!sp || sp->fd < 0)
+        return lwq_errf(e, LWQ_ESTATE, "%s: a spilled tensor without its spill file", hf->f->path);
+    int rc = hflush(hf, e);
+    for (uint64_t done = 0; rc == 0 && done < n;) {
+        size_t k = (size_t)(n - done < STAGE_BYTES ? n - done : STAGE_BYTES);
+        if ((rc = lwq_spill_read(sp, off + done, hf->buf, k, e)) == 0) {
+            lwq_xxh64_update(&hf->h, hf->buf, k);
+            rc = lwq_durable_append(hf->f, hf->buf, k, e);
+        }
+        done += k;
+    }
+    return rc;
+}
+
 /* Write a shard's bytes (safetensors, tensors sorted by name, our fingerprint in __metadata__). */
 static int write_tlist(const char *fp_hex, const lwq_tlist *l, lwq_durable_file *f, uint64_t *hash,
-                       uint64_t *bytes, lwq_error *e)
+                       uint64_t *bytes, const lwq_spill *sp, lwq_error *e)
 {
     lwq_st_out_tensor *t = calloc((size_t)(l->n ? l->n : 1), sizeof *t);
     if (!t)
@@ -94,7 +111,8 @@ static int write_tlist(const char *fp_hex, const lwq_tlist *l, lwq_durable_file 
     rc = hf.buf ? happend(&hf, p.header, p.header_bytes, e) : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", f->path);
     for (int i = 0; rc == 0 && i < p.n; i++) {
         int k = p.order[i];
-        rc = happend(&hf, l->v[k].data, p.nbytes[k], e);
+        rc = l->v[k].spilled ? happend_spilled(&hf, sp, l->v[k].spill_off, p.nbytes[k], e)
+                             : happend(&hf, l->v[k].data, p.nbytes[k], e);
     }
     if (rc == 0)
         rc = hflush(&hf, e);
@@ -114,6 +132,7 @@ typedef struct shard_job {
     double t0;
     int64_t slot_job;     /* prefetch job to release once written, or -1 */
     lwq_tlist out, src;
+    lwq_spill spill;      /* a streamed layer's quantized experts (fd -1: none) */
     uint64_t hash, bytes;
 } shard_job;
 
@@ -123,7 +142,7 @@ static int shard_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     j->t0 = lwq_now();
     lwq_tlist_sort(&j->out);
     LWQ_TRACE_BEGIN("write", j->layer);
-    int rc = write_tlist(j->r->fp_hex, &j->out, f, &j->hash, &j->bytes, e);
+    int rc = write_tlist(j->r->fp_hex, &j->out, f, &j->hash, &j->bytes, &j->spill, e);
     LWQ_TRACE_END();
     return rc;
 }
@@ -141,6 +160,7 @@ static void shard_done(void *ctx, int64_t id, int rc, const lwq_error *e)
     }
     lwq_tlist_free(&j->out);
     lwq_tlist_free(&j->src);
+    lwq_spill_close(&j->spill);
     if (j->slot_job >= 0)
         lwq_prefetch_release(j->r->pf, j->slot_job, NULL);
     free(j);
@@ -244,7 +264,7 @@ static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, ui
     lwq_tlist_sort(&sorted);
     if ((rc = lwq_durable_open(&f, path, e)) != 0)
         return rc;
-    if ((rc = write_tlist(r->fp_hex, &sorted, &f, hash, bytes, e)) != 0) {
+    if ((rc = write_tlist(r->fp_hex, &sorted, &f, hash, bytes, NULL, e)) != 0) {
         lwq_durable_abort(&f);
         return rc;
     }
@@ -260,6 +280,12 @@ int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_err
 
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job, lwq_error *e)
 {
+    return lwq_run_commit_layer_spill(r, layer, out, src, slot_job, NULL, e);
+}
+
+int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job,
+                               lwq_spill *spill, lwq_error *e)
+{
     char name[40], path[PATH_MAX];
     lwq_shard_name(layer, name);
     int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
@@ -268,7 +294,14 @@ int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, 
         free(sj);
         lwq_tlist_free(out);
         lwq_tlist_free(src);
+        if (spill)
+            lwq_spill_close(spill);
         return rc ? rc : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
+    sj->spill.fd = -1;
+    if (spill) {
+        sj->spill = *spill;
+        spill->fd = -1;
     }
     sj->r = r;
     sj->layer = layer;

@@ -18,6 +18,9 @@ typedef struct lwq_htensor {
     void *data;
     uint64_t nbytes;
     int owned;                /* data is freed with the list */
+    int spilled;              /* data is NULL: the bytes are at spill_off in the layer's spill file
+                                 (engine/spill.h; expert streaming) */
+    uint64_t spill_off;
 } lwq_htensor;
 
 typedef struct lwq_tlist {

@@ -53,6 +53,9 @@ static void usage(FILE *fp, const char *cmd)
             "  --threads N          CPU threads (default: all cores)\n"
             "  --max-gpu-memory-gb X, --max-cpu-memory-gb X   stop before reading weights if the plan exceeds them\n"
             "  --prefetch K         layers read ahead (ring slots, default 2)\n"
+            "  --expert-group N     stream MoE layers as the dense part + groups of N routed experts\n"
+            "                       (default: only when a layer does not fit the memory budget, with\n"
+            "                       the largest group that fits; output bytes are the same either way)\n"
             "  --whole-model        reference path: all layers resident, data outside (same bytes)\n"
             "  --qdq-next           the next layer calibrates on the quantized layer's outputs\n"
             "  --dry-read           read every layer through the I/O path; compute and write nothing\n"
@@ -182,6 +185,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
             }
         } else if (!strcmp(s, "--threads")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
+                return -1;
+        } else if (!strcmp(s, "--expert-group")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->o.expert_group))
                 return -1;
         } else if (!strcmp(s, "--prefetch")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 16, &a->o.prefetch))
