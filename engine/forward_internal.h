@@ -67,8 +67,25 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
                                const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
                                lwq_error *e);
 
+/* The DeepSeek router alone: top-k experts and weights (n, K) on the host for x's real tokens
+ * (observes the gate input).  Expert streaming runs it with the dense part (engine/fwd_stream.h). */
+int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           const lwq_tensor *x, int32_t *idx, float *wts, const lwq_observer *obs,
+                           lwq_error *e);
+/* sh (n, hidden) = the shared experts of x (n_shared_experts x moe_intermediate_size wide). */
+int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e);
+
 /* ---- Qwen3-Next (model_qwen3next.c) ---- */
 
+/* A qwen3_next layer up to its MLP: h += attention (full or Gated DeltaNet) of the input norm;
+ * x (n, hidden) = post_attention_layernorm(h).  Expert streaming runs it with the dense part. */
+int lwq_fwd_qwen3next_attn(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           lwq_tensor *h, lwq_tensor *x, const lwq_observer *obs, lwq_error *e);
+/* sg (n, hidden) = sigmoid(shared_expert_gate(x)) * shared_expert(x), rounded to the act dtype:
+ * the term the MoE block adds to its routed sum (shared_expert_intermediate_size > 0). */
+int lwq_fwd_qwen3next_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                             const lwq_tensor *x, lwq_tensor *sg, const lwq_observer *obs, lwq_error *e);
 /* One whole qwen3_next decoder layer in place on h (model_qwen3next.c). */
 int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             lwq_tensor *h, const lwq_observer *obs, lwq_error *e);

@@ -533,14 +533,14 @@ static int deepseek_route(const lwq_model_config *c, int layer, const float *log
     return 0;
 }
 
-int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
-                               lwq_error *e)
+int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           const lwq_tensor *x, int32_t *idx, float *wts, const lwq_observer *obs,
+                           lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
     const lwq_backend *be = m->be;
-    const int64_t n = x->shape[0], D = c->hidden_size, I = c->moe_intermediate_size;
-    const int E = c->num_experts, K = c->num_experts_per_tok;
+    const int64_t n = x->shape[0], D = c->hidden_size;
+    const int E = c->num_experts;
     const int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
     char prefix[128], name[LWQ_NAME_MAX];
     snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
@@ -556,14 +556,11 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
     LWQ_TRY(lwq_fwd_tensor(m, LWQ_F32, n, E, &logits, e));
     LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &logits, e));
 
-    size_t nk = (size_t)(n * K) + 1;
     float *hl = malloc(((size_t)(n * E) + 1) * sizeof(float));
     float *bias = malloc(((size_t)E + 1) * sizeof(float));
     void *braw = malloc(((size_t)E + 1) * sizeof(float));
-    int32_t *idx = malloc(nk * sizeof(int32_t));
-    float *wts = malloc(nk * sizeof(float));
     int rc = 0;
-    if (!hl || !bias || !braw || !idx || !wts) {
+    if (!hl || !bias || !braw) {
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %" PRId64 " tokens", layer,
                       n);
         goto out;
@@ -577,24 +574,55 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
         for (int i = 0; i < E; i++)
             bias[i] = lwq_load_f(braw, wb.dtype, (size_t)i);
     }
-    if ((rc = deepseek_route(c, layer, hl, bias, b->valid_host, n, idx, wts, e)) < 0)
+    rc = deepseek_route(c, layer, hl, bias, b->valid_host, n, idx, wts, e);
+out:
+    free(hl);
+    free(bias);
+    free(braw);
+    return rc < 0 ? rc : 0;
+}
+
+int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    char name[LWQ_NAME_MAX];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts", layer);
+    return lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
+                              c->moe_intermediate_size * c->n_shared_experts, x, &b->valid, NULL,
+                              NULL, sh, obs, e);
+}
+
+int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                               lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = x->shape[0], D = c->hidden_size, I = c->moe_intermediate_size;
+    const int K = c->num_experts_per_tok;
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    size_t nk = (size_t)(n * K) + 1;
+    int32_t *idx = malloc(nk * sizeof(int32_t));
+    float *wts = malloc(nk * sizeof(float));
+    int rc = 0;
+    if (!idx || !wts) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %" PRId64 " tokens", layer,
+                      n);
+        goto out;
+    }
+    if ((rc = lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e)) < 0)
         goto out;
     lwq_tensor sh;
     if ((rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e)) < 0)
         goto out;
     if (c->n_shared_experts > 0) {
-        snprintf(name, sizeof name, "%s.shared_experts", prefix);
         if ((rc = lwq_fwd_tensor(m, m->act, n, D, &sh, e)) < 0 ||
-            (rc = lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
-                                     I * c->n_shared_experts, x, &b->valid, NULL, NULL, &sh, obs,
-                                     e)) < 0 ||
-            (rc = lwq_backend_add(be, out, &sh, e)) < 0)
+            (rc = lwq_fwd_deepseek_shared(m, layer, w, b, x, &sh, obs, e)) < 0 ||
+            (rc = lwq_backend_add(m->be, out, &sh, e)) < 0)
             goto out;
     }
 out:
-    free(hl);
-    free(bias);
-    free(braw);
     free(idx);
     free(wts);
     return rc < 0 ? rc : 0;

@@ -548,14 +548,11 @@ out:
 
 /* ---- MoE with the gated shared expert ---------------------------------------------------------- */
 
-static int moe(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+int lwq_fwd_qwen3next_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                             const lwq_tensor *x, lwq_tensor *sg, const lwq_observer *obs, lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
     const int64_t n = x->shape[0], D = c->hidden_size, SI = c->shared_expert_intermediate_size;
-    LWQ_TRY(lwq_fwd_moe_block(m, layer, w, b, x, out, obs, e));
-    if (SI <= 0)
-        return 0;
     char prefix[LWQ_NAME_MAX], nm[LWQ_NAME_MAX];
     snprintf(prefix, sizeof prefix, "model.layers.%d.mlp.shared_expert", layer);
     lwq_tensor so, gl, wg;
@@ -568,37 +565,48 @@ static int moe(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b
     snprintf(nm, sizeof nm, "model.layers.%d.mlp.shared_expert_gate", layer);
     LWQ_TRY(lwq_fwd_observe(obs, layer, nm, x, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, NULL, &gl, e));
-    float *ho = fbuf(n * D), *hs = fbuf(n * D), *hg = fbuf(n);
+    float *hs = fbuf(n * D), *hg = fbuf(n);
     int rc = 0;
-    if (!ho || !hs || !hg)
+    if (!hs || !hg)
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no host memory for the shared expert", layer);
-    if (rc == 0 && (rc = fetch(m, out, n * D, ho, e)) == 0 && (rc = fetch(m, &so, n * D, hs, e)) == 0 &&
-        (rc = fetch(m, &gl, n, hg, e)) == 0) {
+    if (rc == 0 && (rc = fetch(m, &so, n * D, hs, e)) == 0 && (rc = fetch(m, &gl, n, hg, e)) == 0) {
         const lwq_dtype dt = m->act;
         for (int64_t t = 0; t < n; t++) {
             float gate = lwq_round_to(sigmoidf(hg[t]), dt);
             for (int64_t d = 0; d < D; d++)
-                ho[t * D + d] = lwq_round_to(ho[t * D + d] + lwq_round_to(gate * hs[t * D + d], dt),
-                                             dt);
+                hs[t * D + d] = lwq_round_to(gate * hs[t * D + d], dt);
         }
-        rc = store(m, ho, out, e);
+        rc = store(m, hs, sg, e);
     }
-    free(ho);
     free(hs);
     free(hg);
     return rc;
 }
 
+/* out = routed experts + sigmoid gate x shared expert, each term rounded to the act dtype and
+ * their sum rounded once (lwq_backend_add), as transformers adds the two act-dtype tensors. */
+static int moe(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    LWQ_TRY(lwq_fwd_moe_block(m, layer, w, b, x, out, obs, e));
+    if (c->shared_expert_intermediate_size <= 0)
+        return 0;
+    lwq_tensor sg;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, x->shape[0], c->hidden_size, &sg, e));
+    LWQ_TRY(lwq_fwd_qwen3next_shared(m, layer, w, b, x, &sg, obs, e));
+    return lwq_backend_add(m->be, out, &sg, e);
+}
+
 /* ---- the layer --------------------------------------------------------------------------------- */
 
-int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+int lwq_fwd_qwen3next_attn(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           lwq_tensor *h, lwq_tensor *x, const lwq_observer *obs, lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
     const int64_t n = h->shape[0], D = c->hidden_size;
     const int linear = c->layer_is_linear && c->layer_is_linear[layer];
-    lwq_tensor x, out;
-    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
+    lwq_tensor out;
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
     float *hx = fbuf(n * D);
     if (!hx)
@@ -609,19 +617,29 @@ int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const
             if (!b->valid_host[t])
                 memset(hx + t * D, 0, (size_t)D * sizeof(float));
     if (rc == 0)
-        rc = store(m, hx, &x, e);
+        rc = store(m, hx, x, e);
     if (rc == 0)
-        rc = linear ? linear_attention(m, layer, w, b, &x, &out, obs, e)
-                    : full_attention(m, layer, w, b, &x, &out, obs, e);
+        rc = linear ? linear_attention(m, layer, w, b, x, &out, obs, e)
+                    : full_attention(m, layer, w, b, x, &out, obs, e);
     if (rc == 0)
         rc = lwq_backend_add(m->be, h, &out, e);
     if (rc == 0)
         rc = norm_hidden(m, layer, w, "post_attention_layernorm", h, hx, e);
     if (rc == 0)
-        rc = store(m, hx, &x, e);
+        rc = store(m, hx, x, e);
     free(hx);
-    if (rc < 0)
-        return rc;
+    return rc < 0 ? rc : 0;
+}
+
+int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = h->shape[0], D = c->hidden_size;
+    lwq_tensor x, out;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
+    LWQ_TRY(lwq_fwd_qwen3next_attn(m, layer, w, b, h, &x, obs, e));
     if (lwq_model_layer_is_moe(m, layer)) {
         LWQ_TRY(moe(m, layer, w, b, &x, &out, obs, e));
     } else {

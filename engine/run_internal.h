@@ -1,5 +1,12 @@
-/* engine/run_internal.h — state of one `lwq quantize` run, shared by run.c (the depth loop),
- * run_output.c (shards, tail, index, configs) and run_setup.c (start-up, resume decisions).
+/* engine/run_internal.h — state of one `lwq quantize` run, shared by the run*.c files:
+ *   run.c           the step list and the layerwise depth loop (read the list there first)
+ *   run_setup.c     start-up (checkpoint, plans, backend, batches, resume decision), tear-down
+ *   run_layer.c     one layer over the calibration set: embed, forward + observe, --qdq-next
+ *   run_reference.c the whole-model reference path
+ *   run_output.c    everything written: shard, boundary, manifest commits; tail, index, configs
+ *   run_report.c    progress lines, the JSON log, the summary, per-layer calibration reports
+ * Calls go one way: run.c -> run_setup/run_layer/run_reference/run_output -> run_report, and
+ * run_reference -> run_layer/run_output.  Which thread owns which field: engine/run.c.
  * Not public. */
 #ifndef LWQ_ENGINE_RUN_INTERNAL_H
 #define LWQ_ENGINE_RUN_INTERNAL_H
@@ -75,7 +82,7 @@ typedef struct lwq_run {
     lwq_runlock lock;             /* one run per output: held from prepare_output to run_free */
     lwq_fingerprint fp;
     char fp_hex[17];
-    lwq_manifest man;             /* touched by the writer thread between submit and flush */
+    lwq_manifest man;             /* split between engine and writer thread: see run.c */
     int start_layer;              /* first layer to compute (resume) */
     int tail_written;             /* model-tail.safetensors made durable by this process */
 
@@ -98,18 +105,36 @@ typedef struct lwq_run {
 } lwq_run;
 
 
-/* run_setup.c */
+/* ---- run_setup.c: step 0 and the tear-down ---- */
+void lwq_run_init(lwq_run *r, const lwq_quantize_opts *o);
+/* Open, check and plan; sets *nothing_to_do when the output is already complete. */
+int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e);
+void lwq_run_free(lwq_run *r);
 int lwq_run_fingerprint(lwq_run *r, lwq_error *e);
 /* Decide fresh / restart / resume / finish-only; sets r->start_layer and r->man. */
 int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e);
 int lwq_run_build_batches(lwq_run *r, lwq_error *e);
 
-/* run.c: one JSON line to --log-json (thread-safe). */
-void lwq_run_jlog(lwq_run *r, const char *json);
-void lwq_run_log_layer(lwq_run *r, int layer);
+/* ---- run_layer.c: one layer over the calibration set (both paths) ---- */
+/* The work tensor cut to batch b's rows. */
+lwq_tensor lwq_run_work_view(lwq_run *r, int b);
+/* Step 1: embed every batch into the host boundary dst. */
+int lwq_run_embed(lwq_run *r, unsigned char *dst, lwq_error *e);
+/* The observers of layer L (with Hessians for the linears that want them). */
+int lwq_run_stats_init(lwq_run *r, int L, lwq_layer_stats *st, lwq_error *e);
+/* Step 3: forward layer L over every batch from bnd[in] into bnd[outb] (outb < 0: outputs
+ * dropped), observing with st when given. */
+int lwq_run_forward_layer(lwq_run *r, int L, const lwq_weights *w, int in, int outb, lwq_layer_stats *st,
+                          lwq_error *e);
+/* Dequantized copies of layer L's quantized weights, in the source dtype (--qdq-next). */
+int lwq_run_qdq_overlay(lwq_run *r, int L, lwq_tlist *out, const lwq_tlist *src, lwq_tlist *ov, lwq_error *e);
 
-/* run_stream.c: expert streaming.  init with group > 0 turns it on (units of every layer from
- * start_layer); a layer is streamed when it has more than one unit. */
+/* ---- run_reference.c: the whole-model path ---- */
+int lwq_run_whole(lwq_run *r, lwq_error *e);
+
+/* ---- run_stream.c: expert streaming ---- */
+/* init with group > 0 turns it on (units of every layer from start_layer); a layer is streamed
+ * when it has more than one unit. */
 int lwq_run_stream_init(lwq_run *r, int group, lwq_error *e);
 void lwq_run_stream_free(lwq_run *r);
 int lwq_run_stream_active(const lwq_run *r, int L);
@@ -123,7 +148,7 @@ int lwq_run_stream_views(lwq_run *r, int L, void *slot, lwq_tlist *src, lwq_erro
 /* Compute, quantize and commit streamed layer L (its unit slots are released as it goes). */
 int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e);
 
-/* run_output.c */
+/* ---- run_output.c: steps 5-7 ---- */
 /* Queue shard + boundary + manifest writes of layer L (out/src freed when written). */
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t job,
                          lwq_error *e);
@@ -138,9 +163,18 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e);
 int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e);
 /* Tail, index, configs, copied files, report; then mark the manifest complete. */
 int lwq_run_finish(lwq_run *r, lwq_error *e);
-/* Compact JSON of a layer's calibration report (malloc'd, NULL when out of memory). */
-char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens);
 /* Wait until no boundary write reads bnd[i]. */
 void lwq_run_wait_boundary(lwq_run *r, int i);
+
+/* ---- run_report.c: progress, JSON log, summary (calls nothing above) ---- */
+/* One JSON line to --log-json (thread-safe). */
+void lwq_run_jlog(lwq_run *r, const char *json);
+/* Layer L's JSON line (writer thread, once its shard is durable). */
+void lwq_run_log_layer(lwq_run *r, int layer);
+/* Layer L's progress line; samples RSS and GPU peak into lstat[L]. */
+void lwq_run_progress(lwq_run *r, int L, double t_start, double *t_prev, int done_layers);
+void lwq_run_summary(lwq_run *r, double wall);
+/* Compact JSON of a layer's calibration report (malloc'd, NULL when out of memory). */
+char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens);
 
 #endif

@@ -11,6 +11,7 @@
  * it names is never overwritten while it is named (the next boundary goes to the other file).
  * A crash anywhere leaves either the old manifest (layer L recomputed on rerun, its shard
  * overwritten) or the new one (layer L skipped). */
+#include <assert.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <errno.h>
@@ -228,6 +229,12 @@ static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
 {
     manifest_job *j = ctx;
     lwq_manifest *m = &j->r->man;
+    /* commits are consecutive, and this job runs only after the shard of layer committed-1 and
+     * the boundary for layer committed were made durable (the writer is sticky: a failed job
+     * cancels the ones after it), whose callbacks filled in their sizes */
+    assert(j->committed == m->committed + 1);
+    assert(m->layers[j->committed - 1].bytes > 0);
+    assert(j->committed == m->num_layers || m->boundary_bytes == j->r->bnd_bytes);
     m->committed = j->committed;
     if (j->committed < m->num_layers)
         snprintf(m->boundary_file, sizeof m->boundary_file, "boundary-%d.bin", j->committed % 2);
@@ -315,8 +322,10 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
         shard_done(sj, -1, -1, NULL);
         return e->code;
     }
-    /* the output boundary of this layer (the input of the next) */
+    /* the output boundary of this layer (the input of the next): boundary alternation puts it in
+     * bnd[(L + 1) % 2] and boundary-((L + 1) % 2).bin, never the file the manifest names now */
     int nxt = 1 - r->cur;
+    assert(r->cur == layer % 2);
     if (layer + 1 < r->nlayers) {
         boundary_job *bj = calloc(1, sizeof *bj);
         char bpath[PATH_MAX];
@@ -673,26 +682,6 @@ static int write_report(lwq_run *r, lwq_error *e)
     int rc = write_text(r, "calibration_report.json", s, e);
     free(s);
     return rc;
-}
-
-/* The per-layer report kept in the manifest (so a resumed run writes the same report). */
-char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens)
-{
-    cJSON *l = cJSON_CreateObject();
-    cJSON_AddNumberToObject(l, "layer", layer);
-    cJSON_AddNumberToObject(l, "quantized_linears", rep->quantized);
-    if (expert_tokens) {
-        cJSON_AddNumberToObject(l, "cold_experts", rep->cold_experts);
-        cJSON_AddNumberToObject(l, "filled_experts", rep->filled_experts);
-        cJSON *t = cJSON_AddArrayToObject(l, "expert_tokens");
-        for (int x = 0; x < rep->n_experts; x++)
-            cJSON_AddItemToArray(t, cJSON_CreateNumber((double)expert_tokens[x]));
-    }
-    if (rep->zero_weights)
-        cJSON_AddNumberToObject(l, "all_zero_weights", rep->zero_weights);
-    char *s = cJSON_PrintUnformatted(l);
-    cJSON_Delete(l);
-    return s;
 }
 
 int lwq_run_finish(lwq_run *r, lwq_error *e)

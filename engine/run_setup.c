@@ -1,5 +1,8 @@
-/* engine/run_setup.c — start-up of a run: fingerprint, the fresh/restart/resume decision for the
- * output and resume directories, calibration batches. */
+/* engine/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
+ * of the run exists and after they are gone): the checkpoint opened and checked, the per-layer
+ * plans and quantization choices, the backend and model, the calibration batches, the JSON log,
+ * the memory plan against the limits, the fingerprint, the fresh/restart/resume decision for
+ * the output and resume directories, and the two boundary buffers. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -13,9 +16,259 @@
 #include "core/file.h"
 #include "core/hash.h"
 #include "core/log.h"
+#include "core/parallel.h"
 #include "engine/run_internal.h"
 #include "io/durable.h"
 #include "io/sys.h"
+
+void lwq_calib_set_free(lwq_calib_set *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        free(c->ids[i]);
+    free(c->ids);
+    free(c->len);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- the checkpoint, the plans, the backend ------------------------------------------------- */
+
+static int check_checkpoint(lwq_run *r, lwq_error *e)
+{
+    lwq_arch_report rep = {0};
+    int rc = lwq_arch_check(&r->ck, &rep, e);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < rep.n; i++) {
+        const lwq_arch_issue *x = &rep.v[i];
+        if (x->kind == LWQ_ARCH_UNEXPECTED)
+            LWQ_WARN("tensor %s is not part of the %s architecture; it is copied unchanged", x->name,
+                     r->ck.cfg.model_type);
+        else if (x->kind == LWQ_ARCH_EXTRA_LAYER)
+            LWQ_INFO("layer %d is beyond num_hidden_layers (an MTP block?); it goes to the tail unchanged", x->layer);
+    }
+    if (rc > 0) {
+        const lwq_arch_issue *x = NULL;
+        for (int i = 0; i < rep.n && !x; i++)
+            if (rep.v[i].kind == LWQ_ARCH_MISSING || rep.v[i].kind == LWQ_ARCH_BAD_SHAPE)
+                x = &rep.v[i];
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: %d tensor problem(s); first: layer %d: %s %s%s%s", r->ck.dir, rc,
+                      x ? x->layer : -1, x ? lwq_arch_issue_name(x->kind) : "?", x ? x->name : "",
+                      x && x->detail[0] ? ": " : "", x ? x->detail : "");
+    }
+    lwq_arch_report_free(&rep);
+    return rc;
+}
+
+static int build_plans(lwq_run *r, lwq_error *e)
+{
+    r->plans = calloc((size_t)r->nlayers, sizeof *r->plans);
+    r->choice = calloc((size_t)r->nlayers, sizeof *r->choice);
+    r->lstat = calloc((size_t)r->nlayers, sizeof *r->lstat);
+    if (!r->plans || !r->choice || !r->lstat)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    int quantized = 0;
+    for (int L = 0; L < r->nlayers; L++) {
+        int rc = lwq_arch_layer_plan(&r->ck.cfg, L, &r->plans[L], e);
+        if (rc)
+            return rc;
+        lwq_arch_layer *p = &r->plans[L];
+        r->choice[L] = calloc((size_t)(p->nlinears ? p->nlinears : 1), sizeof **r->choice);
+        if (!r->choice[L])
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        for (int i = 0; i < p->nlinears; i++) {
+            r->choice[L][i] = lwq_recipe_resolve_module(
+                r->o->recipe, p->linears[i].name,
+                lwq_arch_is_mla_projection(p, &p->linears[i]) ? LWQ_MODULE_MLA_PROJ : 0);
+            if (p->linears[i].is_router) /* never quantized, whatever a rule matched */
+                r->choice[L][i].format = LWQ_QFMT_NONE;
+            quantized += r->choice[L][i].format != LWQ_QFMT_NONE;
+            /* the k/v cache quantizers of Model Optimizer live on the attention module */
+            if (p->linears[i].role == LWQ_ROLE_O) {
+                char attn[LWQ_ARCH_NAME_MAX];
+                snprintf(attn, sizeof attn, "%s", p->linears[i].name);
+                char *dot = strrchr(attn, '.');
+                if (dot)
+                    *dot = 0;
+                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0)
+                    return rc;
+            }
+        }
+        if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
+            return rc;
+    }
+    if (!quantized)
+        return lwq_errf(e, LWQ_EINVAL, "recipe \"%s\" quantizes no linear of this %s model", r->o->recipe->name,
+                        r->ck.cfg.model_type);
+    return 0;
+}
+
+static int make_backend(lwq_run *r, lwq_error *e)
+{
+    lwq_device_choice d = r->o->device;
+    if (d == LWQ_DEVICE_AUTO)
+        d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
+    if (rc)
+        return rc;
+    r->be_open = 1;
+    lwq_qops_init(&r->qops, &r->be);
+    if (!r->o->quiet)
+        LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
+                 lwq_qops_where(&r->qops));
+    if (r->o->threads > 0)
+        lwq_parallel_set_threads(r->o->threads);
+    return 0;
+}
+
+static int open_model(lwq_run *r, lwq_error *e)
+{
+    int rc;
+    if ((rc = lwq_ckpt_open(r->o->model_dir, &r->ck, e)) != 0)
+        return rc;
+    r->ck_open = 1;
+    r->nlayers = r->ck.cfg.num_hidden_layers;
+    r->hidden = r->ck.cfg.hidden_size;
+    r->act = r->ck.cfg.dtype;
+    if (r->act != LWQ_BF16 && r->act != LWQ_F16 && r->act != LWQ_F32)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: dtype %s is not a compute dtype (BF16, F16, F32)", r->o->model_dir,
+                        lwq_dtype_name(r->act));
+    if ((rc = check_checkpoint(r, e)) != 0 || (rc = build_plans(r, e)) != 0 || (rc = make_backend(r, e)) != 0)
+        return rc;
+    if ((rc = lwq_model_init(&r->model, &r->ck.cfg, &r->be, r->act, e)) != 0)
+        return rc;
+    r->model_open = 1;
+    return lwq_run_build_batches(r, e);
+}
+
+/* The memory plan, printed, and held against --max-cpu-memory-gb / --max-gpu-memory-gb before
+ * any weight is read. */
+static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    lwq_mem_plan mp;
+    int rc = lwq_quantize_plan_ckpt(o, &r->ck, &mp, e);
+    if (rc)
+        return rc;
+    *p = mp;
+    if (!o->quiet)
+        lwq_mem_plan_print(&mp, o);
+    if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9 && mp.stream_min_host > 0)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of host memory, more than --max-cpu-memory-gb %.3f, "
+                        "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
+                        "%.3f GB per unit); give at least --max-cpu-memory-gb %.3f or lower --calib-size/--calib-seq",
+                        (double)mp.host_peak / 1e9, o->max_cpu_gb, (double)mp.stream_min_host / 1e9,
+                        (double)mp.dense_bytes / 1e9, (double)mp.expert_bytes / 1e9,
+                        (double)mp.stream_min_host / 1e9);
+    if (o->max_gpu_gb > 0 && mp.gpu_peak > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9 &&
+        mp.stream_min_gpu > 0)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of GPU memory, more than --max-gpu-memory-gb %.3f, "
+                        "and streaming experts one at a time still needs %.3f GB; give at least "
+                        "--max-gpu-memory-gb %.3f", (double)mp.gpu_peak / 1e9, o->max_gpu_gb,
+                        (double)mp.stream_min_gpu / 1e9, (double)mp.stream_min_gpu / 1e9);
+    if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of host memory, more than --max-cpu-memory-gb %.2f; "
+                        "lower --calib-size/--calib-seq or --prefetch", (double)mp.host_peak / 1e9, o->max_cpu_gb);
+    if (o->max_gpu_gb > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of GPU memory, more than --max-gpu-memory-gb %.2f",
+                        (double)mp.gpu_peak / 1e9, o->max_gpu_gb);
+    return 0;
+}
+
+void lwq_run_init(lwq_run *r, const lwq_quantize_opts *o)
+{
+    memset(r, 0, sizeof *r);
+    r->o = o;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    pthread_mutex_init(&r->log_mu, NULL);
+    r->t0 = lwq_now();
+}
+
+int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    *nothing_to_do = 0;
+    lwq_mem_plan mp;
+    int rc = open_model(r, e);
+    if (rc == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
+        rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
+    if (rc == 0)
+        rc = check_memory(r, &mp, e);
+    if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
+        rc = lwq_run_prepare_output(r, nothing_to_do, e);
+    if (rc || *nothing_to_do)
+        return rc;
+    if (!o->whole_model && !o->dry_read && r->start_layer < r->nlayers) {
+        r->bnd[0] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+        r->bnd[1] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+        if (!r->bnd[0] || !r->bnd[1])
+            return lwq_errf(e, LWQ_ENOMEM, "cannot allocate 2 x %.2f GB of boundary activations",
+                            (double)r->bnd_bytes / 1e9);
+        /* boundary alternation: the input of layer L is always bnd[L % 2] (run.c, run_output.c) */
+        r->cur = r->start_layer % 2;
+    }
+    if (!o->whole_model && r->start_layer < r->nlayers && mp.expert_group > 0) {
+        if (!o->quiet)
+            LWQ_INFO("expert streaming: MoE layers in units of %d experts", mp.expert_group);
+        return lwq_run_stream_init(r, mp.expert_group, e);
+    }
+    return 0;
+}
+
+void lwq_run_free(lwq_run *r)
+{
+    lwq_run_stream_free(r);
+    if (r->pf)
+        lwq_prefetch_free(r->pf);
+    if (r->wr)
+        lwq_writer_free(r->wr);
+    if (r->pool_open)
+        lwq_pool_free(&r->pool);
+    if (r->rd)
+        lwq_io_reader_free(r->rd);
+    for (int b = 0; b < r->nb; b++) {
+        if (r->batches)
+            lwq_batch_free(&r->batches[b], &r->be);
+        if (r->tokens)
+            free(r->tokens[b]);
+    }
+    free(r->batches);
+    free(r->tokens);
+    free(r->rows);
+    free(r->boff);
+    free(r->bnd[0]);
+    free(r->bnd[1]);
+    if (r->be_open && r->work.data)
+        lwq_backend_tensor_free(&r->be, &r->work);
+    if (r->be_open)
+        lwq_qops_free(&r->qops);
+    if (r->model_open)
+        lwq_model_free(&r->model);
+    for (int L = 0; L < r->nlayers; L++) {
+        if (r->plans)
+            lwq_arch_layer_free(&r->plans[L]);
+        if (r->choice)
+            free(r->choice[L]);
+    }
+    free(r->plans);
+    free(r->choice);
+    free(r->lstat);
+    lwq_manifest_free(&r->man);
+    if (r->be_open)
+        lwq_backend_free_backend(&r->be);
+    if (r->ck_open)
+        lwq_ckpt_free(&r->ck);
+    if (r->jlog)
+        fclose(r->jlog);
+    lwq_runlock_release(&r->lock);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->log_mu);
+}
+
+/* ---- fingerprint, output directory, batches ------------------------------------------------- */
 
 static int cmp_path(const void *a, const void *b)
 {
@@ -110,12 +363,16 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     }
     f->part[LWQ_FP_CALIB] = lwq_xxh64_digest(&s);
 
-    int64_t batching[2] = {o->batch_size, o->include_padding};
+    /* CPU results depend neither on the thread count nor on the batching (kernels/cpu: a
+     * token's result is computed the same way whatever shares its GEMM call), so the batch size
+     * is part of the run's identity only when padded rows are counted or on another backend
+     * (cuBLAS picks its kernels by shape); a resume may then change it and still match */
+    const char *bn = r->be.ops->name;
+    const int batch_matters = o->include_padding || strcmp(bn, "cpu") != 0;
+    int64_t batching[2] = {batch_matters ? o->batch_size : 0, o->include_padding};
     f->part[LWQ_FP_BATCHING] = lwq_xxh64(batching, sizeof batching, 0);
     int64_t opts[2] = {o->all_experts, o->qdq_next};
     f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
-    /* CPU results do not depend on the thread count (fixed tiles), so only the backend counts */
-    const char *bn = r->be.ops->name;
     f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
     const char *ver = "lwq-format-1";
     f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);
@@ -200,14 +457,19 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
         return rc;
     /* one run per output: both directories exist and are locked before anything in them is
      * read, removed or written */
-    if ((rc = lwq_durable_mkdir(r->out_dir, e)) != 0 || (rc = lwq_durable_mkdir(r->resume_dir, e)) != 0 ||
+    int made_resume = 0;
+    if ((rc = lwq_durable_mkdir(r->out_dir, NULL, e)) != 0 ||
+        (rc = lwq_durable_mkdir(r->resume_dir, &made_resume, e)) != 0 ||
         (rc = lwq_runlock_acquire(&r->lock, r->out_dir, r->resume_dir, e)) != 0)
         return rc;
 
     rc = lwq_manifest_load(r->manifest_path, &r->man, e);
     if (rc == LWQ_ENOENT) {
-        if ((rc = clear_own_leftovers(r, e)) != 0)
+        if ((rc = clear_own_leftovers(r, e)) != 0) {
+            /* refused (foreign files): leave no lock file or resume directory behind */
+            lwq_runlock_remove(&r->lock, r->resume_dir, made_resume);
             return rc;
+        }
         if ((rc = lwq_manifest_init(&r->man, &r->fp, r->nlayers, e)) != 0 ||
             (rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
             return rc;

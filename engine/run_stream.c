@@ -33,6 +33,7 @@ struct lwq_stream {
     lwq_io_range ***ranges;     /* [layer][unit] */
     int64_t *job0;              /* first prefetch job of each layer */
     unsigned char *x, *partial; /* MoE input and running expert sum, one boundary each (host) */
+    unsigned char *shared;      /* DeepSeek's shared-expert output, one boundary (or NULL) */
     int32_t *idx;               /* routing of every calibration row (rows, K) */
     float *wts;
     lwq_tensor dx, dp;          /* device staging of x and partial (GPU backends) */
@@ -55,6 +56,7 @@ void lwq_run_stream_free(lwq_run *r)
     free(s->job0);
     free(s->x);
     free(s->partial);
+    free(s->shared);
     free(s->idx);
     free(s->wts);
     if (s->dx.data)
@@ -188,9 +190,12 @@ static int buffers(lwq_run *r, lwq_error *e)
     s->partial = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
     s->idx = malloc(((size_t)rows * K + 1) * sizeof *s->idx);
     s->wts = malloc(((size_t)rows * K + 1) * sizeof *s->wts);
-    if (!s->x || !s->partial || !s->idx || !s->wts)
-        return lwq_errf(e, LWQ_ENOMEM, "expert streaming: cannot allocate 2 x %.2f GB of MoE activations",
-                        (double)r->bnd_bytes / 1e9);
+    int sh = lwq_fwd_stream_has_shared(&r->model);
+    if (sh)
+        s->shared = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+    if (!s->x || !s->partial || !s->idx || !s->wts || (sh && !s->shared))
+        return lwq_errf(e, LWQ_ENOMEM, "expert streaming: cannot allocate %d x %.2f GB of MoE activations",
+                        2 + sh, (double)r->bnd_bytes / 1e9);
     if (r->be.ops->device != LWQ_DEV_CPU) {
         int64_t shape[2] = {maxr, r->hidden};
         int rc = lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &s->dx, e);
@@ -281,15 +286,16 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
     t = lwq_now();
     LWQ_TRACE_BEGIN(u == 0 ? "forward dense" : "forward experts", sl->L);
     for (int b = 0; b < r->nb && rc == 0; b++) {
-        lwq_tensor h, x, part;
+        lwq_tensor h, x, part, sh;
         size_t ko = (size_t)row0(r, b) * (size_t)K;
         if (u == 0) {
             if ((rc = h_load(r, r->bnd[r->cur], b, &h, e)) == 0 &&
                 (rc = stage(r, s->x, &s->dx, b, 0, &x, e)) == 0 &&
+                (!s->shared || (rc = stage(r, s->shared, &s->dp, b, 0, &sh, e)) == 0) &&
                 (rc = lwq_fwd_stream_dense(&r->model, sl->L, &lw.w, &r->batches[b], &h, &x, s->idx + ko, s->wts + ko,
-                                           &sl->st.obs, e)) == 0 &&
-                (rc = h_store(r, r->bnd[nxt], b, e)) == 0)
-                rc = unstage(r, s->x, &x, b, e);
+                                           s->shared ? &sh : NULL, &sl->st.obs, e)) == 0 &&
+                (rc = h_store(r, r->bnd[nxt], b, e)) == 0 && (rc = unstage(r, s->x, &x, b, e)) == 0 && s->shared)
+                rc = unstage(r, s->shared, &sh, b, e);
         } else {
             if ((rc = stage(r, s->x, &s->dx, b, 1, &x, e)) == 0 &&
                 (rc = stage(r, s->partial, &s->dp, b, u > 1, &part, e)) == 0 &&
@@ -337,8 +343,11 @@ static int finish_layer(stream_layer *sl, lwq_error *e)
     int nxt = 1 - r->cur, rc = 0;
     double t = lwq_now();
     for (int b = 0; b < r->nb && rc == 0; b++) {
-        lwq_tensor h, part;
+        lwq_tensor h, part, sh;
+        /* as the one-shot block: out = routed sum; out += shared experts (DeepSeek); h += out */
         if ((rc = h_load(r, r->bnd[nxt], b, &h, e)) == 0 && (rc = stage(r, s->partial, &s->dp, b, 1, &part, e)) == 0 &&
+            (!s->shared || ((rc = stage(r, s->shared, &s->dx, b, 1, &sh, e)) == 0 &&
+                            (rc = lwq_backend_add(&r->be, &part, &sh, e)) == 0)) &&
             (rc = lwq_backend_add(&r->be, &h, &part, e)) == 0)
             rc = h_store(r, r->bnd[nxt], b, e);
     }

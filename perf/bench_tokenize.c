@@ -14,8 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "layout/dataset.h"
-#include "layout/tokenizer.h"
+#include "text/dataset.h"
+#include "text/tokenizer.h"
 
 static double now(void)
 {

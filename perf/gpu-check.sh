@@ -169,7 +169,18 @@ if command -v fio >/dev/null; then
 fi
 run_for 120 "$LWQ" quantize "$PROBE" -o "$PROBE-q" --device "$DEVICE" --qformat "$QFORMAT" --calib-size 4 --calib-seq 32 \
     --quiet --log-json "$WORK/probe.jsonl" 2> "$WORK/probe.err" || fail "quantize of the probe on $DEVICE ($WORK/probe.err)"
-rm -rf "$PROBE" "$PROBE-q" "$PROBE-q.layerwise_resume"
+# -- 5b. expert streaming (issue 16; this step belongs to the `stream` work): the probe again in
+#        units of 16 experts on the same device (each group's weights uploaded on their own); the
+#        output must be byte-identical to the unstreamed run above
+run_for 120 "$LWQ" quantize "$PROBE" -o "$PROBE-s" --device "$DEVICE" --qformat "$QFORMAT" --calib-size 4 --calib-seq 32 \
+    --expert-group 16 --quiet --log-json "$WORK/stream.jsonl" 2> "$WORK/stream.err" ||
+    fail "quantize of the probe in expert groups on $DEVICE ($WORK/stream.err)"
+if diff -r "$PROBE-q" "$PROBE-s" >/dev/null 2>&1; then
+    log "expert streaming (--expert-group 16) on $DEVICE: output byte-identical to the unstreamed run"
+else
+    fail "expert streaming (--expert-group 16) on $DEVICE: output differs from the unstreamed run"
+fi
+rm -rf "$PROBE" "$PROBE-q" "$PROBE-q.layerwise_resume" "$PROBE-s" "$PROBE-s.layerwise_resume"
 
 # ---- 6. end to end ----------------------------------------------------------------------------------
 AVAIL=$(df --output=avail -B1 "$WORK" | tail -1)

@@ -9,13 +9,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/log.h"
 #include "engine/engine.h"
 #include "io/sys.h"
-#include "layout/dataset.h"
+#include "text/dataset.h"
 #include "layout/recipe.h"
 #include "layout/recipe_yaml.h"
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
 #include "tools/hfptq_args.h"
 #include "tools/quantize_batch.h"
@@ -64,7 +65,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --log-json FILE      one JSON object per layer and a summary\n"
             "  --quiet              no progress output\n\n"
             "A killed run resumes where it stopped when the same command is run again; the output is\n"
-            "byte-identical to an uninterrupted run.\n\n"
+            "byte-identical to an uninterrupted run.  One run per output: a second run on the same\n"
+            "output or resume directory is refused at once, naming the running one's pid.\n\n"
             "Model Optimizer hf_ptq.py's flags work too (--pyt_ckpt_path/--model, --export_path, --qformat,\n"
             "--kv_cache_qformat, --calib_size, --calib_seq, --batch_size, --dataset, --max_gpu_memory_gb,\n"
             "--max_cpu_memory_gb, --recipe); --qformat takes: %s.\n\n"
@@ -287,14 +289,13 @@ static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 {
     memset(cs, 0, sizeof *cs);
-    char cfgpath[PATH_MAX];
-    snprintf(cfgpath, sizeof cfgpath, "%s/config.json", a->model);
+    char cfgpath[PATH_MAX], tokpath[PATH_MAX];
+    int rc = lwq_pathf(e, cfgpath, sizeof cfgpath, "%s/config.json", a->model);
+    if (rc || (rc = lwq_pathf(e, tokpath, sizeof tokpath, "%s/tokenizer.json", a->model)) != 0)
+        return rc;
     if (access(cfgpath, F_OK) != 0)
         return lwq_errsys(e, -errno, "%s: no config.json; not a Hugging Face checkpoint directory", a->model);
-    char tokpath[PATH_MAX];
-    snprintf(tokpath, sizeof tokpath, "%s/tokenizer.json", a->model);
     lwq_tokenizer *tok = NULL;
-    int rc = 0;
     if (access(tokpath, F_OK) == 0)
         rc = lwq_tokenizer_load(&tok, tokpath, e);
     if (rc)

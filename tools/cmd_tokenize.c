@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tools/commands.h"
 
 static void usage(FILE *fp)

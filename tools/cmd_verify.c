@@ -95,7 +95,11 @@ static int ends_with(const char *s, const char *suf)
 static void check_shard_tensors(vstate *v, shard *s)
 {
     char path[PATH_MAX];
-    snprintf(path, sizeof path, "%s/%s", v->dir, s->name);
+    lwq_error pe = {0};
+    if (lwq_pathf(&pe, path, sizeof path, "%s/%s", v->dir, s->name) != 0) {
+        problem(v, "%s", pe.msg);
+        return;
+    }
     for (int i = 0; i < s->f.n; i++) {
         const lwq_st_entry *t = &s->f.entries[i];
         if (ends_with(t->name, ".input_scale") || ends_with(t->name, ".weight_scale_2") || ends_with(t->name, ".k_scale") ||
@@ -161,8 +165,8 @@ static void check_configs(vstate *v, const shard *sh, int ns)
 {
     char path[PATH_MAX], *txt;
     lwq_error e = {0};
-    snprintf(path, sizeof path, "%s/hf_quant_config.json", v->dir);
-    if (lwq_file_read_all(path, 64u << 20, &txt, NULL, &e) != 0) {
+    if (lwq_pathf(&e, path, sizeof path, "%s/hf_quant_config.json", v->dir) != 0 ||
+        lwq_file_read_all(path, 64u << 20, &txt, NULL, &e) != 0) {
         problem(v, "%s", e.msg);
         return;
     }
@@ -209,8 +213,8 @@ static void check_configs(vstate *v, const shard *sh, int ns)
         }
     }
     cJSON_Delete(j);
-    snprintf(path, sizeof path, "%s/config.json", v->dir);
-    if (lwq_file_read_all(path, 64u << 20, &txt, NULL, &e) != 0) {
+    if (lwq_pathf(&e, path, sizeof path, "%s/config.json", v->dir) != 0 ||
+        lwq_file_read_all(path, 64u << 20, &txt, NULL, &e) != 0) {
         problem(v, "%s", e.msg);
         return;
     }
@@ -252,22 +256,20 @@ int lwq_cmd_verify(int argc, char **argv)
     }
     /* checksums from the resume manifest */
     char mpath[PATH_MAX];
-    if (resume)
-        snprintf(mpath, sizeof mpath, "%s/manifest.json", resume);
-    else
-        snprintf(mpath, sizeof mpath, "%s.layerwise_resume/manifest.json", v.dir);
     lwq_manifest m;
     lwq_error e = {0};
-    int mrc = lwq_manifest_load(mpath, &m, &e);
+    int mrc = resume ? lwq_pathf(&e, mpath, sizeof mpath, "%s/manifest.json", resume)
+                     : lwq_pathf(&e, mpath, sizeof mpath, "%s.layerwise_resume/manifest.json", v.dir);
+    if (mrc == 0)
+        mrc = lwq_manifest_load(mpath, &m, &e);
     int checked = 0;
     if (mrc == 0) {
         for (int L = 0; L < m.committed; L++) {
             char name[40], p[PATH_MAX];
             lwq_shard_name(L, name);
-            snprintf(p, sizeof p, "%s/%s", v.dir, name);
             uint64_t h, b;
             lwq_error_clear(&e);
-            if (lwq_file_xxh64(p, &h, &b, &e) != 0)
+            if (lwq_pathf(&e, p, sizeof p, "%s/%s", v.dir, name) != 0 || lwq_file_xxh64(p, &h, &b, &e) != 0)
                 problem(&v, "%s", e.msg);
             else if (h != m.layers[L].xxh64 || b != m.layers[L].bytes)
                 problem(&v, "%s: checksum or size differs from the manifest (the file was changed or damaged)", p);
@@ -281,8 +283,8 @@ int lwq_cmd_verify(int argc, char **argv)
     }
     char ipath[PATH_MAX], *txt;
     lwq_error_clear(&e);
-    snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", v.dir);
-    if (lwq_file_read_all(ipath, 256u << 20, &txt, NULL, &e) != 0) {
+    if (lwq_pathf(&e, ipath, sizeof ipath, "%s/model.safetensors.index.json", v.dir) != 0 ||
+        lwq_file_read_all(ipath, 256u << 20, &txt, NULL, &e) != 0) {
         fprintf(stderr, "lwq: %s\n", e.msg);
         return LWQ_EXIT_ERR;
     }
@@ -316,9 +318,8 @@ int lwq_cmd_verify(int argc, char **argv)
         memset(&sh[ns], 0, sizeof sh[ns]);
         snprintf(sh[ns].name, sizeof sh[ns].name, "%s", x->valuestring);
         char p[PATH_MAX];
-        snprintf(p, sizeof p, "%s/%s", v.dir, sh[ns].name);
         lwq_error_clear(&e);
-        if (lwq_st_open(p, &sh[ns].f, &e) == 0)
+        if (lwq_pathf(&e, p, sizeof p, "%s/%s", v.dir, sh[ns].name) == 0 && lwq_st_open(p, &sh[ns].f, &e) == 0)
             sh[ns].ok = 1;
         else
             problem(&v, "%s", e.msg);

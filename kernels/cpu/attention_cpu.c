@@ -1,34 +1,39 @@
 /* kernels/cpu/attention_cpu.c — causal grouped-query attention on the CPU, flash style.
  *
  * Work items are (sequence, head, query tile of ATT_QT rows); a query tile walks the key tiles
- * (ATT_KT keys) it can see, computing S = scale * Q K^T with sgemm, masking (causal + padding
- * keys), and folding the tile into running row maxima / sums / outputs (online softmax, all f32).
- * Memory per thread is ATT_QT x (ATT_KT + head_dim) floats whatever the sequence length.
- * Items are ordered (sequence, head, tile) so the static split of core/parallel gives each thread
- * a similar mix of short and long causal rows; the tiling does not depend on the thread count,
- * so the result is bitwise the same for any thread count.
+ * (ATT_KT keys) it can see, computing the scores Q K^T with the GEMM panel kernel (gemm_isa.h:
+ * each score is one fixed-order dot product), scaling them, and folding each row's visible keys
+ * (causal, not padding) into its running maximum / sum / output (online softmax, all f32; the
+ * output is a chain of fused multiply-adds over the keys in order).  Keys a row cannot see are
+ * skipped, not weighted by 0.  Memory per thread is ATT_QT x (ATT_KT + 2 head_dim) floats plus
+ * the panel's accumulators, whatever the sequence length.  Items are ordered (sequence, head,
+ * tile) so the static split of core/parallel gives each thread a similar mix of short and long
+ * causal rows.
  *
- * Query and key tiles of a sequence start at its first valid key, not at row 0: with left
- * padding a real token then meets exactly the sgemm shapes and summation order it would meet
- * in an unpadded run, so calibration statistics do not depend on how samples were batched.
+ * Batch invariance by construction: a row's result depends on its query, the keys and values it
+ * sees, and the key-tile grid, which starts at its sequence's first valid key (not at row 0 of
+ * the padded batch); so left padding, the other sequences of the batch, the thread count and
+ * the CPU's kernels (AVX-512, AVX2, portable give the same bits) do not change it.
  * Rows before the first valid key see no key and are written as zeros. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm_isa.h"
 
 #define ATT_QT 64
 #define ATT_KT 64
 
 typedef struct att_job {
     const lwq_attn_args *a;
+    const lwq_cpu_kernels *kern;
     const float *q, *k, *v;  /* f32 views (n, cols) */
     const uint8_t *valid;
     const int64_t *first;    /* per sequence: its first valid key (seq when none) */
     int64_t nqt;             /* query tiles per sequence (at most) */
+    int64_t hdp;             /* head_dim rounded up to 32 (packed query rows) */
     float *scratch;
     int64_t per_thread;
 } att_job;
@@ -37,13 +42,22 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
 {
     att_job *j = (att_job *)ctx;
     const lwq_attn_args *a = j->a;
-    const int64_t hd = a->head_dim, T = a->seq;
+    const int64_t hd = a->head_dim, T = a->seq, hdp = j->hdp;
     const int64_t ldq = (int64_t)a->n_heads * hd, ldk = (int64_t)a->n_kv_heads * hd;
     const int group = a->n_heads / a->n_kv_heads;
     float *S = j->scratch + (int64_t)tid * j->per_thread;
     float *acc = S + ATT_QT * ATT_KT;
     float *m = acc + ATT_QT * hd;
     float *l = m + ATT_QT;
+    float *qp = l + ATT_QT;             /* ATT_QT packed query rows */
+    float *kt = qp + ATT_QT * hdp;      /* ATT_KT key tails, 32 floats each */
+    float *accbuf = kt + ATT_KT * 32;   /* the GEMM panel's accumulators */
+    lwq_gemm_panel p;
+    p.ldx = hdp;
+    p.ldw = ldk * (int64_t)sizeof(float);
+    p.wkind = 2;
+    p.nfull = hd / 32;
+    p.y = S;
     for (int64_t it = b; it < e; it++) {
         int64_t qt = it % j->nqt;
         int64_t h = (it / j->nqt) % a->n_heads;
@@ -59,48 +73,66 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         if (i0 >= T)
             continue;
         int64_t nq = T - i0 < ATT_QT ? T - i0 : ATT_QT;
-        const float *Q = j->q + (row0 + i0) * ldq + h * hd;
         const float *K = j->k + row0 * ldk + g * hd;
         const float *V = j->v + row0 * ldk + g * hd;
         for (int64_t r = 0; r < nq; r++) {
+            lwq_gemm_pack_row(j->q + (row0 + i0 + r) * ldq + h * hd, hd, qp + r * hdp);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
         memset(acc, 0, (size_t)(nq * hd) * sizeof(float));
+        p.x = qp;
+        p.nr = nq;
         for (int64_t j0 = base; j0 < i0 + nq; j0 += ATT_KT) {
             int64_t nk = i0 + nq - j0 < ATT_KT ? i0 + nq - j0 : ATT_KT;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nq, (int)nk, (int)hd,
-                        a->scale, Q, (int)ldq, K + j0 * ldk, (int)ldk, 0.0f, S, (int)nk);
+            /* S = Q K^T for the tile (each score is the fixed dot product of gemm_isa.h) */
+            p.w = (const char *)(K + j0 * ldk);
+            p.wt = NULL;
+            if (hd % 32) {
+                memset(kt, 0, (size_t)(nk * 32) * sizeof(float));
+                for (int64_t c = 0; c < nk; c++)
+                    memcpy(kt + c * 32, K + (j0 + c) * ldk + p.nfull * 32,
+                           (size_t)(hd % 32) * sizeof(float));
+                p.wt = (const char *)kt;
+            }
+            p.nc = nk;
+            p.ldy = nk;
+            j->kern->panel(&p, accbuf);
             for (int64_t r = 0; r < nq; r++) {
+                /* keys this row sees: causal (<= its position) and not padding; the others are
+                 * skipped, not weighted by 0, so a row depends on its visible keys alone */
                 float *sr = S + r * nk;
+                int64_t vis = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk;
                 float mt = -INFINITY;
-                for (int64_t c = 0; c < nk; c++) {
-                    int64_t key = j0 + c;
-                    if (key > i0 + r || (j->valid && !j->valid[row0 + key]))
+                for (int64_t c = 0; c < vis; c++) {
+                    if (j->valid && !j->valid[row0 + j0 + c]) {
                         sr[c] = -INFINITY;
-                    else if (sr[c] > mt)
+                        continue;
+                    }
+                    sr[c] = sr[c] * a->scale;
+                    if (sr[c] > mt)
                         mt = sr[c];
                 }
-                if (mt == -INFINITY) {
-                    memset(sr, 0, (size_t)nk * sizeof(float));
+                if (mt == -INFINITY)
                     continue;
-                }
                 float mn = mt > m[r] ? mt : m[r];
                 float corr = expf(m[r] - mn); /* 0 when m[r] is -inf */
                 float sum = 0.0f;
-                for (int64_t c = 0; c < nk; c++) {
-                    float p = sr[c] == -INFINITY ? 0.0f : expf(sr[c] - mn);
-                    sr[c] = p;
-                    sum += p;
+                for (int64_t c = 0; c < vis; c++) {
+                    float pc = sr[c] == -INFINITY ? 0.0f : expf(sr[c] - mn);
+                    sr[c] = pc;
+                    sum += pc;
                 }
                 l[r] = l[r] * corr + sum;
                 m[r] = mn;
+                float *ar = acc + r * hd;
                 if (corr != 1.0f)
                     for (int64_t d = 0; d < hd; d++)
-                        acc[r * hd + d] *= corr;
+                        ar[d] *= corr;
+                for (int64_t c = 0; c < vis; c++)
+                    if (!j->valid || j->valid[row0 + j0 + c])
+                        j->kern->axpy(sr[c], V + (j0 + c) * ldk, ar, hd);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nq, (int)hd, (int)nk, 1.0f,
-                        S, (int)nk, V + j0 * ldk, (int)ldk, 1.0f, acc, (int)hd);
         }
         for (int64_t r = 0; r < nq; r++) {
             float inv = l[r] > 0.0f ? 1.0f / l[r] : 0.0f;
@@ -145,11 +177,14 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
     if (a->seq == 0)
         return 0;
     if (a->head_dim > INT32_MAX / 64 || a->n_heads * a->head_dim > INT32_MAX)
-        return lwq_errf(e, LWQ_EINVAL, "attention: head geometry exceeds the BLAS int range");
+        return lwq_errf(e, LWQ_EINVAL, "attention: head geometry (%d heads x %lld) is too large",
+                        a->n_heads, (long long)a->head_dim);
     float *oq, *ok, *ov;
     att_job j;
     memset(&j, 0, sizeof j);
     j.a = a;
+    j.kern = lwq_cpu_kernels_get();
+    j.hdp = lwq_gemm_kp(a->head_dim);
     j.q = as_f32(a->q, &oq);
     j.k = as_f32(a->k, &ok);
     j.v = as_f32(a->v, &ov);
@@ -163,7 +198,9 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
         first[s] = f;
     }
     j.first = first;
-    j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT;
+    j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT + ATT_QT * j.hdp +
+                   ATT_KT * 32 + LWQ_GEMM_ACC_FLOATS;
+    j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
     int threads = lwq_parallel_threads();
     j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
     int rc = 0;

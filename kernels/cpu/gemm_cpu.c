@@ -1,90 +1,137 @@
-/* kernels/cpu/gemm_cpu.c — y = x W^T (+ bias) on the CPU with OpenBLAS sgemm.
+/* kernels/cpu/gemm_cpu.c — y = x W^T (+ bias) on the CPU with lwq's own kernels (gemm_isa.h).
  *
- * The output columns are cut into fixed tiles of GEMM_TILE weight rows; core/parallel hands
- * whole tiles to threads and each tile is one single-threaded cblas_sgemm (OpenBLAS itself runs
- * with one thread).  A BF16/F16 weight tile is widened to f32 in per-thread scratch just before
- * its sgemm, so a weight is converted once per call and never materialised whole in f32.
- * Because the tiling does not depend on the thread count, every output element is computed by
- * the same sgemm call shape whatever the thread count: results are bitwise reproducible.
+ * Every output element is computed by the fixed arithmetic of gemm_isa.h (16 fused lane sums in
+ * k order, then a fixed tree), so a token's result depends on its own row and the weights only:
+ * not on the batch size, the padding, which other tokens share the call (MoE experts see a
+ * different set in every batch), the thread count, or the CPU model.  The AVX-512, AVX2 and
+ * portable kernels give the same bits; the widest one this CPU runs is picked at the first call
+ * (LWQ_CPU_KERNELS=avx512|avx2|portable overrides it, for tests and comparisons).
  *
- * Rows are cut too, into chunks of exactly GEMM_ROWS (the last one zero-padded): OpenBLAS picks
- * another kernel for small M (its small-matrix and gemv paths), whose sums round differently,
- * so without this a token's output would depend on how many rows shared its call — on the
- * batch size, the padding and, for MoE experts, on which other tokens were routed alike.  With
- * one call shape per weight tile a row's result depends on that row alone (64 is a multiple of
- * the M unroll of every OpenBLAS sgemm kernel, so no row goes through an edge kernel).  The cost:
- * up to 63 zero rows per weight tile, which matters only for experts that see few tokens. */
-#include <cblas.h>
+ * Work split: x is packed once per call into the kernels' k order (f32, rows of kp floats); the
+ * outputs are cut into blocks of GEMM_NB weight rows, whole blocks go to the threads of
+ * core/parallel, and each block walks the rows in slices of GEMM_RB.  BF16/F16 weights are
+ * widened in registers by the kernels; only the partial last 32-block of each weight row (when
+ * k % 32 != 0) is copied, zero-padded, so the kernels never read past a row. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm_isa.h"
 
-#define GEMM_TILE 128
-#define GEMM_ROWS 64
+#define GEMM_NB 48  /* outputs per block: a multiple of every kernel's MC, <= LWQ_GEMM_MAXC */
+#ifndef GEMM_RB
+#define GEMM_RB 64 /* rows per slice: its packed x stays in L2 while the weight blocks pass */
+#endif
 
-typedef struct gemm_job {
-    const float *xf;       /* (n, in) f32 */
-    const float *xlast;    /* (GEMM_ROWS, in): the last partial row chunk, zero-padded, or NULL */
-    int64_t n, in, out;
-    const lwq_tensor *w, *bias;
-    lwq_tensor *y;
-    float *scratch;        /* per thread: wt (GEMM_TILE*in) then yt (GEMM_ROWS*GEMM_TILE) */
-    int64_t scratch_per_thread;
-} gemm_job;
+/* ---- kernel choice ------------------------------------------------------------------------- */
 
-typedef struct conv_job {
-    const lwq_tensor *x;
-    float *xf;
-} conv_job;
+static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512};
+static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2};
+static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref};
 
-static void conv_rows(void *ctx, int64_t b, int64_t e, int tid)
+static const lwq_cpu_kernels *kernels_named(const char *name)
 {
-    (void)tid;
-    conv_job *j = (conv_job *)ctx;
-    int64_t cols = j->x->shape[1];
-    lwq_cpu_load_f32(j->x->data, j->x->dtype, b * cols, (e - b) * cols, j->xf + b * cols);
+    __builtin_cpu_init();
+    if (!strcmp(name, "avx512"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") ? &k_avx512
+                                                                                  : NULL;
+    if (!strcmp(name, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &k_avx2 : NULL;
+    if (!strcmp(name, "portable"))
+        return &k_ref;
+    return NULL;
 }
 
-static void gemm_tiles(void *ctx, int64_t b, int64_t e, int tid)
+static const lwq_cpu_kernels *g_kernels;
+
+static const lwq_cpu_kernels *kernels_auto(void)
+{
+    const char *env = getenv("LWQ_CPU_KERNELS");
+    const lwq_cpu_kernels *k = env && *env ? kernels_named(env) : NULL;
+    if (!k)
+        k = kernels_named("avx512");
+    if (!k)
+        k = kernels_named("avx2");
+    return k ? k : &k_ref;
+}
+
+const lwq_cpu_kernels *lwq_cpu_kernels_get(void)
+{
+    const lwq_cpu_kernels *k = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE);
+    if (!k) {
+        k = kernels_auto();
+        __atomic_store_n(&g_kernels, k, __ATOMIC_RELEASE);
+    }
+    return k;
+}
+
+int lwq_cpu_kernels_force(const char *name)
+{
+    const lwq_cpu_kernels *k = name ? kernels_named(name) : kernels_auto();
+    if (!k)
+        return -1;
+    __atomic_store_n(&g_kernels, k, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* ---- the GEMM ------------------------------------------------------------------------------ */
+
+typedef struct gemm_job {
+    const lwq_cpu_kernels *k;
+    const lwq_tensor *x, *w;
+    lwq_tensor *y;
+    float *xp;         /* (n, kp) packed */
+    const char *wt;    /* (out, 32) tail blocks or NULL */
+    const float *bias; /* (out) f32 or NULL */
+    int64_t n, in, out, kp;
+    float *scratch;    /* per thread: accumulators, then the (GEMM_RB, GEMM_NB) f32 tile */
+    int64_t per_thread;
+} gemm_job;
+
+static void pack_rows(void *ctx, int64_t b, int64_t e, int tid)
 {
     gemm_job *j = (gemm_job *)ctx;
-    float *wt = j->scratch + (int64_t)tid * j->scratch_per_thread;
-    float *yt = wt + GEMM_TILE * j->in;
-    const int yf32 = j->y->dtype == LWQ_F32;
-    for (int64_t t = b; t < e; t++) {
-        int64_t c0 = t * GEMM_TILE;
-        int64_t nc = j->out - c0 < GEMM_TILE ? j->out - c0 : GEMM_TILE;
-        const float *wp;
-        if (j->w->dtype == LWQ_F32) {
-            wp = (const float *)j->w->data + c0 * j->in;
-        } else {
-            lwq_cpu_load_f32(j->w->data, j->w->dtype, c0 * j->in, nc * j->in, wt);
-            wp = wt;
-        }
-        for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_ROWS) {
-            int64_t nr = j->n - r0 < GEMM_ROWS ? j->n - r0 : GEMM_ROWS;
-            const float *a = nr == GEMM_ROWS ? j->xf + r0 * j->in : j->xlast;
-            int direct = yf32 && nr == GEMM_ROWS;
-            float *c = direct ? (float *)j->y->data + r0 * j->out + c0 : yt;
-            int64_t ldc = direct ? j->out : nc;
-            if (j->in > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, GEMM_ROWS, (int)nc, (int)j->in, 1.0f, a,
-                            (int)j->in, wp, (int)j->in, 0.0f, c, (int)ldc);
-            else
-                for (int64_t r = 0; r < nr; r++)
-                    memset(c + r * ldc, 0, (size_t)nc * sizeof(float));
-            if (j->bias) {
-                float bb[GEMM_TILE];
-                lwq_cpu_load_f32(j->bias->data, j->bias->dtype, c0, nc, bb);
-                for (int64_t r = 0; r < nr; r++)
-                    for (int64_t i = 0; i < nc; i++)
-                        c[r * ldc + i] += bb[i];
+    float *row = j->scratch + (int64_t)tid * j->per_thread; /* in floats: fits (see below) */
+    for (int64_t r = b; r < e; r++) {
+        const float *src = row;
+        if (j->x->dtype == LWQ_F32)
+            src = (const float *)j->x->data + r * j->in;
+        else
+            lwq_cpu_load_f32(j->x->data, j->x->dtype, r * j->in, j->in, row);
+        lwq_gemm_pack_row(src, j->in, j->xp + r * j->kp);
+    }
+}
+
+static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
+{
+    gemm_job *j = (gemm_job *)ctx;
+    float *acc = j->scratch + (int64_t)tid * j->per_thread;
+    float *yt = acc + LWQ_GEMM_ACC_FLOATS;
+    const int64_t es = (int64_t)lwq_dtype_size(j->w->dtype);
+    lwq_gemm_panel p;
+    p.ldx = j->kp;
+    p.ldw = j->in * es;
+    p.wkind = j->w->dtype == LWQ_BF16 ? 0 : j->w->dtype == LWQ_F16 ? 1 : 2;
+    p.nfull = j->in / 32;
+    for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_RB) {
+        p.nr = j->n - r0 < GEMM_RB ? j->n - r0 : GEMM_RB;
+        p.x = j->xp + r0 * j->kp;
+        for (int64_t blk = b; blk < e; blk++) {
+            int64_t c0 = blk * GEMM_NB, nc = j->out - c0 < GEMM_NB ? j->out - c0 : GEMM_NB;
+            p.w = (const char *)j->w->data + c0 * p.ldw;
+            p.wt = j->wt ? j->wt + c0 * 32 * es : NULL;
+            p.nc = nc;
+            p.ldy = nc;
+            p.y = yt;
+            j->k->panel(&p, acc);
+            for (int64_t r = 0; r < p.nr; r++) {
+                float *yr = yt + r * nc;
+                if (j->bias)
+                    for (int64_t c = 0; c < nc; c++)
+                        yr[c] = yr[c] + j->bias[c0 + c];
+                lwq_cpu_store_f32(j->y->data, j->y->dtype, (r0 + r) * j->out + c0, nc, yr);
             }
-            if (!direct)
-                for (int64_t r = 0; r < nr; r++)
-                    lwq_cpu_store_f32(j->y->data, j->y->dtype, (r0 + r) * j->out + c0, nc, c + r * ldc);
         }
     }
 }
@@ -93,44 +140,55 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
                  lwq_tensor *y, lwq_error *e)
 {
     (void)ctx;
-    int64_t n = x->shape[0], in = x->shape[1], out = w->shape[0];
-    if (n > INT32_MAX || in > INT32_MAX || out > INT32_MAX)
-        return lwq_errf(e, LWQ_EINVAL, "gemm: dims (%lld, %lld, %lld) exceed the BLAS int range",
-                        (long long)n, (long long)in, (long long)out);
-    float *xf = NULL;
-    if (x->dtype != LWQ_F32) {
-        xf = (float *)lwq_cpu_scratch(n * in, sizeof(float));
-        if (!xf)
-            return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for a (%lld, %lld) f32 copy of x",
-                            (long long)n, (long long)in);
-        conv_job cj = {x, xf};
-        lwq_parallel_for(n, 64, conv_rows, &cj);
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.k = lwq_cpu_kernels_get();
+    j.x = x;
+    j.w = w;
+    j.y = y;
+    j.n = x->shape[0];
+    j.in = x->shape[1];
+    j.out = w->shape[0];
+    j.kp = lwq_gemm_kp(j.in);
+    if (j.n == 0 || j.out == 0)
+        return 0;
+    const int64_t es = (int64_t)lwq_dtype_size(w->dtype), tail = j.in % 32;
+    const int threads = lwq_parallel_threads();
+    /* per thread: the accumulators and the output tile; at least one row of x for pack_rows */
+    j.per_thread = LWQ_GEMM_ACC_FLOATS + GEMM_RB * GEMM_NB;
+    if (j.per_thread < j.in)
+        j.per_thread = (j.in + 15) / 16 * 16;
+    float *bias_f = NULL;
+    char *wt = NULL;
+    j.xp = (float *)lwq_cpu_scratch(j.n * j.kp, sizeof(float));
+    j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
+    if (bias)
+        bias_f = (float *)lwq_cpu_scratch(j.out, sizeof(float));
+    if (tail)
+        wt = (char *)lwq_cpu_scratch(j.out * 32 * es, 1);
+    int rc = 0;
+    if (!j.xp || !j.scratch || (bias && !bias_f) || (tail && !wt)) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for the packed (%lld, %lld) input and %d "
+                      "threads' tiles", (long long)j.n, (long long)j.in, threads);
+        goto out;
     }
-    int threads = lwq_parallel_threads();
-    gemm_job j = {xf ? xf : (const float *)x->data, NULL, n, in, out, w, bias, y, NULL, 0};
-    float *xlast = NULL;
-    int64_t tail = n % GEMM_ROWS;
+    if (bias) {
+        lwq_cpu_load_f32(bias->data, bias->dtype, 0, j.out, bias_f);
+        j.bias = bias_f;
+    }
     if (tail) {
-        xlast = (float *)calloc((size_t)(GEMM_ROWS * (in ? in : 1)), sizeof(float));
-        if (!xlast) {
-            free(xf);
-            return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for a (%d, %lld) row chunk", GEMM_ROWS,
-                            (long long)in);
-        }
-        memcpy(xlast, j.xf + (n - tail) * in, (size_t)(tail * in) * sizeof(float));
-        j.xlast = xlast;
+        memset(wt, 0, (size_t)(j.out * 32 * es));
+        for (int64_t o = 0; o < j.out; o++)
+            memcpy(wt + o * 32 * es, (const char *)w->data + (o * j.in + j.in - tail) * es,
+                   (size_t)(tail * es));
+        j.wt = wt;
     }
-    j.scratch_per_thread = GEMM_TILE * in + GEMM_ROWS * GEMM_TILE;
-    j.scratch = (float *)lwq_cpu_scratch(j.scratch_per_thread * threads, sizeof(float));
-    if (!j.scratch) {
-        free(xlast);
-        free(xf);
-        return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d tiles of scratch (%lld floats "
-                        "each)", threads, (long long)j.scratch_per_thread);
-    }
-    lwq_parallel_for((out + GEMM_TILE - 1) / GEMM_TILE, 1, gemm_tiles, &j);
+    lwq_parallel_for(j.n, 16, pack_rows, &j);
+    lwq_parallel_for((j.out + GEMM_NB - 1) / GEMM_NB, 1, gemm_blocks, &j);
+out:
+    free(wt);
+    free(bias_f);
     free(j.scratch);
-    free(xlast);
-    free(xf);
-    return 0;
+    free(j.xp);
+    return rc;
 }

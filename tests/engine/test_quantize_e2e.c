@@ -13,8 +13,8 @@
 
 #include "../tools/run.h"
 #include "layout/checkpoint.h"
-#include "layout/dataset.h"
-#include "layout/tokenizer.h"
+#include "text/dataset.h"
+#include "text/tokenizer.h"
 #include "tests/helpers/fwd_fixture.h"
 #include "tests/helpers/qcheck.h"
 

@@ -1,4 +1,4 @@
-/* Expert streaming (issue 16): MoE layers computed as the dense part + expert groups give the unstreamed bytes for every group size, stay within a memory budget 4x smaller than a layer, refuse a budget below dense part + one expert, and resume byte-identically after SIGKILL inside a streamed layer. */
+/* Expert streaming (issue 16): MoE layers computed as the dense part + expert groups give the unstreamed bytes for every group size and architecture, stay within a memory budget a quarter of a layer above the process, refuse a budget below dense part + one expert, and resume byte-identically after SIGKILL inside a streamed layer. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <signal.h>
@@ -108,11 +108,42 @@ Test(stream, cold_experts_in_other_groups_are_filled_as_unstreamed)
     cr_assert(same_dirs("ref", "g3"), "cold-expert filling across groups differs from the unstreamed run");
 }
 
-Test(stream, unsupported_architecture_is_refused_by_name)
+Test(stream, deepseek_shared_experts_stream_byte_identically)
 {
-    make_model("ds", "deepseek_v3", "--hidden 128 --layers 2 --heads 4 --experts 8 --top-k 2");
-    cr_assert_neq(quantize("ds", "out", NULL, "--expert-group 2"), 0);
-    cr_assert(stderr_has("deepseek_v3"), "the refusal should name the model type");
+    /* MLA attention, group-limited routing and a shared expert in the dense part; layer 0 dense */
+    make_model("ds", "deepseek_v3", "--hidden 128 --layers 3 --heads 4 --experts 8 --top-k 2");
+    cr_assert_eq(quantize("ds", "ref", NULL, NULL), 0);
+    cr_assert_eq(quantize("ds", "g3", NULL, "--expert-group 3"), 0);
+    cr_assert(same_dirs("ref", "g3"), "deepseek_v3 --expert-group 3 differs from the unstreamed run");
+}
+
+Test(stream, qwen3_next_gated_shared_expert_streams_byte_identically)
+{
+    /* Gated DeltaNet and full-attention layers, the sigmoid-gated shared expert */
+    make_model("qn", "qwen3_next", "--hidden 128 --layers 4 --heads 4 --kv-heads 2 --experts 8 --top-k 2");
+    cr_assert_eq(quantize("qn", "ref", NULL, NULL), 0);
+    cr_assert_eq(quantize("qn", "g3", NULL, "--expert-group 3"), 0);
+    cr_assert(same_dirs("ref", "g3"), "qwen3_next --expert-group 3 differs from the unstreamed run");
+}
+
+Test(stream, fp8_block_and_mxfp4_sources_stream_byte_identically)
+{
+    /* packed sources are dequantized per unit: an expert's weight and its scales land together */
+    make_model("f8", "deepseek_v3", "--source-format fp8 --hidden 128 --layers 3 --heads 4 --experts 8 --top-k 2");
+    make_model("mx", "qwen3_moe", "--source-format mxfp4 " SMALL_MOE);
+    cr_assert_eq(quantize("f8", "f8ref", NULL, NULL), 0);
+    cr_assert_eq(quantize("f8", "f8g3", NULL, "--expert-group 3"), 0);
+    cr_assert(same_dirs("f8ref", "f8g3"), "FP8-block source: --expert-group 3 differs from the unstreamed run");
+    cr_assert_eq(quantize("mx", "mxref", NULL, NULL), 0);
+    cr_assert_eq(quantize("mx", "mxg3", NULL, "--expert-group 3"), 0);
+    cr_assert(same_dirs("mxref", "mxg3"), "MXFP4 source: --expert-group 3 differs from the unstreamed run");
+}
+
+Test(stream, expert_group_on_a_model_without_experts_is_refused)
+{
+    make_model("ll", "llama", "--hidden 128 --layers 2 --heads 4");
+    cr_assert_neq(quantize("ll", "out", NULL, "--expert-group 2"), 0);
+    cr_assert(stderr_has("has no routed experts"), "the refusal should say why");
 }
 
 /* ---- memory ------------------------------------------------------------------------------------ */

@@ -3,7 +3,7 @@
 
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "run.h"
 
 TestSuite(mkmodel, .init = lwqt_setup, .fini = lwqt_teardown);

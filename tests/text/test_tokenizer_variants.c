@@ -1,4 +1,4 @@
-/* tests/layout/test_tokenizer_variants.c — pipeline pieces the fixtures lack (Llama-3/Qwen2
+/* tests/text/test_tokenizer_variants.c — pipeline pieces the fixtures lack (Llama-3/Qwen2
  * Split regexes, ignore_merges, NFC, Metaspace, Digits, RobertaProcessing, added tokens with
  * lstrip/rstrip), each a fixture's
  * tokenizer.json with a patch, against ids from @huggingface/tokenizers (variant_*.json). */
@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/helpers/fixtures.h"
 
 static char *slurp(const char *path, size_t *len)

@@ -1,4 +1,4 @@
-/* layout/tokenizer_model.c — vocab maps, the BPE and WordLevel models, the word cache.
+/* text/tokenizer_model.c — vocab maps, the BPE and WordLevel models, the word cache.
  *
  * BPE follows the Rust `tokenizers` crate step for step, because ids must match it exactly:
  * every char of a word becomes a symbol (its vocab id; else its UTF-8 bytes as "<0xXX>" with
@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "layout/tokenizer_internal.h"
+#include "text/tokenizer_internal.h"
 
 /* ---- hashing and maps --------------------------------------------------------------------- */
 uint64_t tok_hash(const void *p, size_t n)

@@ -1,4 +1,4 @@
-/* tests/layout/test_dataset.c — calibration sets: formats, order, dropping, truncation, left
+/* tests/text/test_dataset.c — calibration sets: formats, order, dropping, truncation, left
  * padding, masks, stats, and the errors on bad files. */
 #include <criterion/criterion.h>
 #include <stdio.h>
@@ -7,8 +7,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "layout/dataset.h"
-#include "layout/tokenizer.h"
+#include "text/dataset.h"
+#include "text/tokenizer.h"
 #include "tests/helpers/fixtures.h"
 
 static char dir[256];

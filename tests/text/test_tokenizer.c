@@ -1,4 +1,4 @@
-/* tests/layout/test_tokenizer.c — tokenizer.json loading errors, hostile input, and behaviours
+/* tests/text/test_tokenizer.c — tokenizer.json loading errors, hostile input, and behaviours
  * not covered by the golden sets (merge pair form, byte fallback, truncation, config override,
  * decode errors, concurrent use). */
 #include <criterion/criterion.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/helpers/fixtures.h"
 
 static int load_str(lwq_tokenizer **t, const char *json, const char *cfg, lwq_error *e)

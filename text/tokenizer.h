@@ -1,4 +1,4 @@
-/* layout/tokenizer.h — Hugging Face tokenizer.json in C, so calibration text needs no Python.
+/* text/tokenizer.h — Hugging Face tokenizer.json in C, so calibration text needs no Python.
  *
  * Loads a `tokenizer.json` (and, next to it, `tokenizer_config.json` for pad/eos/bos and the
  * Llama/Gemma add_bos/add_eos override transformers applies) and turns UTF-8 text into the ids

@@ -1,6 +1,6 @@
-/* layout/tokenizer.c — loading tokenizer.json + tokenizer_config.json, the encode pipeline
+/* text/tokenizer.c — loading tokenizer.json + tokenizer_config.json, the encode pipeline
  * (added tokens -> normalizer -> added tokens on normalized text -> pre-tokenizer -> model ->
- * post-processor), truncation and decode.  See layout/tokenizer.h for the contract. */
+ * post-processor), truncation and decode.  See text/tokenizer.h for the contract. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "layout/tokenizer_internal.h"
+#include "text/tokenizer_internal.h"
 
 void lwq_token_ids_free(lwq_token_ids *v)
 {

@@ -1,4 +1,4 @@
-/* layout/tokenizer_text.c — UTF-8 helpers, buffers, the bounded PCRE2 regex layer and the
+/* text/tokenizer_text.c — UTF-8 helpers, buffers, the bounded PCRE2 regex layer and the
  * normalizers of tokenizer.json.
  *
  * Regex patterns in tokenizer.json are written for Oniguruma (what the Rust crate uses).  PCRE2
@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer_internal.h"
+#include "text/tokenizer_internal.h"
 
 /* ---- UTF-8 -------------------------------------------------------------------------------- */
 int tok_utf8_decode(const unsigned char *s, size_t n, uint32_t *cp)

@@ -1,9 +1,9 @@
-/* layout/calib_text.c — the built-in calibration text: prose and code written for lwq and
+/* text/calib_text.c — the built-in calibration text: prose and code written for lwq and
  * dedicated to the public domain, so the demo and tests calibrate without any download.
- * Samples are paragraphs, in order; see lwq_calib_builtin_sample in layout/dataset.h. */
+ * Samples are paragraphs, in order; see lwq_calib_builtin_sample in text/dataset.h. */
 #include <stddef.h>
 
-#include "layout/dataset.h"
+#include "text/dataset.h"
 
 static const char *const samples[] = {
     "The lighthouse keeper wrote the same three lines in his log every evening: the wind, the "

@@ -1,6 +1,6 @@
-/* layout/dataset.c — calibration sets: reading .jsonl/.txt/directories, tokenizing, batching.
- * See layout/dataset.h for the rules. */
-#include "layout/dataset.h"
+/* text/dataset.c — calibration sets: reading .jsonl/.txt/directories, tokenizing, batching.
+ * See text/dataset.h for the rules. */
+#include "text/dataset.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

@@ -1,7 +1,7 @@
-/* layout/dataset.h — calibration sets: text files -> one left-padded batch of token ids.
+/* text/dataset.h — calibration sets: text files -> one left-padded batch of token ids.
  *
  * Sources (chosen by `path`):
- *   NULL or "builtin"  the built-in text of layout/calib_text.c, one sample per paragraph;
+ *   NULL or "builtin"  the built-in text of text/calib_text.c, one sample per paragraph;
  *   FILE.jsonl         one JSON object per line (blank lines skipped); the first key present of
  *                      "input_ids" (array of ints, used as is); "messages" or "conversations"
  *                      (chat: the "content" — for conversations also "value" — strings of all
@@ -32,7 +32,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 
 #define LWQ_CALIB_MAX_LINE ((size_t)64 << 20)
 #define LWQ_CALIB_MAX_SAMPLES ((size_t)1 << 20)
@@ -81,7 +81,7 @@ int lwq_calib_stats_format(const lwq_calib_stats *st, char *buf, size_t n);
 /* Log the stats line at INFO level. */
 void lwq_calib_stats_log(const lwq_calib_stats *st);
 
-/* The built-in calibration text (layout/calib_text.c): count and i-th sample, NULL past the
+/* The built-in calibration text (text/calib_text.c): count and i-th sample, NULL past the
  * end.  Strings are static. */
 size_t lwq_calib_builtin_count(void);
 const char *lwq_calib_builtin_sample(size_t i);

@@ -1,13 +1,13 @@
-/* layout/tokenizer_nfc.c — Unicode canonical normalization (NFC, NFD) for the tokenizer.json
+/* text/tokenizer_nfc.c — Unicode canonical normalization (NFC, NFD) for the tokenizer.json
  * normalizers Qwen-style tokenizers use.  The algorithm of UAX #15: full canonical
  * decomposition (Hangul algorithmically), canonical reordering by combining class, then
  * canonical composition of unblocked pairs into primary composites.  Data: the generated
- * layout/tokenizer_nfc_table.h (Unicode version in TOK_UNICODE_VERSION). */
+ * text/tokenizer_nfc_table.h (Unicode version in TOK_UNICODE_VERSION). */
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer_internal.h"
-#include "layout/tokenizer_nfc_table.h"
+#include "text/tokenizer_internal.h"
+#include "text/tokenizer_nfc_table.h"
 
 enum { SBASE = 0xAC00, LBASE = 0x1100, VBASE = 0x1161, TBASE = 0x11A7, LCOUNT = 19, VCOUNT = 21,
        TCOUNT = 28, NCOUNT = VCOUNT * TCOUNT, SCOUNT = LCOUNT * NCOUNT };

@@ -1,4 +1,4 @@
-/* layout/tokenizer_pretok.c — pre-tokenizers and decoders of tokenizer.json.
+/* text/tokenizer_pretok.c — pre-tokenizers and decoders of tokenizer.json.
  *
  * A pre-tokenizer turns the list of pieces of one text segment into a finer list; each kind
  * reproduces the Rust crate's split behaviours (Removed, Isolated, MergedWithPrevious,
@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer_internal.h"
+#include "text/tokenizer_internal.h"
 
 static const char GPT2_PATTERN[] =
     "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";

@@ -1,4 +1,4 @@
-/* layout/tokenizer_internal.h — shared internals of tokenizer.c (loading, pipeline, post-
+/* text/tokenizer_internal.h — shared internals of tokenizer.c (loading, pipeline, post-
  * processing), tokenizer_model.c (vocab maps, BPE, WordLevel), tokenizer_text.c (UTF-8,
  * regex, normalizers), tokenizer_nfc.c (NFC/NFD) and tokenizer_pretok.c (pre-tokenizers,
  * decoders).  Not a public header. */
@@ -10,7 +10,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 
 struct cJSON;
 

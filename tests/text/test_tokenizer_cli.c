@@ -1,4 +1,4 @@
-/* tests/layout/test_tokenizer_cli.c — `lwq tokenize`: plain and --jsonl modes, --decode, and
+/* tests/text/test_tokenizer_cli.c — `lwq tokenize`: plain and --jsonl modes, --decode, and
  * the exit status on bad input. */
 #include <criterion/criterion.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* tests/layout/test_tokenizer_golden.c — ids and decoded text equal to Hugging Face's for the
+/* tests/text/test_tokenizer_golden.c — ids and decoded text equal to Hugging Face's for the
  * committed golden sets (the JSON files in tests/tokenizer/, made by tests/tokenizer/gen_golden.mjs). */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/tokenizer.h"
+#include "text/tokenizer.h"
 #include "tests/helpers/fixtures.h"
 
 static char *slurp(const char *path, size_t *len)

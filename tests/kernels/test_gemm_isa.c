@@ -1,0 +1,177 @@
+/* The CPU GEMM's AVX-512, AVX2 and portable kernels give identical bits, equal to gemm_isa.h's rule.
+ *
+ * "Same bytes on any CPU model" needs one arithmetic whatever kernel runs: each path is forced with
+ * lwq_cpu_kernels_force (a path this CPU cannot run is skipped with a message) and compared bitwise
+ * with a scalar statement of the rule written here (16 lane sums of fmaf in k order, lane of k =
+ * (k mod 32) / 2, a fixed tree), for F32/BF16/F16 weights, k with and without a partial block and
+ * longer than one k chunk, row and output counts off every tile edge; attention likewise. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/gemm_isa.h"
+
+static lwq_backend g_be;
+
+static void be_open(void)
+{
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_cpu_create(&g_be, 2, &e), 0, "%s", e.msg);
+}
+
+static void be_close(void)
+{
+    lwq_cpu_kernels_force(NULL);
+    lwq_backend_free_backend(&g_be);
+}
+
+static float frand(uint64_t *s)
+{
+    *s = *s * 6364136223846793005ull + 1442695040888963407ull;
+    return (float)((*s >> 40) & 0xFFFFFF) / (float)0x1000000 - 0.5f;
+}
+
+static void fill(void *p, lwq_dtype dt, int64_t n, uint64_t seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float v = frand(&seed) * (i % 7 == 0 ? 1000.0f : 1.0f); /* mixed magnitudes: rounding matters */
+        if (dt == LWQ_F32)
+            ((float *)p)[i] = v;
+        else if (dt == LWQ_F16)
+            ((uint16_t *)p)[i] = lwq_f32_to_f16(v * 0.01f);
+        else
+            ((uint16_t *)p)[i] = lwq_f32_to_bf16(v);
+    }
+}
+
+/* The rule of gemm_isa.h, one element at a time. */
+static float rule_dot(const float *x, const float *w, int64_t k)
+{
+    float l[16] = {0};
+    for (int64_t b = 0; b < k; b += 32)
+        for (int h = 0; h < 2; h++)     /* even k, then odd k, of each block */
+            for (int i = 0; i < 16; i++) {
+                int64_t j = b + 2 * i + h;
+                l[i] = fmaf(j < k ? x[j] : 0.0f, j < k ? w[j] : 0.0f, l[i]);
+            }
+    float t[8], u[4];
+    for (int i = 0; i < 8; i++)
+        t[i] = l[i] + l[i + 8];
+    for (int i = 0; i < 4; i++)
+        u[i] = t[i] + t[i + 4];
+    return (u[0] + u[2]) + (u[1] + u[3]);
+}
+
+static float to_f(const void *p, lwq_dtype dt, int64_t i)
+{
+    return lwq_load_f(p, dt, (size_t)i);
+}
+
+/* y (f32) for x (n, k) act dt and w (out, k) wdt under the kernels `name`; 0 when skipped. */
+static int run_gemm(const char *name, const void *x, lwq_dtype xdt, const void *w, lwq_dtype wdt, int64_t n,
+                    int64_t k, int64_t out, float *y)
+{
+    if (lwq_cpu_kernels_force(name) != 0)
+        return 0;
+    cr_assert_str_eq(lwq_cpu_kernels_get()->name, name);
+    int64_t xs[2] = {n, k}, ws[2] = {out, k}, ys[2] = {n, out};
+    lwq_tensor X = lwq_tensor_view((void *)x, xdt, 2, xs), W = lwq_tensor_view((void *)w, wdt, 2, ws);
+    lwq_tensor Y = lwq_tensor_view(y, LWQ_F32, 2, ys);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_gemm(&g_be, &X, &W, NULL, &Y, &e), 0, "%s", e.msg);
+    return 1;
+}
+
+static const char *const KERNELS[] = {"avx512", "avx2", "portable"};
+
+static void gemm_all_paths(lwq_dtype xdt, lwq_dtype wdt)
+{
+    static const int64_t ks[] = {13, 32, 100, 1100};
+    const int64_t n = 19, out = 70;
+    for (size_t ki = 0; ki < sizeof ks / sizeof ks[0]; ki++) {
+        int64_t k = ks[ki];
+        void *x = malloc((size_t)(n * k) * lwq_dtype_size(xdt)), *w = malloc((size_t)(out * k) * lwq_dtype_size(wdt));
+        float *xf = malloc((size_t)(n * k) * 4), *wf = malloc((size_t)(out * k) * 4);
+        float *ref = malloc((size_t)(n * out) * 4), *y = malloc((size_t)(n * out) * 4);
+        fill(x, xdt, n * k, 7 + (uint64_t)k);
+        fill(w, wdt, out * k, 8 + (uint64_t)k);
+        for (int64_t i = 0; i < n * k; i++)
+            xf[i] = to_f(x, xdt, i);
+        for (int64_t i = 0; i < out * k; i++)
+            wf[i] = to_f(w, wdt, i);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t o = 0; o < out; o++)
+                ref[r * out + o] = rule_dot(xf + r * k, wf + o * k, k);
+        int ran = 0;
+        for (size_t p = 0; p < sizeof KERNELS / sizeof KERNELS[0]; p++) {
+            if (!run_gemm(KERNELS[p], x, xdt, w, wdt, n, k, out, y)) {
+                cr_log_warn("kernels %s: this CPU cannot run them, skipped", KERNELS[p]);
+                continue;
+            }
+            ran++;
+            for (int64_t i = 0; i < n * out; i++)
+                cr_assert(memcmp(&y[i], &ref[i], 4) == 0,
+                          "%s kernels, %s x %s weights, k %lld: y[%lld][%lld] = %.9g, the rule gives %.9g", KERNELS[p],
+                          lwq_dtype_name(xdt), lwq_dtype_name(wdt), (long long)k, (long long)(i / out),
+                          (long long)(i % out), y[i], ref[i]);
+        }
+        cr_assert_geq(ran, 1);
+        free(x), free(w), free(xf), free(wf), free(ref), free(y);
+    }
+}
+
+Test(gemm_isa, f32_weights_same_bits_on_every_path, .init = be_open, .fini = be_close) { gemm_all_paths(LWQ_F32, LWQ_F32); }
+Test(gemm_isa, bf16_weights_same_bits_on_every_path, .init = be_open, .fini = be_close) { gemm_all_paths(LWQ_BF16, LWQ_BF16); }
+Test(gemm_isa, f16_weights_same_bits_on_every_path, .init = be_open, .fini = be_close) { gemm_all_paths(LWQ_F16, LWQ_F16); }
+Test(gemm_isa, bf16_weights_f32_activations_same_bits_on_every_path, .init = be_open, .fini = be_close)
+{
+    gemm_all_paths(LWQ_F32, LWQ_BF16);
+}
+
+Test(gemm_isa, unknown_kernel_name_is_refused, .init = be_open, .fini = be_close)
+{
+    const char *before = lwq_cpu_kernels_get()->name;
+    cr_assert_eq(lwq_cpu_kernels_force("sse9"), -1);
+    cr_assert_str_eq(lwq_cpu_kernels_get()->name, before, "a refused name changed the kernels");
+}
+
+Test(gemm_isa, attention_same_bits_on_every_path, .init = be_open, .fini = be_close)
+{
+    const int H = 4, KV = 2;
+    const int64_t batch = 2, seq = 90, n = batch * seq;
+    static const int64_t hds[] = {16, 64};
+    for (int hi = 0; hi < 2; hi++) {
+        int64_t hd = hds[hi], qw = H * hd, kw = KV * hd;
+        float *q = malloc((size_t)(n * qw) * 4), *k = malloc((size_t)(n * kw) * 4), *v = malloc((size_t)(n * kw) * 4);
+        float *o0 = malloc((size_t)(n * qw) * 4), *o1 = malloc((size_t)(n * qw) * 4);
+        uint8_t *valid = malloc((size_t)n);
+        fill(q, LWQ_F32, n * qw, 31);
+        fill(k, LWQ_F32, n * kw, 32);
+        fill(v, LWQ_F32, n * kw, 33);
+        for (int64_t t = 0; t < n; t++)
+            valid[t] = t < seq || t >= seq + 25; /* the second sequence has 25 padding rows */
+        int64_t qs[2] = {n, qw}, ks[2] = {n, kw}, vs[1] = {n};
+        lwq_tensor Q = lwq_tensor_view(q, LWQ_F32, 2, qs), K = lwq_tensor_view(k, LWQ_F32, 2, ks);
+        lwq_tensor V = lwq_tensor_view(v, LWQ_F32, 2, ks), M = lwq_tensor_view(valid, LWQ_U8, 1, vs);
+        int ran = 0;
+        for (size_t p = 0; p < sizeof KERNELS / sizeof KERNELS[0]; p++) {
+            if (lwq_cpu_kernels_force(KERNELS[p]) != 0) {
+                cr_log_warn("kernels %s: this CPU cannot run them, skipped", KERNELS[p]);
+                continue;
+            }
+            lwq_tensor O = lwq_tensor_view(ran ? o1 : o0, LWQ_F32, 2, qs);
+            lwq_attn_args a = {&Q, &K, &V, &O, &M, batch, seq, H, KV, hd, 0.125f};
+            lwq_error e = {0};
+            cr_assert_eq(lwq_backend_attention(&g_be, &a, &e), 0, "%s", e.msg);
+            if (ran)
+                cr_assert(memcmp(o0, o1, (size_t)(n * qw) * 4) == 0, "attention (head_dim %lld): %s kernels differ "
+                          "from the first path run", (long long)hd, KERNELS[p]);
+            ran++;
+        }
+        cr_assert_geq(ran, 1);
+        free(q), free(k), free(v), free(o0), free(o1), free(valid);
+    }
+}

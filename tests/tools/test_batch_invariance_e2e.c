@@ -1,0 +1,134 @@
+/* lwq quantize writes the same bytes for any --batch-size, --threads and CPU kernel (issue 14).
+ *
+ * A qwen3_moe model from `lwq mkmodel` (no fixtures needed) is calibrated on seven samples of
+ * different lengths (5..64 tokens), so batches are left-padded and every expert sees a different
+ * set of tokens per batch size.  Every output file but calibration_report.json (which records the
+ * batch size) must be byte-identical: shards, their metadata, the index and the configs. */
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "run.h"
+
+static const int LENS[] = {13, 40, 5, 33, 21, 64, 9};
+
+static void make_model(const char *dtype)
+{
+    const char *a[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_moe", "--hidden", "64", "--heads", "4",
+                       "--kv-heads", "2", "--experts", "8", "--top-k", "2", "--layers", "2", "--dtype", dtype,
+                       "--quiet", NULL};
+    int rc = lwqt_run(a);
+    cr_assert_eq(rc, 0, "mkmodel exited %d: %s", rc, lwqt_err());
+    /* ids below 273: the tokenizer's vocabulary (mkmodel writes a byte-level BPE) */
+    FILE *fp = fopen(lwqt_path("calib.jsonl"), "w");
+    cr_assert_not_null(fp);
+    unsigned s = 12345;
+    for (size_t i = 0; i < sizeof LENS / sizeof LENS[0]; i++) {
+        fprintf(fp, "{\"input_ids\": [");
+        for (int t = 0; t < LENS[i]; t++) {
+            s = s * 1103515245u + 12345u;
+            fprintf(fp, "%s%u", t ? ", " : "", (s >> 8) % 273);
+        }
+        fprintf(fp, "]}\n");
+    }
+    fclose(fp);
+}
+
+/* lwq quantize m -o <out> --batch-size <bs> --threads <th>, with LWQ_CPU_KERNELS=<kern> if set. */
+static void quantize(const char *out, const char *bs, const char *th, const char *kern)
+{
+    char m[512], o[512], c[512];
+    snprintf(m, sizeof m, "%s", lwqt_path("m"));
+    snprintf(o, sizeof o, "%s", lwqt_path(out));
+    snprintf(c, sizeof c, "%s", lwqt_path("calib.jsonl"));
+    const char *a[] = {"quantize", m, "-o", o, "--calib", c, "--calib-size", "7", "--calib-seq", "64",
+                       "--batch-size", bs, "--threads", th, "--qformat", "nvfp4", "--kv-cache", "fp8",
+                       "--device", "cpu", "--quiet", NULL};
+    if (kern)
+        setenv("LWQ_CPU_KERNELS", kern, 1);
+    int rc = lwqt_run(a);
+    unsetenv("LWQ_CPU_KERNELS");
+    cr_assert_eq(rc, 0, "quantize --batch-size %s --threads %s exited %d: %s", bs, th, rc, lwqt_err());
+}
+
+static void assert_same_file(const char *a, const char *b)
+{
+    FILE *fa = fopen(a, "rb"), *fb = fopen(b, "rb");
+    cr_assert_not_null(fa, "cannot open %s", a);
+    cr_assert_not_null(fb, "%s has no counterpart %s", a, b);
+    long off = 0;
+    for (;;) {
+        int x = fgetc(fa), y = fgetc(fb);
+        cr_assert_eq(x, y, "%s and %s differ at byte %ld", a, b, off);
+        if (x == EOF)
+            break;
+        off++;
+    }
+    fclose(fa);
+    fclose(fb);
+}
+
+/* Every file of <tmp>/a but the calibration report is byte-identical in <tmp>/b. */
+static void assert_same_output(const char *a, const char *b)
+{
+    char da[512], db[512];
+    snprintf(da, sizeof da, "%s", lwqt_path(a));
+    snprintf(db, sizeof db, "%s", lwqt_path(b));
+    DIR *d = opendir(da);
+    cr_assert_not_null(d, "cannot list %s", da);
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(d)) != NULL) {
+        if (de->d_name[0] == '.' || !strcmp(de->d_name, "calibration_report.json"))
+            continue;
+        char fa[1024], fb[1024];
+        snprintf(fa, sizeof fa, "%s/%s", da, de->d_name);
+        snprintf(fb, sizeof fb, "%s/%s", db, de->d_name);
+        assert_same_file(fa, fb);
+        files++;
+    }
+    closedir(d);
+    cr_assert_geq(files, 5, "%s holds only %d files", da, files);
+}
+
+static void batch_sizes(const char *dtype)
+{
+    make_model(dtype);
+    quantize("b1", "1", "2", NULL);
+    quantize("b2", "2", "2", NULL);
+    quantize("b3", "3", "2", NULL);
+    assert_same_output("b1", "b2");
+    assert_same_output("b1", "b3");
+}
+
+TestSuite(batch_invariance_e2e, .init = lwqt_setup, .fini = lwqt_teardown);
+
+Test(batch_invariance_e2e, bf16_qwen3_moe_batch_sizes_1_2_3_write_identical_bytes) { batch_sizes("bf16"); }
+Test(batch_invariance_e2e, f32_qwen3_moe_batch_sizes_1_2_3_write_identical_bytes) { batch_sizes("f32"); }
+Test(batch_invariance_e2e, f16_qwen3_moe_batch_sizes_1_2_3_write_identical_bytes) { batch_sizes("f16"); }
+
+Test(batch_invariance_e2e, thread_count_does_not_change_the_bytes)
+{
+    make_model("bf16");
+    quantize("t1", "3", "1", NULL);
+    quantize("t2", "3", "2", NULL);
+    quantize("t3", "3", "3", NULL);
+    assert_same_output("t1", "t2");
+    assert_same_output("t1", "t3");
+}
+
+/* The AVX-512, AVX2 and portable kernels, forced through LWQ_CPU_KERNELS; a kernel this CPU cannot
+ * run falls back to the automatic choice, which the comparison then covers twice. */
+Test(batch_invariance_e2e, cpu_kernels_do_not_change_the_bytes)
+{
+    make_model("bf16");
+    quantize("auto", "2", "2", NULL);
+    quantize("portable", "3", "2", "portable");
+    quantize("avx2", "1", "2", "avx2");
+    quantize("avx512", "2", "1", "avx512");
+    assert_same_output("auto", "portable");
+    assert_same_output("auto", "avx2");
+    assert_same_output("auto", "avx512");
+}
