@@ -337,13 +337,18 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     for (int L = 0; L < r->nlayers; L++)
         for (int i = 0; i < r->plans[L].nlinears; i++) {
             const lwq_quant_choice *c = &r->choice[L][i];
-            int32_t v[4] = {(int32_t)c->format, 0, 0, 0};
+            int32_t v[5] = {(int32_t)c->format, 0, 0, 0, 0};
             float ia = 0;
-            if (c->format == LWQ_QFMT_FP8) {
-                v[1] = c->algo != LWQ_ALGO_MAX;
-            } else if (c->format == LWQ_QFMT_NVFP4) {
+            double damp = 0;
+            if (c->format == LWQ_QFMT_FP8) /* FP8 reads max / gptq / anything else = the mse search */
+                v[1] = c->algo == LWQ_ALGO_MAX ? 0 : c->algo == LWQ_ALGO_GPTQ ? 2 : 1;
+            else if (c->format == LWQ_QFMT_NVFP4)
                 v[1] = (int32_t)c->algo;
+            if (c->format == LWQ_QFMT_NVFP4)
                 v[2] = c->algo == LWQ_ALGO_MSE && c->fp8_scale_sweep;
+            if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ) {
+                damp = c->gptq_damp;
+                v[4] = c->gptq_act_order;
             }
             if (c->format != LWQ_QFMT_NONE && c->has_input_amax) {
                 v[3] = 1;
@@ -351,6 +356,7 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
             }
             lwq_xxh64_update(&s, v, sizeof v);
             lwq_xxh64_update(&s, &ia, sizeof ia);
+            lwq_xxh64_update(&s, &damp, sizeof damp);
         }
     f->part[LWQ_FP_RECIPE] = lwq_xxh64_digest(&s);
 

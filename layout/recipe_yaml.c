@@ -603,6 +603,7 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
         snprintf(r->name, sizeof r->name, "%.*s", (int)(n < 63 ? n : 63), base);
         r->algo = a.method;
         r->fp8_scale_sweep = a.sweep;
+        r->gptq_damp = 0.01; /* lwq's default, as its JSON recipes have */
         rc = lwq_qcfg_compile(L->ents, L->n, &a, path, r, e);
     }
     for (int i = 0; i < L->nfiles; i++)
