@@ -427,7 +427,8 @@ static int parse_method(loader *L, const yfile *f, const lwq_ynode *v, lwq_mo_al
         {"awq_full", "AWQ searches pre-quantization scales over the whole model, which lwq does not write per layer"},
         {"smoothquant", "SmoothQuant folds per-channel scales into the previous layer (INT8), which lwq does not write"},
         {"svdquant", "SVDQuant adds low-rank branches, which lwq does not write"},
-        {"gptq", "GPTQ rewrites weights; lwq's recipes run max, mse and local_hessian"},
+        {"gptq", "lwq's GPTQ (--algo gptq) takes each NVFP4 block scale from the weights as GPTQ has updated "
+                 "them, Model Optimizer's from the max-calibrated original weights, so the codes would differ"},
     };
     const char *m = lwq_y_str(v);
     if (!m || v->kind != LWQ_Y_SCALAR)

@@ -481,3 +481,58 @@ Test(recipe_yaml, refuses_entries_that_do_nothing_or_are_malformed)
             "r.yaml:7: quant_cfg entry '*mlp*': unknown key \"scope\" (quantizer_name, parent_class, cfg, enable)");
     refused(NULL, "    - {enable: false}\n", "r.yaml:7: a quant_cfg entry needs quantizer_name");
 }
+
+/* ---- refusals: the rest of the recipe's shape ------------------------------------------------ */
+
+Test(recipe_yaml, refuses_gptq_and_unknown_methods)
+{
+    refused("  algorithm: gptq\n", "",
+            "r.yaml:4: quantize.algorithm method gptq is not supported: lwq's GPTQ (--algo gptq) takes each NVFP4 "
+            "block scale from the weights as GPTQ has updated them, Model Optimizer's from the max-calibrated "
+            "original weights, so the codes would differ");
+    refused("  algorithm: {method: lsq}\n", "",
+            "r.yaml:4: quantize.algorithm method lsq is not supported (max, mse, local_hessian)");
+}
+
+Test(recipe_yaml, refuses_unknown_top_level_and_quantize_keys)
+{
+    refused_file("metadata: {recipe_type: ptq}\nexport: {}\n",
+                 "r.yaml:2: unknown top-level key \"export\" (a ptq recipe has imports, metadata and quantize)");
+    refused_file("metadata: {recipe_type: ptq}\nquantize: {quant_cfg: [], kv_cache: fp8}\n",
+                 "r.yaml:2: quantize.kv_cache is not supported (algorithm, quant_cfg)");
+}
+
+Test(recipe_yaml, refuses_a_bad_constant_amax)
+{
+    refused(NULL, "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8, constant_amax: -1}}\n",
+            "r.yaml:7: quant_cfg entry '*input_quantizer': cfg.constant_amax -1: expected a positive number");
+}
+
+Test(recipe_yaml, refuses_a_header_document_with_more_than_imports)
+{
+    refused_file("metadata: {recipe_type: ptq}\n---\nquantize: {quant_cfg: []}\n",
+                 "r.yaml:1: the first of two YAML documents may hold only imports");
+}
+
+Test(recipe_yaml, json_rules_check_the_per_quantizer_keys)
+{
+    lwq_recipe r;
+    lwq_error e = {0};
+    cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"quantizer\":\"bias\"}]}", &r, &e), 0);
+    cr_assert_str_eq(e.msg, "t.json: rules[0].quantizer must be \"weight\", \"input\" or \"kv\"");
+    memset(&e, 0, sizeof e);
+    cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"kv_cache\":\"fp8\"}]}", &r, &e), 0);
+    cr_assert_str_eq(e.msg, "t.json: rules[0]: kv_cache needs \"quantizer\": \"kv\"");
+    memset(&e, 0, sizeof e);
+    cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"quantizer\":\"kv\",\"format\":\"fp8\"}]}",
+                                   &r, &e), 0);
+    cr_assert_str_eq(e.msg, "t.json: rules[0]: a \"quantizer\": \"kv\" rule takes only match, kv_cache and enable");
+    memset(&e, 0, sizeof e);
+    cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"format\":\"fp8\",\"input_amax\":3}]}",
+                                   &r, &e), 0);
+    cr_assert_str_eq(e.msg, "t.json: rules[0]: input_amax needs \"quantizer\": \"input\" and a format");
+    memset(&e, 0, sizeof e);
+    cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"quantizer\":\"input\",\"algo\":\"mse\"}]}",
+                                   &r, &e), 0);
+    cr_assert_str_eq(e.msg, "t.json: rules[0]: algo and fp8_scale_sweep concern weights, not an \"input\" rule");
+}

@@ -238,3 +238,60 @@ Test(recipe_yaml_hostile, scalars_resolve_like_yaml_1_1)
     cr_assert(!lwq_y_is_null(lwq_y_get(d.docs[0], "f")), "a quoted empty string is not null");
     lwq_yaml_free(&d);
 }
+
+Test(recipe_yaml_hostile, nul_bytes_and_long_values_are_refused)
+{
+    lwq_ydoc d;
+    lwq_error e = {0};
+    const char nul[] = "a: \"x\\0y\"\n";
+    cr_assert_neq(lwq_yaml_parse("t", nul, sizeof nul - 1, &d, &e), 0);
+    cr_assert_str_eq(e.msg, "t:1: a value holds a NUL character");
+    size_t n = 70000;
+    char *b = malloc(n + 8);
+    memcpy(b, "a: ", 3);
+    memset(b + 3, 'x', n);
+    memcpy(b + 3 + n, "\n", 2);
+    memset(&e, 0, sizeof e);
+    cr_assert_neq(lwq_yaml_parse("t", b, strlen(b), &d, &e), 0);
+    cr_assert_str_eq(e.msg, "t:1: a value longer than 65536 bytes");
+    free(b);
+}
+
+Test(recipe_yaml_hostile, too_many_files_are_refused)
+{
+    /* a wide DAG of distinct units: 10 imported by the recipe, 7 leaves under each (81 files) */
+    char rec[4096];
+    int k = snprintf(rec, sizeof rec, "imports:\n");
+    for (int i = 0; i < 10; i++) {
+        char name[32], text[1024];
+        int t = snprintf(text, sizeof text, LIST "imports:\n");
+        for (int j = 0; j < 7; j++) {
+            char leaf[32];
+            snprintf(leaf, sizeof leaf, "u/l%d_%d.yaml", i, j);
+            lwqt_write_str(leaf, LIST "- {quantizer_name: '*', enable: false}\n");
+            t += snprintf(text + t, sizeof text - (size_t)t, "  l%d: u/l%d_%d\n", j, i, j);
+        }
+        snprintf(text + t, sizeof text - (size_t)t, "---\n- $import: l0\n");
+        snprintf(name, sizeof name, "u/a%d.yaml", i);
+        lwqt_write_str(name, text);
+        k += snprintf(rec + k, sizeof rec - (size_t)k, "  a%d: u/a%d\n", i, i);
+    }
+    snprintf(rec + k, sizeof rec - (size_t)k, HEAD);
+    refused(rec, "u/l7_6: more than 64 recipe files through imports");
+}
+
+Test(recipe_yaml_hostile, intricate_globs_are_bounded)
+{
+    char rec[2048], glob[600];
+    memset(glob, '*', 300); /* every suffix of 300 stars matches ".weight_quantizer" */
+    glob[300] = 0;
+    snprintf(rec, sizeof rec, HEAD "    - {quantizer_name: '*', enable: false}\n    - {quantizer_name: '%s', enable: false}\n",
+             glob);
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", rec);
+    cr_assert_neq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0);
+    cr_assert(strstr(e.msg, "quantizer_name is too intricate (more than 256 module patterns for one quantizer kind)"),
+              "%s", e.msg);
+}

@@ -110,3 +110,47 @@ Test(hfptq_cli, modelopt_sweep_preset_is_nvfp4_with_the_sweep)
     free(x);
     free(y);
 }
+
+REFUSES(refuses_auto_quantize_checkpoints, "lwq: --auto_quantize_checkpoint is not supported: AutoQuantize searches "
+                                           "per-layer formats over the whole model\n", "--auto_quantize_checkpoint", "x")
+REFUSES(refuses_unknown_kv_formats, "lwq: --kv_cache_qformat int8: unknown (supported: none, fp8, fp8_cast)\n",
+        "--kv_cache_qformat", "int8")
+REFUSES(refuses_a_missing_value, "lwq: --calib_seq needs a value\n", "--calib_seq")
+REFUSES(refuses_a_value_on_a_switch, "lwq: --trust_remote_code takes no value\n", "--trust_remote_code=1")
+
+Test(hfptq_cli, kv_cache_qformat_is_ignored_with_a_recipe)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--hidden", "64", "--layers", "2", "--vocab", "300", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    FILE *fp = fopen(lwqt_path("r.json"), "w");
+    fprintf(fp, "{\"kv_cache\": \"none\", \"rules\": [{\"match\": \"*\", \"format\": \"fp8\"}]}");
+    fclose(fp);
+    const char *q[] = {"quantize", "--model", lwqt_path("m"), "--export_path", lwqt_path("o"), "--recipe",
+                       lwqt_path("r.json"), "--kv_cache_qformat", "fp8", "--calib_size", "4", "--calib_seq", "32",
+                       "--batch_size", "2", "--dataset", lwqt_path("m"), "--quiet", NULL};
+    (void)q;
+    const char *q2[] = {"quantize", "--model", lwqt_path("m"), "--export_path", lwqt_path("o"), "--recipe",
+                        lwqt_path("r.json"), "--kv_cache_qformat", "fp8", "--calib_size", "4", "--calib_seq", "32",
+                        "--batch_size", "2", "--quiet", NULL};
+    int rc = lwqt_run(q2);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "lwq: note: --kv_cache_qformat fp8 is ignored: the --recipe sets the KV cache (as in "
+                          "hf_ptq)\n"), "%s", err);
+    free(err);
+    char *hq = lwqt_slurp(lwqt_path("o/hf_quant_config.json"));
+    cr_assert(strstr(hq, "\"kv_cache_quant_algo\":\tnull"), "the recipe's none: %s", hq);
+    free(hq);
+}
+
+Test(hfptq_cli, a_batch_of_one_over_the_budget_is_refused)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--hidden", "64", "--layers", "2", "--vocab", "300", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    const char *q[] = {"plan", lwqt_path("m"), "--batch-size", "0", "--max-cpu-memory-gb", "0.001", NULL};
+    cr_assert_eq(lwqt_run(q), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "lwq: --batch-size 0: even a batch of 1 needs "), "%s", err);
+    cr_assert(strstr(err, " GB GPU, over the budget of 0.001 GB host\n"), "%s", err);
+    free(err);
+}
