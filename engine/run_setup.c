@@ -104,6 +104,7 @@ static int make_backend(lwq_run *r, lwq_error *e)
         return rc;
     r->be_open = 1;
     lwq_qops_init(&r->qops, &r->be);
+    lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
         LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
                  lwq_qops_where(&r->qops));
@@ -232,8 +233,10 @@ void lwq_run_free(lwq_run *r)
     free(r->bnd[1]);
     if (r->be_open && r->work.data)
         lwq_backend_tensor_free(&r->be, &r->work);
-    if (r->be_open)
+    if (r->be_open) {
         lwq_qops_free(&r->qops);
+        lwq_devslab_free(&r->wslab);
+    }
     if (r->model_open)
         lwq_model_free(&r->model);
     for (int L = 0; L < r->nlayers; L++) {
