@@ -62,6 +62,8 @@ typedef struct lwq_mem_plan {
     uint64_t boundary_bytes;       /* two boundaries (input and output of a layer) */
     uint64_t workspace_bytes;      /* forward scratch for one batch */
     uint64_t stats_bytes;          /* Hessian sums etc. */
+    uint64_t gptq_hessian_bytes;   /* of which GPTQ's full in x in sums (also in stats_bytes) */
+    uint64_t gptq_factor_bytes;    /* GPTQ working memory for the largest linear */
     uint64_t writer_bytes;         /* quantized output of up to two layers in flight */
     uint64_t embed_bytes;          /* embedding matrix during the embedding step */
     uint64_t process_bytes;        /* the process itself when planning (code, libraries, pools) */

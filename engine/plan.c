@@ -124,7 +124,13 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         lwq_arch_layer plan;
         if ((rc = lwq_arch_layer_plan(c, L, &plan, e)) != 0)
             break;
-        uint64_t out = ck->layers[L].bytes, hess = 0, deq = 0;
+        uint64_t out = ck->layers[L].bytes, hess = 0, deq = 0, ghess = 0;
+        uint8_t *gptq = calloc((size_t)(plan.nlinears ? plan.nlinears : 1), 1);
+        if (!gptq) {
+            lwq_arch_layer_free(&plan);
+            rc = lwq_errf(e, LWQ_ENOMEM, "plan: out of memory");
+            break;
+        }
         for (int i = 0; i < plan.nlinears; i++) {
             const lwq_arch_linear *l = &plan.linears[i];
             lwq_quant_choice ch = lwq_recipe_resolve_module(
@@ -139,13 +145,37 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
             deq += stored != src ? src : 0;
             if (ch.format == LWQ_QFMT_NVFP4 && ch.algo == LWQ_ALGO_LOCAL_HESSIAN)
                 hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
+            if (ch.format != LWQ_QFMT_NONE && ch.algo == LWQ_ALGO_GPTQ && l->role != LWQ_ROLE_LIN_CONV) {
+                uint64_t in = (uint64_t)l->in_features;
+                /* one in x in double sum per input: fused-group members share theirs (engine/stats.c) */
+                int shared = 0;
+                for (int j = 0; j < i && l->group >= 0 && !shared; j++)
+                    shared = plan.linears[j].group == l->group && plan.linears[j].in_features == l->in_features &&
+                             gptq[j];
+                gptq[i] = 1;
+                if (!shared)
+                    ghess += in * in * sizeof(double);
+                /* factor (two in x in doubles while it is built) + two dequantized copies for the
+                 * error report, one linear at a time */
+                uint64_t f = 2 * in * in * sizeof(double) + 2 * (uint64_t)l->out_features * in * sizeof(float);
+                p->gptq_factor_bytes = f > p->gptq_factor_bytes ? f : p->gptq_factor_bytes;
+            }
             gpu_linear(ck, l, &ch, act, (uint64_t)max_rows, &p->gpu_staging_bytes, &p->gpu_quant_bytes);
         }
+        free(gptq);
+        hess += ghess;
+        if (o->whole_model) /* every layer's statistics are resident together */
+            p->gptq_hessian_bytes += ghess;
+        else
+            p->gptq_hessian_bytes = ghess > p->gptq_hessian_bytes ? ghess : p->gptq_hessian_bytes;
         lwq_arch_layer_free(&plan);
         p->output_bytes += out;
         layer_out_max = out > layer_out_max ? out : layer_out_max;
         deq_max = deq > deq_max ? deq : deq_max;
-        p->stats_bytes = hess > p->stats_bytes ? hess : p->stats_bytes;
+        if (o->whole_model)
+            p->stats_bytes += hess;
+        else
+            p->stats_bytes = hess > p->stats_bytes ? hess : p->stats_bytes;
         if (ck->layers[L].bytes > p->largest_layer_bytes) {
             p->largest_layer_bytes = ck->layers[L].bytes;
             p->largest_layer = L;
@@ -190,7 +220,8 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
         uint64_t hwm;
         lwq_rss(&p->process_bytes, &hwm);
-        p->host_peak = p->process_bytes + weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes + p->embed_bytes +
+        p->host_peak = p->process_bytes + weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes +
+                       p->gptq_factor_bytes + p->embed_bytes +
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_runtime_bytes = cuda ? LWQ_PLAN_CUDA_CONTEXT_BYTES + LWQ_PLAN_CUBLAS_WS_BYTES : 0;
         if (!cuda)
@@ -237,6 +268,9 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
             gb(p->gpu_peak ? p->gpu_peak - p->gpu_runtime_bytes - gpu_weights - p->gpu_staging_bytes - p->gpu_quant_bytes
                            : 0),
             gb(p->gpu_staging_bytes), gb(p->gpu_quant_bytes));
+    if (p->gptq_hessian_bytes)
+        fprintf(stderr, "plan: GPTQ: Hessian sums %.3f GB (in statistics; in^2 x 8 bytes per input) + factor %.3f GB"
+                        " (largest linear)\n", gb(p->gptq_hessian_bytes), gb(p->gptq_factor_bytes));
     if (p->expert_group > 0)
         fprintf(stderr,
                 "plan: expert streaming: units of %d of %d experts (ring slot %.3f GB; largest expert %.3f GB,"

@@ -6,7 +6,29 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "engine/qlayer_gptq.h"
 #include "engine/qops.h"
+
+void lwq_qlayer_report_free(lwq_qlayer_report *rep)
+{
+    if (!rep)
+        return;
+    free(rep->gptq);
+    rep->gptq = NULL;
+    rep->gptq_n = rep->gptq_cap = 0;
+}
+
+/* GPTQ applies: a matrix product with calibration tokens (else the max path). */
+static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_layer_stats *st, int idx,
+                        lwq_qlayer_report *rep)
+{
+    if (c->algo != LWQ_ALGO_GPTQ || l->role == LWQ_ROLE_LIN_CONV)
+        return 0;
+    if (st->htokens[idx] > 0)
+        return 1;
+    rep->gptq_fallback++;
+    return 0;
+}
 
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e)
 {
@@ -80,7 +102,12 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
         rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
         goto fail;
     }
-    if (c->algo == LWQ_ALGO_MAX) {
+    if (c->algo == LWQ_ALGO_GPTQ) {
+        rc = gptq_applies(l, c, st, idx, rep)
+                 ? lwq_qlayer_gptq(l, c, w, global_amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), packed, scale,
+                                   NULL, &ws2, rep, e)
+                 : lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
+    } else if (c->algo == LWQ_ALGO_MAX) {
         rc = lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
     } else {
         bamax = malloc((size_t)nb * sizeof *bamax);
@@ -142,19 +169,22 @@ fail:
 }
 
 static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
-                    float wamax, float in_amax, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+                    float wamax, float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out,
+                    lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
     float amax = wamax, ws = 0, is = 0;
-    int rc = 0;
-    if (c->algo != LWQ_ALGO_MAX) /* local_hessian has no per-tensor form: FP8 uses mse for it */
+    int rc = 0, gptq = c->algo == LWQ_ALGO_GPTQ && gptq_applies(l, c, st, idx, rep);
+    /* local_hessian has no per-tensor form: FP8 uses mse for it; GPTQ keeps the weight's amax */
+    if (c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ)
         rc = lwq_qops_fp8_mse(qo, w, rows, cols, l->name, &amax, e);
     if (rc < 0)
         return rc;
     uint8_t *q = malloc((size_t)(rows * cols));
     if (!q)
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
-    rc = lwq_qops_fp8(qo, w, rows, cols, amax, l->name, q, &ws, e);
+    rc = gptq ? lwq_qlayer_gptq(l, c, w, amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), NULL, NULL, q, &ws, rep, e)
+              : lwq_qops_fp8(qo, w, rows, cols, amax, l->name, q, &ws, e);
     if (rc < 0) {
         free(q);
         return rc;
@@ -295,7 +325,7 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         if (choice[i].format == LWQ_QFMT_NVFP4)
             rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         else if (choice[i].format == LWQ_QFMT_FP8)
-            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], out, rep, e);
+            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         else
             continue;
         if (rc < 0)

@@ -11,7 +11,10 @@
  * (section 5; FP8 is not unified); a routed expert no calibration token reached ("cold") takes
  * the max input amax of its calibrated siblings of the same projection (section 6) and is
  * reported; any other linear without calibration data, and any zero or non-finite amax, is an
- * error naming the module.  Deterministic: same inputs, same bytes. */
+ * error naming the module.  GPTQ linears (engine/qlayer_gptq.h) rewrite the weight before its
+ * codes are taken; a cold expert has no Hessian and takes the max path (counted in the report);
+ * GPTQ on a depthwise conv1d (not a matrix product) is the max path too.  Deterministic: same
+ * inputs, same bytes.  The report is filled even on failure: free it with lwq_qlayer_report_free. */
 #ifndef LWQ_ENGINE_QLAYER_H
 #define LWQ_ENGINE_QLAYER_H
 
@@ -20,19 +23,33 @@
 #include "engine/tlist.h"
 #include "layout/recipe.h"
 
+/* One GPTQ linear's layer-output errors ||WX - ŴX||^2 over its calibration tokens. */
+typedef struct lwq_qlayer_gptq_err {
+    char name[LWQ_ARCH_NAME_MAX];
+    double err;                /* with the GPTQ weight */
+    double max_err;            /* with the max-calibrated weight (same scales) */
+    double ref;                /* ||WX||^2, to make both relative */
+    int sampled;               /* measured on every s-th row only (large linears) */
+} lwq_qlayer_gptq_err;
+
 typedef struct lwq_qlayer_report {
     int n_experts;
     int cold_experts;          /* experts no routed token reached */
     int filled_experts;        /* of those, experts whose input scales came from siblings */
     int zero_weights;          /* all-zero weights quantized with the substitute amax */
     int quantized;             /* linears quantized */
+    int gptq_fallback;         /* GPTQ linears without calibration tokens (cold experts): max path */
+    int gptq_n, gptq_cap;      /* GPTQ linears, in quantization order (owned; lwq_qlayer_report_free) */
+    lwq_qlayer_gptq_err *gptq;
 } lwq_qlayer_report;
+
+void lwq_qlayer_report_free(lwq_qlayer_report *rep);
 
 /* Check, before any weight is read, that the choices can be honoured: no router quantized, NVFP4
  * in-features % 16 == 0, every fused group in one format.  Errors name the module. */
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e);
 
-/* src must be sorted (lwq_tlist_sort).  out receives the shard's tensors, unsorted.  qo says where
+/* src must be sorted (lwq_tlist_sort).  rep is reset first.  out receives the shard's tensors, unsorted.  qo says where
  * the quantizers run (engine/qops.h; same bytes either way). */
 int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                    const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,

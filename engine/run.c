@@ -78,6 +78,10 @@ static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *
 
 int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
 {
+    /* sequential GPTQ: each layer is calibrated on the quantized previous layers' outputs */
+    lwq_quantize_opts eff = *o;
+    eff.qdq_next |= o->recipe && lwq_recipe_uses_gptq(o->recipe);
+    o = &eff;
     lwq_run r;
     lwq_run_init(&r, o);
     int nothing = 0, rc = lwq_run_setup(&r, &nothing, e);
@@ -229,7 +233,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     lwq_layer_stats st;
     lwq_layer_weights lw;
     lwq_tlist ov = {0};
-    lwq_qlayer_report rep;
+    lwq_qlayer_report rep = {0};
     assert(r->cur == L % 2); /* boundary alternation: the input of layer L is bnd[L % 2] */
     int rc = lwq_run_stats_init(r, L, &st, e);
     if (rc)
@@ -267,7 +271,10 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
         r->man.layers[L].report = lwq_run_layer_report(L, &rep, nE ? st.expert_tokens : NULL);
         if (!r->man.layers[L].report)
             rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        else
+            lwq_run_log_gptq(r, L, &rep);
     }
+    lwq_qlayer_report_free(&rep);
     lwq_layer_weights_free(&lw);
     lwq_tlist_free(&ov);
     lwq_stats_free(&st);

@@ -176,5 +176,10 @@ void lwq_run_progress(lwq_run *r, int L, double t_start, double *t_prev, int don
 void lwq_run_summary(lwq_run *r, double wall);
 /* Compact JSON of a layer's calibration report (malloc'd, NULL when out of memory). */
 char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens);
+/* engine/run_gptq.c: GPTQ's per-layer summary in the layer report (a cJSON object), and one JSON
+ * log event + one progress line per layer with GPTQ linears. */
+struct cJSON;
+void lwq_run_gptq_summary(struct cJSON *layer_report, const lwq_qlayer_report *rep);
+void lwq_run_log_gptq(lwq_run *r, int layer, const lwq_qlayer_report *rep);
 
 #endif

@@ -44,7 +44,7 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
         }
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {
-            lwq_qlayer_report rep;
+            lwq_qlayer_report rep = {0};
             rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
                                 e);
             if (rc == 0 && r->o->qdq_next) {
@@ -58,7 +58,9 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
                 rc = r->man.layers[L].report ? lwq_run_write_shard_now(r, L, &out[L], e)
                                              : lwq_errf(e, LWQ_ENOMEM, "out of memory");
                 r->cold_total += rep.cold_experts;
+                lwq_run_log_gptq(r, L, &rep);
             }
+            lwq_qlayer_report_free(&rep);
         }
     }
     lwq_layer_weights_free(&tw);

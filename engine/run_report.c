@@ -112,6 +112,8 @@ char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_
     }
     if (rep->zero_weights)
         cJSON_AddNumberToObject(l, "all_zero_weights", rep->zero_weights);
+    if (rep->gptq_n || rep->gptq_fallback)
+        lwq_run_gptq_summary(l, rep);
     char *s = cJSON_PrintUnformatted(l);
     cJSON_Delete(l);
     return s;

@@ -415,14 +415,19 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
         return rc;
     /* one run per output: both directories exist and are locked before anything in them is
      * read, removed or written */
-    if ((rc = lwq_durable_mkdir(r->out_dir, e)) != 0 || (rc = lwq_durable_mkdir(r->resume_dir, e)) != 0 ||
+    int made_resume = 0;
+    if ((rc = lwq_durable_mkdir(r->out_dir, NULL, e)) != 0 ||
+        (rc = lwq_durable_mkdir(r->resume_dir, &made_resume, e)) != 0 ||
         (rc = lwq_runlock_acquire(&r->lock, r->out_dir, r->resume_dir, e)) != 0)
         return rc;
 
     rc = lwq_manifest_load(r->manifest_path, &r->man, e);
     if (rc == LWQ_ENOENT) {
-        if ((rc = clear_own_leftovers(r, e)) != 0)
+        if ((rc = clear_own_leftovers(r, e)) != 0) {
+            /* refused (foreign files): leave no lock file or resume directory behind */
+            lwq_runlock_remove(&r->lock, r->resume_dir, made_resume);
             return rc;
+        }
         if ((rc = lwq_manifest_init(&r->man, &r->fp, r->nlayers, e)) != 0 ||
             (rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
             return rc;

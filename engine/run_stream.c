@@ -71,6 +71,10 @@ int lwq_run_stream_init(lwq_run *r, int group, lwq_error *e)
 {
     if (group <= 0)
         return 0;
+    if (r->o->qdq_next && r->o->recipe && lwq_recipe_uses_gptq(r->o->recipe))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "GPTQ calibrates each layer on the quantized previous layers' outputs "
+                        "(--qdq-next), which expert streaming cannot do yet (the quantized layer would have to be "
+                        "read twice); give a budget that holds a whole layer");
     if (r->o->qdq_next)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming and --qdq-next cannot be combined (the quantized "
                         "layer would have to be read twice); give a budget that holds a whole layer");

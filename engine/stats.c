@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/gptq.h"
 #include "kernels/quant.h"
 
 static int cmp_linear(const void *a, const void *b, void *plan)
@@ -97,7 +98,11 @@ static int on_linear(void *ctx, int layer, const char *module, const lwq_tensor 
         if (rc == 0 && a > s->in_amax[i])
             s->in_amax[i] = a;
     }
-    if (rc == 0 && s->hsum[i] && nvalid > 0) {
+    /* a fused-group member shares its owner's full sums: the same input, observed once */
+    int shared = s->hsum[i] && s->hown[i] != i;
+    if (rc == 0 && shared && nvalid > 0)
+        s->htokens[i] += nvalid;
+    if (rc == 0 && s->hsum[i] && !shared && nvalid > 0) {
         const void *hx = NULL;
         rc = host_view(s, x, &hx, e);
         size_t rowb = (size_t)cols * lwq_dtype_size(x->dtype);
@@ -111,8 +116,10 @@ static int on_linear(void *ctx, int layer, const char *module, const lwq_tensor 
             int64_t r1 = r;
             while (r1 < rows && (!vh || vh[r1]))
                 r1++;
-            rc = lwq_quant_hessian_accumulate((const char *)hx + (size_t)r * rowb, x->dtype, r1 - r, cols,
-                                              s->hsum[i], module, e);
+            const void *xr = (const char *)hx + (size_t)r * rowb;
+            rc = s->hkind[i] == LWQ_STATS_H_FULL
+                     ? lwq_gptq_hessian_accumulate(xr, x->dtype, r1 - r, cols, s->hsum[i], module, e)
+                     : lwq_quant_hessian_accumulate(xr, x->dtype, r1 - r, cols, s->hsum[i], module, e);
             r = r1;
         }
         s->htokens[i] += nvalid;
@@ -158,8 +165,11 @@ void lwq_stats_free(lwq_layer_stats *s)
         return;
     if (s->hsum)
         for (int i = 0; i < s->n; i++)
-            free(s->hsum[i]);
+            if (!s->hown || s->hown[i] == i)
+                free(s->hsum[i]);
     free(s->hsum);
+    free(s->hkind);
+    free(s->hown);
     free(s->htokens);
     free(s->by_name);
     free(s->in_amax);
@@ -185,18 +195,49 @@ int lwq_stats_init(lwq_layer_stats *s, const lwq_arch_layer *plan, const lwq_bac
     s->in_rows = calloc(n, sizeof *s->in_rows);
     s->hsum = calloc(n, sizeof *s->hsum);
     s->htokens = calloc(n, sizeof *s->htokens);
+    s->hkind = calloc(n, sizeof *s->hkind);
+    s->hown = calloc(n, sizeof *s->hown);
     s->expert_tokens = calloc((size_t)(n_experts > 0 ? n_experts : 1), sizeof *s->expert_tokens);
-    if (!s->by_name || !s->in_amax || !s->in_rows || !s->hsum || !s->htokens || !s->expert_tokens) {
+    if (!s->by_name || !s->in_amax || !s->in_rows || !s->hsum || !s->htokens || !s->hkind || !s->hown ||
+        !s->expert_tokens) {
         lwq_stats_free(s);
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: cannot allocate statistics", plan->layer);
     }
     for (int i = 0; i < s->n; i++)
         s->by_name[i] = i;
     qsort_r(s->by_name, (size_t)s->n, sizeof *s->by_name, cmp_linear, (void *)plan);
+    for (int i = 0; i < s->n; i++)
+        s->hown[i] = i;
     for (int i = 0; i < s->n; i++) {
         if (!want_hessian || !want_hessian[i])
             continue;
-        int64_t in = plan->linears[i].in_features;
+        const lwq_arch_linear *l = &plan->linears[i];
+        int64_t in = l->in_features;
+        s->hkind[i] = want_hessian[i] == LWQ_STATS_H_FULL ? LWQ_STATS_H_FULL : LWQ_STATS_H_BLOCK;
+        if (s->hkind[i] == LWQ_STATS_H_FULL) {
+            int own = -1;
+            for (int j = 0; j < i && own < 0 && l->group >= 0; j++)
+                if (plan->linears[j].group == l->group && s->hkind[j] == LWQ_STATS_H_FULL &&
+                    plan->linears[j].in_features == in && s->hown[j] == j)
+                    own = j;
+            if (own >= 0) {
+                s->hown[i] = own;
+                s->hsum[i] = s->hsum[own];
+                continue;
+            }
+            if (in <= 0 || (uint64_t)in > (uint64_t)1 << 17) {
+                lwq_stats_free(s);
+                return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld out of range for a GPTQ Hessian", l->name,
+                                (long long)in);
+            }
+            s->hsum[i] = calloc((size_t)in * (size_t)in, sizeof(double));
+            if (!s->hsum[i]) {
+                lwq_stats_free(s);
+                return lwq_errf(e, LWQ_ENOMEM, "%s: cannot allocate the %.2f GB GPTQ Hessian", l->name,
+                                (double)in * (double)in * 8 / 1e9);
+            }
+            continue;
+        }
         if (in % 16) {
             lwq_stats_free(s);
             return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld not a multiple of 16", plan->linears[i].name,

@@ -3,7 +3,9 @@
  * An lwq_layer_stats is the lwq_observer the engine hands to the layer forward: for every
  * quantizable linear of the layer plan it keeps the running input amax over real tokens (padding
  * rows excluded unless include_padding), the number of rows seen, and, for linears calibrated
- * with local_hessian, the per-16-block sum of x^T x (kernels/quant.h); for the attention block the
+ * with local_hessian, the per-16-block sum of x^T x (kernels/quant.h), for GPTQ linears the full
+ * in x in sum of x^T x (kernels/gptq.h; members of a fused group, which read the same input, share
+ * one); for the attention block the
  * amax of k and v as they enter the cache; per routed expert the number of real tokens routed to
  * it.  Amax is a max, so it does not depend on batch order; the Hessian sums are added batch by
  * batch in calibration order, which layerwise and whole-model runs share, so both give the same
@@ -27,7 +29,10 @@ typedef struct lwq_layer_stats {
     int *by_name;           /* linear indexes sorted by module name (lookup) */
     float *in_amax;         /* (n) */
     int64_t *in_rows;       /* (n) rows observed */
-    double **hsum;          /* (n) NULL or (in/16, 16, 16) sums for local_hessian linears */
+    double **hsum;          /* (n) NULL, (in/16, 16, 16) sums for local_hessian linears, or
+                               (in, in) upper-triangle sums for GPTQ linears */
+    uint8_t *hkind;         /* (n) LWQ_STATS_H_* */
+    int *hown;              /* (n) the linear whose buffer hsum[i] is (i itself unless shared) */
     int64_t *htokens;       /* (n) */
     float k_amax, v_amax;
     int64_t kv_rows;
@@ -38,8 +43,9 @@ typedef struct lwq_layer_stats {
     lwq_observer obs;       /* ready to pass to lwq_model_layer_forward */
 } lwq_layer_stats;
 
-/* want_hessian[i] != 0 for the linears whose weights are searched with local_hessian (may be
- * NULL). */
+enum { LWQ_STATS_H_NONE = 0, LWQ_STATS_H_BLOCK = 1, LWQ_STATS_H_FULL = 2 };
+/* want_hessian[i]: LWQ_STATS_H_BLOCK for the linears searched with local_hessian,
+ * LWQ_STATS_H_FULL for GPTQ linears (may be NULL: none). */
 int lwq_stats_init(lwq_layer_stats *s, const lwq_arch_layer *plan, const lwq_backend *be,
                    int n_experts, int include_padding, int all_experts, const uint8_t *want_hessian,
                    const char *prefix, lwq_error *e);

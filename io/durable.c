@@ -273,9 +273,11 @@ int lwq_durable_unlink(const char *path, lwq_error *e)
     return lwq_durable_fsync_parent(path, e);
 }
 
-int lwq_durable_mkdir(const char *path, lwq_error *e)
+int lwq_durable_mkdir(const char *path, int *created, lwq_error *e)
 {
     int rc = lwq_sys()->mkdir(path, 0755);
+    if (created)
+        *created = rc == 0;
     if (rc != 0 && rc != -EEXIST)
         return lwq_errsys(e, rc, "%s: cannot create directory", path);
     struct stat st;

@@ -68,7 +68,8 @@ int lwq_durable_rename(const char *from, const char *to, lwq_error *e);
 int lwq_durable_unlink(const char *path, lwq_error *e);
 /* mkdir + fsync of its parent, so the name survives a crash.  An existing directory is not an
  * error; its parent is synced all the same (an earlier attempt may have died between its mkdir
- * and that fsync).  An existing non-directory is LWQ_EINVAL naming it. */
-int lwq_durable_mkdir(const char *path, lwq_error *e);
+ * and that fsync).  An existing non-directory is LWQ_EINVAL naming it.  *created (may be NULL)
+ * says whether this call made the directory. */
+int lwq_durable_mkdir(const char *path, int *created, lwq_error *e);
 
 #endif

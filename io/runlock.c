@@ -69,23 +69,40 @@ static int refuse(lwq_error *e, int fd, const char *what, const char *dir, int f
                     "stop it, then rerun", what, dir, who);
 }
 
+/* Open and flock the lock file at `path`; retried when the file it locked was unlinked (or
+ * replaced) between the open and the lock.  Returns the fd, or a negative code with e set. */
+static int lock_file(const char *path, const char *resume_dir, lwq_error *e)
+{
+    const lwq_sys_table *s = lwq_sys();
+    for (int attempt = 0; attempt < 16; attempt++) {
+        int fd = s->open(path, O_RDWR | O_CREAT, 0644);
+        if (fd < 0)
+            return lwq_errsys(e, fd, "%s: cannot open the run lock", path);
+        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+            int rc = errno == EWOULDBLOCK ? refuse(e, fd, "the resume directory", resume_dir, 1)
+                                          : lwq_errsys(e, -errno, "%s: cannot lock", path);
+            s->close(fd);
+            return rc;
+        }
+        struct stat a, b;
+        if (fstat(fd, &a) == 0 && stat(path, &b) == 0 && a.st_dev == b.st_dev && a.st_ino == b.st_ino)
+            return fd;
+        s->close(fd); /* locked a file that is no longer at the path */
+    }
+    return lwq_errf(e, LWQ_ESTATE, "%s: the run lock keeps being replaced; is another program removing it?", path);
+}
+
 int lwq_runlock_acquire(lwq_runlock *l, const char *out_dir, const char *resume_dir, lwq_error *e)
 {
     const lwq_sys_table *s = lwq_sys();
     memset(l, 0, sizeof *l);
-    char path[PATH_MAX];
-    int rc = lwq_pathf(e, path, sizeof path, "%s/lock", resume_dir);
+    char *path = l->path;
+    int rc = lwq_pathf(e, path, sizeof l->path, "%s/lock", resume_dir);
     if (rc)
         return rc;
-    int fd = s->open(path, O_RDWR | O_CREAT, 0644);
+    int fd = lock_file(path, resume_dir, e);
     if (fd < 0)
-        return lwq_errsys(e, fd, "%s: cannot open the run lock", path);
-    if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-        rc = errno == EWOULDBLOCK ? refuse(e, fd, "the resume directory", resume_dir, 1)
-                                  : lwq_errsys(e, -errno, "%s: cannot lock", path);
-        s->close(fd);
-        return rc;
-    }
+        return fd;
     char txt[32];
     int n = snprintf(txt, sizeof txt, "%ld\n", (long)getpid());
     if ((rc = s->ftruncate(fd, 0)) < 0) {
@@ -122,4 +139,19 @@ void lwq_runlock_release(lwq_runlock *l)
     lwq_sys()->close(l->fd_out);
     lwq_sys()->close(l->fd_resume);
     l->held = 0;
+}
+
+void lwq_runlock_remove(lwq_runlock *l, const char *resume_dir, int remove_dir)
+{
+    if (!l->held)
+        return;
+    const lwq_sys_table *s = lwq_sys();
+    lwq_error ig = {0};
+    if (s->unlink(l->path) == 0) {
+        if (remove_dir && s->rmdir(resume_dir) == 0)
+            lwq_durable_fsync_parent(resume_dir, &ig);
+        else
+            lwq_durable_fsync_dir(resume_dir, &ig);
+    }
+    lwq_runlock_release(l);
 }

@@ -10,9 +10,13 @@
  * (LWQ_ESTATE) with the holder's pid: the kernel's record (/proc/locks), else the file's text.
  *
  * The lock file is created through the io/sys.h table (open, ftruncate, pwrite are fault-
- * injectable steps); it is not fsync'ed (after a crash there is nothing to hold). */
+ * injectable steps); it is not fsync'ed (after a crash there is nothing to hold).  A lock taken
+ * on a file that was unlinked meanwhile (lwq_runlock_remove) is dropped and taken again on the
+ * file now at the path. */
 #ifndef LWQ_IO_RUNLOCK_H
 #define LWQ_IO_RUNLOCK_H
+
+#include <limits.h>
 
 #include "core/error.h"
 
@@ -20,6 +24,7 @@ typedef struct lwq_runlock {
     int held;        /* 0 in a zeroed struct: nothing to release */
     int fd_resume;   /* the lock file in the resume directory */
     int fd_out;      /* the output directory */
+    char path[PATH_MAX];  /* the lock file */
 } lwq_runlock;
 
 /* Lock `resume_dir` (which must exist; its "lock" file is created) and then `out_dir` (which must
@@ -27,6 +32,10 @@ typedef struct lwq_runlock {
 int lwq_runlock_acquire(lwq_runlock *l, const char *out_dir, const char *resume_dir, lwq_error *e);
 /* Drop both locks (a no-op when nothing is held, e.g. on a zeroed struct). */
 void lwq_runlock_release(lwq_runlock *l);
+/* For a run refused before it wrote anything: remove the lock file and the resume directory
+ * (when `remove_dir` and it is then empty) while still holding the lock, then release.  Best
+ * effort.  A run waiting on the removed file sees that it is gone and locks the new one. */
+void lwq_runlock_remove(lwq_runlock *l, const char *resume_dir, int remove_dir);
 /* The pid holding an flock on the file open as `fd` according to /proc/locks, or 0 if unknown. */
 long lwq_runlock_holder(int fd);
 

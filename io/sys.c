@@ -38,6 +38,7 @@ static int k_fstat(int fd, struct stat *st) { return fstat(fd, st) < 0 ? -errno 
 static int k_rename(const char *a, const char *b) { return rename(a, b) < 0 ? -errno : 0; }
 static int k_unlink(const char *p) { return unlink(p) < 0 ? -errno : 0; }
 static int k_mkdir(const char *p, mode_t m) { return mkdir(p, m) < 0 ? -errno : 0; }
+static int k_rmdir(const char *p) { return rmdir(p) < 0 ? -errno : 0; }
 static int k_uring_submit(struct io_uring *r) { return io_uring_submit(r); }
 static int k_uring_wait(struct io_uring *r, lwq_sys_cqe *out)
 {
@@ -54,7 +55,8 @@ static int k_uring_wait(struct io_uring *r, lwq_sys_cqe *out)
 static const lwq_sys_table kernel_table = {
     .open = k_open, .close = k_close, .pread = k_pread, .pwrite = k_pwrite, .fsync = k_fsync,
     .fdatasync = k_fdatasync, .ftruncate = k_ftruncate, .fstat = k_fstat, .rename = k_rename,
-    .unlink = k_unlink, .mkdir = k_mkdir, .uring_submit = k_uring_submit, .uring_wait = k_uring_wait,
+    .unlink = k_unlink, .mkdir = k_mkdir, .rmdir = k_rmdir, .uring_submit = k_uring_submit,
+    .uring_wait = k_uring_wait,
 };
 
 static _Atomic(const lwq_sys_table *) g_table = &kernel_table;
@@ -208,6 +210,15 @@ static int f_mkdir(const char *p, mode_t m)
     return f && f->err ? -f->err : k_mkdir(p, m);
 }
 
+static int f_rmdir(const char *p)
+{
+    const lwq_sys_fault *f = hit(LWQ_SYS_OP_RMDIR);
+    int rc = step();
+    if (rc)
+        return rc;
+    return f && f->err ? -f->err : k_rmdir(p);
+}
+
 static int f_uring_submit(struct io_uring *r)
 {
     const lwq_sys_fault *f = hit(LWQ_SYS_OP_SUBMIT);
@@ -233,7 +244,8 @@ static int f_uring_wait(struct io_uring *r, lwq_sys_cqe *out)
 static const lwq_sys_table fault_table = {
     .open = f_open, .close = f_close, .pread = f_pread, .pwrite = f_pwrite, .fsync = f_fsync,
     .fdatasync = f_fdatasync, .ftruncate = f_ftruncate, .fstat = k_fstat, .rename = f_rename,
-    .unlink = f_unlink, .mkdir = f_mkdir, .uring_submit = f_uring_submit, .uring_wait = f_uring_wait,
+    .unlink = f_unlink, .mkdir = f_mkdir, .rmdir = f_rmdir, .uring_submit = f_uring_submit,
+    .uring_wait = f_uring_wait,
 };
 
 int lwq_sys_fault_add(const lwq_sys_fault *f)

@@ -9,7 +9,7 @@
  * table (lwq_sys_fault_add): "fail the 3rd pwrite with ENOSPC", "make every read short once",
  * "return EINTR from the next fsync", and lwq_sys_crash_at(k, ...) which simulates a process crash
  * after k mutating steps (open-for-write, pwrite, fsync, fdatasync, ftruncate, rename, unlink,
- * mkdir):
+ * mkdir, rmdir):
  * in LWQ_SYS_CRASH_FAIL mode step k+1 and every later mutating step fail with EIO without touching
  * the disk (what is on disk is what a crash after step k leaves, except that unsynced page-cache
  * data is not dropped); in LWQ_SYS_CRASH_KILL mode the process raises SIGKILL at step k+1 (for
@@ -46,6 +46,7 @@ typedef struct lwq_sys_table {
     int (*rename)(const char *from, const char *to);
     int (*unlink)(const char *path);
     int (*mkdir)(const char *path, mode_t mode);
+    int (*rmdir)(const char *path);
     /* io_uring_submit(); returns the number submitted or -errno. */
     int (*uring_submit)(struct io_uring *ring);
     /* Wait for one completion (or take a ready one), copy it to *out and mark it seen. */
@@ -72,6 +73,7 @@ typedef enum {
     LWQ_SYS_OP_CLOSE,
     LWQ_SYS_OP_SUBMIT,     /* io_uring submit */
     LWQ_SYS_OP_MKDIR,
+    LWQ_SYS_OP_RMDIR,
     LWQ_SYS_OP_COUNT
 } lwq_sys_op;
 

@@ -11,11 +11,11 @@
 #define RECIPE_MAX_RULES 4096
 
 static const char *const qformat_names[] = {"none", "nvfp4", "fp8"};
-static const char *const algo_names[] = {"max", "mse", "local_hessian"};
+static const char *const algo_names[] = {"max", "mse", "local_hessian", "gptq"};
 static const char *const kv_names[] = {"none", "fp8", "fp8_cast"};
 
 const char *lwq_qformat_name(lwq_qformat f) { return (unsigned)f < 3 ? qformat_names[f] : "?"; }
-const char *lwq_algo_name(lwq_calib_algo a) { return (unsigned)a < 3 ? algo_names[a] : "?"; }
+const char *lwq_algo_name(lwq_calib_algo a) { return (unsigned)a < 4 ? algo_names[a] : "?"; }
 const char *lwq_kv_mode_name(lwq_kv_mode k) { return (unsigned)k < 3 ? kv_names[k] : "?"; }
 
 static int lookup(const char *s, const char *const *names, int n)
@@ -37,7 +37,7 @@ int lwq_qformat_parse(const char *s, lwq_qformat *out)
 
 int lwq_algo_parse(const char *s, lwq_calib_algo *out)
 {
-    int i = lookup(s, algo_names, 3);
+    int i = lookup(s, algo_names, 4);
     if (i < 0)
         return LWQ_EINVAL;
     *out = (lwq_calib_algo)i;
@@ -93,7 +93,7 @@ lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
 
 lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module, unsigned facts)
 {
-    lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep};
+    lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep, r->gptq_damp, r->gptq_act_order};
     lwq_qformat fmt = LWQ_QFMT_NONE;
     int enabled = 0;
     for (int i = 0; i < r->nrules; i++) {
@@ -124,13 +124,13 @@ static int algo_from_json(const char *path, const char *what, const cJSON *v, lw
     if (!cJSON_IsString(v))
         return lwq_errf(e, LWQ_EFORMAT, "%s: %s must be a string", path, what);
     /* Algorithms other tools offer that change weights, not only scales. */
-    static const char *const unsupported[] = {"awq", "awq_lite", "awq_full", "svdquant", "gptq", "smoothquant"};
+    static const char *const unsupported[] = {"awq", "awq_lite", "awq_full", "svdquant", "smoothquant"};
     for (size_t i = 0; i < sizeof unsupported / sizeof unsupported[0]; i++)
         if (!strcmp(v->valuestring, unsupported[i]))
-            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s \"%s\" is not supported (supported: max, mse, local_hessian)",
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s \"%s\" is not supported (supported: max, mse, local_hessian, gptq)",
                             path, what, v->valuestring);
     if (lwq_algo_parse(v->valuestring, out) != 0)
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %s \"%s\" unknown (supported: max, mse, local_hessian)", path, what,
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s \"%s\" unknown (supported: max, mse, local_hessian, gptq)", path, what,
                         v->valuestring);
     return 0;
 }
@@ -193,6 +193,7 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
         return lwq_errf(e, LWQ_EFORMAT, "%s: a recipe must be a JSON object", path);
     snprintf(r->name, sizeof r->name, "custom");
     r->kv = LWQ_KV_FP8_CAST;
+    r->gptq_damp = 0.01;
     for (const cJSON *k = root->child; k; k = k->next) {
         const char *key = k->string;
         int rc = 0;
@@ -210,6 +211,14 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
                     if (!cJSON_IsBool(a))
                         return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.fp8_scale_sweep must be true or false", path);
                     r->fp8_scale_sweep = cJSON_IsTrue(a);
+                } else if (!strcmp(a->string, "gptq_damp")) {
+                    if (!cJSON_IsNumber(a) || !(a->valuedouble > 0.0 && a->valuedouble <= 10.0))
+                        return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.gptq_damp must be a number in (0, 10]", path);
+                    r->gptq_damp = a->valuedouble;
+                } else if (!strcmp(a->string, "gptq_act_order")) {
+                    if (!cJSON_IsBool(a))
+                        return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.gptq_act_order must be true or false", path);
+                    r->gptq_act_order = cJSON_IsTrue(a);
                 } else {
                     return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm: unknown key \"%s\"", path, a->string);
                 }
@@ -343,6 +352,14 @@ int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)
     return lwq_errf(e, LWQ_EINVAL, "unknown --qformat \"%s\" (presets: %s)", name, lwq_recipe_preset_names());
 }
 
+int lwq_recipe_uses_gptq(const lwq_recipe *r)
+{
+    int any = r->algo == LWQ_ALGO_GPTQ;
+    for (int i = 0; i < r->nrules && !any; i++)
+        any = r->rules[i].has_algo && r->rules[i].algo == LWQ_ALGO_GPTQ;
+    return any;
+}
+
 char *lwq_recipe_to_json(const lwq_recipe *r)
 {
     cJSON *root = cJSON_CreateObject();
@@ -352,6 +369,10 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
     cJSON *alg = cJSON_AddObjectToObject(root, "algorithm");
     cJSON_AddStringToObject(alg, "method", lwq_algo_name(r->algo));
     cJSON_AddBoolToObject(alg, "fp8_scale_sweep", r->fp8_scale_sweep);
+    if (lwq_recipe_uses_gptq(r)) {
+        cJSON_AddNumberToObject(alg, "gptq_damp", r->gptq_damp);
+        cJSON_AddBoolToObject(alg, "gptq_act_order", r->gptq_act_order);
+    }
     cJSON_AddStringToObject(root, "kv_cache", lwq_kv_mode_name(r->kv));
     cJSON *rules = cJSON_AddArrayToObject(root, "rules");
     for (int i = 0; i < r->nrules; i++) {

@@ -2,7 +2,7 @@
  *
  * A recipe is global algorithm settings plus an ordered list of rules
  *   {"match": glob over module names, "format": "nvfp4"|"fp8"|"none", "enable": bool,
- *    "algo": "max"|"mse"|"local_hessian", "fp8_scale_sweep": bool}
+ *    "algo": "max"|"mse"|"local_hessian"|"gptq", "fp8_scale_sweep": bool}
  * Every rule that matches a module applies the fields it sets, in order, so later rules win.
  * A rule may also select on what the architecture says about the module: "mla_projection":
  * true (false) restricts it to (away from) the q/kv projections of multi-head latent attention
@@ -10,6 +10,10 @@
  * A module no rule enables stays in the source dtype.  A preset (`--qformat`) is just a
  * built-in recipe.  Routers are never quantized whatever the recipe says (the engine asks the
  * architecture plan); the recipe only decides among quantizable linears.
+ *
+ * GPTQ settings are global: "algorithm": {"gptq_damp": number in (0, 10], "gptq_act_order": bool}
+ * (defaults 0.01 and false); they are written to the canonical JSON only when some module uses
+ * gptq, so other recipes keep their fingerprints.
  *
  * Glob syntax: `*` any run of characters (dots included), `?` one character, everything else
  * literal.  Matching is iterative, O(len(pattern) * len(name)) at worst, so a hostile recipe
@@ -23,7 +27,8 @@
 #include "core/error.h"
 
 typedef enum lwq_qformat { LWQ_QFMT_NONE = 0, LWQ_QFMT_NVFP4, LWQ_QFMT_FP8 } lwq_qformat;
-typedef enum lwq_calib_algo { LWQ_ALGO_MAX = 0, LWQ_ALGO_MSE, LWQ_ALGO_LOCAL_HESSIAN } lwq_calib_algo;
+/* GPTQ rewrites the weight (kernels/gptq.h); the others only choose scales. */
+typedef enum lwq_calib_algo { LWQ_ALGO_MAX = 0, LWQ_ALGO_MSE, LWQ_ALGO_LOCAL_HESSIAN, LWQ_ALGO_GPTQ } lwq_calib_algo;
 typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST } lwq_kv_mode;
 
 typedef struct lwq_recipe_rule {
@@ -41,6 +46,8 @@ typedef struct lwq_recipe {
     char name[64];            /* preset name or "custom" */
     lwq_calib_algo algo;      /* default for rules that do not set one */
     int fp8_scale_sweep;      /* default likewise */
+    double gptq_damp;         /* GPTQ dampening, fraction of the mean Hessian diagonal */
+    int gptq_act_order;       /* GPTQ visits columns by descending Hessian diagonal */
     lwq_kv_mode kv;
     int nrules;
     lwq_recipe_rule *rules;
@@ -51,6 +58,8 @@ typedef struct lwq_quant_choice {
     lwq_qformat format;       /* NONE = not quantized */
     lwq_calib_algo algo;
     int fp8_scale_sweep;
+    double gptq_damp;         /* the recipe's, for algo gptq */
+    int gptq_act_order;
 } lwq_quant_choice;
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
@@ -75,7 +84,9 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
 int lwq_glob_match(const char *pattern, const char *name);
 
 const char *lwq_qformat_name(lwq_qformat f);     /* "nvfp4", "fp8", "none" */
-const char *lwq_algo_name(lwq_calib_algo a);     /* "max", "mse", "local_hessian" */
+const char *lwq_algo_name(lwq_calib_algo a);     /* "max", "mse", "local_hessian", "gptq" */
+/* 1 when some rule or the default selects gptq (the run then calibrates sequentially). */
+int lwq_recipe_uses_gptq(const lwq_recipe *r);
 const char *lwq_kv_mode_name(lwq_kv_mode k);     /* "none", "fp8", "fp8_cast" */
 int lwq_qformat_parse(const char *s, lwq_qformat *out);
 int lwq_algo_parse(const char *s, lwq_calib_algo *out);

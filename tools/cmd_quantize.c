@@ -29,8 +29,15 @@ static void usage(FILE *fp, const char *cmd)
             "                       mla_projection} rules (later rules win); replaces --qformat\n"
             "  --print-recipe       print the effective recipe as JSON and exit\n"
             "  --kv-cache M         none | fp8 | fp8_cast (default fp8_cast: FP8 cache, no calibrated scales)\n"
-            "  --algo A             max | mse | local_hessian (default: the recipe's, max for presets)\n"
+            "  --algo A             max | mse | local_hessian | gptq (default: the recipe's, max for presets)\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
+            "  --gptq-damp F        GPTQ dampening: F x mean Hessian diagonal added to it (default 0.01)\n"
+            "  --gptq-act-order     GPTQ visits input columns by descending Hessian diagonal\n"
+            "                       GPTQ (NVFP4, FP8 weights) rewrites each weight to cancel its rounding error\n"
+            "                       on the calibration inputs; it calibrates sequentially: every layer sees the\n"
+            "                       outputs of the already-quantized layers before it (--qdq-next is implied).\n"
+            "                       Extra memory: an in x in Hessian (8 bytes an entry) per linear of a layer\n"
+            "                       (`lwq plan` shows it); a killed run resumes with byte-identical output.\n"
             "calibration:\n"
             "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),\n"
             "                       .txt (paragraphs), a directory,\n"
@@ -50,7 +57,8 @@ static void usage(FILE *fp, const char *cmd)
             "                       (default: only when a layer does not fit the memory budget, with\n"
             "                       the largest group that fits; output bytes are the same either way)\n"
             "  --whole-model        reference path: all layers resident, data outside (same bytes)\n"
-            "  --qdq-next           the next layer calibrates on the quantized layer's outputs\n"
+            "  --qdq-next           the next layer calibrates on the quantized layer's outputs (always on with\n"
+            "                       gptq)\n"
             "  --dry-read           read every layer through the I/O path; compute and write nothing\n"
             "  --resume-dir DIR     resume state (default OUT_DIR.layerwise_resume)\n"
             "  --repair             recompute the last committed layer if its shard is damaged\n"
@@ -68,7 +76,8 @@ static void usage(FILE *fp, const char *cmd)
 
 typedef struct qargs {
     const char *model, *out, *qformat, *recipe_file, *calib, *algo, *kv;
-    int print_recipe, sweep, calib_size, calib_seq;
+    int print_recipe, sweep, calib_size, calib_seq, act_order;
+    double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;
 
@@ -140,6 +149,19 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
                 return -1;
         } else if (!strcmp(s, "--fp8-scale-sweep")) {
             a->sweep = 1;
+        } else if (!strcmp(s, "--gptq-damp")) {
+            const char *v = VAL();
+            char *end;
+            if (!v)
+                return -1;
+            errno = 0;
+            a->damp = strtod(v, &end);
+            if (errno || *end || !(a->damp > 0.0 && a->damp <= 10.0)) {
+                fprintf(stderr, "lwq: --gptq-damp %s: expected a number in (0, 10]\n", v);
+                return -1;
+            }
+        } else if (!strcmp(s, "--gptq-act-order")) {
+            a->act_order = 1;
         } else if (!strcmp(s, "--calib")) {
             if (!(a->calib = VAL()))
                 return -1;
@@ -225,16 +247,25 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
 
 static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 {
+    memset(r, 0, sizeof *r); /* lwq_recipe_free is safe on it whatever fails below */
     int rc = a->recipe_file ? lwq_recipe_load(a->recipe_file, r, e) : lwq_recipe_preset(a->qformat, r, e);
     if (rc)
         return rc;
     if (a->algo) {
-        if (!strcmp(a->algo, "awq") || !strcmp(a->algo, "gptq") || !strcmp(a->algo, "svdquant") ||
-            !strcmp(a->algo, "smoothquant") || !strcmp(a->algo, "awq_lite"))
-            return lwq_errf(e, LWQ_EUNSUPPORTED, "--algo %s is not supported (supported: max, mse, local_hessian)", a->algo);
+        if (!strcmp(a->algo, "awq") || !strcmp(a->algo, "svdquant") || !strcmp(a->algo, "smoothquant") ||
+            !strcmp(a->algo, "awq_lite"))
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "--algo %s is not supported (supported: max, mse, local_hessian, gptq)",
+                            a->algo);
         if (lwq_algo_parse(a->algo, &r->algo) != 0)
-            return lwq_errf(e, LWQ_EINVAL, "--algo %s: expected max, mse or local_hessian", a->algo);
+            return lwq_errf(e, LWQ_EINVAL, "--algo %s: expected max, mse, local_hessian or gptq", a->algo);
     }
+    if ((a->damp > 0 || a->act_order) && !lwq_recipe_uses_gptq(r))
+        return lwq_errf(e, LWQ_EINVAL, "%s is for GPTQ, but no module of recipe \"%s\" uses gptq (add --algo gptq)",
+                        a->damp > 0 ? "--gptq-damp" : "--gptq-act-order", r->name);
+    if (a->damp > 0)
+        r->gptq_damp = a->damp;
+    if (a->act_order)
+        r->gptq_act_order = 1;
     if (a->sweep)
         r->fp8_scale_sweep = 1;
     if (a->kv && lwq_kv_mode_parse(a->kv, &r->kv) != 0)
@@ -329,6 +360,7 @@ static int run_cmd(int argc, char **argv, int is_plan)
     lwq_recipe r;
     if (build_recipe(&a, &r, &e) != 0) {
         fprintf(stderr, "lwq: %s\n", e.msg);
+        lwq_recipe_free(&r);
         return LWQ_EXIT_ERR;
     }
     if (a.print_recipe) {

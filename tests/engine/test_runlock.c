@@ -223,3 +223,34 @@ Test(runlock, sigkilled_run_leaves_no_lock_that_blocks_the_rerun)
                  "the rerun after kill -9 failed");
     cr_assert_eq(sh("diff -r %s/ref %s/out >/dev/null", g_tmp, g_tmp), 0, "output after kill -9 + rerun differs");
 }
+
+Test(runlock, refused_foreign_output_leaves_no_lock_or_resume_dir_behind)
+{
+    cr_assert_eq(sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 2 --heads 4 --kv-heads 2 --experts 4 "
+                    "--top-k 2 --vocab 512 --quiet",
+                    bin(), g_tmp),
+                 0);
+    cr_assert_eq(mkdir(tp("out"), 0755), 0);
+    cr_assert_eq(sh("echo mine > %s/out/notes.txt", g_tmp), 0);
+    cr_assert_eq(sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", bin(), g_tmp, g_tmp, g_tmp), 2);
+    cr_assert_eq(sh("grep -q 'holds notes.txt, which is not from this run' %s/b.err", g_tmp), 0);
+    cr_assert_eq(sh("test \"$(ls -A %s/out)\" = notes.txt && grep -qx mine %s/out/notes.txt", g_tmp, g_tmp), 0,
+                 "the refused run changed the output directory");
+    cr_assert_eq(sh("test ! -e %s/out.layerwise_resume", g_tmp), 0, "the refused run left its resume directory");
+}
+
+Test(runlock, remove_deletes_the_lock_file_and_an_emptied_resume_dir)
+{
+    cr_assert_eq(mkdir(tp("out"), 0755), 0);
+    cr_assert_eq(mkdir(tp("res"), 0755), 0);
+    lwq_runlock a;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_runlock_acquire(&a, tp("out"), tp("res"), &e), 0, "%s", e.msg);
+    lwq_runlock_remove(&a, tp("res"), 1);
+    cr_assert_eq(a.held, 0);
+    cr_assert_eq(sh("test ! -e %s/res", g_tmp), 0);
+    cr_assert_eq(mkdir(tp("res"), 0755), 0);
+    cr_assert_eq(lwq_runlock_acquire(&a, tp("out"), tp("res"), &e), 0, "%s", e.msg);
+    lwq_runlock_remove(&a, tp("res"), 0); /* a resume directory the run did not make stays */
+    cr_assert_eq(sh("test -d %s/res && test ! -e %s/res/lock", g_tmp, g_tmp), 0);
+}

@@ -250,12 +250,15 @@ Test(durable, mkdir_creates_tolerates_existing_and_refuses_a_file)
     char sub[200];
     snprintf(sub, sizeof sub, "%s/sub", dir);
     lwq_error e = {0};
-    cr_assert_eq(lwq_durable_mkdir(sub, &e), 0, "%s", e.msg);
+    int created = 0;
+    cr_assert_eq(lwq_durable_mkdir(sub, &created, &e), 0, "%s", e.msg);
+    cr_assert_eq(created, 1);
     struct stat st;
     cr_assert(stat(sub, &st) == 0 && S_ISDIR(st.st_mode));
-    cr_assert_eq(lwq_durable_mkdir(sub, &e), 0, "an existing directory is not an error: %s", e.msg);
+    cr_assert_eq(lwq_durable_mkdir(sub, &created, &e), 0, "an existing directory is not an error: %s", e.msg);
+    cr_assert_eq(created, 0);
     cr_assert_eq(lwq_durable_write_file(path, "x", 1, &e), 0);
-    cr_assert_eq(lwq_durable_mkdir(path, &e), LWQ_EINVAL);
+    cr_assert_eq(lwq_durable_mkdir(path, NULL, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, path) && strstr(e.msg, "not a directory"), "%s", e.msg);
 }
 
@@ -267,15 +270,15 @@ Test(durable, mkdir_crash_before_the_parent_fsync_is_an_error_and_the_retry_sync
     snprintf(sub, sizeof sub, "%s/sub", dir);
     lwq_error e = {0};
     lwq_sys_crash_at(1, LWQ_SYS_CRASH_FAIL); /* the mkdir happens, the fsync of the parent does not */
-    cr_assert_eq(lwq_durable_mkdir(sub, &e), LWQ_EIO);
+    cr_assert_eq(lwq_durable_mkdir(sub, NULL, &e), LWQ_EIO);
     cr_assert(strstr(e.msg, "fsync directory") && strstr(e.msg, dir), "%s", e.msg);
     cr_assert(tu_exists(sub));
     lwq_sys_fault_clear();
     lwq_sys_fault f = {.op = LWQ_SYS_OP_FSYNC, .nth = 1, .times = 1, .err = EIO};
     cr_assert_eq(lwq_sys_fault_add(&f), 0);
-    cr_assert_eq(lwq_durable_mkdir(sub, &e), LWQ_EIO, "the retry did not fsync the parent");
+    cr_assert_eq(lwq_durable_mkdir(sub, NULL, &e), LWQ_EIO, "the retry did not fsync the parent");
     cr_assert_eq(lwq_sys_faults_fired(), 1);
     lwq_sys_fault_clear();
     lwq_error_clear(&e);
-    cr_assert_eq(lwq_durable_mkdir(sub, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_durable_mkdir(sub, NULL, &e), 0, "%s", e.msg);
 }

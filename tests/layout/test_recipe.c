@@ -116,9 +116,56 @@ Test(recipe, unsupported_algorithm_named)
     cr_assert_eq(lwq_recipe_parse("r.json", "{\"algorithm\":{\"method\":\"awq\"}}", &r, &e), LWQ_EUNSUPPORTED);
     cr_assert(strstr(e.msg, "awq") && strstr(e.msg, "not supported"), "%s", e.msg);
     lwq_error_clear(&e);
-    cr_assert_eq(lwq_recipe_parse("r.json", "{\"rules\":[{\"match\":\"*\",\"algo\":\"gptq\"}]}", &r, &e),
+    cr_assert_eq(lwq_recipe_parse("r.json", "{\"rules\":[{\"match\":\"*\",\"algo\":\"smoothquant\"}]}", &r, &e),
                  LWQ_EUNSUPPORTED);
     cr_assert(strstr(e.msg, "rules[0].algo"), "%s", e.msg);
+}
+
+Test(recipe, gptq_method_rule_and_settings)
+{
+    lwq_recipe r;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_recipe_parse("r.json",
+                                  "{\"algorithm\":{\"method\":\"gptq\",\"gptq_damp\":0.05,\"gptq_act_order\":true},"
+                                  "\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"},"
+                                  "{\"match\":\"*.o_proj\",\"algo\":\"max\"}]}",
+                                  &r, &e),
+                 0, "%s", e.msg);
+    cr_assert(lwq_recipe_uses_gptq(&r));
+    lwq_quant_choice c = lwq_recipe_resolve(&r, "model.layers.0.self_attn.q_proj");
+    cr_assert_eq(c.algo, LWQ_ALGO_GPTQ);
+    cr_assert_eq(c.gptq_damp, 0.05);
+    cr_assert_eq(c.gptq_act_order, 1);
+    cr_assert_eq(lwq_recipe_resolve(&r, "model.layers.0.self_attn.o_proj").algo, LWQ_ALGO_MAX);
+    /* the canonical JSON round-trips the GPTQ settings */
+    char *j = lwq_recipe_to_json(&r);
+    lwq_recipe r2;
+    cr_assert_eq(lwq_recipe_parse("canon", j, &r2, &e), 0, "%s", e.msg);
+    cr_assert_eq(r2.gptq_damp, 0.05);
+    cr_assert_eq(r2.gptq_act_order, 1);
+    free(j);
+    lwq_recipe_free(&r2);
+    lwq_recipe_free(&r);
+    /* a per-rule gptq alone makes the recipe a GPTQ one, with the default dampening */
+    cr_assert_eq(lwq_recipe_parse("r.json", "{\"rules\":[{\"match\":\"*.experts.*\",\"format\":\"fp8\",\"algo\":\"gptq\"}]}",
+                                  &r, &e),
+                 0, "%s", e.msg);
+    cr_assert(lwq_recipe_uses_gptq(&r));
+    cr_assert_eq(lwq_recipe_resolve(&r, "model.layers.0.mlp.experts.3.up_proj").gptq_damp, 0.01);
+    lwq_recipe_free(&r);
+    /* recipes without gptq keep their canonical JSON (and so their run fingerprints) */
+    cr_assert_eq(lwq_recipe_preset("nvfp4", &r, &e), 0);
+    j = lwq_recipe_to_json(&r);
+    cr_assert_null(strstr(j, "gptq"), "%s", j);
+    free(j);
+    lwq_recipe_free(&r);
+    static const char *bad[] = {"{\"algorithm\":{\"gptq_damp\":0}}", "{\"algorithm\":{\"gptq_damp\":\"x\"}}",
+                                "{\"algorithm\":{\"gptq_act_order\":1}}"};
+    for (int i = 0; i < 3; i++) {
+        lwq_error_clear(&e);
+        cr_assert_eq(lwq_recipe_parse("r.json", bad[i], &r, &e), LWQ_EFORMAT, "%s", bad[i]);
+        cr_assert(strstr(e.msg, "algorithm.gptq_"), "%s", e.msg);
+    }
 }
 
 Test(recipe, bad_recipes_name_the_key)
