@@ -49,7 +49,7 @@ static void usage(FILE *fp, const char *cmd)
             "  --calib-include-padding  padded positions count in statistics (Model Optimizer parity)\n"
             "  --calib-all-experts  every expert also runs on every token for its statistics\n"
             "run:\n"
-            "  --device D           auto | cpu | cuda (default auto)\n"
+            "  --device D           auto | cpu | cuda (default $LWQ_DEVICE, else auto)\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --max-gpu-memory-gb X, --max-cpu-memory-gb X   stop before reading weights if the plan exceeds them\n"
             "  --prefetch K         layers read ahead (ring slots, default 2)\n"
@@ -67,11 +67,13 @@ static void usage(FILE *fp, const char *cmd)
             "A killed run resumes where it stopped when the same command is run again; the output is\n"
             "byte-identical to an uninterrupted run.  One run per output: a second run on the same\n"
             "output or resume directory is refused at once, naming the running one's pid.\n\n"
+            "%s"
             "exit status: 0 done, 2 error (message on stderr)\n",
             cmd, strcmp(cmd, "plan") ? " -o OUT_DIR" : "",
             strcmp(cmd, "plan") ? "Quantize a Hugging Face checkpoint layer by layer to NVFP4/FP8 (ModelOpt format)."
                                 : "Predict peak host/GPU memory and output size of a quantize run with these options.",
-            lwq_recipe_preset_names());
+            lwq_recipe_preset_names(),
+            strcmp(cmd, "plan") ? "" : "lwq plan --eval SRC [QUANT_DIR] [eval options] plans an `lwq eval` run instead.\n\n");
 }
 
 typedef struct qargs {
@@ -116,6 +118,21 @@ static int parse_gb(const char *opt, const char *s, double *out)
     return 1;
 }
 
+static int parse_device(const char *what, const char *d, lwq_device_choice *out)
+{
+    if (!strcmp(d, "auto"))
+        *out = LWQ_DEVICE_AUTO;
+    else if (!strcmp(d, "cpu"))
+        *out = LWQ_DEVICE_CPU;
+    else if (!strcmp(d, "cuda"))
+        *out = LWQ_DEVICE_CUDA;
+    else {
+        fprintf(stderr, "lwq: %s %s: expected auto, cpu or cuda\n", what, d);
+        return -1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, int is_plan, qargs *a)
 {
     memset(a, 0, sizeof *a);
@@ -123,6 +140,11 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
     a->calib_size = 64;
     a->calib_seq = 256;
     a->o.batch_size = 8;
+    /* the default device may come from the environment (perf/gpu-check.sh runs the resume and
+     * production tests with LWQ_DEVICE=cuda, so they cannot fall back to the CPU silently) */
+    const char *env_dev = getenv("LWQ_DEVICE");
+    if (env_dev && *env_dev && parse_device("LWQ_DEVICE", env_dev, &a->o.device) != 0)
+        return -1;
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
@@ -180,18 +202,8 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
             a->o.all_experts = 1;
         } else if (!strcmp(s, "--device")) {
             const char *d = VAL();
-            if (!d)
+            if (!d || parse_device("--device", d, &a->o.device) != 0)
                 return -1;
-            if (!strcmp(d, "auto"))
-                a->o.device = LWQ_DEVICE_AUTO;
-            else if (!strcmp(d, "cpu"))
-                a->o.device = LWQ_DEVICE_CPU;
-            else if (!strcmp(d, "cuda"))
-                a->o.device = LWQ_DEVICE_CUDA;
-            else {
-                fprintf(stderr, "lwq: --device %s: expected auto, cpu or cuda\n", d);
-                return -1;
-            }
         } else if (!strcmp(s, "--threads")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
                 return -1;
@@ -411,4 +423,23 @@ static int run_cmd(int argc, char **argv, int is_plan)
 }
 
 int lwq_cmd_quantize(int argc, char **argv) { return run_cmd(argc, argv, 0); }
-int lwq_cmd_plan(int argc, char **argv) { return run_cmd(argc, argv, 1); }
+int lwq_cmd_plan(int argc, char **argv)
+{
+    /* lwq plan --eval SRC [QUANT_DIR] [eval options]: the plan of an eval run (tools/cmd_eval.c) */
+    for (int i = 1; i < argc; i++)
+        if (!strcmp(argv[i], "--eval")) {
+            char **v = calloc((size_t)argc + 2, sizeof *v);
+            if (!v)
+                return LWQ_EXIT_ERR;
+            int n = 0;
+            v[n++] = "eval";
+            for (int j = 1; j < argc; j++)
+                if (j != i)
+                    v[n++] = argv[j];
+            v[n++] = "--plan";
+            int rc = lwq_cmd_eval(n, v);
+            free(v);
+            return rc;
+        }
+    return run_cmd(argc, argv, 1);
+}

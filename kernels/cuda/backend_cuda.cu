@@ -13,11 +13,13 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 extern "C" {
 #include "core/log.h"
 #include "kernels/backend.h"
 }
+#include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/grid.h"
 
 typedef struct cuda_ctx {
@@ -32,6 +34,7 @@ typedef struct cuda_ctx {
      * the next synchronize() */
     cudaError_t deferred;
     const char *deferred_what;
+    int attn_tiled;      /* LWQ_CUDA_ATTENTION=tiled (attention_cuda.h) */
 } cuda_ctx;
 
 /* Every failing runtime call is followed by cudaGetLastError(), which resets the thread's
@@ -70,21 +73,6 @@ static void defer(cuda_ctx *c, cudaError_t err, const char *what)
 #define LAUNCHED(what) CU(cudaGetLastError(), what)
 
 static inline unsigned grid_for(int64_t n, int block) { return lwq_grid_for(n, block); }
-
-__device__ __forceinline__ float ld(const void *p, lwq_dtype t, int64_t i)
-{
-    return lwq_load_f(p, t, (size_t)i);
-}
-
-__device__ __forceinline__ void st(void *p, lwq_dtype t, int64_t i, float v)
-{
-    if (t == LWQ_F32)
-        ((float *)p)[i] = v;
-    else if (t == LWQ_BF16)
-        ((uint16_t *)p)[i] = lwq_f32_to_bf16(v);
-    else
-        ((uint16_t *)p)[i] = lwq_f32_to_f16(v);
-}
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 
@@ -397,84 +385,15 @@ static int cu_add(void *vctx, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e
     return 0;
 }
 
-/* ---- attention: one warp per (sequence, head, query row), online softmax over its keys ------- */
-
-template <int PER_LANE>
-__global__ void k_attention(const void *q, const void *k, const void *v, void *out,
-                            const uint8_t *valid, lwq_dtype dt, lwq_dtype odt, int64_t B,
-                            int64_t T, int H, int KV, int64_t hd, float scale)
-{
-    const int64_t warp = (blockIdx.x * (int64_t)blockDim.x + threadIdx.x) / 32;
-    const int lane = threadIdx.x & 31;
-    if (warp >= B * H * T)
-        return; /* whole warps leave together: blockDim is a multiple of 32 */
-    const int64_t i = warp % T, h = (warp / T) % H, b = warp / (T * H);
-    const int64_t g = h / (H / KV);
-    const int64_t qrow = (b * T + i) * H * hd + h * hd;
-    float qr[PER_LANE], acc[PER_LANE];
-    for (int u = 0; u < PER_LANE; u++) {
-        int64_t d = lane + 32 * u;
-        qr[u] = d < hd ? ld(q, dt, qrow + d) : 0.0f;
-        acc[u] = 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f;
-    for (int64_t j = 0; j <= i; j++) {
-        if (valid && !valid[b * T + j])
-            continue;
-        const int64_t krow = (b * T + j) * KV * hd + g * hd;
-        float s = 0.0f;
-        for (int u = 0; u < PER_LANE; u++) {
-            int64_t d = lane + 32 * u;
-            if (d < hd)
-                s += qr[u] * ld(k, dt, krow + d);
-        }
-        for (int off = 16; off > 0; off >>= 1)
-            s += __shfl_xor_sync(0xffffffffu, s, off);
-        s *= scale;
-        float mn = s > m ? s : m;
-        float corr = expf(m - mn), p = expf(s - mn);
-        l = l * corr + p;
-        for (int u = 0; u < PER_LANE; u++) {
-            int64_t d = lane + 32 * u;
-            acc[u] = acc[u] * corr + (d < hd ? p * ld(v, dt, krow + d) : 0.0f);
-        }
-        m = mn;
-    }
-    for (int u = 0; u < PER_LANE; u++) {
-        int64_t d = lane + 32 * u;
-        if (d < hd)
-            st(out, odt, qrow + d, l > 0.0f ? acc[u] / l : 0.0f);
-    }
-}
+/* ---- attention (kernels/cuda/attention_cuda.cu) ------------------------------------------- */
 
 static int cu_attention(void *vctx, const lwq_attn_args *a, lwq_error *e)
 {
     cuda_ctx *c = (cuda_ctx *)vctx;
     CU(cudaSetDevice(c->device), "set device");
-    const int64_t warps = a->batch * a->n_heads * a->seq;
-    const int64_t blocks64 = (warps * 32 + 127) / 128;
-    if (blocks64 > INT32_MAX)
-        return lwq_errf(e, LWQ_EINVAL, "cuda attention: %lld query rows exceed the grid",
-                        (long long)warps);
-    const unsigned blocks = (unsigned)blocks64;
-    const uint8_t *valid = a->key_valid ? (const uint8_t *)a->key_valid->data : NULL;
-#define ATT_LAUNCH(P)                                                                              \
-    k_attention<P><<<blocks, 128, 0, c->stream>>>(a->q->data, a->k->data, a->v->data,          \
-                                                  a->out->data, valid, a->q->dtype,             \
-                                                  a->out->dtype, a->batch, a->seq, a->n_heads,  \
-                                                  a->n_kv_heads, a->head_dim, a->scale)
-    if (a->head_dim <= 64)
-        ATT_LAUNCH(2);
-    else if (a->head_dim <= 128)
-        ATT_LAUNCH(4);
-    else if (a->head_dim <= 256)
-        ATT_LAUNCH(8);
-    else if (a->head_dim <= 512)
-        ATT_LAUNCH(16);
-    else
-        return lwq_errf(e, LWQ_EUNSUPPORTED, "cuda attention: head_dim %lld > 512",
-                        (long long)a->head_dim);
-#undef ATT_LAUNCH
+    int rc = lwq_cuda_attention(c->stream, c->attn_tiled, a, e);
+    if (rc < 0)
+        return rc;
     LAUNCHED("attention");
     return 0;
 }
@@ -794,6 +713,12 @@ extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e
     if (!c)
         return lwq_errf(e, LWQ_ENOMEM, "cuda backend: no memory for the context");
     c->device = device;
+    const char *am = getenv("LWQ_CUDA_ATTENTION");
+    c->attn_tiled = am && !strcmp(am, "tiled");
+    if (am && *am && strcmp(am, "tiled") && strcmp(am, "warp")) {
+        free(c);
+        return lwq_errf(e, LWQ_EINVAL, "LWQ_CUDA_ATTENTION=%s: expected warp or tiled", am);
+    }
     int rc = 0;
     cudaError_t err;
     if ((err = cudaSetDevice(device)) != cudaSuccess ||

@@ -218,14 +218,33 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     for (int k = 0; k < BLK; k++)
         ax[k] = fabsf(x[k]);
     const float bamax = lwq_bits_f32(m);
-    int best = 1;
+    // The CPU's exact saturation pruning (kernels/cpu/quant_cpu.c sweep_rows, which proves it):
+    // for the plain squared error, a candidate d with bamax >= 12 d has a loss of at least
+    // (bamax - 6 d)^2 (1 - 2^-21); when that exceeds the loss `ref` of the smallest unsaturated
+    // candidate v0, it cannot be the best, so skipping it changes neither the argmin nor ties.
+    // The bound is evaluated in double with the `_rn` intrinsics, as the CPU evaluates it.
+    double ref = INFINITY;
+    if (!HESS) {
+        int v0 = 1;
+        while (v0 < LWQ_E4M3_NPOS && __dmul_rn(6.0, (double)dtab[v0]) < (double)bamax)
+            v0++;
+        ref = (double)sweep_loss<HESS>(x, ax, dtab[v0], sthr + v0 * LWQ_E2M1_NTHR, hs);
+    }
+    int best = 0;
     float best_loss = 0.0f;
 #pragma unroll 1
     for (int v = 1; v <= LWQ_E4M3_NPOS; v++) {
-        float l = sweep_loss<HESS>(x, ax, dtab[v], sthr + v * LWQ_E2M1_NTHR, hs);
-        if (v == 1 || l < best_loss) { // strict: ties keep the smaller byte
-            best = v;
-            best_loss = l;
+        bool skip = false;
+        if (!HESS && (double)bamax >= __dmul_rn(12.0, (double)dtab[v])) {
+            double dwt = __dsub_rn((double)bamax, __dmul_rn(6.0, (double)dtab[v]));
+            skip = __dmul_rn(__dmul_rn(dwt, dwt), 1.0 - 0x1p-21) > ref;
+        }
+        if (!skip) {
+            float l = sweep_loss<HESS>(x, ax, dtab[v], sthr + v * LWQ_E2M1_NTHR, hs);
+            if (best == 0 || l < best_loss) { // strict: ties keep the smaller byte
+                best = v;
+                best_loss = l;
+            }
         }
         if (bamax < sthr[v * LWQ_E2M1_NTHR]) // all codes 0 here and beyond: exact stop (CPU: sweep_rows)
             break;

@@ -175,6 +175,46 @@ Test(ops_cuda, attention_padded_gqa_f32)
     drop(&q), drop(&k), drop(&v), drop(&o), drop(&val);
 }
 
+/* The tiled kernel (LWQ_CUDA_ATTENTION=tiled, attention_cuda.h) computes the warp kernel's
+ * function bit for bit, over tile edges (T not a multiple of 32), padding, GQA groups, head dims
+ * that leave lanes idle, and BF16. */
+static void tiled_case(lwq_dtype dt, int64_t B, int64_t T, int H, int KV, int64_t hd, int pad)
+{
+    setenv("LWQ_CUDA_ATTENTION", "tiled", 1);
+    lwq_backend tiled;
+    lwq_error e = {0};
+    int rc = lwq_backend_cuda_create(&tiled, 0, &e);
+    unsetenv("LWQ_CUDA_ATTENTION");
+    cr_assert_eq(rc, 0, "%s", e.msg);
+    pair q = mk(dt, B * T, H * hd, 1), k = mk(dt, B * T, KV * hd, 1), v = mk(dt, B * T, KV * hd, 1),
+         o = mk(dt, B * T, H * hd, 0), val = mk(LWQ_U8, B * T, 0, 0);
+    for (int64_t t = 0; t < B * T; t++)
+        ((uint8_t *)val.c.data)[t] = t < T || t % T >= pad; /* later sequences left-padded */
+    sync_to_gpu(&val);
+    float sc = 1.0f / sqrtf((float)hd);
+    lwq_attn_args ac = {&q.c, &k.c, &v.c, &o.c, &val.c, B, T, H, KV, hd, sc};
+    lwq_attn_args ag = {&q.g, &k.g, &v.g, &o.g, &val.g, B, T, H, KV, hd, sc};
+    cr_assert_eq(lwq_backend_attention(&cpu, &ac, &e), 0);
+    size_t bytes = (size_t)lwq_tensor_numel(&o.c) * lwq_dtype_size(dt);
+    void *hw = malloc(bytes), *ht = malloc(bytes);
+    cr_assert_eq(lwq_backend_attention(&gpu, &ag, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_download(&gpu, hw, o.g.data, bytes, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_memset0(&gpu, o.g.data, bytes, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_attention(&tiled, &ag, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_synchronize(&tiled, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_backend_download(&gpu, ht, o.g.data, bytes, &e), 0, "%s", e.msg);
+    cr_expect_eq(memcmp(hw, ht, bytes), 0, "tiled != warp (B %lld T %lld H %d KV %d hd %lld)", (long long)B,
+                 (long long)T, H, KV, (long long)hd);
+    same(&o, dt == LWQ_F32 ? 1e-5 : 2e-2, dt == LWQ_F32 ? 1e-4 : 2 * BF16_RTOL, "tiled attention");
+    free(hw), free(ht);
+    drop(&q), drop(&k), drop(&v), drop(&o), drop(&val);
+    lwq_backend_free_backend(&tiled);
+}
+
+Test(ops_cuda, attention_tiled_equals_warp_f32_padded_gqa) { tiled_case(LWQ_F32, 2, 130, 8, 2, 128, 50); }
+Test(ops_cuda, attention_tiled_equals_warp_bf16_odd_head_dim) { tiled_case(LWQ_BF16, 1, 33, 4, 4, 200, 0); }
+Test(ops_cuda, attention_tiled_equals_warp_short_and_fully_padded) { tiled_case(LWQ_F32, 3, 5, 2, 1, 64, 5); }
+
 Test(ops_cuda, swiglu_add_bf16)
 {
     pair g = mk(LWQ_BF16, 17, 700, 4), u = mk(LWQ_BF16, 17, 700, 1), o = mk(LWQ_BF16, 17, 700, 0);
