@@ -633,9 +633,11 @@ int lwq_eval_run(const lwq_eval_opts *o, lwq_eval_result *res, lwq_error *e)
         cr->output_bytes += tail;
     }
     res->wall_s = lwq_now() - t0;
+    uint64_t rss_now = 0;
+    lwq_rss(&rss_now, &res->peak_rss_bytes);
     if (rc == 0 && v.jlog) {
-        fprintf(v.jlog, "{\"event\":\"eval_summary\",\"wall_s\":%.3f,\"tokens\":%" PRId64 ",\"ppl_src\":%.9g", res->wall_s,
-                res->tokens, res->ppl_src);
+        fprintf(v.jlog, "{\"event\":\"eval_summary\",\"wall_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"tokens\":%" PRId64
+                ",\"ppl_src\":%.9g", res->wall_s, res->peak_rss_bytes, res->tokens, res->ppl_src);
         for (int c = 0; c < o->ncand; c++)
             fprintf(v.jlog, ",\"%s\":{\"kl\":%.9g,\"top1_agree\":%.9g,\"ppl\":%.9g}", res->c[c].name, res->c[c].kl,
                     res->c[c].top1_agree, res->c[c].ppl);
