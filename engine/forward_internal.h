@@ -1,5 +1,9 @@
-/* engine/forward_internal.h — pieces shared by forward.c and the per-architecture files
- * (model_llama.c: attention block and dense MLP; model_moe.c: routed experts).  Not public. */
+/* engine/forward_internal.h — inside the forward.  Calls go one way:
+ *   forward.c (the public API and the one switch on the architecture)
+ *     -> model_llama.c, model_deepseek.c, model_qwen3next.c (one lwq_fwd_arch each)
+ *     -> model_moe.c (routed experts, used by all three families) and model_llama.c's attention
+ *     -> fwd_common.c (the toolkit: arena, weights, observers, batches, RoPE, shared blocks).
+ * Not public. */
 #ifndef LWQ_ENGINE_FORWARD_INTERNAL_H
 #define LWQ_ENGINE_FORWARD_INTERNAL_H
 
@@ -7,11 +11,53 @@
 
 #define LWQ_NAME_MAX 256
 
+/* ---- the architecture table ------------------------------------------------------------------ */
+
+/* A routed-experts block: out (n, hidden) from x (n, hidden). */
+typedef int (*lwq_fwd_moe_fn)(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                              const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                              lwq_error *e);
+
+/* What lwq_model_init and the layer loop need from an architecture family.  One per forward
+ * file; engine/forward.c maps model types to them in its one switch. */
+typedef struct lwq_fwd_arch {
+    /* rotary and family geometry checks, before the common geometry check */
+    int (*check_rope)(const lwq_model_config *c, lwq_error *e);
+    int odd_head_dim;          /* head_dim may be odd (MLA rotates only its rope part) */
+    /* the config declares routed experts (their counts are then checked) */
+    int (*has_experts)(const lwq_model_config *c);
+    /* further checks after the common ones; NULL: none */
+    int (*check)(const lwq_model_config *c, lwq_error *e);
+    /* rotary table: half its width and its inverse frequencies; NULL: head_dim / 2 and
+     * lwq_rope_inv_freq */
+    int64_t (*rope_half)(const lwq_model_config *c);
+    int (*inv_freq)(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e);
+    /* one decoder layer in place on h (arena reset before, device synchronized after, by
+     * lwq_model_layer_forward) */
+    int (*layer)(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b, lwq_tensor *h,
+                 const lwq_observer *obs, lwq_error *e);
+    /* the final norm before lm_head; NULL: RMSNorm with rms_norm_eps.  y may alias x. */
+    int (*final_norm)(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, lwq_tensor *y,
+                      lwq_error *e);
+} lwq_fwd_arch;
+
+extern const lwq_fwd_arch lwq_fwd_arch_llama;      /* model_llama.c */
+extern const lwq_fwd_arch lwq_fwd_arch_deepseek;   /* model_deepseek.c */
+extern const lwq_fwd_arch lwq_fwd_arch_qwen3next;  /* model_qwen3next.c */
+
+/* Whether the config's forward is DeepSeek's multi-head latent attention family (deepseek_v2,
+ * deepseek_v3, kimi_k2), from the switch in forward.c (for expert streaming, fwd_stream.c). */
+int lwq_fwd_is_mla(const lwq_model_config *c);
+
+/* ---- the toolkit (fwd_common.c) -------------------------------------------------------------- */
+
 /* Scratch tensor (rows, cols) on the device from the model's arena; valid until the next
  * lwq_fwd_arena_reset (start of each layer forward). */
 int lwq_fwd_tensor(lwq_model *m, lwq_dtype dt, int64_t rows, int64_t cols, lwq_tensor *t,
                    lwq_error *e);
 void lwq_fwd_arena_reset(lwq_model *m);
+struct lwq_arena *lwq_fwd_arena_new(void);
+void lwq_fwd_arena_free(lwq_model *m);
 
 /* Fetch `name` and check it is a float tensor of ndim 1 (d0) or 2 (d0, d1) on the device.
  * Missing: LWQ_ENOENT "layer L: tensor NAME is missing" (unless optional, then returns 1). */
@@ -24,9 +70,14 @@ lwq_tensor lwq_fwd_rows(const lwq_tensor *t, int64_t r0, int64_t nr);
 int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
                     const lwq_tensor *valid, lwq_error *e);
 
-/* h += self_attn(input_layernorm(h)). */
-int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+/* `module`.weight (out, in) and `module`.bias (out): the bias is required when need_bias, else
+ * used when present (*has_bias). */
+int lwq_fwd_linear(lwq_model *m, const lwq_weights *w, int layer, const char *module, int64_t out,
+                   int64_t in, int need_bias, lwq_tensor *wt, lwq_tensor *bias, int *has_bias,
+                   lwq_error *e);
+
+/* LWQ_EUNSUPPORTED unless partial_rotary_factor is 0 (unset) or 1. */
+int lwq_fwd_check_full_rotary(const lwq_model_config *c, lwq_error *e);
 
 /* out = down(silu(gate(x)) * up(x)) with the linears named `prefix`.{gate,up,down}.weight.
  * g/u are (rows, inter) scratch (may be NULL: taken from the arena).  Observes the inputs when
@@ -35,6 +86,17 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
                        const char *gate, const char *up, const char *down, int64_t inter,
                        const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
                        lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
+/* h += mlp(post_attention_layernorm(h)): `moe` on routed-expert layers, else the dense SwiGLU
+ * MLP model.layers.L.mlp. */
+int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                      lwq_tensor *h, lwq_fwd_moe_fn moe, const lwq_observer *obs, lwq_error *e);
+
+/* ---- the Llama family (model_llama.c) and routed experts (model_moe.c) ----------------------- */
+
+/* h += self_attn(input_layernorm(h)). */
+int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
 
 /* out (n, hidden) = routed experts of x (n, hidden). */
 int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
@@ -51,14 +113,6 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
 
 /* ---- DeepSeek (model_deepseek.c) ---- */
 
-/* Whether the config uses multi-head latent attention (deepseek_v2, deepseek_v3, kimi_k2). */
-int lwq_fwd_is_mla(const lwq_model_config *c);
-/* Geometry and routing checks of an MLA config (called by lwq_model_init). */
-int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e);
-/* RoPE table of the rope part (qk_rope_head_dim/2 entries) with default or yarn scaling;
- * *attn_scaling is the yarn cos/sin factor. */
-int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv_freq, float *attn_scaling,
-                         lwq_error *e);
 /* h += mla_attention(input_layernorm(h)). */
 int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                                 lwq_tensor *h, const lwq_observer *obs, lwq_error *e);

@@ -48,12 +48,8 @@
 #include "core/parallel.h"
 #include "engine/forward_internal.h"
 
-int lwq_fwd_is_mla(const lwq_model_config *c)
-{
-    return c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3;
-}
-
-int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
+/* Geometry and routing checks of an MLA config (lwq_model_init, after the common checks). */
+static int mla_check(const lwq_model_config *c, lwq_error *e)
 {
     if (c->kv_lora_rank <= 0 || c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 ||
         c->qk_nope_head_dim < 0 || c->v_head_dim <= 0 || c->q_lora_rank < 0 ||
@@ -141,7 +137,9 @@ static double yarn_factor(const lwq_model_config *c)
                                        : (double)c->max_position_embeddings / orig;
 }
 
-int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
+/* RoPE table of the rope part (qk_rope_head_dim/2 entries) with default or yarn scaling;
+ * *attn_scaling is the yarn cos/sin factor. */
+static int mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
 {
     const int64_t dim = c->qk_rope_head_dim, half = dim / 2;
     const float base = (float)c->rope_theta;
@@ -627,3 +625,28 @@ out:
     free(wts);
     return rc < 0 ? rc : 0;
 }
+
+/* ---- the layer and the table ------------------------------------------------------------------ */
+
+static int deepseek_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                          lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
+    return lwq_fwd_ffn_block(m, layer, w, b, h, lwq_fwd_deepseek_moe_block, obs, e);
+}
+
+static int deepseek_has_experts(const lwq_model_config *c) { return c->num_experts > 0; }
+
+/* MLA rotates only the qk_rope_head_dim part of each head */
+static int64_t mla_rope_half(const lwq_model_config *c) { return c->qk_rope_head_dim / 2; }
+
+const lwq_fwd_arch lwq_fwd_arch_deepseek = {
+    .check_rope = lwq_fwd_check_full_rotary,
+    .odd_head_dim = 1,
+    .has_experts = deepseek_has_experts,
+    .check = mla_check,
+    .rope_half = mla_rope_half,
+    .inv_freq = mla_inv_freq,
+    .layer = deepseek_layer,
+    .final_norm = NULL,
+};

@@ -1,6 +1,7 @@
-/* engine/model_llama.c — the attention block and the SwiGLU MLP of the Llama family:
- * llama / mistral (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm
- * before RoPE, head_dim independent of hidden/heads), mixtral (plain attention).
+/* engine/model_llama.c — the Llama family's forward (lwq_fwd_arch_llama): llama / mistral
+ * (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm before RoPE, head_dim
+ * independent of hidden/heads), mixtral (plain attention).  A layer is this attention block, then
+ * the dense SwiGLU MLP (fwd_common.c) or the routed experts (model_moe.c).
  *
  *   x = input_layernorm(h)
  *   q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)      observed: q_proj, k_proj, v_proj
@@ -22,22 +23,6 @@ static int has_qk_norm(const lwq_model_config *c)
     return c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE;
 }
 
-/* Fetch a linear and its bias; the bias is required when `need_bias`, else used when present. */
-static int linear_weights(lwq_model *m, const lwq_weights *w, int layer, const char *module,
-                          int64_t out, int64_t in, int need_bias, lwq_tensor *wt, lwq_tensor *bias,
-                          int *has_bias, lwq_error *e)
-{
-    char name[LWQ_NAME_MAX];
-    snprintf(name, sizeof name, "%s.weight", module);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, out, in, 0, wt, e));
-    snprintf(name, sizeof name, "%s.bias", module);
-    int rc = lwq_fwd_weight(m, w, layer, name, 1, out, 0, !need_bias, bias, e);
-    if (rc < 0)
-        return rc;
-    *has_bias = rc == 0;
-    return 0;
-}
-
 int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
 {
@@ -57,11 +42,11 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     int hbq, hbk, hbv, hbo;
     snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layer);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln1, e));
-    LWQ_TRY(linear_weights(m, w, layer, mq, H * hd, D, need_bias, &wq, &bq, &hbq, e));
-    LWQ_TRY(linear_weights(m, w, layer, mk, KV * hd, D, need_bias, &wk, &bk, &hbk, e));
-    LWQ_TRY(linear_weights(m, w, layer, mv, KV * hd, D, need_bias, &wv, &bv, &hbv, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mq, H * hd, D, need_bias, &wq, &bq, &hbq, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mk, KV * hd, D, need_bias, &wk, &bk, &hbk, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mv, KV * hd, D, need_bias, &wv, &bv, &hbv, e));
     /* qwen2 has no o_proj bias; llama's attention_bias covers o_proj too: take it when present */
-    LWQ_TRY(linear_weights(m, w, layer, mo, D, H * hd, 0, &wo, &bo, &hbo, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mo, D, H * hd, 0, &wo, &bo, &hbo, e));
     if (has_qk_norm(c)) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", layer);
         LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &qn, e));
@@ -107,36 +92,29 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     return lwq_backend_add(be, h, &o, e);
 }
 
-int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
-                       const char *gate, const char *up, const char *down, int64_t inter,
-                       const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
-                       lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+/* ---- the layer and the table ------------------------------------------------------------------ */
+
+/* h += attention; h += MLP: the dense SwiGLU, or on MoE layers (qwen3_moe, mixtral) the routed
+ * experts of model_moe.c. */
+static int llama_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                       lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
 {
-    const int64_t n = x->shape[0], D = m->cfg->hidden_size;
-    char mg[LWQ_NAME_MAX], mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX];
-    snprintf(mg, sizeof mg, "%s.%s", prefix, gate);
-    snprintf(mu, sizeof mu, "%s.%s", prefix, up);
-    snprintf(md, sizeof md, "%s.%s", prefix, down);
-    /* llama's mlp_bias adds biases to all three; otherwise a bias is used when present */
-    const int need_bias = m->cfg->mlp_bias && m->cfg->arch == LWQ_ARCH_LLAMA;
-    lwq_tensor wg, wu, wd, bg, bu, bd, gs, us;
-    int hbg, hbu, hbd;
-    LWQ_TRY(linear_weights(m, w, layer, mg, inter, D, need_bias, &wg, &bg, &hbg, e));
-    LWQ_TRY(linear_weights(m, w, layer, mu, inter, D, need_bias, &wu, &bu, &hbu, e));
-    LWQ_TRY(linear_weights(m, w, layer, md, D, inter, need_bias, &wd, &bd, &hbd, e));
-    if (!g) {
-        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &gs, e));
-        g = &gs;
-    }
-    if (!u) {
-        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &us, e));
-        u = &us;
-    }
-    LWQ_TRY(lwq_fwd_observe(obs, layer, mg, x, valid, e));
-    LWQ_TRY(lwq_fwd_observe(obs, layer, mu, x, valid, e));
-    LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, hbg ? &bg : NULL, g, e));
-    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, hbu ? &bu : NULL, u, e));
-    LWQ_TRY(lwq_backend_swiglu(m->be, g, u, g, e));
-    LWQ_TRY(lwq_fwd_observe(obs, layer, md, g, valid, e));
-    return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);
+    LWQ_TRY(lwq_fwd_attention_block(m, layer, w, b, h, obs, e));
+    return lwq_fwd_ffn_block(m, layer, w, b, h, lwq_fwd_moe_block, obs, e);
 }
+
+static int llama_has_experts(const lwq_model_config *c)
+{
+    return c->arch == LWQ_ARCH_MIXTRAL || (c->arch == LWQ_ARCH_QWEN3_MOE && c->num_experts > 0);
+}
+
+const lwq_fwd_arch lwq_fwd_arch_llama = {
+    .check_rope = lwq_fwd_check_full_rotary,
+    .odd_head_dim = 0,
+    .has_experts = llama_has_experts,
+    .check = NULL,
+    .rope_half = NULL,
+    .inv_freq = NULL,
+    .layer = llama_layer,
+    .final_norm = NULL,
+};

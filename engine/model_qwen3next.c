@@ -650,3 +650,32 @@ int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const
     }
     return lwq_backend_add(m->be, h, &out, e);
 }
+
+/* ---- the table -------------------------------------------------------------------------------- */
+
+/* Partial rotary; the linear-attention geometry (dims > 0, value heads a multiple of key heads)
+ * was checked by the config parser. */
+static int qwen3next_check_rope(const lwq_model_config *c, lwq_error *e)
+{
+    int64_t half = (int64_t)((double)c->head_dim * c->partial_rotary_factor) / 2;
+    if (half < 1 || c->rope_type != LWQ_ROPE_DEFAULT || c->linear_num_key_heads <= 0 ||
+        c->linear_num_value_heads % c->linear_num_key_heads || c->linear_conv_kernel_dim <= 0)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (qwen3_next): needs default RoPE on at "
+                        "least 2 dims (head_dim %" PRId64 " x partial_rotary_factor %g) and a "
+                        "valid linear-attention geometry", c->head_dim,
+                        c->partial_rotary_factor);
+    return 0;
+}
+
+static int qwen3next_has_experts(const lwq_model_config *c) { return c->num_experts > 0; }
+
+const lwq_fwd_arch lwq_fwd_arch_qwen3next = {
+    .check_rope = qwen3next_check_rope,
+    .odd_head_dim = 0,
+    .has_experts = qwen3next_has_experts,
+    .check = NULL,
+    .rope_half = NULL,
+    .inv_freq = NULL,
+    .layer = lwq_fwd_qwen3next_layer,
+    .final_norm = lwq_fwd_rmsnorm_1p,
+};

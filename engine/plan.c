@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/proc.h"
 #include "engine/engine.h"
+#include "kernels/gptq.h"
 #include "engine/layersrc.h"
 #include "kernels/backend.h"
 #include "layout/arch.h"
@@ -159,6 +160,15 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                  * error report, one linear at a time */
                 uint64_t f = 2 * in * in * sizeof(double) + 2 * (uint64_t)l->out_features * in * sizeof(float);
                 p->gptq_factor_bytes = f > p->gptq_factor_bytes ? f : p->gptq_factor_bytes;
+                /* on the GPU (kernels/cuda/gptq_cuda.cu): the factor's matrix and cuSOLVER workspace (~2 in^2
+                 * doubles), then the sweep's weight copy, its double working copy, the factor, the block
+                 * errors and the codes */
+                uint64_t outf = (uint64_t)l->out_features;
+                uint64_t g = 2 * in * in * sizeof(double);
+                uint64_t sw = outf * in * (lwq_dtype_size(c->dtype) + sizeof(double) + 1) + in * in * sizeof(double) +
+                              outf * LWQ_GPTQ_BLOCK * sizeof(double) + 3 * in * sizeof(int64_t);
+                g = sw > g ? sw : g;
+                p->gpu_quant_bytes = g > p->gpu_quant_bytes ? g : p->gpu_quant_bytes;
             }
             gpu_linear(ck, l, &ch, act, (uint64_t)max_rows, &p->gpu_staging_bytes, &p->gpu_quant_bytes);
         }

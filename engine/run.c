@@ -29,6 +29,8 @@
  *                                                                lwq_run_finish      run_output.c
  *   8. report       summary line and JSON                        lwq_run_summary     run_report.c
  *
+ * Expert streaming (run_stream.c) does 2-4 of a MoE layer as units: the dense part, then groups
+ * of routed experts, each read, computed, observed and quantized in turn; 5-6 are unchanged.
  * --whole-model replaces 1-6 with the reference path (lwq_run_whole, run_reference.c): every
  * layer resident, each batch through all layers, shards written at once, no commits.
  *

@@ -76,7 +76,7 @@ void lwq_run_log_gptq(lwq_run *r, int L, const lwq_qlayer_report *rep)
     if (r->o->quiet)
         return;
     gsum g = summarize(rep);
-    fprintf(stderr, "layer %d: GPTQ on %d linears: relative output error %.3g (max calibration %.3g); worst "
-                    "linear at %.3f of max's%s\n",
-            L, rep->gptq_n, g.rel_gptq, g.rel_max, g.worst, g.worse ? " (some above max: see --log-json)" : "");
+    LWQ_INFO("layer %d: GPTQ on %d linears: relative output error %.3g (max calibration %.3g); worst "
+             "linear at %.3f of max's%s",
+             L, rep->gptq_n, g.rel_gptq, g.rel_max, g.worst, g.worse ? " (some above max: see --log-json)" : "");
 }

@@ -4,9 +4,13 @@
  *   run_layer.c     one layer over the calibration set: embed, forward + observe, --qdq-next
  *   run_reference.c the whole-model reference path
  *   run_output.c    everything written: shard, boundary, manifest commits; tail, index, configs
- *   run_report.c    progress lines, the JSON log, the summary, per-layer calibration reports
- * Calls go one way: run.c -> run_setup/run_layer/run_reference/run_output -> run_report, and
- * run_reference -> run_layer/run_output.  Which thread owns which field: engine/run.c.
+ *   run_stream.c    a MoE layer as units (expert streaming)
+ *   run_report.c    progress lines, the summary, per-layer calibration reports
+ *   run_gptq.c      what a run says about its GPTQ linears
+ *   run_log.c       the --log-json lines
+ * Calls go one way (scripts/check-includes.sh checks it): run.c -> run_setup, run_layer,
+ * run_reference, run_stream -> run_output -> run_report -> run_gptq -> run_log.  Which thread
+ * owns which field: engine/run.c.
  * Not public. */
 #ifndef LWQ_ENGINE_RUN_INTERNAL_H
 #define LWQ_ENGINE_RUN_INTERNAL_H
@@ -168,11 +172,13 @@ int lwq_run_finish(lwq_run *r, lwq_error *e);
 /* Wait until no boundary write reads bnd[i]. */
 void lwq_run_wait_boundary(lwq_run *r, int i);
 
-/* ---- run_report.c: progress, JSON log, summary (calls nothing above) ---- */
+/* ---- run_log.c: the JSON log (calls nothing of the run) ---- */
 /* One JSON line to --log-json (thread-safe). */
 void lwq_run_jlog(lwq_run *r, const char *json);
 /* Layer L's JSON line (writer thread, once its shard is durable). */
 void lwq_run_log_layer(lwq_run *r, int layer);
+
+/* ---- run_report.c: progress, summary, layer reports ---- */
 /* Layer L's progress line; samples RSS and GPU peak into lstat[L]. */
 void lwq_run_progress(lwq_run *r, int L, double t_start, double *t_prev, int done_layers);
 void lwq_run_summary(lwq_run *r, double wall);

@@ -1,13 +1,8 @@
 /* engine/run_report.c — what a run tells people and programs while it works: the progress line
- * per layer and the closing summary (through core/log.h, silenced by --quiet), the --log-json
- * lines (one per committed layer and a summary), and the per-layer calibration report kept in
- * the manifest.
- *
- * Threads: lwq_run_jlog and lwq_run_log_layer are called from the writer thread (a layer's line
- * is written once its shard is durable) as well as the engine thread; the JSON log is guarded by
- * r->log_mu.  lwq_run_progress and lwq_run_summary run on the engine thread only.
- * Nothing here writes an output file, so the files that do (run_output.c) and the loop (run.c)
- * both call in, and nothing here calls back. */
+ * per layer and the closing summary (through core/log.h, silenced by --quiet; the summary also
+ * as a --log-json line), and the per-layer calibration report kept in the manifest (with the
+ * GPTQ part from run_gptq.c).  Engine thread only.  Nothing here writes an output file, so the
+ * files that do (run_output.c) and the loop (run.c) call in, and nothing here calls back. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,29 +11,6 @@
 
 #include "core/log.h"
 #include "engine/run_internal.h"
-
-void lwq_run_jlog(lwq_run *r, const char *json)
-{
-    if (!r->jlog)
-        return;
-    pthread_mutex_lock(&r->log_mu);
-    fprintf(r->jlog, "%s\n", json);
-    fflush(r->jlog);
-    pthread_mutex_unlock(&r->log_mu);
-}
-
-void lwq_run_log_layer(lwq_run *r, int L)
-{
-    const struct lwq_layer_log *s = &r->lstat[L];
-    char buf[512];
-    snprintf(buf, sizeof buf,
-             "{\"event\":\"layer\",\"layer\":%d,\"bytes_read\":%" PRIu64 ",\"read_wait_s\":%.6f,\"forward_s\":%.6f,"
-             "\"quantize_s\":%.6f,\"write_s\":%.6f,\"rss_bytes\":%" PRIu64 ",\"gpu_bytes\":%" PRIu64
-             ",\"cold_experts\":%d,\"n_experts\":%d}",
-             L, s->bytes_read, s->read_wait_s, s->forward_s, s->quantize_s, s->write_s, s->rss, s->gpu_bytes,
-             s->cold_experts, s->n_experts);
-    lwq_run_jlog(r, buf);
-}
 
 /* One line per layer: its bytes and the wall time since the previous layer finished, so the GB/s
  * shown is what the whole pipeline sustains, not the disk alone. */

@@ -85,6 +85,9 @@ static int on_linear(void *ctx, int layer, const char *module, const lwq_tensor 
     if (i < 0) /* an input the plan does not quantize (e.g. a router): nothing to keep */
         return 0;
     int64_t rows = x->shape[0], cols = x->shape[1];
+    if (s->hsum[i] && cols != s->plan->linears[i].in_features) /* the sums are sized by the plan */
+        return lwq_errf(e, LWQ_EINVAL, "layer %d: input of %s is %lld wide, the plan says %lld in-features", layer,
+                        module, (long long)cols, (long long)s->plan->linears[i].in_features);
     uint8_t *vh;
     int64_t nvalid = count_valid(s, valid, rows, &vh, e);
     if (nvalid < 0)

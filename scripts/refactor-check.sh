@@ -86,6 +86,11 @@ quantize_set() { # lwq_binary models_dir out_dir
     "$lwq" quantize "$m/qnext" -o "$d/o_qnext" --qformat qwen3next_production "${q[@]}"
     "$lwq" quantize "$m/qnext" -o "$d/o_qnext_lh" --qformat nvfp4 --algo local_hessian "${q[@]}"
     "$lwq" quantize "$m/qwen3" -o "$d/o_qwen3" --qformat nvfp4 --batch-size 3 "${q[@]}"
+    # expert streaming, where the revision has it (same bytes as the unstreamed run by design)
+    if "$lwq" quantize --help | grep -q -- --expert-group; then
+        "$lwq" quantize "$m/moe" -o "$d/o_moe_stream" --qformat nvfp4 --expert-group 3 "${q[@]}"
+        "$lwq" quantize "$m/ds3" -o "$d/o_ds3_stream" --qformat nvfp4 --expert-group 2 "${q[@]}"
+    fi
     # real tiny checkpoints (../shared/fixtures): a tokenizer's own text, token ids, two shards
     local fx=${LWQ_FIXTURES:-$root/../shared/fixtures}
     if [ -d "$fx/agilerl-tiny-qwen3-moe" ]; then

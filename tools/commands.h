@@ -18,6 +18,7 @@ int lwq_cmd_diff(int argc, char **argv);
 int lwq_cmd_mkmodel(int argc, char **argv);
 int lwq_cmd_bench_io(int argc, char **argv);
 int lwq_cmd_tokenize(int argc, char **argv);
+int lwq_cmd_eval(int argc, char **argv);
 
 #define LWQ_EXIT_OK 0
 #define LWQ_EXIT_DIFF 1

@@ -178,6 +178,23 @@ int llama2c_to_hf(const llama2c_model *m, const char *out_dir, lwq_error *e)
 
 /* ---- float64 reference, llama2.c's run.c semantics ---------------------------------------- */
 
+/* Nearest E4M3 value (ties to the even mantissa), saturating at +-448: from the format's
+ * definition (3 mantissa bits, exponent bias 7, subnormal step 2^-9), not from lwq's encoder. */
+static double fp8_round(double v)
+{
+    double a = fabs(v), step, r;
+    if (a >= 448.0)
+        r = 448.0;
+    else {
+        int ex;
+        frexp(a, &ex); /* a = f * 2^ex, f in [0.5, 1) */
+        step = a < ldexp(1.0, -6) ? ldexp(1.0, -9) : ldexp(1.0, ex - 1 - 3);
+        r = nearbyint(a / step) * step; /* the default rounding mode: ties to even */
+        r = r > 448.0 ? 448.0 : r;
+    }
+    return v < 0 ? -r : r;
+}
+
 static void rmsnorm64(double *o, const double *x, const float *w, int n)
 {
     double ss = 0;
@@ -201,15 +218,30 @@ static void matvec64(double *o, const float *w, const double *x, int rows, int c
 
 /* Run positions [p0, p1) of `tokens` with the caches kc/vc (L, cap, KD) holding 0..p0-1;
  * logits of each position to logits + (pos - p0) * vocab. */
-static int run64(const llama2c_model *m, const int32_t *tokens, int p0, int p1, int cap, double *kc, double *vc,
-                 double *logits)
+/* The input of linear group k (0: q/k/v, 1: o, 2: gate/up, 3: down) of layer l: observed into
+ * amax[4 l + k] and/or rounded through FP8 with scale in_scale[4 l + k] (either NULL: skipped). */
+static void act_hook(double *x, int n, int l, int k, double *amax, const float *in_scale, double *tmp)
+{
+    if (amax)
+        for (int i = 0; i < n; i++)
+            amax[4 * l + k] = fabs(x[i]) > amax[4 * l + k] ? fabs(x[i]) : amax[4 * l + k];
+    if (in_scale) {
+        double s = in_scale[4 * l + k];
+        for (int i = 0; i < n; i++)
+            tmp[i] = fp8_round(x[i] / s) * s;
+        memcpy(x, tmp, sizeof(double) * (size_t)n);
+    }
+}
+
+static int run64q(const llama2c_model *m, const int32_t *tokens, int p0, int p1, int cap, double *kc, double *vc,
+                  double *logits, double *amax, const float *in_scale, int kv_fp8)
 {
     const int D = m->dim, F = m->hidden, L = m->nlayers, H = m->nheads, hd = D / H, KD = m->nkv * hd,
               kvmul = H / m->nkv;
     double *x = malloc(sizeof(double) * D), *xb = malloc(sizeof(double) * D), *xb2 = malloc(sizeof(double) * D);
     double *q = malloc(sizeof(double) * D), *hb = malloc(sizeof(double) * F), *hb2 = malloc(sizeof(double) * F);
-    double *att = malloc(sizeof(double) * (size_t)cap);
-    int rc = x && xb && xb2 && q && hb && hb2 && att ? 0 : LWQ_ENOMEM;
+    double *att = malloc(sizeof(double) * (size_t)cap), *tmp = malloc(sizeof(double) * (size_t)(D > F ? D : F));
+    int rc = x && xb && xb2 && q && hb && hb2 && att && tmp ? 0 : LWQ_ENOMEM;
     for (int pos = p0; pos < p1 && rc == 0; pos++) {
         int tok = tokens[pos];
         if (tok < 0 || tok >= m->vocab) {
@@ -221,6 +253,7 @@ static int run64(const llama2c_model *m, const int32_t *tokens, int p0, int p1, 
         for (int l = 0; l < L; l++) {
             double *k = kc + ((size_t)l * cap + pos) * KD, *v = vc + ((size_t)l * cap + pos) * KD;
             rmsnorm64(xb, x, m->rms_att + (size_t)l * D, D);
+            act_hook(xb, D, l, 0, amax, in_scale, tmp);
             matvec64(q, m->wq + (size_t)l * D * D, xb, D, D);
             matvec64(k, m->wk + (size_t)l * KD * D, xb, KD, D);
             matvec64(v, m->wv + (size_t)l * KD * D, xb, KD, D);
@@ -232,6 +265,10 @@ static int run64(const llama2c_model *m, const int32_t *tokens, int p0, int p1, 
                     vec[i] = v0 * c - v1 * s;
                     vec[i + 1] = v0 * s + v1 * c;
                 }
+            }
+            for (int i = 0; kv_fp8 && i < KD; i++) { /* the FP8 cache, scale 1 (cast mode) */
+                k[i] = fp8_round(k[i]);
+                v[i] = fp8_round(v[i]);
             }
             for (int h = 0; h < H; h++) {
                 const double *qh = q + (size_t)h * hd;
@@ -253,14 +290,17 @@ static int run64(const llama2c_model *m, const int32_t *tokens, int p0, int p1, 
                     xb[h * hd + i] = s;
                 }
             }
+            act_hook(xb, D, l, 1, amax, in_scale, tmp);
             matvec64(xb2, m->wo + (size_t)l * D * D, xb, D, D);
             for (int i = 0; i < D; i++)
                 x[i] += xb2[i];
             rmsnorm64(xb, x, m->rms_ffn + (size_t)l * D, D);
+            act_hook(xb, D, l, 2, amax, in_scale, tmp);
             matvec64(hb, m->w1 + (size_t)l * F * D, xb, F, D);
             matvec64(hb2, m->w3 + (size_t)l * F * D, xb, F, D);
             for (int i = 0; i < F; i++)
                 hb[i] = hb[i] / (1.0 + exp(-hb[i])) * hb2[i];
+            act_hook(hb, F, l, 3, amax, in_scale, tmp);
             matvec64(xb, m->w2 + (size_t)l * D * F, hb, D, F);
             for (int i = 0; i < D; i++)
                 x[i] += xb[i];
@@ -268,8 +308,14 @@ static int run64(const llama2c_model *m, const int32_t *tokens, int p0, int p1, 
         rmsnorm64(xb, x, m->rms_final, D);
         matvec64(logits + (size_t)(pos - p0) * m->vocab, m->emb, xb, m->vocab, D);
     }
-    free(x), free(xb), free(xb2), free(q), free(hb), free(hb2), free(att);
+    free(x), free(xb), free(xb2), free(q), free(hb), free(hb2), free(att), free(tmp);
     return rc;
+}
+
+static int run64(const llama2c_model *m, const int32_t *tokens, int p0, int p1, int cap, double *kc, double *vc,
+                 double *logits)
+{
+    return run64q(m, tokens, p0, p1, cap, kc, vc, logits, NULL, NULL, 0);
 }
 
 static int caches(const llama2c_model *m, int len, double **kc, double **vc)
@@ -333,5 +379,70 @@ int llama2c_sample(const llama2c_model *m, uint64_t seed, int32_t first, int len
     free(z);
     free(kc);
     free(vc);
+    return rc;
+}
+
+/* ---- FP8 W8A8 emulation in the reference ----------------------------------------------------- */
+
+int llama2c_fp8_calibrate(const llama2c_model *m, const int32_t *tokens, int nseq, int len, double *amax)
+{
+    double *kc, *vc, *lg = malloc(sizeof(double) * (size_t)len * m->vocab);
+    int rc = caches(m, len, &kc, &vc);
+    if (!lg)
+        rc = LWQ_ENOMEM;
+    memset(amax, 0, sizeof(double) * 4 * (size_t)m->nlayers);
+    for (int s = 0; s < nseq && rc == 0; s++)
+        rc = run64q(m, tokens + (size_t)s * len, 0, len, len, kc, vc, lg, amax, NULL, 0);
+    free(kc);
+    free(vc);
+    free(lg);
+    return rc;
+}
+
+/* Weight w (n elements) -> e4m3(w / ws) * ws, ws = amax / 448, in f32 as FORMATS.md 3 says. */
+static void fp8_weight(float *w, size_t n)
+{
+    float amax = 0;
+    for (size_t i = 0; i < n; i++)
+        amax = fabsf(w[i]) > amax ? fabsf(w[i]) : amax;
+    float ws = amax / 448.0f;
+    for (size_t i = 0; i < n; i++)
+        w[i] = (float)fp8_round((double)(w[i] / ws)) * ws;
+}
+
+int llama2c_logits64_fp8(const llama2c_model *m, const double *amax, const int32_t *tokens, int len, double *logits)
+{
+    const int L = m->nlayers, D = m->dim, F = m->hidden, KD = m->nkv * (m->dim / m->nheads);
+    llama2c_model q = *m;
+    size_t total = (size_t)(m->rms_final - m->data) + (size_t)D;
+    float *data = malloc(total * sizeof(float)), in_scale[4 * 64];
+    if (!data || L > 64) {
+        free(data);
+        return LWQ_ENOMEM;
+    }
+    memcpy(data, m->data, total * sizeof(float));
+#define REBASE(f) q.f = data + (m->f - m->data)
+    REBASE(emb), REBASE(rms_att), REBASE(wq), REBASE(wk), REBASE(wv), REBASE(wo), REBASE(rms_ffn), REBASE(w1),
+        REBASE(w2), REBASE(w3), REBASE(rms_final);
+#undef REBASE
+    q.data = data;
+    for (int l = 0; l < L; l++) {
+        fp8_weight((float *)q.wq + (size_t)l * D * D, (size_t)D * D);
+        fp8_weight((float *)q.wk + (size_t)l * KD * D, (size_t)KD * D);
+        fp8_weight((float *)q.wv + (size_t)l * KD * D, (size_t)KD * D);
+        fp8_weight((float *)q.wo + (size_t)l * D * D, (size_t)D * D);
+        fp8_weight((float *)q.w1 + (size_t)l * F * D, (size_t)F * D);
+        fp8_weight((float *)q.w2 + (size_t)l * D * F, (size_t)D * F);
+        fp8_weight((float *)q.w3 + (size_t)l * F * D, (size_t)F * D);
+    }
+    for (int i = 0; i < 4 * L; i++)
+        in_scale[i] = (float)amax[i] / 448.0f;
+    double *kc, *vc;
+    int rc = caches(m, len, &kc, &vc);
+    if (rc == 0)
+        rc = run64q(&q, tokens, 0, len, len, kc, vc, logits, NULL, in_scale, 1);
+    free(kc);
+    free(vc);
+    free(data);
     return rc;
 }

@@ -68,4 +68,12 @@ int llama2c_logits64(const llama2c_model *m, const int32_t *tokens, int len, dou
  * generator (xorshift64*, temperature 1, float64 probabilities): out[0] = first. */
 int llama2c_sample(const llama2c_model *m, uint64_t seed, int32_t first, int len, int32_t *out);
 
+/* FP8 W8A8 with an FP8 KV cache, emulated inside the float64 reference (no lwq code): every
+ * linear weight per tensor e4m3(w / ws) * ws with ws = amax(w) / 448 (f32); every linear input
+ * e4m3(x / s) * s with s = amax / 448 from llama2c_fp8_calibrate; k (after RoPE) and v rounded
+ * to E4M3 with scale 1 (cast mode).  amax: (nlayers, 4) maxima of |x| at the inputs of q/k/v,
+ * o, gate/up and down over every token of the nseq sequences of len tokens. */
+int llama2c_fp8_calibrate(const llama2c_model *m, const int32_t *tokens, int nseq, int len, double *amax);
+int llama2c_logits64_fp8(const llama2c_model *m, const double *amax, const int32_t *tokens, int len, double *logits);
+
 #endif
