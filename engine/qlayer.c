@@ -34,6 +34,8 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
 {
     for (int i = 0; i < plan->nlinears; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
+        if (choice[i].split && !l->is_router)
+            return lwq_recipe_split_error(&choice[i], l->name, e);
         if (choice[i].format == LWQ_QFMT_NONE)
             continue;
         if (l->is_router)
@@ -225,6 +227,10 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
     for (int i = 0; i < plan->nlinears; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         in_amax[i] = st->in_amax[i];
+        if (choice[i].has_input_amax) { /* fixed by the recipe (Model Optimizer's constant_amax) */
+            in_amax[i] = choice[i].input_amax;
+            continue;
+        }
         if (choice[i].format == LWQ_QFMT_NONE || (st->in_rows[i] > 0 && in_amax[i] > 0) || (only && !only[i]))
             continue;
         if (l->expert < 0) {
