@@ -114,6 +114,7 @@ static int make_backend(lwq_run *r, lwq_error *e)
         return rc;
     r->be_open = 1;
     lwq_qops_init(&r->qops, &r->be);
+    lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
         LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
                  lwq_qops_where(&r->qops));
@@ -154,19 +155,8 @@ static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
     *p = mp;
     if (!o->quiet)
         lwq_mem_plan_print(&mp, o);
-    if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9 && mp.stream_min_host > 0)
-        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of host memory, more than --max-cpu-memory-gb %.3f, "
-                        "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
-                        "%.3f GB per unit); give at least --max-cpu-memory-gb %.3f or lower --calib-size/--calib-seq",
-                        (double)mp.host_peak / 1e9, o->max_cpu_gb, (double)mp.stream_min_host / 1e9,
-                        (double)mp.dense_bytes / 1e9, (double)mp.expert_bytes / 1e9,
-                        (double)mp.stream_min_host / 1e9);
-    if (o->max_gpu_gb > 0 && mp.gpu_peak > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9 &&
-        mp.stream_min_gpu > 0)
-        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of GPU memory, more than --max-gpu-memory-gb %.3f, "
-                        "and streaming experts one at a time still needs %.3f GB; give at least "
-                        "--max-gpu-memory-gb %.3f", (double)mp.gpu_peak / 1e9, o->max_gpu_gb,
-                        (double)mp.stream_min_gpu / 1e9, (double)mp.stream_min_gpu / 1e9);
+    if ((rc = lwq_plan_stream_refusal(o, &mp, e)) != 0) /* a streaming minimum decides it */
+        return rc;
     if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
         return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of host memory, more than --max-cpu-memory-gb %.2f; "
                         "lower --calib-size/--calib-seq or --prefetch", (double)mp.host_peak / 1e9, o->max_cpu_gb);
@@ -242,8 +232,10 @@ void lwq_run_free(lwq_run *r)
     free(r->bnd[1]);
     if (r->be_open && r->work.data)
         lwq_backend_tensor_free(&r->be, &r->work);
-    if (r->be_open)
+    if (r->be_open) {
         lwq_qops_free(&r->qops);
+        lwq_devslab_free(&r->wslab);
+    }
     if (r->model_open)
         lwq_model_free(&r->model);
     for (int L = 0; L < r->nlayers; L++) {
