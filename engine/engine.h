@@ -93,6 +93,10 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const struct lwq_ckpt *ck
  * fit --max-cpu-memory-gb / --max-gpu-memory-gb, the largest that does; the peaks then follow
  * the units.  Called by lwq_quantize_plan_ckpt. */
 int lwq_plan_stream(const lwq_quantize_opts *o, const struct lwq_ckpt *ck, lwq_mem_plan *p, lwq_error *e);
+/* The refusal of a plan over its budget when expert streaming is what decides it: an
+ * --expert-group too large for the budget, or a budget below the dense part + one expert (the
+ * message gives the least that works).  0 when the generic over-budget message applies. */
+int lwq_plan_stream_refusal(const lwq_quantize_opts *o, const lwq_mem_plan *p, lwq_error *e);
 /* Print a plan for people. */
 void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o);
 int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e);

@@ -84,6 +84,7 @@ typedef struct lwq_eval_result {
     int64_t eval_tokens;        /* real tokens run through the layers */
     double nll_src, ppl_src;
     double wall_s, forward_src_s, forward_q_s, calib_s, quantize_s;
+    uint64_t peak_rss_bytes;    /* VmHWM of the process at the end */
     lwq_eval_cand_result *c;
 } lwq_eval_result;
 

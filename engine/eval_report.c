@@ -138,6 +138,7 @@ int lwq_eval_write_json(const lwq_eval_result *r, const char *path, lwq_error *e
     ok = ok && cJSON_AddNumberToObject(root, "ppl_src", r->ppl_src);
     ok = ok && cJSON_AddNumberToObject(root, "nll_src", r->nll_src);
     ok = ok && cJSON_AddNumberToObject(root, "wall_s", r->wall_s);
+    ok = ok && cJSON_AddNumberToObject(root, "peak_rss_bytes", (double)r->peak_rss_bytes);
     ok = ok && cJSON_AddNumberToObject(root, "calib_forward_s", r->calib_s);
     ok = ok && cJSON_AddNumberToObject(root, "src_forward_s", r->forward_src_s);
     ok = ok && cJSON_AddNumberToObject(root, "quantize_s", r->quantize_s);

@@ -113,26 +113,35 @@ static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e
                         LWQ_TENSOR_MAX_DIMS);
     void *data = t->data;
     if (lw->be->ops->device != LWQ_DEV_CPU) {
-        const lwq_htensor *d = NULL;
-        for (int i = 0; i < lw->dev.n && !d; i++)
-            if (!strcmp(lw->dev.v[i].name, name))
-                d = &lw->dev.v[i];
-        if (!d) {
-            void *p;
-            int rc = lwq_backend_alloc(lw->be, t->nbytes ? t->nbytes : 1, &p, e);
-            if (rc)
+        int i = lwq_name_index_find(&lw->idx, &lw->dev, name);
+        if (i < 0) {
+            void *p = NULL;
+            int rc = 0, in_slab = lw->slab && lwq_devslab_get(lw->slab, t->nbytes, &p) == 0;
+            if (!in_slab && (rc = lwq_backend_alloc(lw->be, t->nbytes ? t->nbytes : 1, &p, e)) != 0)
                 return rc;
+            if (lw->dev.n == lw->dev_host_cap) {
+                int cap = lw->dev_host_cap ? 2 * lw->dev_host_cap : 64;
+                const void **h = realloc(lw->dev_host, (size_t)cap * sizeof *h);
+                if (!h)
+                    rc = lwq_errf(e, LWQ_ENOMEM, "out of memory for the device weights of %s", name);
+                else
+                    lw->dev_host = h, lw->dev_host_cap = cap;
+            }
             LWQ_TRACE_BEGIN("upload", -1);
-            rc = lwq_backend_upload(lw->be, p, t->data, t->nbytes, e);
+            if (rc == 0)
+                rc = lwq_backend_upload(lw->be, p, t->data, t->nbytes, e);
             LWQ_TRACE_END();
-            if (rc != 0 ||
-                (rc = lwq_tlist_add(&lw->dev, name, t->dtype, t->ndim, t->shape, p, 0, e)) != 0) {
-                lwq_backend_free(lw->be, p);
+            if (rc != 0 || (rc = lwq_tlist_add(&lw->dev, name, t->dtype, t->ndim, t->shape, p, 0, e)) != 0) {
+                if (!in_slab)
+                    lwq_backend_free(lw->be, p);
                 return rc;
             }
-            d = &lw->dev.v[lw->dev.n - 1];
+            i = lw->dev.n - 1;
+            lw->dev_host[i] = t->data;
+            if ((rc = lwq_name_index_put(&lw->idx, &lw->dev, i, e)) != 0)
+                return rc; /* the copy is in dev: freed with the list */
         }
-        data = d->data;
+        data = lw->dev.v[i].data;
     }
     *out = lwq_tensor_view(data, t->dtype, t->ndim, t->shape);
     out->device = lw->be->ops->device;
@@ -151,9 +160,34 @@ void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const 
     lw->w.ctx = lw;
 }
 
+void lwq_layer_weights_use_slab(lwq_layer_weights *lw, lwq_devslab *slab)
+{
+    if (!slab || slab->in_use || lw->be->ops->device == LWQ_DEV_CPU || lw->dev.n)
+        return;
+    slab->in_use = 1;
+    lw->slab = slab;
+}
+
+const void *lwq_layer_weights_device(void *ctx, const lwq_htensor *w)
+{
+    lwq_layer_weights *lw = ctx;
+    int i = w->name ? lwq_name_index_find(&lw->idx, &lw->dev, w->name) : -1;
+    if (i < 0 || lw->dev_host[i] != w->data || lw->dev.v[i].dtype != w->dtype || lw->dev.v[i].nbytes != w->nbytes)
+        return NULL;
+    return lw->dev.v[i].data;
+}
+
 void lwq_layer_weights_free(lwq_layer_weights *lw)
 {
     for (int i = 0; i < lw->dev.n; i++)
-        lwq_backend_free(lw->be, lw->dev.v[i].data);
+        if (!(lw->slab && lwq_devslab_owns(lw->slab, lw->dev.v[i].data)))
+            lwq_backend_free(lw->be, lw->dev.v[i].data);
+    if (lw->slab)
+        lwq_devslab_reset(lw->slab);
+    lw->slab = NULL;
     lwq_tlist_free(&lw->dev);
+    lwq_name_index_free(&lw->idx);
+    free(lw->dev_host);
+    lw->dev_host = NULL;
+    lw->dev_host_cap = 0;
 }

@@ -12,6 +12,7 @@
 #ifndef LWQ_ENGINE_LAYERSRC_H
 #define LWQ_ENGINE_LAYERSRC_H
 
+#include "engine/devslab.h"
 #include "engine/forward.h"
 #include "engine/tlist.h"
 #include "io/reader.h"
@@ -38,12 +39,22 @@ typedef struct lwq_layer_weights {
     const char *prefix;        /* cfg.weight_prefix: the forward asks for "model.layers..." names,
                                   wrapped checkpoints store "language_model.model.layers..." */
     lwq_tlist dev;             /* device copies (CUDA), data = device pointers */
+    lwq_name_index idx;        /* name -> index in dev */
+    const void **dev_host;     /* the host data each device copy was made from */
+    int dev_host_cap;
+    lwq_devslab *slab;         /* device memory for the copies, or NULL: one allocation each */
     lwq_weights w;             /* pass to the forward */
 } lwq_layer_weights;
 
 void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src,
                             const lwq_tlist *overlay, const char *prefix);
-/* Frees device copies. */
+/* Take the copies from `slab` (one user at a time; ignored when it is in use): see devslab.h. */
+void lwq_layer_weights_use_slab(lwq_layer_weights *lw, lwq_devslab *slab);
+/* The device copy the forward made of host tensor w (same name and host data), or NULL: lets the
+ * quantizer read it instead of uploading w again (lwq_qops_set_devcopies).  lw: a
+ * lwq_layer_weights. */
+const void *lwq_layer_weights_device(void *lw, const lwq_htensor *w);
+/* Frees device copies (and resets the slab for the next layer). */
 void lwq_layer_weights_free(lwq_layer_weights *lw);
 
 #endif

@@ -116,3 +116,31 @@ int lwq_plan_stream(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_mem_plan
     p->writer_bytes = q.writer;
     return 0;
 }
+
+int lwq_plan_stream_refusal(const lwq_quantize_opts *o, const lwq_mem_plan *p, lwq_error *e)
+{
+    const double G = 1e9;
+    int over_host = o->max_cpu_gb > 0 && (double)p->host_peak > o->max_cpu_gb * G;
+    int over_gpu = o->max_gpu_gb > 0 && p->gpu_peak > 0 && (double)p->gpu_peak > o->max_gpu_gb * G;
+    if (!p->stream_min_host || (!over_host && !over_gpu))
+        return 0;
+    if (o->expert_group > 1 && fits(o, p->stream_min_host, p->stream_min_gpu))
+        return lwq_errf(e, LWQ_ENOMEM, "with --expert-group %d the plan needs %.3f GB of host and %.3f GB of GPU "
+                        "memory, more than the budget; a smaller group fits (one expert per unit needs %.3f GB host, "
+                        "%.3f GB GPU): lower --expert-group or leave it out to size it to the budget",
+                        o->expert_group, (double)p->host_peak / G, (double)p->gpu_peak / G,
+                        (double)p->stream_min_host / G, (double)p->stream_min_gpu / G);
+    if (over_host && (double)p->stream_min_host > o->max_cpu_gb * G)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of host memory, more than --max-cpu-memory-gb %.3f, "
+                        "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
+                        "%.3f GB per unit); give at least --max-cpu-memory-gb %.3f or lower --calib-size/--calib-seq",
+                        (double)p->host_peak / G, o->max_cpu_gb, (double)p->stream_min_host / G,
+                        (double)p->dense_bytes / G, (double)p->expert_bytes / G, (double)p->stream_min_host / G);
+    if (over_gpu && p->stream_min_gpu > 0 && (double)p->stream_min_gpu > o->max_gpu_gb * G)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of GPU memory, more than --max-gpu-memory-gb %.3f, "
+                        "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
+                        "%.3f GB per unit); give at least --max-gpu-memory-gb %.3f", (double)p->gpu_peak / G,
+                        o->max_gpu_gb, (double)p->stream_min_gpu / G, (double)p->dense_bytes / G,
+                        (double)p->expert_bytes / G, (double)p->stream_min_gpu / G);
+    return 0;
+}

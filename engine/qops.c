@@ -22,6 +22,12 @@ void lwq_qops_init(lwq_qops *q, const lwq_backend *be)
         lwq_qops_init_with(q, NULL, lwq_quant_host_ops());
 }
 
+void lwq_qops_set_devcopies(lwq_qops *q, lwq_qops_devcopy_fn fn, void *ctx)
+{
+    q->devcopy = fn;
+    q->devcopy_ctx = ctx;
+}
+
 void lwq_qops_end_layer(lwq_qops *q)
 {
     q->gen++;
@@ -77,6 +83,12 @@ static int weight_ptr(lwq_qops *q, const lwq_htensor *w, int64_t rows, int64_t c
         return lwq_errf(e, LWQ_EINVAL, "tensor %s: shape [%lld, %lld] does not fit its %llu bytes of data",
                         w->name ? w->name : "(unnamed)", (long long)rows, (long long)cols,
                         (unsigned long long)w->nbytes);
+    const void *held = q->devcopy ? q->devcopy(q->devcopy_ctx, w) : NULL;
+    if (held) { /* the forward's copy of this very tensor: no second upload */
+        q->reused++;
+        *out = held;
+        return 0;
+    }
     if (!same_key(q, w)) {
         q->cached = 0;
         free(q->cached_name);

@@ -24,6 +24,10 @@
 
 #define LWQ_QOPS_SCRATCH 3
 
+/* A device copy of w that someone else already holds (the forward's, engine/layersrc.h
+ * lwq_layer_weights_device), or NULL. */
+typedef const void *(*lwq_qops_devcopy_fn)(void *ctx, const lwq_htensor *w);
+
 typedef struct lwq_qops {
     const lwq_backend *be;    /* the device backend whose memory `qt` reads, or NULL for the host */
     const lwq_quant_ops *qt;  /* the quantizers */
@@ -39,8 +43,11 @@ typedef struct lwq_qops {
     /* reusable device buffers for one call's outputs and extra inputs */
     void *scratch[LWQ_QOPS_SCRATCH];
     uint64_t scratch_cap[LWQ_QOPS_SCRATCH];
-    /* counters (tests, logs): weight uploads and device allocations made */
-    uint64_t uploads, allocs;
+    /* the forward's device copies, read instead of uploading (NULL: none) */
+    lwq_qops_devcopy_fn devcopy;
+    void *devcopy_ctx;
+    /* counters (tests, logs): weight uploads, device allocations, weights read from devcopy */
+    uint64_t uploads, allocs, reused;
 } lwq_qops;
 
 /* be may be any backend: a CUDA one moves the work to the GPU when the build has the CUDA
@@ -50,6 +57,8 @@ void lwq_qops_init(lwq_qops *q, const lwq_backend *be);
  * be NULL: qt reads host memory directly. */
 void lwq_qops_init_with(lwq_qops *q, const lwq_backend *be, const lwq_quant_ops *qt);
 void lwq_qops_free(lwq_qops *q);
+/* Read weights from fn's device copies when it has one (NULL: stop; call before the copies go). */
+void lwq_qops_set_devcopies(lwq_qops *q, lwq_qops_devcopy_fn fn, void *ctx);
 /* Forget the cached weight (its device buffer is kept for the next layer). */
 void lwq_qops_end_layer(lwq_qops *q);
 /* "host" or "cuda". */

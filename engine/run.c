@@ -241,6 +241,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     if (rc)
         return rc;
     lwq_layer_weights_init(&lw, &r->be, src, NULL, r->ck.cfg.weight_prefix);
+    lwq_layer_weights_use_slab(&lw, &r->wslab);
     double t = lwq_now();
     if (!no_output)
         lwq_run_wait_boundary(r, nxt); /* the writer may still be saving layer L-1's output from it */
@@ -250,8 +251,12 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     ls->forward_s = lwq_now() - t;
     t = lwq_now();
     LWQ_TRACE_BEGIN("quantize", L);
-    if (rc == 0)
+    if (rc == 0) {
+        /* the quantizers read the forward's device copies of the weights (no second upload) */
+        lwq_qops_set_devcopies(&r->qops, lwq_layer_weights_device, &lw);
         rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, &r->qops, out, &rep, e);
+        lwq_qops_set_devcopies(&r->qops, NULL, NULL);
+    }
     LWQ_TRACE_END();
     ls->quantize_s = lwq_now() - t;
     if (rc == 0 && r->o->qdq_next && !no_output) {
@@ -259,6 +264,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
         lwq_layer_weights_free(&lw);
         if ((rc = lwq_run_qdq_overlay(r, L, out, src, &ov, e)) == 0) {
             lwq_layer_weights_init(&lw, &r->be, src, &ov, r->ck.cfg.weight_prefix);
+            lwq_layer_weights_use_slab(&lw, &r->wslab);
             LWQ_TRACE_BEGIN("forward qdq", L);
             rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, nxt, NULL, e);
             LWQ_TRACE_END();

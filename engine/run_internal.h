@@ -24,6 +24,7 @@
 #include "engine/forward.h"
 #include "engine/manifest.h"
 #include "engine/qlayer.h"
+#include "engine/devslab.h"
 #include "engine/qops.h"
 #include "engine/spill.h"
 #include "engine/tlist.h"
@@ -47,6 +48,7 @@ typedef struct lwq_run {
     lwq_backend be;
     int be_open;
     lwq_qops qops;                /* where weights are quantized (the GPU with the CUDA backend) */
+    lwq_devslab wslab;            /* device memory of a layer's weight copies, reused (devslab.h) */
     lwq_model model;
     int model_open;
     lwq_dtype act;

@@ -81,6 +81,16 @@ static int build_plans(lwq_run *r, lwq_error *e)
         for (int i = 0; i < p->nlinears; i++) {
             r->choice[L][i] = lwq_qlayer_choice(r->o->recipe, p, i);
             quantized += r->choice[L][i].format != LWQ_QFMT_NONE;
+            /* the k/v cache quantizers of Model Optimizer live on the attention module */
+            if (p->linears[i].role == LWQ_ROLE_O) {
+                char attn[LWQ_ARCH_NAME_MAX];
+                snprintf(attn, sizeof attn, "%s", p->linears[i].name);
+                char *dot = strrchr(attn, '.');
+                if (dot)
+                    *dot = 0;
+                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0)
+                    return rc;
+            }
         }
         if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
             return rc;
@@ -101,6 +111,7 @@ static int make_backend(lwq_run *r, lwq_error *e)
         return rc;
     r->be_open = 1;
     lwq_qops_init(&r->qops, &r->be);
+    lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
         LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
                  lwq_qops_where(&r->qops));
@@ -141,19 +152,8 @@ static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
     *p = mp;
     if (!o->quiet)
         lwq_mem_plan_print(&mp, o);
-    if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9 && mp.stream_min_host > 0)
-        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of host memory, more than --max-cpu-memory-gb %.3f, "
-                        "and streaming experts one at a time still needs %.3f GB (dense part %.3f GB + one expert "
-                        "%.3f GB per unit); give at least --max-cpu-memory-gb %.3f or lower --calib-size/--calib-seq",
-                        (double)mp.host_peak / 1e9, o->max_cpu_gb, (double)mp.stream_min_host / 1e9,
-                        (double)mp.dense_bytes / 1e9, (double)mp.expert_bytes / 1e9,
-                        (double)mp.stream_min_host / 1e9);
-    if (o->max_gpu_gb > 0 && mp.gpu_peak > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9 &&
-        mp.stream_min_gpu > 0)
-        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.3f GB of GPU memory, more than --max-gpu-memory-gb %.3f, "
-                        "and streaming experts one at a time still needs %.3f GB; give at least "
-                        "--max-gpu-memory-gb %.3f", (double)mp.gpu_peak / 1e9, o->max_gpu_gb,
-                        (double)mp.stream_min_gpu / 1e9, (double)mp.stream_min_gpu / 1e9);
+    if ((rc = lwq_plan_stream_refusal(o, &mp, e)) != 0) /* a streaming minimum decides it */
+        return rc;
     if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
         return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of host memory, more than --max-cpu-memory-gb %.2f; "
                         "lower --calib-size/--calib-seq or --prefetch", (double)mp.host_peak / 1e9, o->max_cpu_gb);
@@ -229,8 +229,10 @@ void lwq_run_free(lwq_run *r)
     free(r->bnd[1]);
     if (r->be_open && r->work.data)
         lwq_backend_tensor_free(&r->be, &r->work);
-    if (r->be_open)
+    if (r->be_open) {
         lwq_qops_free(&r->qops);
+        lwq_devslab_free(&r->wslab);
+    }
     if (r->model_open)
         lwq_model_free(&r->model);
     for (int L = 0; L < r->nlayers; L++) {
@@ -314,11 +316,38 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     f->part[LWQ_FP_CONFIG] = lwq_xxh64(txt, len, 0);
     free(txt);
 
-    char *rj = lwq_recipe_to_json(o->recipe);
-    if (!rj)
-        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    f->part[LWQ_FP_RECIPE] = lwq_xxh64(rj, strlen(rj), 0);
-    free(rj);
+    /* the recipe as this run applies it: its name (calibration_report.json holds it), the KV cache
+     * mode and every linear's resolved choice, reduced to what the quantizer reads; two recipes
+     * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
+    lwq_xxh64_init(&s, 0);
+    lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
+    int32_t kv = (int32_t)o->recipe->kv;
+    lwq_xxh64_update(&s, &kv, sizeof kv);
+    for (int L = 0; L < r->nlayers; L++)
+        for (int i = 0; i < r->plans[L].nlinears; i++) {
+            const lwq_quant_choice *c = &r->choice[L][i];
+            int32_t v[5] = {(int32_t)c->format, 0, 0, 0, 0};
+            float ia = 0;
+            double damp = 0;
+            if (c->format == LWQ_QFMT_FP8) /* FP8 reads max / gptq / anything else = the mse search */
+                v[1] = c->algo == LWQ_ALGO_MAX ? 0 : c->algo == LWQ_ALGO_GPTQ ? 2 : 1;
+            else if (c->format == LWQ_QFMT_NVFP4)
+                v[1] = (int32_t)c->algo;
+            if (c->format == LWQ_QFMT_NVFP4)
+                v[2] = c->algo == LWQ_ALGO_MSE && c->fp8_scale_sweep;
+            if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ) {
+                damp = c->gptq_damp;
+                v[4] = c->gptq_act_order;
+            }
+            if (c->format != LWQ_QFMT_NONE && c->has_input_amax) {
+                v[3] = 1;
+                ia = c->input_amax;
+            }
+            lwq_xxh64_update(&s, v, sizeof v);
+            lwq_xxh64_update(&s, &ia, sizeof ia);
+            lwq_xxh64_update(&s, &damp, sizeof damp);
+        }
+    f->part[LWQ_FP_RECIPE] = lwq_xxh64_digest(&s);
 
     lwq_xxh64_init(&s, 0);
     lwq_xxh64_update(&s, &o->calib->n, sizeof o->calib->n);

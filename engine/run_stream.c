@@ -324,6 +324,7 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
                                  &r->qops, sl->only, &sl->out, &rp, e);
         sl->rep.quantized += rp.quantized;
         sl->rep.zero_weights += rp.zero_weights;
+        lwq_qlayer_report_free(&rp); /* GPTQ entries: none, GPTQ implies --qdq-next, refused above */
     }
     if (rc == 0)
         rc = own_views(&sl->out, from, e);
@@ -385,15 +386,10 @@ int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e)
     sl.p = &r->plans[L];
     sl.spill.fd = -1;
     int nE = r->ck.cfg.num_experts;
-    uint8_t *wh = calloc((size_t)(sl.p->nlinears ? sl.p->nlinears : 1), 1);
     sl.only = calloc((size_t)(sl.p->nlinears ? sl.p->nlinears : 1), 1);
-    int rc = wh && sl.only ? buffers(r, e) : lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    for (int i = 0; rc == 0 && i < sl.p->nlinears; i++)
-        wh[i] = lwq_qlayer_hessian(&sl.p->linears[i], &r->choice[L][i]) == LWQ_STATS_H_BLOCK; /* no GPTQ here */
+    int rc = sl.only ? buffers(r, e) : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     if (rc == 0)
-        rc = lwq_stats_init(&sl.st, sl.p, &r->be, nE, r->o->include_padding, r->o->all_experts, wh,
-                            r->ck.cfg.weight_prefix, e);
-    free(wh);
+        rc = lwq_run_stats_init(r, L, &sl.st, e); /* the same observers as an unstreamed layer */
     if (rc) {
         free(sl.only);
         return rc;

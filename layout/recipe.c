@@ -53,16 +53,53 @@ int lwq_kv_mode_parse(const char *s, lwq_kv_mode *out)
     return 0;
 }
 
-/* Classic greedy glob with single-star backtracking: linear space, O(n*m) time. */
+/* `[...]` at p against c: 1 / 0, or -1 when the bracket is not closed (then it is a literal). */
+static int class_match(const char *p, char c, const char **next)
+{
+    const char *q = p + 1;
+    int neg = 0, hit = 0;
+    if (*q == '!') {
+        neg = 1;
+        q++;
+    }
+    for (int first = 1; *q && (*q != ']' || first); first = 0) {
+        if (q[1] == '-' && q[2] && q[2] != ']') {
+            hit |= (unsigned char)c >= (unsigned char)q[0] && (unsigned char)c <= (unsigned char)q[2];
+            q += 3;
+        } else {
+            hit |= *q == c;
+            q++;
+        }
+    }
+    if (*q != ']')
+        return -1;
+    *next = q + 1;
+    return hit ^ neg;
+}
+
+/* One non-star token of the pattern against one character. */
+static int token_match(const char *p, char c, const char **next)
+{
+    if (*p == '[') {
+        int r = class_match(p, c, next);
+        if (r >= 0)
+            return r;
+    }
+    *next = p + 1;
+    return *p == '?' || *p == c;
+}
+
+/* Classic greedy glob with single-star backtracking: linear space, O(n*m) time (times the
+ * length of a bracket set, itself part of the pattern). */
 int lwq_glob_match(const char *p, const char *s)
 {
-    const char *star = NULL, *resume = NULL;
+    const char *star = NULL, *resume = NULL, *next;
     while (*s) {
         if (*p == '*') {
             star = p++;
             resume = s;
-        } else if (*p == '?' || *p == *s) {
-            p++;
+        } else if (*p && token_match(p, *s, &next)) {
+            p = next;
             s++;
         } else if (star) {
             p = star + 1;
@@ -91,30 +128,102 @@ lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
     return lwq_recipe_resolve_module(r, module, 0);
 }
 
+/* One quantizer's state while the rules are applied: the format its attributes give, on/off. */
+typedef struct qstate {
+    lwq_qformat fmt;
+    int on;
+    int has_amax;             /* the attributes pin the amax (input rules only) */
+    double amax;
+} qstate;
+
+static void apply_state(qstate *q, const lwq_recipe_rule *u)
+{
+    if (u->has_format) {
+        q->fmt = u->format;
+        q->on = u->format != LWQ_QFMT_NONE;
+        q->has_amax = u->has_input_amax;
+        q->amax = u->input_amax;
+    }
+    if (u->has_enable)
+        q->on = u->enable;
+}
+
 lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module, unsigned facts)
 {
-    lwq_quant_choice c = {LWQ_QFMT_NONE, r->algo, r->fp8_scale_sweep, r->gptq_damp, r->gptq_act_order};
-    lwq_qformat fmt = LWQ_QFMT_NONE;
-    int enabled = 0;
+    lwq_quant_choice c = {.format = LWQ_QFMT_NONE, .algo = r->algo, .fp8_scale_sweep = r->fp8_scale_sweep,
+                          .gptq_damp = r->gptq_damp, .gptq_act_order = r->gptq_act_order,
+                          .weight_format = LWQ_QFMT_NONE, .input_format = LWQ_QFMT_NONE};
+    qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
-        if (!lwq_glob_match(u->match, module))
+        if (u->quantizer == LWQ_QSEL_KV || !lwq_glob_match(u->match, module))
             continue;
         if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
             continue;
-        if (u->has_format) {
-            fmt = u->format;
-            enabled = u->format != LWQ_QFMT_NONE;
-        }
-        if (u->has_enable)
-            enabled = u->enable;
+        if (u->quantizer != LWQ_QSEL_INPUT)
+            apply_state(&w, u);
+        if (u->quantizer != LWQ_QSEL_WEIGHT)
+            apply_state(&in, u);
         if (u->has_algo)
             c.algo = u->algo;
         if (u->has_sweep)
             c.fp8_scale_sweep = u->sweep;
     }
-    c.format = enabled ? fmt : LWQ_QFMT_NONE;
+    lwq_qformat wf = w.on ? w.fmt : LWQ_QFMT_NONE, xf = in.on ? in.fmt : LWQ_QFMT_NONE;
+    c.weight_format = wf;
+    c.input_format = xf;
+    if (wf == xf) {
+        c.format = wf;
+        c.has_input_amax = wf != LWQ_QFMT_NONE && in.has_amax;
+        c.input_amax = (float)in.amax;
+    } else {
+        c.split = 1;
+    }
     return c;
+}
+
+lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module)
+{
+    int any = 0;
+    lwq_kv_mode mode = LWQ_KV_NONE;
+    int on = 0;
+    for (int i = 0; i < r->nrules; i++) {
+        const lwq_recipe_rule *u = &r->rules[i];
+        if (u->quantizer != LWQ_QSEL_KV)
+            continue;
+        any = 1;
+        if (!lwq_glob_match(u->match, attn_module))
+            continue;
+        if (u->has_kv) {
+            mode = u->kv;
+            on = u->kv != LWQ_KV_NONE;
+        }
+        if (u->has_enable)
+            on = u->enable;
+    }
+    if (!any)
+        return r->kv;
+    return on ? mode : LWQ_KV_NONE;
+}
+
+int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error *e)
+{
+    lwq_kv_mode k = lwq_recipe_resolve_kv(r, attn_module);
+    if (k == r->kv)
+        return 0;
+    return lwq_errf(e, LWQ_EUNSUPPORTED,
+                    "%s: recipe \"%s\" gives this attention module KV cache %s but the model %s; lwq writes "
+                    "one KV cache mode for every layer",
+                    attn_module, r->name, lwq_kv_mode_name(k), lwq_kv_mode_name(r->kv));
+}
+
+int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_error *e)
+{
+    return lwq_errf(e, LWQ_EUNSUPPORTED,
+                    "%s: the recipe makes its weight quantizer %s and its input quantizer %s; lwq writes "
+                    "W4A4 NVFP4 and W8A8 FP8 only (weight and input in one format, or neither quantized)",
+                    module, c->weight_format == LWQ_QFMT_NONE ? "disabled" : lwq_qformat_name(c->weight_format),
+                    c->input_format == LWQ_QFMT_NONE ? "disabled" : lwq_qformat_name(c->input_format));
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -173,6 +282,23 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].fp8_scale_sweep must be true or false", path, idx);
             u->sweep = cJSON_IsTrue(k);
             u->has_sweep = 1;
+        } else if (!strcmp(key, "quantizer")) {
+            static const char *const sel[] = {"weight", "input", "kv"};
+            int q = cJSON_IsString(k) ? lookup(k->valuestring, sel, 3) : -1;
+            if (q < 0)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].quantizer must be \"weight\", \"input\" or \"kv\"",
+                                path, idx);
+            u->quantizer = (lwq_qsel)(q + 1);
+        } else if (!strcmp(key, "kv_cache")) {
+            if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &u->kv) != 0)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].kv_cache must be \"none\", \"fp8\" or \"fp8_cast\"",
+                                path, idx);
+            u->has_kv = 1;
+        } else if (!strcmp(key, "input_amax")) {
+            if (!cJSON_IsNumber(k) || !(k->valuedouble > 0) || k->valuedouble > 3.0e38)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].input_amax must be a positive number", path, idx);
+            u->input_amax = k->valuedouble;
+            u->has_input_amax = 1;
         } else if (!strcmp(key, "mla_projection")) {
             if (!cJSON_IsBool(k))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].mla_projection must be true or false", path, idx);
@@ -184,6 +310,17 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
     }
     if (!u->match)
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d] has no \"match\"", path, idx);
+    if (u->quantizer == LWQ_QSEL_KV && (u->has_format || u->has_algo || u->has_sweep || u->has_mla))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: a \"quantizer\": \"kv\" rule takes only match, kv_cache and "
+                        "enable", path, idx);
+    if (u->quantizer != LWQ_QSEL_KV && u->has_kv)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: kv_cache needs \"quantizer\": \"kv\"", path, idx);
+    if (u->has_input_amax && (u->quantizer != LWQ_QSEL_INPUT || !u->has_format))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: input_amax needs \"quantizer\": \"input\" and a format", path,
+                        idx);
+    if (u->quantizer == LWQ_QSEL_INPUT && (u->has_algo || u->has_sweep))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: algo and fp8_scale_sweep concern weights, not an "
+                        "\"input\" rule", path, idx);
     return 0;
 }
 
@@ -290,8 +427,9 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
 /* NVIDIA's production recipe for the Qwen3-Next / Qwen3.8 hybrids (seed article
  * "Quantizing a 4.9 TB Qwen3.8 Model on a Single GPU"): routed experts NVFP4 with MSE-searched
  * static weight scales and the FP8 scale sweep; self-attention q/k/v/o and the whole
- * linear-attention path (in_proj_qkvz, in_proj_ba, conv1d, out_proj) FP8 W8A8 (per-tensor, mse);
- * KV cache FP8 cast.  Routers, shared experts, shared_expert_gate, lm_head, embeddings and the
+ * linear-attention path (in_proj_qkvz, in_proj_ba, conv1d, out_proj) FP8 W8A8 (per-tensor,
+ * max-calibrated: in Model Optimizer the FP8 scale sweep refines only static NVFP4 weights and
+ * leaves per-tensor FP8 weights at their max amax); KV cache FP8 cast.  Routers, shared experts, shared_expert_gate, lm_head, embeddings and the
  * MTP block (mtp.*, outside the decoder layers) match no rule and stay BF16, excluded.  The same
  * recipe ships as recipes/qwen3next_production.json. */
 #define QWEN3NEXT_PRODUCTION                                                                       \
@@ -299,14 +437,14 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
     "\"algorithm\":{\"method\":\"mse\",\"fp8_scale_sweep\":true},\"kv_cache\":\"fp8_cast\","         \
     "\"rules\":["                                                                                 \
     "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\"},"                                       \
-    "{\"match\":\"*.self_attn.q_proj\",\"format\":\"fp8\"},"                                     \
-    "{\"match\":\"*.self_attn.k_proj\",\"format\":\"fp8\"},"                                     \
-    "{\"match\":\"*.self_attn.v_proj\",\"format\":\"fp8\"},"                                     \
-    "{\"match\":\"*.self_attn.o_proj\",\"format\":\"fp8\"},"                                     \
-    "{\"match\":\"*.linear_attn.in_proj_qkvz\",\"format\":\"fp8\"},"                             \
-    "{\"match\":\"*.linear_attn.in_proj_ba\",\"format\":\"fp8\"},"                               \
-    "{\"match\":\"*.linear_attn.conv1d\",\"format\":\"fp8\"},"                                   \
-    "{\"match\":\"*.linear_attn.out_proj\",\"format\":\"fp8\"}]}"
+    "{\"match\":\"*.self_attn.q_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"                                     \
+    "{\"match\":\"*.self_attn.k_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"                                     \
+    "{\"match\":\"*.self_attn.v_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"                                     \
+    "{\"match\":\"*.self_attn.o_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"                                     \
+    "{\"match\":\"*.linear_attn.in_proj_qkvz\",\"format\":\"fp8\",\"algo\":\"max\"},"                             \
+    "{\"match\":\"*.linear_attn.in_proj_ba\",\"format\":\"fp8\",\"algo\":\"max\"},"                               \
+    "{\"match\":\"*.linear_attn.conv1d\",\"format\":\"fp8\",\"algo\":\"max\"},"                                   \
+    "{\"match\":\"*.linear_attn.out_proj\",\"format\":\"fp8\",\"algo\":\"max\"}]}"
 
 /* NVIDIA's NVFP4 DeepSeek-V3.1 / Kimi-K2.6 keep the MLA q/kv projections in BF16. */
 #define MLA_PROJ_OFF "{\"match\":\"*\",\"mla_projection\":true,\"enable\":false}"
@@ -379,8 +517,15 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
         const lwq_recipe_rule *u = &r->rules[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "match", u->match);
+        static const char *const sel[] = {"", "weight", "input", "kv"};
+        if (u->quantizer != LWQ_QSEL_BOTH)
+            cJSON_AddStringToObject(o, "quantizer", sel[u->quantizer]);
+        if (u->has_kv)
+            cJSON_AddStringToObject(o, "kv_cache", lwq_kv_mode_name(u->kv));
         if (u->has_format)
             cJSON_AddStringToObject(o, "format", lwq_qformat_name(u->format));
+        if (u->has_input_amax)
+            cJSON_AddNumberToObject(o, "input_amax", u->input_amax);
         if (u->has_enable)
             cJSON_AddBoolToObject(o, "enable", u->enable);
         if (u->has_algo)

@@ -11,13 +11,23 @@
  * built-in recipe.  Routers are never quantized whatever the recipe says (the engine asks the
  * architecture plan); the recipe only decides among quantizable linears.
  *
+ * A rule may narrow itself to one quantizer of the module, as Model Optimizer's quant_cfg does:
+ * "quantizer": "weight" or "input" (absent: both).  The weight and the input quantizer of a
+ * linear are resolved separately; lwq writes W4A4 NVFP4 and W8A8 FP8 only, so when the two end in
+ * different formats (one enabled and one not included) the choice says so (`split`) and the
+ * engine refuses the module by name.  "quantizer": "kv" rules select attention modules and set
+ * {"kv_cache": mode} or "enable" for their k/v cache quantizers; with such rules every attention
+ * module must resolve to the recipe's "kv_cache" (lwq writes one KV cache mode per model).
+ * layout/recipe_yaml.h turns Model Optimizer's recipe YAML into these rules.
+ *
  * GPTQ settings are global: "algorithm": {"gptq_damp": number in (0, 10], "gptq_act_order": bool}
  * (defaults 0.01 and false); they are written to the canonical JSON only when some module uses
  * gptq, so other recipes keep their fingerprints.
  *
- * Glob syntax: `*` any run of characters (dots included), `?` one character, everything else
- * literal.  Matching is iterative, O(len(pattern) * len(name)) at worst, so a hostile recipe
- * cannot make it run without bound.
+ * Glob syntax: `*` any run of characters (dots included), `?` one character, `[abc]` / `[a-z]` /
+ * `[!abc]` one character of (not of) a set, everything else literal (an unclosed `[` too).
+ * Matching is iterative, O(len(pattern) * len(name)) at worst, so a hostile recipe cannot make it
+ * run without bound.
  *
  * Recipe files are untrusted input: size-capped (1 MiB), unknown keys and bad values rejected
  * with the key named. */
@@ -31,9 +41,17 @@ typedef enum lwq_qformat { LWQ_QFMT_NONE = 0, LWQ_QFMT_NVFP4, LWQ_QFMT_FP8 } lwq
 typedef enum lwq_calib_algo { LWQ_ALGO_MAX = 0, LWQ_ALGO_MSE, LWQ_ALGO_LOCAL_HESSIAN, LWQ_ALGO_GPTQ } lwq_calib_algo;
 typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST } lwq_kv_mode;
 
+/* Which quantizers of a module a rule touches. */
+typedef enum lwq_qsel { LWQ_QSEL_BOTH = 0, LWQ_QSEL_WEIGHT, LWQ_QSEL_INPUT, LWQ_QSEL_KV } lwq_qsel;
+
 typedef struct lwq_recipe_rule {
     char *match;
-    int has_format, has_enable, has_algo, has_sweep, has_mla;
+    lwq_qsel quantizer;
+    int has_format, has_enable, has_algo, has_sweep, has_mla, has_kv;
+    lwq_kv_mode kv;           /* with has_kv (quantizer kv rules only) */
+    int has_input_amax;       /* "input_amax": x on an "input" rule with a format: a fixed input
+                                 amax (Model Optimizer's constant_amax), no calibration statistic */
+    double input_amax;
     int mla;                  /* with has_mla: the rule applies only when the module's
                                  LWQ_MODULE_MLA_PROJ fact equals this */
     lwq_qformat format;
@@ -48,7 +66,7 @@ typedef struct lwq_recipe {
     int fp8_scale_sweep;      /* default likewise */
     double gptq_damp;         /* GPTQ dampening, fraction of the mean Hessian diagonal */
     int gptq_act_order;       /* GPTQ visits columns by descending Hessian diagonal */
-    lwq_kv_mode kv;
+    lwq_kv_mode kv;           /* the model's KV cache mode (kv rules must agree per module) */
     int nrules;
     lwq_recipe_rule *rules;
 } lwq_recipe;
@@ -60,6 +78,10 @@ typedef struct lwq_quant_choice {
     int fp8_scale_sweep;
     double gptq_damp;         /* the recipe's, for algo gptq */
     int gptq_act_order;
+    int split;                /* weight and input quantizers disagree: not writable (format NONE) */
+    lwq_qformat weight_format, input_format;  /* with split: what each resolved to */
+    int has_input_amax;       /* the input amax is fixed to input_amax (not calibrated) */
+    float input_amax;
 } lwq_quant_choice;
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
@@ -80,6 +102,13 @@ lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module);
 /* lwq_recipe_resolve with the module's facts; lwq_recipe_resolve passes none. */
 lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module,
                                            unsigned facts);
+
+/* The KV cache mode the recipe gives one attention module (e.g. "model.layers.3.self_attn"). */
+lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module);
+/* 0 when the module resolves to r->kv; else an error naming the module. */
+int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error *e);
+/* The error for a choice with `split` set, naming the module. */
+int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_error *e);
 
 int lwq_glob_match(const char *pattern, const char *name);
 

@@ -15,8 +15,11 @@
 #include "io/sys.h"
 #include "text/dataset.h"
 #include "layout/recipe.h"
+#include "layout/recipe_yaml.h"
 #include "text/tokenizer.h"
 #include "tools/commands.h"
+#include "tools/hfptq_args.h"
+#include "tools/quantize_batch.h"
 
 static void usage(FILE *fp, const char *cmd)
 {
@@ -26,8 +29,12 @@ static void usage(FILE *fp, const char *cmd)
             "what to quantize:\n"
             "  --qformat P          preset: %s (default nvfp4)\n"
             "  --recipe FILE.json   algorithm settings + ordered {match, format, enable, algo, fp8_scale_sweep,\n"
-            "                       mla_projection} rules (later rules win); replaces --qformat\n"
-            "  --print-recipe       print the effective recipe as JSON and exit\n"
+            "                       mla_projection, quantizer} rules (later rules win); replaces --qformat\n"
+            "  --recipe FILE.yaml | NAME   a Model Optimizer PTQ recipe (docs/RECIPES.md); NAME resolves to\n"
+            "                       NAME[.yml|.yaml] under the recipe root\n"
+            "  --recipe-root DIR    where imports and recipe names resolve (default $LWQ_RECIPE_ROOT, else the\n"
+            "                       current directory)\n"
+            "  --print-recipe       print the effective lwq recipe as JSON and exit\n"
             "  --kv-cache M         none | fp8 | fp8_cast (default fp8_cast: FP8 cache, no calibrated scales)\n"
             "  --algo A             max | mse | local_hessian | gptq (default: the recipe's, max for presets)\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
@@ -45,7 +52,8 @@ static void usage(FILE *fp, const char *cmd)
             "                       tokenizer.json)\n"
             "  --calib-size N       samples (default 64)\n"
             "  --calib-seq L        tokens per sample at most (default 256)\n"
-            "  --batch-size B       sequences per batch, left-padded (default 8)\n"
+            "  --batch-size B       sequences per batch, left-padded (default 8; 0: the largest that fits\n"
+            "                       --max-cpu-memory-gb / --max-gpu-memory-gb or physical memory, printed)\n"
             "  --calib-include-padding  padded positions count in statistics (Model Optimizer parity)\n"
             "  --calib-all-experts  every expert also runs on every token for its statistics\n"
             "run:\n"
@@ -68,18 +76,24 @@ static void usage(FILE *fp, const char *cmd)
             "byte-identical to an uninterrupted run.  One run per output: a second run on the same\n"
             "output or resume directory is refused at once, naming the running one's pid.\n\n"
             "%s"
+            "Model Optimizer hf_ptq.py's flags work too (--pyt_ckpt_path/--model, --export_path, --qformat,\n"
+            "--kv_cache_qformat, --calib_size, --calib_seq, --batch_size, --dataset, --max_gpu_memory_gb,\n"
+            "--max_cpu_memory_gb, --recipe); --qformat also takes Model Optimizer's names (docs/RECIPES.md):\n"
+            "  %s.\n\n"
             "exit status: 0 done, 2 error (message on stderr)\n",
             cmd, strcmp(cmd, "plan") ? " -o OUT_DIR" : "",
             strcmp(cmd, "plan") ? "Quantize a Hugging Face checkpoint layer by layer to NVFP4/FP8 (ModelOpt format)."
                                 : "Predict peak host/GPU memory and output size of a quantize run with these options.",
             lwq_recipe_preset_names(),
-            strcmp(cmd, "plan") ? "" : "lwq plan --eval SRC [QUANT_DIR] [eval options] plans an `lwq eval` run instead.\n\n");
+            strcmp(cmd, "plan") ? "" : "lwq plan --eval SRC [QUANT_DIR] [eval options] plans an `lwq eval` run instead.\n\n",
+            lwq_hfptq_qformat_help());
 }
 
 typedef struct qargs {
-    const char *model, *out, *qformat, *recipe_file, *calib, *algo, *kv;
+    const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv;
     int print_recipe, sweep, calib_size, calib_seq, act_order;
     double damp; /* 0: the recipe's */
+    char *resume_dir_buf;     /* from a YAML recipe's layerwise.checkpoint_dir */
     lwq_quantize_opts o;
 } qargs;
 
@@ -161,6 +175,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
         } else if (!strcmp(s, "--recipe")) {
             if (!(a->recipe_file = VAL()))
                 return -1;
+        } else if (!strcmp(s, "--recipe-root")) {
+            if (!(a->recipe_root = VAL()))
+                return -1;
         } else if (!strcmp(s, "--print-recipe")) {
             a->print_recipe = 1;
         } else if (!strcmp(s, "--kv-cache")) {
@@ -194,7 +211,7 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->calib_seq))
                 return -1;
         } else if (!strcmp(s, "--batch-size")) {
-            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 4096, &a->o.batch_size))
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 0, 4096, &a->o.batch_size))
                 return -1;
         } else if (!strcmp(s, "--calib-include-padding")) {
             a->o.include_padding = 1;
@@ -257,10 +274,38 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
     return 0;
 }
 
+/* --recipe: lwq JSON, or Model Optimizer YAML whose layerwise block can set the resume directory
+ * and --qdq-next (the command line wins over the recipe). */
+static int load_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
+{
+    const char *root = a->recipe_root ? a->recipe_root : getenv("LWQ_RECIPE_ROOT");
+    if (root && !*root)
+        root = NULL;
+    char path[PATH_MAX];
+    int is_yaml = 0;
+    int rc = lwq_recipe_find(a->recipe_file, root, path, sizeof path, &is_yaml, e);
+    if (rc)
+        return rc;
+    if (!is_yaml)
+        return lwq_recipe_load(path, r, e);
+    lwq_recipe_run run;
+    if ((rc = lwq_recipe_yaml_load(path, root, r, &run, e)) != 0)
+        return rc;
+    if (run.has_checkpoint_dir && !a->o.resume_dir) {
+        a->resume_dir_buf = strdup(run.checkpoint_dir);
+        if (!a->resume_dir_buf)
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        a->o.resume_dir = a->resume_dir_buf;
+    }
+    if (run.has_qdq_next && run.qdq_next)
+        a->o.qdq_next = 1;
+    return 0;
+}
+
 static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
 {
     memset(r, 0, sizeof *r); /* lwq_recipe_free is safe on it whatever fails below */
-    int rc = a->recipe_file ? lwq_recipe_load(a->recipe_file, r, e) : lwq_recipe_preset(a->qformat, r, e);
+    int rc = a->recipe_file ? load_recipe(a, r, e) : lwq_recipe_preset(a->qformat, r, e);
     if (rc)
         return rc;
     if (a->algo) {
@@ -345,6 +390,8 @@ static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
     return 0;
 }
 
+static int run_translated(int argc, char **argv, int is_plan, const char *notes);
+
 static void on_signal(int sig)
 {
     (void)sig;
@@ -356,11 +403,30 @@ static void on_signal(int sig)
     signal(SIGTERM, SIG_DFL);
 }
 
-static int run_cmd(int argc, char **argv, int is_plan)
+static int run_cmd(int argc0, char **argv0, int is_plan)
+{
+    lwq_hfptq_argv hf;
+    char *notes = NULL;
+    size_t nlen = 0;
+    FILE *nf = open_memstream(&notes, &nlen);
+    if (!nf) {
+        fprintf(stderr, "lwq: out of memory\n");
+        return LWQ_EXIT_ERR;
+    }
+    int rc = lwq_hfptq_translate(argc0, argv0, &hf, nf, stderr);
+    fclose(nf);
+    rc = rc ? LWQ_EXIT_ERR : run_translated(hf.argc, hf.argv, is_plan, notes);
+    lwq_hfptq_free(&hf);
+    free(notes);
+    return rc;
+}
+
+static int run_translated(int argc, char **argv, int is_plan, const char *notes)
 {
     qargs a;
     if (parse_args(argc, argv, is_plan, &a) != 0)
         return LWQ_EXIT_ERR;
+    fputs(notes, stderr); /* what hf_ptq's flags became, once the command line is known good */
     if (a.o.quiet)
         lwq_log_set_level(LWQ_LOG_WARN);
     /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
@@ -373,6 +439,7 @@ static int run_cmd(int argc, char **argv, int is_plan)
     if (build_recipe(&a, &r, &e) != 0) {
         fprintf(stderr, "lwq: %s\n", e.msg);
         lwq_recipe_free(&r);
+        free(a.resume_dir_buf);
         return LWQ_EXIT_ERR;
     }
     if (a.print_recipe) {
@@ -380,6 +447,7 @@ static int run_cmd(int argc, char **argv, int is_plan)
         printf("%s\n", s ? s : "{}");
         free(s);
         lwq_recipe_free(&r);
+        free(a.resume_dir_buf);
         return LWQ_EXIT_OK;
     }
     lwq_calib_set cs;
@@ -389,7 +457,11 @@ static int run_cmd(int argc, char **argv, int is_plan)
         a.o.out_dir = a.out;
         a.o.recipe = &r;
         a.o.calib = &cs;
-        if (is_plan) {
+        if (a.o.batch_size == 0) /* hf_ptq's default: the largest batch that fits */
+            rc = lwq_pick_batch_size(&a.o, &e);
+        if (rc != 0) {
+            /* reported below */
+        } else if (is_plan) {
             lwq_mem_plan p;
             if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
                 lwq_mem_plan_print(&p, &a.o);
@@ -415,6 +487,7 @@ static int run_cmd(int argc, char **argv, int is_plan)
         lwq_calib_set_free(&cs);
     }
     lwq_recipe_free(&r);
+    free(a.resume_dir_buf);
     if (rc) {
         fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
         return LWQ_EXIT_ERR;

@@ -7,9 +7,9 @@
  * portable kernels give the same bits; the widest one this CPU runs is picked at the first call
  * (LWQ_CPU_KERNELS=avx512|avx2|portable overrides it, for tests and comparisons).
  *
- * Work split: x is packed once per call into the kernels' k order (f32, rows of kp floats); the
- * outputs are cut into blocks of GEMM_NB weight rows, whole blocks go to the threads of
- * core/parallel, and each block walks the rows in slices of GEMM_RB.  BF16/F16 weights are
+ * Work split: the outputs are cut into blocks of GEMM_NB weight rows and whole blocks go to the
+ * threads of core/parallel; each thread walks the rows in slices of GEMM_RB, packs a slice into
+ * the kernels' k order (f32, rows of kp floats) and runs it against its blocks.  BF16/F16 weights are
  * widened in registers by the kernels; only the partial last 32-block of each weight row (when
  * k % 32 != 0) is copied, zero-padded, so the kernels never read past a row. */
 #include <stdlib.h>
@@ -81,42 +81,41 @@ typedef struct gemm_job {
     const lwq_cpu_kernels *k;
     const lwq_tensor *x, *w;
     lwq_tensor *y;
-    float *xp;         /* (n, kp) packed */
     const char *wt;    /* (out, 32) tail blocks or NULL */
     const float *bias; /* (out) f32 or NULL */
     int64_t n, in, out, kp;
-    float *scratch;    /* per thread: accumulators, then the (GEMM_RB, GEMM_NB) f32 tile */
+    float *scratch;    /* per thread: accumulators, the (GEMM_RB, GEMM_NB) f32 output tile, the
+                          (GEMM_RB, kp) packed x slice, one f32 row of x */
     int64_t per_thread;
 } gemm_job;
 
-static void pack_rows(void *ctx, int64_t b, int64_t e, int tid)
-{
-    gemm_job *j = (gemm_job *)ctx;
-    float *row = j->scratch + (int64_t)tid * j->per_thread; /* in floats: fits (see below) */
-    for (int64_t r = b; r < e; r++) {
-        const float *src = row;
-        if (j->x->dtype == LWQ_F32)
-            src = (const float *)j->x->data + r * j->in;
-        else
-            lwq_cpu_load_f32(j->x->data, j->x->dtype, r * j->in, j->in, row);
-        lwq_gemm_pack_row(src, j->in, j->xp + r * j->kp);
-    }
-}
-
+/* Each thread packs the row slices it needs itself (the packing is ~1/out of the work), so the
+ * packed copy is one slice per thread, whatever the number of rows, and stays in that core's L2
+ * while its weight blocks pass. */
 static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
 {
     gemm_job *j = (gemm_job *)ctx;
     float *acc = j->scratch + (int64_t)tid * j->per_thread;
     float *yt = acc + LWQ_GEMM_ACC_FLOATS;
+    float *xs = yt + GEMM_RB * GEMM_NB;
+    float *row = xs + GEMM_RB * j->kp;
     const int64_t es = (int64_t)lwq_dtype_size(j->w->dtype);
     lwq_gemm_panel p;
+    p.x = xs;
     p.ldx = j->kp;
     p.ldw = j->in * es;
     p.wkind = j->w->dtype == LWQ_BF16 ? 0 : j->w->dtype == LWQ_F16 ? 1 : 2;
     p.nfull = j->in / 32;
     for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_RB) {
         p.nr = j->n - r0 < GEMM_RB ? j->n - r0 : GEMM_RB;
-        p.x = j->xp + r0 * j->kp;
+        for (int64_t r = 0; r < p.nr; r++) {
+            const float *src = row;
+            if (j->x->dtype == LWQ_F32)
+                src = (const float *)j->x->data + (r0 + r) * j->in;
+            else
+                lwq_cpu_load_f32(j->x->data, j->x->dtype, (r0 + r) * j->in, j->in, row);
+            lwq_gemm_pack_row(src, j->in, xs + r * j->kp);
+        }
         for (int64_t blk = b; blk < e; blk++) {
             int64_t c0 = blk * GEMM_NB, nc = j->out - c0 < GEMM_NB ? j->out - c0 : GEMM_NB;
             p.w = (const char *)j->w->data + c0 * p.ldw;
@@ -153,23 +152,23 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
     if (j.n == 0 || j.out == 0)
         return 0;
     const int64_t es = (int64_t)lwq_dtype_size(w->dtype), tail = j.in % 32;
-    const int threads = lwq_parallel_threads();
-    /* per thread: the accumulators and the output tile; at least one row of x for pack_rows */
-    j.per_thread = LWQ_GEMM_ACC_FLOATS + GEMM_RB * GEMM_NB;
-    if (j.per_thread < j.in)
-        j.per_thread = (j.in + 15) / 16 * 16;
+    const int64_t nblocks = (j.out + GEMM_NB - 1) / GEMM_NB;
+    const int threads = lwq_parallel_threads() < nblocks ? lwq_parallel_threads() : (int)nblocks;
+    if (j.kp > (INT64_MAX / 4 - LWQ_GEMM_ACC_FLOATS - GEMM_RB * GEMM_NB) / (GEMM_RB + 1) / threads)
+        return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long", (long long)j.in);
+    j.per_thread = LWQ_GEMM_ACC_FLOATS + GEMM_RB * GEMM_NB + (GEMM_RB + 1) * j.kp;
+    j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
     float *bias_f = NULL;
     char *wt = NULL;
-    j.xp = (float *)lwq_cpu_scratch(j.n * j.kp, sizeof(float));
     j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
     if (bias)
         bias_f = (float *)lwq_cpu_scratch(j.out, sizeof(float));
     if (tail)
         wt = (char *)lwq_cpu_scratch(j.out * 32 * es, 1);
     int rc = 0;
-    if (!j.xp || !j.scratch || (bias && !bias_f) || (tail && !wt)) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for the packed (%lld, %lld) input and %d "
-                      "threads' tiles", (long long)j.n, (long long)j.in, threads);
+    if (!j.scratch || (bias && !bias_f) || (tail && !wt)) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' tiles (%lld floats each)",
+                      threads, (long long)j.per_thread);
         goto out;
     }
     if (bias) {
@@ -183,12 +182,10 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
                    (size_t)(tail * es));
         j.wt = wt;
     }
-    lwq_parallel_for(j.n, 16, pack_rows, &j);
-    lwq_parallel_for((j.out + GEMM_NB - 1) / GEMM_NB, 1, gemm_blocks, &j);
+    lwq_parallel_for(nblocks, 1, gemm_blocks, &j);
 out:
     free(wt);
     free(bias_f);
     free(j.scratch);
-    free(j.xp);
     return rc;
 }

@@ -17,7 +17,7 @@
 #include "kernels/cpu/gemm_isa.h"
 
 #ifndef KC
-#define KC 16 /* 32-blocks of k per chunk: the x rows of a chunk stay in L1 across all outputs */
+#define KC 32 /* 32-blocks of k per chunk: the x rows of a chunk stay in L1 across all outputs */
 #endif
 
 _Static_assert(((LWQ_GEMM_MAXC + MC - 1) / MC) * MR * MC * 16 <= LWQ_GEMM_ACC_FLOATS,

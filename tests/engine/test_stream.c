@@ -249,6 +249,17 @@ Test(stream, budget_below_dense_part_plus_one_expert_is_refused_before_reading)
     cr_assert_neq(stat(p, &sb), 0, "nothing may be written when the budget is refused");
 }
 
+Test(stream, expert_group_too_large_for_the_budget_is_refused)
+{
+    make_model("big", "qwen3_moe", "--hidden 256 --moe-intermediate 512 --layers 2 --heads 4 --kv-heads 2 --experts 64 "
+                                   "--top-k 4");
+    double proc = plan_process("big");
+    char extra[96];
+    snprintf(extra, sizeof extra, "--max-cpu-memory-gb %.6f --expert-group 64", (proc + 12e6) / 1e9);
+    cr_assert_neq(quantize("big", "out", NULL, extra), 0);
+    cr_assert(stderr_has("lower --expert-group"), "the refusal should point at the group size");
+}
+
 /* ---- resume ------------------------------------------------------------------------------------ */
 
 Test(stream, sigkill_inside_a_streamed_layer_resumes_byte_identical)

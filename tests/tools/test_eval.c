@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "layout/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(eval, .init = lwqt_setup, .fini = lwqt_teardown);
@@ -186,7 +187,8 @@ Test(eval, results_do_not_depend_on_the_thread_count)
     cr_assert_eq(lwqt_run(b), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
     cJSON *ja = load_json("a.json"), *jb = load_json("b.json");
     /* timings differ; every measured number must not */
-    const char *drop[] = {"wall_s", "calib_forward_s", "src_forward_s", "quantize_s", "cand_forward_s"};
+    const char *drop[] = {"wall_s", "calib_forward_s", "src_forward_s", "quantize_s", "cand_forward_s",
+                          "peak_rss_bytes"};
     for (size_t i = 0; i < sizeof drop / sizeof drop[0]; i++) {
         cJSON_DeleteItemFromObject(ja, drop[i]);
         cJSON_DeleteItemFromObject(jb, drop[i]);
@@ -257,4 +259,107 @@ Test(eval, fp8_block_source_with_mla_needs_the_kv_cache_left_out)
     cJSON *j = load_json("r.json");
     cr_assert(num(cand(j, 0), "kl") > 0 && num(cand(j, 0), "quantized_linears") > 0);
     cJSON_Delete(j);
+}
+
+/* Rewrite dir/shard without tensor `name`, and drop it from the index. */
+static void drop_tensor(const char *dir, const char *shard, const char *name)
+{
+    char p[600];
+    snprintf(p, sizeof p, "%s/%s", dir, shard);
+    lwq_st_file f;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_st_open(p, &f, &e), 0, "%s", e.msg);
+    lwq_st_out_tensor *t = calloc((size_t)f.n, sizeof *t);
+    void **data = calloc((size_t)f.n, sizeof *data);
+    int n = 0, dropped = 0;
+    for (int k = 0; k < f.n; k++) { /* by_name: the writer wants names sorted */
+        const lwq_st_entry *en = &f.entries[f.by_name[k]];
+        if (!strcmp(en->name, name)) {
+            dropped = 1;
+            continue;
+        }
+        data[n] = malloc(en->end - en->begin + 1);
+        cr_assert_eq(lwq_st_read(&f, en->begin, data[n], en->end - en->begin, &e), 0, "%s", e.msg);
+        t[n].name = en->name;
+        t[n].dtype = en->dtype;
+        t[n].ndim = en->ndim;
+        memcpy(t[n].shape, en->shape, sizeof t[n].shape);
+        t[n].data = data[n];
+        n++;
+    }
+    cr_assert(dropped, "%s has no %s", p, name);
+    cr_assert_eq(lwq_st_write_file(p, t, n, f.meta, f.nmeta, &e), 0, "%s", e.msg);
+    for (int k = 0; k < n; k++)
+        free(data[k]);
+    free(data);
+    free(t);
+    lwq_st_free(&f);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    char *s = lwqt_slurp(p);
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    cJSON_DeleteItemFromObject(cJSON_GetObjectItemCaseSensitive(j, "weight_map"), name);
+    char *out = cJSON_Print(j);
+    FILE *fp = fopen(p, "w");
+    cr_assert_not_null(fp);
+    fputs(out, fp);
+    fclose(fp);
+    free(out);
+    cJSON_Delete(j);
+}
+
+Test(eval, refuses_weight_only_quantization)
+{
+    const char *m = mk("m", NULL);
+    const char *q[] = {"quantize", m, "-o", lwqt_path("q"), "--qformat", "nvfp4", "--calib-size", "4",
+                       "--calib-seq", "16", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    drop_tensor(lwqt_path("q"), "model-layer-00001.safetensors", "model.layers.1.mlp.down_proj.input_scale");
+    const char *a[] = {"eval", m, lwqt_path("q"), "--data-size", "2", "--data-seq", "8", "--quiet", NULL};
+    expect_refusal(a, "model.layers.1.mlp.down_proj.input_scale is missing", "weight-only");
+}
+
+Test(eval, plan_covers_every_stream)
+{
+    const char *m = mk("m", NULL);
+    const char *a[] = {"plan", "--eval", m, "--qformat", "nvfp4,fp8", SMALL, NULL};
+    cr_assert_eq(lwqt_run(a), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    char *out = lwqt_slurp(lwqt_path("out.txt"));
+    cr_assert(strstr(out, "plan: host peak") && strstr(out, "(4 streams)") && strstr(out, "2 candidate(s)"), "%s", out);
+    free(out);
+}
+
+/* Candidates with different calibration needs (local_hessian: 16x16 Hessian blocks, mse: none)
+ * evaluated in one pass give what each gives alone.  GPTQ calibrates each layer on the quantized
+ * previous layers: refused in memory, evaluated from its written checkpoint. */
+Test(eval, candidates_in_one_pass_match_single_runs_and_gptq_goes_through_its_checkpoint)
+{
+    char m[512]; /* lwqt_path's buffers rotate: keep a copy */
+    snprintf(m, sizeof m, "%s", mk("m", NULL));
+    lwqt_write_str("lh.json", "{\"algorithm\": {\"method\": \"local_hessian\"}, \"kv_cache\": \"none\", "
+                              "\"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    lwqt_write_str("ms.json", "{\"algorithm\": {\"method\": \"mse\"}, \"kv_cache\": \"none\", "
+                              "\"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    lwqt_write_str("gq.json", "{\"algorithm\": {\"method\": \"gptq\"}, \"kv_cache\": \"none\", "
+                              "\"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    const char *both[] = {"eval", m, "--recipe", lwqt_path("ms.json"), "--recipe", lwqt_path("lh.json"), SMALL,
+                          "--json", lwqt_path("both.json"), NULL};
+    const char *lh[] = {"eval", m, "--recipe", lwqt_path("lh.json"), SMALL, "--json", lwqt_path("lh1.json"), NULL};
+    const char *q[] = {"quantize", m, "-o", lwqt_path("q"), "--recipe", lwqt_path("gq.json"), "--calib-size", "6",
+                       "--calib-seq", "24", "--quiet", NULL};
+    const char *qd[] = {"eval", m, lwqt_path("q"), "--data-size", "5", "--data-seq", "20", "--quiet", "--json",
+                        lwqt_path("qd.json"), NULL};
+    const char *const *runs[] = {both, lh, q, qd};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(lwqt_run(runs[i]), 0, "run %d: %s", i, lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *jb = load_json("both.json"), *jl = load_json("lh1.json"), *jq = load_json("qd.json");
+    cr_assert(num(cand(jb, 1), "kl") == num(cand(jl, 0), "kl"), "local_hessian: %.17g vs %.17g",
+              num(cand(jb, 1), "kl"), num(cand(jl, 0), "kl"));
+    cr_assert(num(cand(jb, 0), "kl") != num(cand(jb, 1), "kl"), "the two algorithms differ");
+    cr_assert(num(cand(jq, 0), "kl") > 0, "the GPTQ checkpoint evaluates");
+    cJSON_Delete(jb);
+    cJSON_Delete(jl);
+    cJSON_Delete(jq);
+    const char *g[] = {"eval", m, "--recipe", lwqt_path("gq.json"), SMALL, NULL};
+    expect_refusal(g, "gptq", "lwq eval SRC QUANT_DIR");
 }

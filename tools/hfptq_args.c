@@ -1,0 +1,311 @@
+/* tools/hfptq_args.c — hf_ptq.py's flags into lwq quantize's (see hfptq_args.h). */
+#include "tools/hfptq_args.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* --qformat: Model Optimizer preset names lwq runs exactly, and lwq's own presets. */
+static const struct {
+    const char *name;
+    const char *to[6];
+} qformats[] = {
+    {"nvfp4", {"--qformat", "nvfp4"}},
+    {"fp8", {"--qformat", "fp8"}},
+    {"nvfp4_experts_only", {"--qformat", "nvfp4_experts_only"}},
+    {"nvfp4_mlp_only", {"--qformat", "nvfp4_mlp_only"}},
+    {"nvfp4_w4a4_weight_mse_fp8_sweep", {"--qformat", "nvfp4", "--algo", "mse", "--fp8-scale-sweep"}},
+    {"nvfp4_w4a4_weight_local_hessian", {"--qformat", "nvfp4", "--algo", "local_hessian"}},
+    {"nvfp4_experts-fp8_attn", {"--qformat", "nvfp4_experts-fp8_attn"}},
+    {"qwen3next_production", {"--qformat", "qwen3next_production"}},
+};
+
+static const char AWQ[] = "AWQ searches pre-quantization scales over the whole model, which lwq does not write per "
+                          "layer";
+static const char MX[] = "MX formats (power-of-two block scales) are not written by lwq";
+static const char W4A16[] = "weight-only NVFP4 (W4A16) is not written by lwq";
+static const char MAMBA[] = "Mamba mixer layers are not supported by lwq";
+
+static const struct {
+    const char *name, *why;
+} qformats_refused[] = {
+    {"int8", "INT8 weights and activations are not written by lwq"},
+    {"int8_smoothquant", "SmoothQuant folds scales into the previous layer (INT8), a format per-layer export cannot "
+                         "write"},
+    {"int8_weight_only", "INT8 weight-only is not written by lwq"},
+    {"int4_awq", AWQ},
+    {"int4_blockwise_weight_only", "INT4 weight-only is not written by lwq"},
+    {"w4a8_awq_beta", AWQ},
+    {"nvfp4_awq_lite", AWQ},
+    {"nvfp4_awq_clip", AWQ},
+    {"nvfp4_awq_full", AWQ},
+    {"nvfp4_svdquant", "SVDQuant adds low-rank branches, which lwq does not write"},
+    {"fp8_2d_blockwise_weight_only", "block-scaled FP8 weights (weight-only) are not written by lwq"},
+    {"fp8_per_channel_per_token", "per-channel and per-token FP8 scales are not written by lwq"},
+    {"mxfp4", MX},
+    {"mxfp6", MX},
+    {"mxfp8", MX},
+    {"mxint8", MX},
+    {"mxfp4_mlp_weight_only", MX},
+    {"w4a8_mxfp4_fp8", MX},
+    {"nvfp4_mlp_weight_only", W4A16},
+    {"w4a16_nvfp4", W4A16},
+    {"w4a8_nvfp4_fp8", "NVFP4 weights with FP8 activations (W4A8) are not written by lwq"},
+    {"nvfp4_fp8_mha", "FP8 attention BMM and softmax quantizers are not written by lwq"},
+    {"nvfp4_four_over_six", "4-over-6 NVFP4 block scaling is not written by lwq"},
+    {"nvfp4_omlp_only", "not built into lwq; its quant_cfg runs as a --recipe YAML"},
+    {"mamba_moe_fp8_aggressive", MAMBA},
+    {"mamba_moe_fp8_conservative", MAMBA},
+    {"mamba_moe_nvfp4_aggressive", MAMBA},
+    {"mamba_moe_nvfp4_conservative", MAMBA},
+};
+
+const char *lwq_hfptq_qformat_help(void)
+{
+    return "nvfp4, fp8, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
+           "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
+           "nvfp4_experts-fp8_attn, qwen3next_production";
+}
+
+enum { F_MODEL, F_EXPORT, F_QFORMAT, F_KV, F_CALIB_SIZE, F_CALIB_SEQ, F_BATCH, F_DATASET, F_GPU, F_CPU, F_NOEFFECT,
+       F_REFUSE, F_SPARSITY, F_RECIPE };
+
+static const struct {
+    const char *flag;
+    int kind, value;
+    const char *why;
+} flags[] = {
+    {"--pyt_ckpt_path", F_MODEL, 1, NULL},
+    {"--model", F_MODEL, 1, NULL},
+    {"--export_path", F_EXPORT, 1, NULL},
+    {"--qformat", F_QFORMAT, 1, NULL},
+    {"--recipe", F_RECIPE, 1, NULL},
+    {"--kv_cache_qformat", F_KV, 1, NULL},
+    {"--calib_size", F_CALIB_SIZE, 1, NULL},
+    {"--calib_seq", F_CALIB_SEQ, 1, NULL},
+    {"--batch_size", F_BATCH, 1, NULL},
+    {"--dataset", F_DATASET, 1, NULL},
+    {"--max_gpu_memory_gb", F_GPU, 1, NULL},
+    {"--max_cpu_memory_gb", F_CPU, 1, NULL},
+    {"--offload_folder", F_NOEFFECT, 1, "lwq streams weights from the checkpoint itself"},
+    {"--trust_remote_code", F_NOEFFECT, 0, "lwq runs no model code"},
+    {"--attn_implementation", F_NOEFFECT, 1, "lwq has its own attention"},
+    {"--skip_generate", F_NOEFFECT, 0, "lwq runs no generation preview"},
+    {"--use_fsdp2", F_REFUSE, 0, "lwq is one process; FSDP2 ranks would each write the same shards"},
+    {"--low_memory_mode", F_REFUSE, 0, "lwq always streams one layer at a time; hf_ptq's low-memory loader sets up "
+                                       "quantizers from --qformat and cannot honor a recipe"},
+    {"--vllm_fakequant_export", F_REFUSE, 0, "lwq writes the quantized checkpoint, not a vLLM fake-quant state"},
+    {"--sparsity_fmt", F_SPARSITY, 1, "lwq writes dense checkpoints"},
+    {"--awq_block_size", F_REFUSE, 1, AWQ},
+    {"--auto_quantize_bits", F_REFUSE, 1, "AutoQuantize searches per-layer formats over the whole model"},
+    {"--auto_quantize_checkpoint", F_REFUSE, 1, "AutoQuantize searches per-layer formats over the whole model"},
+};
+
+static int keep(lwq_hfptq_argv *a, const char *s)
+{
+    char *d = strdup(s);
+    if (!d)
+        return -1;
+    a->owned[a->nowned++] = d;
+    a->argv[a->argc++] = d;
+    return 0;
+}
+
+void lwq_hfptq_free(lwq_hfptq_argv *a)
+{
+    for (int i = 0; i < a->nowned; i++)
+        free(a->owned[i]);
+    free(a->owned);
+    free(a->argv);
+    memset(a, 0, sizeof *a);
+}
+
+/* Which table entry s ("--flag" or "--flag=value") is; *eq points at the value after '='. */
+static int find_flag(const char *s, const char **eq)
+{
+    *eq = NULL;
+    for (size_t i = 0; i < sizeof flags / sizeof flags[0]; i++) {
+        size_t n = strlen(flags[i].flag);
+        if (!strncmp(s, flags[i].flag, n) && (s[n] == 0 || s[n] == '=')) {
+            if (s[n] == '=')
+                *eq = s + n + 1;
+            return (int)i;
+        }
+    }
+    return -1;
+}
+
+static int qformat(lwq_hfptq_argv *a, const char *v, FILE *err)
+{
+    for (size_t i = 0; i < sizeof qformats / sizeof qformats[0]; i++)
+        if (!strcmp(v, qformats[i].name)) {
+            for (int k = 0; k < 6 && qformats[i].to[k]; k++)
+                if (keep(a, qformats[i].to[k]))
+                    return -1;
+            return 0;
+        }
+    for (size_t i = 0; i < sizeof qformats_refused / sizeof qformats_refused[0]; i++)
+        if (!strcmp(v, qformats_refused[i].name)) {
+            fprintf(err, "lwq: --qformat %s is not supported: %s (supported: %s)\n", v, qformats_refused[i].why,
+                    lwq_hfptq_qformat_help());
+            return -1;
+        }
+    fprintf(err, "lwq: --qformat %s: unknown (supported: %s)\n", v, lwq_hfptq_qformat_help());
+    return -1;
+}
+
+static int kv_format(lwq_hfptq_argv *a, const char *v, FILE *err)
+{
+    if (!strcmp(v, "none") || !strcmp(v, "fp8") || !strcmp(v, "fp8_cast"))
+        return keep(a, "--kv-cache") || keep(a, v) ? -1 : 0;
+    if (!strcmp(v, "fp8_affine"))
+        fprintf(err, "lwq: --kv_cache_qformat fp8_affine is not supported: affine (biased) KV cache quantization is "
+                     "not written by lwq (supported: none, fp8, fp8_cast)\n");
+    else if (!strcmp(v, "nvfp4") || !strcmp(v, "nvfp4_affine") || !strcmp(v, "nvfp4_cast") ||
+             !strcmp(v, "nvfp4_rotate"))
+        fprintf(err, "lwq: --kv_cache_qformat %s is not supported: an NVFP4 KV cache is not written by lwq "
+                     "(supported: none, fp8, fp8_cast)\n", v);
+    else
+        fprintf(err, "lwq: --kv_cache_qformat %s: unknown (supported: none, fp8, fp8_cast)\n", v);
+    return -1;
+}
+
+int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, FILE *err)
+{
+    memset(a, 0, sizeof *a);
+    /* at most 6 lwq words per argument, plus the hf_ptq defaults */
+    size_t cap = (size_t)argc * 6 + 16;
+    a->argv = calloc(cap, sizeof *a->argv);
+    a->owned = calloc(cap, sizeof *a->owned);
+    if (!a->argv || !a->owned) {
+        fprintf(err, "lwq: out of memory\n");
+        return -1;
+    }
+    a->argv[a->argc++] = argv[0];
+    int hf = 0, has_dataset = 0, has_recipe = 0, has_qformat = 0, has_out = 0, has_size = 0, has_seq = 0, has_batch = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *eq;
+        int k = find_flag(argv[i], &eq);
+        int kind = k >= 0 ? flags[k].kind : -1;
+        hf |= kind == F_MODEL || kind == F_EXPORT;
+        has_recipe |= kind == F_RECIPE;
+        has_dataset |= kind == F_DATASET || !strcmp(argv[i], "--calib");
+        has_qformat |= kind == F_QFORMAT;
+        has_out |= kind == F_EXPORT || !strcmp(argv[i], "-o") || !strcmp(argv[i], "--output");
+        has_size |= kind == F_CALIB_SIZE || !strcmp(argv[i], "--calib-size");
+        has_seq |= kind == F_CALIB_SEQ || !strcmp(argv[i], "--calib-seq");
+        has_batch |= kind == F_BATCH || !strcmp(argv[i], "--batch-size");
+        if (k >= 0 && flags[k].value && !eq)
+            i++;
+    }
+    if (hf) { /* hf_ptq's defaults for what the command leaves out */
+        const char *d[] = {!has_qformat && !has_recipe ? "--qformat" : NULL, "fp8",
+                           !has_size ? "--calib-size" : NULL, "1024",
+                           !has_seq ? "--calib-seq" : NULL, "512",
+                           !has_batch ? "--batch-size" : NULL, "0",
+                           !has_out ? "-o" : NULL, "exported_model"};
+        for (size_t i = 0; i < sizeof d / sizeof d[0]; i += 2)
+            if (d[i] && (keep(a, d[i]) || keep(a, d[i + 1])))
+                goto oom;
+    }
+    for (int i = 1; i < argc; i++) {
+        const char *eq, *s = argv[i];
+        int k = find_flag(s, &eq);
+        if (k < 0) {
+            a->argv[a->argc++] = argv[i];
+            continue;
+        }
+        const char *v = eq;
+        if (flags[k].value && !v) {
+            if (i + 1 >= argc) {
+                fprintf(err, "lwq: %s needs a value\n", s);
+                return -1;
+            }
+            v = argv[++i];
+        } else if (!flags[k].value && v) {
+            fprintf(err, "lwq: %s takes no value\n", flags[k].flag);
+            return -1;
+        }
+        const char *f = flags[k].flag;
+        int rc = 0;
+        switch (flags[k].kind) {
+        case F_MODEL: rc = keep(a, v); break;
+        case F_EXPORT: rc = keep(a, "-o") || keep(a, v); break;
+        case F_RECIPE: rc = keep(a, "--recipe") || keep(a, v); break;
+        case F_QFORMAT:
+            if (has_recipe) {
+                fprintf(notes, "lwq: note: --qformat %s is ignored: --recipe decides what is quantized (as in "
+                               "hf_ptq)\n", v);
+                break;
+            }
+            if (qformat(a, v, err))
+                return -1;
+            break;
+        case F_KV:
+            if (has_recipe) {
+                fprintf(notes, "lwq: note: --kv_cache_qformat %s is ignored: the --recipe sets the KV cache (as in "
+                               "hf_ptq)\n", v);
+                break;
+            }
+            if (kv_format(a, v, err))
+                return -1;
+            break;
+        case F_CALIB_SIZE:
+            if (strchr(v, ',')) {
+                fprintf(err, "lwq: --calib_size %s: lwq calibrates on one dataset, so give one size\n", v);
+                return -1;
+            }
+            rc = keep(a, "--calib-size") || keep(a, v);
+            break;
+        case F_CALIB_SEQ: rc = keep(a, "--calib-seq") || keep(a, v); break;
+        case F_BATCH: rc = keep(a, "--batch-size") || keep(a, v); break;
+        case F_GPU: rc = keep(a, "--max-gpu-memory-gb") || keep(a, v); break;
+        case F_CPU: rc = keep(a, "--max-cpu-memory-gb") || keep(a, v); break;
+        case F_DATASET: {
+            struct stat st;
+            if (strchr(v, ',')) {
+                fprintf(err, "lwq: --dataset %s: lwq calibrates on one dataset (one .jsonl / .txt file or a "
+                             "directory)\n", v);
+                return -1;
+            }
+            if (stat(v, &st) != 0) {
+                fprintf(err, "lwq: --dataset %s: not a local file or directory; lwq reads no Hugging Face hub "
+                             "datasets: export it to .jsonl (one {\"text\": ...} or {\"messages\": [...]} per line) "
+                             "and pass that path\n", v);
+                return -1;
+            }
+            rc = keep(a, "--calib") || keep(a, v);
+            break;
+        }
+        case F_NOEFFECT:
+            fprintf(notes, "lwq: note: %s has no effect in lwq (%s)\n", f, flags[k].why);
+            break;
+        case F_SPARSITY:
+            if (strcmp(v, "dense")) {
+                fprintf(err, "lwq: --sparsity_fmt %s is not supported: %s\n", v, flags[k].why);
+                return -1;
+            }
+            break;
+        case F_REFUSE:
+            fprintf(err, "lwq: %s is not supported: %s\n", f, flags[k].why);
+            return -1;
+        }
+        if (rc)
+            goto oom;
+    }
+    if (hf) {
+        char d[256] = "";
+        snprintf(d, sizeof d, "%s%s%s%s%s", !has_qformat && !has_recipe ? ", --qformat fp8" : "",
+                 !has_size ? ", --calib_size 1024" : "", !has_seq ? ", --calib_seq 512" : "",
+                 !has_batch ? ", --batch_size 0" : "", !has_out ? ", --export_path exported_model" : "");
+        if (d[0])
+            fprintf(notes, "lwq: note: hf_ptq's defaults apply: %s\n", d + 2);
+        if (!has_dataset)
+            fprintf(notes, "lwq: note: no --dataset: lwq calibrates on its built-in text (hf_ptq would download its "
+                           "default hub datasets)\n");
+    }
+    return 0;
+oom:
+    fprintf(err, "lwq: out of memory\n");
+    return -1;
+}
