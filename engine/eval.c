@@ -166,6 +166,13 @@ static int cand_get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
 
 static int build_choices(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_recipe *rc_, lwq_error *e)
 {
+    /* GPTQ calibrates sequentially (each layer on the quantized layers before it); the in-memory
+     * candidates all calibrate on the source stream, so a GPTQ candidate here would not be what
+     * lwq quantize writes */
+    if (lwq_recipe_uses_gptq(rc_))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "recipe \"%s\" uses gptq, which cannot be built in memory (it "
+                        "calibrates each layer on the quantized layers before it); run lwq quantize --algo gptq "
+                        "and evaluate its output: lwq eval SRC QUANT_DIR", rc_->name);
     s->choice = calloc((size_t)v->N, sizeof *s->choice);
     if (!s->choice)
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
@@ -215,7 +222,11 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
             return rc;
     for (int c = 0; c < o->ncand; c++) {
         const lwq_eval_candidate *cd = &o->cand[c];
-        if (cd->recipe) {
+        if (cd->recipe && lwq_recipe_uses_gptq(cd->recipe)) {
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "candidate %s uses gptq, which calibrates each layer on the quantized "
+                            "previous layers; that is not built in memory: run lwq quantize with it and evaluate the "
+                            "written checkpoint (lwq eval SRC QUANT_DIR)", cd->name);
+        } else if (cd->recipe) {
             v->in_memory = 1;
             rc = build_choices(v, &v->cand[c], cd->recipe, e);
         } else {
@@ -335,15 +346,119 @@ static int embed_all(lwq_eval_ctx *v, lwq_error *e)
 
 /* ---- one layer ---------------------------------------------------------------------------------- */
 
-static uint8_t *hessians_wanted(lwq_eval_ctx *v, int L)
+/* The Hessian statistics candidate c's choices need in layer L, as lwq quantize asks for them
+ * (LWQ_STATS_H_BLOCK for local_hessian NVFP4 linears, LWQ_STATS_H_FULL for GPTQ ones). */
+static uint8_t *hessians_wanted(lwq_eval_ctx *v, int c, int L)
 {
     const lwq_arch_layer *p = &v->plans[L];
     uint8_t *w = calloc((size_t)(p->nlinears ? p->nlinears : 1), 1);
-    for (int c = 0; w && c < v->o->ncand; c++)
-        for (int i = 0; v->cand[c].choice && i < p->nlinears; i++)
-            w[i] |= v->cand[c].choice[L][i].format == LWQ_QFMT_NVFP4 &&
-                    v->cand[c].choice[L][i].algo == LWQ_ALGO_LOCAL_HESSIAN;
+    for (int i = 0; w && i < p->nlinears; i++) {
+        const lwq_quant_choice *ch = &v->cand[c].choice[L][i];
+        if (ch->format == LWQ_QFMT_NVFP4 && ch->algo == LWQ_ALGO_LOCAL_HESSIAN)
+            w[i] = LWQ_STATS_H_BLOCK;
+        else if (ch->format != LWQ_QFMT_NONE && ch->algo == LWQ_ALGO_GPTQ && p->linears[i].role != LWQ_ROLE_LIN_CONV)
+            w[i] = LWQ_STATS_H_FULL;
+    }
     return w;
+}
+
+/* The calibration statistics of one layer: one lwq_layer_stats per distinct set of Hessian
+ * needs among the recipe candidates (a local_hessian and a GPTQ candidate cannot share one), all
+ * fed by one calibration forward through a fan-out observer. */
+typedef struct cal_stats {
+    int n;                   /* candidates */
+    int *own;                /* (n) the candidate whose stats candidate c uses, -1 for none */
+    lwq_layer_stats *st;     /* (n) initialised where own[c] == c */
+    lwq_observer obs;
+} cal_stats;
+
+static int fan_input(void *ctx, int layer, const char *module, const lwq_tensor *x, const lwq_tensor *valid,
+                     lwq_error *e)
+{
+    cal_stats *cs = ctx;
+    for (int c = 0; c < cs->n; c++)
+        if (cs->own[c] == c && cs->st[c].obs.linear_input) {
+            int rc = cs->st[c].obs.linear_input(cs->st[c].obs.ctx, layer, module, x, valid, e);
+            if (rc < 0)
+                return rc;
+        }
+    return 0;
+}
+
+static int fan_kv(void *ctx, int layer, const lwq_tensor *k, const lwq_tensor *vv, const lwq_tensor *valid,
+                  lwq_error *e)
+{
+    cal_stats *cs = ctx;
+    for (int c = 0; c < cs->n; c++)
+        if (cs->own[c] == c && cs->st[c].obs.kv) {
+            int rc = cs->st[c].obs.kv(cs->st[c].obs.ctx, layer, k, vv, valid, e);
+            if (rc < 0)
+                return rc;
+        }
+    return 0;
+}
+
+static int fan_counts(void *ctx, int layer, const int64_t *counts, int n_experts, lwq_error *e)
+{
+    cal_stats *cs = ctx;
+    for (int c = 0; c < cs->n; c++)
+        if (cs->own[c] == c && cs->st[c].obs.expert_counts) {
+            int rc = cs->st[c].obs.expert_counts(cs->st[c].obs.ctx, layer, counts, n_experts, e);
+            if (rc < 0)
+                return rc;
+        }
+    return 0;
+}
+
+static void cal_stats_free(cal_stats *cs)
+{
+    for (int c = 0; cs->own && c < cs->n; c++)
+        if (cs->own[c] == c)
+            lwq_stats_free(&cs->st[c]);
+    free(cs->own);
+    free(cs->st);
+    memset(cs, 0, sizeof *cs);
+}
+
+static int cal_stats_init(lwq_eval_ctx *v, int L, cal_stats *cs, lwq_error *e)
+{
+    const lwq_arch_layer *p = &v->plans[L];
+    int n = v->o->ncand, rc = 0;
+    memset(cs, 0, sizeof *cs);
+    cs->n = n;
+    cs->own = malloc((size_t)n * sizeof *cs->own);
+    cs->st = calloc((size_t)n, sizeof *cs->st);
+    uint8_t **want = calloc((size_t)n, sizeof *want);
+    if (!cs->own || !cs->st || !want)
+        rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    for (int c = 0; rc == 0 && c < n; c++) {
+        cs->own[c] = -1;
+        if (!v->cand[c].choice)
+            continue;
+        if (!(want[c] = hessians_wanted(v, c, L))) {
+            rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+            break;
+        }
+        for (int d = 0; d < c && cs->own[c] < 0; d++)
+            if (want[d] && !memcmp(want[d], want[c], (size_t)(p->nlinears ? p->nlinears : 1)))
+                cs->own[c] = cs->own[d];
+        if (cs->own[c] >= 0)
+            continue;
+        if ((rc = lwq_stats_init(&cs->st[c], p, &v->be, p->is_moe ? v->ck.cfg.num_experts : 0,
+                                 v->o->include_padding, v->o->all_experts, want[c], v->ck.cfg.weight_prefix, e)) == 0)
+            cs->own[c] = c;
+    }
+    for (int c = 0; want && c < n; c++)
+        free(want[c]);
+    free(want);
+    cs->obs.ctx = cs;
+    cs->obs.linear_input = fan_input;
+    cs->obs.kv = fan_kv;
+    cs->obs.expert_counts = fan_counts;
+    cs->obs.all_experts = v->o->all_experts;
+    if (rc)
+        cal_stats_free(cs);
+    return rc;
 }
 
 /* Candidate c's layer L: its tensors (quantized in memory from `st`, or read from its checkpoint),
@@ -363,6 +478,7 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
         /* cast mode writes no scales: the stream's kv_fp8 gives it scale 1.0 */
         rc = lwq_qlayer_run(p, s->choice[L], kv == LWQ_KV_FP8 ? LWQ_KV_FP8 : LWQ_KV_NONE, st, src, &v->qops, &qt,
                             &rep, e);
+        lwq_qlayer_report_free(&rep);
         lwq_tlist_sort(&qt);
     } else {
         rc = lwq_qdir_read_layer(&s->qd, L, &qt, e);
@@ -446,20 +562,15 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
             break;
         lwq_layer_weights lw;
         lwq_layer_weights_init(&lw, &v->be, &src, NULL, v->ck.cfg.weight_prefix);
-        lwq_layer_stats st;
+        cal_stats cs;
         int st_open = 0;
         if (v->in_memory) {
-            const lwq_arch_layer *p = &v->plans[L];
-            uint8_t *wh = hessians_wanted(v, L);
-            rc = wh ? lwq_stats_init(&st, p, &v->be, p->is_moe ? v->ck.cfg.num_experts : 0, o->include_padding,
-                                     o->all_experts, wh, v->ck.cfg.weight_prefix, e)
-                    : lwq_errf(e, LWQ_ENOMEM, "out of memory");
-            free(wh);
+            rc = cal_stats_init(v, L, &cs, e);
             st_open = rc == 0;
             t = lwq_now();
             tc = cpu_now();
             if (rc == 0)
-                rc = stream_layer(v, &v->cal, &v->calib, L, &lw.w, &st.obs, e);
+                rc = stream_layer(v, &v->cal, &v->calib, L, &lw.w, &cs.obs, e);
             cal_s = lwq_now() - t;
             cpu[0] = cpu_now() - tc;
         }
@@ -470,9 +581,10 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
         src_s = lwq_now() - t;
         cpu[1] = cpu_now() - tc;
         for (int c = 0; c < o->ncand && rc == 0; c++)
-            rc = cand_layer(v, c, L, &src, &lw.w, st_open ? &st : NULL, &q_s, &f_s, &cpu[2], e);
+            rc = cand_layer(v, c, L, &src, &lw.w, st_open && cs.own[c] >= 0 ? &cs.st[cs.own[c]] : NULL, &q_s, &f_s,
+                            &cpu[2], e);
         if (st_open)
-            lwq_stats_free(&st);
+            cal_stats_free(&cs);
         lwq_layer_weights_free(&lw);
         lwq_tlist_free(&src);
         int rrc = lwq_prefetch_release(v->pf, L, rc ? NULL : e);

@@ -328,3 +328,38 @@ Test(eval, plan_covers_every_stream)
     cr_assert(strstr(out, "plan: host peak") && strstr(out, "(4 streams)") && strstr(out, "2 candidate(s)"), "%s", out);
     free(out);
 }
+
+/* Candidates with different calibration needs (local_hessian: 16x16 Hessian blocks, mse: none)
+ * evaluated in one pass give what each gives alone.  GPTQ calibrates each layer on the quantized
+ * previous layers: refused in memory, evaluated from its written checkpoint. */
+Test(eval, candidates_in_one_pass_match_single_runs_and_gptq_goes_through_its_checkpoint)
+{
+    char m[512]; /* lwqt_path's buffers rotate: keep a copy */
+    snprintf(m, sizeof m, "%s", mk("m", NULL));
+    lwqt_write_str("lh.json", "{\"algorithm\": {\"method\": \"local_hessian\"}, \"kv_cache\": \"none\", "
+                              "\"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    lwqt_write_str("ms.json", "{\"algorithm\": {\"method\": \"mse\"}, \"kv_cache\": \"none\", "
+                              "\"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    lwqt_write_str("gq.json", "{\"algorithm\": {\"method\": \"gptq\"}, \"kv_cache\": \"none\", "
+                              "\"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    const char *both[] = {"eval", m, "--recipe", lwqt_path("ms.json"), "--recipe", lwqt_path("lh.json"), SMALL,
+                          "--json", lwqt_path("both.json"), NULL};
+    const char *lh[] = {"eval", m, "--recipe", lwqt_path("lh.json"), SMALL, "--json", lwqt_path("lh1.json"), NULL};
+    const char *q[] = {"quantize", m, "-o", lwqt_path("q"), "--recipe", lwqt_path("gq.json"), "--calib-size", "6",
+                       "--calib-seq", "24", "--quiet", NULL};
+    const char *qd[] = {"eval", m, lwqt_path("q"), "--data-size", "5", "--data-seq", "20", "--quiet", "--json",
+                        lwqt_path("qd.json"), NULL};
+    const char *const *runs[] = {both, lh, q, qd};
+    for (int i = 0; i < 4; i++)
+        cr_assert_eq(lwqt_run(runs[i]), 0, "run %d: %s", i, lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *jb = load_json("both.json"), *jl = load_json("lh1.json"), *jq = load_json("qd.json");
+    cr_assert(num(cand(jb, 1), "kl") == num(cand(jl, 0), "kl"), "local_hessian: %.17g vs %.17g",
+              num(cand(jb, 1), "kl"), num(cand(jl, 0), "kl"));
+    cr_assert(num(cand(jb, 0), "kl") != num(cand(jb, 1), "kl"), "the two algorithms differ");
+    cr_assert(num(cand(jq, 0), "kl") > 0, "the GPTQ checkpoint evaluates");
+    cJSON_Delete(jb);
+    cJSON_Delete(jl);
+    cJSON_Delete(jq);
+    const char *g[] = {"eval", m, "--recipe", lwqt_path("gq.json"), SMALL, NULL};
+    expect_refusal(g, "gptq", "lwq eval SRC QUANT_DIR");
+}
