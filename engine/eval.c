@@ -166,6 +166,13 @@ static int cand_get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
 
 static int build_choices(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_recipe *rc_, lwq_error *e)
 {
+    /* GPTQ calibrates sequentially (each layer on the quantized layers before it); the in-memory
+     * candidates all calibrate on the source stream, so a GPTQ candidate here would not be what
+     * lwq quantize writes */
+    if (lwq_recipe_uses_gptq(rc_))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "recipe \"%s\" uses gptq, which cannot be built in memory (it "
+                        "calibrates each layer on the quantized layers before it); run lwq quantize --algo gptq "
+                        "and evaluate its output: lwq eval SRC QUANT_DIR", rc_->name);
     s->choice = calloc((size_t)v->N, sizeof *s->choice);
     if (!s->choice)
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");

@@ -18,13 +18,17 @@ void lwq_qlayer_report_free(lwq_qlayer_report *rep)
     rep->gptq_n = rep->gptq_cap = 0;
 }
 
-/* GPTQ applies: a matrix product with calibration tokens (else the max path). */
+/* 1: GPTQ applies; 0: the max path (a conv1d, or a routed expert no calibration token reached);
+ * < 0: the statistics hold no GPTQ Hessian for this linear (a caller that did not ask for one must
+ * not get max codes under a GPTQ name). */
 static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_layer_stats *st, int idx,
-                        lwq_qlayer_report *rep)
+                        lwq_qlayer_report *rep, lwq_error *e)
 {
     if (c->algo != LWQ_ALGO_GPTQ || l->role == LWQ_ROLE_LIN_CONV)
         return 0;
-    if (st->htokens[idx] > 0)
+    if (!st->hsum[idx] || st->hkind[idx] != LWQ_STATS_H_FULL)
+        return lwq_errf(e, LWQ_ESTATE, "%s: GPTQ was chosen but no Hessian was collected for it", l->name);
+    if (st->in_rows[idx] > 0 && st->htokens[idx] > 0)
         return 1;
     rep->gptq_fallback++;
     return 0;
@@ -105,8 +109,9 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
         goto fail;
     }
     if (c->algo == LWQ_ALGO_GPTQ) {
-        rc = gptq_applies(l, c, st, idx, rep)
-                 ? lwq_qlayer_gptq(l, c, w, global_amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), packed, scale,
+        int g = gptq_applies(l, c, st, idx, rep, e);
+        rc = g < 0 ? g
+             : g   ? lwq_qlayer_gptq(l, c, w, global_amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), packed, scale,
                                    NULL, &ws2, rep, e)
                  : lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
     } else if (c->algo == LWQ_ALGO_MAX) {
@@ -176,7 +181,9 @@ static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choi
 {
     int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
     float amax = wamax, ws = 0, is = 0;
-    int rc = 0, gptq = c->algo == LWQ_ALGO_GPTQ && gptq_applies(l, c, st, idx, rep);
+    int rc = 0, gptq = c->algo == LWQ_ALGO_GPTQ ? gptq_applies(l, c, st, idx, rep, e) : 0;
+    if (gptq < 0)
+        return gptq;
     /* local_hessian has no per-tensor form: FP8 uses mse for it; GPTQ keeps the weight's amax */
     if (c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ)
         rc = lwq_qops_fp8_mse(qo, w, rows, cols, l->name, &amax, e);

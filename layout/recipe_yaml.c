@@ -85,7 +85,7 @@ static int resolve_under(const char *root, const char *p, char *real, lwq_error 
         if (!realpath(cand, real))
             return lwq_errsys(e, -errno, "%s", cand);
         size_t rl = strlen(root);
-        if (strncmp(real, root, rl) || real[rl] != '/')
+        if (rl > 1 && (strncmp(real, root, rl) || real[rl] != '/')) /* root "/" holds every path */
             return lwq_errf(e, LWQ_EINVAL, "%s \"%s\": resolves to %s, outside the recipe root %s", what, p, real,
                             root);
         return 0;

@@ -78,7 +78,8 @@ static void usage(FILE *fp, const char *cmd)
             "%s"
             "Model Optimizer hf_ptq.py's flags work too (--pyt_ckpt_path/--model, --export_path, --qformat,\n"
             "--kv_cache_qformat, --calib_size, --calib_seq, --batch_size, --dataset, --max_gpu_memory_gb,\n"
-            "--max_cpu_memory_gb, --recipe); --qformat takes: %s.\n\n"
+            "--max_cpu_memory_gb, --recipe); --qformat also takes Model Optimizer's names (docs/RECIPES.md):\n"
+            "  %s.\n\n"
             "exit status: 0 done, 2 error (message on stderr)\n",
             cmd, strcmp(cmd, "plan") ? " -o OUT_DIR" : "",
             strcmp(cmd, "plan") ? "Quantize a Hugging Face checkpoint layer by layer to NVFP4/FP8 (ModelOpt format)."

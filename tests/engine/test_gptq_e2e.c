@@ -219,3 +219,38 @@ Test(gptq_e2e, error_report_samples_rows_of_large_linears)
     cr_assert_null(strstr(s, "row_sample"), "%s", s);
     free(s);
 }
+
+/* lwq eval's in-memory candidates calibrate on the source stream: a GPTQ recipe there is refused
+ * with the way to evaluate GPTQ (quantize, then eval the output). */
+Test(gptq_e2e, eval_refuses_in_memory_gptq_candidates)
+{
+    mk("m", "llama", NULL);
+    lwqt_write_str("g.json", "{\"algorithm\": {\"method\": \"gptq\"}, \"rules\": [{\"match\": \"*\", \"format\": \"nvfp4\"}]}");
+    char m[600], r[600];
+    snprintf(m, sizeof m, "%s", lwqt_path("m"));
+    snprintf(r, sizeof r, "%s", lwqt_path("g.json"));
+    const char *a[] = {"eval", m, "--recipe", r, "--calib-size", "2", "--calib-seq", "16", "--data-size", "2",
+                       "--data-seq", "16", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(a), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "gptq") && strstr(err, "lwq eval SRC QUANT_DIR"), "%s", err);
+    free(err);
+}
+
+/* GPTQ uses no BLAS, and the forward before it is batch- and kernel-invariant: the same bytes
+ * whichever OpenBLAS kernel set runs the GEMMs. */
+Test(gptq_e2e, same_bytes_under_every_openblas_coretype)
+{
+    mk("m", "llama", NULL);
+    static const char *cores[] = {"Prescott", "Sandybridge", "Haswell", "Zen", "SkylakeX", "Cooperlake"};
+    const char *ao[] = {"--gptq-act-order", NULL};
+    for (int i = 0; i < 6; i++) {
+        char out[32];
+        snprintf(out, sizeof out, "c%d", i);
+        setenv("OPENBLAS_CORETYPE", cores[i], 1);
+        quant("m", out, ao);
+        unsetenv("OPENBLAS_CORETYPE");
+        if (i)
+            cr_assert(same_tree("c0", out), "%s gives other bytes than %s", cores[i], cores[0]);
+    }
+}

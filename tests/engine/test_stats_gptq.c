@@ -1,7 +1,8 @@
-/* GPTQ statistics (engine/stats.h): full Hessian sums shared within a fused group, sized by the plan. */
+/* GPTQ statistics (engine/stats.h): full Hessian sums shared within a fused group, sized by the plan; qlayer refuses GPTQ without them. */
 #include <criterion/criterion.h>
 #include <string.h>
 
+#include "engine/qlayer.h"
 #include "engine/stats.h"
 #include "kernels/backend.h"
 #include "kernels/gptq.h"
@@ -48,6 +49,41 @@ Test(stats_gptq, group_members_share_one_sum_and_widths_are_checked)
     cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.o_proj", &t, NULL, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, "l.o_proj") && strstr(e.msg, "32 wide") && strstr(e.msg, "16 in-features"), "%s", e.msg);
     free(ref);
+    lwq_stats_free(&st);
+    lwq_backend_free_backend(&be);
+}
+
+/* Statistics collected without the GPTQ sums (a caller that did not ask for them): quantizing a
+ * GPTQ choice is an error naming the linear, not max codes under a GPTQ name. */
+Test(stats_gptq, gptq_without_its_hessian_is_an_error)
+{
+    lwq_backend be;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_cpu_create(&be, 1, &e), 0, "%s", e.msg);
+    lwq_arch_layer one = {.layer = 0, .nlinears = 1, .linears = &lins[2], .ngroups = 0};
+    lwq_layer_stats st;
+    cr_assert_eq(lwq_stats_init(&st, &one, &be, 0, 1, 0, NULL, NULL, &e), 0, "%s", e.msg);
+    float x[3 * 16], *w = malloc(32 * 16 * sizeof *w);
+    for (int i = 0; i < 3 * 16; i++)
+        x[i] = (float)(i % 7) - 3.0f;
+    for (int i = 0; i < 32 * 16; i++)
+        w[i] = (float)(i % 5) * 0.01f;
+    lwq_tensor t = host2d(x, 3, 16);
+    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.o_proj", &t, NULL, &e), 0, "%s", e.msg);
+    lwq_tlist src = {0}, out = {0};
+    int64_t shape[2] = {32, 16};
+    cr_assert_eq(lwq_tlist_add(&src, "l.o_proj.weight", LWQ_F32, 2, shape, w, 1, &e), 0);
+    lwq_tlist_sort(&src);
+    lwq_quant_choice ch = {.format = LWQ_QFMT_NVFP4, .algo = LWQ_ALGO_GPTQ, .gptq_damp = 0.01};
+    lwq_qops qo;
+    lwq_qops_init(&qo, &be);
+    lwq_qlayer_report rep = {0};
+    cr_assert_eq(lwq_qlayer_run(&one, &ch, LWQ_KV_NONE, &st, &src, &qo, &out, &rep, &e), LWQ_ESTATE);
+    cr_assert(strstr(e.msg, "l.o_proj") && strstr(e.msg, "no Hessian"), "%s", e.msg);
+    lwq_qlayer_report_free(&rep);
+    lwq_tlist_free(&out);
+    lwq_tlist_free(&src);
+    lwq_qops_free(&qo);
     lwq_stats_free(&st);
     lwq_backend_free_backend(&be);
 }

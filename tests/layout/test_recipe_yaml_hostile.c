@@ -295,3 +295,16 @@ Test(recipe_yaml_hostile, intricate_globs_are_bounded)
     cr_assert(strstr(e.msg, "quantizer_name is too intricate (more than 256 module patterns for one quantizer kind)"),
               "%s", e.msg);
 }
+
+Test(recipe_yaml_hostile, the_filesystem_root_as_recipe_root_holds_every_path)
+{
+    lwqt_write_str("x.yaml", "a: 1\n");
+    char out[4096], arg[600];
+    int is_yaml = 0;
+    lwq_error e = {0};
+    snprintf(arg, sizeof arg, "%s/x", lwqt_dir + 1); /* relative to "/" */
+    cr_assert_eq(lwq_recipe_find(arg, "/", out, sizeof out, &is_yaml, &e), 0, "%s", e.msg);
+    char want[600];
+    snprintf(want, sizeof want, "%s/x.yaml", lwqt_dir);
+    cr_assert_str_eq(out, want);
+}
