@@ -87,7 +87,10 @@ quantize_set() { # lwq_binary models_dir out_dir
     "$lwq" quantize "$m/qnext" -o "$d/o_qnext_lh" --qformat nvfp4 --algo local_hessian "${q[@]}"
     "$lwq" quantize "$m/qwen3" -o "$d/o_qwen3" --qformat nvfp4 --batch-size 3 "${q[@]}"
     # expert streaming, where the revision has it (same bytes as the unstreamed run by design)
-    if "$lwq" quantize --help | grep -q -- --expert-group; then
+    # (the help text goes to a file first: with pipefail, grep -q closing the pipe early would
+    # fail the test by SIGPIPE)
+    "$lwq" quantize --help >"$work/help.txt"
+    if grep -q -- --expert-group "$work/help.txt"; then
         "$lwq" quantize "$m/moe" -o "$d/o_moe_stream" --qformat nvfp4 --expert-group 3 "${q[@]}"
         "$lwq" quantize "$m/ds3" -o "$d/o_ds3_stream" --qformat nvfp4 --expert-group 2 "${q[@]}"
     fi
