@@ -42,4 +42,13 @@ void lwq_error_clear(lwq_error *e);
 /* Human name of a code: "I/O error", "bad format", ... */
 const char *lwq_strerror(int code);
 
+/* The one error-flow idiom (liburing's `ret < 0`): evaluate x, return its value from the
+ * enclosing function when negative.  0 and positive counts go on. */
+#define LWQ_TRY(x)                                                                                 \
+    do {                                                                                           \
+        int lwq_try_rc_ = (x);                                                                     \
+        if (lwq_try_rc_ < 0)                                                                       \
+            return lwq_try_rc_;                                                                    \
+    } while (0)
+
 #endif

@@ -1,5 +1,6 @@
 #include "core/file.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -7,51 +8,74 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+static int k_open(const char *path, int flags, mode_t mode)
+{
+    int fd = open(path, flags, mode);
+    return fd < 0 ? -errno : fd;
+}
+
+static int k_fstat(int fd, struct stat *st) { return fstat(fd, st) != 0 ? -errno : 0; }
+
+static ssize_t k_pread(int fd, void *buf, size_t n, off_t off)
+{
+    ssize_t r = pread(fd, buf, n, off);
+    return r < 0 ? -errno : r;
+}
+
+static int k_close(int fd) { return close(fd) != 0 ? -errno : 0; }
+
+static const lwq_file_ops kernel_ops = {k_open, k_fstat, k_pread, k_close};
+
 int lwq_file_read_all(const char *path, size_t max_bytes, char **out, size_t *len, lwq_error *e)
+{
+    return lwq_file_read_all_ops(&kernel_ops, path, max_bytes, out, len, e);
+}
+
+int lwq_file_read_all_ops(const lwq_file_ops *ops, const char *path, size_t max_bytes, char **out,
+                          size_t *len, lwq_error *e)
 {
     *out = NULL;
     if (len)
         *len = 0;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = ops->open(path, O_RDONLY | O_CLOEXEC, 0);
     if (fd < 0)
-        return lwq_errsys(e, -errno, "%s: cannot open", path);
+        return lwq_errsys(e, fd, "%s: cannot open", path);
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int rc = -errno;
-        close(fd);
+    int rc = ops->fstat(fd, &st);
+    if (rc < 0) {
+        ops->close(fd);
         return lwq_errsys(e, rc, "%s: cannot stat", path);
     }
     if (!S_ISREG(st.st_mode)) {
-        close(fd);
+        ops->close(fd);
         return lwq_errf(e, LWQ_EFORMAT, "%s: not a regular file", path);
     }
-    if ((unsigned long long)st.st_size > max_bytes) {
-        close(fd);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the %zu byte limit for this kind of file",
+    if (st.st_size < 0 || (unsigned long long)st.st_size > max_bytes) {
+        ops->close(fd);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the byte limit for this kind of file (%zu allowed)",
                         path, (long long)st.st_size, max_bytes);
     }
     size_t n = (size_t)st.st_size;
     char *buf = malloc(n + 1);
     if (!buf) {
-        close(fd);
+        ops->close(fd);
         return lwq_errf(e, LWQ_ENOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
     }
     size_t got = 0;
     while (got < n) {
-        ssize_t r = read(fd, buf + got, n - got);
-        if (r < 0 && errno == EINTR)
+        ssize_t r = ops->pread(fd, buf + got, n - got, (off_t)got);
+        if (r == -EINTR)
             continue;
         if (r < 0) {
-            int rc = -errno;
             free(buf);
-            close(fd);
-            return lwq_errsys(e, rc, "%s: read failed at byte %zu", path, got);
+            ops->close(fd);
+            return lwq_errsys(e, (int)r, "%s: read failed at byte %zu", path, got);
         }
         if (r == 0)
             break; /* shrank while reading: take what is there */
         got += (size_t)r;
     }
-    close(fd);
+    ops->close(fd);
     buf[got] = 0;
     *out = buf;
     if (len)

@@ -69,7 +69,7 @@ typedef struct lwq_mem_plan {
     uint64_t process_bytes;        /* the process itself when planning (code, libraries, pools) */
     uint64_t host_peak, gpu_peak;  /* predicted peaks (gpu 0 on the CPU backend) */
     /* parts of gpu_peak besides the layer's weights, activations and scratch */
-    uint64_t gpu_runtime_bytes;    /* CUDA context + cuBLAS workspace (allowances, see plan.c) */
+    uint64_t gpu_runtime_bytes;    /* CUDA context + cuBLAS workspace (allowances, see engine/plan.c) */
     uint64_t gpu_staging_bytes;    /* F32 staging of the widest mixed-dtype / bias GEMM */
     uint64_t gpu_quant_bytes;      /* the quantizer's copy of the largest weight + its outputs */
     uint64_t output_bytes;         /* predicted bytes written */

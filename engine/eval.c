@@ -182,10 +182,7 @@ static int build_choices(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_recipe *
         if (!s->choice[L])
             return lwq_errf(e, LWQ_ENOMEM, "out of memory");
         for (int i = 0; i < p->nlinears; i++) {
-            s->choice[L][i] = lwq_recipe_resolve_module(
-                rc_, p->linears[i].name, lwq_arch_is_mla_projection(p, &p->linears[i]) ? LWQ_MODULE_MLA_PROJ : 0);
-            if (p->linears[i].is_router)
-                s->choice[L][i].format = LWQ_QFMT_NONE;
+            s->choice[L][i] = lwq_qlayer_choice(rc_, p, i);
         }
         int rc = lwq_qlayer_check(p, s->choice[L], e);
         if (rc)
@@ -352,13 +349,8 @@ static uint8_t *hessians_wanted(lwq_eval_ctx *v, int c, int L)
 {
     const lwq_arch_layer *p = &v->plans[L];
     uint8_t *w = calloc((size_t)(p->nlinears ? p->nlinears : 1), 1);
-    for (int i = 0; w && i < p->nlinears; i++) {
-        const lwq_quant_choice *ch = &v->cand[c].choice[L][i];
-        if (ch->format == LWQ_QFMT_NVFP4 && ch->algo == LWQ_ALGO_LOCAL_HESSIAN)
-            w[i] = LWQ_STATS_H_BLOCK;
-        else if (ch->format != LWQ_QFMT_NONE && ch->algo == LWQ_ALGO_GPTQ && p->linears[i].role != LWQ_ROLE_LIN_CONV)
-            w[i] = LWQ_STATS_H_FULL;
-    }
+    for (int i = 0; w && i < p->nlinears; i++)
+        w[i] = (uint8_t)lwq_qlayer_hessian(&p->linears[i], &v->cand[c].choice[L][i]);
     return w;
 }
 
@@ -649,7 +641,7 @@ static void ctx_free(lwq_eval_ctx *v)
         if (v->work.data)
             lwq_backend_tensor_free(&v->be, &v->work);
         lwq_qops_free(&v->qops);
-        lwq_backend_free_backend(&v->be);
+        lwq_backend_destroy(&v->be);
     }
     for (int L = 0; v->plans && L < v->N; L++)
         lwq_arch_layer_free(&v->plans[L]);

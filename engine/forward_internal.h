@@ -149,11 +149,4 @@ int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const
 int lwq_fwd_rmsnorm_1p(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, lwq_tensor *y,
                        lwq_error *e);
 
-#define LWQ_TRY(x)                                                                                 \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_ < 0)                                                                               \
-            return rc_;                                                                            \
-    } while (0)
-
 #endif

@@ -12,6 +12,7 @@
 #include "core/hash.h"
 #include "io/durable.h"
 #include "io/sys.h"
+#include "layout/export.h"
 
 #define MANIFEST_MAX_BYTES (64u << 20)
 
@@ -22,7 +23,7 @@ const char *const lwq_fp_part_names[LWQ_FP_PARTS] = {
 
 void lwq_fp_finish(lwq_fingerprint *f) { f->all = lwq_xxh64(f->part, sizeof f->part, 0x6c7771); }
 
-void lwq_shard_name(int layer, char out[40]) { snprintf(out, 40, "model-layer-%05d.safetensors", layer); }
+void lwq_shard_name(int layer, char out[40]) { snprintf(out, 40, LWQ_OUT_SHARD_PREFIX "%05d.safetensors", layer); }
 
 int lwq_manifest_init(lwq_manifest *m, const lwq_fingerprint *fp, int num_layers, lwq_error *e)
 {

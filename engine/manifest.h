@@ -61,6 +61,11 @@ int lwq_manifest_save(const char *path, const lwq_manifest *m, lwq_error *e);
 int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, size_t cap);
 /* "model-layer-00003.safetensors" */
 void lwq_shard_name(int layer, char out[40]);
+
+/* ---- naming rules: the resume directory (one home; layout/export.h has the output's) ---- */
+#define LWQ_RESUME_SUFFIX ".layerwise_resume"   /* default resume dir: OUT + this, beside OUT */
+#define LWQ_RESUME_MANIFEST "manifest.json"
+#define LWQ_RESUME_BOUNDARY_FMT "boundary-%d.bin" /* %d: 0 or 1, the boundary alternation */
 /* XXH64 and size of a whole file. */
 int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e);
 /* lwq_st_open of an output or resume file, opened through the io/sys.h table. */

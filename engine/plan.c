@@ -20,6 +20,7 @@
 #include "engine/engine.h"
 #include "kernels/gptq.h"
 #include "engine/layersrc.h"
+#include "engine/qlayer.h"
 #include "kernels/backend.h"
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
@@ -134,19 +135,17 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         }
         for (int i = 0; i < plan.nlinears; i++) {
             const lwq_arch_linear *l = &plan.linears[i];
-            lwq_quant_choice ch = lwq_recipe_resolve_module(
-                o->recipe, l->name, lwq_arch_is_mla_projection(&plan, l) ? LWQ_MODULE_MLA_PROJ : 0);
-            if (l->is_router)
-                ch.format = LWQ_QFMT_NONE;
+            lwq_quant_choice ch = lwq_qlayer_choice(o->recipe, &plan, i);
             uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);
             /* FP8-block / MXFP4 sources store the weight packed; unquantized it comes out
              * dequantized (engine/srcdeq.h), so the output holds `src` bytes */
             uint64_t stored = stored_bytes(ck, l->name, src);
             out = out - stored + linear_out_bytes(l, ch.format, src);
             deq += stored != src ? src : 0;
-            if (ch.format == LWQ_QFMT_NVFP4 && ch.algo == LWQ_ALGO_LOCAL_HESSIAN)
+            int hk = lwq_qlayer_hessian(l, &ch);
+            if (hk == LWQ_STATS_H_BLOCK)
                 hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
-            if (ch.format != LWQ_QFMT_NONE && ch.algo == LWQ_ALGO_GPTQ && l->role != LWQ_ROLE_LIN_CONV) {
+            if (hk == LWQ_STATS_H_FULL) {
                 uint64_t in = (uint64_t)l->in_features;
                 /* one in x in double sum per input: fused-group members share theirs (engine/stats.c) */
                 int shared = 0;

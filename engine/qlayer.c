@@ -34,6 +34,24 @@ static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, con
     return 0;
 }
 
+lwq_quant_choice lwq_qlayer_choice(const lwq_recipe *r, const lwq_arch_layer *p, int i)
+{
+    const lwq_arch_linear *l = &p->linears[i];
+    lwq_quant_choice c = lwq_recipe_resolve_module(r, l->name, lwq_arch_is_mla_projection(p, l) ? LWQ_MODULE_MLA_PROJ : 0);
+    if (l->is_router)
+        c.format = LWQ_QFMT_NONE;
+    return c;
+}
+
+int lwq_qlayer_hessian(const lwq_arch_linear *l, const lwq_quant_choice *c)
+{
+    if (c->format == LWQ_QFMT_NVFP4 && c->algo == LWQ_ALGO_LOCAL_HESSIAN)
+        return LWQ_STATS_H_BLOCK;
+    if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ && l->role != LWQ_ROLE_LIN_CONV)
+        return LWQ_STATS_H_FULL;
+    return LWQ_STATS_H_NONE;
+}
+
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e)
 {
     for (int i = 0; i < plan->nlinears; i++) {

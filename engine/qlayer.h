@@ -45,6 +45,15 @@ typedef struct lwq_qlayer_report {
 
 void lwq_qlayer_report_free(lwq_qlayer_report *rep);
 
+/* The quantization of linear i of layer plan p: the recipe's choice for its module, except that
+ * routers are never quantized, whatever a rule matched.  The one home of that rule. */
+lwq_quant_choice lwq_qlayer_choice(const lwq_recipe *r, const lwq_arch_layer *p, int i);
+
+/* The Hessian the calibration of linear l with choice c wants from the statistics:
+ * LWQ_STATS_H_BLOCK for NVFP4 local_hessian, LWQ_STATS_H_FULL for GPTQ (not on a conv1d),
+ * LWQ_STATS_H_NONE otherwise.  The one home of that condition. */
+int lwq_qlayer_hessian(const lwq_arch_linear *l, const lwq_quant_choice *c);
+
 /* Check, before any weight is read, that the choices can be honoured: no router quantized, NVFP4
  * in-features % 16 == 0, every fused group in one format.  Errors name the module. */
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e);

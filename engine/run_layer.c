@@ -76,13 +76,8 @@ static uint8_t *hessian_wanted(lwq_run *r, int L)
 {
     const lwq_arch_layer *p = &r->plans[L];
     uint8_t *w = calloc((size_t)(p->nlinears ? p->nlinears : 1), 1);
-    for (int i = 0; w && i < p->nlinears; i++) {
-        const lwq_quant_choice *c = &r->choice[L][i];
-        if (c->format == LWQ_QFMT_NVFP4 && c->algo == LWQ_ALGO_LOCAL_HESSIAN)
-            w[i] = LWQ_STATS_H_BLOCK;
-        else if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ && p->linears[i].role != LWQ_ROLE_LIN_CONV)
-            w[i] = LWQ_STATS_H_FULL; /* GPTQ: the full in x in sums */
-    }
+    for (int i = 0; w && i < p->nlinears; i++)
+        w[i] = (uint8_t)lwq_qlayer_hessian(&p->linears[i], &r->choice[L][i]);
     return w;
 }
 

@@ -237,7 +237,7 @@ static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     assert(j->committed == m->num_layers || m->boundary_bytes == j->r->bnd_bytes);
     m->committed = j->committed;
     if (j->committed < m->num_layers)
-        snprintf(m->boundary_file, sizeof m->boundary_file, "boundary-%d.bin", j->committed % 2);
+        snprintf(m->boundary_file, sizeof m->boundary_file, LWQ_RESUME_BOUNDARY_FMT, j->committed % 2);
     else
         m->boundary_file[0] = 0;
     char *s = lwq_manifest_render(m);
@@ -331,7 +331,7 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
         char bpath[PATH_MAX];
         if (!bj)
             return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-        if ((rc = lwq_pathf(e, bpath, sizeof bpath, "%s/boundary-%d.bin", r->resume_dir, (layer + 1) % 2)) != 0) {
+        if ((rc = lwq_pathf(e, bpath, sizeof bpath, "%s/" LWQ_RESUME_BOUNDARY_FMT, r->resume_dir, (layer + 1) % 2)) != 0) {
             free(bj);
             return rc;
         }
@@ -469,7 +469,7 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
     if (packed) /* needs dequantization: written at the end, through memory */
         return 0;
     char path[PATH_MAX];
-    int rc = lwq_pathf(e, path, sizeof path, "%s/model-tail.safetensors", r->out_dir);
+    int rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir);
     if (rc)
         return rc;
     lwq_writer_job job = {path, NULL, 0, tail_serialize, r, tail_done, r};
@@ -485,7 +485,7 @@ static int write_tail(lwq_run *r, lwq_error *e)
     if (!packed) {
         char path[PATH_MAX];
         lwq_durable_file f;
-        if ((rc = lwq_pathf(e, path, sizeof path, "%s/model-tail.safetensors", r->out_dir)) == 0 &&
+        if ((rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir)) == 0 &&
             (rc = lwq_durable_open(&f, path, e)) == 0) {
             if ((rc = stream_tail(r, idx, n, &f, e)) != 0)
                 lwq_durable_abort(&f);
@@ -510,7 +510,7 @@ static int write_tail(lwq_run *r, lwq_error *e)
     }
     uint64_t h, b;
     if (rc == 0)
-        rc = write_tlist_file(r, "model-tail.safetensors", &tail, &h, &b, e);
+        rc = write_tlist_file(r, LWQ_OUT_TAIL, &tail, &h, &b, e);
     lwq_tlist_free(&tail);
     return rc;
 }
@@ -530,7 +530,7 @@ static int write_index(lwq_run *r, lwq_error *e)
         if (L < r->nlayers)
             lwq_shard_name(L, fnames[L]);
         else
-            snprintf(fnames[L], 40, "model-tail.safetensors");
+            snprintf(fnames[L], 40, LWQ_OUT_TAIL);
         char path[PATH_MAX];
         lwq_st_file f;
         if ((rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, fnames[L])) != 0 ||
@@ -563,7 +563,7 @@ static int write_index(lwq_run *r, lwq_error *e)
     }
     char *js = NULL;
     if (rc == 0 && (rc = lwq_export_index_json((const char *const *)names, files, n, total, &js, e)) == 0)
-        rc = write_text(r, "model.safetensors.index.json", js, e);
+        rc = write_text(r, LWQ_OUT_INDEX, js, e);
     free(js);
 out:
     for (int i = 0; i < n; i++)
@@ -616,8 +616,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
     lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.raw, &q, &cj, e)) == 0 &&
-        (rc = write_text(r, "hf_quant_config.json", hq, e)) == 0)
-        rc = write_text(r, "config.json", cj, e);
+        (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
+        rc = write_text(r, LWQ_OUT_CONFIG, cj, e);
     free(hq);
     free(cj);
 out:
@@ -679,7 +679,7 @@ static int write_report(lwq_run *r, lwq_error *e)
     cJSON_Delete(root);
     if (!s)
         return lwq_errf(e, LWQ_ENOMEM, "report: out of memory");
-    int rc = write_text(r, "calibration_report.json", s, e);
+    int rc = write_text(r, LWQ_OUT_REPORT, s, e);
     free(s);
     return rc;
 }
@@ -700,7 +700,7 @@ int lwq_run_finish(lwq_run *r, lwq_error *e)
         return rc;
     for (int i = 0; i < 2; i++) {
         char p[PATH_MAX];
-        if (lwq_pathf(e, p, sizeof p, "%s/boundary-%d.bin", r->resume_dir, i) == 0 && (rc = lwq_durable_unlink(p, e)) != 0)
+        if (lwq_pathf(e, p, sizeof p, "%s/" LWQ_RESUME_BOUNDARY_FMT, r->resume_dir, i) == 0 && (rc = lwq_durable_unlink(p, e)) != 0)
             return rc;
     }
     return 0;

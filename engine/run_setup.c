@@ -19,6 +19,7 @@
 #include "core/parallel.h"
 #include "engine/run_internal.h"
 #include "io/durable.h"
+#include "layout/export.h"
 #include "io/sys.h"
 
 void lwq_calib_set_free(lwq_calib_set *c)
@@ -42,16 +43,16 @@ static int check_checkpoint(lwq_run *r, lwq_error *e)
         return rc;
     for (int i = 0; i < rep.n; i++) {
         const lwq_arch_issue *x = &rep.v[i];
-        if (x->kind == LWQ_ARCH_UNEXPECTED)
+        if (x->kind == LWQ_ISSUE_UNEXPECTED)
             LWQ_WARN("tensor %s is not part of the %s architecture; it is copied unchanged", x->name,
                      r->ck.cfg.model_type);
-        else if (x->kind == LWQ_ARCH_EXTRA_LAYER)
+        else if (x->kind == LWQ_ISSUE_EXTRA_LAYER)
             LWQ_INFO("layer %d is beyond num_hidden_layers (an MTP block?); it goes to the tail unchanged", x->layer);
     }
     if (rc > 0) {
         const lwq_arch_issue *x = NULL;
         for (int i = 0; i < rep.n && !x; i++)
-            if (rep.v[i].kind == LWQ_ARCH_MISSING || rep.v[i].kind == LWQ_ARCH_BAD_SHAPE)
+            if (rep.v[i].kind == LWQ_ISSUE_MISSING || rep.v[i].kind == LWQ_ISSUE_BAD_SHAPE)
                 x = &rep.v[i];
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: %d tensor problem(s); first: layer %d: %s %s%s%s", r->ck.dir, rc,
                       x ? x->layer : -1, x ? lwq_arch_issue_name(x->kind) : "?", x ? x->name : "",
@@ -78,11 +79,7 @@ static int build_plans(lwq_run *r, lwq_error *e)
         if (!r->choice[L])
             return lwq_errf(e, LWQ_ENOMEM, "out of memory");
         for (int i = 0; i < p->nlinears; i++) {
-            r->choice[L][i] = lwq_recipe_resolve_module(
-                r->o->recipe, p->linears[i].name,
-                lwq_arch_is_mla_projection(p, &p->linears[i]) ? LWQ_MODULE_MLA_PROJ : 0);
-            if (p->linears[i].is_router) /* never quantized, whatever a rule matched */
-                r->choice[L][i].format = LWQ_QFMT_NONE;
+            r->choice[L][i] = lwq_qlayer_choice(r->o->recipe, p, i);
             quantized += r->choice[L][i].format != LWQ_QFMT_NONE;
             /* the k/v cache quantizers of Model Optimizer live on the attention module */
             if (p->linears[i].role == LWQ_ROLE_O) {
@@ -249,7 +246,7 @@ void lwq_run_free(lwq_run *r)
     free(r->lstat);
     lwq_manifest_free(&r->man);
     if (r->be_open)
-        lwq_backend_free_backend(&r->be);
+        lwq_backend_destroy(&r->be);
     if (r->ck_open)
         lwq_ckpt_free(&r->ck);
     if (r->jlog)
@@ -398,7 +395,7 @@ static int clear_own_leftovers(lwq_run *r, lwq_error *e)
         size_t n = strlen(de->d_name);
         int ours = 0;
         /* the shards and the tail carry the run's fingerprint in their metadata */
-        int shard = !strncmp(de->d_name, "model-layer-", 12) || !strncmp(de->d_name, "model-tail.", 11);
+        int shard = !strncmp(de->d_name, LWQ_OUT_SHARD_PREFIX, sizeof LWQ_OUT_SHARD_PREFIX - 1) || !strncmp(de->d_name, "model-tail.", 11);
         if (shard && n > 16 && !strcmp(de->d_name + n - 4, ".tmp")) {
             ours = 1; /* an unfinished durable write */
         } else if (shard) {
@@ -428,8 +425,7 @@ static int clear_own_leftovers(lwq_run *r, lwq_error *e)
 
 static int outputs_present(lwq_run *r)
 {
-    static const char *const need[] = {"model-tail.safetensors", "model.safetensors.index.json", "config.json",
-                                       "hf_quant_config.json"};
+    static const char *const need[] = {LWQ_OUT_TAIL, LWQ_OUT_INDEX, LWQ_OUT_CONFIG, LWQ_OUT_HF_QUANT_CONFIG};
     for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
         char p[PATH_MAX];
         lwq_error ig = {0};
@@ -450,8 +446,8 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
     while (n > 1 && r->out_dir[n - 1] == '/')
         r->out_dir[--n] = 0;
     rc = o->resume_dir ? lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir)
-                       : lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s.layerwise_resume", r->out_dir);
-    if (rc || (rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/manifest.json", r->resume_dir)) != 0)
+                       : lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s" LWQ_RESUME_SUFFIX, r->out_dir);
+    if (rc || (rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/" LWQ_RESUME_MANIFEST, r->resume_dir)) != 0)
         return rc;
     /* one run per output: both directories exist and are locked before anything in them is
      * read, removed or written */
@@ -501,7 +497,7 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
             /* the boundary of layer i is the other file, if it is still there */
             LWQ_WARN("%s is damaged; --repair recomputes layer %d", p, i);
             r->man.committed = i;
-            snprintf(r->man.boundary_file, sizeof r->man.boundary_file, "boundary-%d.bin", i % 2);
+            snprintf(r->man.boundary_file, sizeof r->man.boundary_file, LWQ_RESUME_BOUNDARY_FMT, i % 2);
             char bp[PATH_MAX];
             if ((rc = lwq_pathf(e, bp, sizeof bp, "%s/%s", r->resume_dir, r->man.boundary_file)) != 0)
                 return rc;

@@ -19,6 +19,8 @@
  */
 #include "io/durable.h"
 
+#include "core/file.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -92,42 +94,17 @@ int lwq_durable_pread_all(int fd, void *buf, size_t n, uint64_t off, const char 
     return 0;
 }
 
+/* The bounded whole-file read is core/file.c's; only its system calls come from the table. */
+static int sys_open(const char *path, int flags, mode_t mode) { return lwq_sys()->open(path, flags, mode); }
+static int sys_fstat(int fd, struct stat *st) { return lwq_sys()->fstat(fd, st); }
+static ssize_t sys_pread(int fd, void *buf, size_t n, off_t off) { return lwq_sys()->pread(fd, buf, n, off); }
+static int sys_close(int fd) { return lwq_sys()->close(fd); }
+
 int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                           lwq_error *e)
 {
-    *out = NULL;
-    *len = 0;
-    const lwq_sys_table *s = lwq_sys();
-    int fd = s->open(path, O_RDONLY, 0);
-    if (fd < 0)
-        return lwq_errsys(e, fd, "open %s", path);
-    struct stat st;
-    int rc = s->fstat(fd, &st);
-    if (rc < 0) {
-        s->close(fd);
-        return lwq_errsys(e, rc, "stat %s", path);
-    }
-    if (st.st_size < 0 || (uint64_t)st.st_size > max_bytes) {
-        s->close(fd);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, more than the %zu allowed", path,
-                        (long long)st.st_size, max_bytes);
-    }
-    size_t n = (size_t)st.st_size;
-    char *buf = malloc(n + 1);
-    if (!buf) {
-        s->close(fd);
-        return lwq_errf(e, LWQ_ENOMEM, "%s: cannot allocate %zu bytes", path, n + 1);
-    }
-    rc = lwq_durable_pread_all(fd, buf, n, 0, path, e);
-    s->close(fd);
-    if (rc < 0) {
-        free(buf);
-        return rc;
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 0;
+    static const lwq_file_ops ops = {sys_open, sys_fstat, sys_pread, sys_close};
+    return lwq_file_read_all_ops(&ops, path, max_bytes, out, len, e);
 }
 
 int lwq_durable_fsync_dir(const char *dir, lwq_error *e)

@@ -35,8 +35,8 @@ int lwq_durable_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, cons
  * LWQ_EIO "... file ends at byte X". */
 int lwq_durable_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what,
                           lwq_error *e);
-/* Read a whole file of at most `max_bytes` into a malloc'd buffer (NUL-terminated, so text can
- * be parsed in place; *len excludes the NUL).  The caller frees *out. */
+/* core/file.h's lwq_file_read_all (bounded, NUL-terminated, regular files only) through the
+ * io/sys.h table, for the resume state.  The caller frees *out. */
 int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                           lwq_error *e);
 

@@ -57,16 +57,9 @@ static int check_len(const char *op, const char *arg, const lwq_tensor *t, int64
     return 0;
 }
 
-#define TRY(x)                                                                                     \
-    do {                                                                                           \
-        int rc_ = (x);                                                                             \
-        if (rc_ < 0)                                                                               \
-            return rc_;                                                                            \
-    } while (0)
-
 /* ---- construction and memory ----------------------------------------------------------------- */
 
-void lwq_backend_free_backend(lwq_backend *be)
+void lwq_backend_destroy(lwq_backend *be)
 {
     if (be && be->ops && be->ops->destroy)
         be->ops->destroy(be->ctx);
@@ -118,7 +111,7 @@ int lwq_backend_tensor_alloc(const lwq_backend *be, lwq_dtype dt, int ndim, cons
         n *= (uint64_t)shape[i];
     }
     void *p;
-    TRY(lwq_backend_alloc(be, (size_t)(n * lwq_dtype_size(dt)), &p, e));
+    LWQ_TRY(lwq_backend_alloc(be, (size_t)(n * lwq_dtype_size(dt)), &p, e));
     *t = lwq_tensor_view(p, dt, ndim, shape);
     t->device = be->ops->device;
     return 0;
@@ -172,20 +165,20 @@ int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
                      const lwq_tensor *bias, lwq_tensor *y, lwq_error *e)
 {
     const char *op = "gemm";
-    TRY(check_t(be, op, "x", x, 2, e));
-    TRY(check_t(be, op, "w", w, 2, e));
-    TRY(check_t(be, op, "y", y, 2, e));
-    TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "w", w, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_t(be, op, "x", x, 2, e));
+    LWQ_TRY(check_t(be, op, "w", w, 2, e));
+    LWQ_TRY(check_t(be, op, "y", y, 2, e));
+    LWQ_TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "w", w, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
     if (w->shape[1] != x->shape[1])
         return lwq_errf(e, LWQ_EINVAL, "gemm: w is (%" PRId64 ", %" PRId64 ") but x has %" PRId64
                         " columns", w->shape[0], w->shape[1], x->shape[1]);
-    TRY(check_shape2(op, "y", y, x->shape[0], w->shape[0], e));
+    LWQ_TRY(check_shape2(op, "y", y, x->shape[0], w->shape[0], e));
     if (bias) {
-        TRY(check_t(be, op, "bias", bias, 1, e));
-        TRY(check_dt(op, "bias", bias, lwq_dtype_is_act, "F32/BF16/F16", e));
-        TRY(check_len(op, "bias", bias, w->shape[0], e));
+        LWQ_TRY(check_t(be, op, "bias", bias, 1, e));
+        LWQ_TRY(check_dt(op, "bias", bias, lwq_dtype_is_act, "F32/BF16/F16", e));
+        LWQ_TRY(check_len(op, "bias", bias, w->shape[0], e));
     }
     if (x->data == y->data && lwq_tensor_numel(y) > 0)
         return lwq_errf(e, LWQ_EINVAL, "gemm: y must not alias x");
@@ -198,14 +191,14 @@ int lwq_backend_rmsnorm(const lwq_backend *be, const lwq_tensor *x, const lwq_te
                         lwq_tensor *y, lwq_error *e)
 {
     const char *op = "rmsnorm";
-    TRY(check_t(be, op, "x", x, 2, e));
-    TRY(check_t(be, op, "w", w, 1, e));
-    TRY(check_t(be, op, "y", y, 2, e));
-    TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "w", w, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_len(op, "w", w, x->shape[1], e));
-    TRY(check_shape2(op, "y", y, x->shape[0], x->shape[1], e));
+    LWQ_TRY(check_t(be, op, "x", x, 2, e));
+    LWQ_TRY(check_t(be, op, "w", w, 1, e));
+    LWQ_TRY(check_t(be, op, "y", y, 2, e));
+    LWQ_TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "w", w, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_len(op, "w", w, x->shape[1], e));
+    LWQ_TRY(check_shape2(op, "y", y, x->shape[0], x->shape[1], e));
     if (!(eps >= 0.0f))
         return lwq_errf(e, LWQ_EINVAL, "rmsnorm: eps %g must be >= 0", (double)eps);
     if (lwq_tensor_numel(y) == 0)
@@ -217,17 +210,17 @@ int lwq_backend_rope(const lwq_backend *be, lwq_tensor *x, int64_t head_dim, con
                      const lwq_tensor *inv_freq, float attn_scaling, lwq_error *e)
 {
     const char *op = "rope";
-    TRY(check_t(be, op, "x", x, 2, e));
-    TRY(check_t(be, op, "pos", pos, 1, e));
-    TRY(check_t(be, op, "inv_freq", inv_freq, 1, e));
-    TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "pos", pos, is_i32, "I32", e));
-    TRY(check_dt(op, "inv_freq", inv_freq, is_f32, "F32", e));
+    LWQ_TRY(check_t(be, op, "x", x, 2, e));
+    LWQ_TRY(check_t(be, op, "pos", pos, 1, e));
+    LWQ_TRY(check_t(be, op, "inv_freq", inv_freq, 1, e));
+    LWQ_TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "pos", pos, is_i32, "I32", e));
+    LWQ_TRY(check_dt(op, "inv_freq", inv_freq, is_f32, "F32", e));
     if (head_dim <= 0 || head_dim % 2 || x->shape[1] % head_dim)
         return lwq_errf(e, LWQ_EINVAL, "rope: head_dim %" PRId64 " must be even and divide the %"
                         PRId64 " columns of x", head_dim, x->shape[1]);
-    TRY(check_len(op, "pos", pos, x->shape[0], e));
-    TRY(check_len(op, "inv_freq", inv_freq, head_dim / 2, e));
+    LWQ_TRY(check_len(op, "pos", pos, x->shape[0], e));
+    LWQ_TRY(check_len(op, "inv_freq", inv_freq, head_dim / 2, e));
     if (lwq_tensor_numel(x) == 0)
         return 0;
     return be->ops->rope(be->ctx, x, head_dim, pos, inv_freq, attn_scaling, e);
@@ -244,24 +237,24 @@ int lwq_backend_attention(const lwq_backend *be, const lwq_attn_args *a, lwq_err
                         " heads %d kv_heads %d head_dim %" PRId64 " (heads must be a multiple of "
                         "kv_heads)", a->batch, a->seq, a->n_heads, a->n_kv_heads, a->head_dim);
     int64_t n = a->batch * a->seq;
-    TRY(check_t(be, op, "q", a->q, 2, e));
-    TRY(check_t(be, op, "k", a->k, 2, e));
-    TRY(check_t(be, op, "v", a->v, 2, e));
-    TRY(check_t(be, op, "out", a->out, 2, e));
-    TRY(check_dt(op, "q", a->q, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "out", a->out, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_t(be, op, "q", a->q, 2, e));
+    LWQ_TRY(check_t(be, op, "k", a->k, 2, e));
+    LWQ_TRY(check_t(be, op, "v", a->v, 2, e));
+    LWQ_TRY(check_t(be, op, "out", a->out, 2, e));
+    LWQ_TRY(check_dt(op, "q", a->q, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "out", a->out, lwq_dtype_is_act, "F32/BF16/F16", e));
     if (a->k->dtype != a->q->dtype || a->v->dtype != a->q->dtype)
         return lwq_errf(e, LWQ_EINVAL, "attention: q, k, v dtypes differ (%s, %s, %s)",
                         lwq_dtype_name(a->q->dtype), lwq_dtype_name(a->k->dtype),
                         lwq_dtype_name(a->v->dtype));
-    TRY(check_shape2(op, "q", a->q, n, a->n_heads * a->head_dim, e));
-    TRY(check_shape2(op, "k", a->k, n, a->n_kv_heads * a->head_dim, e));
-    TRY(check_shape2(op, "v", a->v, n, a->n_kv_heads * a->head_dim, e));
-    TRY(check_shape2(op, "out", a->out, n, a->n_heads * a->head_dim, e));
+    LWQ_TRY(check_shape2(op, "q", a->q, n, a->n_heads * a->head_dim, e));
+    LWQ_TRY(check_shape2(op, "k", a->k, n, a->n_kv_heads * a->head_dim, e));
+    LWQ_TRY(check_shape2(op, "v", a->v, n, a->n_kv_heads * a->head_dim, e));
+    LWQ_TRY(check_shape2(op, "out", a->out, n, a->n_heads * a->head_dim, e));
     if (a->key_valid) {
-        TRY(check_t(be, op, "key_valid", a->key_valid, 1, e));
-        TRY(check_dt(op, "key_valid", a->key_valid, is_u8, "U8/BOOL", e));
-        TRY(check_len(op, "key_valid", a->key_valid, n, e));
+        LWQ_TRY(check_t(be, op, "key_valid", a->key_valid, 1, e));
+        LWQ_TRY(check_dt(op, "key_valid", a->key_valid, is_u8, "U8/BOOL", e));
+        LWQ_TRY(check_len(op, "key_valid", a->key_valid, n, e));
     }
     if (a->out->data == a->q->data || a->out->data == a->k->data || a->out->data == a->v->data)
         return lwq_errf(e, LWQ_EINVAL, "attention: out must not alias q, k or v");
@@ -284,14 +277,14 @@ int lwq_backend_swiglu(const lwq_backend *be, const lwq_tensor *gate, const lwq_
                        lwq_tensor *out, lwq_error *e)
 {
     const char *op = "swiglu";
-    TRY(check_t(be, op, "gate", gate, 2, e));
-    TRY(check_t(be, op, "up", up, 2, e));
-    TRY(check_t(be, op, "out", out, 2, e));
-    TRY(check_dt(op, "gate", gate, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "up", up, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "out", out, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_same(op, "gate", gate, "up", up, e));
-    TRY(check_same(op, "gate", gate, "out", out, e));
+    LWQ_TRY(check_t(be, op, "gate", gate, 2, e));
+    LWQ_TRY(check_t(be, op, "up", up, 2, e));
+    LWQ_TRY(check_t(be, op, "out", out, 2, e));
+    LWQ_TRY(check_dt(op, "gate", gate, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "up", up, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "out", out, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_same(op, "gate", gate, "up", up, e));
+    LWQ_TRY(check_same(op, "gate", gate, "out", out, e));
     if (lwq_tensor_numel(out) == 0)
         return 0;
     return be->ops->swiglu(be->ctx, gate, up, out, e);
@@ -300,11 +293,11 @@ int lwq_backend_swiglu(const lwq_backend *be, const lwq_tensor *gate, const lwq_
 int lwq_backend_add(const lwq_backend *be, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e)
 {
     const char *op = "add";
-    TRY(check_t(be, op, "acc", acc, 2, e));
-    TRY(check_t(be, op, "x", x, 2, e));
-    TRY(check_dt(op, "acc", acc, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_same(op, "acc", acc, "x", x, e));
+    LWQ_TRY(check_t(be, op, "acc", acc, 2, e));
+    LWQ_TRY(check_t(be, op, "x", x, 2, e));
+    LWQ_TRY(check_dt(op, "acc", acc, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_same(op, "acc", acc, "x", x, e));
     if (lwq_tensor_numel(acc) == 0)
         return 0;
     return be->ops->add(be->ctx, acc, x, e);
@@ -315,12 +308,12 @@ int lwq_backend_moe_route(const lwq_backend *be, const lwq_tensor *logits, int k
                           lwq_tensor *wts, lwq_error *e)
 {
     const char *op = "moe_route";
-    TRY(check_t(be, op, "logits", logits, 2, e));
-    TRY(check_t(be, op, "idx", idx, 2, e));
-    TRY(check_t(be, op, "wts", wts, 2, e));
-    TRY(check_dt(op, "logits", logits, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "idx", idx, is_i32, "I32", e));
-    TRY(check_dt(op, "wts", wts, is_f32, "F32", e));
+    LWQ_TRY(check_t(be, op, "logits", logits, 2, e));
+    LWQ_TRY(check_t(be, op, "idx", idx, 2, e));
+    LWQ_TRY(check_t(be, op, "wts", wts, 2, e));
+    LWQ_TRY(check_dt(op, "logits", logits, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "idx", idx, is_i32, "I32", e));
+    LWQ_TRY(check_dt(op, "wts", wts, is_f32, "F32", e));
     if (k < 1 || k > logits->shape[1] || k > 64)
         return lwq_errf(e, LWQ_EINVAL, "moe_route: k = %d must be in [1, min(experts %" PRId64
                         ", 64)]", k, logits->shape[1]);
@@ -330,8 +323,8 @@ int lwq_backend_moe_route(const lwq_backend *be, const lwq_tensor *logits, int k
     if (!lwq_dtype_is_act(weight_dtype))
         return lwq_errf(e, LWQ_EINVAL, "moe_route: weight dtype %s is not F32/BF16/F16",
                         lwq_dtype_name(weight_dtype));
-    TRY(check_shape2(op, "idx", idx, logits->shape[0], k, e));
-    TRY(check_shape2(op, "wts", wts, logits->shape[0], k, e));
+    LWQ_TRY(check_shape2(op, "idx", idx, logits->shape[0], k, e));
+    LWQ_TRY(check_shape2(op, "wts", wts, logits->shape[0], k, e));
     if (logits->shape[0] == 0)
         return 0;
     return be->ops->moe_route(be->ctx, logits, k, mode, weight_dtype, idx, wts, e);
@@ -341,13 +334,13 @@ int lwq_backend_gather_rows(const lwq_backend *be, const lwq_tensor *src, const 
                             lwq_tensor *dst, lwq_error *e)
 {
     const char *op = "gather_rows";
-    TRY(check_t(be, op, "src", src, 2, e));
-    TRY(check_t(be, op, "rows", rows, 1, e));
-    TRY(check_t(be, op, "dst", dst, 2, e));
-    TRY(check_dt(op, "src", src, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "rows", rows, is_i32, "I32", e));
-    TRY(check_dt(op, "dst", dst, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_shape2(op, "dst", dst, rows->shape[0], src->shape[1], e));
+    LWQ_TRY(check_t(be, op, "src", src, 2, e));
+    LWQ_TRY(check_t(be, op, "rows", rows, 1, e));
+    LWQ_TRY(check_t(be, op, "dst", dst, 2, e));
+    LWQ_TRY(check_dt(op, "src", src, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "rows", rows, is_i32, "I32", e));
+    LWQ_TRY(check_dt(op, "dst", dst, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_shape2(op, "dst", dst, rows->shape[0], src->shape[1], e));
     if (rows->shape[0] == 0)
         return 0;
     if (rows->device == LWQ_DEV_CPU) {
@@ -367,16 +360,16 @@ int lwq_backend_moe_combine(const lwq_backend *be, const lwq_tensor *y,
                             lwq_error *e)
 {
     const char *op = "moe_combine";
-    TRY(check_t(be, op, "y", y, 2, e));
-    TRY(check_t(be, op, "slot_rows", slot_rows, 2, e));
-    TRY(check_t(be, op, "wts", wts, 2, e));
-    TRY(check_t(be, op, "out", out, 2, e));
-    TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "slot_rows", slot_rows, is_i32, "I32", e));
-    TRY(check_dt(op, "wts", wts, is_f32, "F32", e));
-    TRY(check_dt(op, "out", out, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_same(op, "slot_rows", slot_rows, "wts", wts, e));
-    TRY(check_shape2(op, "out", out, slot_rows->shape[0], y->shape[1], e));
+    LWQ_TRY(check_t(be, op, "y", y, 2, e));
+    LWQ_TRY(check_t(be, op, "slot_rows", slot_rows, 2, e));
+    LWQ_TRY(check_t(be, op, "wts", wts, 2, e));
+    LWQ_TRY(check_t(be, op, "out", out, 2, e));
+    LWQ_TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "slot_rows", slot_rows, is_i32, "I32", e));
+    LWQ_TRY(check_dt(op, "wts", wts, is_f32, "F32", e));
+    LWQ_TRY(check_dt(op, "out", out, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_same(op, "slot_rows", slot_rows, "wts", wts, e));
+    LWQ_TRY(check_shape2(op, "out", out, slot_rows->shape[0], y->shape[1], e));
     if (slot_rows->device == LWQ_DEV_CPU) {
         const int32_t *r = (const int32_t *)slot_rows->data;
         int64_t n = lwq_tensor_numel(slot_rows);
@@ -407,8 +400,8 @@ int lwq_backend_copy(const lwq_backend *be, const lwq_tensor *src, lwq_tensor *d
                             PRId64 " in dst (src >= 0, dst > 0)", i, src->stride[i],
                             dst->stride[i]);
     }
-    TRY(check_dt(op, "src", src, lwq_dtype_is_act, "F32/BF16/F16", e));
-    TRY(check_dt(op, "dst", dst, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "src", src, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_dt(op, "dst", dst, lwq_dtype_is_act, "F32/BF16/F16", e));
     if (src->device != be->ops->device || dst->device != be->ops->device)
         return lwq_errf(e, LWQ_EINVAL, "copy: tensors live on devices %d and %d, backend %s "
                         "needs %d", (int)src->device, (int)dst->device, be->ops->name,
@@ -425,12 +418,12 @@ int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
 {
     const char *op = "amax";
     *out = 0.0f;
-    TRY(check_t(be, op, "x", x, 2, e));
-    TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_t(be, op, "x", x, 2, e));
+    LWQ_TRY(check_dt(op, "x", x, lwq_dtype_is_act, "F32/BF16/F16", e));
     if (row_valid) {
-        TRY(check_t(be, op, "row_valid", row_valid, 1, e));
-        TRY(check_dt(op, "row_valid", row_valid, is_u8, "U8/BOOL", e));
-        TRY(check_len(op, "row_valid", row_valid, x->shape[0], e));
+        LWQ_TRY(check_t(be, op, "row_valid", row_valid, 1, e));
+        LWQ_TRY(check_dt(op, "row_valid", row_valid, is_u8, "U8/BOOL", e));
+        LWQ_TRY(check_len(op, "row_valid", row_valid, x->shape[0], e));
     }
     if (lwq_tensor_numel(x) == 0)
         return 0;

@@ -25,7 +25,7 @@
  * (GEMM, attention, RMSNorm's sum of squares, routing's softmax) may differ in order and
  * contraction and are compared with stated tolerances. 
  *
- * Ownership: lwq_backend_free_backend() destroys what lwq_backend_*_create() made.  Memory from
+ * Ownership: lwq_backend_destroy() destroys what lwq_backend_*_create() made.  Memory from
  * lwq_backend_alloc() must be released with lwq_backend_free() of the same backend.
  * Thread-safety: one backend is used by one thread at a time (ops may use internal threads).
  * Failure: ops return 0 or a negative LWQ_E* code and fill the lwq_error (LWQ_EINVAL naming the
@@ -127,7 +127,9 @@ int lwq_backend_cuda_device_count(void);
  * built without CUDA, no driver, a driver too old for the runtime lwq was built with (both
  * versions named), no device.  Say this instead of a bare "0 devices". */
 int lwq_backend_cuda_probe(lwq_error *e);
-void lwq_backend_free_backend(lwq_backend *be);
+void lwq_backend_destroy(lwq_backend *be);
+/* The name before issue 20, kept while branches written against it land; use lwq_backend_destroy. */
+#define lwq_backend_free_backend lwq_backend_destroy
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 

@@ -18,43 +18,13 @@ typedef struct builder {
     int oom;
 } builder;
 
-const char *lwq_linear_role_name(lwq_linear_role r)
-{
-    static const char *n[LWQ_ROLE_COUNT] = {
-        [LWQ_ROLE_Q] = "q_proj",
-        [LWQ_ROLE_K] = "k_proj",
-        [LWQ_ROLE_V] = "v_proj",
-        [LWQ_ROLE_O] = "o_proj",
-        [LWQ_ROLE_GATE] = "gate_proj",
-        [LWQ_ROLE_UP] = "up_proj",
-        [LWQ_ROLE_DOWN] = "down_proj",
-        [LWQ_ROLE_EXPERT_GATE] = "expert_gate",
-        [LWQ_ROLE_EXPERT_UP] = "expert_up",
-        [LWQ_ROLE_EXPERT_DOWN] = "expert_down",
-        [LWQ_ROLE_SHARED_GATE] = "shared_gate",
-        [LWQ_ROLE_SHARED_UP] = "shared_up",
-        [LWQ_ROLE_SHARED_DOWN] = "shared_down",
-        [LWQ_ROLE_ROUTER] = "router",
-        [LWQ_ROLE_SHARED_EXPERT_GATE] = "shared_expert_gate",
-        [LWQ_ROLE_Q_A] = "q_a_proj",
-        [LWQ_ROLE_Q_B] = "q_b_proj",
-        [LWQ_ROLE_KV_A] = "kv_a_proj_with_mqa",
-        [LWQ_ROLE_KV_B] = "kv_b_proj",
-        [LWQ_ROLE_LIN_QKVZ] = "in_proj_qkvz",
-        [LWQ_ROLE_LIN_BA] = "in_proj_ba",
-        [LWQ_ROLE_LIN_OUT] = "out_proj",
-        [LWQ_ROLE_LIN_CONV] = "conv1d",
-    };
-    return (unsigned)r < LWQ_ROLE_COUNT ? n[r] : "?";
-}
-
 const char *lwq_arch_issue_name(lwq_arch_issue_kind k)
 {
     switch (k) {
-    case LWQ_ARCH_MISSING: return "missing";
-    case LWQ_ARCH_BAD_SHAPE: return "bad shape";
-    case LWQ_ARCH_UNEXPECTED: return "unexpected";
-    case LWQ_ARCH_EXTRA_LAYER: return "extra layer";
+    case LWQ_ISSUE_MISSING: return "missing";
+    case LWQ_ISSUE_BAD_SHAPE: return "bad shape";
+    case LWQ_ISSUE_UNEXPECTED: return "unexpected";
+    case LWQ_ISSUE_EXTRA_LAYER: return "extra layer";
     }
     return "?";
 }
@@ -454,7 +424,7 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
         /* an MXFP4 source stores the tensor as name_blocks + name_scales (layout/srcfmt.h) */
         if (!t && !lwq_srcfmt_packed_shape(c, p->name, &ndim, shape)) {
             if (!p->optional)
-                rc = issue(r, LWQ_ARCH_MISSING, plan->layer, p->name, NULL, e);
+                rc = issue(r, LWQ_ISSUE_MISSING, plan->layer, p->name, NULL, e);
             continue;
         }
         int same = ndim == p->ndim;
@@ -465,7 +435,7 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
             fmt_shape(a, sizeof a, p->ndim, p->shape);
             fmt_shape(b, sizeof b, ndim, shape);
             snprintf(det, sizeof det, "expected %s, found %s", a, b);
-            rc = issue(r, LWQ_ARCH_BAD_SHAPE, plan->layer, p->name, det, e);
+            rc = issue(r, LWQ_ISSUE_BAD_SHAPE, plan->layer, p->name, det, e);
         }
     }
     for (int i = 0; rc == 0 && i < have->n; i++) {
@@ -476,7 +446,7 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
         if ((strlen(name) >= sizeof key.name ||
              !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr)) &&
             !lwq_srcfmt_is_aux(c, name)) /* FP8 scale_inv / MXFP4 halves: dequantized away */
-            rc = issue(r, LWQ_ARCH_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
+            rc = issue(r, LWQ_ISSUE_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
     }
     free(sorted);
     return rc;
@@ -493,7 +463,7 @@ int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
             snprintf(name, sizeof name, "%smodel.layers.%d.*", cfg->weight_prefix, l);
             snprintf(det, sizeof det, "%d tensors beyond num_hidden_layers %d pass through",
                      c->layers[l].n, cfg->num_hidden_layers);
-            rc = issue(r, LWQ_ARCH_EXTRA_LAYER, l, name, det, e);
+            rc = issue(r, LWQ_ISSUE_EXTRA_LAYER, l, name, det, e);
             continue;
         }
         lwq_arch_layer plan;
@@ -513,5 +483,5 @@ int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
         lwq_arch_report_free(r);
         return rc;
     }
-    return r->count[LWQ_ARCH_MISSING] + r->count[LWQ_ARCH_BAD_SHAPE];
+    return r->count[LWQ_ISSUE_MISSING] + r->count[LWQ_ISSUE_BAD_SHAPE];
 }

@@ -110,16 +110,14 @@ const lwq_arch_tensor *lwq_arch_find_tensor(const lwq_arch_layer *l, const char 
 /* Whether linear m of layer l is a q/kv projection of multi-head latent attention (q_proj,
  * q_a_proj, q_b_proj, kv_a_proj_with_mqa, kv_b_proj; not o_proj): recipes may select on it. */
 int lwq_arch_is_mla_projection(const lwq_arch_layer *l, const lwq_arch_linear *m);
-/* "q_proj", "expert_gate", ... */
-const char *lwq_linear_role_name(lwq_linear_role r);
 
 /* ---- checking a checkpoint against the plans ------------------------------------------------- */
 
 typedef enum lwq_arch_issue_kind {
-    LWQ_ARCH_MISSING = 0,   /* a required tensor is absent */
-    LWQ_ARCH_BAD_SHAPE,     /* present with another shape */
-    LWQ_ARCH_UNEXPECTED,    /* present but not in the plan: passes through unquantized */
-    LWQ_ARCH_EXTRA_LAYER,   /* a whole decoder layer >= num_hidden_layers (MTP): passes through */
+    LWQ_ISSUE_MISSING = 0,   /* a required tensor is absent */
+    LWQ_ISSUE_BAD_SHAPE,     /* present with another shape */
+    LWQ_ISSUE_UNEXPECTED,    /* present but not in the plan: passes through unquantized */
+    LWQ_ISSUE_EXTRA_LAYER,   /* a whole decoder layer >= num_hidden_layers (MTP): passes through */
 } lwq_arch_issue_kind;
 
 typedef struct lwq_arch_issue {

@@ -154,13 +154,6 @@ static int get_str(const ctx *x, const cJSON *o, const char *key, const char *de
     return 0;
 }
 
-#define TRY(expr)                                                                                  \
-    do {                                                                                           \
-        int rc_ = (expr);                                                                          \
-        if (rc_ != 0)                                                                              \
-            return rc_;                                                                            \
-    } while (0)
-
 static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
 {
     /* transformers 5 writes "dtype", 4 wrote "torch_dtype"; a config may carry both. */
@@ -203,18 +196,18 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
                         x->section);
     double def_theta = c->arch == LWQ_ARCH_MIXTRAL ? 1e6 : 10000.0;
     if (get(o, "rope_theta"))
-        TRY(get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
+        LWQ_TRY(get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
     else
-        TRY(get_num(x, params, "rope_theta", def_theta, &c->rope_theta));
+        LWQ_TRY(get_num(x, params, "rope_theta", def_theta, &c->rope_theta));
     if (!(c->rope_theta > 0))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rope_theta must be positive", x->path);
 
     const cJSON *s = scaling ? scaling : params;
     double def_partial = c->arch == LWQ_ARCH_QWEN3_NEXT ? 0.25 : 1.0;
     if (get(o, "partial_rotary_factor"))
-        TRY(get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+        LWQ_TRY(get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     else
-        TRY(get_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+        LWQ_TRY(get_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
 
@@ -223,8 +216,8 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (!s)
         return 0;
     char type[32];
-    TRY(get_str(x, s, get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
-    TRY(get_num(x, s, "factor", 1.0, &c->rope_factor));
+    LWQ_TRY(get_str(x, s, get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
+    LWQ_TRY(get_num(x, s, "factor", 1.0, &c->rope_factor));
     int64_t orig;
     if (!strcmp(type, "default")) {
         c->rope_type = LWQ_ROPE_DEFAULT;
@@ -232,17 +225,17 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->rope_type = LWQ_ROPE_LINEAR;
     } else if (!strcmp(type, "llama3")) {
         c->rope_type = LWQ_ROPE_LLAMA3;
-        TRY(get_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
-        TRY(get_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
-        TRY(get_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
+        LWQ_TRY(get_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
+        LWQ_TRY(get_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
+        LWQ_TRY(get_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
         c->rope_original_max_position = orig;
     } else if (!strcmp(type, "yarn")) {
         c->rope_type = LWQ_ROPE_YARN;
-        TRY(get_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
-        TRY(get_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
-        TRY(get_num(x, s, "mscale", 1.0, &c->rope_mscale));
-        TRY(get_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
-        TRY(get_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
+        LWQ_TRY(get_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
+        LWQ_TRY(get_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
+        LWQ_TRY(get_num(x, s, "mscale", 1.0, &c->rope_mscale));
+        LWQ_TRY(get_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
+        LWQ_TRY(get_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
                     INT64_C(1) << 32, &orig));
         c->rope_original_max_position = orig;
     } else {
@@ -261,8 +254,8 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     const int64_t bigdim = INT64_C(1) << 22;
     int64_t v;
     if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) {
-        TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
-        TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
+        LWQ_TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
+        LWQ_TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
     } else {
         /* transformers 4 qwen3_moe: num_experts; mixtral and transformers 5: num_local_experts */
         const char *key = get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
@@ -271,9 +264,9 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
                             "%s: required key \"%snum_experts\" (or \"num_local_experts\") is "
                             "missing",
                             x->path, x->section);
-        TRY(get_i32(x, o, key, 1, 0, 1, big, &c->num_experts));
+        LWQ_TRY(get_i32(x, o, key, 1, 0, 1, big, &c->num_experts));
     }
-    TRY(get_i32(x, o, "num_experts_per_tok", 1, 0, 1, big, &c->num_experts_per_tok));
+    LWQ_TRY(get_i32(x, o, "num_experts_per_tok", 1, 0, 1, big, &c->num_experts_per_tok));
     if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: num_experts_per_tok %d exceeds the %d experts",
                         x->path, c->num_experts_per_tok, c->num_experts);
@@ -281,12 +274,12 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->moe_intermediate_size = c->intermediate_size; /* Mixtral experts use intermediate_size */
         c->norm_topk_prob = 1;                           /* always renormalises */
     } else {
-        TRY(get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
+        LWQ_TRY(get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
         c->moe_intermediate_size = v;
-        TRY(get_bool(x, o, "norm_topk_prob", c->arch == LWQ_ARCH_DEEPSEEK_V3, &c->norm_topk_prob));
+        LWQ_TRY(get_bool(x, o, "norm_topk_prob", c->arch == LWQ_ARCH_DEEPSEEK_V3, &c->norm_topk_prob));
     }
     if (c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_QWEN3_NEXT) {
-        TRY(get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
+        LWQ_TRY(get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
         const cJSON *ml = get(o, "mlp_only_layers");
         if (ml) {
             if (!cJSON_IsArray(ml))
@@ -308,7 +301,7 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
                 c->mlp_only_layers[c->n_mlp_only_layers++] = (int)it->valuedouble;
             }
         }
-        TRY(get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
+        LWQ_TRY(get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
         c->shared_expert_intermediate_size = v;
         if (c->arch == LWQ_ARCH_QWEN3_NEXT && v > 0)
             c->n_shared_experts = 1;
@@ -321,21 +314,21 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
 static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int64_t bigdim = INT64_C(1) << 20;
-    TRY(get_int(x, o, "q_lora_rank", 0, 0, 0, bigdim, &c->q_lora_rank)); /* null: plain q_proj */
-    TRY(get_int(x, o, "kv_lora_rank", 1, 0, 1, bigdim, &c->kv_lora_rank));
-    TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
-    TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
-    TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
+    LWQ_TRY(get_int(x, o, "q_lora_rank", 0, 0, 0, bigdim, &c->q_lora_rank)); /* null: plain q_proj */
+    LWQ_TRY(get_int(x, o, "kv_lora_rank", 1, 0, 1, bigdim, &c->kv_lora_rank));
+    LWQ_TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
+    LWQ_TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
+    LWQ_TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
     int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
-    TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
-    TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
-    TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
-    TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
-    TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
-    TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
-    TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
+    LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
+    LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
+    LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
+    LWQ_TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
+    LWQ_TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
+    LWQ_TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
+    LWQ_TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
                 sizeof c->scoring_func));
-    TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
+    LWQ_TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
                 sizeof c->topk_method));
     if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
         return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
@@ -353,13 +346,13 @@ static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
 static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     int64_t v;
-    TRY(get_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
-    TRY(get_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
-    TRY(get_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
+    LWQ_TRY(get_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
+    LWQ_TRY(get_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
+    LWQ_TRY(get_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
     c->linear_key_head_dim = v;
-    TRY(get_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
+    LWQ_TRY(get_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
     c->linear_value_head_dim = v;
-    TRY(get_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
+    LWQ_TRY(get_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
     if (c->linear_num_value_heads % c->linear_num_key_heads != 0)
         return lwq_errf(x->e, LWQ_EFORMAT,
                         "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
@@ -384,8 +377,8 @@ static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
                                 x->path, i);
         }
     } else {
-        int every;
-        TRY(get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
+        int every = 4; /* the default; get_i32 sets it */
+        LWQ_TRY(get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
         for (int i = 0; i < n; i++)
             c->layer_is_linear[i] = (i + 1) % every != 0;
     }
@@ -400,28 +393,28 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
               c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3 ||
               c->arch == LWQ_ARCH_QWEN3_NEXT;
 
-    TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
-    TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
-    TRY(get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
-    TRY(get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
-    TRY(get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
+    LWQ_TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
+    LWQ_TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
+    LWQ_TRY(get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
+    LWQ_TRY(get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
+    LWQ_TRY(get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
                 &c->num_key_value_heads));
-    TRY(get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
+    LWQ_TRY(get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
     /* MoE models without dense layers may omit intermediate_size; checked below when needed. */
-    TRY(get_int(x, o, "intermediate_size", !moe || c->arch == LWQ_ARCH_MIXTRAL, 0, moe ? 0 : 1,
+    LWQ_TRY(get_int(x, o, "intermediate_size", !moe || c->arch == LWQ_ARCH_MIXTRAL, 0, moe ? 0 : 1,
                 bigdim, &c->intermediate_size));
-    TRY(get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
+    LWQ_TRY(get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
                 &c->max_position_embeddings));
     double def_eps = (c->arch == LWQ_ARCH_MIXTRAL) ? 1e-5 : 1e-6;
-    TRY(get_num(x, o, "rms_norm_eps", def_eps, &c->rms_norm_eps));
+    LWQ_TRY(get_num(x, o, "rms_norm_eps", def_eps, &c->rms_norm_eps));
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rms_norm_eps must be in (0, 1)", x->path);
-    TRY(get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
-    TRY(get_bool(x, o, "attention_bias", c->arch == LWQ_ARCH_QWEN2, &c->attention_bias));
+    LWQ_TRY(get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
+    LWQ_TRY(get_bool(x, o, "attention_bias", c->arch == LWQ_ARCH_QWEN2, &c->attention_bias));
     if (c->arch == LWQ_ARCH_QWEN2)
         c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
-    TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
-    TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
+    LWQ_TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
+    LWQ_TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
     if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
         return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                         "%s: hidden_act \"%s\" is not supported (SwiGLU with silu only)", x->path,
@@ -432,7 +425,7 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
                         "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                         x->path, c->num_attention_heads, c->num_key_value_heads);
     if (get(o, "head_dim")) {
-        TRY(get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
+        LWQ_TRY(get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
         c->head_dim = v;
     } else if (c->arch != LWQ_ARCH_DEEPSEEK_V2 && c->arch != LWQ_ARCH_DEEPSEEK_V3) {
         if (c->hidden_size % c->num_attention_heads != 0)
@@ -442,14 +435,14 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
                             x->path, (long long)c->hidden_size, c->num_attention_heads);
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
-    TRY(parse_rope(x, o, c));
+    LWQ_TRY(parse_rope(x, o, c));
 
     if (moe)
-        TRY(parse_moe(x, o, c));
+        LWQ_TRY(parse_moe(x, o, c));
     if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3)
-        TRY(parse_mla(x, o, c));
+        LWQ_TRY(parse_mla(x, o, c));
     if (c->arch == LWQ_ARCH_QWEN3_NEXT)
-        TRY(parse_linear_attn(x, o, c));
+        LWQ_TRY(parse_linear_attn(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
             return lwq_errf(x->e, LWQ_EFORMAT,

@@ -47,4 +47,13 @@ int lwq_export_config_json(const struct cJSON *src_config, const lwq_export_quan
 int lwq_export_index_json(const char *const *names, const char *const *files, int n,
                           uint64_t total_size, char **out, lwq_error *e);
 
+/* ---- naming rules: the files of an output checkpoint (one home; engine/manifest.h has the
+ * resume directory's) ---- */
+#define LWQ_OUT_SHARD_PREFIX "model-layer-"          /* + %05d + ".safetensors": lwq_shard_name */
+#define LWQ_OUT_TAIL "model-tail.safetensors"        /* every tensor outside the decoder layers */
+#define LWQ_OUT_INDEX "model.safetensors.index.json"
+#define LWQ_OUT_CONFIG "config.json"
+#define LWQ_OUT_HF_QUANT_CONFIG "hf_quant_config.json"
+#define LWQ_OUT_REPORT "calibration_report.json"
+
 #endif

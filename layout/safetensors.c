@@ -591,7 +591,7 @@ int lwq_st_plan_make(const lwq_st_out_tensor *t, int n, const lwq_st_kv *meta, i
     return 0;
 }
 
-int lwq_st_write_stream(FILE *fp, const char *path, const lwq_st_out_tensor *t, int n,
+static int st_write_stream(FILE *fp, const char *path, const lwq_st_out_tensor *t, int n,
                         const lwq_st_kv *meta, int nmeta, lwq_error *e)
 {
     for (int i = 0; i < n; i++)
@@ -620,7 +620,7 @@ int lwq_st_write_file(const char *path, const lwq_st_out_tensor *t, int n, const
     FILE *fp = fopen(path, "wb");
     if (!fp)
         return lwq_errsys(e, -errno, "%s: create", path);
-    int rc = lwq_st_write_stream(fp, path, t, n, meta, nmeta, e);
+    int rc = st_write_stream(fp, path, t, n, meta, nmeta, e);
     if (fclose(fp) != 0 && rc == 0)
         rc = lwq_errsys(e, errno == ENOSPC ? LWQ_ENOSPC : LWQ_EIO, "%s: close", path);
     return rc;

@@ -96,9 +96,6 @@ int lwq_st_plan_make(const lwq_st_out_tensor *t, int n, const lwq_st_kv *meta, i
  * p->nbytes[p->order[i]] bytes of tensor p->order[i]; the file is then header_bytes + data_bytes
  * long. */
 void lwq_st_plan_free(lwq_st_plan *p);
-/* Write a whole file from in-memory tensors (all data non-NULL) to an open stream. */
-int lwq_st_write_stream(FILE *fp, const char *path_for_errors, const lwq_st_out_tensor *t, int n,
-                        const lwq_st_kv *meta, int nmeta, lwq_error *e);
 /* Write to `path` (plain write, no fsync: durable writes belong to io/). */
 int lwq_st_write_file(const char *path, const lwq_st_out_tensor *t, int n, const lwq_st_kv *meta,
                       int nmeta, lwq_error *e);

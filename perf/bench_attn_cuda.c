@@ -119,7 +119,7 @@ int main(int argc, char **argv)
         lwq_backend_tensor_free(&warp, &o), lwq_backend_tensor_free(&warp, &val);
         free(hq), free(hk), free(hv), free(o1), free(o2);
     }
-    lwq_backend_free_backend(&tiled);
-    lwq_backend_free_backend(&warp);
+    lwq_backend_destroy(&tiled);
+    lwq_backend_destroy(&warp);
     return bad;
 }

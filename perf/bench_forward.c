@@ -256,7 +256,7 @@ static void bench_cuda(store *st, const lwq_model_config *cfg, const uint16_t *h
     for (int i = 0; i < st->n; i++)
         lwq_backend_tensor_free(&g, &d->t[i]);
     free(d);
-    lwq_backend_free_backend(&g);
+    lwq_backend_destroy(&g);
 }
 
 /* ---- main ------------------------------------------------------------------------------------- */
@@ -441,6 +441,6 @@ int main(int argc, char **argv)
         free(st.t[i].data);
     }
     free(h0), free(hb);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     return 0;
 }

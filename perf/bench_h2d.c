@@ -120,7 +120,7 @@ int main(int argc, char **argv)
                slot_mib, piece_mib, reps, pageable, pinned, pinned < 0 ? " (registration refused)" : "");
     lwq_backend_free(&be, dev);
     lwq_pool_free(&pool);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     free(back);
     return 0;
 }

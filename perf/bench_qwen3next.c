@@ -123,7 +123,7 @@ int main(int argc, char **argv)
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     for (int i = 0; i < s.ck.ntensors; i++)
         free(s.data[i]);
     free(s.data);

@@ -613,15 +613,8 @@ int lwq_tokenizer_decode(const lwq_tokenizer *t, const int32_t *ids, size_t n, i
 }
 
 size_t lwq_tokenizer_vocab_size(const lwq_tokenizer *t) { return t->n_ids; }
-int32_t lwq_tokenizer_token_id(const lwq_tokenizer *t, const char *token) { return lookup_token(t, token); }
-const char *lwq_tokenizer_id_token(const lwq_tokenizer *t, int32_t id)
-{
-    return id < 0 || (size_t)id >= t->n_ids ? NULL : t->id_tok[id];
-}
 int32_t lwq_tokenizer_pad_id(const lwq_tokenizer *t) { return t->pad_id; }
 int32_t lwq_tokenizer_eos_id(const lwq_tokenizer *t) { return t->eos_id; }
-int32_t lwq_tokenizer_bos_id(const lwq_tokenizer *t) { return t->bos_id; }
-size_t lwq_tokenizer_num_special(const lwq_tokenizer *t) { return t->n_special; }
 const char *lwq_tokenizer_model_type(const lwq_tokenizer *t)
 {
     return t->model == TOK_MODEL_BPE ? "BPE" : "WordLevel";

@@ -77,18 +77,11 @@ int lwq_tokenizer_decode(const lwq_tokenizer *t, const int32_t *ids, size_t n, i
 
 /* Vocabulary size including added tokens (max id + 1). */
 size_t lwq_tokenizer_vocab_size(const lwq_tokenizer *t);
-/* Id of a token string (vocab or added token); -1 when absent. */
-int32_t lwq_tokenizer_token_id(const lwq_tokenizer *t, const char *token);
-/* Token string of an id (NUL-terminated, owned by the tokenizer); NULL when out of range. */
-const char *lwq_tokenizer_id_token(const lwq_tokenizer *t, int32_t id);
 /* pad_token from tokenizer_config.json, else eos_token, else -1.  When tokenizer_config.json
  * names no eos (GPT-2's relies on class defaults), lwq_tokenizer_load takes eos/bos/pad ids
  * from the model's config.json next to it. */
 int32_t lwq_tokenizer_pad_id(const lwq_tokenizer *t);
 int32_t lwq_tokenizer_eos_id(const lwq_tokenizer *t);
-int32_t lwq_tokenizer_bos_id(const lwq_tokenizer *t);
-/* Number of special ids the post-processor adds to one sequence. */
-size_t lwq_tokenizer_num_special(const lwq_tokenizer *t);
 /* "BPE" or "WordLevel". */
 const char *lwq_tokenizer_model_type(const lwq_tokenizer *t);
 

@@ -186,8 +186,8 @@ static void print_text(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
         return;
     }
     printf("check       %d missing, %d bad shape, %d unexpected (kept as is), %d extra layers\n",
-           r->count[LWQ_ARCH_MISSING], r->count[LWQ_ARCH_BAD_SHAPE], r->count[LWQ_ARCH_UNEXPECTED],
-           r->count[LWQ_ARCH_EXTRA_LAYER]);
+           r->count[LWQ_ISSUE_MISSING], r->count[LWQ_ISSUE_BAD_SHAPE], r->count[LWQ_ISSUE_UNEXPECTED],
+           r->count[LWQ_ISSUE_EXTRA_LAYER]);
     for (int i = 0; i < r->n && i < 30; i++)
         printf("            %s: %s%s%s\n", lwq_arch_issue_name(r->v[i].kind), r->v[i].name,
                r->v[i].detail[0] ? " — " : "", r->v[i].detail);

@@ -258,8 +258,8 @@ int lwq_cmd_verify(int argc, char **argv)
     char mpath[PATH_MAX];
     lwq_manifest m;
     lwq_error e = {0};
-    int mrc = resume ? lwq_pathf(&e, mpath, sizeof mpath, "%s/manifest.json", resume)
-                     : lwq_pathf(&e, mpath, sizeof mpath, "%s.layerwise_resume/manifest.json", v.dir);
+    int mrc = resume ? lwq_pathf(&e, mpath, sizeof mpath, "%s/" LWQ_RESUME_MANIFEST, resume)
+                     : lwq_pathf(&e, mpath, sizeof mpath, "%s" LWQ_RESUME_SUFFIX "/" LWQ_RESUME_MANIFEST, v.dir);
     if (mrc == 0)
         mrc = lwq_manifest_load(mpath, &m, &e);
     int checked = 0;

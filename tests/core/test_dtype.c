@@ -1,3 +1,5 @@
+/* tests/core/test_dtype.c — dtype names, BF16/F16 conversions and their rounding against a double
+ * reference. */
 #include <criterion/criterion.h>
 #include <math.h>
 

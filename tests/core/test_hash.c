@@ -1,3 +1,5 @@
+/* tests/core/test_hash.c — XXH64 against reference values, in one shot and in any chunking; hex
+ * formatting. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 

@@ -1,3 +1,4 @@
+/* tests/core/test_parallel.c — the thread pool visits every index once; nested calls run inline. */
 #include <criterion/criterion.h>
 
 #include "core/parallel.h"

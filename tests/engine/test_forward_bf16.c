@@ -226,7 +226,7 @@ static void run(const char *fixture, lwq_dtype act, double bound)
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
 
 Test(forward_bf16, llama3_bf16_activations) { run("mlxd-tiny-llama3-bf16", LWQ_BF16, 3e-2); }

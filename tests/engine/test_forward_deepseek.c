@@ -404,7 +404,7 @@ static void layer_case(const char *config)
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     for (int i = 0; i < w->n; i++)
         free(w->data[i]);
     free(w);
@@ -442,7 +442,7 @@ Test(forward_deepseek, v3_missing_score_bias_is_named)
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     for (int i = 0; i < w->n; i++)
         free(w->data[i]);
     free(w);
@@ -475,7 +475,7 @@ Test(forward_deepseek, nan_router_scores_are_reported_with_the_token)
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     for (int i = 0; i < w->n; i++)
         free(w->data[i]);
     free(w);
@@ -522,7 +522,7 @@ static void yarn_case(const char *rope, const char *extra, double factor, int tr
     cr_assert(fabs(m.attn_scaling - want_af) <= 1e-6, "attention factor %.9g, want %.9g",
               m.attn_scaling, want_af);
     lwq_model_free(&m);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     lwq_config_free(&c);
 }
 
@@ -551,6 +551,6 @@ Test(forward_deepseek, mla_odd_rope_dim_is_refused)
     cr_assert_eq(lwq_model_init(&m, &c, &be, LWQ_F32, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, "bad MLA geometry") && strstr(e.msg, "qk_rope_head_dim 7 (must be "
                                                                 "even)"), "%s", e.msg);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     lwq_config_free(&c);
 }

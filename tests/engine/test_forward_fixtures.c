@@ -62,7 +62,7 @@ static double run_logits(const char *fixture, lwq_dtype act, int *nchecked)
     lwq_model_free(&m);
     fwd_ref_free(&r);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     return worst;
 }
 
@@ -113,5 +113,5 @@ Test(forward_fixtures, unsupported_model_type_is_refused_with_the_list)
                             "mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2"), "%s", e.msg);
     f.ck.cfg.arch = LWQ_ARCH_LLAMA;
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }

@@ -104,7 +104,7 @@ static void env_close(env *v)
 {
     lwq_model_free(&v->m);
     fwd_fixture_free(&v->f);
-    lwq_backend_free_backend(&v->be);
+    lwq_backend_destroy(&v->be);
 }
 
 /* Run all layers on tokens (B, T) with lengths; final hidden state into out (B*T*D floats). */
@@ -338,7 +338,7 @@ Test(forward_observe, bad_lengths_are_refused)
     int64_t lens[2] = {3, 5};
     cr_assert_eq(lwq_batch_init(&b, &be, 2, 4, lens, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, "sequence 1 has length 5, outside [0, 4]"), "%s", e.msg);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
 
 Test(forward_observe, llama_mlp_bias_is_required_when_configured)

@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "tests/helpers/fwd_fixture.h"
-#include "tests/tools/run.h"
+#include "tests/helpers/run.h"
 
 typedef struct refw {
     fwd_fixture *f;
@@ -384,7 +384,7 @@ static void run(const char *dtype, lwq_dtype act, int layer, double bound)
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
 
 Test(forward_qwen3next, gated_deltanet_layer_matches_f64_reference_f32)
@@ -450,7 +450,7 @@ static void expect_refusal(const char *tensor, int drop, int rc_want, const char
     lwq_batch_free(&b, &be);
     lwq_model_free(&m);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
 
 Test(forward_qwen3next, missing_conv1d_weight_is_named)
@@ -521,5 +521,5 @@ Test(forward_qwen3next, head_uses_the_zero_centred_final_norm)
     lwq_backend_tensor_free(&be, &logits);
     lwq_model_free(&m);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "engine/engine.h"
 
 #define CAL "--calib-size", "6", "--calib-seq", "24", "--quiet"

@@ -6,7 +6,7 @@
 
 #include "tests/helpers/fwd_fixture.h"
 #include "tests/helpers/llama2c.h"
-#include "tests/layout/craft.h"
+#include "tests/helpers/craft.h"
 
 TestSuite(llama2c, .init = lwqt_setup, .fini = lwqt_teardown);
 
@@ -58,7 +58,7 @@ Test(llama2c, converted_checkpoint_matches_llama2c_float64)
     lwq_batch_free(&b, &be);
     lwq_model_free(&mod);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
     free(ref);
     llama2c_free(&m);
 }

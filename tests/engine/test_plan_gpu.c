@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "engine/engine.h"
 #include "layout/checkpoint.h"
 #include "layout/recipe.h"

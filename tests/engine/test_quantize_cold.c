@@ -12,7 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "layout/checkpoint.h"
 #include "tests/helpers/qcheck.h"
 

@@ -11,7 +11,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "layout/checkpoint.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"

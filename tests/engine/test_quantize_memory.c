@@ -5,7 +5,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "tests/helpers/qcheck.h"
 
 static const int64_t LENS[8] = {32, 32, 32, 32, 32, 32, 32, 32};

@@ -8,7 +8,7 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "layout/checkpoint.h"
 #include "tests/helpers/fwd_fixture.h"
 #include "tests/helpers/qcheck.h"

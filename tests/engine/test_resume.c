@@ -13,12 +13,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/helpers/run.h"
+
 static char g_tmp[256];
-static const char *bin(void)
-{
-    const char *b = getenv("LWQ_BIN");
-    return b ? b : LWQ_BIN;
-}
 
 static void setup(void)
 {
@@ -55,7 +52,7 @@ static void make_model(const char *name, int layers, int hidden)
 {
     cr_assert_eq(sh("%s mkmodel %s/%s --arch qwen3_moe --hidden %d --layers %d --heads 4 --kv-heads 2 --experts 4 "
                     "--top-k 2 --vocab 512 --quiet",
-                    bin(), g_tmp, name, hidden, layers),
+                    lwqt_bin(), g_tmp, name, hidden, layers),
                  0);
 }
 
@@ -63,7 +60,7 @@ static void make_model(const char *name, int layers, int hidden)
 
 static int quantize(const char *model, const char *out, const char *env, const char *extra)
 {
-    return sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "", bin(), g_tmp, model, g_tmp,
+    return sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "", lwqt_bin(), g_tmp, model, g_tmp,
               out, extra ? extra : "", g_tmp);
 }
 
@@ -123,7 +120,7 @@ Test(resume, three_kills_in_one_run)
 Test(resume, timed_kills_mid_read_and_forward)
 {
     make_model("big", 4, 512);
-    cr_assert_eq(sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
     static const int delay_ms[] = {40, 120, 250, 400};
     for (size_t t = 0; t < sizeof delay_ms / sizeof delay_ms[0]; t++) {
         sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
@@ -134,7 +131,7 @@ Test(resume, timed_kills_mid_read_and_forward)
             snprintf(m, sizeof m, "%s/big", g_tmp);
             snprintf(o, sizeof o, "%s/out", g_tmp);
             freopen("/dev/null", "w", stderr);
-            execl(bin(), bin(), "quantize", m, "-o", o, "--calib-size", "16", "--calib-seq", "64", "--quiet", (char *)NULL);
+            execl(lwqt_bin(), lwqt_bin(), "quantize", m, "-o", o, "--calib-size", "16", "--calib-seq", "64", "--quiet", (char *)NULL);
             _exit(127);
         }
         struct timespec ts = {0, delay_ms[t] * 1000000L};
@@ -142,7 +139,7 @@ Test(resume, timed_kills_mid_read_and_forward)
         kill(p, SIGKILL);
         int st;
         waitpid(p, &st, 0);
-        cr_assert_eq(sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", bin(), g_tmp, g_tmp), 0);
+        cr_assert_eq(sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
         cr_assert(same_dirs("ref", "out"), "output differs after a kill at %d ms", delay_ms[t]);
     }
 }
@@ -150,7 +147,7 @@ Test(resume, timed_kills_mid_read_and_forward)
 Test(resume, sigint_stops_after_a_committed_layer)
 {
     make_model("big", 6, 512);
-    cr_assert_eq(sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
     char log[512];
     snprintf(log, sizeof log, "%s/log.jsonl", g_tmp);
     pid_t p = fork();
@@ -161,7 +158,7 @@ Test(resume, sigint_stops_after_a_committed_layer)
         snprintf(o, sizeof o, "%s/out", g_tmp);
         snprintf(err, sizeof err, "%s/stderr.txt", g_tmp);
         freopen(err, "w", stderr);
-        execl(bin(), bin(), "quantize", m, "-o", o, "--calib-size", "16", "--calib-seq", "64", "--log-json", log,
+        execl(lwqt_bin(), lwqt_bin(), "quantize", m, "-o", o, "--calib-size", "16", "--calib-seq", "64", "--log-json", log,
               (char *)NULL);
         _exit(127);
     }
@@ -175,7 +172,7 @@ Test(resume, sigint_stops_after_a_committed_layer)
     if (WEXITSTATUS(st) == 2) { /* stopped early: it must say how to resume */
         cr_assert(stderr_has("rerun the same command to resume"));
     }
-    cr_assert_eq(sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
     cr_assert(same_dirs("ref", "out"));
 }
 
@@ -184,7 +181,7 @@ Test(resume, changed_inputs_are_refused_with_the_difference_named)
     make_model("m", 2, 64);
     cr_assert_eq(quantize("m", "out", "LWQ_SYS_CRASH_STEP=25", NULL), 128 + SIGKILL);
     cr_assert_eq(sh("%s quantize %s/m -o %s/out --calib-size 5 --calib-seq 24 --batch-size 4 --quiet 2>%s/stderr.txt",
-                    bin(), g_tmp, g_tmp, g_tmp),
+                    lwqt_bin(), g_tmp, g_tmp, g_tmp),
                  2);
     cr_assert(stderr_has("calibration tokens"), "calibration change not named");
     cr_assert_eq(quantize("m", "out", NULL, "--qformat fp8"), 2);
@@ -197,7 +194,7 @@ Test(resume, changed_inputs_are_refused_with_the_difference_named)
     sh("rm -rf %s/m", g_tmp);
     cr_assert_eq(sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 2 --heads 4 --kv-heads 2 --experts 4 --top-k 2 "
                     "--vocab 512 --seed 7 --shard-size 1 --quiet",
-                    bin(), g_tmp),
+                    lwqt_bin(), g_tmp),
                  0);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 2);
     cr_assert(stderr_has("source checkpoint"), "source change not named");
@@ -207,7 +204,7 @@ Test(resume, damaged_committed_shard_is_refused_and_verify_names_it)
 {
     make_model("m", 3, 64);
     cr_assert_eq(quantize("m", "ref", NULL, NULL), 0);
-    cr_assert_eq(sh("%s verify %s/ref >/dev/null", bin(), g_tmp), 0);
+    cr_assert_eq(sh("%s verify %s/ref >/dev/null", lwqt_bin(), g_tmp), 0);
     /* the first crash point after which layer 0 is committed but the run is not finished */
     int k = 10;
     for (; k < 200; k++) {
@@ -231,7 +228,7 @@ Test(resume, damaged_committed_shard_is_refused_and_verify_names_it)
                     "bs=1 seek=$(( $(stat -c %%s %s/x) - 2 )) conv=notrunc 2>/dev/null",
                     g_tmp, g_tmp, g_tmp, g_tmp),
                  0);
-    cr_assert_eq(sh("%s verify %s/ref > %s/verify.txt", bin(), g_tmp, g_tmp), 1);
+    cr_assert_eq(sh("%s verify %s/ref > %s/verify.txt", lwqt_bin(), g_tmp, g_tmp), 1);
     cr_assert_eq(sh("grep -q 'model-layer-00001.safetensors: checksum or size differs' %s/verify.txt", g_tmp), 0);
 }
 
@@ -241,7 +238,7 @@ Test(resume, finished_run_leaves_a_few_kb_and_reruns_as_a_no_op)
     cr_assert_eq(quantize("m", "out", NULL, NULL), 0);
     cr_assert_eq(sh("test $(du -sk %s/out.layerwise_resume | cut -f1) -le 16", g_tmp), 0, "resume state over 16 KiB");
     cr_assert_eq(sh("ls %s/out.layerwise_resume | grep -q boundary", g_tmp), 1, "boundary files left behind");
-    cr_assert_eq(sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/stderr.txt", bin(), g_tmp, g_tmp, g_tmp), 0);
+    cr_assert_eq(sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/stderr.txt", lwqt_bin(), g_tmp, g_tmp, g_tmp), 0);
     /* a lost config file is rewritten without recomputing anything */
     sh("cp -r %s/out %s/ref && rm %s/out/config.json", g_tmp, g_tmp, g_tmp);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 0);

@@ -50,7 +50,7 @@ Test(stats_gptq, group_members_share_one_sum_and_widths_are_checked)
     cr_assert(strstr(e.msg, "l.o_proj") && strstr(e.msg, "32 wide") && strstr(e.msg, "16 in-features"), "%s", e.msg);
     free(ref);
     lwq_stats_free(&st);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
 
 /* Statistics collected without the GPTQ sums (a caller that did not ask for them): quantizing a

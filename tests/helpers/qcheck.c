@@ -210,7 +210,7 @@ void qc_ref_compute(qc_ref *r, const char *model_dir, const qc_calib *c, int bat
     }
     lwq_model_free(&m);
     fwd_fixture_free(&f);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
 
 void qc_ref_free(qc_ref *r)

@@ -1,5 +1,5 @@
 /* tests/io/test_bench_io.c — `lwq bench-io`: JSON output per mode, and usage errors. */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include <sys/wait.h>
 

@@ -1,5 +1,5 @@
 /* tests/io/test_durable.c — durable writes under injected faults and simulated crashes. */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include <signal.h>
 

@@ -1,7 +1,7 @@
 /* tests/io/test_pipeline.c — reader (prefetch) thread, a busy compute thread and the writer
  * thread running together, as in a run: the data race check for the io layer (run this binary
  * under helgrind or a -fsanitize=thread build; see perf/RESULTS.md). */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include <math.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* tests/io/test_pool.c — pinned pool layout, NUMA node lookup, registration callback. */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include "io/pool.h"
 

@@ -1,5 +1,5 @@
 /* tests/io/test_prefetch.c — prefetch ordering, depth limit, cancellation, sticky errors. */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include <time.h>
 

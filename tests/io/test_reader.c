@@ -1,5 +1,5 @@
 /* tests/io/test_reader.c — plans, byte-exact reads in every mode, and injected read faults. */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include "io/pool.h"
 #include "io/reader.h"

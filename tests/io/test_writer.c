@@ -1,5 +1,5 @@
 /* tests/io/test_writer.c — the writer thread: order, completion callbacks, sticky failures. */
-#include "tests/io/io_testutil.h"
+#include "tests/helpers/io_testutil.h"
 
 #include <pthread.h>
 

@@ -25,7 +25,7 @@ static void be_open(void)
 static void be_close(void)
 {
     lwq_cpu_kernels_force(NULL);
-    lwq_backend_free_backend(&g_be);
+    lwq_backend_destroy(&g_be);
 }
 
 static float frand(uint64_t *s)

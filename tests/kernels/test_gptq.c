@@ -6,7 +6,7 @@
 #include "core/parallel.h"
 #include "kernels/gptq.h"
 #include "kernels/quant.h"
-#include "quant_naive.h"
+#include "tests/helpers/quant_naive.h"
 
 /* ---- random linears ------------------------------------------------------------------------- */
 

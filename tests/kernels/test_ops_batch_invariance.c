@@ -23,7 +23,7 @@ static void be_open(void)
     cr_assert_eq(lwq_backend_cpu_create(&g_be, 2, &e), 0, "%s", e.msg);
 }
 
-static void be_close(void) { lwq_backend_free_backend(&g_be); }
+static void be_close(void) { lwq_backend_destroy(&g_be); }
 
 static float frand(uint64_t *s)
 {

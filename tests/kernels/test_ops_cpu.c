@@ -18,7 +18,7 @@ static void setup(void)
     cr_assert_eq(lwq_backend_cpu_create(&be, 2, &e), 0, "%s", e.msg);
 }
 
-static void teardown(void) { lwq_backend_free_backend(&be); }
+static void teardown(void) { lwq_backend_destroy(&be); }
 
 TestSuite(ops_cpu, .init = setup, .fini = teardown);
 

@@ -27,9 +27,9 @@ static void setup(void)
 
 static void teardown(void)
 {
-    lwq_backend_free_backend(&cpu);
+    lwq_backend_destroy(&cpu);
     if (gpu.ops)
-        lwq_backend_free_backend(&gpu);
+        lwq_backend_destroy(&gpu);
 }
 
 TestSuite(ops_cuda, .init = setup, .fini = teardown);
@@ -208,7 +208,7 @@ static void tiled_case(lwq_dtype dt, int64_t B, int64_t T, int H, int KV, int64_
     same(&o, dt == LWQ_F32 ? 1e-5 : 2e-2, dt == LWQ_F32 ? 1e-4 : 2 * BF16_RTOL, "tiled attention");
     free(hw), free(ht);
     drop(&q), drop(&k), drop(&v), drop(&o), drop(&val);
-    lwq_backend_free_backend(&tiled);
+    lwq_backend_destroy(&tiled);
 }
 
 Test(ops_cuda, attention_tiled_equals_warp_f32_padded_gqa) { tiled_case(LWQ_F32, 2, 130, 8, 2, 128, 50); }

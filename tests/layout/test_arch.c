@@ -1,10 +1,12 @@
+/* tests/layout/test_arch.c — architecture plans (linears, roles, fused groups per model type) and
+ * checking a checkpoint against them. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "craft.h"
+#include "tests/helpers/craft.h"
 #include "layout/arch.h"
 #include "layout/safetensors.h"
 #include "tests/helpers/fixtures.h"
@@ -321,7 +323,7 @@ Test(arch, check_reports_missing_tensor)
     lwq_arch_report r;
     cr_assert_eq(run_check(&r), 1);
     cr_assert_eq(r.n, 1);
-    cr_assert_eq(r.v[0].kind, LWQ_ARCH_MISSING);
+    cr_assert_eq(r.v[0].kind, LWQ_ISSUE_MISSING);
     cr_assert_eq(r.v[0].layer, 0);
     cr_assert_str_eq(r.v[0].name, "model.layers.0.mlp.up_proj.weight");
     lwq_arch_report_free(&r);
@@ -332,7 +334,7 @@ Test(arch, check_reports_bad_shape)
     write_from_plan(NULL, "model.layers.0.self_attn.k_proj.weight", NULL, 0);
     lwq_arch_report r;
     cr_assert_eq(run_check(&r), 1);
-    cr_assert_eq(r.v[0].kind, LWQ_ARCH_BAD_SHAPE);
+    cr_assert_eq(r.v[0].kind, LWQ_ISSUE_BAD_SHAPE);
     cr_assert_str_eq(r.v[0].detail, "expected [16, 16], found [17, 16]");
     lwq_arch_report_free(&r);
 }
@@ -344,15 +346,15 @@ Test(arch, check_reports_unexpected_and_extra_layers_without_blocking)
     write_from_plan(NULL, NULL, extra, 3);
     lwq_arch_report r;
     cr_assert_eq(run_check(&r), 0, "unknown tensors pass through; they do not block");
-    cr_assert_eq(r.count[LWQ_ARCH_UNEXPECTED], 2);
-    cr_assert_eq(r.count[LWQ_ARCH_EXTRA_LAYER], 1);
+    cr_assert_eq(r.count[LWQ_ISSUE_UNEXPECTED], 2);
+    cr_assert_eq(r.count[LWQ_ISSUE_EXTRA_LAYER], 1);
     int seen = 0;
     for (int i = 0; i < r.n; i++) {
         if (!strcmp(r.v[i].name, "model.layers.0.mlp.mystery"))
             seen |= 1;
         if (!strcmp(r.v[i].name, "vision_tower.patch.weight") && r.v[i].layer == -1)
             seen |= 2;
-        if (!strcmp(r.v[i].name, "model.layers.1.*") && r.v[i].kind == LWQ_ARCH_EXTRA_LAYER)
+        if (!strcmp(r.v[i].name, "model.layers.1.*") && r.v[i].kind == LWQ_ISSUE_EXTRA_LAYER)
             seen |= 4;
     }
     cr_assert_eq(seen, 7);

@@ -1,3 +1,5 @@
+/* tests/layout/test_checkpoint.c — checkpoint opening: single file and shards, index parsing,
+ * hostile index files. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <stdio.h>
@@ -5,7 +7,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "craft.h"
+#include "tests/helpers/craft.h"
 #include "layout/checkpoint.h"
 #include "tests/helpers/fixtures.h"
 

@@ -1,9 +1,11 @@
+/* tests/layout/test_config.c — config.json parsing per architecture, transformers 4 and 5
+ * spellings, RoPE scaling, bad values. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "craft.h"
+#include "tests/helpers/craft.h"
 #include "layout/config.h"
 #include "tests/helpers/fixtures.h"
 

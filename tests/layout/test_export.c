@@ -1,3 +1,5 @@
+/* tests/layout/test_export.c — hf_quant_config.json, quantization_config in config.json and the
+ * index, as FORMATS.md writes them. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdlib.h>

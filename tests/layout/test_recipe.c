@@ -1,3 +1,5 @@
+/* tests/layout/test_recipe.c — recipes: glob matching, presets, rule order, JSON round trip,
+ * errors. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 

@@ -4,7 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "craft.h"
+#include "tests/helpers/craft.h"
 #include "layout/recipe.h"
 #include "layout/recipe_yaml.h"
 #include "layout/yaml_doc.h"

@@ -1,8 +1,10 @@
+/* tests/layout/test_safetensors.c — safetensors headers: valid files open, every malformed header
+ * is refused with a reason. */
 #include <criterion/criterion.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "craft.h"
+#include "tests/helpers/craft.h"
 #include "layout/safetensors.h"
 
 TestSuite(st, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -11,7 +11,7 @@
 #include "layout/checkpoint.h"
 #include "layout/recipe.h"
 #include "layout/safetensors.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 #include "tests/helpers/fixtures.h"
 
 TestSuite(deepseek_e2e, .init = lwqt_setup, .fini = lwqt_teardown);

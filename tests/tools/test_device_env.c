@@ -3,7 +3,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../tools/run.h"
+#include "tests/helpers/run.h"
 #include "kernels/backend.h"
 
 TestSuite(device_env, .init = lwqt_setup, .fini = lwqt_teardown);

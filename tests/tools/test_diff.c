@@ -1,8 +1,9 @@
+/* tests/tools/test_diff.c — `lwq diff`: tensor, config and metadata differences, exit codes. */
 #include <criterion/criterion.h>
 
 #include "layout/checkpoint.h"
 #include "layout/safetensors.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 #include "tests/helpers/fixtures.h"
 
 TestSuite(diff, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "layout/safetensors.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(eval, .init = lwqt_setup, .fini = lwqt_teardown);
 

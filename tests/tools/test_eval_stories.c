@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "run.h"
+#include "tests/helpers/run.h"
 #include "tests/helpers/llama2c.h"
 
 TestSuite(eval_stories, .init = lwqt_setup, .fini = lwqt_teardown);

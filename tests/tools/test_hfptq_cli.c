@@ -1,7 +1,7 @@
 /* hf_ptq.py's flags on `lwq quantize`: each refusal's exact message, the no-effect notes, the qformat names. */
 #include <criterion/criterion.h>
 
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(hfptq_cli, .init = lwqt_setup, .fini = lwqt_teardown);
 

@@ -1,8 +1,9 @@
+/* tests/tools/test_inspect.c — `lwq inspect`: the report, exit codes and usage. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
 #include "layout/checkpoint.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 #include "tests/helpers/fixtures.h"
 
 TestSuite(inspect, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -1,10 +1,12 @@
+/* tests/tools/test_mkmodel.c — `lwq mkmodel`: every architecture round-trips through the plans;
+ * values and tokenizer are deterministic. */
 #include <criterion/criterion.h>
 #include <math.h>
 
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
 #include "text/tokenizer.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(mkmodel, .init = lwqt_setup, .fini = lwqt_teardown);
 
@@ -293,7 +295,7 @@ Test(mkmodel, qwen3_next_round_trip_with_mtp)
         cr_assert_eq(c.cfg.layer_is_linear[i], i % 2 == 0, "layer %d", i);
     lwq_arch_report r;
     cr_assert_eq(lwq_arch_check(&c, &r, &e), 0, "no missing or mis-shaped tensor");
-    cr_assert_eq(r.count[LWQ_ARCH_UNEXPECTED], 0, "the MTP block is known to the tail plan");
+    cr_assert_eq(r.count[LWQ_ISSUE_UNEXPECTED], 0, "the MTP block is known to the tail plan");
     /* h=64, kd=32, vd=32: linear layer = qkvz 128x64 + ba 8x64 + conv 96x3 + A_log, dt_bias 4+4 +
      * gated norm 8 + out 64x32; full layer = q 128x64 + k,v 2x32x64 + o 64x64 + 2x16 norms;
      * MoE = 4 x 3 x 64x32 + router 4x64 + shared 3 x 64x48 + gate 64; 2 layer norms */

@@ -7,7 +7,7 @@
 
 #include "kernels/backend.h"
 #include "layout/checkpoint.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(quantize_cuda, .init = lwqt_setup, .fini = lwqt_teardown);
 

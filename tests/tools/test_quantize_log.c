@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "layout/checkpoint.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(quantize_log, .init = lwqt_setup, .fini = lwqt_teardown);
 

@@ -16,7 +16,7 @@
 #include "layout/checkpoint.h"
 #include "layout/recipe.h"
 #include "layout/safetensors.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(qwen3next_production, .init = lwqt_setup, .fini = lwqt_teardown);
 

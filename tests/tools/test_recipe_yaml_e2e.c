@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 
 #include "layout/safetensors.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(recipe_yaml_e2e, .init = lwqt_setup, .fini = lwqt_teardown);
 

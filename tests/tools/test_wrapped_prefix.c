@@ -5,7 +5,7 @@
 
 #include "layout/checkpoint.h"
 #include "layout/safetensors.h"
-#include "run.h"
+#include "tests/helpers/run.h"
 
 TestSuite(wrapped, .init = lwqt_setup, .fini = lwqt_teardown);
 

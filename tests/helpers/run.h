@@ -1,4 +1,4 @@
-/* tests/tools/run.h — run the built `lwq` binary (LWQ_BIN) with posix_spawn, capturing stdout
+/* tests/helpers/run.h — run the built `lwq` binary (LWQ_BIN) with posix_spawn, capturing stdout
  * and stderr into files of the test's temp dir.  Header-only `static inline`. */
 #ifndef LWQ_TESTS_RUN_H
 #define LWQ_TESTS_RUN_H
@@ -10,7 +10,7 @@
 #include <spawn.h>
 #include <sys/wait.h>
 
-#include "../layout/craft.h"
+#include "tests/helpers/craft.h"
 
 extern char **environ;
 

@@ -1,4 +1,4 @@
-/* tests/layout/craft.h — helpers for tests that craft (bad) checkpoint files in a temp dir.
+/* tests/helpers/craft.h — helpers for tests that craft (bad) checkpoint files in a temp dir.
  * Header-only `static inline` so each test executable takes what it uses. */
 #ifndef LWQ_TESTS_CRAFT_H
 #define LWQ_TESTS_CRAFT_H

@@ -1,4 +1,4 @@
-/* tests/io/io_testutil.h — shared helpers for the io tests: temp dirs and files with a known,
+/* tests/helpers/io_testutil.h — shared helpers for the io tests: temp dirs and files with a known,
  * offset-dependent byte pattern. */
 #ifndef LWQ_TESTS_IO_TESTUTIL_H
 #define LWQ_TESTS_IO_TESTUTIL_H

@@ -1,4 +1,4 @@
-/* io/plan.c — job ranges -> merged, 4 KiB-aligned extents laid out in one buffer (reader.h). */
+/* io/extents.c — job ranges -> merged, 4 KiB-aligned extents laid out in one buffer (reader.h). */
 #include <stdlib.h>
 #include <string.h>
 
