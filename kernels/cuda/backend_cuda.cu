@@ -661,12 +661,36 @@ static int cu_copy(void *vctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error
     return 0;
 }
 
+/* Positional, like ggml's backend tables (this file is C++, where designated initializers
+ * are not portable before C++20); the comments name each slot of lwq_backend_ops
+ * (kernels/backend.h) in declaration order, and the size check below fails the build when a
+ * slot is added or removed without this table following. */
+static_assert(sizeof(lwq_backend_ops) == 24 * sizeof(void *), "cuda_ops: lwq_backend_ops changed; update the table");
 static const lwq_backend_ops cuda_ops = {
-    "cuda",          LWQ_DEV_CUDA,  cu_destroy,     cu_alloc,       cu_free,
-    cu_upload,       cu_download,   cu_memset0,     cu_gemm,        cu_rmsnorm,
-    cu_rope,         cu_attention,  cu_swiglu,      cu_add,         cu_moe_route,
-    cu_gather_rows,  cu_moe_combine, cu_amax,       cu_sync,        cu_mem_peak,
-    cu_host_register, cu_host_unregister, cu_pci_bus_id, cu_copy,
+    /* .name = */            "cuda",
+    /* .device = */          LWQ_DEV_CUDA,
+    /* .destroy = */         cu_destroy,
+    /* .alloc = */           cu_alloc,
+    /* .free = */            cu_free,
+    /* .upload = */          cu_upload,
+    /* .download = */        cu_download,
+    /* .memset0 = */         cu_memset0,
+    /* .gemm = */            cu_gemm,
+    /* .rmsnorm = */         cu_rmsnorm,
+    /* .rope = */            cu_rope,
+    /* .attention = */       cu_attention,
+    /* .swiglu = */          cu_swiglu,
+    /* .add = */             cu_add,
+    /* .moe_route = */       cu_moe_route,
+    /* .gather_rows = */     cu_gather_rows,
+    /* .moe_combine = */     cu_moe_combine,
+    /* .amax = */            cu_amax,
+    /* .synchronize = */     cu_sync,
+    /* .mem_peak = */        cu_mem_peak,
+    /* .host_register = */   cu_host_register,
+    /* .host_unregister = */ cu_host_unregister,
+    /* .pci_bus_id = */      cu_pci_bus_id,
+    /* .copy = */            cu_copy,
 };
 
 extern "C" int lwq_backend_cuda_probe(lwq_error *e)
