@@ -128,8 +128,6 @@ int lwq_backend_cuda_device_count(void);
  * versions named), no device.  Say this instead of a bare "0 devices". */
 int lwq_backend_cuda_probe(lwq_error *e);
 void lwq_backend_destroy(lwq_backend *be);
-/* The name before issue 20, kept while branches written against it land; use lwq_backend_destroy. */
-#define lwq_backend_free_backend lwq_backend_destroy
 
 /* ---- memory ---------------------------------------------------------------------------------- */
 

@@ -85,5 +85,5 @@ Test(stats_gptq, gptq_without_its_hessian_is_an_error)
     lwq_tlist_free(&src);
     lwq_qops_free(&qo);
     lwq_stats_free(&st);
-    lwq_backend_free_backend(&be);
+    lwq_backend_destroy(&be);
 }
