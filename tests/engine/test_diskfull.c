@@ -13,56 +13,29 @@
 #include "engine/manifest.h"
 #include "io/sys.h"
 #include "layout/recipe.h"
+#include "tests/helpers/inproc.h"
+#include "tests/helpers/shell.h"
 
 static char g_tmp[256];
 
 static void setup(void)
 {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/lwq-diskfull-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_tmp));
-    char cmd[1024];
-    const char *bin = getenv("LWQ_BIN") ? getenv("LWQ_BIN") : LWQ_BIN;
-    snprintf(cmd, sizeof cmd, "%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 3 --heads 4 --kv-heads 2 "
-             "--experts 4 --top-k 2 --vocab 512 --quiet", bin, g_tmp);
-    cr_assert_eq(system(cmd), 0);
+    lwqt_tmpdir(g_tmp, sizeof g_tmp, "lwq-diskfull");
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 3 --heads 4 --kv-heads 2 "
+                         "--experts 4 --top-k 2 --vocab 512 --quiet",
+                         lwqt_bin(), g_tmp),
+                 0);
 }
 
 static void teardown(void)
 {
     lwq_sys_fault_clear();
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    cr_assert_eq(system(cmd), 0);
+    lwqt_rmtree(g_tmp);
 }
 
 static int run(const char *out, lwq_error *e)
 {
-    static int32_t ids[6][20];
-    static int32_t *rows[6];
-    static int64_t lens[6];
-    for (int i = 0; i < 6; i++) {
-        for (int t = 0; t < 20; t++)
-            ids[i][t] = (int32_t)((i * 37 + t * 11) % 500);
-        rows[i] = ids[i];
-        lens[i] = 12 + i; /* unequal lengths: batches are padded */
-    }
-    lwq_calib_set cs = {6, rows, lens, 0, "test ids"};
-    lwq_recipe r;
-    cr_assert_eq(lwq_recipe_preset("nvfp4", &r, e), 0);
-    char model[512], o[512];
-    snprintf(model, sizeof model, "%s/m", g_tmp);
-    snprintf(o, sizeof o, "%s/%s", g_tmp, out);
-    lwq_quantize_opts opts = {0};
-    opts.model_dir = model;
-    opts.out_dir = o;
-    opts.recipe = &r;
-    opts.calib = &cs;
-    opts.batch_size = 4;
-    opts.device = LWQ_DEVICE_CPU;
-    opts.quiet = 1;
-    int rc = lwq_quantize_run(&opts, e);
-    lwq_recipe_free(&r);
-    return rc;
+    return lwqt_quantize_inproc(g_tmp, "m", out, (lwqt_ids){6, 12, 37, 11}, 4, e);
 }
 
 static int committed(const char *out, int *complete)

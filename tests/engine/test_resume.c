@@ -19,40 +19,19 @@ static char g_tmp[256];
 
 static void setup(void)
 {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/lwq-resume-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_tmp));
+    lwqt_tmpdir(g_tmp, sizeof g_tmp, "lwq-resume");
 }
 
 static void teardown(void)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    cr_assert_eq(system(cmd), 0);
-}
-
-/* Run a shell command; returns the exit status, or 128+signal when killed. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    if (st == -1)
-        return -1;
-    if (WIFSIGNALED(st))
-        return 128 + WTERMSIG(st);
-    int rc = WEXITSTATUS(st);
-    return rc;
+    lwqt_rmtree(g_tmp);
 }
 
 static void make_model(const char *name, int layers, int hidden)
 {
-    cr_assert_eq(sh("%s mkmodel %s/%s --arch qwen3_moe --hidden %d --layers %d --heads 4 --kv-heads 2 --experts 4 "
-                    "--top-k 2 --vocab 512 --quiet",
-                    lwqt_bin(), g_tmp, name, hidden, layers),
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/%s --arch qwen3_moe --hidden %d --layers %d --heads 4 --kv-heads 2 --experts 4 "
+                         "--top-k 2 --vocab 512 --quiet",
+                         lwqt_bin(), g_tmp, name, hidden, layers),
                  0);
 }
 
@@ -60,19 +39,19 @@ static void make_model(const char *name, int layers, int hidden)
 
 static int quantize(const char *model, const char *out, const char *env, const char *extra)
 {
-    return sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "", lwqt_bin(), g_tmp, model, g_tmp,
-              out, extra ? extra : "", g_tmp);
+    return lwqt_sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "", lwqt_bin(), g_tmp, model, g_tmp,
+                   out, extra ? extra : "", g_tmp);
 }
 
 /* Byte-compare every file of two output directories (same names, same bytes). */
 static int same_dirs(const char *a, const char *b)
 {
-    return sh("diff -r %s/%s %s/%s >/dev/null 2>&1", g_tmp, a, g_tmp, b) == 0;
+    return lwqt_sh("diff -r %s/%s %s/%s >/dev/null 2>&1", g_tmp, a, g_tmp, b) == 0;
 }
 
 static int stderr_has(const char *needle)
 {
-    return sh("grep -q -- '%s' %s/stderr.txt", needle, g_tmp) == 0;
+    return lwqt_sh("grep -q -- '%s' %s/stderr.txt", needle, g_tmp) == 0;
 }
 
 TestSuite(resume, .init = setup, .fini = teardown, .timeout = 300);
@@ -83,7 +62,7 @@ Test(resume, crash_at_every_write_step_resumes_byte_identical)
     cr_assert_eq(quantize("m", "ref", NULL, NULL), 0);
     int steps = 0, completed = 0;
     for (int k = 0; k < 400 && !completed; k++) {
-        sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
+        lwqt_sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
         char env[64];
         snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d LWQ_SYS_CRASH_MODE=kill", k);
         int rc = quantize("m", "out", env, NULL);
@@ -105,7 +84,7 @@ Test(resume, three_kills_in_one_run)
     cr_assert_eq(quantize("m", "ref", NULL, NULL), 0);
     static const int kills[][3] = {{9, 9, 9}, {20, 3, 31}, {33, 15, 7}};
     for (size_t t = 0; t < sizeof kills / sizeof kills[0]; t++) {
-        sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
+        lwqt_sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
         for (int i = 0; i < 3; i++) {
             char env[64];
             snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d", kills[t][i]);
@@ -120,10 +99,10 @@ Test(resume, three_kills_in_one_run)
 Test(resume, timed_kills_mid_read_and_forward)
 {
     make_model("big", 4, 512);
-    cr_assert_eq(sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
     static const int delay_ms[] = {40, 120, 250, 400};
     for (size_t t = 0; t < sizeof delay_ms / sizeof delay_ms[0]; t++) {
-        sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
+        lwqt_sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
         pid_t p = fork();
         cr_assert_geq(p, 0);
         if (p == 0) {
@@ -139,7 +118,7 @@ Test(resume, timed_kills_mid_read_and_forward)
         kill(p, SIGKILL);
         int st;
         waitpid(p, &st, 0);
-        cr_assert_eq(sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
+        cr_assert_eq(lwqt_sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
         cr_assert(same_dirs("ref", "out"), "output differs after a kill at %d ms", delay_ms[t]);
     }
 }
@@ -147,7 +126,7 @@ Test(resume, timed_kills_mid_read_and_forward)
 Test(resume, sigint_stops_after_a_committed_layer)
 {
     make_model("big", 6, 512);
-    cr_assert_eq(sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/big -o %s/ref --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
     char log[512];
     snprintf(log, sizeof log, "%s/log.jsonl", g_tmp);
     pid_t p = fork();
@@ -163,7 +142,7 @@ Test(resume, sigint_stops_after_a_committed_layer)
         _exit(127);
     }
     /* wait for the first committed layer in the JSON log, then interrupt */
-    for (int i = 0; i < 2000 && sh("grep -q '\"layer\":0' %s 2>/dev/null", log) != 0; i++)
+    for (int i = 0; i < 2000 && lwqt_sh("grep -q '\"layer\":0' %s 2>/dev/null", log) != 0; i++)
         usleep(5000);
     kill(p, SIGINT);
     int st;
@@ -172,7 +151,7 @@ Test(resume, sigint_stops_after_a_committed_layer)
     if (WEXITSTATUS(st) == 2) { /* stopped early: it must say how to resume */
         cr_assert(stderr_has("rerun the same command to resume"));
     }
-    cr_assert_eq(sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/big -o %s/out --calib-size 16 --calib-seq 64 --quiet", lwqt_bin(), g_tmp, g_tmp), 0);
     cr_assert(same_dirs("ref", "out"));
 }
 
@@ -180,8 +159,8 @@ Test(resume, changed_inputs_are_refused_with_the_difference_named)
 {
     make_model("m", 2, 64);
     cr_assert_eq(quantize("m", "out", "LWQ_SYS_CRASH_STEP=25", NULL), 128 + SIGKILL);
-    cr_assert_eq(sh("%s quantize %s/m -o %s/out --calib-size 5 --calib-seq 24 --batch-size 4 --quiet 2>%s/stderr.txt",
-                    lwqt_bin(), g_tmp, g_tmp, g_tmp),
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/out --calib-size 5 --calib-seq 24 --batch-size 4 --quiet 2>%s/stderr.txt",
+                         lwqt_bin(), g_tmp, g_tmp, g_tmp),
                  2);
     cr_assert(stderr_has("calibration tokens"), "calibration change not named");
     cr_assert_eq(quantize("m", "out", NULL, "--qformat fp8"), 2);
@@ -191,10 +170,10 @@ Test(resume, changed_inputs_are_refused_with_the_difference_named)
     cr_assert_eq(quantize("m", "out", NULL, "--batch-size 2 --calib-include-padding"), 2);
     cr_assert(stderr_has("batching and padding"));
     /* a different source checkpoint under the same path */
-    sh("rm -rf %s/m", g_tmp);
-    cr_assert_eq(sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 2 --heads 4 --kv-heads 2 --experts 4 --top-k 2 "
-                    "--vocab 512 --seed 7 --shard-size 1 --quiet",
-                    lwqt_bin(), g_tmp),
+    lwqt_sh("rm -rf %s/m", g_tmp);
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 2 --heads 4 --kv-heads 2 --experts 4 --top-k 2 "
+                         "--vocab 512 --seed 7 --shard-size 1 --quiet",
+                         lwqt_bin(), g_tmp),
                  0);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 2);
     cr_assert(stderr_has("source checkpoint"), "source change not named");
@@ -204,43 +183,43 @@ Test(resume, damaged_committed_shard_is_refused_and_verify_names_it)
 {
     make_model("m", 3, 64);
     cr_assert_eq(quantize("m", "ref", NULL, NULL), 0);
-    cr_assert_eq(sh("%s verify %s/ref >/dev/null", lwqt_bin(), g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s verify %s/ref >/dev/null", lwqt_bin(), g_tmp), 0);
     /* the first crash point after which layer 0 is committed but the run is not finished */
     int k = 10;
     for (; k < 200; k++) {
-        sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
+        lwqt_sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
         char env[64];
         snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d", k);
         cr_assert_eq(quantize("m", "out", env, NULL), 128 + SIGKILL, "no crash at step %d", k);
-        if (sh("grep -q '\"committed\":[[:space:]]*[1-9]' %s/out.layerwise_resume/manifest.json", g_tmp) == 0)
+        if (lwqt_sh("grep -q '\"committed\":[[:space:]]*[1-9]' %s/out.layerwise_resume/manifest.json", g_tmp) == 0)
             break;
     }
     cr_assert_lt(k, 200, "layer 0 never got committed");
     /* flip one data byte near the end of the committed shard */
-    cr_assert_eq(sh("f=%s/out/model-layer-00000.safetensors; s=$(stat -c %%s $f); "
-                    "printf '\\377' | dd of=$f bs=1 seek=$((s-3)) conv=notrunc 2>/dev/null",
-                    g_tmp),
+    cr_assert_eq(lwqt_sh("f=%s/out/model-layer-00000.safetensors; s=$(stat -c %%s $f); "
+                         "printf '\\377' | dd of=$f bs=1 seek=$((s-3)) conv=notrunc 2>/dev/null",
+                         g_tmp),
                  0);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 2);
     cr_assert(stderr_has("model-layer-00000.safetensors fails its checksum"));
     /* verify names the damaged file in a finished output as well */
-    cr_assert_eq(sh("cp %s/ref/model-layer-00001.safetensors %s/x && printf '\\001' | dd of=%s/ref/model-layer-00001.safetensors "
-                    "bs=1 seek=$(( $(stat -c %%s %s/x) - 2 )) conv=notrunc 2>/dev/null",
-                    g_tmp, g_tmp, g_tmp, g_tmp),
+    cr_assert_eq(lwqt_sh("cp %s/ref/model-layer-00001.safetensors %s/x && printf '\\001' | dd of=%s/ref/model-layer-00001.safetensors "
+                         "bs=1 seek=$(( $(stat -c %%s %s/x) - 2 )) conv=notrunc 2>/dev/null",
+                         g_tmp, g_tmp, g_tmp, g_tmp),
                  0);
-    cr_assert_eq(sh("%s verify %s/ref > %s/verify.txt", lwqt_bin(), g_tmp, g_tmp), 1);
-    cr_assert_eq(sh("grep -q 'model-layer-00001.safetensors: checksum or size differs' %s/verify.txt", g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s verify %s/ref > %s/verify.txt", lwqt_bin(), g_tmp, g_tmp), 1);
+    cr_assert_eq(lwqt_sh("grep -q 'model-layer-00001.safetensors: checksum or size differs' %s/verify.txt", g_tmp), 0);
 }
 
 Test(resume, finished_run_leaves_a_few_kb_and_reruns_as_a_no_op)
 {
     make_model("m", 2, 64);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 0);
-    cr_assert_eq(sh("test $(du -sk %s/out.layerwise_resume | cut -f1) -le 16", g_tmp), 0, "resume state over 16 KiB");
-    cr_assert_eq(sh("ls %s/out.layerwise_resume | grep -q boundary", g_tmp), 1, "boundary files left behind");
-    cr_assert_eq(sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/stderr.txt", lwqt_bin(), g_tmp, g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("test $(du -sk %s/out.layerwise_resume | cut -f1) -le 16", g_tmp), 0, "resume state over 16 KiB");
+    cr_assert_eq(lwqt_sh("ls %s/out.layerwise_resume | grep -q boundary", g_tmp), 1, "boundary files left behind");
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/stderr.txt", lwqt_bin(), g_tmp, g_tmp, g_tmp), 0);
     /* a lost config file is rewritten without recomputing anything */
-    sh("cp -r %s/out %s/ref && rm %s/out/config.json", g_tmp, g_tmp, g_tmp);
+    lwqt_sh("cp -r %s/out %s/ref && rm %s/out/config.json", g_tmp, g_tmp, g_tmp);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 0);
     cr_assert(same_dirs("ref", "out"));
 }
@@ -248,8 +227,8 @@ Test(resume, finished_run_leaves_a_few_kb_and_reruns_as_a_no_op)
 Test(resume, foreign_files_in_the_output_are_refused)
 {
     make_model("m", 2, 64);
-    sh("mkdir -p %s/out && echo hello > %s/out/notes.txt", g_tmp, g_tmp);
+    lwqt_sh("mkdir -p %s/out && echo hello > %s/out/notes.txt", g_tmp, g_tmp);
     cr_assert_eq(quantize("m", "out", NULL, NULL), 2);
     cr_assert(stderr_has("notes.txt"));
-    cr_assert_eq(sh("cat %s/out/notes.txt | grep -q hello", g_tmp), 0, "a foreign file was touched");
+    cr_assert_eq(lwqt_sh("cat %s/out/notes.txt | grep -q hello", g_tmp), 0, "a foreign file was touched");
 }

@@ -12,42 +12,20 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "tests/helpers/shell.h"
+
 #include "io/runlock.h"
 
 static char g_tmp[256];
 
-static const char *bin(void)
-{
-    const char *b = getenv("LWQ_BIN");
-    return b && *b ? b : LWQ_BIN;
-}
-
 static void setup(void)
 {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/lwq-runlock-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_tmp));
+    lwqt_tmpdir(g_tmp, sizeof g_tmp, "lwq-runlock");
 }
 
 static void teardown(void)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    cr_assert_eq(system(cmd), 0);
-}
-
-/* Run a shell command; the exit status, or 128+signal when killed. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    if (st == -1)
-        return -1;
-    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+    lwqt_rmtree(g_tmp);
 }
 
 static const char *tp(const char *name)
@@ -140,9 +118,9 @@ Test(runlock, lock_held_by_a_killed_process_is_free)
 
 static void make_model(void)
 {
-    cr_assert_eq(sh("%s mkmodel %s/m --arch qwen3_moe --hidden 512 --layers 6 --heads 4 --kv-heads 2 --experts 4 "
-                    "--top-k 2 --vocab 512 --quiet",
-                    bin(), g_tmp),
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/m --arch qwen3_moe --hidden 512 --layers 6 --heads 4 --kv-heads 2 --experts 4 "
+                         "--top-k 2 --vocab 512 --quiet",
+                         lwqt_bin(), g_tmp),
                  0);
 }
 
@@ -154,7 +132,7 @@ static pid_t start_run(void)
     if (p == 0) {
         if (!freopen(tp("a.err"), "w", stderr))
             _exit(126);
-        execl(bin(), bin(), "quantize", tp("m"), "-o", tp("out"), "--calib-size", "16", "--calib-seq", "64", "--quiet",
+        execl(lwqt_bin(), lwqt_bin(), "quantize", tp("m"), "-o", tp("out"), "--calib-size", "16", "--calib-seq", "64", "--quiet",
               (char *)NULL);
         _exit(127);
     }
@@ -187,30 +165,30 @@ static int wait_for_lock(pid_t p)
 Test(runlock, concurrent_quantize_is_refused_naming_the_first_pid)
 {
     make_model();
-    cr_assert_eq(sh("%s quantize %s/m -o %s/ref " QARGS, bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/ref " QARGS, lwqt_bin(), g_tmp, g_tmp), 0);
     pid_t a = start_run();
     cr_assert(wait_for_lock(a), "the first run never took the lock");
     kill(a, SIGSTOP); /* hold it mid-run, whatever the machine's speed */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    int rc = sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", bin(), g_tmp, g_tmp, g_tmp);
+    int rc = lwqt_sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", lwqt_bin(), g_tmp, g_tmp, g_tmp);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     kill(a, SIGCONT);
     cr_assert_eq(rc, 2, "the second run was not refused (exit %d)", rc);
-    cr_assert_eq(sh("grep -q 'in use by another lwq run (pid %ld)' %s/b.err", (long)a, g_tmp), 0,
+    cr_assert_eq(lwqt_sh("grep -q 'in use by another lwq run (pid %ld)' %s/b.err", (long)a, g_tmp), 0,
                  "the refusal does not name pid %ld", (long)a);
     double s = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
     cr_assert_lt(s, 30.0, "the refusal took %.1f s", s);
     int st;
     cr_assert_eq(waitpid(a, &st, 0), a);
     cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the first run failed after the refused second one");
-    cr_assert_eq(sh("diff -r %s/ref %s/out >/dev/null", g_tmp, g_tmp), 0, "the first run's output differs");
+    cr_assert_eq(lwqt_sh("diff -r %s/ref %s/out >/dev/null", g_tmp, g_tmp), 0, "the first run's output differs");
 }
 
 Test(runlock, sigkilled_run_leaves_no_lock_that_blocks_the_rerun)
 {
     make_model();
-    cr_assert_eq(sh("%s quantize %s/m -o %s/ref " QARGS, bin(), g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/ref " QARGS, lwqt_bin(), g_tmp, g_tmp), 0);
     pid_t a = start_run();
     cr_assert(wait_for_lock(a), "the first run never took the lock");
     kill(a, SIGKILL);
@@ -218,25 +196,25 @@ Test(runlock, sigkilled_run_leaves_no_lock_that_blocks_the_rerun)
     cr_assert_eq(waitpid(a, &st, 0), a);
     cr_assert(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
     /* the dead run's pid is still written in the lock file; only the kernel's lock counts */
-    cr_assert_eq(sh("grep -qx %ld %s/out.layerwise_resume/lock", (long)a, g_tmp), 0);
-    cr_assert_eq(sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", bin(), g_tmp, g_tmp, g_tmp), 0,
+    cr_assert_eq(lwqt_sh("grep -qx %ld %s/out.layerwise_resume/lock", (long)a, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", lwqt_bin(), g_tmp, g_tmp, g_tmp), 0,
                  "the rerun after kill -9 failed");
-    cr_assert_eq(sh("diff -r %s/ref %s/out >/dev/null", g_tmp, g_tmp), 0, "output after kill -9 + rerun differs");
+    cr_assert_eq(lwqt_sh("diff -r %s/ref %s/out >/dev/null", g_tmp, g_tmp), 0, "output after kill -9 + rerun differs");
 }
 
 Test(runlock, refused_foreign_output_leaves_no_lock_or_resume_dir_behind)
 {
-    cr_assert_eq(sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 2 --heads 4 --kv-heads 2 --experts 4 "
-                    "--top-k 2 --vocab 512 --quiet",
-                    bin(), g_tmp),
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/m --arch qwen3_moe --hidden 64 --layers 2 --heads 4 --kv-heads 2 --experts 4 "
+                         "--top-k 2 --vocab 512 --quiet",
+                         lwqt_bin(), g_tmp),
                  0);
     cr_assert_eq(mkdir(tp("out"), 0755), 0);
-    cr_assert_eq(sh("echo mine > %s/out/notes.txt", g_tmp), 0);
-    cr_assert_eq(sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", bin(), g_tmp, g_tmp, g_tmp), 2);
-    cr_assert_eq(sh("grep -q 'holds notes.txt, which is not from this run' %s/b.err", g_tmp), 0);
-    cr_assert_eq(sh("test \"$(ls -A %s/out)\" = notes.txt && grep -qx mine %s/out/notes.txt", g_tmp, g_tmp), 0,
+    cr_assert_eq(lwqt_sh("echo mine > %s/out/notes.txt", g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/out " QARGS " 2>%s/b.err", lwqt_bin(), g_tmp, g_tmp, g_tmp), 2);
+    cr_assert_eq(lwqt_sh("grep -q 'holds notes.txt, which is not from this run' %s/b.err", g_tmp), 0);
+    cr_assert_eq(lwqt_sh("test \"$(ls -A %s/out)\" = notes.txt && grep -qx mine %s/out/notes.txt", g_tmp, g_tmp), 0,
                  "the refused run changed the output directory");
-    cr_assert_eq(sh("test ! -e %s/out.layerwise_resume", g_tmp), 0, "the refused run left its resume directory");
+    cr_assert_eq(lwqt_sh("test ! -e %s/out.layerwise_resume", g_tmp), 0, "the refused run left its resume directory");
 }
 
 Test(runlock, remove_deletes_the_lock_file_and_an_emptied_resume_dir)
@@ -248,9 +226,9 @@ Test(runlock, remove_deletes_the_lock_file_and_an_emptied_resume_dir)
     cr_assert_eq(lwq_runlock_acquire(&a, tp("out"), tp("res"), &e), 0, "%s", e.msg);
     lwq_runlock_remove(&a, tp("res"), 1);
     cr_assert_eq(a.held, 0);
-    cr_assert_eq(sh("test ! -e %s/res", g_tmp), 0);
+    cr_assert_eq(lwqt_sh("test ! -e %s/res", g_tmp), 0);
     cr_assert_eq(mkdir(tp("res"), 0755), 0);
     cr_assert_eq(lwq_runlock_acquire(&a, tp("out"), tp("res"), &e), 0, "%s", e.msg);
     lwq_runlock_remove(&a, tp("res"), 0); /* a resume directory the run did not make stays */
-    cr_assert_eq(sh("test -d %s/res && test ! -e %s/res/lock", g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("test -d %s/res && test ! -e %s/res/lock", g_tmp, g_tmp), 0);
 }

@@ -10,65 +10,43 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-static char g_tmp[256];
-static const char *bin(void)
-{
-    const char *b = getenv("LWQ_BIN");
-    return b ? b : LWQ_BIN;
-}
+#include "tests/helpers/shell.h"
 
+static char g_tmp[256];
 static void setup(void)
 {
-    snprintf(g_tmp, sizeof g_tmp, "/tmp/lwq-stream-XXXXXX");
-    cr_assert_not_null(mkdtemp(g_tmp));
+    lwqt_tmpdir(g_tmp, sizeof g_tmp, "lwq-stream");
 }
 
 static void teardown(void)
 {
-    char cmd[512];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_tmp);
-    cr_assert_eq(system(cmd), 0);
+    lwqt_rmtree(g_tmp);
 }
 
 TestSuite(stream, .init = setup, .fini = teardown, .timeout = 300);
-
-/* Exit status of a shell command, or 128+signal when killed. */
-static int sh(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static int sh(const char *fmt, ...)
-{
-    char cmd[4096];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(cmd, sizeof cmd, fmt, ap);
-    va_end(ap);
-    int st = system(cmd);
-    if (st == -1)
-        return -1;
-    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
-}
 
 #define QARGS "--calib-size 6 --calib-seq 24 --batch-size 4 --quiet"
 
 static void make_model(const char *name, const char *arch, const char *geometry)
 {
-    cr_assert_eq(sh("%s mkmodel %s/%s --arch %s %s --vocab 512 --quiet", bin(), g_tmp, name, arch, geometry), 0,
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/%s --arch %s %s --vocab 512 --quiet", lwqt_bin(), g_tmp, name, arch, geometry), 0,
                  "mkmodel %s failed", arch);
 }
 
 static int quantize(const char *model, const char *out, const char *env, const char *extra)
 {
-    return sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "", bin(), g_tmp, model,
-              g_tmp, out, extra ? extra : "", g_tmp);
+    return lwqt_sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "", lwqt_bin(), g_tmp, model,
+                   g_tmp, out, extra ? extra : "", g_tmp);
 }
 
 static int same_dirs(const char *a, const char *b)
 {
-    return sh("diff -r %s/%s %s/%s >/dev/null 2>&1", g_tmp, a, g_tmp, b) == 0;
+    return lwqt_sh("diff -r %s/%s %s/%s >/dev/null 2>&1", g_tmp, a, g_tmp, b) == 0;
 }
 
 static int stderr_has(const char *needle)
 {
-    return sh("grep -q -- '%s' %s/stderr.txt", needle, g_tmp) == 0;
+    return lwqt_sh("grep -q -- '%s' %s/stderr.txt", needle, g_tmp) == 0;
 }
 
 #define SMALL_MOE "--hidden 128 --layers 2 --heads 4 --kv-heads 2 --experts 8 --top-k 2"
@@ -100,11 +78,11 @@ Test(stream, cold_experts_in_other_groups_are_filled_as_unstreamed)
     /* 16 experts, top-1, 2 samples of 4 tokens: most experts get no token, and the siblings they
      * are filled from are in other groups */
     make_model("m", "qwen3_moe", "--hidden 128 --layers 2 --heads 4 --kv-heads 2 --experts 16 --top-k 1");
-    cr_assert_eq(sh("%s quantize %s/m -o %s/ref --calib-size 2 --calib-seq 4 2>>%s/stderr.txt", bin(), g_tmp, g_tmp,
-                    g_tmp), 0);
-    cr_assert(sh("grep -q 'cold experts [1-9]' %s/stderr.txt", g_tmp) == 0, "the fixture should leave experts cold");
-    cr_assert_eq(sh("%s quantize %s/m -o %s/g3 --calib-size 2 --calib-seq 4 --quiet --expert-group 3 "
-                    "2>>%s/stderr.txt", bin(), g_tmp, g_tmp, g_tmp), 0);
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/ref --calib-size 2 --calib-seq 4 2>>%s/stderr.txt", lwqt_bin(), g_tmp, g_tmp,
+                         g_tmp), 0);
+    cr_assert(lwqt_sh("grep -q 'cold experts [1-9]' %s/stderr.txt", g_tmp) == 0, "the fixture should leave experts cold");
+    cr_assert_eq(lwqt_sh("%s quantize %s/m -o %s/g3 --calib-size 2 --calib-seq 4 --quiet --expert-group 3 "
+                         "2>>%s/stderr.txt", lwqt_bin(), g_tmp, g_tmp, g_tmp), 0);
     cr_assert(same_dirs("ref", "g3"), "cold-expert filling across groups differs from the unstreamed run");
 }
 
@@ -167,7 +145,7 @@ static long long json_peak(const char *log)
 static double plan_process(const char *model)
 {
     char cmd[1024], out[256];
-    snprintf(cmd, sizeof cmd, "%s plan %s/%s " QARGS " 2>&1 | sed -n 's/.*= process \\([0-9.]*\\) GB.*/\\1/p'", bin(),
+    snprintf(cmd, sizeof cmd, "%s plan %s/%s " QARGS " 2>&1 | sed -n 's/.*= process \\([0-9.]*\\) GB.*/\\1/p'", lwqt_bin(),
              g_tmp, model);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
@@ -182,7 +160,7 @@ static long long dir_layer_bytes(const char *model)
     /* the synthetic model is one shard: its bytes / layers bound a layer from below well enough;
      * the plan's "largest layer" line is exact */
     snprintf(cmd, sizeof cmd, "%s plan %s/%s " QARGS " 2>&1 | sed -n 's/.*largest layer [0-9]* holds \\([0-9.]*\\) GB.*/\\1/p'",
-             bin(), g_tmp, model);
+             lwqt_bin(), g_tmp, model);
     FILE *f = popen(cmd, "r");
     cr_assert_not_null(f);
     cr_assert_not_null(fgets(out, sizeof out, f));
@@ -210,8 +188,8 @@ Test(stream, budget_a_quarter_of_a_layer_streams_within_it)
         snprintf(name, sizeof name, "b%d", i);
         snprintf(log, sizeof log, "%s/b%d.json", g_tmp, i);
         snprintf(extra, sizeof extra, "--max-cpu-memory-gb %.6f --log-json %s", budget / 1e9, log);
-        cr_assert_eq(sh("%s quantize %s/big -o %s/%s --calib-size 6 --calib-seq 24 --batch-size 4 %s 2>>%s/stderr.txt",
-                        bin(), g_tmp, g_tmp, name, extra, g_tmp), 0, "budget %.1f MB: the run failed", budget / 1e6);
+        cr_assert_eq(lwqt_sh("%s quantize %s/big -o %s/%s --calib-size 6 --calib-seq 24 --batch-size 4 %s 2>>%s/stderr.txt",
+                             lwqt_bin(), g_tmp, g_tmp, name, extra, g_tmp), 0, "budget %.1f MB: the run failed", budget / 1e6);
         cr_assert(same_dirs("ref", name), "budget %.1f MB: output differs from the unconstrained run", budget / 1e6);
         long long peak = json_peak(log);
         cr_assert(peak > 0, "no peak_rss_bytes in %s", log);
@@ -272,7 +250,7 @@ Test(stream, sigkill_inside_a_streamed_layer_resumes_byte_identical)
     int spill_steps[64], ns = 0, completed = 0;
     for (int k = 0; k < 400 && !completed && ns < 64; k += 4) {
         char env[96];
-        sh("rm -rf %s/f %s/f.layerwise_resume %s/stderr.txt", g_tmp, g_tmp, g_tmp);
+        lwqt_sh("rm -rf %s/f %s/f.layerwise_resume %s/stderr.txt", g_tmp, g_tmp, g_tmp);
         snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d LWQ_SYS_CRASH_MODE=fail", k);
         if (quantize("m", "f", env, "--expert-group 3") == 0)
             completed = 1;
@@ -285,7 +263,7 @@ Test(stream, sigkill_inside_a_streamed_layer_resumes_byte_identical)
     int pick[4] = {spill_steps[0], spill_steps[ns / 3], spill_steps[2 * ns / 3], spill_steps[ns - 1]};
     for (int i = 0; i < 4; i++) {
         char env[96];
-        sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
+        lwqt_sh("rm -rf %s/out %s/out.layerwise_resume", g_tmp, g_tmp);
         snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d LWQ_SYS_CRASH_MODE=kill", pick[i]);
         cr_assert_eq(quantize("m", "out", env, "--expert-group 3"), 128 + SIGKILL, "no kill at step %d", pick[i]);
         cr_assert_eq(quantize("m", "out", NULL, "--expert-group 3"), 0, "resume after a kill at step %d failed",

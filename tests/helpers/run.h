@@ -11,14 +11,9 @@
 #include <sys/wait.h>
 
 #include "tests/helpers/craft.h"
+#include "tests/helpers/shell.h"
 
 extern char **environ;
-
-static inline const char *lwqt_bin(void)
-{
-    const char *b = getenv("LWQ_BIN");
-    return b && *b ? b : LWQ_BIN;
-}
 
 /* Run `lwq args...` (NULL-terminated); stdout -> <tmp>/out.txt, stderr -> <tmp>/err.txt.
  * Returns the exit status. */
