@@ -92,6 +92,35 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
 int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                       lwq_tensor *h, lwq_fwd_moe_fn moe, const lwq_observer *obs, lwq_error *e);
 
+/* A set of routed experts: `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
+ * mixtral_names), inter wide, for E in [e0, e0 + count). */
+typedef struct lwq_fwd_experts {
+    const char *prefix;
+    int mixtral_names;
+    int64_t inter;
+    int e0, count;
+} lwq_fwd_experts;
+
+/* The experts' rows gathered on the device: expert e0 + j runs on rows [off[j], off[j + 1]) of xe
+ * (expert-major) and writes rows y0 + off[j] .. of y; g, u: scratch (the largest count's rows,
+ * inter wide); xe, g, u are not read when off[count] is 0.  slot, ws: moe_combine's operands. */
+typedef struct lwq_fwd_routed {
+    const int64_t *off;
+    const lwq_tensor *xe;
+    lwq_tensor *y, *g, *u;
+    int64_t y0;
+    const lwq_tensor *slot, *ws;
+} lwq_fwd_routed;
+
+/* Each expert of ex on its rows (in expert order), then out = moe_combine(y, slot, ws).  The
+ * routed run is observed unless obs->all_experts; then (with linear_input observers and real
+ * tokens) every expert also runs on all real tokens of x with obs on, its output dropped, so
+ * statistics cover all tokens and out is exactly the routed one.  vrows: host scratch of x's
+ * row count. */
+int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                    const lwq_tensor *x, const lwq_fwd_experts *ex, const lwq_fwd_routed *r,
+                    lwq_tensor *out, int32_t *vrows, const lwq_observer *obs, lwq_error *e);
+
 /* ---- the Llama family (model_llama.c) and routed experts (model_moe.c) ----------------------- */
 
 /* h += self_attn(input_layernorm(h)). */

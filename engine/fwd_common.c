@@ -356,3 +356,51 @@ int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
     }
     return lwq_backend_add(m->be, h, &out, e);
 }
+
+/* ---- routed experts, shared by model_moe.c and fwd_stream.c ---------------------------------- */
+
+int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                    const lwq_tensor *x, const lwq_fwd_experts *ex, const lwq_fwd_routed *r,
+                    lwq_tensor *out, int32_t *vrows, const lwq_observer *obs, lwq_error *e)
+{
+    const int64_t n = x->shape[0], D = m->cfg->hidden_size, I = ex->inter;
+    const char *gn = ex->mixtral_names ? "w1" : "gate_proj",
+               *un = ex->mixtral_names ? "w3" : "up_proj",
+               *dn = ex->mixtral_names ? "w2" : "down_proj";
+    char ep[192];
+    int rc = 0;
+    /* in all-experts mode the routed run is not observed: the run below covers every token */
+    const lwq_observer *robs = (obs && obs->all_experts) ? NULL : obs;
+    for (int j = 0; j < ex->count && rc == 0; j++) {
+        int64_t cnt = r->off[j + 1] - r->off[j];
+        if (cnt == 0)
+            continue;
+        lwq_tensor xv = lwq_fwd_rows(r->xe, r->off[j], cnt);
+        lwq_tensor yv = lwq_fwd_rows(r->y, r->y0 + r->off[j], cnt);
+        lwq_tensor gv = lwq_fwd_rows(r->g, 0, cnt), uv = lwq_fwd_rows(r->u, 0, cnt);
+        snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
+        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xv, NULL, &gv, &uv, &yv, robs, e);
+    }
+    if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, r->y, r->slot, r->ws, out, e)) < 0)
+        return rc;
+    if (!(obs && obs->all_experts && obs->linear_input && b->n_valid > 0))
+        return 0;
+    int64_t nv = 0;
+    for (int64_t t = 0; t < n; t++)
+        if (b->valid_host[t])
+            vrows[nv++] = (int32_t)t;
+    lwq_tensor vr, xa, ya, ga, ua;
+    LWQ_TRY(lwq_fwd_tensor(m, LWQ_I32, nv, 1, &vr, e));
+    LWQ_TRY(lwq_backend_upload(m->be, vr.data, vrows, (size_t)nv * 4, e));
+    vr.ndim = 1;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, D, &xa, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, D, &ya, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, I, &ga, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, I, &ua, e));
+    LWQ_TRY(lwq_backend_gather_rows(m->be, x, &vr, &xa, e));
+    for (int j = 0; j < ex->count && rc == 0; j++) {
+        snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
+        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xa, NULL, &ga, &ua, &ya, obs, e);
+    }
+    return rc < 0 ? rc : 0;
+}

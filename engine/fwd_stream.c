@@ -215,11 +215,10 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
     const int E = c->num_experts, K = c->num_experts_per_tok, G = e1 - e0;
     if (e0 < 0 || e1 > E || G <= 0)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: expert group [%d, %d) outside [0, %d)", layer, e0, e1, E);
-    char prefix[128], ep[192];
+    char prefix[128];
     int mixtral;
     int64_t I;
     moe_names(m, layer, prefix, sizeof prefix, &mixtral, &I);
-    const char *gn = mixtral ? "w1" : "gate_proj", *un = mixtral ? "w3" : "up_proj", *dn = mixtral ? "w2" : "down_proj";
     lwq_fwd_arena_reset(m);
     group_host g;
     memset(&g, 0, sizeof g);
@@ -252,42 +251,16 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
             (rc = lwq_backend_gather_rows(m->be, partial, &ident, &y0, e)) < 0)
             goto out;
     }
-    const lwq_observer *robs = (obs && obs->all_experts) ? NULL : obs;
-    if (mrows > 0) {
-        if ((rc = upload_i32(m, g.rows, mrows, 1, &rows, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, mrows, D, &xe, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, maxc, I, &gt, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, maxc, I, &ut, e)) < 0 ||
-            (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0)
-            goto out;
-        for (int xg = 0; xg < G && rc == 0; xg++) {
-            int64_t cnt = g.off[xg + 1] - g.off[xg];
-            if (cnt == 0)
-                continue;
-            lwq_tensor xv = lwq_fwd_rows(&xe, g.off[xg], cnt), yv = lwq_fwd_rows(&y, n + g.off[xg], cnt);
-            lwq_tensor gv = lwq_fwd_rows(&gt, 0, cnt), uv = lwq_fwd_rows(&ut, 0, cnt);
-            snprintf(ep, sizeof ep, "%s.experts.%d", prefix, e0 + xg);
-            rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xv, NULL, &gv, &uv, &yv, robs, e);
-        }
-    }
-    if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, &y, &slot, &ws, partial, e)) < 0)
+    if (mrows > 0 &&
+        ((rc = upload_i32(m, g.rows, mrows, 1, &rows, e)) < 0 ||
+         (rc = lwq_fwd_tensor(m, m->act, mrows, D, &xe, e)) < 0 ||
+         (rc = lwq_fwd_tensor(m, m->act, maxc, I, &gt, e)) < 0 ||
+         (rc = lwq_fwd_tensor(m, m->act, maxc, I, &ut, e)) < 0 ||
+         (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0))
         goto out;
-    if (obs && obs->all_experts && obs->linear_input && b->n_valid > 0) {
-        int64_t nv = 0;
-        for (int64_t t = 0; t < n; t++)
-            if (b->valid_host[t])
-                g.vrows[nv++] = (int32_t)t;
-        lwq_tensor vr, xa, ya, ga, ua;
-        if ((rc = upload_i32(m, g.vrows, nv, 1, &vr, e)) < 0 || (rc = lwq_fwd_tensor(m, m->act, nv, D, &xa, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, nv, D, &ya, e)) < 0 || (rc = lwq_fwd_tensor(m, m->act, nv, I, &ga, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, nv, I, &ua, e)) < 0 ||
-            (rc = lwq_backend_gather_rows(m->be, x, &vr, &xa, e)) < 0)
-            goto out;
-        for (int xg = 0; xg < G && rc == 0; xg++) {
-            snprintf(ep, sizeof ep, "%s.experts.%d", prefix, e0 + xg);
-            rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xa, NULL, &ga, &ua, &ya, obs, e);
-        }
-    }
+    const lwq_fwd_experts ex = {prefix, mixtral, I, e0, G};
+    const lwq_fwd_routed r = {g.off, &xe, &y, &gt, &ut, n, &slot, &ws};
+    rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, partial, g.vrows, obs, e);
 out:
     group_host_free(&g);
     return rc < 0 ? rc : 0;

@@ -147,12 +147,9 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
     const lwq_model_config *c = m->cfg;
     const int64_t n = x->shape[0], D = c->hidden_size;
     const int E = c->num_experts, K = c->num_experts_per_tok;
-    const char *gn = mixtral_names ? "w1" : "gate_proj", *un = mixtral_names ? "w3" : "up_proj",
-               *dn = mixtral_names ? "w2" : "down_proj";
     if (I <= 0)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: %s expert width %" PRId64 " must be > 0", layer,
                         c->model_type, I);
-    char ep[192];
     moe_host h;
     memset(&h, 0, sizeof h);
     size_t nk = (size_t)(n * K) + 1;
@@ -197,38 +194,9 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
         (rc = lwq_fwd_tensor(m, m->act, maxc, I, &u, e)) < 0 ||
         (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0)
         goto out;
-    const lwq_observer *robs = (obs && obs->all_experts) ? NULL : obs;
-    for (int ex = 0; ex < E && rc == 0; ex++) {
-        int64_t cnt = h.counts[ex];
-        if (cnt == 0)
-            continue;
-        lwq_tensor xv = lwq_fwd_rows(&xe, h.off[ex], cnt), yv = lwq_fwd_rows(&y, h.off[ex], cnt);
-        lwq_tensor gv = lwq_fwd_rows(&g, 0, cnt), uv = lwq_fwd_rows(&u, 0, cnt);
-        snprintf(ep, sizeof ep, "%s.experts.%d", prefix, ex);
-        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xv, NULL, &gv, &uv, &yv, robs, e);
-    }
-    if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, &y, &slot, &wsorted, out, e)) < 0)
-        goto out;
-
-    if (obs && obs->all_experts && obs->linear_input && b->n_valid > 0) {
-        int64_t nv = 0;
-        for (int64_t t = 0; t < n; t++)
-            if (b->valid_host[t])
-                h.vrows[nv++] = (int32_t)t;
-        lwq_tensor vr, xa, ya, ga, ua;
-        if ((rc = upload_i32(m, h.vrows, nv, 0, &vr, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, nv, D, &xa, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, nv, D, &ya, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, nv, I, &ga, e)) < 0 ||
-            (rc = lwq_fwd_tensor(m, m->act, nv, I, &ua, e)) < 0 ||
-            (rc = lwq_backend_gather_rows(m->be, x, &vr, &xa, e)) < 0)
-            goto out;
-        for (int ex = 0; ex < E && rc == 0; ex++) {
-            snprintf(ep, sizeof ep, "%s.experts.%d", prefix, ex);
-            rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xa, NULL, &ga, &ua, &ya, obs,
-                                    e);
-        }
-    }
+    const lwq_fwd_experts ex = {prefix, mixtral_names, I, 0, E};
+    const lwq_fwd_routed r = {h.off, &xe, &y, &g, &u, 0, &slot, &wsorted};
+    rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, out, h.vrows, obs, e);
 out:
     moe_host_free(&h);
     return rc < 0 ? rc : 0;
