@@ -7,58 +7,21 @@
 #include "engine/layersrc.h"
 #include "engine/qops.h"
 #include "kernels/quant.h"
+#include "fakedev.h"
 
-static int n_alloc, n_upload, n_live;
-
-static int f_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
-{
-    (void)ctx;
-    *out = malloc(bytes);
-    if (!*out)
-        return lwq_errf(e, LWQ_ENOMEM, "fake alloc");
-    n_alloc++, n_live++;
-    return 0;
-}
-static void f_free(void *ctx, void *p)
-{
-    (void)ctx;
-    n_live--;
-    free(p);
-}
-static int f_copy(void *ctx, void *dst, const void *src, size_t bytes, lwq_error *e)
-{
-    (void)ctx, (void)e;
-    memcpy(dst, src, bytes);
-    return 0;
-}
-static int f_upload(void *ctx, void *dst, const void *src, size_t bytes, lwq_error *e)
-{
-    n_upload++;
-    return f_copy(ctx, dst, src, bytes, e);
-}
-
-static lwq_backend_ops fake_ops;
 static lwq_backend fake;
 static lwq_devslab slab;
 
 static void setup(void)
 {
-    memset(&fake_ops, 0, sizeof fake_ops);
-    fake_ops.name = "fake-device";
-    fake_ops.device = LWQ_DEV_CUDA;
-    fake_ops.alloc = f_alloc;
-    fake_ops.free = f_free;
-    fake_ops.upload = f_upload;
-    fake_ops.download = f_copy;
-    fake.ops = &fake_ops;
-    n_alloc = n_upload = n_live = 0;
+    fakedev_init(&fake);
     lwq_devslab_init(&slab, &fake);
 }
 
 static void teardown(void)
 {
     lwq_devslab_free(&slab);
-    cr_expect_eq(n_live, 0, "%d fake device buffers leaked", n_live);
+    cr_expect_eq(fakedev.n_live, 0, "%d fake device buffers leaked", fakedev.n_live);
 }
 
 TestSuite(layer_weights, .init = setup, .fini = teardown);
@@ -104,7 +67,7 @@ Test(layer_weights, lookup_finds_each_of_512_experts_and_uploads_each_once)
     lwq_layer_weights_init(&lw, &fake, &src, NULL, NULL);
     get_all(&lw, 0);
     get_all(&lw, 0); /* again: cached */
-    cr_expect_eq(n_upload, NE, "%d uploads for %d tensors", n_upload, NE);
+    cr_expect_eq(fakedev.n_upload, NE, "%d uploads for %d tensors", fakedev.n_upload, NE);
     lwq_layer_weights_free(&lw);
     lwq_tlist_free(&src);
 }
@@ -117,12 +80,12 @@ Test(layer_weights, the_slab_grows_once_and_later_layers_allocate_nothing)
         lwq_layer_weights lw;
         lwq_layer_weights_init(&lw, &fake, &src, NULL, NULL);
         lwq_layer_weights_use_slab(&lw, &slab);
-        int before = n_alloc;
+        int before = fakedev.n_alloc;
         get_all(&lw, layer);
         if (layer == 0)
-            cr_expect_eq(n_alloc - before, NE, "layer 0 overflows the empty slab tensor by tensor");
+            cr_expect_eq(fakedev.n_alloc - before, NE, "layer 0 overflows the empty slab tensor by tensor");
         else
-            cr_expect_eq(n_alloc - before, 0, "layer %d made %d device allocations", layer, n_alloc - before);
+            cr_expect_eq(fakedev.n_alloc - before, 0, "layer %d made %d device allocations", layer, fakedev.n_alloc - before);
         lwq_layer_weights_free(&lw);
         lwq_tlist_free(&src);
     }
@@ -144,9 +107,9 @@ Test(layer_weights, the_quantizer_reads_the_forwards_copy_without_uploading)
     lwq_error e = {0};
     uint8_t got[R * C], want[R * C];
     float ws1, ws2;
-    int before = n_upload;
+    int before = fakedev.n_upload;
     cr_assert_geq(lwq_qops_fp8(&q, w, R, C, 2.0f, w->name, got, &ws1, &e), 0, "%s", e.msg);
-    cr_expect_eq(n_upload, before, "the weight was uploaded again");
+    cr_expect_eq(fakedev.n_upload, before, "the weight was uploaded again");
     cr_assert_geq(lwq_quant_fp8(w->data, LWQ_BF16, R, C, 2.0f, w->name, want, &ws2, &e), 0, "%s", e.msg);
     cr_expect_eq(memcmp(got, want, sizeof got), 0);
     /* a record with the same name but other host data is not served the forward's copy */

@@ -7,64 +7,21 @@
 #include "core/dtype.h"
 #include "engine/qops.h"
 #include "kernels/quant.h"
+#include "fakedev.h"
 
-/* ---- the fake device: host memory behind the backend table, with counters ------------------- */
-
-static int n_alloc, n_upload, n_live;
-
-static int f_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
-{
-    (void)ctx;
-    *out = malloc(bytes);
-    if (!*out)
-        return lwq_errf(e, LWQ_ENOMEM, "fake alloc");
-    n_alloc++;
-    n_live++;
-    return 0;
-}
-static void f_free(void *ctx, void *p)
-{
-    (void)ctx;
-    n_live--;
-    free(p);
-}
-static int f_upload(void *ctx, void *dst, const void *src, size_t bytes, lwq_error *e)
-{
-    (void)ctx, (void)e;
-    memcpy(dst, src, bytes);
-    n_upload++;
-    return 0;
-}
-static int f_download(void *ctx, void *dst, const void *src, size_t bytes, lwq_error *e)
-{
-    (void)ctx, (void)e;
-    memcpy(dst, src, bytes);
-    return 0;
-}
-
-static lwq_backend_ops fake_ops;
 static lwq_backend fake;
 static lwq_qops q;
 
 static void setup(void)
 {
-    memset(&fake_ops, 0, sizeof fake_ops);
-    fake_ops.name = "fake-device";
-    fake_ops.device = LWQ_DEV_CUDA;
-    fake_ops.alloc = f_alloc;
-    fake_ops.free = f_free;
-    fake_ops.upload = f_upload;
-    fake_ops.download = f_download;
-    fake.ops = &fake_ops;
-    fake.ctx = NULL;
-    n_alloc = n_upload = n_live = 0;
+    fakedev_init(&fake);
     lwq_qops_init_with(&q, &fake, lwq_quant_host_ops());
 }
 
 static void teardown(void)
 {
     lwq_qops_free(&q);
-    cr_expect_eq(n_live, 0, "the fake device holds %d buffers after lwq_qops_free", n_live);
+    cr_expect_eq(fakedev.n_live, 0, "the fake device holds %d buffers after lwq_qops_free", fakedev.n_live);
 }
 
 TestSuite(qops_cache, .init = setup, .fini = teardown);
@@ -119,7 +76,7 @@ Test(qops_cache, next_layer_at_the_same_record_and_slot_address_is_uploaded_agai
     cr_assert_eq(lwq_quant_fp8(slot, LWQ_BF16, R, C, a1, n1, want, &ws_want, &e), 0, "%s", e.msg);
     cr_expect_eq(memcmp(got, want, sizeof got), 0, "layer 1 got the FP8 bytes of a stale device copy");
     cr_expect_eq(ws_got, ws_want);
-    cr_expect_eq(n_upload, 2, "each layer's weight is uploaded once: %d uploads", n_upload);
+    cr_expect_eq(fakedev.n_upload, 2, "each layer's weight is uploaded once: %d uploads", fakedev.n_upload);
 }
 
 Test(qops_cache, end_of_layer_drops_the_cache_even_for_the_same_name_and_address)
@@ -151,7 +108,7 @@ Test(qops_cache, search_then_quantize_of_one_weight_uploads_it_once)
     float ws2;
     cr_assert_geq(lwq_qops_nvfp4_static(&q, &rec, R, C, bamax, amax, n, packed, scale, &ws2, &e), 0, "%s", e.msg);
     /* the weight once, the block amax once */
-    cr_expect_eq(n_upload, 2, "%d uploads for one weight's search and quantization", n_upload);
+    cr_expect_eq(fakedev.n_upload, 2, "%d uploads for one weight's search and quantization", fakedev.n_upload);
 }
 
 Test(qops_cache, a_second_layer_of_the_same_shapes_allocates_nothing)
@@ -164,11 +121,11 @@ Test(qops_cache, a_second_layer_of_the_same_shapes_allocates_nothing)
     lwq_htensor rec = record(n0, w);
     cr_assert_geq(lwq_qops_nvfp4_max(&q, &rec, R, C, amax, n0, packed, scale, &ws2, &e), 0, "%s", e.msg);
     lwq_qops_end_layer(&q);
-    int before = n_alloc;
+    int before = fakedev.n_alloc;
     amax = fill(w, 7);
     rec = record(n1, w);
     cr_assert_geq(lwq_qops_nvfp4_max(&q, &rec, R, C, amax, n1, packed, scale, &ws2, &e), 0, "%s", e.msg);
-    cr_expect_eq(n_alloc, before, "%d device allocations for a layer of the same shapes", n_alloc - before);
+    cr_expect_eq(fakedev.n_alloc, before, "%d device allocations for a layer of the same shapes", fakedev.n_alloc - before);
 }
 
 Test(qops_cache, every_op_gives_the_host_paths_bytes)
@@ -210,7 +167,7 @@ Test(qops_cache, every_op_gives_the_host_paths_bytes)
     cr_assert_geq(lwq_qops_fp8(&q, &rec, R, C, f1, n, q1, &w1, &e), 0, "%s", e.msg);
     cr_assert_geq(lwq_qops_fp8(&h, &rec, R, C, f1, n, q2, &w2, &e), 0, "%s", e.msg);
     cr_expect(memcmp(q1, q2, sizeof q1) == 0 && w1 == w2, "fp8");
-    cr_expect_eq(n_upload > 0, 1);
+    cr_expect_eq(fakedev.n_upload > 0, 1);
     lwq_qops_free(&h);
 }
 
@@ -225,5 +182,5 @@ Test(qops_cache, a_shape_larger_than_the_data_is_refused_before_any_upload)
     float ws;
     cr_expect_eq(lwq_qops_fp8(&q, &rec, R, C, 1.0f, n, out, &ws, &e), LWQ_EINVAL);
     cr_expect(strstr(e.msg, n) != NULL, "%s", e.msg);
-    cr_expect_eq(n_upload, 0);
+    cr_expect_eq(fakedev.n_upload, 0);
 }
