@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/parallel.h"
-#include "engine/forward.h"
+#include "engine/forward/forward.h"
 #include "kernels/backend.h"
 
 static lwq_backend g_be;
