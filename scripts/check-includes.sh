@@ -21,8 +21,8 @@ loops() { # edges on stdin ("a b" per line) -> the loop report, empty when acycl
 }
 
 # 1. includes
-inc_edges=$(for f in engine/*.c engine/*.h; do
-    grep -o '^#include "engine/[a-z0-9_]*\.h"' "$f" | sed 's/^#include "//; s/"$//' |
+inc_edges=$(for f in engine/*/*.c engine/*/*.h; do
+    grep -o '^#include "engine/[a-z0-9_/]*\.h"' "$f" | sed 's/^#include "//; s/"$//' |
         while read -r h; do echo "$f $h"; done
     echo "$f $f"
 done)
@@ -37,14 +37,14 @@ fi
 
 # 2. calls between files
 if [ -d "$obj/engine" ]; then
-    defs=$(for o in "$obj"/engine/*.o; do
+    defs=$(for o in "$obj"/engine/*/*.o; do
         nm --defined-only -g "$o" | awk -v f="$(basename "$o" .o)" 'NF == 3 { print $3, f }'
     done | sort -k1,1)
-    uses=$(for o in "$obj"/engine/*.o; do
+    uses=$(for o in "$obj"/engine/*/*.o; do
         nm -u "$o" | awk -v f="$(basename "$o" .o)" '{ print $NF, f }'
     done | sort -k1,1)
     call_edges=$(join <(echo "$uses") <(echo "$defs") | awk '$2 != $3 { print $2, $3 }' | sort -u)
-    self=$(ls "$obj"/engine/*.o | xargs -n1 basename | sed 's/\.o$//' | awk '{ print $1, $1 }')
+    self=$(ls "$obj"/engine/*/*.o | xargs -n1 basename | sed 's/\.o$//' | awk '{ print $1, $1 }')
     out=$(printf '%s\n%s\n' "$call_edges" "$self" | loops)
     if [ -n "$out" ]; then
         echo "check-includes: engine/ files calling each other:"
