@@ -382,7 +382,8 @@ __global__ void k_fp8(const void *w, lwq_dtype dt, bool vec, int64_t n, float ws
             if (a >= 0x7f800000u)
                 atomicMin(&st->bad, (unsigned long long)(i0 + k));
             m = a > m ? a : m;
-            uint32_t byte = lwq_e4m3_from_f32(LWQ_FDIV(x[k], ws));
+            /* rounded to the weight's dtype before E4M3, as the CPU kernel (kernels/quant.h) */
+            uint32_t byte = lwq_e4m3_from_f32(lwq_round_to(LWQ_FDIV(x[k], ws), dt));
             if (k < 4)
                 lo |= byte << (8 * k);
             else
@@ -832,7 +833,10 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
     float cand_amax[LWQ_MSE_STEPS];
     mse_scales sc;
     for (int k = 0; k < LWQ_MSE_STEPS; k++) { // host arithmetic, as on the CPU path
-        cand_amax[k] = amax * lwq_mse_multiplier(k);
+        /* in the weight's dtype, as Model Optimizer's candidate amax is (the weight
+         * quantizer's amax buffer has the weight's dtype: a BF16 tensor times the F32
+         * multiplier is BF16 in torch) */
+        cand_amax[k] = lwq_round_to(amax * lwq_mse_multiplier(k), dt);
         sc.s[k] = cand_amax[k] / LWQ_E4M3_MAX;
     }
     size_t bytes = (size_t)rows * LWQ_MSE_STEPS * sizeof(double);
