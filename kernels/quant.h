@@ -129,12 +129,12 @@ int lwq_quant_hessian_finalize(const double *h_sum, int64_t ntokens, int64_t col
 int lwq_quant_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float amax, const char *name,
                   uint8_t *q, float *weight_scale, lwq_error *err);
 
-/* `mse` search for a per-tensor FP8 scale: of the 39 candidates amax * lwq_mse_multiplier(k)
- * (rounded to w's dtype, as Model Optimizer's are), the
+/* `mse` search for a per-tensor FP8 scale: of the 39 candidates amax * lwq_mse_multiplier(k), the
  * one with the smallest quantize->dequantize squared error (first on ties).  The loss sums
  * (x - dq)^2 in double: per row, lane j % 16 accumulates element j in ascending order, lanes are
  * added in the lwq_sum16_tree order, rows in ascending order.  *amax_out = the chosen amax
- * (the data's amax if it is 0); *mult_index (may be NULL) = k. */
+ * rounded to w's dtype, as Model Optimizer stores it (the data's amax if it is 0); *mult_index
+ * (may be NULL) = k. */
 int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name, float *amax_out,
                       int *mult_index, lwq_error *err);
 

@@ -833,10 +833,7 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
     float cand_amax[LWQ_MSE_STEPS];
     mse_scales sc;
     for (int k = 0; k < LWQ_MSE_STEPS; k++) { // host arithmetic, as on the CPU path
-        /* in the weight's dtype, as Model Optimizer's candidate amax is (the weight
-         * quantizer's amax buffer has the weight's dtype: a BF16 tensor times the F32
-         * multiplier is BF16 in torch) */
-        cand_amax[k] = lwq_round_to(amax * lwq_mse_multiplier(k), dt);
+        cand_amax[k] = amax * lwq_mse_multiplier(k);
         sc.s[k] = cand_amax[k] / LWQ_E4M3_MAX;
     }
     size_t bytes = (size_t)rows * LWQ_MSE_STEPS * sizeof(double);
@@ -861,7 +858,11 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
     }
     int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
     free(loss);
-    *amax_out = cand_amax[best];
+    /* searched in F32, kept in the weight's dtype: Model Optimizer's MseCalibrator multiplies
+     * the amax (a 0-dim tensor of the weight's dtype) by an F32 multiplier, which stays F32 in
+     * torch, then stores the winner into the weight quantizer's amax buffer, of the weight's
+     * dtype: a BF16 weight exports a BF16 amax / 448 */
+    *amax_out = lwq_round_to(cand_amax[best], dt);
     if (mult_index)
         *mult_index = best;
     return 0;

@@ -143,24 +143,24 @@ Test(quant_fp8, mse_picks_brute_force_argmin)
             amax = fmaxf(amax, fabsf(f[i]));
         int k = -2, bk = 0;
         double bl = INFINITY;
-        /* BF16 weights: each candidate amax in BF16, as Model Optimizer's (see quant.h) */
         for (int m = 0; m < 39; m++) {
-            double l = naive_mse(f, r, c, lwq_round_to(amax * lwq_mse_multiplier(m), LWQ_BF16));
+            double l = naive_mse(f, r, c, amax * lwq_mse_multiplier(m));
             if (l < bl)
                 bl = l, bk = m;
         }
         lwq_error e = {0};
         cr_assert_eq(lwq_quant_fp8_mse(w, LWQ_BF16, r, c, "w", &got, &k, &e), 0, "%s", e.msg);
         cr_assert_eq(k, bk, "shape %d: k=%d vs %d", t, k, bk);
+        /* searched in F32, kept in BF16 (Model Optimizer's amax buffer has the weight's dtype) */
         cr_assert_eq(got, lwq_round_to(amax * lwq_mse_multiplier(bk), LWQ_BF16));
         free(w), free(f);
     }
 }
 
-/* Model Optimizer's mse candidates for a BF16 weight are BF16 values (issue 23: lwq searched the
- * unrounded products, and for one llama q_proj chose the amax 0.37993425 where Model Optimizer
- * chose the BF16 value 0.380859375 of the same multiplier). */
-Test(quant_fp8, mse_candidates_of_a_bf16_weight_are_bf16)
+/* Model Optimizer keeps the amax its mse search picks for a BF16 weight as a BF16 value (issue 23:
+ * for one llama q_proj lwq wrote the amax 0.37993425 / 448 where Model Optimizer wrote the BF16
+ * 0.380859375 / 448 of the same multiplier). */
+Test(quant_fp8, mse_amax_of_a_bf16_weight_is_bf16)
 {
     uint16_t w[64];
     float f[64];
