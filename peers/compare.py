@@ -80,8 +80,9 @@ def scalar_f32(t):
 
 
 def modules_of(tensors):
-    """Module names of a checkpoint: every tensor name without its last component."""
-    return {n.rsplit(".", 1)[0] for n in tensors}
+    """The quantizable modules of a checkpoint: those with a weight of two or more dimensions
+    (linears, embeddings, the conv1d; not norms), which is what an exclusion list is about."""
+    return {n[:-len(".weight")] for n, t in tensors.items() if n.endswith(".weight") and len(t[1]) >= 2}
 
 
 def matched(patterns, modules):

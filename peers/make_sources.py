@@ -1,8 +1,9 @@
 """Source checkpoints written by transformers itself, and the shared calibration ids.
 
 Random init from small configs with fixed seeds, saved with ``save_pretrained`` in F32 and
-BF16 (the BF16 checkpoint is the F32 model cast with ``.to(torch.bfloat16)``, so the two hold
-the same weights up to that rounding).  Every 1-D parameter and buffer (norm weights, biases,
+BF16 (the BF16 checkpoint is the F32 one loaded with ``from_pretrained(dtype=torch.bfloat16)``
+and saved again, so the two hold the same weights up to that rounding, and tensors that
+transformers keeps in F32 stay F32).  Every 1-D parameter and buffer (norm weights, biases,
 A_log, dt_bias, DeepSeek's e_score_correction_bias) gets noise on top of transformers' init
 (ones / zeros), so a norm that is applied the wrong way round, or a bias that is ignored,
 changes the statistics.
@@ -23,7 +24,7 @@ import transformers
 from transformers import AutoModelForCausalLM
 
 SEED = 20260923
-VOCAB = 128  # tiny sources: every calibration id is below this
+VOCAB = 64  # tiny sources: every calibration id is below this
 
 
 def tiny_configs():
@@ -32,29 +33,29 @@ def tiny_configs():
                   rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.05)
     rope = {"rope_type": "default", "rope_theta": 10000.0}
     return {
-        "llama": transformers.LlamaConfig(**common, intermediate_size=128, num_attention_heads=4,
+        "llama": transformers.LlamaConfig(**common, intermediate_size=64, num_attention_heads=4,
                                           num_key_value_heads=2, head_dim=16, rope_parameters=rope),
         # head_dim 32 != hidden / heads (16): q_norm / k_norm over head_dim
-        "qwen3": transformers.Qwen3Config(**common, intermediate_size=128, num_attention_heads=4,
+        "qwen3": transformers.Qwen3Config(**common, intermediate_size=64, num_attention_heads=4,
                                           num_key_value_heads=2, head_dim=32, rope_parameters=rope),
         # layer 0 dense (mlp_only_layers), layer 1 sparse: both kinds of MLP
-        "qwen3_moe": transformers.Qwen3MoeConfig(**common, intermediate_size=128, moe_intermediate_size=32,
+        "qwen3_moe": transformers.Qwen3MoeConfig(**common, intermediate_size=64, moe_intermediate_size=16,
                                                  num_attention_heads=4, num_key_value_heads=2, head_dim=16,
                                                  num_local_experts=8, num_experts_per_tok=2, norm_topk_prob=True,
                                                  decoder_sparse_step=1, mlp_only_layers=[0], rope_parameters=rope),
-        "mixtral": transformers.MixtralConfig(**common, intermediate_size=64, num_attention_heads=4,
+        "mixtral": transformers.MixtralConfig(**common, intermediate_size=32, num_attention_heads=4,
                                               num_key_value_heads=2, head_dim=16, num_local_experts=4,
                                               num_experts_per_tok=2, rope_parameters=rope),
         # MLA with q_lora, first layer dense, 8 routed experts in 2 groups + 1 shared
         "deepseek_v3": transformers.DeepseekV3Config(
-            **common, intermediate_size=128, moe_intermediate_size=32, num_attention_heads=4,
+            **common, intermediate_size=64, moe_intermediate_size=16, num_attention_heads=4,
             num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=16,
             v_head_dim=16, n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2,
             topk_group=1, first_k_dense_replace=1, routed_scaling_factor=2.5, norm_topk_prob=True,
             rope_parameters=rope),
         # one Gated DeltaNet layer, one gated full-attention layer, MoE + shared expert in both
         "qwen3_next": transformers.Qwen3NextConfig(
-            **common, intermediate_size=128, moe_intermediate_size=32, shared_expert_intermediate_size=32,
+            **common, intermediate_size=64, moe_intermediate_size=16, shared_expert_intermediate_size=16,
             num_attention_heads=4, num_key_value_heads=2, head_dim=16, num_experts=8, num_experts_per_tok=2,
             norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
             layer_types=["linear_attention", "full_attention"], linear_conv_kernel_dim=4,
@@ -66,7 +67,7 @@ def tiny_configs():
 def speed_config():
     """qwen3_moe of about 1.2 GB in BF16 for the speed comparison (part 7)."""
     return transformers.Qwen3MoeConfig(
-        vocab_size=32000, hidden_size=1024, num_hidden_layers=8, max_position_embeddings=4096, rms_norm_eps=1e-6,
+        vocab_size=32000, hidden_size=1024, num_hidden_layers=10, max_position_embeddings=4096, rms_norm_eps=1e-6,
         tie_word_embeddings=False, initializer_range=0.02, intermediate_size=2048, moe_intermediate_size=512,
         num_attention_heads=16, num_key_value_heads=4, head_dim=64, num_local_experts=32, num_experts_per_tok=4,
         norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[],
@@ -91,7 +92,12 @@ def write_model(cfg, out_dir, seed):
     model.eval()
     for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
         d = f"{out_dir}-{tag}"
-        model.to(dtype).save_pretrained(d)
+        if dtype == torch.float32:
+            model.save_pretrained(d)
+        else:
+            # loaded back the way a BF16 checkpoint is loaded, so that tensors transformers keeps
+            # in F32 (DeepSeek-V3's e_score_correction_bias: _keep_in_fp32_modules_strict) stay F32
+            AutoModelForCausalLM.from_pretrained(f"{out_dir}-f32", dtype=dtype).save_pretrained(d)
         with open(os.path.join(d, "PEERS_SOURCE.json"), "w") as f:
             json.dump({"seed": seed, "dtype": tag, "transformers": transformers.__version__,
                        "torch": torch.__version__, "writer": "peers/make_sources.py"}, f, indent=1)

@@ -24,6 +24,7 @@ import argparse
 import copy
 import json
 import os
+import shutil
 import sys
 import time
 
@@ -66,6 +67,14 @@ def build_cfg(a):
             cfg = mtq.update_quant_cfg_with_kv_cache_quant(cfg, KV_QUANT_CFG_CHOICES[a.kv]["quant_cfg"])
     if a.algorithm:
         cfg["algorithm"] = json.loads(a.algorithm)
+    alg = cfg.get("algorithm")
+    lw = alg.get("layerwise") if isinstance(alg, dict) else None
+    if isinstance(lw, dict) and lw.get("checkpoint_dir") and a.layerwise_checkpoint_dir is None:
+        # a recipe's relative checkpoint_dir (general/ptq/...-gptq: output/layerwise_ckpts/) would be
+        # shared by every run and resumed from; hf_ptq makes it unique per model
+        # (example_utils.resolve_checkpoint_dir).  Here: beside the output, fresh each run.
+        lw["checkpoint_dir"] = a.out.rstrip("/") + ".modelopt_layerwise"
+        shutil.rmtree(lw["checkpoint_dir"], ignore_errors=True)
     if a.layerwise_checkpoint_dir is not None:
         # Model Optimizer's own layerwise calibration: algorithm.layerwise {enable, checkpoint_dir}
         # (export_dir exists only in 0.48, which is not on PyPI)
@@ -77,6 +86,11 @@ def build_cfg(a):
         alg["layerwise"] = lw
         cfg["algorithm"] = alg
     return cfg
+
+
+# torch-nvfp4: the patched peer (peers/torch_nvfp4.py); +lh-unquantized-inputs additionally runs
+# local_hessian's Hessian forward without input quantization (torch_nvfp4.unquantized_hessian_inputs)
+PATCHES = ("torch-nvfp4", "torch-nvfp4+lh-unquantized-inputs")
 
 
 def parser():
@@ -95,7 +109,7 @@ def parser():
     ap.add_argument("--layerwise-checkpoint-dir", nargs="?", const="", default=None,
                     help="turn on Model Optimizer's layerwise calibration (optionally with checkpoint_dir)")
     ap.add_argument("--load-dtype", default="auto", help="auto (hf_ptq's) | float32")
-    ap.add_argument("--patch", choices=("torch-nvfp4",), default=None)
+    ap.add_argument("--patch", choices=PATCHES, default=None)
     ap.add_argument("--threads", type=int, default=None)
     return ap
 
@@ -155,12 +169,14 @@ def main():
                     for k, v in d.items():
                         argv += [f"--{k.replace('_', '-')}", str(v)]
                     jobs.append(ap.parse_args(argv))
-    if any(j.patch == "torch-nvfp4" for j in jobs):
-        if not all(j.patch == "torch-nvfp4" for j in jobs):
-            sys.exit("modelopt_driver: patched and unpatched jobs cannot share a process")
+    if len({j.patch for j in jobs}) > 1:
+        sys.exit("modelopt_driver: jobs with different patches cannot share a process")
+    if jobs[0].patch:
         sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
         import torch_nvfp4
         torch_nvfp4.install()
+        if jobs[0].patch.endswith("+lh-unquantized-inputs"):
+            torch_nvfp4.unquantized_hessian_inputs()
     failed = 0
     for j in jobs:
         try:

@@ -68,6 +68,11 @@ def cases():
             src = f"{arch}-{dt}"
             out.append(Case("core", src, "fp8", *preset("fp8")))
             out.append(Case("core", src, "nvfp4", *preset("nvfp4")))
+            if arch == "deepseek_v3":
+                # lwq's nvfp4 keeps the MLA projections in BF16 (NVIDIA's published DeepSeek-V3.1
+                # NVFP4); Model Optimizer's nvfp4 preset quantizes them: the same rules as a recipe
+                out.append(Case("core", src, "nvfp4-as_modelopt_preset", dict(qformat="nvfp4", kv="none"),
+                                ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
             out.append(Case("kv", src, "nvfp4-kv_fp8", *preset("nvfp4", "fp8")))
             out.append(Case("kv", src, "nvfp4-kv_fp8_cast", *preset("nvfp4", "fp8_cast")))
             out.append(Case("kv", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
@@ -82,21 +87,32 @@ def cases():
             for q in ("nvfp4_w4a4_weight_mse_fp8_sweep", "nvfp4_w4a4_weight_local_hessian"):
                 mo, lw = preset(q)
                 out.append(Case("patched", src, q + "-patched", dict(mo, patch="torch-nvfp4"), lw))
-            out.append(Case("patched", src, "fp8-mse", dict(qformat="fp8", kv="none", algorithm='{"method": "mse"}'),
+            mo, lw = preset("nvfp4_w4a4_weight_local_hessian")
+            out.append(Case("patched", src, "nvfp4_w4a4_weight_local_hessian-patched-unquantized_hessian_inputs",
+                            dict(mo, patch="torch-nvfp4+lh-unquantized-inputs"), lw))
+            if arch in ("llama", "qwen3_moe"):
+                # Model Optimizer's GPTQ against lwq's own (they differ by design: docs/RECIPES.md)
+                out.append(Case("patched", src, "nvfp4-gptq-vs_lwq_gptq-patched",
+                                dict(recipe="general/ptq/nvfp4_default-kv_none-gptq", patch="torch-nvfp4"),
+                                ["--qformat", "nvfp4", "--kv-cache", "none", "--algo", "gptq"]))
+            out.append(Case("algos", src, "fp8-mse", dict(qformat="fp8", kv="none", algorithm='{"method": "mse"}'),
                             ["--qformat", "fp8", "--kv-cache", "none", "--algo", "mse"]))
     for src in ("qwen3_moe-f32", "qwen3_moe-bf16"):
         for name in sorted(os.listdir(os.path.join(recipe_root(), "general", "ptq"))):
             r = "general/ptq/" + name.rsplit(".", 1)[0]
             out.append(Case("recipes", src, r.replace("/", "_"), dict(recipe=r),
                             ["--recipe", r, "--recipe-root", recipe_root()]))
+            if "mse" in r or "gptq" in r:  # Triton inside Model Optimizer: the patched peer too
+                out.append(Case("patched", src, r.replace("/", "_") + "-patched", dict(recipe=r, patch="torch-nvfp4"),
+                                ["--recipe", r, "--recipe-root", recipe_root()]))
     return out
 
 
 # ---- running -------------------------------------------------------------------------------------
 
 def sh(cmd, log):
-    with open(log, "w") as f:
-        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
+    with open(log, "w") as f:  # in WORK: nothing a tool writes relative to its cwd lands in the tree
+        p = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, cwd=WORK)
     return p.returncode
 
 
@@ -196,7 +212,7 @@ def fmt_rel(w):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, recipes)")
+    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")
@@ -241,7 +257,7 @@ def main():
         ident = f"{r['exact_identical']}/{r['exact_total']}" if "exact_total" in r else "-"
         cfg = ("yes" if not r["config_diffs"] else "NO") if "config_diffs" in r else "-"
         w = r.get("worst", {})
-        rows.append([c.src, c.label + (" (patched)" if r["patched"] else ""), ident, fmt_rel(w.get("input")),
+        rows.append([c.src, c.label + (" (patched)" if r["patched"] and "patched" not in c.label else ""), ident, fmt_rel(w.get("input")),
                      fmt_rel(w.get("kv")), f"{rtol:.2e}", cfg, r["status"][:150]])
     head = ["source", "case", "byte-identical", "worst input_scale", "worst kv scale", "bound", "configs equal", "status"]
     widths = [max(len(str(x[i])) for x in rows + [head]) for i in range(len(head))]

@@ -5,8 +5,9 @@ local_hessian / GPTQ paths) with Triton kernels that need CUDA:
   * StaticBlockwiseFP4FakeQuantFunction -> triton_kernel.static_blockwise_fp4_fake_quant
     (modelopt/torch/quantization/tensor_quant.py), called from
     StaticBlockScaleQuantizer._fake_quantize (nn/modules/tensor_quantizer.py);
-  * _dynamic_block_quantize_impl -> triton fp4_fake_quant_block or the CUDA extension
-    (dynamic NVFP4 blocks, the activations of a quantized forward).
+  * dynamic_block_quantize_op (tensor_quant.py) -> triton fp4_fake_quant_block or the CUDA
+    extension (dynamic NVFP4 blocks: the activations of a quantized forward, which
+    local_hessian and GPTQ's layerwise pass run).
 Its own CPU unit tests monkeypatch the first one the same way (tests/unit/torch/quantization/
 test_lsq.py, test_nvfp4_four_over_six.py).  The replacements below compute what the kernels
 compute, step for step as the kernels' source states it:
@@ -68,20 +69,47 @@ def static_blockwise_fp4_fake_quant(x, amax, global_amax=None, quantize_block_sc
 
 
 def dynamic_fp4_fake_quant(x, block_size, amax):
-    """Dynamic NVFP4 (per-block amax from the data, per-tensor amax given): what
-    fp4_fake_quant_block computes."""
+    """Dynamic NVFP4 (per-block amax from the data, the calibrated per-tensor amax given): what
+    fp4_fake_quant_kernel (kernels/quantization/gemm/fp4_kernel_hopper.py) computes:
+    global_scale = amax / (6 * 448); block scale = e4m3(min(block_max / (6 * global_scale), 448))
+    * global_scale (fp8_quantize_scale), 1.0 where below 1e-5; elements as nvfp4_scalar_quant."""
     shape = x.shape
     xb = x.float().reshape(-1, block_size)
-    block_amax = xb.abs().amax(dim=-1, keepdim=True)
-    scale = compute_fp4_scales(block_amax, amax.float().reshape(()) if amax.numel() == 1 else amax.float().amax())
-    return scalar_quant(xb, scale).to(x.dtype).reshape(shape)
+    gs = amax.float().reshape(-1).amax() / (6.0 * E4M3_MAX)
+    gs = torch.where(gs > 0, gs, torch.full_like(gs, 1e-12))
+    bmax = xb.abs().amax(dim=-1, keepdim=True)
+    s = torch.clamp(bmax / (6.0 * gs), max=E4M3_MAX).to(torch.float8_e4m3fn).float() * gs
+    s = torch.where(s >= 1e-5, s, torch.ones_like(s))
+    q = fp4_round_magnitude(xb.abs() / s) * s
+    return torch.where(xb >= 0, q, -q).to(x.dtype).reshape(shape)
+
+
+def unquantized_hessian_inputs():
+    """For one comparison only (labelled so): local_hessian_calibrate (model_calib.py) builds its
+    per-block Hessians in a forward with weight fake quant disabled and every input quantizer
+    left on, so each linear's H comes from activations that went through NVFP4-quantized
+    activations upstream.  This turns the input quantizers off too for that forward, giving the
+    Hessian of the plain calibration activations -- what lwq's local_hessian uses."""
+    import modelopt.torch.quantization.model_calib as mc
+
+    orig = mc.set_quantizer_by_cfg_context
+
+    def ctx(model, cfg):
+        if cfg == [{"quantizer_name": "*weight_quantizer", "enable": False}]:
+            cfg = cfg + [{"quantizer_name": "*input_quantizer", "enable": False}]
+        return orig(model, cfg)
+
+    mc.set_quantizer_by_cfg_context = ctx
+    print("torch_nvfp4: local_hessian's Hessian forward runs with unquantized inputs", flush=True)
 
 
 def install():
     import modelopt.torch.quantization.nn.modules.tensor_quantizer as tqm
     import modelopt.torch.quantization.tensor_quant as tq
 
-    orig_dynamic = tq._dynamic_block_quantize_impl
+    # the registered torch op (tensorrt::dynamic_block_quantize_op) that
+    # _dynamic_block_quantize_forward calls through the module global dynamic_block_quantize_op
+    orig_dynamic = tq.dynamic_block_quantize_op
 
     def dynamic(inputs, block_size, amax, num_bits, exponent_bits, scale_num_bits, scale_exponent_bits):
         if (exponent_bits, num_bits - exponent_bits - 1) == (2, 1) and \
@@ -89,7 +117,7 @@ def install():
             return dynamic_fp4_fake_quant(inputs, block_size, amax)
         return orig_dynamic(inputs, block_size, amax, num_bits, exponent_bits, scale_num_bits, scale_exponent_bits)
 
-    tq._dynamic_block_quantize_impl = dynamic
+    tq.dynamic_block_quantize_op = dynamic
     tq.static_blockwise_fp4_fake_quant = static_blockwise_fp4_fake_quant
     tqm.static_blockwise_fp4_fake_quant = static_blockwise_fp4_fake_quant
     print("torch_nvfp4: Model Optimizer's Triton NVFP4 fake quant replaced by pure torch (patched peer)", flush=True)
