@@ -3,7 +3,6 @@
  * the reference every other backend is tested against, so each op is written to read as the
  * formula in backend.h; rows are spread over threads with core/parallel and no result depends
  * on how rows are split. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -502,9 +501,6 @@ int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e)
     (void)e;
     if (threads > 0)
         lwq_parallel_set_threads(threads);
-    /* the backend threads over output tiles itself; a multi-threaded BLAS under it would
-     * oversubscribe the cores and make results depend on OpenBLAS's own split */
-    openblas_set_num_threads(1);
     be->ops = &cpu_ops;
     be->ctx = NULL;
     return 0;
