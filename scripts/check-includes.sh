@@ -11,13 +11,14 @@
 #
 #   scripts/check-includes.sh [OBJ_DIR...]
 #     OBJ_DIR: a CMake target's object folder, objects named by source path
-#     (default: build/CMakeFiles/lwq.dir build/CMakeFiles/lwq_cli.dir)
+#     (default: build/CMakeFiles/{lwq,lwq_cli,lwq_cuda_kernels,lwq_cuda}.dir; the CUDA ones are
+#     there when the build has CUDA)
 #
 # Exit 0 when all hold; 1 with the offending loop, include or call printed.  Plain bash, awk,
 # coreutils' tsort (which names the files of a loop) and binutils' nm.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-[ $# -gt 0 ] || set -- build/CMakeFiles/lwq.dir build/CMakeFiles/lwq_cli.dir
+[ $# -gt 0 ] || set -- build/CMakeFiles/{lwq,lwq_cli,lwq_cuda_kernels,lwq_cuda}.dir
 status=0
 folders="core layout text io kernels engine tools"
 # what each folder may include and call besides itself (tools: anything)

@@ -28,8 +28,10 @@ static void setup(void)
     snprintf(bin, sizeof bin, "%s", lwqt_bin());
     const char *build = dirname(bin);
     cr_assert((size_t)snprintf(objs, sizeof objs,
-                               "'%s/CMakeFiles/lwq.dir' '%s/CMakeFiles/lwq_cli.dir' '%s/obj'", build,
-                               build, tree) < sizeof objs);
+                               "'%s/CMakeFiles/lwq.dir' '%s/CMakeFiles/lwq_cli.dir' "
+                               "'%s/CMakeFiles/lwq_cuda_kernels.dir' '%s/CMakeFiles/lwq_cuda.dir' "
+                               "'%s/obj'",
+                               build, build, build, build, tree) < sizeof objs);
 }
 
 static void teardown(void)
