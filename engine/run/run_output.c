@@ -419,8 +419,8 @@ static int stream_tail(lwq_run *r, const int *idx, int n, lwq_durable_file *f, l
     for (int i = 0; rc == 0 && i < p.n; i++) {
         const lwq_ckpt_tensor *s = &r->ck.tensors[idx[p.order[i]]];
         const char *path = r->ck.files[s->file].path;
-        if (fds[s->file] < 0 && (fds[s->file] = lwq_sys()->open(path, O_RDONLY, 0)) < 0) {
-            rc = lwq_errsys(e, fds[s->file], "%s: cannot open", path);
+        if (fds[s->file] < 0 && (fds[s->file] = lwq_durable_open_regular(path, 0, NULL, e)) < 0) {
+            rc = fds[s->file];
             fds[s->file] = -1;
             break;
         }
