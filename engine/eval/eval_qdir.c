@@ -1,6 +1,6 @@
-/* engine/eval_qdir.c — quantized checkpoints for `lwq eval`: the config's quantization, the check
+/* engine/eval/eval_qdir.c — quantized checkpoints for `lwq eval`: the config's quantization, the check
  * of every tensor against the source, layer reads, and the dequantized view of a quantized layer
- * (engine/eval_internal.h). */
+ * (engine/eval/eval_internal.h). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>

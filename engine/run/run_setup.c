@@ -1,4 +1,4 @@
-/* engine/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
+/* engine/run/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
  * of the run exists and after they are gone): the checkpoint opened and checked, the per-layer
  * plans and quantization choices, the backend and model, the calibration batches, the JSON log,
  * the memory plan against the limits, the fingerprint, the fresh/restart/resume decision for
