@@ -1,4 +1,4 @@
-/* engine/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
+/* engine/run/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
  *
  * Host peak = ring slots (K x the largest layer's aligned read extents) + two boundaries (every
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
@@ -167,7 +167,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
             lwq_quant_choice ch = lwq_qlayer_choice(o->recipe, &plan, i);
             uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);
             /* FP8-block / MXFP4 sources store the weight packed; unquantized it comes out
-             * dequantized (engine/srcdeq.h), so the output holds `src` bytes */
+             * dequantized (engine/source/srcdeq.h), so the output holds `src` bytes */
             uint64_t stored = stored_bytes(ck, l->name, src);
             out = out - stored + linear_out_bytes(l, ch.format, src);
             deq += stored != src ? src : 0;
@@ -176,7 +176,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                 hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
             if (hk == LWQ_STATS_H_FULL) {
                 uint64_t in = (uint64_t)l->in_features;
-                /* one in x in double sum per input: fused-group members share theirs (engine/stats.c) */
+                /* one in x in double sum per input: fused-group members share theirs (engine/quant/stats.c) */
                 int shared = 0;
                 for (int j = 0; j < i && l->group >= 0 && !shared; j++)
                     shared = plan.linears[j].group == l->group && plan.linears[j].in_features == l->in_features &&
