@@ -24,7 +24,7 @@
 #include <time.h>
 
 #include "core/parallel.h"
-#include "engine/forward.h"
+#include "engine/forward/forward.h"
 
 static double clk(clockid_t id)
 {

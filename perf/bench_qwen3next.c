@@ -13,7 +13,7 @@
 #include <time.h>
 
 #include "core/parallel.h"
-#include "engine/forward.h"
+#include "engine/forward/forward.h"
 #include "layout/checkpoint.h"
 
 typedef struct src {

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "engine/eval.h"
+#include "engine/eval/eval.h"
 #include "text/dataset.h"
 #include "text/eval_text.h"
 #include "layout/recipe.h"

@@ -11,7 +11,7 @@
 
 #include "core/file.h"
 #include "core/log.h"
-#include "engine/engine.h"
+#include "engine/run/engine.h"
 #include "io/sys.h"
 #include "text/dataset.h"
 #include "layout/recipe.h"

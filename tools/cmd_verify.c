@@ -16,7 +16,7 @@
 #include <unistd.h>
 
 #include "core/file.h"
-#include "engine/manifest.h"
+#include "engine/run/manifest.h"
 #include "layout/quant_formats.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"

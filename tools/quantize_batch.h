@@ -3,7 +3,7 @@
 #ifndef LWQ_TOOLS_QUANTIZE_BATCH_H
 #define LWQ_TOOLS_QUANTIZE_BATCH_H
 
-#include "engine/engine.h"
+#include "engine/run/engine.h"
 
 /* o->batch_size is set to the largest B in [1, min(samples, 4096)] whose lwq_quantize_plan peaks
  * fit --max-cpu-memory-gb (default: the machine's physical memory) and --max-gpu-memory-gb (when

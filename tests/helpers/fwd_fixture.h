@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "engine/forward.h"
+#include "engine/forward/forward.h"
 #include "tests/helpers/fixtures.h"
 #include "layout/checkpoint.h"
 

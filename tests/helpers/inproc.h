@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "engine/engine.h"
+#include "engine/run/engine.h"
 #include "layout/recipe.h"
 
 #define LWQT_IDS_MAX 8

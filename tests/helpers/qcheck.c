@@ -11,7 +11,7 @@
 #include <sys/stat.h>
 
 #include "core/file.h"
-#include "engine/forward.h"
+#include "engine/forward/forward.h"
 #include "kernels/quant.h"
 #include "layout/checkpoint.h"
 #include "layout/quant_formats.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/parallel.h"
-#include "engine/srcdeq.h"
+#include "engine/source/srcdeq.h"
 #include "layout/srcfmt.h"
 
 static uint64_t rng = 0x853c49e6748fea9bull;

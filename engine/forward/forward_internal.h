@@ -1,0 +1,181 @@
+/* engine/forward_internal.h — inside the forward.  Calls go one way:
+ *   forward.c (the public API and the one switch on the architecture)
+ *     -> model_llama.c, model_deepseek.c, model_qwen3next.c (one lwq_fwd_arch each)
+ *     -> model_moe.c (routed experts, used by all three families) and model_llama.c's attention
+ *     -> fwd_common.c (the toolkit: arena, weights, observers, batches, RoPE, shared blocks).
+ * Not public. */
+#ifndef LWQ_ENGINE_FORWARD_INTERNAL_H
+#define LWQ_ENGINE_FORWARD_INTERNAL_H
+
+#include "engine/forward/forward.h"
+
+#define LWQ_NAME_MAX 256
+
+/* ---- the architecture table ------------------------------------------------------------------ */
+
+/* A routed-experts block: out (n, hidden) from x (n, hidden). */
+typedef int (*lwq_fwd_moe_fn)(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                              const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                              lwq_error *e);
+
+/* What lwq_model_init and the layer loop need from an architecture family.  One per forward
+ * file; engine/forward.c maps model types to them in its one switch. */
+typedef struct lwq_fwd_arch {
+    /* rotary and family geometry checks, before the common geometry check */
+    int (*check_rope)(const lwq_model_config *c, lwq_error *e);
+    int odd_head_dim;          /* head_dim may be odd (MLA rotates only its rope part) */
+    /* the config declares routed experts (their counts are then checked) */
+    int (*has_experts)(const lwq_model_config *c);
+    /* further checks after the common ones; NULL: none */
+    int (*check)(const lwq_model_config *c, lwq_error *e);
+    /* rotary table: half its width and its inverse frequencies; NULL: head_dim / 2 and
+     * lwq_rope_inv_freq */
+    int64_t (*rope_half)(const lwq_model_config *c);
+    int (*inv_freq)(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e);
+    /* one decoder layer in place on h (arena reset before, device synchronized after, by
+     * lwq_model_layer_forward) */
+    int (*layer)(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b, lwq_tensor *h,
+                 const lwq_observer *obs, lwq_error *e);
+    /* the final norm before lm_head; NULL: RMSNorm with rms_norm_eps.  y may alias x. */
+    int (*final_norm)(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, lwq_tensor *y,
+                      lwq_error *e);
+} lwq_fwd_arch;
+
+extern const lwq_fwd_arch lwq_fwd_arch_llama;      /* model_llama.c */
+extern const lwq_fwd_arch lwq_fwd_arch_deepseek;   /* model_deepseek.c */
+extern const lwq_fwd_arch lwq_fwd_arch_qwen3next;  /* model_qwen3next.c */
+
+/* Whether the config's forward is DeepSeek's multi-head latent attention family (deepseek_v2,
+ * deepseek_v3, kimi_k2), from the switch in forward.c (for expert streaming, fwd_stream.c). */
+int lwq_fwd_is_mla(const lwq_model_config *c);
+
+/* ---- the toolkit (fwd_common.c) -------------------------------------------------------------- */
+
+/* Scratch tensor (rows, cols) on the device from the model's arena; valid until the next
+ * lwq_fwd_arena_reset (start of each layer forward). */
+int lwq_fwd_tensor(lwq_model *m, lwq_dtype dt, int64_t rows, int64_t cols, lwq_tensor *t,
+                   lwq_error *e);
+void lwq_fwd_arena_reset(lwq_model *m);
+struct lwq_arena *lwq_fwd_arena_new(void);
+void lwq_fwd_arena_free(lwq_model *m);
+
+/* Fetch `name` and check it is a float tensor of ndim 1 (d0) or 2 (d0, d1) on the device.
+ * Missing: LWQ_ENOENT "layer L: tensor NAME is missing" (unless optional, then returns 1). */
+int lwq_fwd_weight(lwq_model *m, const lwq_weights *w, int layer, const char *name, int ndim,
+                   int64_t d0, int64_t d1, int optional, lwq_tensor *out, lwq_error *e);
+
+/* Rows [r0, r0+nr) of a contiguous 2-D tensor, as a view. */
+lwq_tensor lwq_fwd_rows(const lwq_tensor *t, int64_t r0, int64_t nr);
+
+int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
+                    const lwq_tensor *valid, lwq_error *e);
+
+/* `module`.weight (out, in) and `module`.bias (out): the bias is required when need_bias, else
+ * used when present (*has_bias). */
+int lwq_fwd_linear(lwq_model *m, const lwq_weights *w, int layer, const char *module, int64_t out,
+                   int64_t in, int need_bias, lwq_tensor *wt, lwq_tensor *bias, int *has_bias,
+                   lwq_error *e);
+
+/* LWQ_EUNSUPPORTED unless partial_rotary_factor is 0 (unset) or 1. */
+int lwq_fwd_check_full_rotary(const lwq_model_config *c, lwq_error *e);
+
+/* out = down(silu(gate(x)) * up(x)) with the linears named `prefix`.{gate,up,down}.weight.
+ * g/u are (rows, inter) scratch (may be NULL: taken from the arena).  Observes the inputs when
+ * obs is non-NULL. */
+int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
+                       const char *gate, const char *up, const char *down, int64_t inter,
+                       const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
+                       lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
+/* h += mlp(post_attention_layernorm(h)): `moe` on routed-expert layers, else the dense SwiGLU
+ * MLP model.layers.L.mlp. */
+int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                      lwq_tensor *h, lwq_fwd_moe_fn moe, const lwq_observer *obs, lwq_error *e);
+
+/* A set of routed experts: `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
+ * mixtral_names), inter wide, for E in [e0, e0 + count). */
+typedef struct lwq_fwd_experts {
+    const char *prefix;
+    int mixtral_names;
+    int64_t inter;
+    int e0, count;
+} lwq_fwd_experts;
+
+/* The experts' rows gathered on the device: expert e0 + j runs on rows [off[j], off[j + 1]) of xe
+ * (expert-major) and writes rows y0 + off[j] .. of y; g, u: scratch (the largest count's rows,
+ * inter wide); xe, g, u are not read when off[count] is 0.  slot, ws: moe_combine's operands. */
+typedef struct lwq_fwd_routed {
+    const int64_t *off;
+    const lwq_tensor *xe;
+    lwq_tensor *y, *g, *u;
+    int64_t y0;
+    const lwq_tensor *slot, *ws;
+} lwq_fwd_routed;
+
+/* Each expert of ex on its rows (in expert order), then out = moe_combine(y, slot, ws).  The
+ * routed run is observed unless obs->all_experts; then (with linear_input observers and real
+ * tokens) every expert also runs on all real tokens of x with obs on, its output dropped, so
+ * statistics cover all tokens and out is exactly the routed one.  vrows: host scratch of x's
+ * row count. */
+int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                    const lwq_tensor *x, const lwq_fwd_experts *ex, const lwq_fwd_routed *r,
+                    lwq_tensor *out, int32_t *vrows, const lwq_observer *obs, lwq_error *e);
+
+/* ---- the Llama family (model_llama.c) and routed experts (model_moe.c) ----------------------- */
+
+/* h += self_attn(input_layernorm(h)). */
+int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+
+/* out (n, hidden) = routed experts of x (n, hidden). */
+int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                      const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
+/* The expert half of a MoE block, given the routing on the host: idx/wts (n, K) (rows of padding
+ * tokens are not read).  Experts are `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
+ * mixtral_names) of width I; out (n, hidden) receives the weighted combine in out's dtype (the
+ * act dtype; F32 would accumulate in f32). */
+int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                        const lwq_tensor *x, const char *prefix, int mixtral_names, int64_t I,
+                        const int32_t *idx_host, const float *wts_host, lwq_tensor *out,
+                        const lwq_observer *obs, lwq_error *e);
+
+/* ---- DeepSeek (model_deepseek.c) ---- */
+
+/* h += mla_attention(input_layernorm(h)). */
+int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                                lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+/* out (n, hidden) = routed experts (V2 softmax / V3 sigmoid group routing) + shared experts. */
+int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                               lwq_error *e);
+
+/* The DeepSeek router alone: top-k experts and weights (n, K) on the host for x's real tokens
+ * (observes the gate input).  Expert streaming runs it with the dense part (engine/fwd_stream.h). */
+int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           const lwq_tensor *x, int32_t *idx, float *wts, const lwq_observer *obs,
+                           lwq_error *e);
+/* sh (n, hidden) = the shared experts of x (n_shared_experts x moe_intermediate_size wide). */
+int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e);
+
+/* ---- Qwen3-Next (model_qwen3next.c) ---- */
+
+/* A qwen3_next layer up to its MLP: h += attention (full or Gated DeltaNet) of the input norm;
+ * x (n, hidden) = post_attention_layernorm(h).  Expert streaming runs it with the dense part. */
+int lwq_fwd_qwen3next_attn(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           lwq_tensor *h, lwq_tensor *x, const lwq_observer *obs, lwq_error *e);
+/* sg (n, hidden) = sigmoid(shared_expert_gate(x)) * shared_expert(x), rounded to the act dtype:
+ * the term the MoE block adds to its routed sum (shared_expert_intermediate_size > 0). */
+int lwq_fwd_qwen3next_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                             const lwq_tensor *x, lwq_tensor *sg, const lwq_observer *obs, lwq_error *e);
+/* One whole qwen3_next decoder layer in place on h (model_qwen3next.c). */
+int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+
+/* Qwen3-Next's RMSNorm (zero-centred weight): y = x * rsqrt(mean(x^2) + eps) * (1 + w) in f32,
+ * rounded once to y's dtype.  x, y: (rows, d), y may alias x; w: (d). */
+int lwq_fwd_rmsnorm_1p(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, lwq_tensor *y,
+                       lwq_error *e);
+
+#endif

@@ -1,0 +1,406 @@
+/* engine/fwd_common.c — the toolkit every architecture's forward is built from: the scratch
+ * arena, checked weight lookup, the observer call, left-padded batches, the RoPE table, and the
+ * blocks several architectures share (a linear with its optional bias, the SwiGLU MLP, the
+ * post-attention half of a decoder layer).  It calls no architecture file; engine/forward.c
+ * (the one switch on the architecture) and the model_*.c files call it. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/forward/forward_internal.h"
+
+/* ---- arena ------------------------------------------------------------------------------------
+ * Bump allocation from device blocks.  When one forward needed more than the first block, the
+ * next reset replaces all blocks by one block of the peak size, so steady state is one block and
+ * no device allocation per layer. */
+
+#define ARENA_MAX_BLOCKS 64
+#define ARENA_ALIGN 256
+
+typedef struct lwq_arena {
+    void *blk[ARENA_MAX_BLOCKS];
+    size_t cap[ARENA_MAX_BLOCKS];
+    int nblk;
+    size_t used;  /* in the last block */
+    size_t total; /* bytes handed out since the last reset */
+    size_t peak;
+} lwq_arena;
+
+void lwq_fwd_arena_reset(lwq_model *m)
+{
+    lwq_arena *a = m->arena;
+    if (a->total > a->peak)
+        a->peak = a->total;
+    if (a->nblk > 1) {
+        for (int i = 0; i < a->nblk; i++)
+            lwq_backend_free(m->be, a->blk[i]);
+        a->nblk = 0;
+        void *p;
+        if (lwq_backend_alloc(m->be, a->peak, &p, NULL) == 0) {
+            a->blk[0] = p;
+            a->cap[0] = a->peak;
+            a->nblk = 1;
+        }
+    }
+    a->used = 0;
+    a->total = 0;
+}
+
+void lwq_fwd_arena_free(lwq_model *m)
+{
+    lwq_arena *a = m->arena;
+    if (!a)
+        return;
+    for (int i = 0; i < a->nblk; i++)
+        lwq_backend_free(m->be, a->blk[i]);
+    free(a);
+    m->arena = NULL;
+}
+
+struct lwq_arena *lwq_fwd_arena_new(void)
+{
+    return (lwq_arena *)calloc(1, sizeof(lwq_arena));
+}
+
+static int arena_get(lwq_model *m, size_t bytes, void **out, lwq_error *e)
+{
+    lwq_arena *a = m->arena;
+    if (bytes > SIZE_MAX / 4)
+        return lwq_errf(e, LWQ_ENOMEM, "forward scratch: %zu bytes requested", bytes);
+    bytes = (bytes + ARENA_ALIGN - 1) & ~(size_t)(ARENA_ALIGN - 1);
+    if (bytes == 0)
+        bytes = ARENA_ALIGN;
+    if (a->nblk == 0 || a->used + bytes > a->cap[a->nblk - 1]) {
+        if (a->nblk == ARENA_MAX_BLOCKS)
+            return lwq_errf(e, LWQ_ENOMEM, "forward scratch: more than %d blocks in one layer",
+                            ARENA_MAX_BLOCKS);
+        size_t cap = a->nblk ? 2 * a->cap[a->nblk - 1] : ((size_t)1 << 20);
+        if (cap < bytes)
+            cap = bytes;
+        void *p;
+        LWQ_TRY(lwq_backend_alloc(m->be, cap, &p, e));
+        a->blk[a->nblk] = p;
+        a->cap[a->nblk] = cap;
+        a->nblk++;
+        a->used = 0;
+    }
+    *out = (char *)a->blk[a->nblk - 1] + a->used;
+    a->used += bytes;
+    a->total += bytes;
+    return 0;
+}
+
+int lwq_fwd_tensor(lwq_model *m, lwq_dtype dt, int64_t rows, int64_t cols, lwq_tensor *t,
+                   lwq_error *e)
+{
+    if (rows < 0 || cols < 0 || (cols > 0 && rows > INT64_MAX / 16 / cols))
+        return lwq_errf(e, LWQ_EINVAL, "forward scratch: bad shape (%" PRId64 ", %" PRId64 ")",
+                        rows, cols);
+    void *p = NULL;
+    LWQ_TRY(arena_get(m, (size_t)(rows * cols) * lwq_dtype_size(dt), &p, e));
+    int64_t shape[2] = {rows, cols};
+    *t = lwq_tensor_view(p, dt, 2, shape);
+    t->device = m->be->ops->device;
+    return 0;
+}
+
+lwq_tensor lwq_fwd_rows(const lwq_tensor *t, int64_t r0, int64_t nr)
+{
+    lwq_tensor v = *t;
+    v.shape[0] = nr;
+    v.data = (char *)t->data + (size_t)(r0 * t->shape[1]) * lwq_dtype_size(t->dtype);
+    return v;
+}
+
+/* ---- weights and observers ------------------------------------------------------------------- */
+
+int lwq_fwd_weight(lwq_model *m, const lwq_weights *w, int layer, const char *name, int ndim,
+                   int64_t d0, int64_t d1, int optional, lwq_tensor *out, lwq_error *e)
+{
+    char where[32];
+    if (layer >= 0)
+        snprintf(where, sizeof where, "layer %d", layer);
+    else
+        snprintf(where, sizeof where, "model head/tail");
+    memset(out, 0, sizeof *out);
+    lwq_error sub = {0};
+    int rc = w->get(w->ctx, name, out, &sub);
+    if (rc == LWQ_ENOENT) {
+        if (optional)
+            return 1;
+        return lwq_errf(e, LWQ_ENOENT, "%s: tensor %s is missing%s%s", where, name,
+                        sub.msg[0] ? ": " : "", sub.msg);
+    }
+    if (rc < 0)
+        return lwq_errf(e, rc, "%s: tensor %s: %s", where, name, sub.msg);
+    if (!lwq_dtype_is_act(out->dtype))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: tensor %s has dtype %s, expected F32, BF16 or "
+                        "F16", where, name, lwq_dtype_name(out->dtype));
+    int bad = out->ndim != ndim || out->shape[0] != d0 || (ndim == 2 && out->shape[1] != d1);
+    if (bad) {
+        char got[96];
+        if (out->ndim == 1)
+            snprintf(got, sizeof got, "(%" PRId64 ")", out->shape[0]);
+        else if (out->ndim == 2)
+            snprintf(got, sizeof got, "(%" PRId64 ", %" PRId64 ")", out->shape[0], out->shape[1]);
+        else
+            snprintf(got, sizeof got, "%d dims", out->ndim);
+        if (ndim == 1)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: tensor %s has shape %s, expected (%" PRId64 ")",
+                            where, name, got, d0);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: tensor %s has shape %s, expected (%" PRId64 ", %"
+                        PRId64 ")", where, name, got, d0, d1);
+    }
+    if (!lwq_tensor_is_contiguous(out) || out->device != m->be->ops->device || !out->data)
+        return lwq_errf(e, LWQ_EINVAL, "%s: tensor %s is not a contiguous view on the %s backend's "
+                        "device", where, name, m->be->ops->name);
+    return 0;
+}
+
+int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
+                    const lwq_tensor *valid, lwq_error *e)
+{
+    if (!obs || !obs->linear_input)
+        return 0;
+    return obs->linear_input(obs->ctx, layer, module, x, valid, e);
+}
+
+/* ---- batches --------------------------------------------------------------------------------- */
+
+void lwq_batch_free(lwq_batch *b, const lwq_backend *be)
+{
+    lwq_backend_tensor_free(be, &b->pos);
+    lwq_backend_tensor_free(be, &b->valid);
+    free(b->valid_host);
+    memset(b, 0, sizeof *b);
+}
+
+int lwq_batch_init(lwq_batch *b, const lwq_backend *be, int64_t batch, int64_t seq,
+                   const int64_t *lengths, lwq_error *e)
+{
+    memset(b, 0, sizeof *b);
+    if (batch < 0 || seq < 0 || (seq > 0 && batch > INT32_MAX / seq))
+        return lwq_errf(e, LWQ_EINVAL, "batch: %" PRId64 " sequences of %" PRId64 " tokens is out "
+                        "of range", batch, seq);
+    int64_t n = batch * seq;
+    for (int64_t s = 0; lengths && s < batch; s++)
+        if (lengths[s] < 0 || lengths[s] > seq)
+            return lwq_errf(e, LWQ_EINVAL, "batch: sequence %" PRId64 " has length %" PRId64
+                            ", outside [0, %" PRId64 "]", s, lengths[s], seq);
+    b->batch = batch;
+    b->seq = seq;
+    b->valid_host = (uint8_t *)malloc((size_t)n + 1);
+    int32_t *pos = (int32_t *)malloc(((size_t)n + 1) * sizeof(int32_t));
+    int rc = 0;
+    if (!b->valid_host || !pos) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "batch: no memory for %" PRId64 " rows", n);
+        goto out;
+    }
+    for (int64_t s = 0; s < batch; s++) {
+        int64_t len = lengths ? lengths[s] : seq, pad = seq - len;
+        for (int64_t t = 0; t < seq; t++) {
+            b->valid_host[s * seq + t] = t >= pad;
+            pos[s * seq + t] = t >= pad ? (int32_t)(t - pad) : 0;
+        }
+        b->n_valid += len;
+    }
+    int64_t shape[1] = {n};
+    if ((rc = lwq_backend_tensor_alloc(be, LWQ_I32, 1, shape, &b->pos, e)) < 0 ||
+        (rc = lwq_backend_tensor_alloc(be, LWQ_U8, 1, shape, &b->valid, e)) < 0 ||
+        (rc = lwq_backend_upload(be, b->pos.data, pos, (size_t)n * 4, e)) < 0 ||
+        (rc = lwq_backend_upload(be, b->valid.data, b->valid_host, (size_t)n, e)) < 0)
+        goto out;
+out:
+    free(pos);
+    if (rc < 0)
+        lwq_batch_free(b, be);
+    return rc;
+}
+
+int lwq_model_layer_is_moe(const lwq_model *m, int layer)
+{
+    /* one definition shared with the layer plans (layout/config.c) */
+    return lwq_config_layer_is_moe(m->cfg, layer);
+}
+
+/* ---- RoPE ------------------------------------------------------------------------------------ */
+
+int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
+{
+    const int64_t d = c->head_dim, half = d / 2;
+    const float base = (float)c->rope_theta;
+    if (!(c->rope_theta > 0.0))
+        return lwq_errf(e, LWQ_EINVAL, "config: rope_theta %g must be > 0", c->rope_theta);
+    /* as transformers: exponent and power in f32 */
+    for (int64_t i = 0; i < half; i++)
+        inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)d);
+    *attn_scaling = 1.0f;
+    switch (c->rope_type) {
+    case LWQ_ROPE_DEFAULT:
+        return 0;
+    case LWQ_ROPE_LINEAR:
+        if (!(c->rope_factor > 0.0))
+            return lwq_errf(e, LWQ_EINVAL, "config: rope_scaling.factor %g must be > 0",
+                            c->rope_factor);
+        for (int64_t i = 0; i < half; i++)
+            inv[i] /= (float)c->rope_factor;
+        return 0;
+    case LWQ_ROPE_LLAMA3: {
+        const float factor = (float)c->rope_factor, lo = (float)c->rope_low_freq_factor,
+                    hi = (float)c->rope_high_freq_factor;
+        const float old_ctx = (float)c->rope_original_max_position;
+        if (!(factor > 0.0f) || !(hi > lo) || !(old_ctx > 0.0f))
+            return lwq_errf(e, LWQ_EINVAL, "config: llama3 rope_scaling needs factor > 0, "
+                            "high_freq_factor > low_freq_factor and original_max_position_"
+                            "embeddings > 0 (got %g, %g, %g, %g)", c->rope_factor,
+                            c->rope_low_freq_factor, c->rope_high_freq_factor, (double)old_ctx);
+        const float low_wl = old_ctx / lo, high_wl = old_ctx / hi;
+        for (int64_t i = 0; i < half; i++) {
+            float f = inv[i];
+            float wl = (float)(2.0 * M_PI) / f;
+            float scaled = wl > low_wl ? f / factor : f;
+            float smooth = (old_ctx / wl - lo) / (hi - lo);
+            float smoothed = (1.0f - smooth) * scaled / factor + smooth * scaled;
+            int medium = !(wl < high_wl) && !(wl > low_wl);
+            inv[i] = medium ? smoothed : scaled;
+        }
+        return 0;
+    }
+    default:
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config: rope type %d is not supported by the "
+                        "forward of %s (default, linear, llama3 are)", (int)c->rope_type,
+                        c->model_type);
+    }
+}
+
+int lwq_fwd_check_full_rotary(const lwq_model_config *c, lwq_error *e)
+{
+    if (c->partial_rotary_factor != 0.0 && c->partial_rotary_factor != 1.0)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): partial_rotary_factor %g is not "
+                        "supported by this forward (full rotary only)", c->model_type,
+                        c->partial_rotary_factor);
+    return 0;
+}
+
+/* ---- shared blocks --------------------------------------------------------------------------- */
+
+int lwq_fwd_linear(lwq_model *m, const lwq_weights *w, int layer, const char *module, int64_t out,
+                   int64_t in, int need_bias, lwq_tensor *wt, lwq_tensor *bias, int *has_bias,
+                   lwq_error *e)
+{
+    char name[LWQ_NAME_MAX];
+    snprintf(name, sizeof name, "%s.weight", module);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, out, in, 0, wt, e));
+    snprintf(name, sizeof name, "%s.bias", module);
+    int rc = lwq_fwd_weight(m, w, layer, name, 1, out, 0, !need_bias, bias, e);
+    if (rc < 0)
+        return rc;
+    *has_bias = rc == 0;
+    return 0;
+}
+
+int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
+                       const char *gate, const char *up, const char *down, int64_t inter,
+                       const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
+                       lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    const int64_t n = x->shape[0], D = m->cfg->hidden_size;
+    char mg[LWQ_NAME_MAX], mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX];
+    snprintf(mg, sizeof mg, "%s.%s", prefix, gate);
+    snprintf(mu, sizeof mu, "%s.%s", prefix, up);
+    snprintf(md, sizeof md, "%s.%s", prefix, down);
+    /* llama's mlp_bias adds biases to all three; otherwise a bias is used when present */
+    const int need_bias = m->cfg->mlp_bias && m->cfg->arch == LWQ_ARCH_LLAMA;
+    lwq_tensor wg, wu, wd, bg, bu, bd, gs, us;
+    int hbg, hbu, hbd;
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mg, inter, D, need_bias, &wg, &bg, &hbg, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mu, inter, D, need_bias, &wu, &bu, &hbu, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, md, D, inter, need_bias, &wd, &bd, &hbd, e));
+    if (!g) {
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &gs, e));
+        g = &gs;
+    }
+    if (!u) {
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &us, e));
+        u = &us;
+    }
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mg, x, valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mu, x, valid, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, hbg ? &bg : NULL, g, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, hbu ? &bu : NULL, u, e));
+    LWQ_TRY(lwq_backend_swiglu(m->be, g, u, g, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, md, g, valid, e));
+    return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);
+}
+
+int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                      lwq_tensor *h, lwq_fwd_moe_fn moe, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    char name[LWQ_NAME_MAX];
+    lwq_tensor ln2, x, out;
+    int64_t n = h->shape[0], D = c->hidden_size;
+    snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln2, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
+    LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &ln2, (float)c->rms_norm_eps, &x, e));
+    if (lwq_model_layer_is_moe(m, layer)) {
+        LWQ_TRY(moe(m, layer, w, b, &x, &out, obs, e));
+    } else {
+        snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
+        LWQ_TRY(lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
+                                   c->intermediate_size, &x, &b->valid, NULL, NULL, &out, obs, e));
+    }
+    return lwq_backend_add(m->be, h, &out, e);
+}
+
+/* ---- routed experts, shared by model_moe.c and fwd_stream.c ---------------------------------- */
+
+int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                    const lwq_tensor *x, const lwq_fwd_experts *ex, const lwq_fwd_routed *r,
+                    lwq_tensor *out, int32_t *vrows, const lwq_observer *obs, lwq_error *e)
+{
+    const int64_t n = x->shape[0], D = m->cfg->hidden_size, I = ex->inter;
+    const char *gn = ex->mixtral_names ? "w1" : "gate_proj",
+               *un = ex->mixtral_names ? "w3" : "up_proj",
+               *dn = ex->mixtral_names ? "w2" : "down_proj";
+    char ep[192];
+    int rc = 0;
+    /* in all-experts mode the routed run is not observed: the run below covers every token */
+    const lwq_observer *robs = (obs && obs->all_experts) ? NULL : obs;
+    for (int j = 0; j < ex->count && rc == 0; j++) {
+        int64_t cnt = r->off[j + 1] - r->off[j];
+        if (cnt == 0)
+            continue;
+        lwq_tensor xv = lwq_fwd_rows(r->xe, r->off[j], cnt);
+        lwq_tensor yv = lwq_fwd_rows(r->y, r->y0 + r->off[j], cnt);
+        lwq_tensor gv = lwq_fwd_rows(r->g, 0, cnt), uv = lwq_fwd_rows(r->u, 0, cnt);
+        snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
+        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xv, NULL, &gv, &uv, &yv, robs, e);
+    }
+    if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, r->y, r->slot, r->ws, out, e)) < 0)
+        return rc;
+    if (!(obs && obs->all_experts && obs->linear_input && b->n_valid > 0))
+        return 0;
+    int64_t nv = 0;
+    for (int64_t t = 0; t < n; t++)
+        if (b->valid_host[t])
+            vrows[nv++] = (int32_t)t;
+    lwq_tensor vr, xa, ya, ga, ua;
+    LWQ_TRY(lwq_fwd_tensor(m, LWQ_I32, nv, 1, &vr, e));
+    LWQ_TRY(lwq_backend_upload(m->be, vr.data, vrows, (size_t)nv * 4, e));
+    vr.ndim = 1;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, D, &xa, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, D, &ya, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, I, &ga, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, nv, I, &ua, e));
+    LWQ_TRY(lwq_backend_gather_rows(m->be, x, &vr, &xa, e));
+    for (int j = 0; j < ex->count && rc == 0; j++) {
+        snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
+        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xa, NULL, &ga, &ua, &ya, obs, e);
+    }
+    return rc < 0 ? rc : 0;
+}

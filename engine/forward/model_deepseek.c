@@ -1,0 +1,652 @@
+/* engine/model_deepseek.c — DeepSeek-V2 / DeepSeek-V3 (and Kimi-K2, the V3 text model):
+ * multi-head latent attention and the DeepSeek MoE block (spec/ARCHITECTURES.md).
+ *
+ *   x = input_layernorm(h)
+ *   q = q_proj(x)  or  q_b_proj(q_a_layernorm(q_a_proj(x)))   observed: q_proj | q_a_proj, q_b_proj
+ *   kva = kv_a_proj_with_mqa(x) = [latent (kv_lora_rank) | k_rope (qk_rope_head_dim)]
+ *   kvb = kv_b_proj(kv_a_layernorm(latent))  per head [k_nope | v]     observed: kv_a, kv_b
+ *   (q_a_layernorm and kv_a_layernorm use eps 1e-6 whatever rms_norm_eps says: transformers and
+ *   DeepSeek's own code build them with the RMSNorm default)
+ *   q_rope, k_rope: RoPE on adjacent pairs (2i, 2i+1) ("interleaved")
+ *   q = [q_nope | q_rope], k = [k_nope | k_rope shared by all heads]
+ *   a = causal attention, scale (qk_nope+qk_rope)^-0.5 * yarn_mscale(mscale_all_dim)^2
+ *   h = h + o_proj(a)                                                   observed: o_proj
+ *
+ * The interleaved RoPE is computed as transformers' DeepSeek-V3 does it: the rope part of q and
+ * k is de-interleaved (even dims, then odd dims) and rotated with the rotate-half op.  Attention
+ * scores are dot products over all dims, so the same permutation of q's and k's rope dims gives
+ * the scores of the interleaved layout exactly.  The value head (v_head_dim) may differ from the
+ * q/k head; the narrower of the two is zero-padded to the wider for the attention op (zero
+ * columns add exact zeros to the scores and produce zero output columns, dropped afterwards),
+ * as transformers does for flash attention.  No kv observation: an MLA cache holds the latent,
+ * not per-head k/v, so there is no k_proj/v_proj to scale.
+ *
+ * MoE (layers >= first_k_dense_replace, every moe_layer_freq):
+ *   logits = x Wgate^T in f32 (transformers casts both to float32)
+ *   V2: softmax, top-k ("greedy", or "group_limited_greedy": the topk_group groups with the
+ *       best max score), renormalised when norm_topk_prob, times routed_scaling_factor.
+ *   V3: sigmoid scores s; choice c = s + e_score_correction_bias; the topk_group groups with the
+ *       largest sum of their two best c; c of the other groups set to 0.0; top-k of c; weights
+ *       are the unbiased s of the chosen experts, / (sum + 1e-20) when norm_topk_prob, times
+ *       routed_scaling_factor.
+ *   Weights stay f32; each weight x expert-output product and each partial sum is rounded to the
+ *   act dtype, in expert order (transformers 5's experts loop for both; transformers 4's V3
+ *   accumulated in f32 instead, which differs only in BF16 rounding).
+ *   out = routed + shared_experts(x) (one SwiGLU MLP of width moe_intermediate_size *
+ *       n_shared_experts).
+ * Routing runs on the host (router logits are downloaded), threaded over tokens: a few passes
+ * over n x n_experts floats, small next to the expert GEMMs, and it keeps the selection rules in
+ * one place for every backend.  Ties in every top-k go to the lower index. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/parallel.h"
+#include "engine/forward/forward_internal.h"
+
+/* Geometry and routing checks of an MLA config (lwq_model_init, after the common checks). */
+static int mla_check(const lwq_model_config *c, lwq_error *e)
+{
+    if (c->kv_lora_rank <= 0 || c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 ||
+        c->qk_nope_head_dim < 0 || c->v_head_dim <= 0 || c->q_lora_rank < 0 ||
+        c->qk_rope_head_dim > 4096 || c->qk_nope_head_dim > 4096 || c->v_head_dim > 4096)
+        return lwq_errf(e, LWQ_EINVAL, "config (%s): bad MLA geometry: kv_lora_rank %" PRId64
+                        ", q_lora_rank %" PRId64 ", qk_nope_head_dim %" PRId64 ", qk_rope_head_dim %"
+                        PRId64 " (must be even), v_head_dim %" PRId64, c->model_type,
+                        c->kv_lora_rank, c->q_lora_rank, c->qk_nope_head_dim, c->qk_rope_head_dim,
+                        c->v_head_dim);
+    if (c->attention_bias)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): attention_bias is not supported with "
+                        "MLA (no published DeepSeek checkpoint uses it)", c->model_type);
+    if (c->num_experts > 0) {
+        int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
+        if (c->num_experts % ng || tg > ng)
+            return lwq_errf(e, LWQ_EINVAL, "config (%s): %d experts in n_group %d groups with "
+                            "topk_group %d is not usable", c->model_type, c->num_experts, ng, tg);
+        if (c->arch == LWQ_ARCH_DEEPSEEK_V2 && strcmp(c->topk_method, "greedy") &&
+            strcmp(c->topk_method, "group_limited_greedy"))
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): topk_method \"%s\" is not "
+                            "supported (greedy, group_limited_greedy)", c->model_type,
+                            c->topk_method);
+        /* every token must be able to find k experts inside its chosen groups */
+        if ((int64_t)tg * (c->num_experts / ng) < c->num_experts_per_tok &&
+            (c->arch == LWQ_ARCH_DEEPSEEK_V3 || !strcmp(c->topk_method, "group_limited_greedy")))
+            return lwq_errf(e, LWQ_EINVAL, "config (%s): topk_group %d groups of %d experts hold "
+                            "fewer than num_experts_per_tok %d", c->model_type, tg,
+                            c->num_experts / ng, c->num_experts_per_tok);
+    }
+    return 0;
+}
+
+/* ---- RoPE tables ------------------------------------------------------------------------------ */
+
+static double yarn_mscale(double scale, double mscale)
+{
+    return scale <= 1.0 ? 1.0 : 0.1 * mscale * log(scale) + 1.0;
+}
+
+static double yarn_correction_dim(double rotations, double dim, double base, double max_pos)
+{
+    return dim * log(max_pos / (rotations * 2.0 * M_PI)) / (2.0 * log(base));
+}
+
+/* Yarn keys config.h does not keep: "attention_factor" (overrides the mscale ratio),
+ * "truncate" (default true), and whether "factor" (else max_position_embeddings /
+ * original_max_position_embeddings) and both "mscale" keys (else mscale(factor, 1)) were given,
+ * as transformers tells them apart. */
+static void yarn_extra(const lwq_model_config *c, double *attention_factor, int *truncate,
+                       int *has_factor, int *has_mscales)
+{
+    *attention_factor = 0.0;
+    *truncate = 1;
+    *has_factor = 1;
+    *has_mscales = c->rope_mscale != 0.0 && c->rope_mscale_all_dim != 0.0;
+    const cJSON *root = c->raw, *tc = root ? cJSON_GetObjectItemCaseSensitive(root, "text_config")
+                                           : NULL;
+    if (c->weight_prefix[0] && cJSON_IsObject(tc))
+        root = tc;
+    const cJSON *rs = root ? cJSON_GetObjectItemCaseSensitive(root, "rope_scaling") : NULL;
+    if (!cJSON_IsObject(rs))
+        rs = root ? cJSON_GetObjectItemCaseSensitive(root, "rope_parameters") : NULL;
+    if (!cJSON_IsObject(rs))
+        return;
+    const cJSON *af = cJSON_GetObjectItemCaseSensitive(rs, "attention_factor");
+    if (cJSON_IsNumber(af) && af->valuedouble > 0.0)
+        *attention_factor = af->valuedouble;
+    const cJSON *tr = cJSON_GetObjectItemCaseSensitive(rs, "truncate");
+    if (cJSON_IsBool(tr))
+        *truncate = cJSON_IsTrue(tr);
+    *has_factor = cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(rs, "factor"));
+    *has_mscales = *has_mscales && cJSON_GetObjectItemCaseSensitive(rs, "mscale") &&
+                   cJSON_GetObjectItemCaseSensitive(rs, "mscale_all_dim");
+}
+
+/* rope_scaling.factor, or max_position_embeddings / original_max_position_embeddings when the
+ * config gives none (transformers' rule). */
+static double yarn_factor(const lwq_model_config *c)
+{
+    double af;
+    int tr, has_factor, hm;
+    yarn_extra(c, &af, &tr, &has_factor, &hm);
+    const double orig = (double)c->rope_original_max_position;
+    return has_factor || !(orig > 0.0) ? c->rope_factor
+                                       : (double)c->max_position_embeddings / orig;
+}
+
+/* RoPE table of the rope part (qk_rope_head_dim/2 entries) with default or yarn scaling;
+ * *attn_scaling is the yarn cos/sin factor. */
+static int mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
+{
+    const int64_t dim = c->qk_rope_head_dim, half = dim / 2;
+    const float base = (float)c->rope_theta;
+    if (!(c->rope_theta > 0.0))
+        return lwq_errf(e, LWQ_EINVAL, "config: rope_theta %g must be > 0", c->rope_theta);
+    /* as transformers: base ** (2i / dim) in f32 */
+    for (int64_t i = 0; i < half; i++)
+        inv[i] = 1.0f / powf(base, (float)(2 * i) / (float)dim);
+    *attn_scaling = 1.0f;
+    if (c->rope_type == LWQ_ROPE_DEFAULT)
+        return 0;
+    if (c->rope_type != LWQ_ROPE_YARN)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): rope type %d is not supported by the "
+                        "MLA forward (default and yarn are)", c->model_type, (int)c->rope_type);
+    double attention_factor;
+    int truncate, has_factor, has_mscales;
+    yarn_extra(c, &attention_factor, &truncate, &has_factor, &has_mscales);
+    const double orig = (double)c->rope_original_max_position, factor = yarn_factor(c);
+    if (!(factor > 0.0) || !(orig > 0.0))
+        return lwq_errf(e, LWQ_EINVAL, "config (%s): yarn rope_scaling needs factor > 0 and "
+                        "original_max_position_embeddings > 0 (got %g, %g)", c->model_type,
+                        factor, orig);
+    double beta_fast = c->rope_beta_fast != 0.0 ? c->rope_beta_fast : 32.0;
+    double beta_slow = c->rope_beta_slow != 0.0 ? c->rope_beta_slow : 1.0;
+    /* transformers: attention_factor = mscale(f, mscale) / mscale(f, mscale_all_dim) when both
+     * are set, else mscale(f, 1) */
+    if (attention_factor > 0.0)
+        *attn_scaling = (float)attention_factor;
+    else if (has_mscales)
+        *attn_scaling = (float)(yarn_mscale(factor, c->rope_mscale) /
+                                yarn_mscale(factor, c->rope_mscale_all_dim));
+    else
+        *attn_scaling = (float)yarn_mscale(factor, 1.0);
+    /* correction range, truncated to whole dims unless "truncate": false */
+    double low = yarn_correction_dim(beta_fast, (double)dim, c->rope_theta, orig);
+    double high = yarn_correction_dim(beta_slow, (double)dim, c->rope_theta, orig);
+    if (truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    if (low < 0.0)
+        low = 0.0;
+    if (high > (double)(dim - 1))
+        high = (double)(dim - 1);
+    if (low == high)
+        high += 0.001;
+    const float span = (float)(high - low), flow = (float)low, ffac = (float)factor;
+    for (int64_t i = 0; i < half; i++) {
+        float pos = powf(base, (float)(2 * i) / (float)dim);
+        float extra = 1.0f / pos, inter = 1.0f / (ffac * pos);
+        float ramp = ((float)i - flow) / span;
+        ramp = ramp < 0.0f ? 0.0f : (ramp > 1.0f ? 1.0f : ramp);
+        float ef = 1.0f - ramp;
+        inv[i] = inter * (1.0f - ef) + extra * ef;
+    }
+    return 0;
+}
+
+/* Softmax scale of the MLA attention (computed per layer call: a few JSON lookups). */
+static float mla_softmax_scale(const lwq_model_config *c)
+{
+    double s = 1.0 / sqrt((double)(c->qk_nope_head_dim + c->qk_rope_head_dim));
+    if (c->rope_type == LWQ_ROPE_YARN && c->rope_mscale_all_dim != 0.0) {
+        double ms = yarn_mscale(yarn_factor(c), c->rope_mscale_all_dim);
+        s = s * ms * ms;
+    }
+    return (float)s;
+}
+
+/* ---- attention -------------------------------------------------------------------------------- */
+
+/* A strided view of `base` starting `off` elements in. */
+static lwq_tensor sview(const lwq_tensor *base, int64_t off, int ndim, int64_t d0, int64_t d1,
+                        int64_t d2, int64_t s0, int64_t s1, int64_t s2)
+{
+    lwq_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = base->dtype;
+    t.device = base->device;
+    t.ndim = ndim;
+    t.data = (char *)base->data + (size_t)off * lwq_dtype_size(base->dtype);
+    int64_t d[3] = {d0, d1, d2}, s[3] = {s0, s1, s2};
+    for (int i = 0; i < ndim; i++) {
+        t.shape[i] = d[i];
+        t.stride[i] = s[i];
+    }
+    return t;
+}
+
+/* dst (rows, groups*rope) contiguous <- the rope parts of src, de-interleaved per group:
+ * dst[r, g, j] = src[r, g*gstride + off + 2j] and dst[r, g, half + j] = src[..., off + 2j + 1]. */
+static int deinterleave(const lwq_backend *be, const lwq_tensor *src, int64_t ld, int64_t groups,
+                        int64_t gstride, int64_t off, int64_t rope, lwq_tensor *dst, lwq_error *e)
+{
+    const int64_t n = src->shape[0], half = rope / 2;
+    for (int odd = 0; odd < 2; odd++) {
+        lwq_tensor s = sview(src, off + odd, 3, n, groups, half, ld, gstride, 2);
+        lwq_tensor d = sview(dst, odd * half, 3, n, groups, half, groups * rope, rope, 1);
+        LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+    }
+    return 0;
+}
+
+int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                                lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const lwq_backend *be = m->be;
+    const int64_t n = h->shape[0], D = c->hidden_size, H = c->num_attention_heads;
+    const int64_t nope = c->qk_nope_head_dim, rope = c->qk_rope_head_dim, vd = c->v_head_dim;
+    const int64_t qk = nope + rope, kvr = c->kv_lora_rank, qr = c->q_lora_rank;
+    const int64_t hd = qk > vd ? qk : vd; /* head width the attention op runs at */
+    const float eps = (float)c->rms_norm_eps, lora_eps = 1e-6f;
+    char name[LWQ_NAME_MAX], mq[LWQ_NAME_MAX], mqa[LWQ_NAME_MAX], mqb[LWQ_NAME_MAX],
+        mkva[LWQ_NAME_MAX], mkvb[LWQ_NAME_MAX], mo[LWQ_NAME_MAX];
+    const char *pre = "model.layers";
+    snprintf(mq, sizeof mq, "%s.%d.self_attn.q_proj", pre, layer);
+    snprintf(mqa, sizeof mqa, "%s.%d.self_attn.q_a_proj", pre, layer);
+    snprintf(mqb, sizeof mqb, "%s.%d.self_attn.q_b_proj", pre, layer);
+    snprintf(mkva, sizeof mkva, "%s.%d.self_attn.kv_a_proj_with_mqa", pre, layer);
+    snprintf(mkvb, sizeof mkvb, "%s.%d.self_attn.kv_b_proj", pre, layer);
+    snprintf(mo, sizeof mo, "%s.%d.self_attn.o_proj", pre, layer);
+
+    lwq_tensor ln1, wq, wqa, qan, wqb, wkva, kvan, wkvb, wo;
+#define WEIGHT(mod, d0, d1, out)                                                                   \
+    do {                                                                                           \
+        snprintf(name, sizeof name, "%s.weight", mod);                                             \
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, d0, d1, 0, out, e));                          \
+    } while (0)
+    snprintf(name, sizeof name, "%s.%d.input_layernorm.weight", pre, layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln1, e));
+    if (qr > 0) {
+        WEIGHT(mqa, qr, D, &wqa);
+        WEIGHT(mqb, H * qk, qr, &wqb);
+        snprintf(name, sizeof name, "%s.%d.self_attn.q_a_layernorm.weight", pre, layer);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, qr, 0, 0, &qan, e));
+    } else {
+        WEIGHT(mq, H * qk, D, &wq);
+    }
+    WEIGHT(mkva, kvr + rope, D, &wkva);
+    WEIGHT(mkvb, H * (nope + vd), kvr, &wkvb);
+    WEIGHT(mo, D, H * vd, &wo);
+#undef WEIGHT
+    snprintf(name, sizeof name, "%s.%d.self_attn.kv_a_layernorm.weight", pre, layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, kvr, 0, 0, &kvan, e));
+
+    lwq_tensor x, qa, q, kva, lat, kvb, qrot, krot, qf, kf, vf, af, a, o;
+    const lwq_dtype act = m->act;
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, D, &x, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * qk, &q, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, kvr + rope, &kva, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, kvr, &lat, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * (nope + vd), &kvb, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * rope, &qrot, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, rope, &krot, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * hd, &qf, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * hd, &kf, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * hd, &vf, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * hd, &af, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, H * vd, &a, e));
+    LWQ_TRY(lwq_fwd_tensor(m, act, n, D, &o, e));
+
+    LWQ_TRY(lwq_backend_rmsnorm(be, h, &ln1, eps, &x, e));
+    if (qr > 0) {
+        LWQ_TRY(lwq_fwd_tensor(m, act, n, qr, &qa, e));
+        LWQ_TRY(lwq_fwd_observe(obs, layer, mqa, &x, &b->valid, e));
+        LWQ_TRY(lwq_backend_gemm(be, &x, &wqa, NULL, &qa, e));
+        LWQ_TRY(lwq_backend_rmsnorm(be, &qa, &qan, lora_eps, &qa, e));
+        LWQ_TRY(lwq_fwd_observe(obs, layer, mqb, &qa, &b->valid, e));
+        LWQ_TRY(lwq_backend_gemm(be, &qa, &wqb, NULL, &q, e));
+    } else {
+        LWQ_TRY(lwq_fwd_observe(obs, layer, mq, &x, &b->valid, e));
+        LWQ_TRY(lwq_backend_gemm(be, &x, &wq, NULL, &q, e));
+    }
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mkva, &x, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wkva, NULL, &kva, e));
+    lwq_tensor lsrc = sview(&kva, 0, 2, n, kvr, 0, kvr + rope, 1, 0);
+    LWQ_TRY(lwq_backend_copy(be, &lsrc, &lat, e));
+    LWQ_TRY(lwq_backend_rmsnorm(be, &lat, &kvan, lora_eps, &lat, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mkvb, &lat, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &lat, &wkvb, NULL, &kvb, e));
+
+    /* rope parts, de-interleaved, rotated */
+    LWQ_TRY(deinterleave(be, &q, H * qk, H, qk, nope, rope, &qrot, e));
+    LWQ_TRY(deinterleave(be, &kva, kvr + rope, 1, 0, kvr, rope, &krot, e));
+    LWQ_TRY(lwq_backend_rope(be, &qrot, rope, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    LWQ_TRY(lwq_backend_rope(be, &krot, rope, &b->pos, &m->inv_freq, m->attn_scaling, e));
+
+    /* q = [q_nope | q_rope], k = [k_nope | k_rope], v = [v]; zero past each part's width */
+    if (hd > qk) {
+        LWQ_TRY(lwq_backend_memset0(be, qf.data, (size_t)(n * H * hd) * lwq_dtype_size(act), e));
+        LWQ_TRY(lwq_backend_memset0(be, kf.data, (size_t)(n * H * hd) * lwq_dtype_size(act), e));
+    }
+    if (hd > vd)
+        LWQ_TRY(lwq_backend_memset0(be, vf.data, (size_t)(n * H * hd) * lwq_dtype_size(act), e));
+    lwq_tensor s, d;
+    s = sview(&q, 0, 3, n, H, nope, H * qk, qk, 1);
+    d = sview(&qf, 0, 3, n, H, nope, H * hd, hd, 1);
+    LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+    s = sview(&qrot, 0, 3, n, H, rope, H * rope, rope, 1);
+    d = sview(&qf, nope, 3, n, H, rope, H * hd, hd, 1);
+    LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+    s = sview(&kvb, 0, 3, n, H, nope, H * (nope + vd), nope + vd, 1);
+    d = sview(&kf, 0, 3, n, H, nope, H * hd, hd, 1);
+    LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+    s = sview(&krot, 0, 3, n, H, rope, rope, 0, 1); /* shared by all heads */
+    d = sview(&kf, nope, 3, n, H, rope, H * hd, hd, 1);
+    LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+    s = sview(&kvb, nope, 3, n, H, vd, H * (nope + vd), nope + vd, 1);
+    d = sview(&vf, 0, 3, n, H, vd, H * hd, hd, 1);
+    LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+
+    lwq_attn_args aa = {&qf, &kf, &vf, &af, &b->valid, b->batch, b->seq, (int)H, (int)H, hd,
+                        mla_softmax_scale(c)};
+    LWQ_TRY(lwq_backend_attention(be, &aa, e));
+    s = sview(&af, 0, 3, n, H, vd, H * hd, hd, 1);
+    d = sview(&a, 0, 3, n, H, vd, H * vd, vd, 1);
+    LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &a, &wo, NULL, &o, e));
+    return lwq_backend_add(be, h, &o, e);
+}
+
+/* ---- routing ---------------------------------------------------------------------------------- */
+
+/* Indexes of the k largest of v[0..n) into out (descending, ties to the lower index), in one
+ * pass with an insertion-sorted list.  NaN never enters; slots left empty get -1 (the caller
+ * reports a token whose scores are NaN). */
+static void topk(const float *v, int n, int k, int *out)
+{
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        float x = v[i];
+        if (x != x || (m == k && !(x > v[out[k - 1]])))
+            continue;
+        int p = m < k ? m++ : k - 1;
+        while (p > 0 && x > v[out[p - 1]]) { /* equal values keep the earlier index first */
+            out[p] = out[p - 1];
+            p--;
+        }
+        out[p] = i;
+    }
+    for (int s = m; s < k; s++)
+        out[s] = -1;
+}
+
+/* Keep only the experts of the topk_group groups with the best group score (0.0 elsewhere). */
+static void mask_groups(float *choice, int E, int ng, int tg, int v3, float *gscore, int *gsel)
+{
+    const int gs = E / ng;
+    for (int g = 0; g < ng; g++) {
+        const float *cg = choice + g * gs;
+        if (v3) { /* sum of the two best */
+            int t2[2] = {-1, -1};
+            topk(cg, gs, gs < 2 ? gs : 2, t2);
+            gscore[g] = (t2[0] >= 0 ? cg[t2[0]] : NAN) + (gs > 1 && t2[1] >= 0 ? cg[t2[1]] : 0.0f);
+        } else { /* V2 group_limited_greedy: the best */
+            int t1 = -1;
+            topk(cg, gs, 1, &t1);
+            gscore[g] = t1 >= 0 ? cg[t1] : NAN;
+        }
+    }
+    topk(gscore, ng, tg, gsel);
+    for (int g = 0; g < ng; g++) {
+        int keep = 0;
+        for (int t = 0; t < tg && !keep; t++)
+            keep = gsel[t] == g;
+        if (!keep)
+            for (int i = 0; i < gs; i++)
+                choice[g * gs + i] = 0.0f;
+    }
+}
+
+typedef struct route_job {
+    const lwq_model_config *c;
+    const float *logits, *bias;
+    const uint8_t *valid;
+    int32_t *idx;
+    float *wts;
+    int64_t *bad; /* per thread: first token with NaN scores, -1; -2 out of memory */
+} route_job;
+
+static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
+{
+    const route_job *j = ctx;
+    const lwq_model_config *c = j->c;
+    const int E = c->num_experts, K = c->num_experts_per_tok;
+    const int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    const int grouped = v3 || !strcmp(c->topk_method, "group_limited_greedy");
+    const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
+    float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
+    int *gsel = malloc((size_t)ng * sizeof(int)), sel[64];
+    if (!score || !gsel) {
+        j->bad[tid] = -2;
+        free(score);
+        free(gsel);
+        return;
+    }
+    float *choice = score + E, *gscore = choice + E;
+    for (int64_t t = t0; t < t1; t++) {
+        int32_t *idx = j->idx + t * K;
+        float *wts = j->wts + t * K;
+        if (!j->valid[t]) {
+            for (int s = 0; s < K; s++) {
+                idx[s] = 0;
+                wts[s] = 0.0f;
+            }
+            continue;
+        }
+        const float *lg = j->logits + t * E;
+        if (v3) {
+            for (int i = 0; i < E; i++) {
+                score[i] = 1.0f / (1.0f + expf(-lg[i]));
+                choice[i] = score[i] + j->bias[i];
+            }
+        } else {
+            float mx = -INFINITY, sum = 0.0f;
+            for (int i = 0; i < E; i++)
+                mx = lg[i] > mx ? lg[i] : mx;
+            for (int i = 0; i < E; i++) {
+                score[i] = expf(lg[i] - mx);
+                sum += score[i];
+            }
+            for (int i = 0; i < E; i++) {
+                score[i] /= sum;
+                choice[i] = score[i];
+            }
+        }
+        int nan = 0;
+        for (int i = 0; i < E; i++)
+            nan |= choice[i] != choice[i];
+        if (nan && j->bad[tid] == -1) /* group masking would hide a NaN behind 0.0 */
+            j->bad[tid] = t;
+        if (grouped && ng > 1)
+            mask_groups(choice, E, ng, tg, v3, gscore, gsel);
+        topk(choice, E, K, sel);
+        float wsum = 0.0f;
+        for (int s = 0; s < K; s++) {
+            if (sel[s] < 0) {
+                if (j->bad[tid] == -1)
+                    j->bad[tid] = t;
+                sel[s] = 0;
+            }
+            idx[s] = sel[s];
+            wts[s] = score[sel[s]];
+            wsum += score[sel[s]];
+        }
+        if (c->norm_topk_prob) {
+            /* V3 adds 1e-20 to the denominator; V2 renormalises by the plain sum */
+            float den = v3 ? wsum + 1e-20f : wsum;
+            for (int s = 0; s < K; s++)
+                wts[s] /= den;
+        }
+        for (int s = 0; s < K; s++)
+            wts[s] *= (float)c->routed_scaling_factor;
+    }
+    free(score);
+    free(gsel);
+}
+
+/* logits (n, E) f32 host -> idx/wts (n, K) for the valid rows, threaded over tokens (each
+ * token's routing is independent, so the result does not depend on the split). */
+static int deepseek_route(const lwq_model_config *c, int layer, const float *logits,
+                          const float *bias, const uint8_t *valid, int64_t n, int32_t *idx,
+                          float *wts, lwq_error *e)
+{
+    int nt = lwq_parallel_threads();
+    int64_t *bad = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *bad);
+    if (!bad)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing", layer);
+    for (int i = 0; i < nt; i++)
+        bad[i] = -1;
+    route_job j = {c, logits, bias, valid, idx, wts, bad};
+    lwq_parallel_for(n, 64, route_rows, &j);
+    int64_t first = -1;
+    int oom = 0;
+    for (int i = 0; i < nt; i++) {
+        oom |= bad[i] == -2;
+        if (bad[i] >= 0 && (first < 0 || bad[i] < first))
+            first = bad[i];
+    }
+    free(bad);
+    if (oom)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %d experts", layer,
+                        c->num_experts);
+    if (first >= 0)
+        return lwq_errf(e, LWQ_ENUMERIC, "layer %d: router scores of token %" PRId64 " are NaN",
+                        layer, first);
+    return 0;
+}
+
+int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                           const lwq_tensor *x, int32_t *idx, float *wts, const lwq_observer *obs,
+                           lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const lwq_backend *be = m->be;
+    const int64_t n = x->shape[0], D = c->hidden_size;
+    const int E = c->num_experts;
+    const int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    char prefix[128], name[LWQ_NAME_MAX];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    lwq_tensor wg, wb, logits;
+    snprintf(name, sizeof name, "%s.gate.weight", prefix);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, E, D, 0, &wg, e));
+    if (v3) {
+        snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", prefix);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, E, 0, 0, &wb, e));
+    }
+    snprintf(name, sizeof name, "%s.gate", prefix);
+    LWQ_TRY(lwq_fwd_observe(obs, layer, name, x, &b->valid, e));
+    LWQ_TRY(lwq_fwd_tensor(m, LWQ_F32, n, E, &logits, e));
+    LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &logits, e));
+
+    float *hl = malloc(((size_t)(n * E) + 1) * sizeof(float));
+    float *bias = malloc(((size_t)E + 1) * sizeof(float));
+    void *braw = malloc(((size_t)E + 1) * sizeof(float));
+    int rc = 0;
+    if (!hl || !bias || !braw) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %" PRId64 " tokens", layer,
+                      n);
+        goto out;
+    }
+    if ((rc = lwq_backend_download(be, hl, logits.data, (size_t)(n * E) * sizeof(float), e)) < 0)
+        goto out;
+    if (v3) {
+        if ((rc = lwq_backend_download(be, braw, wb.data, (size_t)E * lwq_dtype_size(wb.dtype),
+                                       e)) < 0)
+            goto out;
+        for (int i = 0; i < E; i++)
+            bias[i] = lwq_load_f(braw, wb.dtype, (size_t)i);
+    }
+    rc = deepseek_route(c, layer, hl, bias, b->valid_host, n, idx, wts, e);
+out:
+    free(hl);
+    free(bias);
+    free(braw);
+    return rc < 0 ? rc : 0;
+}
+
+int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    char name[LWQ_NAME_MAX];
+    snprintf(name, sizeof name, "model.layers.%d.mlp.shared_experts", layer);
+    return lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
+                              c->moe_intermediate_size * c->n_shared_experts, x, &b->valid, NULL,
+                              NULL, sh, obs, e);
+}
+
+int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                               lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = x->shape[0], D = c->hidden_size, I = c->moe_intermediate_size;
+    const int K = c->num_experts_per_tok;
+    char prefix[128];
+    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    size_t nk = (size_t)(n * K) + 1;
+    int32_t *idx = malloc(nk * sizeof(int32_t));
+    float *wts = malloc(nk * sizeof(float));
+    int rc = 0;
+    if (!idx || !wts) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing %" PRId64 " tokens", layer,
+                      n);
+        goto out;
+    }
+    if ((rc = lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e)) < 0)
+        goto out;
+    lwq_tensor sh;
+    if ((rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e)) < 0)
+        goto out;
+    if (c->n_shared_experts > 0) {
+        if ((rc = lwq_fwd_tensor(m, m->act, n, D, &sh, e)) < 0 ||
+            (rc = lwq_fwd_deepseek_shared(m, layer, w, b, x, &sh, obs, e)) < 0 ||
+            (rc = lwq_backend_add(m->be, out, &sh, e)) < 0)
+            goto out;
+    }
+out:
+    free(idx);
+    free(wts);
+    return rc < 0 ? rc : 0;
+}
+
+/* ---- the layer and the table ------------------------------------------------------------------ */
+
+static int deepseek_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                          lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
+    return lwq_fwd_ffn_block(m, layer, w, b, h, lwq_fwd_deepseek_moe_block, obs, e);
+}
+
+static int deepseek_has_experts(const lwq_model_config *c) { return c->num_experts > 0; }
+
+/* MLA rotates only the qk_rope_head_dim part of each head */
+static int64_t mla_rope_half(const lwq_model_config *c) { return c->qk_rope_head_dim / 2; }
+
+const lwq_fwd_arch lwq_fwd_arch_deepseek = {
+    .check_rope = lwq_fwd_check_full_rotary,
+    .odd_head_dim = 1,
+    .has_experts = deepseek_has_experts,
+    .check = mla_check,
+    .rope_half = mla_rope_half,
+    .inv_freq = mla_inv_freq,
+    .layer = deepseek_layer,
+    .final_norm = NULL,
+};

@@ -1,0 +1,120 @@
+/* engine/model_llama.c — the Llama family's forward (lwq_fwd_arch_llama): llama / mistral
+ * (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm before RoPE, head_dim
+ * independent of hidden/heads), mixtral (plain attention).  A layer is this attention block, then
+ * the dense SwiGLU MLP (fwd_common.c) or the routed experts (model_moe.c).
+ *
+ *   x = input_layernorm(h)
+ *   q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)      observed: q_proj, k_proj, v_proj
+ *   [qwen3] q, k = q_norm(q), k_norm(k) per head
+ *   q, k = rope(q), rope(k)                                 observed: kv(k, v)
+ *   a = causal_gqa_attention(q, k, v)                       observed: o_proj
+ *   h = h + a Wo^T (+bo)
+ *
+ * Mistral's sliding window is not applied: it only matters for sequences longer than the window
+ * (4096 tokens for the models that use it), longer than calibration sequences. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+
+#include "engine/forward/forward_internal.h"
+
+static int has_qk_norm(const lwq_model_config *c)
+{
+    return c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE;
+}
+
+int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = h->shape[0], D = c->hidden_size, hd = c->head_dim;
+    const int H = c->num_attention_heads, KV = c->num_key_value_heads;
+    const int need_bias = c->arch == LWQ_ARCH_QWEN2 || c->attention_bias;
+    const float eps = (float)c->rms_norm_eps;
+    char name[LWQ_NAME_MAX], mq[LWQ_NAME_MAX], mk[LWQ_NAME_MAX], mv[LWQ_NAME_MAX],
+        mo[LWQ_NAME_MAX];
+    snprintf(mq, sizeof mq, "model.layers.%d.self_attn.q_proj", layer);
+    snprintf(mk, sizeof mk, "model.layers.%d.self_attn.k_proj", layer);
+    snprintf(mv, sizeof mv, "model.layers.%d.self_attn.v_proj", layer);
+    snprintf(mo, sizeof mo, "model.layers.%d.self_attn.o_proj", layer);
+
+    lwq_tensor ln1, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn;
+    int hbq, hbk, hbv, hbo;
+    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln1, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mq, H * hd, D, need_bias, &wq, &bq, &hbq, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mk, KV * hd, D, need_bias, &wk, &bk, &hbk, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mv, KV * hd, D, need_bias, &wv, &bv, &hbv, e));
+    /* qwen2 has no o_proj bias; llama's attention_bias covers o_proj too: take it when present */
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mo, D, H * hd, 0, &wo, &bo, &hbo, e));
+    if (has_qk_norm(c)) {
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", layer);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &qn, e));
+        snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", layer);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &kn, e));
+    }
+
+    const lwq_backend *be = m->be;
+    lwq_tensor x, q, k, v, a, o;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, H * hd, &q, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, KV * hd, &k, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, KV * hd, &v, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, H * hd, &a, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &o, e));
+
+    LWQ_TRY(lwq_backend_rmsnorm(be, h, &ln1, eps, &x, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mq, &x, &b->valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mk, &x, &b->valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mv, &x, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wq, hbq ? &bq : NULL, &q, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wk, hbk ? &bk : NULL, &k, e));
+    LWQ_TRY(lwq_backend_gemm(be, &x, &wv, hbv ? &bv : NULL, &v, e));
+    if (has_qk_norm(c)) {
+        /* per head: view (n, heads*hd) as (n*heads, hd) */
+        int64_t sq[2] = {n * H, hd}, sk[2] = {n * KV, hd};
+        lwq_tensor qv = lwq_tensor_view(q.data, q.dtype, 2, sq), kv = lwq_tensor_view(k.data,
+                                                                                     k.dtype, 2, sk);
+        qv.device = kv.device = q.device;
+        LWQ_TRY(lwq_backend_rmsnorm(be, &qv, &qn, eps, &qv, e));
+        LWQ_TRY(lwq_backend_rmsnorm(be, &kv, &kn, eps, &kv, e));
+    }
+    LWQ_TRY(lwq_backend_rope(be, &q, hd, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    LWQ_TRY(lwq_backend_rope(be, &k, hd, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    if (obs && obs->kv)
+        LWQ_TRY(obs->kv(obs->ctx, layer, &k, &v, &b->valid, e));
+
+    lwq_attn_args aa = {&q, &k, &v, &a, &b->valid, b->batch, b->seq, H, KV, hd, 0.0f};
+    aa.scale = (float)(1.0 / sqrt((double)hd));
+    LWQ_TRY(lwq_backend_attention(be, &aa, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e));
+    LWQ_TRY(lwq_backend_gemm(be, &a, &wo, hbo ? &bo : NULL, &o, e));
+    return lwq_backend_add(be, h, &o, e);
+}
+
+/* ---- the layer and the table ------------------------------------------------------------------ */
+
+/* h += attention; h += MLP: the dense SwiGLU, or on MoE layers (qwen3_moe, mixtral) the routed
+ * experts of model_moe.c. */
+static int llama_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                       lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    LWQ_TRY(lwq_fwd_attention_block(m, layer, w, b, h, obs, e));
+    return lwq_fwd_ffn_block(m, layer, w, b, h, lwq_fwd_moe_block, obs, e);
+}
+
+static int llama_has_experts(const lwq_model_config *c)
+{
+    return c->arch == LWQ_ARCH_MIXTRAL || (c->arch == LWQ_ARCH_QWEN3_MOE && c->num_experts > 0);
+}
+
+const lwq_fwd_arch lwq_fwd_arch_llama = {
+    .check_rope = lwq_fwd_check_full_rotary,
+    .odd_head_dim = 0,
+    .has_experts = llama_has_experts,
+    .check = NULL,
+    .rope_half = NULL,
+    .inv_freq = NULL,
+    .layer = llama_layer,
+    .final_norm = NULL,
+};

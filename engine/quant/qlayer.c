@@ -1,0 +1,464 @@
+#include "engine/quant/qlayer.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kernels/quant.h"
+#include "engine/quant/qlayer_gptq.h"
+#include "engine/quant/qops.h"
+
+void lwq_qlayer_report_free(lwq_qlayer_report *rep)
+{
+    if (!rep)
+        return;
+    free(rep->gptq);
+    rep->gptq = NULL;
+    rep->gptq_n = rep->gptq_cap = 0;
+}
+
+/* 1: GPTQ applies; 0: the max path (a conv1d, or a routed expert no calibration token reached);
+ * < 0: the statistics hold no GPTQ Hessian for this linear (a caller that did not ask for one must
+ * not get max codes under a GPTQ name). */
+static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_layer_stats *st, int idx,
+                        lwq_qlayer_report *rep, lwq_error *e)
+{
+    if (c->algo != LWQ_ALGO_GPTQ || l->role == LWQ_ROLE_LIN_CONV)
+        return 0;
+    if (!st->hsum[idx] || st->hkind[idx] != LWQ_STATS_H_FULL)
+        return lwq_errf(e, LWQ_ESTATE, "%s: GPTQ was chosen but no Hessian was collected for it", l->name);
+    if (st->in_rows[idx] > 0 && st->htokens[idx] > 0)
+        return 1;
+    rep->gptq_fallback++;
+    return 0;
+}
+
+lwq_quant_choice lwq_qlayer_choice(const lwq_recipe *r, const lwq_arch_layer *p, int i)
+{
+    const lwq_arch_linear *l = &p->linears[i];
+    lwq_quant_choice c = lwq_recipe_resolve_module(r, l->name, lwq_arch_is_mla_projection(p, l) ? LWQ_MODULE_MLA_PROJ : 0);
+    if (l->is_router)
+        c.format = LWQ_QFMT_NONE;
+    return c;
+}
+
+int lwq_qlayer_hessian(const lwq_arch_linear *l, const lwq_quant_choice *c)
+{
+    if (c->format == LWQ_QFMT_NVFP4 && c->algo == LWQ_ALGO_LOCAL_HESSIAN)
+        return LWQ_STATS_H_BLOCK;
+    if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ && l->role != LWQ_ROLE_LIN_CONV)
+        return LWQ_STATS_H_FULL;
+    return LWQ_STATS_H_NONE;
+}
+
+int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e)
+{
+    for (int i = 0; i < plan->nlinears; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        if (choice[i].split && !l->is_router)
+            return lwq_recipe_split_error(&choice[i], l->name, e);
+        if (choice[i].format == LWQ_QFMT_NONE)
+            continue;
+        if (l->is_router)
+            return lwq_errf(e, LWQ_EINVAL, "%s is a router; routers are never quantized (fix the recipe)", l->name);
+        if (l->role == LWQ_ROLE_LIN_CONV && choice[i].format != LWQ_QFMT_FP8)
+            return lwq_errf(e, LWQ_EINVAL, "%s is a depthwise conv1d; only per-tensor FP8 is supported for it, not %s",
+                            l->name, lwq_qformat_name(choice[i].format));
+        if (choice[i].format == LWQ_QFMT_NVFP4 && l->in_features % 16 != 0)
+            return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld is not a multiple of 16; NVFP4 needs blocks of 16",
+                            l->name, (long long)l->in_features);
+        if (l->group < 0)
+            continue;
+        for (int j = 0; j < plan->nlinears; j++) {
+            const lwq_arch_linear *m = &plan->linears[j];
+            if (m->group == l->group && choice[j].format != choice[i].format)
+                return lwq_errf(e, LWQ_EINVAL,
+                                "%s is %s but %s, which serving engines fuse with it, is %s; a fused group "
+                                "must be quantized in one format",
+                                l->name, lwq_qformat_name(choice[i].format), m->name,
+                                lwq_qformat_name(choice[j].format));
+        }
+    }
+    return 0;
+}
+
+static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear *l, lwq_error *e)
+{
+    char name[LWQ_ARCH_NAME_MAX + 16];
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    const lwq_htensor *t = lwq_tlist_find(src, name);
+    if (!t) {
+        lwq_errf(e, LWQ_ENOENT, "tensor %s is missing", name);
+        return NULL;
+    }
+    /* a conv1d weight [channels, 1, kernel] is quantized as the [channels, kernel] matrix it is in
+     * memory, and written back with its 3-D shape */
+    int conv = l->role == LWQ_ROLE_LIN_CONV;
+    if (t->ndim != (conv ? 3 : 2) || t->shape[0] != l->out_features || t->shape[t->ndim - 1] != l->in_features ||
+        (conv && t->shape[1] != 1)) {
+        if (conv)
+            lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, 1, %lld]", name, (long long)l->out_features,
+                     (long long)l->in_features);
+        else
+            lwq_errf(e, LWQ_EFORMAT, "tensor %s: expected shape [%lld, %lld]", name, (long long)l->out_features,
+                     (long long)l->in_features);
+        return NULL;
+    }
+    if (t->dtype != LWQ_BF16 && t->dtype != LWQ_F16 && t->dtype != LWQ_F32) {
+        lwq_errf(e, LWQ_EUNSUPPORTED, "tensor %s: dtype %s cannot be quantized (BF16, F16, F32 only)", name,
+                 lwq_dtype_name(t->dtype));
+        return NULL;
+    }
+    return t;
+}
+
+static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
+                      float global_amax, float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out,
+                      lwq_qlayer_report *rep, lwq_error *e)
+{
+    int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
+    uint8_t *packed = malloc((size_t)(rows * cols / 2));
+    uint8_t *scale = malloc((size_t)nb);
+    float *bamax = NULL, *h = NULL, ws2 = 0, is = 0;
+    int rc = 0;
+    if (!packed || !scale) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
+        goto fail;
+    }
+    if (c->algo == LWQ_ALGO_GPTQ) {
+        int g = gptq_applies(l, c, st, idx, rep, e);
+        rc = g < 0 ? g
+             : g   ? lwq_qlayer_gptq(l, c, w, global_amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), packed, scale,
+                                   NULL, &ws2, rep, e)
+                 : lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
+    } else if (c->algo == LWQ_ALGO_MAX) {
+        rc = lwq_qops_nvfp4_max(qo, w, rows, cols, global_amax, l->name, packed, scale, &ws2, e);
+    } else {
+        bamax = malloc((size_t)nb * sizeof *bamax);
+        if (!bamax) {
+            rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
+            goto fail;
+        }
+        if (c->algo == LWQ_ALGO_LOCAL_HESSIAN) {
+            h = malloc((size_t)(cols / 16) * 256 * sizeof *h);
+            if (!h) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
+                goto fail;
+            }
+            if (!st->hsum[idx] || st->htokens[idx] == 0) {
+                rc = lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration tokens for the local-Hessian search", l->name);
+                goto fail;
+            }
+            rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
+            if (rc >= 0)
+                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
+        } else if (c->fp8_scale_sweep) {
+            rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
+        } else {
+            rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, global_amax, l->name, bamax, e);
+        }
+        if (rc >= 0)
+            rc = lwq_qops_nvfp4_static(qo, w, rows, cols, bamax, global_amax, l->name, packed, scale, &ws2, e);
+    }
+    if (rc < 0)
+        goto fail;
+    if (rc == LWQ_QUANT_ZERO_TENSOR)
+        rep->zero_weights++;
+    rc = lwq_quant_input_scale(in_amax, LWQ_QUANT_NVFP4, l->name, &is, e);
+    if (rc < 0)
+        goto fail;
+    free(bamax);
+    free(h);
+    char name[LWQ_ARCH_NAME_MAX + 32];
+    int64_t sp[2] = {rows, cols / 2}, ss[2] = {rows, cols / 16};
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    if ((rc = lwq_tlist_add(out, name, LWQ_U8, 2, sp, packed, 1, e)) < 0) {
+        free(scale);
+        return rc;
+    }
+    snprintf(name, sizeof name, "%s.weight_scale", l->name);
+    if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, 2, ss, scale, 1, e)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s.weight_scale_2", l->name);
+    if ((rc = lwq_tlist_add_scalar(out, name, ws2, e)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s.input_scale", l->name);
+    return lwq_tlist_add_scalar(out, name, is, e);
+fail:
+    free(packed);
+    free(scale);
+    free(bamax);
+    free(h);
+    return rc;
+}
+
+static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
+                    float wamax, float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out,
+                    lwq_qlayer_report *rep, lwq_error *e)
+{
+    int64_t rows = w->shape[0], cols = w->shape[w->ndim - 1];
+    float amax = wamax, ws = 0, is = 0;
+    int rc = 0, gptq = c->algo == LWQ_ALGO_GPTQ ? gptq_applies(l, c, st, idx, rep, e) : 0;
+    if (gptq < 0)
+        return gptq;
+    /* local_hessian has no per-tensor form: FP8 uses mse for it; GPTQ keeps the weight's amax */
+    if (c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ)
+        rc = lwq_qops_fp8_mse(qo, w, rows, cols, l->name, &amax, e);
+    if (rc < 0)
+        return rc;
+    uint8_t *q = malloc((size_t)(rows * cols));
+    if (!q)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
+    rc = gptq ? lwq_qlayer_gptq(l, c, w, amax, st, idx, !strcmp(lwq_qops_where(qo), "cuda"), NULL, NULL, q, &ws, rep, e)
+              : lwq_qops_fp8(qo, w, rows, cols, amax, l->name, q, &ws, e);
+    if (rc < 0) {
+        free(q);
+        return rc;
+    }
+    if (rc == LWQ_QUANT_ZERO_TENSOR)
+        rep->zero_weights++;
+    if ((rc = lwq_quant_input_scale(in_amax, LWQ_QUANT_FP8, l->name, &is, e)) < 0) {
+        free(q);
+        return rc;
+    }
+    char name[LWQ_ARCH_NAME_MAX + 32];
+    int64_t sh[3] = {rows, cols, 0};
+    if (w->ndim == 3) { /* conv1d [channels, 1, kernel] */
+        sh[1] = 1;
+        sh[2] = cols;
+    }
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, w->ndim, sh, q, 1, e)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s.weight_scale", l->name);
+    if ((rc = lwq_tlist_add_scalar(out, name, ws, e)) < 0)
+        return rc;
+    snprintf(name, sizeof name, "%s.input_scale", l->name);
+    return lwq_tlist_add_scalar(out, name, is, e);
+}
+
+/* Input amax per linear after the cold-expert fill; errors for non-expert linears without data.
+ * only (may be NULL): the linears of one streamed unit; a cold expert then takes a provisional
+ * fill from the siblings seen so far (1 when none yet), and the report's expert counts are left
+ * to lwq_qlayer_finish_inputs. */
+static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
+                        const uint8_t *only, float *in_amax, lwq_qlayer_report *rep, lwq_error *e)
+{
+    int nE = st->n_experts;
+    uint8_t *filled = calloc((size_t)(nE > 0 ? nE : 1), 1);
+    if (!filled)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
+    for (int i = 0; i < plan->nlinears; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        in_amax[i] = st->in_amax[i];
+        if (choice[i].has_input_amax) { /* fixed by the recipe (Model Optimizer's constant_amax) */
+            in_amax[i] = choice[i].input_amax;
+            continue;
+        }
+        if (choice[i].format == LWQ_QFMT_NONE || (st->in_rows[i] > 0 && in_amax[i] > 0) || (only && !only[i]))
+            continue;
+        if (l->expert < 0) {
+            free(filled);
+            if (st->in_rows[i] == 0)
+                return lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration token reached this linear", l->name);
+            return lwq_errf(e, LWQ_ENUMERIC, "%s: input amax is 0 over %lld calibration tokens; an input scale of 0 "
+                            "would break serving", l->name, (long long)st->in_rows[i]);
+        }
+        /* cold (or all-zero) expert: max over calibrated siblings of the same projection */
+        float m = 0;
+        for (int j = 0; j < plan->nlinears; j++) {
+            const lwq_arch_linear *s = &plan->linears[j];
+            if (s->role == l->role && s->expert >= 0 && st->in_rows[j] > 0 && st->in_amax[j] > m)
+                m = st->in_amax[j];
+        }
+        if (only) { /* provisional: the layer's last group fixes it */
+            in_amax[i] = m > 0 ? m : 1.0f;
+            continue;
+        }
+        if (!(m > 0)) {
+            free(filled);
+            return lwq_errf(e, LWQ_ENUMERIC, "%s: no expert of layer %d received a calibration token; "
+                            "cannot fill cold experts (use more calibration data or --calib-all-experts)",
+                            l->name, plan->layer);
+        }
+        in_amax[i] = m;
+        if (l->expert < nE && !filled[l->expert]) {
+            filled[l->expert] = 1;
+            rep->filled_experts++;
+        }
+    }
+    free(filled);
+    if (only)
+        return 0;
+    for (int x = 0; x < nE; x++)
+        rep->cold_experts += st->expert_tokens[x] == 0;
+    rep->n_experts = nE;
+    return 0;
+}
+
+/* NVFP4 fused groups: shared input amax and shared weight global amax (w_amax may be NULL). */
+static void unify_groups(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const uint8_t *only,
+                         float *in_amax, float *w_amax)
+{
+    int n = plan->nlinears;
+    for (int g = 0; g < plan->ngroups; g++) {
+        float mi = 0, mw = 0;
+        int members = 0;
+        for (int i = 0; i < n; i++)
+            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4 && (!only || only[i])) {
+                mi = fmaxf(mi, in_amax[i]);
+                mw = w_amax ? fmaxf(mw, w_amax[i]) : 0;
+                members++;
+            }
+        for (int i = 0; members && i < n; i++)
+            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4 && (!only || only[i])) {
+                in_amax[i] = mi;
+                if (w_amax)
+                    w_amax[i] = mw;
+            }
+    }
+}
+
+static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                    const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                    lwq_qlayer_report *rep, const uint8_t *only, lwq_error *e)
+{
+    memset(rep, 0, sizeof *rep);
+    int n = plan->nlinears, rc = 0;
+    float *in_amax = calloc((size_t)(n ? n : 1), sizeof *in_amax);
+    float *w_amax = calloc((size_t)(n ? n : 1), sizeof *w_amax);
+    const lwq_htensor **w = calloc((size_t)(n ? n : 1), sizeof *w);
+    if (!in_amax || !w_amax || !w) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
+        goto out;
+    }
+    if ((rc = lwq_qlayer_check(plan, choice, e)) < 0 ||
+        (rc = input_amaxes(plan, choice, st, only, in_amax, rep, e)) < 0)
+        goto out;
+    for (int i = 0; i < n; i++) {
+        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]))
+            continue;
+        if (!(w[i] = weight_of(src, &plan->linears[i], e))) {
+            rc = e && e->code ? e->code : LWQ_ENOENT;
+            goto out;
+        }
+        rc = lwq_quant_amax(w[i]->data, w[i]->dtype, w[i]->shape[0] * w[i]->shape[w[i]->ndim - 1], w[i]->name,
+                            &w_amax[i], e);
+        if (rc < 0)
+            goto out;
+    }
+    unify_groups(plan, choice, only, in_amax, w_amax);
+    for (int i = 0; i < n; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        if (only && !only[i])
+            continue;
+        if (choice[i].format == LWQ_QFMT_NVFP4)
+            rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
+        else if (choice[i].format == LWQ_QFMT_FP8)
+            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
+        else
+            continue;
+        if (rc < 0)
+            goto out;
+        rep->quantized++;
+    }
+    /* every other source tensor passes through */
+    for (int t = 0; t < src->n; t++) {
+        const lwq_htensor *s = &src->v[t];
+        int replaced = 0;
+        for (int i = 0; i < n && !replaced; i++)
+            replaced = w[i] == s;
+        if (replaced)
+            continue;
+        if ((rc = lwq_tlist_add(out, s->name, s->dtype, s->ndim, s->shape, s->data, 0, e)) < 0)
+            goto out;
+    }
+    if (kv == LWQ_KV_FP8) {
+        int has_attn = 0;
+        char prefix[LWQ_ARCH_NAME_MAX] = "";
+        for (int i = 0; i < n; i++)
+            if (plan->linears[i].role == LWQ_ROLE_K) {
+                size_t len = strlen(plan->linears[i].name) - strlen(".k_proj");
+                snprintf(prefix, sizeof prefix, "%.*s", (int)len, plan->linears[i].name);
+                has_attn = 1;
+            }
+        if (has_attn) {
+            float ks, vs;
+            char name[LWQ_ARCH_NAME_MAX + 32];
+            snprintf(name, sizeof name, "%s.k_proj.k_scale", prefix);
+            if (st->kv_rows == 0) {
+                rc = lwq_errf(e, LWQ_ENUMERIC, "layer %d: no k/v was observed for the FP8 KV-cache scales", plan->layer);
+                goto out;
+            }
+            if ((rc = lwq_quant_kv_scale(st->k_amax, name, &ks, e)) < 0 || (rc = lwq_tlist_add_scalar(out, name, ks, e)) < 0)
+                goto out;
+            snprintf(name, sizeof name, "%s.v_proj.v_scale", prefix);
+            if ((rc = lwq_quant_kv_scale(st->v_amax, name, &vs, e)) < 0 || (rc = lwq_tlist_add_scalar(out, name, vs, e)) < 0)
+                goto out;
+        }
+    }
+    rc = 0;
+out:
+    lwq_qops_end_layer(qo); /* nothing cached for this layer is reused by the next */
+    free(in_amax);
+    free(w_amax);
+    free(w);
+    return rc;
+}
+
+int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                   lwq_qlayer_report *rep, lwq_error *e)
+{
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, NULL, e);
+}
+
+int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                        const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
+                        lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+{
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, only, e);
+}
+
+int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
+                             lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+{
+    int n = plan->nlinears, rc = 0;
+    float *in_amax = calloc((size_t)(n ? n : 1), sizeof *in_amax);
+    if (!in_amax)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
+    lwq_qlayer_report full;
+    memset(&full, 0, sizeof full);
+    if ((rc = input_amaxes(plan, choice, st, NULL, in_amax, &full, e)) < 0)
+        goto out;
+    unify_groups(plan, choice, NULL, in_amax, NULL);
+    for (int i = 0; i < n; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        lwq_qformat f = choice[i].format;
+        if (f == LWQ_QFMT_NONE || l->expert < 0)
+            continue;
+        char name[LWQ_ARCH_NAME_MAX + 32];
+        snprintf(name, sizeof name, "%s.input_scale", l->name);
+        lwq_htensor *t = NULL;
+        for (int k = out->n - 1; k >= 0 && !t; k--)
+            if (!strcmp(out->v[k].name, name))
+                t = &out->v[k];
+        float is;
+        if (!t || t->dtype != LWQ_F32 || !t->data) {
+            rc = lwq_errf(e, LWQ_ESTATE, "layer %d: %s was not produced by the expert groups", plan->layer, name);
+            goto out;
+        }
+        if ((rc = lwq_quant_input_scale(in_amax[i], f == LWQ_QFMT_NVFP4 ? LWQ_QUANT_NVFP4 : LWQ_QUANT_FP8, l->name,
+                                        &is, e)) < 0)
+            goto out;
+        *(float *)t->data = is;
+    }
+    rep->n_experts = full.n_experts;
+    rep->cold_experts = full.cold_experts;
+    rep->filled_experts = full.filled_experts;
+    rc = 0;
+out:
+    free(in_amax);
+    return rc;
+}

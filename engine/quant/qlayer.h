@@ -1,0 +1,79 @@
+/* engine/qlayer.h — turn one calibrated decoder layer into the tensors of its output shard.
+ *
+ * Input: the layer plan, the format/algorithm chosen for each linear (recipe), the statistics the
+ * forward collected, and the layer's source tensors (host views).  Output: every tensor of the
+ * shard under its full name (spec/FORMATS.md 2-6): quantized linears as weight / weight_scale /
+ * weight_scale_2 / input_scale (NVFP4) or weight / weight_scale / input_scale (FP8), k_scale and
+ * v_scale for a calibrated FP8 KV cache, and every other source tensor passed through unchanged
+ * (as a view of the source bytes, so the source buffer must outlive the output list).
+ *
+ * Rules applied here: NVFP4 fused groups share the max input amax and the max weight amax
+ * (section 5; FP8 is not unified); a routed expert no calibration token reached ("cold") takes
+ * the max input amax of its calibrated siblings of the same projection (section 6) and is
+ * reported; any other linear without calibration data, and any zero or non-finite amax, is an
+ * error naming the module.  GPTQ linears (engine/qlayer_gptq.h) rewrite the weight before its
+ * codes are taken; a cold expert has no Hessian and takes the max path (counted in the report);
+ * GPTQ on a depthwise conv1d (not a matrix product) is the max path too.  Deterministic: same
+ * inputs, same bytes.  The report is filled even on failure: free it with lwq_qlayer_report_free. */
+#ifndef LWQ_ENGINE_QLAYER_H
+#define LWQ_ENGINE_QLAYER_H
+
+#include "engine/quant/qops.h"
+#include "engine/quant/stats.h"
+#include "engine/source/tlist.h"
+#include "layout/recipe.h"
+
+/* One GPTQ linear's layer-output errors ||WX - ŴX||^2 over its calibration tokens. */
+typedef struct lwq_qlayer_gptq_err {
+    char name[LWQ_ARCH_NAME_MAX];
+    double err;                /* with the GPTQ weight */
+    double max_err;            /* with the max-calibrated weight (same scales) */
+    double ref;                /* ||WX||^2, to make both relative */
+    int sampled;               /* measured on every s-th row only (large linears) */
+} lwq_qlayer_gptq_err;
+
+typedef struct lwq_qlayer_report {
+    int n_experts;
+    int cold_experts;          /* experts no routed token reached */
+    int filled_experts;        /* of those, experts whose input scales came from siblings */
+    int zero_weights;          /* all-zero weights quantized with the substitute amax */
+    int quantized;             /* linears quantized */
+    int gptq_fallback;         /* GPTQ linears without calibration tokens (cold experts): max path */
+    int gptq_n, gptq_cap;      /* GPTQ linears, in quantization order (owned; lwq_qlayer_report_free) */
+    lwq_qlayer_gptq_err *gptq;
+} lwq_qlayer_report;
+
+void lwq_qlayer_report_free(lwq_qlayer_report *rep);
+
+/* The quantization of linear i of layer plan p: the recipe's choice for its module, except that
+ * routers are never quantized, whatever a rule matched.  The one home of that rule. */
+lwq_quant_choice lwq_qlayer_choice(const lwq_recipe *r, const lwq_arch_layer *p, int i);
+
+/* The Hessian the calibration of linear l with choice c wants from the statistics:
+ * LWQ_STATS_H_BLOCK for NVFP4 local_hessian, LWQ_STATS_H_FULL for GPTQ (not on a conv1d),
+ * LWQ_STATS_H_NONE otherwise.  The one home of that condition. */
+int lwq_qlayer_hessian(const lwq_arch_linear *l, const lwq_quant_choice *c);
+
+/* Check, before any weight is read, that the choices can be honoured: no router quantized, NVFP4
+ * in-features % 16 == 0, every fused group in one format.  Errors name the module. */
+int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e);
+
+/* src must be sorted (lwq_tlist_sort).  rep is reset first.  out receives the shard's tensors, unsorted.  qo says where
+ * the quantizers run (engine/qops.h; same bytes either way). */
+int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                   const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
+                   lwq_qlayer_report *rep, lwq_error *e);
+
+/* Expert streaming (engine/units.h): quantize only the linears with only[i] != 0, from the unit's
+ * source tensors src (every other src tensor passes through, as above).  A cold expert's input
+ * scale is provisional (siblings in later groups are not observed yet); after the layer's last
+ * group, lwq_qlayer_finish_inputs recomputes every expert's input_scale in out from the final
+ * statistics (the same values lwq_qlayer_run gives) and sets the report's expert counts.  The
+ * weights themselves do not depend on input amaxes, so nothing else changes. */
+int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                        const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
+                        lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
+                             lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+
+#endif

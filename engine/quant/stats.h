@@ -1,0 +1,56 @@
+/* engine/stats.h — what calibration observes in one decoder layer.
+ *
+ * An lwq_layer_stats is the lwq_observer the engine hands to the layer forward: for every
+ * quantizable linear of the layer plan it keeps the running input amax over real tokens (padding
+ * rows excluded unless include_padding), the number of rows seen, and, for linears calibrated
+ * with local_hessian, the per-16-block sum of x^T x (kernels/quant.h), for GPTQ linears the full
+ * in x in sum of x^T x (kernels/gptq.h; members of a fused group, which read the same input, share
+ * one); for the attention block the
+ * amax of k and v as they enter the cache; per routed expert the number of real tokens routed to
+ * it.  Amax is a max, so it does not depend on batch order; the Hessian sums are added batch by
+ * batch in calibration order, which layerwise and whole-model runs share, so both give the same
+ * bits.
+ *
+ * Ownership: borrows the plan and the backend (both must outlive it).  One forward thread. */
+#ifndef LWQ_ENGINE_STATS_H
+#define LWQ_ENGINE_STATS_H
+
+#include <stdint.h>
+
+#include "engine/forward/forward.h"
+#include "layout/arch.h"
+
+typedef struct lwq_layer_stats {
+    const lwq_arch_layer *plan;
+    const lwq_backend *be;
+    int include_padding;
+    const char *prefix;     /* cfg.weight_prefix, prepended to the forward's module names */
+    int n;                  /* = plan->nlinears */
+    int *by_name;           /* linear indexes sorted by module name (lookup) */
+    float *in_amax;         /* (n) */
+    int64_t *in_rows;       /* (n) rows observed */
+    double **hsum;          /* (n) NULL, (in/16, 16, 16) sums for local_hessian linears, or
+                               (in, in) upper-triangle sums for GPTQ linears */
+    uint8_t *hkind;         /* (n) LWQ_STATS_H_* */
+    int *hown;              /* (n) the linear whose buffer hsum[i] is (i itself unless shared) */
+    int64_t *htokens;       /* (n) */
+    float k_amax, v_amax;
+    int64_t kv_rows;
+    int n_experts;
+    int64_t *expert_tokens; /* (n_experts) routed real tokens */
+    void *scratch;          /* host staging for device tensors */
+    size_t scratch_bytes;
+    lwq_observer obs;       /* ready to pass to lwq_model_layer_forward */
+} lwq_layer_stats;
+
+enum { LWQ_STATS_H_NONE = 0, LWQ_STATS_H_BLOCK = 1, LWQ_STATS_H_FULL = 2 };
+/* want_hessian[i]: LWQ_STATS_H_BLOCK for the linears searched with local_hessian,
+ * LWQ_STATS_H_FULL for GPTQ linears (may be NULL: none). */
+int lwq_stats_init(lwq_layer_stats *s, const lwq_arch_layer *plan, const lwq_backend *be,
+                   int n_experts, int include_padding, int all_experts, const uint8_t *want_hessian,
+                   const char *prefix, lwq_error *e);
+void lwq_stats_free(lwq_layer_stats *s);
+/* Index of the linear named `module` in the plan, or -1. */
+int lwq_stats_find(const lwq_layer_stats *s, const char *module);
+
+#endif

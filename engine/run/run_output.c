@@ -1,0 +1,707 @@
+/* engine/run_output.c — everything a run writes.
+ *
+ * Commit order for layer L (../shared/DESIGN.md "Durable commit"), as three writer-thread jobs
+ * that run in this order and stop at the first failure (io/writer.h is sticky):
+ *   1. shard: model-layer-L.safetensors.tmp, fsync, rename, fsync dir  (shard_serialize)
+ *   2. boundary: the input of layer L+1 into boundary-((L+1)%2).bin, the file that does NOT hold
+ *      the input of layer L, durably                                    (boundary_serialize)
+ *   3. manifest.json.tmp naming L+1 committed layers, the new boundary and the shard checksum,
+ *      fsync, rename, fsync dir                                         (manifest_serialize)
+ * Invariant: manifest.json never names a shard or boundary that is not durable, and the boundary
+ * it names is never overwritten while it is named (the next boundary goes to the other file).
+ * A crash anywhere leaves either the old manifest (layer L recomputed on rerun, its shard
+ * overwritten) or the new one (layer L skipped). */
+#include <assert.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "core/file.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/trace.h"
+#include "engine/run/run_internal.h"
+#include "io/durable.h"
+#include "io/sys.h"
+#include "engine/source/layersrc.h"
+#include "layout/export.h"
+
+/* ---- shard serialization --------------------------------------------------------------------- */
+
+/* Appends through a 4 MiB staging buffer, so a shard of thousands of small tensors (scales,
+ * norms) costs a few large writes rather than one write each; hashes what it appends. */
+#define STAGE_BYTES (4u << 20)
+typedef struct hashed_file {
+    lwq_durable_file *f;
+    lwq_xxh64_state h;
+    unsigned char *buf;
+    size_t n;
+} hashed_file;
+
+static int hflush(hashed_file *hf, lwq_error *e)
+{
+    int rc = hf->n ? lwq_durable_append(hf->f, hf->buf, hf->n, e) : 0;
+    hf->n = 0;
+    return rc;
+}
+
+static int happend(hashed_file *hf, const void *p, size_t n, lwq_error *e)
+{
+    lwq_xxh64_update(&hf->h, p, n);
+    if (hf->n + n <= STAGE_BYTES) {
+        memcpy(hf->buf + hf->n, p, n);
+        hf->n += n;
+        return 0;
+    }
+    int rc = hflush(hf, e);
+    if (rc)
+        return rc;
+    if (n >= STAGE_BYTES / 2)
+        return lwq_durable_append(hf->f, p, n, e);
+    memcpy(hf->buf, p, n);
+    hf->n = n;
+    return 0;
+}
+
+/* A spilled tensor's bytes (engine/spill.h), read back through the staging buffer. */
+static int happend_spilled(hashed_file *hf, const lwq_spill *sp, uint64_t off, uint64_t n, lwq_error *e)
+{
+    if (!sp || sp->fd < 0)
+        return lwq_errf(e, LWQ_ESTATE, "%s: a spilled tensor without its spill file", hf->f->path);
+    int rc = hflush(hf, e);
+    for (uint64_t done = 0; rc == 0 && done < n;) {
+        size_t k = (size_t)(n - done < STAGE_BYTES ? n - done : STAGE_BYTES);
+        if ((rc = lwq_spill_read(sp, off + done, hf->buf, k, e)) == 0) {
+            lwq_xxh64_update(&hf->h, hf->buf, k);
+            rc = lwq_durable_append(hf->f, hf->buf, k, e);
+        }
+        done += k;
+    }
+    return rc;
+}
+
+/* Write a shard's bytes (safetensors, tensors sorted by name, our fingerprint in __metadata__). */
+static int write_tlist(const char *fp_hex, const lwq_tlist *l, lwq_durable_file *f, uint64_t *hash,
+                       uint64_t *bytes, const lwq_spill *sp, lwq_error *e)
+{
+    lwq_st_out_tensor *t = calloc((size_t)(l->n ? l->n : 1), sizeof *t);
+    if (!t)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", f->path);
+    for (int i = 0; i < l->n; i++) {
+        t[i].name = l->v[i].name;
+        t[i].dtype = l->v[i].dtype;
+        t[i].ndim = l->v[i].ndim;
+        memcpy(t[i].shape, l->v[i].shape, sizeof t[i].shape);
+        t[i].data = l->v[i].data;
+    }
+    lwq_st_kv meta[2] = {{(char *)"format", (char *)"pt"}, {(char *)"lwq_fingerprint", (char *)fp_hex}};
+    lwq_st_plan p;
+    int rc = lwq_st_plan_make(t, l->n, meta, 2, &p, e);
+    if (rc) {
+        free(t);
+        return rc;
+    }
+    hashed_file hf = {f, {{0}, 0, 0, {0}, 0}, malloc(STAGE_BYTES), 0};
+    lwq_xxh64_init(&hf.h, 0);
+    rc = hf.buf ? happend(&hf, p.header, p.header_bytes, e) : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", f->path);
+    for (int i = 0; rc == 0 && i < p.n; i++) {
+        int k = p.order[i];
+        rc = l->v[k].spilled ? happend_spilled(&hf, sp, l->v[k].spill_off, p.nbytes[k], e)
+                             : happend(&hf, l->v[k].data, p.nbytes[k], e);
+    }
+    if (rc == 0)
+        rc = hflush(&hf, e);
+    free(hf.buf);
+    if (rc == 0) {
+        *hash = lwq_xxh64_digest(&hf.h);
+        *bytes = p.header_bytes + p.data_bytes;
+    }
+    lwq_st_plan_free(&p);
+    free(t);
+    return rc;
+}
+
+typedef struct shard_job {
+    lwq_run *r;
+    int layer;
+    double t0;
+    int64_t slot_job;     /* prefetch job to release once written, or -1 */
+    lwq_tlist out, src;
+    lwq_spill spill;      /* a streamed layer's quantized experts (fd -1: none) */
+    uint64_t hash, bytes;
+} shard_job;
+
+static int shard_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    shard_job *j = ctx;
+    j->t0 = lwq_now();
+    lwq_tlist_sort(&j->out);
+    LWQ_TRACE_BEGIN("write", j->layer);
+    int rc = write_tlist(j->r->fp_hex, &j->out, f, &j->hash, &j->bytes, &j->spill, e);
+    LWQ_TRACE_END();
+    return rc;
+}
+
+static void shard_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    shard_job *j = ctx;
+    (void)id;
+    (void)e;
+    if (rc == 0) {
+        j->r->man.layers[j->layer].bytes = j->bytes;
+        j->r->man.layers[j->layer].xxh64 = j->hash;
+        j->r->lstat[j->layer].write_s = lwq_now() - j->t0;
+        lwq_run_log_layer(j->r, j->layer);
+    }
+    lwq_tlist_free(&j->out);
+    lwq_tlist_free(&j->src);
+    lwq_spill_close(&j->spill);
+    if (j->slot_job >= 0)
+        lwq_prefetch_release(j->r->pf, j->slot_job, NULL);
+    free(j);
+}
+
+typedef struct boundary_job {
+    lwq_run *r;
+    int buf;              /* bnd index written */
+    uint64_t hash;
+} boundary_job;
+
+
+static int boundary_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    boundary_job *j = ctx;
+    lwq_xxh64_state h;
+    lwq_xxh64_init(&h, 0);
+    const unsigned char *p = j->r->bnd[j->buf];
+    uint64_t n = j->r->bnd_bytes, chunk = 64u << 20;
+    int rc = 0;
+    LWQ_TRACE_BEGIN("boundary", -1);
+    for (uint64_t off = 0; off < n && rc == 0; off += chunk) {
+        size_t k = (size_t)(n - off < chunk ? n - off : chunk);
+        lwq_xxh64_update(&h, p + off, k);
+        rc = lwq_durable_append(f, p + off, k, e);
+    }
+    LWQ_TRACE_END();
+    if (rc)
+        return rc;
+    j->hash = lwq_xxh64_digest(&h);
+    return 0;
+}
+
+static void boundary_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    boundary_job *j = ctx;
+    (void)id;
+    (void)e;
+    lwq_run *r = j->r;
+    pthread_mutex_lock(&r->mu);
+    if (rc == 0) {
+        r->man.boundary_bytes = r->bnd_bytes;
+        r->man.boundary_xxh64 = j->hash;
+    }
+    r->bnd_pending[j->buf] = 0;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+    free(j);
+}
+
+void lwq_run_wait_boundary(lwq_run *r, int i)
+{
+    pthread_mutex_lock(&r->mu);
+    while (r->bnd_pending[i])
+        pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+typedef struct manifest_job {
+    lwq_run *r;
+    int committed;
+} manifest_job;
+
+static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    manifest_job *j = ctx;
+    lwq_manifest *m = &j->r->man;
+    /* commits are consecutive, and this job runs only after the shard of layer committed-1 and
+     * the boundary for layer committed were made durable (the writer is sticky: a failed job
+     * cancels the ones after it), whose callbacks filled in their sizes */
+    assert(j->committed == m->committed + 1);
+    assert(m->layers[j->committed - 1].bytes > 0);
+    assert(j->committed == m->num_layers || m->boundary_bytes == j->r->bnd_bytes);
+    m->committed = j->committed;
+    if (j->committed < m->num_layers)
+        snprintf(m->boundary_file, sizeof m->boundary_file, LWQ_RESUME_BOUNDARY_FMT, j->committed % 2);
+    else
+        m->boundary_file[0] = 0;
+    char *s = lwq_manifest_render(m);
+    if (!s)
+        return lwq_errf(e, LWQ_ENOMEM, "manifest: out of memory");
+    LWQ_TRACE_BEGIN("commit", j->committed - 1);
+    int rc = lwq_durable_append(f, s, strlen(s), e);
+    LWQ_TRACE_END();
+    free(s);
+    return rc;
+}
+
+static void free_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    (void)id;
+    (void)rc;
+    (void)e;
+    free(ctx);
+}
+
+/* Write `l` as out_dir/name, durably, now (whole-model shards and the tail). */
+static int write_tlist_file(lwq_run *r, const char *name, const lwq_tlist *l, uint64_t *hash, uint64_t *bytes,
+                            lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    if (rc)
+        return rc;
+    lwq_durable_file f;
+    lwq_tlist sorted = *l;
+    lwq_tlist_sort(&sorted);
+    if ((rc = lwq_durable_open(&f, path, e)) != 0)
+        return rc;
+    if ((rc = write_tlist(r->fp_hex, &sorted, &f, hash, bytes, NULL, e)) != 0) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    return lwq_durable_commit(&f, e);
+}
+
+int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e)
+{
+    char name[40];
+    lwq_shard_name(layer, name);
+    return write_tlist_file(r, name, out, &r->man.layers[layer].xxh64, &r->man.layers[layer].bytes, e);
+}
+
+int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job, lwq_error *e)
+{
+    return lwq_run_commit_layer_spill(r, layer, out, src, slot_job, NULL, e);
+}
+
+int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job,
+                               lwq_spill *spill, lwq_error *e)
+{
+    char name[40], path[PATH_MAX];
+    lwq_shard_name(layer, name);
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    shard_job *sj = calloc(1, sizeof *sj);
+    if (rc || !sj) {
+        free(sj);
+        lwq_tlist_free(out);
+        lwq_tlist_free(src);
+        if (spill)
+            lwq_spill_close(spill);
+        return rc ? rc : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
+    sj->spill.fd = -1;
+    if (spill) {
+        sj->spill = *spill;
+        spill->fd = -1;
+    }
+    sj->r = r;
+    sj->layer = layer;
+    sj->slot_job = slot_job;
+    sj->out = *out;
+    sj->src = *src;
+    memset(out, 0, sizeof *out);
+    memset(src, 0, sizeof *src);
+    lwq_writer_job job = {path, NULL, 0, shard_serialize, sj, shard_done, sj};
+    if (lwq_writer_submit(r->wr, &job, e) < 0) {
+        shard_done(sj, -1, -1, NULL);
+        return e->code;
+    }
+    /* the output boundary of this layer (the input of the next): boundary alternation puts it in
+     * bnd[(L + 1) % 2] and boundary-((L + 1) % 2).bin, never the file the manifest names now */
+    int nxt = 1 - r->cur;
+    assert(r->cur == layer % 2);
+    if (layer + 1 < r->nlayers) {
+        boundary_job *bj = calloc(1, sizeof *bj);
+        char bpath[PATH_MAX];
+        if (!bj)
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        if ((rc = lwq_pathf(e, bpath, sizeof bpath, "%s/" LWQ_RESUME_BOUNDARY_FMT, r->resume_dir, (layer + 1) % 2)) != 0) {
+            free(bj);
+            return rc;
+        }
+        bj->r = r;
+        bj->buf = nxt;
+        pthread_mutex_lock(&r->mu);
+        r->bnd_pending[nxt] = 1;
+        pthread_mutex_unlock(&r->mu);
+        lwq_writer_job bjob = {bpath, NULL, 0, boundary_serialize, bj, boundary_done, bj};
+        if (lwq_writer_submit(r->wr, &bjob, e) < 0) {
+            boundary_done(bj, -1, -1, NULL);
+            return e->code;
+        }
+    }
+    manifest_job *mj = calloc(1, sizeof *mj);
+    if (!mj)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    mj->r = r;
+    mj->committed = layer + 1;
+    lwq_writer_job mjob = {r->manifest_path, NULL, 0, manifest_serialize, mj, free_done, mj};
+    if (lwq_writer_submit(r->wr, &mjob, e) < 0) {
+        free(mj);
+        return e->code;
+    }
+    return 0;
+}
+
+
+/* ---- the end of a run: tail, index, configs ---------------------------------------------------- */
+
+
+static int write_text(lwq_run *r, const char *name, const char *text, lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
+    return rc ? rc : lwq_durable_write_file(path, text, strlen(text), e);
+}
+
+/* The tail: every tensor outside decoder layers 0..num_hidden_layers-1 (embeddings, final norm,
+ * lm_head, MTP layers), unchanged.  Streamed from the source files through a fixed 8 MiB buffer
+ * (the embedding and lm_head of a large model are gigabytes), unless a tensor there must be
+ * dequantized first (FP8 / MXFP4 MTP layers), which goes through memory. */
+static int tail_tensors(const lwq_run *r, int **idx, int *n, int *packed)
+{
+    int cap = r->ck.tail.n;
+    for (int L = r->nlayers; L < r->ck.nlayers; L++)
+        cap += r->ck.layers[L].n;
+    *idx = malloc((size_t)(cap ? cap : 1) * sizeof **idx);
+    if (!*idx)
+        return -1;
+    *n = 0;
+    *packed = 0;
+    for (int L = -1; L < r->ck.nlayers; L++) {
+        if (L >= 0 && L < r->nlayers)
+            continue;
+        const lwq_ckpt_layer *cl = L < 0 ? &r->ck.tail : &r->ck.layers[L];
+        for (int k = 0; k < cl->n; k++) {
+            const lwq_ckpt_tensor *t = &r->ck.tensors[cl->idx[k]];
+            *packed |= t->dtype == LWQ_F8_E4M3 || t->dtype == LWQ_U8;
+            (*idx)[(*n)++] = cl->idx[k];
+        }
+    }
+    return 0;
+}
+
+static int stream_tail(lwq_run *r, const int *idx, int n, lwq_durable_file *f, lwq_error *e)
+{
+    lwq_st_out_tensor *t = calloc((size_t)(n ? n : 1), sizeof *t);
+    unsigned char *buf = malloc(STAGE_BYTES);
+    int *fds = malloc((size_t)r->ck.nfiles * sizeof *fds);
+    int rc = t && buf && fds ? 0 : lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    for (int i = 0; fds && i < r->ck.nfiles; i++)
+        fds[i] = -1;
+    for (int i = 0; rc == 0 && i < n; i++) {
+        const lwq_ckpt_tensor *s = &r->ck.tensors[idx[i]];
+        t[i].name = s->name;
+        t[i].dtype = s->dtype;
+        t[i].ndim = s->ndim;
+        memcpy(t[i].shape, s->shape, sizeof t[i].shape);
+    }
+    lwq_st_kv meta[2] = {{(char *)"format", (char *)"pt"}, {(char *)"lwq_fingerprint", r->fp_hex}};
+    lwq_st_plan p = {0};
+    if (rc == 0 && (rc = lwq_st_plan_make(t, n, meta, 2, &p, e)) == 0)
+        rc = lwq_durable_append(f, p.header, p.header_bytes, e);
+    for (int i = 0; rc == 0 && i < p.n; i++) {
+        const lwq_ckpt_tensor *s = &r->ck.tensors[idx[p.order[i]]];
+        const char *path = r->ck.files[s->file].path;
+        if (fds[s->file] < 0 && (fds[s->file] = lwq_sys()->open(path, O_RDONLY, 0)) < 0) {
+            rc = lwq_errsys(e, fds[s->file], "%s: cannot open", path);
+            fds[s->file] = -1;
+            break;
+        }
+        for (uint64_t off = 0; rc == 0 && off < s->nbytes;) {
+            size_t k = (size_t)(s->nbytes - off < STAGE_BYTES ? s->nbytes - off : STAGE_BYTES);
+            if ((rc = lwq_durable_pread_all(fds[s->file], buf, k, s->offset + off, path, e)) == 0)
+                rc = lwq_durable_append(f, buf, k, e);
+            off += k;
+        }
+    }
+    for (int i = 0; fds && i < r->ck.nfiles; i++)
+        if (fds[i] >= 0)
+            lwq_sys()->close(fds[i]);
+    lwq_st_plan_free(&p);
+    free(fds);
+    free(buf);
+    free(t);
+    return rc;
+}
+
+static int tail_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
+{
+    lwq_run *r = ctx;
+    int *idx, n, packed;
+    if (tail_tensors(r, &idx, &n, &packed) != 0)
+        return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    int rc = stream_tail(r, idx, n, f, e);
+    free(idx);
+    return rc;
+}
+
+static void tail_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+{
+    lwq_run *r = ctx;
+    (void)id;
+    (void)e;
+    r->tail_written = rc == 0;
+}
+
+int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
+{
+    int *idx, n, packed;
+    if (tail_tensors(r, &idx, &n, &packed) != 0)
+        return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    free(idx);
+    if (packed) /* needs dequantization: written at the end, through memory */
+        return 0;
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir);
+    if (rc)
+        return rc;
+    lwq_writer_job job = {path, NULL, 0, tail_serialize, r, tail_done, r};
+    return lwq_writer_submit(r->wr, &job, e) < 0 ? e->code : 0;
+}
+
+static int write_tail(lwq_run *r, lwq_error *e)
+{
+    int *idx, n, packed;
+    if (tail_tensors(r, &idx, &n, &packed) != 0)
+        return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
+    int rc;
+    if (!packed) {
+        char path[PATH_MAX];
+        lwq_durable_file f;
+        if ((rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir)) == 0 &&
+            (rc = lwq_durable_open(&f, path, e)) == 0) {
+            if ((rc = stream_tail(r, idx, n, &f, e)) != 0)
+                lwq_durable_abort(&f);
+            else
+                rc = lwq_durable_commit(&f, e);
+        }
+        free(idx);
+        return rc;
+    }
+    free(idx);
+    lwq_tlist tail = {0}, part;
+    rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
+    for (int L = r->nlayers; rc == 0 && L < r->ck.nlayers; L++) {
+        if ((rc = lwq_layersrc_read(&r->ck, L, &part, e)) != 0)
+            break;
+        for (int i = 0; rc == 0 && i < part.n; i++) {
+            rc = lwq_tlist_add(&tail, part.v[i].name, part.v[i].dtype, part.v[i].ndim, part.v[i].shape,
+                               part.v[i].data, 1, e);
+            part.v[i].owned = 0;
+        }
+        lwq_tlist_free(&part);
+    }
+    uint64_t h, b;
+    if (rc == 0)
+        rc = write_tlist_file(r, LWQ_OUT_TAIL, &tail, &h, &b, e);
+    lwq_tlist_free(&tail);
+    return rc;
+}
+
+static int write_index(lwq_run *r, lwq_error *e)
+{
+    int cap = 1024, n = 0, rc = 0;
+    char **names = malloc((size_t)cap * sizeof *names);
+    const char **files = malloc((size_t)cap * sizeof *files);
+    char (*fnames)[40] = calloc((size_t)r->nlayers + 1, 40);
+    uint64_t total = 0;
+    if (!names || !files || !fnames) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
+        goto out;
+    }
+    for (int L = 0; L <= r->nlayers && rc == 0; L++) {
+        if (L < r->nlayers)
+            lwq_shard_name(L, fnames[L]);
+        else
+            snprintf(fnames[L], 40, LWQ_OUT_TAIL);
+        char path[PATH_MAX];
+        lwq_st_file f;
+        if ((rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, fnames[L])) != 0 ||
+            (rc = lwq_out_st_open(path, &f, e)) != 0)
+            break;
+        for (int i = 0; i < f.n && rc == 0; i++) {
+            if (n == cap) {
+                cap *= 2;
+                char **nn = realloc(names, (size_t)cap * sizeof *nn);
+                const char **nf = nn ? realloc(files, (size_t)cap * sizeof *nf) : NULL;
+                if (nn)
+                    names = nn;
+                if (nf)
+                    files = nf;
+                if (!nn || !nf) {
+                    rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
+                    break;
+                }
+            }
+            names[n] = strdup(f.entries[i].name);
+            files[n] = fnames[L];
+            if (!names[n]) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
+                break;
+            }
+            total += f.entries[i].end - f.entries[i].begin;
+            n++;
+        }
+        lwq_st_free(&f);
+    }
+    char *js = NULL;
+    if (rc == 0 && (rc = lwq_export_index_json((const char *const *)names, files, n, total, &js, e)) == 0)
+        rc = write_text(r, LWQ_OUT_INDEX, js, e);
+    free(js);
+out:
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+    free(files);
+    free(fnames);
+    return rc;
+}
+
+static int write_configs(lwq_run *r, lwq_error *e)
+{
+    int total = 0;
+    for (int L = 0; L < r->nlayers; L++)
+        total += r->plans[L].nlinears;
+    lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
+    /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized */
+    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 1, sizeof *extra);
+    int nextra = 0, k = 0, rc = 0;
+    if (!mods || !extra) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+        goto out;
+    }
+    for (int L = 0; L < r->nlayers; L++)
+        for (int i = 0; i < r->plans[L].nlinears; i++) {
+            mods[k].name = r->plans[L].linears[i].name;
+            mods[k++].format = r->choice[L][i].format;
+        }
+    for (int L = r->nlayers; L < r->ck.nlayers; L++) {
+        char g[96];
+        snprintf(g, sizeof g, "%smodel.layers.%d*", r->ck.cfg.weight_prefix, L);
+        if (!(extra[nextra++] = strdup(g))) {
+            rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+            goto out;
+        }
+    }
+    {
+        char mtp[64];
+        size_t np = (size_t)snprintf(mtp, sizeof mtp, "%smtp.", r->ck.cfg.weight_prefix);
+        for (int i = 0; i < r->ck.tail.n; i++)
+            if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, mtp, np)) {
+                mtp[np - 1] = '*'; /* "mtp*": a prefix glob at the dot boundary */
+                if (!(extra[nextra++] = strdup(mtp))) {
+                    rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                    goto out;
+                }
+                break;
+            }
+    }
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
+    char *hq = NULL, *cj = NULL;
+    if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.raw, &q, &cj, e)) == 0 &&
+        (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
+        rc = write_text(r, LWQ_OUT_CONFIG, cj, e);
+    free(hq);
+    free(cj);
+out:
+    for (int i = 0; i < nextra; i++)
+        free(extra[i]);
+    free(extra);
+    free(mods);
+    return rc;
+}
+
+/* Files a server needs beside the weights, copied as they are when present. */
+static int copy_side_files(lwq_run *r, lwq_error *e)
+{
+    static const char *const names[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
+                                        "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
+                                        "added_tokens.json", "chat_template.jinja", "chat_template.json"};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        char src[PATH_MAX], *buf;
+        size_t len;
+        int rc = lwq_pathf(e, src, sizeof src, "%s/%s", r->o->model_dir, names[i]);
+        if (rc)
+            return rc;
+        if (access(src, F_OK) != 0)
+            continue;
+        if ((rc = lwq_file_read_all(src, 256u << 20, &buf, &len, e)) != 0)
+            return rc;
+        char dst[PATH_MAX];
+        if ((rc = lwq_pathf(e, dst, sizeof dst, "%s/%s", r->out_dir, names[i])) == 0)
+            rc = lwq_durable_write_file(dst, buf, len, e);
+        free(buf);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int write_report(lwq_run *r, lwq_error *e)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "recipe", r->o->recipe->name);
+    cJSON_AddNumberToObject(root, "calibration_samples", r->o->calib->n);
+    cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
+    cJSON_AddNumberToObject(root, "batch_size", r->o->batch_size);
+    cJSON_AddBoolToObject(root, "padding_excluded", !r->o->include_padding);
+    cJSON_AddBoolToObject(root, "calib_all_experts", r->o->all_experts);
+    cJSON *layers = cJSON_AddArrayToObject(root, "layers");
+    int cold_total = 0;
+    for (int L = 0; L < r->nlayers; L++) {
+        cJSON *l = r->man.layers[L].report ? cJSON_Parse(r->man.layers[L].report) : NULL;
+        if (!l)
+            l = cJSON_CreateObject();
+        const cJSON *c = cJSON_GetObjectItemCaseSensitive(l, "cold_experts");
+        if (cJSON_IsNumber(c))
+            cold_total += c->valueint;
+        cJSON_AddItemToArray(layers, l);
+    }
+    cJSON_AddNumberToObject(root, "cold_experts_total", cold_total);
+    char *s = cJSON_Print(root);
+    cJSON_Delete(root);
+    if (!s)
+        return lwq_errf(e, LWQ_ENOMEM, "report: out of memory");
+    int rc = write_text(r, LWQ_OUT_REPORT, s, e);
+    free(s);
+    return rc;
+}
+
+int lwq_run_finish(lwq_run *r, lwq_error *e)
+{
+    int rc;
+    if ((!r->tail_written && (rc = write_tail(r, e)) != 0) || (rc = write_index(r, e)) != 0 || (rc = write_configs(r, e)) != 0 ||
+        (rc = copy_side_files(r, e)) != 0)
+        return rc;
+    if ((rc = write_report(r, e)) != 0)
+        return rc;
+    r->man.committed = r->nlayers;
+    r->man.complete = 1;
+    r->man.boundary_file[0] = 0;
+    r->man.boundary_bytes = r->man.boundary_xxh64 = 0;
+    if ((rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
+        return rc;
+    for (int i = 0; i < 2; i++) {
+        char p[PATH_MAX];
+        if (lwq_pathf(e, p, sizeof p, "%s/" LWQ_RESUME_BOUNDARY_FMT, r->resume_dir, i) == 0 && (rc = lwq_durable_unlink(p, e)) != 0)
+            return rc;
+    }
+    return 0;
+}

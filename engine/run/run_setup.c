@@ -1,0 +1,579 @@
+/* engine/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
+ * of the run exists and after they are gone): the checkpoint opened and checked, the per-layer
+ * plans and quantization choices, the backend and model, the calibration batches, the JSON log,
+ * the memory plan against the limits, the fingerprint, the fresh/restart/resume decision for
+ * the output and resume directories, and the two boundary buffers. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "core/hash.h"
+#include "core/log.h"
+#include "core/parallel.h"
+#include "engine/run/run_internal.h"
+#include "io/durable.h"
+#include "layout/export.h"
+#include "io/sys.h"
+
+void lwq_calib_set_free(lwq_calib_set *c)
+{
+    if (!c)
+        return;
+    for (int i = 0; i < c->n; i++)
+        free(c->ids[i]);
+    free(c->ids);
+    free(c->len);
+    memset(c, 0, sizeof *c);
+}
+
+/* ---- the checkpoint, the plans, the backend ------------------------------------------------- */
+
+static int check_checkpoint(lwq_run *r, lwq_error *e)
+{
+    lwq_arch_report rep = {0};
+    int rc = lwq_arch_check(&r->ck, &rep, e);
+    if (rc < 0)
+        return rc;
+    for (int i = 0; i < rep.n; i++) {
+        const lwq_arch_issue *x = &rep.v[i];
+        if (x->kind == LWQ_ISSUE_UNEXPECTED)
+            LWQ_WARN("tensor %s is not part of the %s architecture; it is copied unchanged", x->name,
+                     r->ck.cfg.model_type);
+        else if (x->kind == LWQ_ISSUE_EXTRA_LAYER)
+            LWQ_INFO("layer %d is beyond num_hidden_layers (an MTP block?); it goes to the tail unchanged", x->layer);
+    }
+    if (rc > 0) {
+        const lwq_arch_issue *x = NULL;
+        for (int i = 0; i < rep.n && !x; i++)
+            if (rep.v[i].kind == LWQ_ISSUE_MISSING || rep.v[i].kind == LWQ_ISSUE_BAD_SHAPE)
+                x = &rep.v[i];
+        rc = lwq_errf(e, LWQ_EFORMAT, "%s: %d tensor problem(s); first: layer %d: %s %s%s%s", r->ck.dir, rc,
+                      x ? x->layer : -1, x ? lwq_arch_issue_name(x->kind) : "?", x ? x->name : "",
+                      x && x->detail[0] ? ": " : "", x ? x->detail : "");
+    }
+    lwq_arch_report_free(&rep);
+    return rc;
+}
+
+static int build_plans(lwq_run *r, lwq_error *e)
+{
+    r->plans = calloc((size_t)r->nlayers, sizeof *r->plans);
+    r->choice = calloc((size_t)r->nlayers, sizeof *r->choice);
+    r->lstat = calloc((size_t)r->nlayers, sizeof *r->lstat);
+    if (!r->plans || !r->choice || !r->lstat)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    int quantized = 0;
+    for (int L = 0; L < r->nlayers; L++) {
+        int rc = lwq_arch_layer_plan(&r->ck.cfg, L, &r->plans[L], e);
+        if (rc)
+            return rc;
+        lwq_arch_layer *p = &r->plans[L];
+        r->choice[L] = calloc((size_t)(p->nlinears ? p->nlinears : 1), sizeof **r->choice);
+        if (!r->choice[L])
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        for (int i = 0; i < p->nlinears; i++) {
+            r->choice[L][i] = lwq_qlayer_choice(r->o->recipe, p, i);
+            quantized += r->choice[L][i].format != LWQ_QFMT_NONE;
+            /* the k/v cache quantizers of Model Optimizer live on the attention module */
+            if (p->linears[i].role == LWQ_ROLE_O) {
+                char attn[LWQ_ARCH_NAME_MAX];
+                snprintf(attn, sizeof attn, "%s", p->linears[i].name);
+                char *dot = strrchr(attn, '.');
+                if (dot)
+                    *dot = 0;
+                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0)
+                    return rc;
+            }
+        }
+        if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
+            return rc;
+    }
+    if (!quantized)
+        return lwq_errf(e, LWQ_EINVAL, "recipe \"%s\" quantizes no linear of this %s model", r->o->recipe->name,
+                        r->ck.cfg.model_type);
+    return 0;
+}
+
+static int make_backend(lwq_run *r, lwq_error *e)
+{
+    lwq_device_choice d = r->o->device;
+    if (d == LWQ_DEVICE_AUTO)
+        d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
+    if (rc)
+        return rc;
+    r->be_open = 1;
+    lwq_qops_init(&r->qops, &r->be);
+    lwq_devslab_init(&r->wslab, &r->be);
+    if (!r->o->quiet)
+        LWQ_INFO("forward on the %s backend; weights quantized on the %s", r->be.ops->name,
+                 lwq_qops_where(&r->qops));
+    if (r->o->threads > 0)
+        lwq_parallel_set_threads(r->o->threads);
+    return 0;
+}
+
+static int open_model(lwq_run *r, lwq_error *e)
+{
+    int rc;
+    if ((rc = lwq_ckpt_open(r->o->model_dir, &r->ck, e)) != 0)
+        return rc;
+    r->ck_open = 1;
+    r->nlayers = r->ck.cfg.num_hidden_layers;
+    r->hidden = r->ck.cfg.hidden_size;
+    r->act = r->ck.cfg.dtype;
+    if (r->act != LWQ_BF16 && r->act != LWQ_F16 && r->act != LWQ_F32)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: dtype %s is not a compute dtype (BF16, F16, F32)", r->o->model_dir,
+                        lwq_dtype_name(r->act));
+    if ((rc = check_checkpoint(r, e)) != 0 || (rc = build_plans(r, e)) != 0 || (rc = make_backend(r, e)) != 0)
+        return rc;
+    if ((rc = lwq_model_init(&r->model, &r->ck.cfg, &r->be, r->act, e)) != 0)
+        return rc;
+    r->model_open = 1;
+    return lwq_run_build_batches(r, e);
+}
+
+/* The memory plan, printed, and held against --max-cpu-memory-gb / --max-gpu-memory-gb before
+ * any weight is read. */
+static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    lwq_mem_plan mp;
+    int rc = lwq_quantize_plan_ckpt(o, &r->ck, &mp, e);
+    if (rc)
+        return rc;
+    *p = mp;
+    if (!o->quiet)
+        lwq_mem_plan_print(&mp, o);
+    if ((rc = lwq_plan_stream_refusal(o, &mp, e)) != 0) /* a streaming minimum decides it */
+        return rc;
+    if (o->max_cpu_gb > 0 && (double)mp.host_peak > o->max_cpu_gb * 1e9)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of host memory, more than --max-cpu-memory-gb %.2f; "
+                        "lower --calib-size/--calib-seq or --prefetch", (double)mp.host_peak / 1e9, o->max_cpu_gb);
+    if (o->max_gpu_gb > 0 && (double)mp.gpu_peak > o->max_gpu_gb * 1e9)
+        return lwq_errf(e, LWQ_ENOMEM, "the plan needs %.2f GB of GPU memory, more than --max-gpu-memory-gb %.2f",
+                        (double)mp.gpu_peak / 1e9, o->max_gpu_gb);
+    return 0;
+}
+
+void lwq_run_init(lwq_run *r, const lwq_quantize_opts *o)
+{
+    memset(r, 0, sizeof *r);
+    r->o = o;
+    pthread_mutex_init(&r->mu, NULL);
+    pthread_cond_init(&r->cv, NULL);
+    pthread_mutex_init(&r->log_mu, NULL);
+    r->t0 = lwq_now();
+}
+
+int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    *nothing_to_do = 0;
+    lwq_mem_plan mp;
+    int rc = open_model(r, e);
+    if (rc == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
+        rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
+    if (rc == 0)
+        rc = check_memory(r, &mp, e);
+    if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
+        rc = lwq_run_prepare_output(r, nothing_to_do, e);
+    if (rc || *nothing_to_do)
+        return rc;
+    if (!o->whole_model && !o->dry_read && r->start_layer < r->nlayers) {
+        r->bnd[0] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+        r->bnd[1] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+        if (!r->bnd[0] || !r->bnd[1])
+            return lwq_errf(e, LWQ_ENOMEM, "cannot allocate 2 x %.2f GB of boundary activations",
+                            (double)r->bnd_bytes / 1e9);
+        /* boundary alternation: the input of layer L is always bnd[L % 2] (run.c, run_output.c) */
+        r->cur = r->start_layer % 2;
+    }
+    if (!o->whole_model && r->start_layer < r->nlayers && mp.expert_group > 0) {
+        if (!o->quiet)
+            LWQ_INFO("expert streaming: MoE layers in units of %d experts", mp.expert_group);
+        return lwq_run_stream_init(r, mp.expert_group, e);
+    }
+    return 0;
+}
+
+void lwq_run_free(lwq_run *r)
+{
+    lwq_run_stream_free(r);
+    if (r->pf)
+        lwq_prefetch_free(r->pf);
+    if (r->wr)
+        lwq_writer_free(r->wr);
+    if (r->pool_open)
+        lwq_pool_free(&r->pool);
+    if (r->rd)
+        lwq_io_reader_free(r->rd);
+    for (int b = 0; b < r->nb; b++) {
+        if (r->batches)
+            lwq_batch_free(&r->batches[b], &r->be);
+        if (r->tokens)
+            free(r->tokens[b]);
+    }
+    free(r->batches);
+    free(r->tokens);
+    free(r->rows);
+    free(r->boff);
+    free(r->bnd[0]);
+    free(r->bnd[1]);
+    if (r->be_open && r->work.data)
+        lwq_backend_tensor_free(&r->be, &r->work);
+    if (r->be_open) {
+        lwq_qops_free(&r->qops);
+        lwq_devslab_free(&r->wslab);
+    }
+    if (r->model_open)
+        lwq_model_free(&r->model);
+    for (int L = 0; L < r->nlayers; L++) {
+        if (r->plans)
+            lwq_arch_layer_free(&r->plans[L]);
+        if (r->choice)
+            free(r->choice[L]);
+    }
+    free(r->plans);
+    free(r->choice);
+    free(r->lstat);
+    lwq_manifest_free(&r->man);
+    if (r->be_open)
+        lwq_backend_destroy(&r->be);
+    if (r->ck_open)
+        lwq_ckpt_free(&r->ck);
+    if (r->jlog)
+        fclose(r->jlog);
+    lwq_runlock_release(&r->lock);
+    pthread_mutex_destroy(&r->mu);
+    pthread_cond_destroy(&r->cv);
+    pthread_mutex_destroy(&r->log_mu);
+}
+
+/* ---- fingerprint, output directory, batches ------------------------------------------------- */
+
+static int cmp_path(const void *a, const void *b)
+{
+    const lwq_st_file *x = a, *y = b;
+    return strcmp(x->path, y->path);
+}
+
+int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    lwq_fingerprint *f = &r->fp;
+    memset(f, 0, sizeof *f);
+    /* source: every shard's name, size and header bytes, in path order */
+    lwq_st_file *files = malloc((size_t)r->ck.nfiles * sizeof *files);
+    if (!files)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    memcpy(files, r->ck.files, (size_t)r->ck.nfiles * sizeof *files);
+    qsort(files, (size_t)r->ck.nfiles, sizeof *files, cmp_path);
+    lwq_xxh64_state s;
+    lwq_xxh64_init(&s, 0);
+    int rc = 0;
+    for (int i = 0; i < r->ck.nfiles && rc == 0; i++) {
+        const char *base = strrchr(files[i].path, '/');
+        base = base ? base + 1 : files[i].path;
+        lwq_xxh64_update(&s, base, strlen(base) + 1);
+        lwq_xxh64_update(&s, &files[i].file_size, sizeof files[i].file_size);
+        /* a rewritten file with the same layout (other weights, same header) is caught by its
+         * modification time; hashing every weight byte would double the run's reads */
+        struct stat fst;
+        if (stat(files[i].path, &fst) == 0) {
+            int64_t mt[2] = {(int64_t)fst.st_mtim.tv_sec, (int64_t)fst.st_mtim.tv_nsec};
+            lwq_xxh64_update(&s, mt, sizeof mt);
+        }
+        char *hdr = malloc(files[i].data_start);
+        int fd = lwq_sys()->open(files[i].path, O_RDONLY, 0);
+        if (!hdr || fd < 0)
+            rc = lwq_errsys(e, fd < 0 ? fd : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
+        else
+            rc = lwq_durable_pread_all(fd, hdr, files[i].data_start, 0, files[i].path, e);
+        if (rc == 0)
+            lwq_xxh64_update(&s, hdr, files[i].data_start);
+        free(hdr);
+        if (fd >= 0)
+            lwq_sys()->close(fd);
+    }
+    free(files);
+    if (rc)
+        return rc;
+    f->part[LWQ_FP_SOURCE] = lwq_xxh64_digest(&s);
+
+    char path[PATH_MAX], *txt;
+    size_t len;
+    if ((rc = lwq_pathf(e, path, sizeof path, "%s/config.json", o->model_dir)) != 0 ||
+        (rc = lwq_file_read_all(path, 16u << 20, &txt, &len, e)) != 0)
+        return rc;
+    f->part[LWQ_FP_CONFIG] = lwq_xxh64(txt, len, 0);
+    free(txt);
+
+    /* the recipe as this run applies it: its name (calibration_report.json holds it), the KV cache
+     * mode and every linear's resolved choice, reduced to what the quantizer reads; two recipes
+     * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
+    lwq_xxh64_init(&s, 0);
+    lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
+    int32_t kv = (int32_t)o->recipe->kv;
+    lwq_xxh64_update(&s, &kv, sizeof kv);
+    for (int L = 0; L < r->nlayers; L++)
+        for (int i = 0; i < r->plans[L].nlinears; i++) {
+            const lwq_quant_choice *c = &r->choice[L][i];
+            int32_t v[5] = {(int32_t)c->format, 0, 0, 0, 0};
+            float ia = 0;
+            double damp = 0;
+            if (c->format == LWQ_QFMT_FP8) /* FP8 reads max / gptq / anything else = the mse search */
+                v[1] = c->algo == LWQ_ALGO_MAX ? 0 : c->algo == LWQ_ALGO_GPTQ ? 2 : 1;
+            else if (c->format == LWQ_QFMT_NVFP4)
+                v[1] = (int32_t)c->algo;
+            if (c->format == LWQ_QFMT_NVFP4)
+                v[2] = c->algo == LWQ_ALGO_MSE && c->fp8_scale_sweep;
+            if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ) {
+                damp = c->gptq_damp;
+                v[4] = c->gptq_act_order;
+            }
+            if (c->format != LWQ_QFMT_NONE && c->has_input_amax) {
+                v[3] = 1;
+                ia = c->input_amax;
+            }
+            lwq_xxh64_update(&s, v, sizeof v);
+            lwq_xxh64_update(&s, &ia, sizeof ia);
+            lwq_xxh64_update(&s, &damp, sizeof damp);
+        }
+    f->part[LWQ_FP_RECIPE] = lwq_xxh64_digest(&s);
+
+    lwq_xxh64_init(&s, 0);
+    lwq_xxh64_update(&s, &o->calib->n, sizeof o->calib->n);
+    lwq_xxh64_update(&s, &o->calib->pad_id, sizeof o->calib->pad_id);
+    for (int i = 0; i < o->calib->n; i++) {
+        lwq_xxh64_update(&s, &o->calib->len[i], sizeof o->calib->len[i]);
+        lwq_xxh64_update(&s, o->calib->ids[i], (size_t)o->calib->len[i] * sizeof(int32_t));
+    }
+    f->part[LWQ_FP_CALIB] = lwq_xxh64_digest(&s);
+
+    /* CPU results depend neither on the thread count nor on the batching (kernels/cpu: a
+     * token's result is computed the same way whatever shares its GEMM call), so the batch size
+     * is part of the run's identity only when padded rows are counted or on another backend
+     * (cuBLAS picks its kernels by shape); a resume may then change it and still match */
+    const char *bn = r->be.ops->name;
+    const int batch_matters = o->include_padding || strcmp(bn, "cpu") != 0;
+    int64_t batching[2] = {batch_matters ? o->batch_size : 0, o->include_padding};
+    f->part[LWQ_FP_BATCHING] = lwq_xxh64(batching, sizeof batching, 0);
+    int64_t opts[2] = {o->all_experts, o->qdq_next};
+    f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
+    f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
+    const char *ver = "lwq-format-1";
+    f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);
+    lwq_fp_finish(f);
+    lwq_hex64(f->all, r->fp_hex);
+    return 0;
+}
+
+/* Files of out_dir: 0 when empty/absent, else checks that each is a shard of this run (or a temp
+ * file of one), which are removed (a run that died before its first commit); anything else is
+ * foreign and refused. */
+static int clear_own_leftovers(lwq_run *r, lwq_error *e)
+{
+    DIR *d = opendir(r->out_dir);
+    if (!d)
+        return errno == ENOENT ? 0 : lwq_errsys(e, -errno, "%s: cannot list", r->out_dir);
+    struct dirent *de;
+    int rc = 0, removed = 0;
+    while ((de = readdir(d)) && rc == 0) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+            continue;
+        char p[PATH_MAX];
+        if ((rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, de->d_name)) != 0)
+            break;
+        size_t n = strlen(de->d_name);
+        int ours = 0;
+        /* the shards and the tail carry the run's fingerprint in their metadata */
+        int shard = !strncmp(de->d_name, LWQ_OUT_SHARD_PREFIX, sizeof LWQ_OUT_SHARD_PREFIX - 1) || !strncmp(de->d_name, "model-tail.", 11);
+        if (shard && n > 16 && !strcmp(de->d_name + n - 4, ".tmp")) {
+            ours = 1; /* an unfinished durable write */
+        } else if (shard) {
+            lwq_st_file f;
+            lwq_error ig = {0};
+            if (lwq_out_st_open(p, &f, &ig) == 0) {
+                const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
+                ours = fp && !strcmp(fp, r->fp_hex);
+                lwq_st_free(&f);
+            }
+        }
+        if (!ours)
+            rc = lwq_errf(e, LWQ_ESTATE, "%s holds %s, which is not from this run; refusing to overwrite another "
+                          "run's or foreign files (choose an empty output directory)", r->out_dir, de->d_name);
+        else if ((rc = lwq_sys()->unlink(p)) == 0 || rc == -ENOENT)
+            removed++, rc = 0;
+        else
+            rc = lwq_errsys(e, rc, "%s: cannot remove an uncommitted shard of an earlier attempt", p);
+    }
+    closedir(d);
+    if (rc == 0 && removed)
+        rc = lwq_durable_fsync_dir(r->out_dir, e);
+    if (rc == 0 && removed)
+        LWQ_INFO("removed %d uncommitted shard file(s) of an earlier attempt of this run", removed);
+    return rc;
+}
+
+static int outputs_present(lwq_run *r)
+{
+    static const char *const need[] = {LWQ_OUT_TAIL, LWQ_OUT_INDEX, LWQ_OUT_CONFIG, LWQ_OUT_HF_QUANT_CONFIG};
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+        char p[PATH_MAX];
+        lwq_error ig = {0};
+        if (lwq_pathf(&ig, p, sizeof p, "%s/%s", r->out_dir, need[i]) != 0 || access(p, F_OK) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    *nothing_to_do = 0;
+    int rc = lwq_pathf(e, r->out_dir, sizeof r->out_dir, "%s", o->out_dir);
+    if (rc)
+        return rc;
+    size_t n = strlen(r->out_dir);
+    while (n > 1 && r->out_dir[n - 1] == '/')
+        r->out_dir[--n] = 0;
+    rc = o->resume_dir ? lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir)
+                       : lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s" LWQ_RESUME_SUFFIX, r->out_dir);
+    if (rc || (rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/" LWQ_RESUME_MANIFEST, r->resume_dir)) != 0)
+        return rc;
+    /* one run per output: both directories exist and are locked before anything in them is
+     * read, removed or written */
+    int made_resume = 0;
+    if ((rc = lwq_durable_mkdir(r->out_dir, NULL, e)) != 0 ||
+        (rc = lwq_durable_mkdir(r->resume_dir, &made_resume, e)) != 0 ||
+        (rc = lwq_runlock_acquire(&r->lock, r->out_dir, r->resume_dir, e)) != 0)
+        return rc;
+
+    rc = lwq_manifest_load(r->manifest_path, &r->man, e);
+    if (rc == LWQ_ENOENT) {
+        if ((rc = clear_own_leftovers(r, e)) != 0) {
+            /* refused (foreign files): leave no lock file or resume directory behind */
+            lwq_runlock_remove(&r->lock, r->resume_dir, made_resume);
+            return rc;
+        }
+        if ((rc = lwq_manifest_init(&r->man, &r->fp, r->nlayers, e)) != 0 ||
+            (rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
+            return rc;
+        r->start_layer = 0;
+        return 0;
+    }
+    if (rc)
+        return rc;
+    char diff[512];
+    if (r->man.fp.all != r->fp.all) {
+        lwq_fp_diff(&r->man.fp, &r->fp, diff, sizeof diff);
+        return lwq_errf(e, LWQ_ESTATE, "%s belongs to a run with different inputs (changed: %s); refusing to mix "
+                        "them. Rerun the original command, or delete %s and %s to start over", r->manifest_path,
+                        diff, r->out_dir, r->resume_dir);
+    }
+    if (r->man.num_layers != r->nlayers)
+        return lwq_errf(e, LWQ_ESTATE, "%s: %d layers, the model has %d", r->manifest_path, r->man.num_layers,
+                        r->nlayers);
+    /* every committed shard must be intact */
+    for (int i = 0; i < r->man.committed; i++) {
+        char name[40], p[PATH_MAX];
+        lwq_shard_name(i, name);
+        if ((rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, name)) != 0)
+            return rc;
+        uint64_t h = 0, b = 0;
+        lwq_error ig = {0};
+        int bad = lwq_file_xxh64(p, &h, &b, &ig) != 0 || h != r->man.layers[i].xxh64 || b != r->man.layers[i].bytes;
+        if (!bad)
+            continue;
+        if (o->repair && i == r->man.committed - 1 && r->man.committed >= 1) {
+            /* the boundary of layer i is the other file, if it is still there */
+            LWQ_WARN("%s is damaged; --repair recomputes layer %d", p, i);
+            r->man.committed = i;
+            snprintf(r->man.boundary_file, sizeof r->man.boundary_file, LWQ_RESUME_BOUNDARY_FMT, i % 2);
+            char bp[PATH_MAX];
+            if ((rc = lwq_pathf(e, bp, sizeof bp, "%s/%s", r->resume_dir, r->man.boundary_file)) != 0)
+                return rc;
+            uint64_t bh, bb;
+            if (i == 0) {
+                r->man.boundary_file[0] = 0; /* layer 0 starts from the embedding */
+            } else if (lwq_file_xxh64(bp, &bh, &bb, &ig) != 0 || bb != r->bnd_bytes) {
+                return lwq_errf(e, LWQ_ESTATE, "%s is damaged and the input boundary of layer %d is gone; delete %s "
+                                "and %s to start over", p, i, r->out_dir, r->resume_dir);
+            } else {
+                r->man.boundary_bytes = bb;
+                r->man.boundary_xxh64 = bh;
+            }
+            break;
+        }
+        return lwq_errf(e, LWQ_ESTATE, "committed shard %s fails its checksum or size (%s); the output is damaged. "
+                        "Rerun with --repair to recompute it if it is the last committed layer, or delete %s and %s "
+                        "to start over", p, ig.code ? ig.msg : "contents changed", r->out_dir, r->resume_dir);
+    }
+    r->start_layer = r->man.committed;
+    if (r->man.complete) {
+        if (outputs_present(r)) {
+            *nothing_to_do = 1;
+            return 0;
+        }
+        LWQ_INFO("all %d layers are committed; writing the missing tail, index and config files", r->nlayers);
+        return 0;
+    }
+    if (r->start_layer > 0)
+        LWQ_INFO("resuming at layer %d/%d (%s)", r->start_layer, r->nlayers, r->manifest_path);
+    return 0;
+}
+
+int lwq_run_build_batches(lwq_run *r, lwq_error *e)
+{
+    const lwq_calib_set *c = r->o->calib;
+    int B = r->o->batch_size > 0 ? r->o->batch_size : 1;
+    if (c->n <= 0)
+        return lwq_errf(e, LWQ_EINVAL, "the calibration set is empty");
+    r->nb = (c->n + B - 1) / B;
+    r->batches = calloc((size_t)r->nb, sizeof *r->batches);
+    r->tokens = calloc((size_t)r->nb, sizeof *r->tokens);
+    r->rows = calloc((size_t)r->nb, sizeof *r->rows);
+    r->boff = calloc((size_t)r->nb + 1, sizeof *r->boff);
+    if (!r->batches || !r->tokens || !r->rows || !r->boff)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory for %d batches", r->nb);
+    size_t esz = lwq_dtype_size(r->act);
+    int64_t max_rows = 0;
+    for (int b = 0; b < r->nb; b++) {
+        int s0 = b * B, ns = c->n - s0 < B ? c->n - s0 : B;
+        int64_t seq = 0, lens[4096];
+        if (ns > 4096)
+            return lwq_errf(e, LWQ_EINVAL, "--batch-size %d is larger than 4096", B);
+        for (int i = 0; i < ns; i++) {
+            if (c->len[s0 + i] <= 0)
+                return lwq_errf(e, LWQ_EINVAL, "calibration sample %d is empty", s0 + i);
+            lens[i] = c->len[s0 + i];
+            seq = lens[i] > seq ? lens[i] : seq;
+        }
+        r->rows[b] = ns * seq;
+        r->tokens[b] = malloc((size_t)r->rows[b] * sizeof(int32_t));
+        if (!r->tokens[b])
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory for batch %d", b);
+        for (int i = 0; i < ns; i++) {
+            int64_t pad = seq - lens[i];
+            for (int64_t t = 0; t < seq; t++)
+                r->tokens[b][i * seq + t] = t < pad ? c->pad_id : c->ids[s0 + i][t - pad];
+            r->calib_tokens += lens[i];
+        }
+        int rc = lwq_batch_init(&r->batches[b], &r->be, ns, seq, lens, e);
+        if (rc)
+            return rc;
+        r->boff[b + 1] = r->boff[b] + (uint64_t)r->rows[b] * (uint64_t)r->hidden * esz;
+        max_rows = r->rows[b] > max_rows ? r->rows[b] : max_rows;
+    }
+    r->bnd_bytes = r->boff[r->nb];
+    int64_t shape[2] = {max_rows, r->hidden};
+    return lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &r->work, e);
+}

@@ -1,0 +1,423 @@
+/* engine/run_stream.c — expert streaming in the depth loop (issue 16): a MoE layer read and computed
+ * as units (engine/units.h), the dense part first, then groups of routed experts.
+ *
+ * Per streamed layer:
+ *   dense unit: every batch through attention, the post-attention norm and the router
+ *     (engine/fwd_stream.h); the residual h goes to the output boundary, the MoE input x and the
+ *     routing to host arrays; the dense linears are quantized and the unit's slot released;
+ *   each expert group: every batch's routed rows through the group's experts, the weighted sum
+ *     continued in `partial`; the group's experts are quantized (their statistics are final), their
+ *     quantized tensors parked in the layer's spill file (engine/spill.h), the slot released;
+ *   then h += partial per batch, the experts' input scales recomputed from the final statistics
+ *     (cold experts filled from siblings in any group: they were quantized in their group and
+ *     kept "quantized-pending" only for that scalar, no second read), and the shard committed by
+ *     the usual protocol (shard -> boundary -> manifest), spilled tensors read back in name order.
+ * The ring and the prefetcher work on units: while a unit computes, the next one (of this layer or
+ * the next) is read.  A kill inside a layer leaves the previous manifest: the layer is recomputed. */
+#include <inttypes.h>
+#include <malloc.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/log.h"
+#include "core/proc.h"
+#include "core/trace.h"
+#include "engine/forward/fwd_stream.h"
+#include "engine/source/layersrc.h"
+#include "engine/run/run_internal.h"
+#include "engine/source/units.h"
+
+struct lwq_stream {
+    int group;                  /* experts per group */
+    lwq_units *units;           /* [nlayers] (layers before start_layer empty) */
+    lwq_io_range ***ranges;     /* [layer][unit] */
+    int64_t *job0;              /* first prefetch job of each layer */
+    unsigned char *x, *partial; /* MoE input and running expert sum, one boundary each (host) */
+    unsigned char *shared;      /* DeepSeek's shared-expert output, one boundary (or NULL) */
+    int32_t *idx;               /* routing of every calibration row (rows, K) */
+    float *wts;
+    lwq_tensor dx, dp;          /* device staging of x and partial (GPU backends) */
+};
+
+void lwq_run_stream_free(lwq_run *r)
+{
+    lwq_stream *s = r->stream;
+    if (!s)
+        return;
+    for (int L = 0; L < r->nlayers && s->units; L++) {
+        for (int u = 0; s->ranges && s->ranges[L] && u < s->units[L].n; u++)
+            free(s->ranges[L][u]);
+        if (s->ranges)
+            free(s->ranges[L]);
+        lwq_units_free(&s->units[L]);
+    }
+    free(s->units);
+    free(s->ranges);
+    free(s->job0);
+    free(s->x);
+    free(s->partial);
+    free(s->shared);
+    free(s->idx);
+    free(s->wts);
+    if (s->dx.data)
+        lwq_backend_tensor_free(&r->be, &s->dx);
+    if (s->dp.data)
+        lwq_backend_tensor_free(&r->be, &s->dp);
+    free(s);
+    r->stream = NULL;
+}
+
+int lwq_run_stream_init(lwq_run *r, int group, lwq_error *e)
+{
+    if (group <= 0)
+        return 0;
+    if (r->o->qdq_next && r->o->recipe && lwq_recipe_uses_gptq(r->o->recipe))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "GPTQ calibrates each layer on the quantized previous layers' outputs "
+                        "(--qdq-next), which expert streaming cannot do yet (the quantized layer would have to be "
+                        "read twice); give a budget that holds a whole layer");
+    if (r->o->qdq_next)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming and --qdq-next cannot be combined (the quantized "
+                        "layer would have to be read twice); give a budget that holds a whole layer");
+    for (int L = r->start_layer; L < r->nlayers; L++)
+        if (lwq_model_layer_is_moe(&r->model, L)) {
+            int rc = lwq_fwd_stream_supported(&r->model, L, e);
+            if (rc)
+                return rc;
+        }
+    lwq_stream *s = calloc(1, sizeof *s);
+    if (!s)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    r->stream = s;
+    s->group = group;
+    s->units = calloc((size_t)r->nlayers, sizeof *s->units);
+    s->ranges = calloc((size_t)r->nlayers, sizeof *s->ranges);
+    s->job0 = calloc((size_t)r->nlayers, sizeof *s->job0);
+    if (!s->units || !s->ranges || !s->job0)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    for (int L = r->start_layer; L < r->nlayers; L++) {
+        int rc = lwq_units_split(&r->ck, L, lwq_model_layer_is_moe(&r->model, L) ? group : 0, &s->units[L], e);
+        if (rc)
+            return rc;
+        if (!(s->ranges[L] = calloc((size_t)s->units[L].n, sizeof **s->ranges)))
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        for (int u = 0; u < s->units[L].n; u++)
+            if ((rc = lwq_units_ranges(&r->ck, &s->units[L].v[u], &s->ranges[L][u], e)) != 0)
+                return rc;
+    }
+    return 0;
+}
+
+int lwq_run_stream_active(const lwq_run *r, int L)
+{
+    return r->stream && r->stream->units[L].n > 1;
+}
+
+int lwq_run_stream_slot(lwq_run *r, uint64_t *slot, lwq_error *e)
+{
+    lwq_stream *s = r->stream;
+    for (int L = r->start_layer; L < r->nlayers; L++)
+        for (int u = 0; u < s->units[L].n; u++) {
+            uint64_t b;
+            int rc = lwq_units_slot_bytes(&r->ck, &s->units[L].v[u], &b, e);
+            if (rc)
+                return rc;
+            *slot = b > *slot ? b : *slot;
+        }
+    return 0;
+}
+
+int lwq_run_stream_submit(lwq_run *r, int L, int64_t *job, lwq_error *e)
+{
+    lwq_stream *s = r->stream;
+    for (int u = 0; u < s->units[L].n; u++) {
+        int64_t id = lwq_prefetch_submit(r->pf, s->ranges[L][u], (size_t)s->units[L].v[u].n, e);
+        if (id < 0)
+            return e->code ? e->code : (int)id;
+        if (u == 0)
+            s->job0[L] = id;
+    }
+    *job = s->job0[L];
+    return 0;
+}
+
+int64_t lwq_run_stream_job0(const lwq_run *r, int L)
+{
+    return r->stream->job0[L];
+}
+
+int lwq_run_stream_views(lwq_run *r, int L, void *slot, lwq_tlist *src, lwq_error *e)
+{
+    return lwq_units_views(&r->ck, &r->stream->units[L].v[0], r->stream->ranges[L][0], slot, src, e);
+}
+
+/* ---- per-batch staging --------------------------------------------------------------------- */
+
+static int64_t row0(const lwq_run *r, int b)
+{
+    return (int64_t)(r->boff[b] / ((uint64_t)r->hidden * lwq_dtype_size(r->act)));
+}
+
+/* Batch b of a host activation array as a device tensor: a view on the CPU backend, else the
+ * staging tensor `dev` (uploaded when `load`). */
+static int stage(lwq_run *r, unsigned char *host, lwq_tensor *dev, int b, int load, lwq_tensor *t, lwq_error *e)
+{
+    size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
+    int64_t shape[2] = {r->rows[b], r->hidden};
+    if (r->be.ops->device == LWQ_DEV_CPU) {
+        *t = lwq_tensor_view(host + r->boff[b], r->act, 2, shape);
+        return 0;
+    }
+    *t = *dev;
+    t->shape[0] = r->rows[b];
+    return load ? lwq_backend_upload(&r->be, t->data, host + r->boff[b], n, e) : 0;
+}
+
+static int unstage(lwq_run *r, unsigned char *host, const lwq_tensor *t, int b, lwq_error *e)
+{
+    if (r->be.ops->device == LWQ_DEV_CPU)
+        return 0;
+    return lwq_backend_download(&r->be, host + r->boff[b], t->data, (size_t)(r->boff[b + 1] - r->boff[b]), e);
+}
+
+static int buffers(lwq_run *r, lwq_error *e)
+{
+    lwq_stream *s = r->stream;
+    if (s->x)
+        return 0;
+    int64_t rows = 0, maxr = 0;
+    for (int b = 0; b < r->nb; b++) {
+        rows += r->rows[b];
+        maxr = r->rows[b] > maxr ? r->rows[b] : maxr;
+    }
+    size_t K = (size_t)r->ck.cfg.num_experts_per_tok;
+    s->x = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+    s->partial = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+    s->idx = malloc(((size_t)rows * K + 1) * sizeof *s->idx);
+    s->wts = malloc(((size_t)rows * K + 1) * sizeof *s->wts);
+    int sh = lwq_fwd_stream_has_shared(&r->model);
+    if (sh)
+        s->shared = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+    if (!s->x || !s->partial || !s->idx || !s->wts || (sh && !s->shared))
+        return lwq_errf(e, LWQ_ENOMEM, "expert streaming: cannot allocate %d x %.2f GB of MoE activations",
+                        2 + sh, (double)r->bnd_bytes / 1e9);
+    if (r->be.ops->device != LWQ_DEV_CPU) {
+        int64_t shape[2] = {maxr, r->hidden};
+        int rc = lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &s->dx, e);
+        if (rc == 0)
+            rc = lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &s->dp, e);
+        return rc;
+    }
+    return 0;
+}
+
+static int h_load(lwq_run *r, const unsigned char *buf, int b, lwq_tensor *h, lwq_error *e)
+{
+    *h = r->work;
+    h->shape[0] = r->rows[b];
+    size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
+    if (r->be.ops->device == LWQ_DEV_CPU) {
+        memcpy(r->work.data, buf + r->boff[b], n);
+        return 0;
+    }
+    return lwq_backend_upload(&r->be, r->work.data, buf + r->boff[b], n, e);
+}
+
+static int h_store(lwq_run *r, unsigned char *buf, int b, lwq_error *e)
+{
+    size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
+    if (r->be.ops->device == LWQ_DEV_CPU) {
+        memcpy(buf + r->boff[b], r->work.data, n);
+        return 0;
+    }
+    return lwq_backend_download(&r->be, buf + r->boff[b], r->work.data, n, e);
+}
+
+/* ---- one streamed layer --------------------------------------------------------------------- */
+
+/* Passed-through tensors are views into the unit's slot: copy them, so the slot can go back. */
+static int own_views(lwq_tlist *out, int from, lwq_error *e)
+{
+    for (int i = from; i < out->n; i++) {
+        lwq_htensor *t = &out->v[i];
+        if (t->owned || t->spilled || !t->data)
+            continue;
+        void *p = malloc(t->nbytes ? t->nbytes : 1);
+        if (!p)
+            return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", t->name);
+        memcpy(p, t->data, t->nbytes);
+        t->data = p;
+        t->owned = 1;
+    }
+    return 0;
+}
+
+typedef struct stream_layer {
+    lwq_run *r;
+    int L;
+    const lwq_arch_layer *p;
+    lwq_layer_stats st;
+    lwq_tlist out;
+    lwq_spill spill;
+    lwq_qlayer_report rep;
+    uint8_t *only;
+} stream_layer;
+
+/* Wait for unit u, compute it over every batch, quantize its linears, release its slot. */
+static int run_unit(stream_layer *sl, int u, lwq_error *e)
+{
+    lwq_run *r = sl->r;
+    lwq_stream *s = r->stream;
+    const lwq_unit *un = &s->units[sl->L].v[u];
+    struct lwq_layer_log *ls = &r->lstat[sl->L];
+    int64_t job = s->job0[sl->L] + u;
+    int K = r->ck.cfg.num_experts_per_tok, nxt = 1 - r->cur;
+    void *slot;
+    double t = lwq_now();
+    LWQ_TRACE_BEGIN("read-wait", sl->L);
+    int rc = lwq_prefetch_wait(r->pf, job, &slot, e);
+    LWQ_TRACE_END();
+    if (rc)
+        return rc;
+    ls->read_wait_s += lwq_now() - t;
+    ls->bytes_read += un->bytes;
+    r->read_wait_total += lwq_now() - t;
+    r->bytes_read += un->bytes;
+    lwq_tlist src;
+    if ((rc = lwq_units_views(&r->ck, un, s->ranges[sl->L][u], slot, &src, e)) != 0)
+        return rc;
+    lwq_layer_weights lw;
+    lwq_layer_weights_init(&lw, &r->be, &src, NULL, r->ck.cfg.weight_prefix);
+    t = lwq_now();
+    LWQ_TRACE_BEGIN(u == 0 ? "forward dense" : "forward experts", sl->L);
+    for (int b = 0; b < r->nb && rc == 0; b++) {
+        lwq_tensor h, x, part, sh;
+        size_t ko = (size_t)row0(r, b) * (size_t)K;
+        if (u == 0) {
+            if ((rc = h_load(r, r->bnd[r->cur], b, &h, e)) == 0 &&
+                (rc = stage(r, s->x, &s->dx, b, 0, &x, e)) == 0 &&
+                (!s->shared || (rc = stage(r, s->shared, &s->dp, b, 0, &sh, e)) == 0) &&
+                (rc = lwq_fwd_stream_dense(&r->model, sl->L, &lw.w, &r->batches[b], &h, &x, s->idx + ko, s->wts + ko,
+                                           s->shared ? &sh : NULL, &sl->st.obs, e)) == 0 &&
+                (rc = h_store(r, r->bnd[nxt], b, e)) == 0 && (rc = unstage(r, s->x, &x, b, e)) == 0 && s->shared)
+                rc = unstage(r, s->shared, &sh, b, e);
+        } else {
+            if ((rc = stage(r, s->x, &s->dx, b, 1, &x, e)) == 0 &&
+                (rc = stage(r, s->partial, &s->dp, b, u > 1, &part, e)) == 0 &&
+                (rc = lwq_fwd_stream_experts(&r->model, sl->L, &lw.w, &r->batches[b], &x, s->idx + ko, s->wts + ko,
+                                             un->e0, un->e1, u == 1, &part, &sl->st.obs, e)) == 0)
+                rc = unstage(r, s->partial, &part, b, e);
+        }
+    }
+    LWQ_TRACE_END();
+    lwq_layer_weights_free(&lw);
+    ls->forward_s += lwq_now() - t;
+    t = lwq_now();
+    LWQ_TRACE_BEGIN("quantize", sl->L);
+    int from = sl->out.n;
+    if (rc == 0) {
+        for (int i = 0; i < sl->p->nlinears; i++) {
+            int x = sl->p->linears[i].expert;
+            sl->only[i] = u == 0 ? x < 0 : x >= un->e0 && x < un->e1;
+        }
+        lwq_qlayer_report rp;
+        rc = lwq_qlayer_run_part(sl->p, r->choice[sl->L], u == 0 ? r->o->recipe->kv : LWQ_KV_NONE, &sl->st, &src,
+                                 &r->qops, sl->only, &sl->out, &rp, e);
+        sl->rep.quantized += rp.quantized;
+        sl->rep.zero_weights += rp.zero_weights;
+        lwq_qlayer_report_free(&rp); /* GPTQ entries: none, GPTQ implies --qdq-next, refused above */
+    }
+    if (rc == 0)
+        rc = own_views(&sl->out, from, e);
+    if (rc == 0 && u > 0)
+        rc = lwq_spill_move(&sl->spill, &sl->out, from, e);
+    LWQ_TRACE_END();
+    ls->quantize_s += lwq_now() - t;
+    lwq_tlist_free(&src);
+    /* The group's quantized buffers are freed but sit between the small tensors the layer keeps
+     * (names, scalars): give their pages back, or the heap grows by a layer's quantized bytes
+     * (buffers of 1 MB and more are mmapped and gone already). */
+    malloc_trim(0);
+    int rrc = lwq_prefetch_release(r->pf, job, rc ? NULL : e);
+    return rc ? rc : rrc;
+}
+
+static int finish_layer(stream_layer *sl, lwq_error *e)
+{
+    lwq_run *r = sl->r;
+    lwq_stream *s = r->stream;
+    int nxt = 1 - r->cur, rc = 0;
+    double t = lwq_now();
+    for (int b = 0; b < r->nb && rc == 0; b++) {
+        lwq_tensor h, part, sh;
+        /* as the one-shot block: out = routed sum; out += shared experts (DeepSeek); h += out */
+        if ((rc = h_load(r, r->bnd[nxt], b, &h, e)) == 0 && (rc = stage(r, s->partial, &s->dp, b, 1, &part, e)) == 0 &&
+            (!s->shared || ((rc = stage(r, s->shared, &s->dx, b, 1, &sh, e)) == 0 &&
+                            (rc = lwq_backend_add(&r->be, &part, &sh, e)) == 0)) &&
+            (rc = lwq_backend_add(&r->be, &h, &part, e)) == 0)
+            rc = h_store(r, r->bnd[nxt], b, e);
+    }
+    r->lstat[sl->L].forward_s += lwq_now() - t;
+    if (rc == 0)
+        rc = lwq_qlayer_finish_inputs(sl->p, r->choice[sl->L], &sl->st, &sl->out, &sl->rep, e);
+    return rc;
+}
+
+int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e)
+{
+    lwq_stream *s = r->stream;
+    const lwq_units *us = &s->units[L];
+    if (r->o->dry_read) {
+        for (int u = 0; u < us->n; u++) {
+            void *slot;
+            int rc = lwq_prefetch_wait(r->pf, s->job0[L] + u, &slot, e);
+            if (rc == 0)
+                rc = lwq_prefetch_release(r->pf, s->job0[L] + u, e);
+            if (rc)
+                return rc;
+            r->lstat[L].bytes_read += us->v[u].bytes;
+            r->bytes_read += us->v[u].bytes;
+        }
+        return 0;
+    }
+    stream_layer sl;
+    memset(&sl, 0, sizeof sl);
+    sl.r = r;
+    sl.L = L;
+    sl.p = &r->plans[L];
+    sl.spill.fd = -1;
+    int nE = r->ck.cfg.num_experts;
+    sl.only = calloc((size_t)(sl.p->nlinears ? sl.p->nlinears : 1), 1);
+    int rc = sl.only ? buffers(r, e) : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    if (rc == 0)
+        rc = lwq_run_stats_init(r, L, &sl.st, e); /* the same observers as an unstreamed layer */
+    if (rc) {
+        free(sl.only);
+        return rc;
+    }
+    if ((rc = lwq_spill_open(&sl.spill, r->resume_dir, L, e)) == 0) {
+        lwq_run_wait_boundary(r, 1 - r->cur);
+        for (int u = 0; u < us->n && rc == 0; u++)
+            rc = run_unit(&sl, u, e);
+    }
+    if (rc == 0)
+        rc = finish_layer(&sl, e);
+    if (rc == 0) {
+        struct lwq_layer_log *ls = &r->lstat[L];
+        ls->cold_experts = sl.rep.cold_experts;
+        ls->n_experts = nE;
+        r->cold_total += sl.rep.cold_experts;
+        free(r->man.layers[L].report);
+        r->man.layers[L].report = lwq_run_layer_report(L, &sl.rep, sl.st.expert_tokens);
+        if (!r->man.layers[L].report)
+            rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
+    lwq_stats_free(&sl.st);
+    free(sl.only);
+    if (rc) {
+        lwq_tlist_free(&sl.out);
+        lwq_spill_close(&sl.spill);
+        return rc;
+    }
+    lwq_tlist none = {0};
+    return lwq_run_commit_layer_spill(r, L, &sl.out, &none, -1, &sl.spill, e);
+}
