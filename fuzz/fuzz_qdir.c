@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/eval_internal.h"
+#include "engine/eval/eval_internal.h"
 #include "fuzz/fuzz_util.h"
 #include "kernels/backend.h"
 

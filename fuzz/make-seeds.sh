@@ -212,7 +212,7 @@ cat >"$T/bytelevel_split_digits.json" <<'EOF'
 EOF
 cat >"$T/metaspace.json" <<'EOF'
 {"version": "1.0", "added_tokens": [],
- "normalizer": {"type": "NFKC"},
+ "normalizer": {"type": "NFC"},
  "pre_tokenizer": {"type": "Sequence", "pretokenizers": [{"type": "WhitespaceSplit"}, {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": true}]},
  "post_processor": {"type": "Sequence", "processors": [{"type": "ByteLevel", "trim_offsets": false}]},
  "decoder": {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "always", "split": true},
