@@ -12,21 +12,9 @@ TestSuite(eval_weights_only, .init = lwqt_setup, .fini = lwqt_teardown);
 
 #define SMALL_DATA "--data-size", "5", "--data-seq", "20", "--quiet"
 
-static cJSON *load_json(const char *name)
-{
-    char *s = lwqt_slurp(lwqt_path(name));
-    cJSON *j = cJSON_Parse(s);
-    free(s);
-    cr_assert_not_null(j, "%s is not JSON", name);
-    return j;
-}
+static cJSON *load_json(const char *name) { return lwqt_json(lwqt_path(name)); }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "no number %s", k);
-    return v->valuedouble;
-}
+static double num(const cJSON *o, const char *k) { return lwqt_num(o, k); }
 
 static const cJSON *cand0(const cJSON *root)
 {
