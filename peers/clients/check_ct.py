@@ -33,7 +33,6 @@ One job per line: {"case", "lwq": lwq output dir, "src": its source checkpoint, 
    reference the rounding-noise bound is measured against (run.py states the bound).
 """
 
-import argparse
 import fnmatch
 import json
 import math
@@ -396,21 +395,7 @@ def run_job(job):
     return log
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    torch.set_num_threads(int(os.environ.get("PEERS_THREADS", "2")))
-    with open(a.jobs) as f:
-        jobs = [json.loads(ln) for ln in f if ln.strip()]
-    with open(a.out, "w") as out:
-        for j in jobs:
-            r = run_job(j)
-            print(f"check_ct: {r['case']}: {r['status'][:200]} ({r['wall_s']} s)", flush=True)
-            out.write(json.dumps(r) + "\n")
-            out.flush()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import jobs
+    jobs.main(__doc__, None, run_job, "check_ct")

@@ -31,7 +31,6 @@ One job per line: {"case", "lwq": lwq output dir}.  Per job:
    also checks that NVFP4 block scales were loaded) is run and its outcome recorded.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -71,6 +70,7 @@ def setup_vllm():
 
 
 PATCHED = set()
+CONVERTED = []  # quantized tensors a loader copied into a parameter of another dtype
 
 
 def parse_configs(d, log):
@@ -185,6 +185,7 @@ def build_and_load(vc, d, fill):
         model = initialize_model(vllm_config=vc)
         params = dict(model.named_parameters())
         accepted = {}  # storage pointer -> (param, shard/expert args)
+        converted = CONVERTED
         for n, p in params.items():
             if p.data.numel():
                 as_bytes(p.data).fill_(fill)
@@ -193,9 +194,16 @@ def build_and_load(vc, d, fill):
             def rec(*a, _wl=wl, _n=n, **k):
                 r = _wl(*a, **k)
                 loaded = a[1] if len(a) > 1 else k.get("loaded_weight")
+                param = a[0] if a else k.get("param")
                 # FusedMoE's loader returns False for a tensor it does not take
                 if r is not False and isinstance(loaded, torch.Tensor):
                     accepted.setdefault(loaded.untyped_storage().data_ptr(), []).append(_n)
+                    # a quantized tensor (packed U8, FP8) copied into a parameter of another dtype
+                    # would be accepted and wrong
+                    q = (torch.uint8, torch.float8_e4m3fn)
+                    if isinstance(param, torch.Tensor) and param.dtype != loaded.dtype and \
+                            (param.dtype in q or loaded.dtype in q):
+                        converted.append(f"{_n}: {loaded.dtype} into {param.dtype}")
                 return r
             p.weight_loader = rec
         tensors = {}
@@ -212,6 +220,7 @@ def build_and_load(vc, d, fill):
 
 def check_weights(job, vc, log):
     d = job["lwq"]
+    CONVERTED.clear()
     parallel(vc)
     snap0, rows, loaded, _ = build_and_load(vc, d, 0x00)
     # a second model registers its attention layers again: it needs a config of its own
@@ -241,6 +250,7 @@ def check_weights(job, vc, log):
                 defaults.append(n)
             else:
                 unwritten.append(f"{n} ({100 * frac:.0f}% of it)")
+    log["dtype_converted"] = sorted(set(CONVERTED))
     log["params"] = len(snap0)
     log["params_unwritten"] = unwritten
     log["params_defaulted"] = len(defaults)
@@ -273,7 +283,8 @@ def run_job(job):
         log["dtype"] = str(vc.model_config.dtype).replace("torch.", "")
         check_weights(job, vc, log)
         log["moe_backend_fallback"] = sorted(PATCHED)
-        ok = (log["configs_equal"] and not log["tensors_not_accepted"] and not log["params_unwritten"])
+        ok = (log["configs_equal"] and not log["tensors_not_accepted"] and not log["params_unwritten"] and
+              not log["dtype_converted"])
         log["status"] = "ok" if ok else "REJECTED"
     except Exception as e:
         log["status"] = f"{type(e).__name__}: {e}"[:600]
@@ -282,22 +293,7 @@ def run_job(job):
     return log
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--jobs", required=True)
-    ap.add_argument("--out", required=True)
-    a = ap.parse_args()
-    torch.set_num_threads(int(os.environ.get("PEERS_THREADS", "2")))
-    setup_vllm()
-    with open(a.jobs) as f:
-        jobs = [json.loads(ln) for ln in f if ln.strip()]
-    with open(a.out, "w") as out:
-        for j in jobs:
-            r = run_job(j)
-            print(f"check_vllm: {r['case']}: {r['status'][:200]} ({r['wall_s']} s)", flush=True)
-            out.write(json.dumps(r) + "\n")
-            out.flush()
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import jobs
+    jobs.main(__doc__, setup_vllm, run_job, "check_vllm")

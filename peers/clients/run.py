@@ -6,11 +6,12 @@
     peers/clients/run.sh --only ct|vllm --src llama-f32,qwen3_moe-bf16
 
 Needs peers/setup.sh (the `ct` and `vllm` venvs), the transformers-written sources in
-WORK/src (peers/make_sources.py) and the calibration ids WORK/calib.jsonl, and a built lwq
+tests/data/peers/src (else WORK/src: peers/make_sources.py) and the calibration ids
+tests/data/peers/calib.jsonl (else WORK/calib.jsonl), and a built lwq
 (build/lwq or LWQ_BIN).  Steps: (1) lwq quantize every case (the peers harness's command: same
 calibration, same options, same output path WORK/lwq/<source>/<case>, so the two harnesses share
 outputs); (2) `lwq eval SRC OUT --weights-only` on the eval ids WORK/eval_ids.jsonl (16 x 64
-random ids, seed 23, disjoint from calibration by construction: another generator); (3)
+random ids, seed 23: another generator and seed than the calibration ids); (3)
 peers/clients/check_ct.py in the ct venv; (4) peers/clients/check_vllm.py in the vllm venv;
 (5) the tables, to stdout and WORK/clients/table.md, all numbers in WORK/clients/results.json.
 
@@ -80,6 +81,9 @@ def cases():
                 add("nvfp4_experts_only", "nvfp4_experts_only")
             if arch == "qwen3_next":
                 out.append((s, "qwen3next_production", ["--qformat", "qwen3next_production"]))
+                # FP8 with the conv1d left in the source dtype: what vLLM 0.33's Qwen3-Next loader reads
+                out.append((s, "fp8-conv1d_unquantized",
+                            ["--recipe", os.path.join(HERE, "recipes", "fp8_conv1d_unquantized.json")]))
             add("fp8-mse", "fp8", extra=("--algo", "mse"))
             add("nvfp4-mse-fp8_scale_sweep", "nvfp4", extra=("--algo", "mse", "--fp8-scale-sweep"))
             add("nvfp4-local_hessian", "nvfp4", extra=("--algo", "local_hessian"))
@@ -98,6 +102,15 @@ def last_line(path):
         return lines[-1] if lines else ""
     except FileNotFoundError:
         return ""
+
+
+def sources():
+    """The committed transformers-written sources and calibration ids (tests/data/peers), else the
+    peers harness's work folder; PEERS_SRC / PEERS_CALIB override."""
+    committed = os.path.join(ROOT, "tests", "data", "peers")
+    base = committed if os.path.isdir(os.path.join(committed, "src")) else WORK
+    return (os.environ.get("PEERS_SRC", os.path.join(base, "src")),
+            os.environ.get("PEERS_CALIB", os.path.join(base, "calib.jsonl")))
 
 
 def eval_ids(src_dir):
@@ -129,7 +142,7 @@ def quantize(src_dir, src, label, opts, force):
     and lwq binary (a stamp beside it says so)."""
     out = os.path.join(WORK, "lwq", src, label)
     sd = os.path.join(src_dir, src)
-    stamp = digest([os.path.join(sd, f) for f in sorted(os.listdir(sd))] + [os.path.join(WORK, "calib.jsonl"), LWQ],
+    stamp = digest([os.path.join(sd, f) for f in sorted(os.listdir(sd))] + [sources()[1], LWQ],
                    [CALIB, opts])
     stamp_file = out + ".clients-stamp"
     if not force and os.path.exists(os.path.join(out, "model.safetensors.index.json")) and \
@@ -138,7 +151,7 @@ def quantize(src_dir, src, label, opts, force):
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(out + ".layerwise_resume", ignore_errors=True)
     os.makedirs(os.path.dirname(out), exist_ok=True)
-    cmd = [LWQ, "quantize", os.path.join(src_dir, src), "-o", out, "--calib", os.path.join(WORK, "calib.jsonl"),
+    cmd = [LWQ, "quantize", os.path.join(src_dir, src), "-o", out, "--calib", sources()[1],
            "--calib-size", str(CALIB["size"]), "--calib-seq", str(CALIB["seq"]), "--batch-size", str(CALIB["batch"]),
            "--quiet"] + opts
     if sh(cmd, out + ".log") != 0:
@@ -276,9 +289,9 @@ def main():
     ap.add_argument("--force", action="store_true", help="quantize again cases whose outputs exist")
     a = ap.parse_args()
     t0 = time.time()
-    src_dir = os.path.join(WORK, "src")
-    if not os.path.isdir(src_dir) or not os.path.exists(os.path.join(WORK, "calib.jsonl")):
-        sys.exit(f"run: no sources in {src_dir} or no {WORK}/calib.jsonl: run peers/run.sh once (it makes them with "
+    src_dir, calib = sources()
+    if not os.path.isdir(src_dir) or not os.path.exists(calib):
+        sys.exit(f"run: no sources in {src_dir} or no {calib}: run peers/run.sh once (it makes them with "
                  "peers/make_sources.py), or set PEERS_WORK")
     if not os.access(LWQ, os.X_OK):
         sys.exit(f"run: no lwq binary at {LWQ} (build it, or set LWQ_BIN)")
