@@ -7,12 +7,12 @@
 
 #include "engine/quant/qlayer.h"
 
-static const char *const kind_names[LWQ_AQ_KINDS] = {"qkv", "o", "gate_up", "down", "experts", "linear_attn",
-                                                     "conv1d"};
+static const char *const kind_names[LWQ_AQ_KINDS] = {"qkv", "o", "gate_up", "down", "experts", "linear_attn"};
 
 const char *lwq_aq_kind_name(lwq_aq_kind k) { return (unsigned)k < LWQ_AQ_KINDS ? kind_names[k] : "?"; }
 
-/* The search group kind of a role, or -1 for roles that are never quantized (routers). */
+/* The search group kind of a role, or -1 for linears that are not searched: routers (never
+ * quantized) and the conv1d (not emulated by the scoring, so it keeps the base recipe's choice). */
 static int kind_of(lwq_linear_role r)
 {
     switch (r) {
@@ -29,8 +29,6 @@ static int kind_of(lwq_linear_role r)
         return LWQ_AQ_EXPERTS;
     case LWQ_ROLE_LIN_QKVZ: case LWQ_ROLE_LIN_BA: case LWQ_ROLE_LIN_OUT:
         return LWQ_AQ_LINEAR_ATTN;
-    case LWQ_ROLE_LIN_CONV:
-        return LWQ_AQ_CONV;
     default:
         return -1;
     }
@@ -38,9 +36,7 @@ static int kind_of(lwq_linear_role r)
 
 static int can_take(const lwq_arch_linear *l, lwq_qformat f)
 {
-    if (f == LWQ_QFMT_NVFP4)
-        return l->role != LWQ_ROLE_LIN_CONV && l->in_features % 16 == 0;
-    return 1;
+    return f != LWQ_QFMT_NVFP4 || l->in_features % 16 == 0;
 }
 
 void lwq_aq_layer_free(lwq_aq_layer *a)
@@ -108,7 +104,9 @@ void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qf
 {
     for (int i = 0; i < p->nlinears; i++) {
         out[i] = a->base[i];
-        out[i].format = a->group_of[i] < 0 ? LWQ_QFMT_NONE : fmt[a->group_of[i]];
+        if (a->group_of[i] < 0)
+            continue;
+        out[i].format = fmt[a->group_of[i]];
         out[i].weight_format = out[i].input_format = out[i].format;
         out[i].split = 0;
         if (out[i].format == LWQ_QFMT_NONE)

@@ -5,13 +5,15 @@
  * (with multi-head latent attention: q_proj / q_a_proj / q_b_proj / kv_a_proj_with_mqa /
  * kv_b_proj), o_proj, gate/up together (a dense MLP's, or a MoE layer's shared experts'), down
  * (likewise), every routed expert of the layer together, the linear-attention projections
- * (in_proj_qkvz, in_proj_ba, out_proj), and the linear-attention conv1d alone (it takes FP8 only).
- * Every fused group of the plan (spec/FORMATS.md 5) lies inside one search group, so "a fused
+ * (in_proj_qkvz, in_proj_ba, out_proj).  The linear-attention conv1d is in no group: lwq eval
+ * does not emulate a quantized conv1d, so it cannot be scored, and it keeps the base recipe's
+ * choice (FP8 in qwen3next_production, unquantized in the NVFP4 presets).  Every fused group of the plan (spec/FORMATS.md 5) lies inside one search group, so "a fused
  * group shares one format" holds by construction.  Routers (and qwen3_next's shared_expert_gate)
  * are in no group: never quantized.
  *
  * The base recipe (the --qformat / --recipe given with the search) still applies: a linear it
- * leaves unquantized stays unquantized (it is in no group), and a chosen format keeps the base
+ * leaves unquantized stays unquantized (it is in no group), a linear in no group keeps the base
+ * recipe's choice, and a chosen format keeps the base
  * recipe's calibration settings for the module (algorithm, FP8 scale sweep, a fixed input amax).
  * A group may take format f only when every member can: NVFP4 needs in-features % 16 == 0 and is
  * not written for a conv1d; "none" is always possible.
@@ -38,11 +40,10 @@ typedef enum lwq_aq_kind {
     LWQ_AQ_DOWN,
     LWQ_AQ_EXPERTS,
     LWQ_AQ_LINEAR_ATTN,
-    LWQ_AQ_CONV,
     LWQ_AQ_KINDS
 } lwq_aq_kind;
 
-/* "qkv", "o", "gate_up", "down", "experts", "linear_attn", "conv1d" */
+/* "qkv", "o", "gate_up", "down", "experts", "linear_attn" */
 const char *lwq_aq_kind_name(lwq_aq_kind k);
 
 typedef struct lwq_aq_group {
@@ -57,7 +58,7 @@ typedef struct lwq_aq_layer {
     int layer;
     int ngroups;
     lwq_aq_group *g;
-    int *group_of;             /* (plan->nlinears) the group of linear i, or -1 (fixed: unquantized) */
+    int *group_of;             /* (plan->nlinears) the group of linear i, or -1 (fixed at its base choice) */
     lwq_quant_choice *base;    /* (plan->nlinears) the base recipe's choice of each linear */
 } lwq_aq_layer;
 
@@ -69,7 +70,7 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
 void lwq_aq_layer_free(lwq_aq_layer *a);
 
 /* The choice of every linear of the layer when group k takes fmt[k] (fmt: (ngroups)): the base
- * choice with its format replaced; linears in no group keep format NONE. */
+ * choice with its format replaced; linears in no group keep their base choice (routers: NONE). */
 void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qformat *fmt,
                     lwq_quant_choice *out);
 
