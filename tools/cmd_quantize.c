@@ -55,6 +55,9 @@ static void usage(FILE *fp, const char *cmd)
             "                       its layer's output; kl: that output carried to the logits, KL to the source\n"
             "                       (one stream per group and format through the later layers: small models)\n"
             "  --auto-quantize-score-size N  calibration samples scored, the first N (default all)\n"
+            "  --auto-quantize-scores FILE  reuse the complete pass 1 of an earlier search with the same inputs\n"
+            "                       (its OUT.layerwise_resume/auto_quantize/scores.json): another budget then\n"
+            "                       costs only the solve and pass 2\n"
             "                       Pass 1 scores the groups (q/k/v, o, gate/up, down, routed experts, linear\n"
             "                       attention) in one pass over the disk; an exact knapsack picks each group's\n"
             "                       format; the mix is written as a recipe (OUT/auto_quantize_recipe.json and\n"
@@ -106,7 +109,8 @@ static void usage(FILE *fp, const char *cmd)
 }
 
 typedef struct qargs {
-    const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv, *aq_formats, *aq_score;
+    const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv, *aq_formats, *aq_score,
+        *aq_scores;
     int print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
     double aq_bits, aq_gb;
     uint8_t aq_fmt[3];        /* candidate formats, by lwq_qformat */
@@ -317,6 +321,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
         } else if (!strcmp(s, "--auto-quantize-score")) {
             if (!(a->aq_score = VAL()))
                 return -1;
+        } else if (!strcmp(s, "--auto-quantize-scores")) {
+            if (!(a->aq_scores = VAL()))
+                return -1;
         } else if (!strcmp(s, "--auto-quantize-score-size")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->aq_score_size))
                 return -1;
@@ -340,9 +347,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
         return -1;
     }
     int aq = a->aq_bits > 0 || a->aq_gb > 0;
-    if (!aq && (a->aq_formats || a->aq_score || a->aq_score_size)) {
-        fprintf(stderr, "lwq: --auto-quantize-formats / -score / -score-size need a budget: --auto-quantize-bits B or "
-                        "--auto-quantize-gb G\n");
+    if (!aq && (a->aq_formats || a->aq_score || a->aq_score_size || a->aq_scores)) {
+        fprintf(stderr, "lwq: --auto-quantize-formats / -score / -score-size / -scores need a budget: "
+                        "--auto-quantize-bits B or --auto-quantize-gb G\n");
         return -1;
     }
     if (aq && (is_plan || a->print_recipe)) {
@@ -572,6 +579,7 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
                 ao.bits = a.aq_bits;
                 ao.gb = a.aq_gb;
                 ao.score_size = a.aq_score_size;
+                ao.scores_from = a.aq_scores;
                 memcpy(ao.formats, a.aq_fmt, sizeof ao.formats);
                 if (a.aq_score && !strcmp(a.aq_score, "kl"))
                     ao.score = LWQ_AQ_SCORE_KL;

@@ -58,6 +58,8 @@ typedef struct lwq_autoq_opts {
     int score_size;          /* calibration samples scored (the first ones); 0: all */
     int no_memo;             /* replays compute every op (the memo's own check) */
     int pass1_only;          /* stop after pass 1 and the solve: write the recipe, quantize nothing */
+    const char *scores_from; /* a complete scores.json of an earlier search with the same inputs:
+                                pass 1 is skipped (another budget needs only the solve and pass 2) */
 } lwq_autoq_opts;
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);

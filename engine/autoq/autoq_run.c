@@ -60,7 +60,22 @@ static int open_scores(const lwq_autoq_opts *o, const aq_paths *p, const lwq_ckp
     int rc = lwq_aq_fingerprint(o, ck, plans, backend_name(o), &fp, e);
     if (rc)
         return rc;
-    rc = lwq_aq_scores_load(p->scores, s, e);
+    const char *from = p->scores;
+    if (o->scores_from) {
+        /* the earlier search's scores, unless this output has its own already */
+        lwq_aq_scores own;
+        int orc = lwq_aq_scores_load(p->scores, &own, e);
+        lwq_aq_scores_free(&own);
+        if (orc == LWQ_ENOENT)
+            from = o->scores_from;
+        else if (orc)
+            return orc;
+    }
+    rc = lwq_aq_scores_load(from, s, e);
+    if (rc == LWQ_ENOENT && from != p->scores)
+        return lwq_errf(e, LWQ_ENOENT, "--auto-quantize-scores %s: no such file", from);
+    if (rc == 0 && from != p->scores && !s->complete)
+        return lwq_errf(e, LWQ_ESTATE, "--auto-quantize-scores %s: that search did not finish its pass 1", from);
     if (rc == LWQ_ENOENT) {
         memset(s, 0, sizeof *s);
         s->fp = fp;
@@ -75,14 +90,18 @@ static int open_scores(const lwq_autoq_opts *o, const aq_paths *p, const lwq_ckp
     if (s->fp.all != fp.all) {
         char diff[512];
         lwq_fp_diff(&s->fp, &fp, diff, sizeof diff);
+        if (from != p->scores)
+            return lwq_errf(e, LWQ_ESTATE, "--auto-quantize-scores %s: that search had different inputs (changed: %s)",
+                            from, diff);
         return lwq_errf(e, LWQ_ESTATE, "%s belongs to an auto-quantize search with different inputs (changed: %s); "
                         "refusing to mix them.  Rerun the original command, or delete %s and %s to start over",
                         p->scores, diff, p->out, p->resume);
     }
     if (s->nlayers != ck->cfg.num_hidden_layers || s->score != o->score)
-        return lwq_errf(e, LWQ_ESTATE, "%s: %d layers, score %s; this run has %d layers, score %s", p->scores,
-                        s->nlayers, lwq_aq_score_name(s->score), ck->cfg.num_hidden_layers, lwq_aq_score_name(o->score));
-    return 0;
+        return lwq_errf(e, LWQ_ESTATE, "%s: %d layers, score %s; this run has %d layers, score %s", from, s->nlayers,
+                        lwq_aq_score_name(s->score), ck->cfg.num_hidden_layers, lwq_aq_score_name(o->score));
+    /* a copy in this output's resume directory: a rerun needs nothing outside it */
+    return from != p->scores ? lwq_aq_scores_save(p->scores, s, e) : 0;
 }
 
 /* Bytes OUT holds for the decoder-layer linears' weights and scales, and for every tensor. */
