@@ -21,8 +21,9 @@
 #define LWQ_AQ_DIR "auto_quantize"             /* inside the resume directory */
 #define LWQ_AQ_MANIFEST "scores.json"
 #define LWQ_AQ_STATE_FMT "state-%d.bin"        /* %d: 0 or 1, alternating like the boundaries */
-#define LWQ_AQ_RECIPE_JSON "auto_quantize_recipe.json"
-#define LWQ_AQ_RECIPE_YAML "auto_quantize_recipe.yaml"
+#define LWQ_AQ_RECIPE_NAME "auto_quantize_recipe"  /* the recipe's name: the stem of its files */
+#define LWQ_AQ_RECIPE_JSON LWQ_AQ_RECIPE_NAME ".json"  /* in OUT and in <resume>/auto_quantize */
+#define LWQ_AQ_RECIPE_YAML LWQ_AQ_RECIPE_NAME ".yaml"
 #define LWQ_AQ_REPORT "auto_quantize.json"
 
 /* One search group's measurements in one layer. */

@@ -103,7 +103,8 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     int nym = 0, cap = 0, rc = root && want ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     cJSON *rules = root ? cJSON_GetObjectItemCaseSensitive(root, "rules") : NULL;
     if (root) {
-        cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString("auto_quantize"));
+        /* the name a YAML recipe takes from its file's stem: the JSON and the YAML rerun alike */
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(LWQ_AQ_RECIPE_NAME));
         if (!rules)
             rules = cJSON_AddArrayToObject(root, "rules");
     }

@@ -6,7 +6,7 @@
  *      <resume>/auto_quantize/scores.json: absent -> fresh, other inputs -> refused naming them;
  *   2. pass 1 from the first uncommitted layer (autoq_score.c) unless the scores are complete;
  *   3. the knapsack (autoq_solve.c) and the recipe (autoq_recipe.c), written to
- *      <resume>/auto_quantize/recipe.json and .yaml; the lock is released for pass 2;
+ *      <resume>/auto_quantize/auto_quantize_recipe.json and .yaml; the lock is released for pass 2;
  *   4. pass 2: lwq_quantize_run with the parsed recipe (its own resume and lock);
  *   5. the written size counted from OUT's tensors, then OUT/auto_quantize_recipe.json, .yaml
  *      and auto_quantize.json (no timings in them: a rerun writes the same bytes). */
@@ -380,13 +380,13 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     if (!o->q.quiet)
         print_table(o, &r->s, &r->sol);
     char yp[PATH_MAX];
-    if ((rc = lwq_pathf(e, yp, sizeof yp, "%s/recipe.yaml", p->dir)) != 0 ||
+    if ((rc = lwq_pathf(e, yp, sizeof yp, "%s/" LWQ_AQ_RECIPE_YAML, p->dir)) != 0 ||
         (rc = lwq_aq_recipe_build(o, &r->sol, r->plans, r->N, yp, &r->rec, e)) != 0)
         return rc;
-    if ((rc = write_text(p->dir, "recipe.json", r->rec.json, e)) != 0)
+    if ((rc = write_text(p->dir, LWQ_AQ_RECIPE_JSON, r->rec.json, e)) != 0)
         return rc;
     if (!o->q.quiet) {
-        LWQ_INFO("auto-quantize: recipe %s/recipe.json%s", p->dir, r->rec.yaml ? " and recipe.yaml" : "");
+        LWQ_INFO("auto-quantize: recipe %s/" LWQ_AQ_RECIPE_JSON "%s", p->dir, r->rec.yaml ? " and .yaml" : "");
         if (!r->rec.yaml)
             LWQ_WARN("auto-quantize: no Model Optimizer YAML of this mix: %s", r->rec.yaml_why);
     }
