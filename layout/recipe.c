@@ -244,6 +244,20 @@ static int algo_from_json(const char *path, const char *what, const cJSON *v, lw
     return 0;
 }
 
+/* Whether a key before `k` in object `o` has k's name.  cJSON keeps every duplicate, and a key
+ * given twice is ambiguous (which one wins?), so a recipe that repeats one is refused.  Called on
+ * each key as the parse loops reach it: every key before k is known and distinct (the loops stop
+ * at an unknown or repeated one), so this scans a handful of keys, whatever the object's size. */
+static int repeated(const cJSON *o, const cJSON *k)
+{
+    for (const cJSON *j = o->child; j && j != k; j = j->next)
+        if (!strcmp(j->string, k->string))
+            return 1;
+    return 0;
+}
+
+#define REPEATED_MSG "key \"%s\" appears twice (each key may be given once)"
+
 static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule *u, lwq_error *e)
 {
     memset(u, 0, sizeof *u);
@@ -251,12 +265,13 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d] is not an object", path, idx);
     for (const cJSON *k = o->child; k; k = k->next) {
         const char *key = k->string;
+        if (repeated(o, k))
+            return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: " REPEATED_MSG, path, idx, key);
         if (!strcmp(key, "match")) {
             if (!cJSON_IsString(k) || !k->valuestring[0])
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].match must be a non-empty string", path, idx);
             if (strlen(k->valuestring) > 512)
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].match longer than 512 characters", path, idx);
-            free(u->match);
             u->match = strdup(k->valuestring);
             if (!u->match)
                 return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
@@ -295,8 +310,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                                 path, idx);
             u->has_kv = 1;
         } else if (!strcmp(key, "input_amax")) {
-            if (!cJSON_IsNumber(k) || !(k->valuedouble > 0) || k->valuedouble > 3.0e38)
-                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].input_amax must be a positive number", path, idx);
+            if (!cJSON_IsNumber(k) || !LWQ_RECIPE_AMAX_OK(k->valuedouble))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].input_amax %s: a fixed input amax must be a number in "
+                                "[%.3g, %.3g] (its input scale, amax / 2688, must be a normal float)", path, idx,
+                                cJSON_IsNumber(k) ? "is out of range" : "is not a number", LWQ_RECIPE_AMAX_MIN,
+                                LWQ_RECIPE_AMAX_MAX);
             u->input_amax = k->valuedouble;
             u->has_input_amax = 1;
         } else if (!strcmp(key, "mla_projection")) {
@@ -334,6 +352,8 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
     for (const cJSON *k = root->child; k; k = k->next) {
         const char *key = k->string;
         int rc = 0;
+        if (repeated(root, k))
+            return lwq_errf(e, LWQ_EFORMAT, "%s: " REPEATED_MSG, path, key);
         if (!strcmp(key, "name")) {
             if (!cJSON_IsString(k))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: name must be a string", path);
@@ -342,6 +362,8 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
             if (!cJSON_IsObject(k))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm must be an object", path);
             for (const cJSON *a = k->child; a; a = a->next) {
+                if (repeated(k, a))
+                    return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm: " REPEATED_MSG, path, a->string);
                 if (!strcmp(a->string, "method")) {
                     rc = algo_from_json(path, "algorithm.method", a, &r->algo, e);
                 } else if (!strcmp(a->string, "fp8_scale_sweep")) {

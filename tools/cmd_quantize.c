@@ -13,6 +13,7 @@
 #include "core/log.h"
 #include "engine/autoq/autoq.h"
 #include "engine/run/engine.h"
+#include "engine/run/manifest.h"
 #include "io/sys.h"
 #include "text/dataset.h"
 #include "layout/recipe.h"
@@ -76,7 +77,9 @@ static void usage(FILE *fp, const char *cmd)
             "  --calib-include-padding  padded positions count in statistics (Model Optimizer parity)\n"
             "  --calib-all-experts  every expert also runs on every token for its statistics\n"
             "run:\n"
-            "  --device D           auto | cpu | cuda (default $LWQ_DEVICE, else auto)\n"
+            "  --device D           auto | cpu | cuda (default $LWQ_DEVICE, else auto); cuda loads the CUDA\n"
+            "                       module liblwq-cuda.so from beside lwq (or $LWQ_CUDA_MODULE); auto uses\n"
+            "                       it only where an NVIDIA driver is present\n"
             "  --threads N          CPU threads (default: all cores)\n"
             "  --max-gpu-memory-gb X, --max-cpu-memory-gb X   stop before reading weights if the plan exceeds them\n"
             "  --prefetch K         layers read ahead (ring slots, default 2)\n"
@@ -115,7 +118,6 @@ typedef struct qargs {
     double aq_bits, aq_gb;
     uint8_t aq_fmt[3];        /* candidate formats, by lwq_qformat */
     double damp; /* 0: the recipe's */
-    char *resume_dir_buf;     /* from a YAML recipe's layerwise.checkpoint_dir */
     lwq_quantize_opts o;
 } qargs;
 
@@ -381,12 +383,17 @@ static int load_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
     lwq_recipe_run run;
     if ((rc = lwq_recipe_yaml_load(path, root, r, &run, e)) != 0)
         return rc;
-    if (run.has_checkpoint_dir && !a->o.resume_dir) {
-        a->resume_dir_buf = strdup(run.checkpoint_dir);
-        if (!a->resume_dir_buf)
-            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-        a->o.resume_dir = a->resume_dir_buf;
-    }
+    /* lwq writes only into the output, its resume directory and directories the command line
+     * names: a recipe (a file from anywhere) may say where the resume state goes, but only a
+     * --resume-dir makes it so */
+    if (run.has_checkpoint_dir && !a->o.resume_dir)
+        return lwq_errf(e, LWQ_EINVAL, "%s: quantize.algorithm.layerwise.checkpoint_dir is \"%s\"; a recipe does not "
+                        "choose where lwq writes: give --resume-dir %s to use that directory, or remove the key (the "
+                        "resume state then goes beside the output, in OUT" LWQ_RESUME_SUFFIX ")",
+                        run.checkpoint_dir_at, run.checkpoint_dir, run.checkpoint_dir);
+    if (run.has_checkpoint_dir && strcmp(run.checkpoint_dir, a->o.resume_dir))
+        LWQ_INFO("%s: checkpoint_dir %s is overridden by --resume-dir %s", run.checkpoint_dir_at, run.checkpoint_dir,
+                 a->o.resume_dir);
     if (run.has_qdq_next && run.qdq_next)
         a->o.qdq_next = 1;
     return 0;
@@ -529,7 +536,6 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
     if (build_recipe(&a, &r, &e) != 0) {
         fprintf(stderr, "lwq: %s\n", e.msg);
         lwq_recipe_free(&r);
-        free(a.resume_dir_buf);
         return LWQ_EXIT_ERR;
     }
     if (a.print_recipe) {
@@ -537,7 +543,6 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         printf("%s\n", s ? s : "{}");
         free(s);
         lwq_recipe_free(&r);
-        free(a.resume_dir_buf);
         return LWQ_EXIT_OK;
     }
     lwq_calib_set cs;
@@ -594,7 +599,6 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         lwq_calib_set_free(&cs);
     }
     lwq_recipe_free(&r);
-    free(a.resume_dir_buf);
     if (rc) {
         fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
         return LWQ_EXIT_ERR;

@@ -404,7 +404,7 @@ static int replay(lwq_aq_ctx *c, int L, const lwq_aq_group *g, const lwq_tlist *
     if (rc)
         return rc;
     /* the KV cache stays in the source dtype: everything but the group is at full precision */
-    if ((rc = lwq_qlayer_view_make(p, &t, 0, &c->em, &view, e)) == 0) {
+    if ((rc = lwq_qlayer_view_make(p, &t, 0, 0, &c->em, &view, e)) == 0) {
         lwq_layer_weights lw;
         lwq_emul_weights ew;
         lwq_layer_weights_init(&lw, &c->be, &t, &view.overlay, c->ck.cfg.weight_prefix);

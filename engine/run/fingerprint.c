@@ -43,9 +43,9 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
             lwq_xxh64_update(&s, mt, sizeof mt);
         }
         char *hdr = malloc(files[i].data_start);
-        int fd = lwq_sys()->open(files[i].path, O_RDONLY, 0);
+        int fd = lwq_durable_open_regular(files[i].path, 0, NULL, e);
         if (!hdr || fd < 0)
-            rc = lwq_errsys(e, fd < 0 ? fd : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
+            rc = fd < 0 ? fd : lwq_errf(e, LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
         else
             rc = lwq_durable_pread_all(fd, hdr, files[i].data_start, 0, files[i].path, e);
         if (rc == 0)

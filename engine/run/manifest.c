@@ -177,6 +177,29 @@ int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
         else
             snprintf(m->boundary_file, sizeof m->boundary_file, "%s", bf->valuestring);
     }
+    /* The boundary is the input of the first uncommitted layer: it exists exactly when some but
+     * not all layers are committed, and then it is the file the commit of layer committed-1
+     * wrote (run_output.c alternates them).  Without this an empty name sent a resumed run back
+     * to the embedding for layer `committed`, a wrong output that looked complete. */
+    if (!bad && cJSON_IsTrue(comp) && cm != nl)
+        bad = "complete";
+    if (!bad) {
+        char want[32] = "";
+        if (cm > 0 && cm < nl)
+            snprintf(want, sizeof want, LWQ_RESUME_BOUNDARY_FMT, (int)(cm % 2));
+        if (strcmp(m->boundary_file, want) || (want[0] && m->boundary_bytes == 0)) {
+            int rc = want[0] ? lwq_errf(e, LWQ_EFORMAT, "%s: %d of %d layers committed, so boundary.file must be \"%s\" "
+                                        "with its size, not \"%s\" (%" PRIu64 " bytes): the input of layer %d is "
+                                        "missing (remove the resume directory to start over)", path, (int)cm, (int)nl,
+                                        want, m->boundary_file, m->boundary_bytes, (int)cm)
+                             : lwq_errf(e, LWQ_EFORMAT, "%s: boundary.file is \"%s\" with %d of %d layers committed, "
+                                        "where no boundary may be named (remove the resume directory to start over)",
+                                        path, m->boundary_file, (int)cm, (int)nl);
+            cJSON_Delete(root);
+            lwq_manifest_free(m);
+            return rc;
+        }
+    }
     if (!bad) {
         m->num_layers = (int)nl;
         m->committed = (int)cm;
@@ -236,9 +259,9 @@ int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, s
 int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e)
 {
     const lwq_sys_table *sys = lwq_sys();
-    int fd = sys->open(path, O_RDONLY, 0);
+    int fd = lwq_durable_open_regular(path, 0, NULL, e);
     if (fd < 0)
-        return lwq_errsys(e, fd, "%s: cannot open", path);
+        return fd;
     size_t cap = 4u << 20;
     unsigned char *buf = malloc(cap);
     if (!buf) {
@@ -274,10 +297,10 @@ int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error 
 int lwq_out_st_open(const char *path, lwq_st_file *f, lwq_error *e)
 {
     const lwq_sys_table *sys = lwq_sys();
-    int fd = sys->open(path, O_RDONLY, 0);
+    int fd = lwq_durable_open_regular(path, 0, NULL, e);
     if (fd < 0) {
         memset(f, 0, sizeof *f);
-        return lwq_errsys(e, fd, "%s: open", path);
+        return fd;
     }
     int rc = lwq_st_open_fd(fd, path, f, e);
     sys->close(fd);

@@ -1,4 +1,4 @@
-/* engine/run.c — `lwq quantize`: the steps of a run, and the layerwise depth loop.
+/* engine/run/run.c — `lwq quantize`: the steps of a run, and the layerwise depth loop.
  *
  * THE STEPS (../shared/DESIGN.md "Pipeline and threads"; the function that performs each):
  *
@@ -211,6 +211,11 @@ static int load_boundary(lwq_run *r, unsigned char *dst, lwq_error *e)
     int rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->resume_dir, r->man.boundary_file);
     if (rc)
         return rc;
+    /* the manifest's size is this run's boundary size (the fingerprint fixes the shape) */
+    if (r->man.boundary_bytes != r->bnd_bytes)
+        return lwq_errf(e, LWQ_ESTATE, "%s: the manifest records a boundary of %" PRIu64 " bytes; this run's boundary "
+                        "is %" PRIu64 " bytes (damaged resume state: delete %s and the output to start over)",
+                        r->manifest_path, r->man.boundary_bytes, (uint64_t)r->bnd_bytes, r->resume_dir);
     char *buf;
     size_t len;
     if ((rc = lwq_durable_read_file(p, (size_t)r->bnd_bytes + 1, &buf, &len, e)) != 0)

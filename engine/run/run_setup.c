@@ -1,4 +1,4 @@
-/* engine/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
+/* engine/run/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
  * of the run exists and after they are gone): the checkpoint opened and checked, the per-layer
  * plans and quantization choices, the backend and model, the calibration batches, the JSON log,
  * the memory plan against the limits, the fingerprint, the fresh/restart/resume decision for
@@ -107,10 +107,13 @@ static int make_backend(lwq_run *r, lwq_error *e)
     lwq_device_choice d = r->o->device;
     if (d == LWQ_DEVICE_AUTO)
         d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
-    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
+    int rc = r->o->backend                   ? (r->be = *r->o->backend, 0) /* the caller's (a test's fake device) */
+             : d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e)
+                                    : lwq_backend_cpu_create(&r->be, r->o->threads, e);
     if (rc)
         return rc;
     r->be_open = 1;
+    r->be_owned = r->o->backend == NULL;
     lwq_qops_init(&r->qops, &r->be);
     lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
@@ -184,6 +187,9 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     if (rc == 0)
         rc = check_memory(r, &mp, e);
+    /* on a device, the forward's scratch as the plan counts it, in one block (forward.h) */
+    if (rc == 0 && !o->dry_read && r->be.ops->device != LWQ_DEV_CPU)
+        rc = lwq_model_reserve_scratch(&r->model, mp.workspace_bytes, e);
     if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
         rc = lwq_run_prepare_output(r, nothing_to_do, e);
     if (rc || *nothing_to_do)
@@ -246,7 +252,7 @@ void lwq_run_free(lwq_run *r)
     free(r->choice);
     free(r->lstat);
     lwq_manifest_free(&r->man);
-    if (r->be_open)
+    if (r->be_open && r->be_owned)
         lwq_backend_destroy(&r->be);
     if (r->ck_open)
         lwq_ckpt_free(&r->ck);
