@@ -8,7 +8,7 @@
  * argument checks, same messages and codes, LWQ_QUANT_ZERO_TENSOR for an all-zero weight); the
  * array arguments live where the table's `device` says (host memory or device memory), the scalars
  * (amax, returned weight scales) are host values.  `stream` is the CUDA stream (a cudaStream_t,
- * NULL = the legacy stream); the host table ignores it.  engine/qops.h moves weights to the
+ * NULL = the legacy stream); the host table ignores it.  engine/quant/qops.h moves weights to the
  * table's memory and back. */
 #ifndef LWQ_KERNELS_QUANT_OPS_H
 #define LWQ_KERNELS_QUANT_OPS_H

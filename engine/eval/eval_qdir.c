@@ -1,16 +1,19 @@
-/* engine/eval_qdir.c — quantized checkpoints for `lwq eval`: the config's quantization, the check
+/* engine/eval/eval_qdir.c — quantized checkpoints for `lwq eval`: the config's quantization, the check
  * of every tensor against the source, layer reads, and the dequantized view of a quantized layer
- * (engine/eval_internal.h). */
+ * (engine/eval/eval_internal.h). */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/file.h"
 #include "engine/eval/eval_internal.h"
 #include "kernels/quant.h"
+#include "layout/quant_formats.h"
 #include "layout/srcfmt.h"
 
 /* ---- the declared quantization --------------------------------------------------------------- */
@@ -36,8 +39,12 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
         return rc;
     const cJSON *qb = NULL;
     cJSON *root = NULL;
-    lwq_error ig = {0};
-    if (lwq_file_read_all(p, 16u << 20, &txt, &len, &ig) == 0) {
+    struct stat st;
+    /* present in any form (too big, a directory, a FIFO) means it is read or refused: passing
+     * over it would evaluate the checkpoint as whatever config.json says instead */
+    if (stat(p, &st) == 0 || errno != ENOENT) {
+        if ((rc = lwq_file_read_all(p, 16u << 20, &txt, &len, e)) != 0)
+            return rc;
         root = cJSON_ParseWithLength(txt, len);
         free(txt);
         if (!root)
@@ -156,11 +163,17 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
     if (src_layer < 0)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized; a quantized %s outside the decoder layers is "
                         "not emulated (the head runs in the source dtype)", dir, module, module);
-    if (ws->ndim != 2)
-        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized with %d dimensions; only 2-D linears are "
-                        "emulated", dir, module, ws->ndim);
-    int64_t out = ws->shape[0], in = ws->shape[1];
+    /* a depthwise conv1d [channels, 1, kernel] (qwen3_next) is quantized to FP8 per tensor, as
+     * Model Optimizer does */
+    int conv = ws->ndim == 3 && ws->shape[1] == 1;
+    if (ws->ndim != 2 && !conv)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized with %d dimensions; only 2-D linears and "
+                        "[channels, 1, kernel] conv1d weights are read", dir, module, ws->ndim);
+    int64_t out = ws->shape[0], in = ws->shape[ws->ndim - 1];
     const char *fmt = wq->dtype == LWQ_U8 ? "NVFP4" : wq->dtype == LWQ_F8_E4M3 ? "FP8" : NULL;
+    if (conv && fmt && strcmp(fmt, "FP8"))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight is a conv1d stored as %s; a conv1d is quantized to FP8 only", dir,
+                        module, fmt);
     if (!fmt)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight has a weight_scale but dtype %s: neither NVFP4 (U8) nor FP8 "
                         "(F8_E4M3)", dir, module, lwq_dtype_name(wq->dtype));
@@ -198,10 +211,13 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
         if (!s2 || !is_scalar_f32(s2))
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight_scale_2 must be an F32 scalar", dir, module);
     } else {
-        if (wq->ndim != 2 || wq->shape[0] != out || wq->shape[1] != in) {
+        int same = wq->ndim == ws->ndim;
+        for (int d = 0; same && d < ws->ndim; d++)
+            same = wq->shape[d] == ws->shape[d];
+        if (!same) {
             shape_str(wq->shape, wq->ndim, got, sizeof got);
-            return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight has shape %s, the source's is [%lld, %lld]", dir, module,
-                            got, (long long)out, (long long)in);
+            shape_str(ws->shape, ws->ndim, want, sizeof want);
+            return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight has shape %s, the source's is %s", dir, module, got, want);
         }
         if (!sc || !is_scalar_f32(sc))
             return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight_scale is not an F32 scalar; only per-tensor FP8 "
@@ -368,13 +384,48 @@ static const lwq_htensor *tfind(const lwq_tlist *l, const char *module, const ch
 
 static float scalar(const lwq_htensor *t) { return *(const float *)t->data; }
 
+/* The stored codes of quantized linear `module` (w: its weight, sc / s2: its scales): NVFP4 block
+ * scales positive and finite E4M3, weight_scale_2 and an FP8 weight_scale finite and > 0, no NaN
+ * FP8 weight code, and no weight the scales make larger than a float: a finite but huge
+ * weight_scale_2 times a block scale (times the largest E2M1 code, 6) or an FP8 weight_scale times
+ * a code would dequantize into inf (and 0 x inf into NaN).  The first bad one is named. */
+static int check_codes(const char *module, lwq_qformat f, const lwq_htensor *w, const lwq_htensor *sc,
+                       const lwq_htensor *s2, lwq_error *e)
+{
+    const uint8_t *b = f == LWQ_QFMT_NVFP4 ? sc->data : w->data;
+    uint64_t n = f == LWQ_QFMT_NVFP4 ? sc->nbytes : w->nbytes, at = 0;
+    float top = 0; /* the largest block scale (NVFP4) or |code| (FP8), at index `at` */
+    for (uint64_t i = 0; i < n; i++) {
+        float v = lwq_e4m3_to_f32(b[i] & 0x7f);
+        if (v > top)
+            top = v, at = i;
+        if (f == LWQ_QFMT_NVFP4 && !lwq_e4m3_is_block_scale(b[i]))
+            return lwq_errf(e, LWQ_ENUMERIC, "%s.weight_scale[%llu] is %s (E4M3 byte 0x%02X); every NVFP4 block "
+                            "scale must be finite and > 0", module, (unsigned long long)i,
+                            lwq_e4m3_is_nan(b[i]) ? "NaN" : b[i] & 0x80 ? "negative" : "zero", b[i]);
+        if (f == LWQ_QFMT_FP8 && lwq_e4m3_is_nan(b[i]))
+            return lwq_errf(e, LWQ_ENUMERIC, "%s.weight[%llu] is an FP8 NaN code (0x%02X)", module,
+                            (unsigned long long)i, b[i]);
+    }
+    float g = scalar(f == LWQ_QFMT_NVFP4 ? s2 : sc);
+    const char *gname = f == LWQ_QFMT_NVFP4 ? "weight_scale_2" : "weight_scale";
+    if (!(g > 0) || g > 3.4e38f)
+        return lwq_errf(e, LWQ_ENUMERIC, "%s.%s is %g; it must be finite and > 0", module, gname, (double)g);
+    double big = (double)g * top * (f == LWQ_QFMT_NVFP4 ? LWQ_E2M1_MAX : 1.0);
+    if (big > FLT_MAX)
+        return lwq_errf(e, LWQ_ENUMERIC, "%s.%s is %g: with %s.%s[%llu] = %g its weights reach %g, beyond a float",
+                        module, gname, (double)g, module, f == LWQ_QFMT_NVFP4 ? "weight_scale" : "weight",
+                        (unsigned long long)at, (double)top, big);
+    return 0;
+}
+
 void lwq_qlayer_view_free(lwq_qlayer_view *v)
 {
     lwq_tlist_free(&v->overlay);
     memset(v, 0, sizeof *v);
 }
 
-int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv_fp8, lwq_emul *em,
+int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv_fp8, int weights_only, lwq_emul *em,
                          lwq_qlayer_view *v, lwq_error *e)
 {
     memset(v, 0, sizeof *v);
@@ -394,9 +445,24 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
         lwq_qformat f = w->dtype == LWQ_U8 ? LWQ_QFMT_NVFP4 : LWQ_QFMT_FP8;
         if (!is || (f == LWQ_QFMT_NVFP4 && !s2))
             return lwq_errf(e, LWQ_EFORMAT, "%s: the scales of a %s linear are incomplete", l->name, lwq_qformat_name(f));
-        if (l->role == LWQ_ROLE_LIN_CONV)
-            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: a quantized conv1d is not emulated", l->name);
-        int64_t rows = l->out_features, cols = l->in_features, shape[2] = {rows, cols};
+        /* a depthwise conv1d is no GEMM: its input quantization is not emulated, its FP8 weight
+         * dequantizes like any other (weights only) */
+        int conv = l->role == LWQ_ROLE_LIN_CONV;
+        if (conv && !weights_only)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the input quantization of a quantized conv1d is not emulated; "
+                            "--weights-only evaluates its dequantized weight", l->name);
+        if (conv && f != LWQ_QFMT_FP8)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: a conv1d is quantized to FP8 only", l->name);
+        int64_t rows = l->out_features, cols = l->in_features;
+        int64_t shape[3] = {rows, conv ? 1 : cols, cols};
+        /* every value is checked before anything is allocated: a NaN, zero or negative scale or
+         * a NaN code would dequantize into NaN weights and a plausible-looking report */
+        float in_scale = scalar(is);
+        if (!(in_scale > 0) || in_scale > 3.4e38f)
+            return lwq_errf(e, LWQ_ENUMERIC, "%s.input_scale is %g; it must be finite and > 0", l->name,
+                            (double)in_scale);
+        if ((rc = check_codes(l->name, f, w, sc, s2, e)) < 0)
+            return rc;
         float *buf = malloc((size_t)(rows * cols) * sizeof(float) + 1);
         if (!buf)
             return lwq_errf(e, LWQ_ENOMEM, "%s: no memory for its dequantized weight", l->name);
@@ -407,12 +473,10 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
             free(buf);
             return rc;
         }
-        float in_scale = scalar(is);
-        if (!(in_scale > 0) || in_scale != in_scale || in_scale > 3.4e38f)
-            return lwq_errf(e, LWQ_ENUMERIC, "%s.input_scale is %g; it must be finite and > 0", l->name,
-                            (double)in_scale);
-        if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, 2, shape, buf, 1, e)) < 0 ||
-            (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
+        if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, conv ? 3 : 2, shape, buf, 1, e)) < 0)
+            return rc;
+        /* weights only: the GEMM wrapper does not know the linear, so its input is used as is */
+        if (!weights_only && (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
             return rc;
         v->quantized++;
         rc = 0;

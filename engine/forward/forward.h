@@ -1,4 +1,4 @@
-/* engine/forward.h — the decoder-layer forward of each supported architecture, built from
+/* engine/forward/forward.h — the decoder-layer forward of each supported architecture, built from
  * backend ops, observable at every quantizable input.
  *
  * Supported model types: llama (and mistral), qwen2 (q/k/v bias), qwen3 (q/k RMSNorm,
@@ -85,7 +85,7 @@ typedef struct lwq_model {
                                  qk_rope_head_dim/2) */
     float attn_scaling;       /* RoPE cos/sin factor (1 for default and llama3) */
     struct lwq_arena *arena;  /* per-forward scratch, reused across calls */
-    const struct lwq_fwd_arch *arch; /* the architecture's forward (engine/forward_internal.h) */
+    const struct lwq_fwd_arch *arch; /* the architecture's forward (engine/forward/forward_internal.h) */
 } lwq_model;
 
 /* Supported model_type list for messages: "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,
@@ -97,6 +97,13 @@ const char *lwq_forward_supported(void);
 int lwq_model_init(lwq_model *m, const lwq_model_config *cfg, const lwq_backend *be, lwq_dtype act,
                    lwq_error *e);
 void lwq_model_free(lwq_model *m);
+/* The forward's scratch arena starts with one block of this size unless reserved. */
+#define LWQ_FWD_ARENA_FIRST ((uint64_t)1 << 20)
+/* Give the arena its first block now, of max(bytes, LWQ_FWD_ARENA_FIRST): the run reserves the
+ * scratch its memory plan counts, so the device holds that one block, not the doubling blocks
+ * (1, 2, 4 MiB, ... live together) the first forward would otherwise allocate while it grows.
+ * No-op once the arena has a block. */
+int lwq_model_reserve_scratch(lwq_model *m, uint64_t bytes, lwq_error *e);
 
 /* Whether layer i has a routed-expert MoE block (qwen3_moe: decoder_sparse_step, mlp_only_layers). */
 int lwq_model_layer_is_moe(const lwq_model *m, int layer);

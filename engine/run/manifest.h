@@ -1,11 +1,11 @@
-/* engine/manifest.h — the resume manifest: what is committed, and what the run was.
+/* engine/run/manifest.h — the resume manifest: what is committed, and what the run was.
  *
  * manifest.json lives in the resume directory (`<out>.layerwise_resume/`).  It names the run's
  * fingerprint (with one hash per input, so a refused rerun can say which input changed), the
  * number of committed layers with each committed shard's size and XXH64, and the boundary file
  * that holds the input of the first uncommitted layer.  It is replaced atomically
  * (io/durable.h): the invariant is that it never names a shard or boundary that is not durable
- * (the commit order is in engine/run_output.c, the step list in engine/run.c).  Parsing treats
+ * (the commit order is in engine/run/run_output.c, the step list in engine/run/run.c).  Parsing treats
  * the file as untrusted: sizes capped, every field type-checked, file names restricted to the
  * names lwq itself writes. */
 #ifndef LWQ_ENGINE_MANIFEST_H
@@ -59,6 +59,12 @@ int lwq_manifest_save(const char *path, const lwq_manifest *m, lwq_error *e);
 /* Writes into `out` the names of the inputs that differ ("recipe, calibration tokens"); returns
  * how many differ. */
 int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, size_t cap);
+/* JSON fields of the resume files, read as untrusted input: a 16-digit hex string; a number that
+ * is a non-negative integer <= 2^53.  0, or -1 when the field is absent or malformed. */
+struct cJSON;
+void lwq_json_put_hex(struct cJSON *o, const char *k, uint64_t v);
+int lwq_json_get_hex(const struct cJSON *o, const char *k, uint64_t *v);
+int lwq_json_get_u64(const struct cJSON *o, const char *k, uint64_t *v);
 /* "model-layer-00003.safetensors" */
 void lwq_shard_name(int layer, char out[40]);
 

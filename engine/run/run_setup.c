@@ -1,4 +1,4 @@
-/* engine/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
+/* engine/run/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
  * of the run exists and after they are gone): the checkpoint opened and checked, the per-layer
  * plans and quantization choices, the backend and model, the calibration batches, the JSON log,
  * the memory plan against the limits, the fingerprint, the fresh/restart/resume decision for
@@ -17,6 +17,7 @@
 #include "core/hash.h"
 #include "core/log.h"
 #include "core/parallel.h"
+#include "engine/run/fingerprint.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
 #include "layout/export.h"
@@ -48,6 +49,13 @@ static int check_checkpoint(lwq_run *r, lwq_error *e)
                      r->ck.cfg.model_type);
         else if (x->kind == LWQ_ISSUE_EXTRA_LAYER)
             LWQ_INFO("layer %d is beyond num_hidden_layers (an MTP block?); it goes to the tail unchanged", x->layer);
+    }
+    if (rep.quantized_nvfp4 + rep.quantized_fp8 > 0) {
+        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s is already quantized (%s and %d more linear weights are stored as "
+                      "NVFP4 or FP8 with their scales); lwq quantizes BF16, F16 and F32 checkpoints and FP8-block or "
+                      "MXFP4 sources", r->ck.dir, rep.first_quantized, rep.quantized_nvfp4 + rep.quantized_fp8 - 1);
+        lwq_arch_report_free(&rep);
+        return rc;
     }
     if (rc > 0) {
         const lwq_arch_issue *x = NULL;
@@ -106,10 +114,13 @@ static int make_backend(lwq_run *r, lwq_error *e)
     lwq_device_choice d = r->o->device;
     if (d == LWQ_DEVICE_AUTO)
         d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
-    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
+    int rc = r->o->backend                   ? (r->be = *r->o->backend, 0) /* the caller's (a test's fake device) */
+             : d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e)
+                                    : lwq_backend_cpu_create(&r->be, r->o->threads, e);
     if (rc)
         return rc;
     r->be_open = 1;
+    r->be_owned = r->o->backend == NULL;
     lwq_qops_init(&r->qops, &r->be);
     lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
@@ -183,6 +194,9 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     if (rc == 0)
         rc = check_memory(r, &mp, e);
+    /* on a device, the forward's scratch as the plan counts it, in one block (forward.h) */
+    if (rc == 0 && !o->dry_read && r->be.ops->device != LWQ_DEV_CPU)
+        rc = lwq_model_reserve_scratch(&r->model, mp.workspace_bytes, e);
     if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
         rc = lwq_run_prepare_output(r, nothing_to_do, e);
     if (rc || *nothing_to_do)
@@ -245,7 +259,7 @@ void lwq_run_free(lwq_run *r)
     free(r->choice);
     free(r->lstat);
     lwq_manifest_free(&r->man);
-    if (r->be_open)
+    if (r->be_open && r->be_owned)
         lwq_backend_destroy(&r->be);
     if (r->ck_open)
         lwq_ckpt_free(&r->ck);
@@ -259,121 +273,12 @@ void lwq_run_free(lwq_run *r)
 
 /* ---- fingerprint, output directory, batches ------------------------------------------------- */
 
-static int cmp_path(const void *a, const void *b)
-{
-    const lwq_st_file *x = a, *y = b;
-    return strcmp(x->path, y->path);
-}
-
 int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
 {
-    const lwq_quantize_opts *o = r->o;
-    lwq_fingerprint *f = &r->fp;
-    memset(f, 0, sizeof *f);
-    /* source: every shard's name, size and header bytes, in path order */
-    lwq_st_file *files = malloc((size_t)r->ck.nfiles * sizeof *files);
-    if (!files)
-        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    memcpy(files, r->ck.files, (size_t)r->ck.nfiles * sizeof *files);
-    qsort(files, (size_t)r->ck.nfiles, sizeof *files, cmp_path);
-    lwq_xxh64_state s;
-    lwq_xxh64_init(&s, 0);
-    int rc = 0;
-    for (int i = 0; i < r->ck.nfiles && rc == 0; i++) {
-        const char *base = strrchr(files[i].path, '/');
-        base = base ? base + 1 : files[i].path;
-        lwq_xxh64_update(&s, base, strlen(base) + 1);
-        lwq_xxh64_update(&s, &files[i].file_size, sizeof files[i].file_size);
-        /* a rewritten file with the same layout (other weights, same header) is caught by its
-         * modification time; hashing every weight byte would double the run's reads */
-        struct stat fst;
-        if (stat(files[i].path, &fst) == 0) {
-            int64_t mt[2] = {(int64_t)fst.st_mtim.tv_sec, (int64_t)fst.st_mtim.tv_nsec};
-            lwq_xxh64_update(&s, mt, sizeof mt);
-        }
-        char *hdr = malloc(files[i].data_start);
-        int fd = lwq_sys()->open(files[i].path, O_RDONLY, 0);
-        if (!hdr || fd < 0)
-            rc = lwq_errsys(e, fd < 0 ? fd : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
-        else
-            rc = lwq_durable_pread_all(fd, hdr, files[i].data_start, 0, files[i].path, e);
-        if (rc == 0)
-            lwq_xxh64_update(&s, hdr, files[i].data_start);
-        free(hdr);
-        if (fd >= 0)
-            lwq_sys()->close(fd);
-    }
-    free(files);
-    if (rc)
-        return rc;
-    f->part[LWQ_FP_SOURCE] = lwq_xxh64_digest(&s);
-
-    char path[PATH_MAX], *txt;
-    size_t len;
-    if ((rc = lwq_pathf(e, path, sizeof path, "%s/config.json", o->model_dir)) != 0 ||
-        (rc = lwq_file_read_all(path, 16u << 20, &txt, &len, e)) != 0)
-        return rc;
-    f->part[LWQ_FP_CONFIG] = lwq_xxh64(txt, len, 0);
-    free(txt);
-
-    /* the recipe as this run applies it: its name (calibration_report.json holds it), the KV cache
-     * mode and every linear's resolved choice, reduced to what the quantizer reads; two recipes
-     * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
-    lwq_xxh64_init(&s, 0);
-    lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
-    int32_t kv = (int32_t)o->recipe->kv;
-    lwq_xxh64_update(&s, &kv, sizeof kv);
-    for (int L = 0; L < r->nlayers; L++)
-        for (int i = 0; i < r->plans[L].nlinears; i++) {
-            const lwq_quant_choice *c = &r->choice[L][i];
-            int32_t v[5] = {(int32_t)c->format, 0, 0, 0, 0};
-            float ia = 0;
-            double damp = 0;
-            if (c->format == LWQ_QFMT_FP8) /* FP8 reads max / gptq / anything else = the mse search */
-                v[1] = c->algo == LWQ_ALGO_MAX ? 0 : c->algo == LWQ_ALGO_GPTQ ? 2 : 1;
-            else if (c->format == LWQ_QFMT_NVFP4)
-                v[1] = (int32_t)c->algo;
-            if (c->format == LWQ_QFMT_NVFP4)
-                v[2] = c->algo == LWQ_ALGO_MSE && c->fp8_scale_sweep;
-            if (c->format != LWQ_QFMT_NONE && c->algo == LWQ_ALGO_GPTQ) {
-                damp = c->gptq_damp;
-                v[4] = c->gptq_act_order;
-            }
-            if (c->format != LWQ_QFMT_NONE && c->has_input_amax) {
-                v[3] = 1;
-                ia = c->input_amax;
-            }
-            lwq_xxh64_update(&s, v, sizeof v);
-            lwq_xxh64_update(&s, &ia, sizeof ia);
-            lwq_xxh64_update(&s, &damp, sizeof damp);
-        }
-    f->part[LWQ_FP_RECIPE] = lwq_xxh64_digest(&s);
-
-    lwq_xxh64_init(&s, 0);
-    lwq_xxh64_update(&s, &o->calib->n, sizeof o->calib->n);
-    lwq_xxh64_update(&s, &o->calib->pad_id, sizeof o->calib->pad_id);
-    for (int i = 0; i < o->calib->n; i++) {
-        lwq_xxh64_update(&s, &o->calib->len[i], sizeof o->calib->len[i]);
-        lwq_xxh64_update(&s, o->calib->ids[i], (size_t)o->calib->len[i] * sizeof(int32_t));
-    }
-    f->part[LWQ_FP_CALIB] = lwq_xxh64_digest(&s);
-
-    /* CPU results depend neither on the thread count nor on the batching (kernels/cpu: a
-     * token's result is computed the same way whatever shares its GEMM call), so the batch size
-     * is part of the run's identity only when padded rows are counted or on another backend
-     * (cuBLAS picks its kernels by shape); a resume may then change it and still match */
-    const char *bn = r->be.ops->name;
-    const int batch_matters = o->include_padding || strcmp(bn, "cpu") != 0;
-    int64_t batching[2] = {batch_matters ? o->batch_size : 0, o->include_padding};
-    f->part[LWQ_FP_BATCHING] = lwq_xxh64(batching, sizeof batching, 0);
-    int64_t opts[2] = {o->all_experts, o->qdq_next};
-    f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
-    f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
-    const char *ver = "lwq-format-1";
-    f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);
-    lwq_fp_finish(f);
-    lwq_hex64(f->all, r->fp_hex);
-    return 0;
+    int rc = lwq_fingerprint_run(&r->ck, r->nlayers, r->plans, r->choice, r->o, r->be.ops->name, &r->fp, e);
+    if (rc == 0)
+        lwq_hex64(r->fp.all, r->fp_hex);
+    return rc;
 }
 
 /* Files of out_dir: 0 when empty/absent, else checks that each is a shard of this run (or a temp
@@ -491,6 +396,22 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
         uint64_t h = 0, b = 0;
         lwq_error ig = {0};
         int bad = lwq_file_xxh64(p, &h, &b, &ig) != 0 || h != r->man.layers[i].xxh64 || b != r->man.layers[i].bytes;
+        /* The checksum holds against accidents; the shard must also be this run's: one of
+         * another run, or whose header was edited and its checksum updated in the manifest,
+         * carries another fingerprint (or none). */
+        char why[160] = "";
+        if (!bad) {
+            lwq_st_file f;
+            if (lwq_out_st_open(p, &f, &ig) != 0) {
+                bad = 1;
+            } else {
+                const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
+                if ((bad = !fp || strcmp(fp, r->fp_hex)) != 0)
+                    snprintf(why, sizeof why, "its header carries lwq_fingerprint %.20s, not this run's %s",
+                             fp ? fp : "(none)", r->fp_hex);
+                lwq_st_free(&f);
+            }
+        }
         if (!bad)
             continue;
         if (o->repair && i == r->man.committed - 1 && r->man.committed >= 1) {
@@ -513,6 +434,10 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
             }
             break;
         }
+        if (why[0])
+            return lwq_errf(e, LWQ_ESTATE, "committed shard %s: %s (a shard of another run, or an edited header); "
+                            "rerun with --repair to recompute it if it is the last committed layer, or delete %s and "
+                            "%s to start over", p, why, r->out_dir, r->resume_dir);
         return lwq_errf(e, LWQ_ESTATE, "committed shard %s fails its checksum or size (%s); the output is damaged. "
                         "Rerun with --repair to recompute it if it is the last committed layer, or delete %s and %s "
                         "to start over", p, ig.code ? ig.msg : "contents changed", r->out_dir, r->resume_dir);

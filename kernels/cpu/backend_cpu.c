@@ -10,17 +10,6 @@
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
 
-void *lwq_cpu_scratch(int64_t count, size_t elem)
-{
-    if (count < 0 || (count > 0 && (uint64_t)count > (SIZE_MAX - 64) / elem))
-        return NULL;
-    size_t bytes = (size_t)count * elem;
-    bytes = (bytes + 63) & ~(size_t)63;
-    if (bytes == 0)
-        bytes = 64;
-    return aligned_alloc(64, bytes);
-}
-
 static int cpu_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
 {
     (void)ctx;

@@ -1,6 +1,6 @@
 /* kernels/cuda/route.h — the MoE router's per-row work (kernels/backend.h lwq_backend_moe_route),
  * shared by the CUDA kernel (backend_cuda.cu k_route) and the host test that checks it against
- * the CPU backend (tests/kernels/test_cuda_route.c).  LWQ_HD: compiled for the device by nvcc and
+ * the CPU backend (tests/kernels/cuda/test_cuda_route.c).  LWQ_HD: compiled for the device by nvcc and
  * as plain C for the test.
  *
  * Picks follow the CPU's argmax_free order (kernels/cpu/backend_cpu.c): values that are not NaN
