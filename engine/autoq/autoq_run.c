@@ -221,8 +221,7 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
         if (o->formats[f % LWQ_AQ_FORMATS])
             cJSON_AddItemToArray(fs, cJSON_CreateString(lwq_qformat_name((lwq_qformat)(f % LWQ_AQ_FORMATS))));
     cJSON_AddStringToObject(root, "score", lwq_aq_score_name(o->score));
-    cJSON_AddNumberToObject(root, "score_samples", o->score_size > 0 && o->score_size < o->q.calib->n
-                                                       ? o->score_size : o->q.calib->n);
+    cJSON_AddNumberToObject(root, "score_samples", lwq_aq_score_samples(o));
     cJSON_AddStringToObject(root, "base_recipe", o->q.recipe->name);
     cJSON *pr = cJSON_AddObjectToObject(root, "predicted");
     put_raw(pr, "bits_per_weight", "%.6f", sol->bits);

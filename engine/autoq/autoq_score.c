@@ -87,7 +87,7 @@ static int setup(lwq_aq_ctx *c, lwq_error *e)
     c->model_open = 1;
     /* the scored samples first: they are batches of their own, so a replay runs exactly them */
     const lwq_calib_set *cs = o->q.calib;
-    int ns = o->score_size > 0 && o->score_size < cs->n ? o->score_size : cs->n;
+    int ns = lwq_aq_score_samples(o);
     c->cs_score = *cs;
     c->cs_score.n = ns;
     c->cs_rest = *cs;

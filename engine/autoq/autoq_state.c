@@ -29,6 +29,14 @@
 
 const char *lwq_aq_score_name(lwq_aq_score s) { return s == LWQ_AQ_SCORE_KL ? "kl" : "layer"; }
 
+int lwq_aq_score_samples(const lwq_autoq_opts *o)
+{
+    int n = o->q.calib->n;
+    if (o->score_size > 0)
+        return o->score_size < n ? o->score_size : n;
+    return (n + 7) / 8;
+}
+
 int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans, const char *backend,
                        lwq_fingerprint *fp, lwq_error *e)
 {
