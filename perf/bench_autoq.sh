@@ -4,15 +4,18 @@
 #
 # Writes a synthetic llama (default hidden 1024, 4 layers, BF16) and a calibration file, then runs
 # pass 1 (`lwq quantize --auto-quantize-bits 6`, candidates nvfp4, fp8, none) with --log-json for
-# each score size in SCORE_SIZES (samples scored; "all" = every calibration sample).  Pass 1's
+# each score size in SCORE_SIZES (samples scored; "all" = every calibration sample, "default" =
+# the default, 1/8 of them).  Pass 1's
 # calibration forward is quantize's forward (the same lwq_model_layer_forward with the same
 # statistics observer over the same tokens), so per layer
 #     (calibration forward + quantization per format + source record + replays) / calibration forward
 # is the cost of pass 1 in units of one quantize forward, measured in one process in process CPU
 # seconds (THREADS=1 by default), the minimum over REPEAT=3 runs (robust on a shared machine).
-# MEMO=0 also runs the replays without the memo (every op computed).
+# The memo's share of GEMM / attention calls copied instead of computed is printed per size.
 #
-# usage: [THREADS=1] [REPEAT=3] [SCORE_SIZES="all 4"] [MEMO=1] perf/bench_autoq.sh [HIDDEN] [LAYERS] [SAMPLES] [SEQ]
+# INTER sets the MLP width (default: mkmodel's, 2752 for hidden 1024, a llama's ~2.7 x).
+#
+# usage: [THREADS=1] [REPEAT=3] [SCORE_SIZES="all default"] [INTER=N] perf/bench_autoq.sh [HIDDEN] [LAYERS] [SAMPLES] [SEQ]
 #        (from the repository root)
 set -euo pipefail
 H=${1:-1024}
@@ -21,11 +24,12 @@ N=${3:-16}
 T=${4:-128}
 THREADS=${THREADS:-1}
 REPEAT=${REPEAT:-3}
-SCORE_SIZES=${SCORE_SIZES:-"all 4"}
+SCORE_SIZES=${SCORE_SIZES:-"all default"}
 LWQ=${LWQ:-./build/lwq}
 W=$(mktemp -d /tmp/lwq-bench-autoq.XXXXXX)
 trap 'rm -rf "$W"' EXIT
-"$LWQ" mkmodel "$W/m" --arch llama --hidden "$H" --layers "$L" --heads 8 --kv-heads 4 --vocab 4096 --seed 5 >/dev/null
+"$LWQ" mkmodel "$W/m" --arch llama --hidden "$H" --layers "$L" --heads 8 --kv-heads 4 --vocab 4096 --seed 5 \
+    ${INTER:+--intermediate "$INTER"} >/dev/null
 python3 - "$W/data.jsonl" "$N" "$T" <<'EOF'
 import random, sys
 path, n, t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -35,8 +39,11 @@ with open(path, "w") as f:
         f.write('{"input_ids": [%s]}\n' % ", ".join(str(r.randrange(3, 273)) for _ in range(t)))
 EOF
 for s in $SCORE_SIZES; do
-    opt=""
-    [ "$s" != all ] && opt="--auto-quantize-score-size $s"
+    case "$s" in
+    all) opt="--auto-quantize-score-size $N" ;;
+    default) opt="" ;;
+    *) opt="--auto-quantize-score-size $s" ;;
+    esac
     for r in $(seq "$REPEAT"); do
         rm -rf "$W/o" "$W/o.layerwise_resume"
         # pass 1 and the solve only matter here; pass 2 (a plain quantize run) follows and is not counted
@@ -47,11 +54,12 @@ done
 python3 - "$W" "$H" "$L" "$N" "$T" "$THREADS" "$SCORE_SIZES" <<'EOF'
 import json, sys
 W, H, L, N, T, TH, sizes = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5], sys.argv[6], sys.argv[7].split()
-print("model: llama hidden %s, %s layers, BF16; %s x %s calibration tokens; candidates nvfp4, fp8, none; --threads %s"
-      % (H, L, N, T, TH))
+import os
+print("model: llama hidden %s, intermediate %s, %s layers, BF16; %s x %s calibration tokens; candidates nvfp4, fp8, none; --threads %s"
+      % (H, os.environ.get("INTER", "mkmodel's default"), L, N, T, TH))
 print("process CPU seconds per layer of pass 1, the minimum over the runs; calibration forward = quantize's forward")
 print()
-print("| scored samples | layer | calibration forward | quantization (3 formats) | source record | replays (4 groups x 2 formats) | pass 1 / quantize forward |")
+print("| scored samples | layer | calibration forward | quantization (3 formats) | source record + probe | replays (4 groups x 2 formats) | pass 1 / quantize forward |")
 print("|---|---|---|---|---|---|---|")
 for s in sizes:
     runs = {}
@@ -67,6 +75,8 @@ for s in sizes:
         for i, v in enumerate((c, q, rec, rep)):
             tot[i] += v
     c, q, rec, rep = tot[:4]
-    print("| %s | total | %.3f s | %.3f s | %.3f s | %.3f s | **%.2f** (target <= 1 + 0.5 x 3 = 2.5) |"
-          % (s, c, q, rec, rep, (c + q + rec + rep) / c))
+    last = runs[max(runs)][-1]
+    memo = last["memo_hits"] / max(1, last["memo_hits"] + last["memo_misses"])
+    print("| %s | total | %.3f s | %.3f s | %.3f s | %.3f s | **%.2f** (target <= 1 + 0.5 x 3 = 2.5; memo reused %.0f%% of the replays' GEMM/attention calls) |"
+          % (s, c, q, rec, rep, (c + q + rec + rep) / c, 100 * memo))
 EOF

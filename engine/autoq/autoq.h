@@ -10,7 +10,10 @@
  *           candidate pair of formats, perf/RESULTS.md), each group alone in each
  *           format, everything else in the source dtype, run through the layer with the serving
  *           engine's activation quantization emulated (engine/eval/eval_emul.h).  Score "layer":
- *           the squared error of the layer's output against the source's, per scored token.
+ *           the squared error this adds to the layer's output relative to that output, times the
+ *           gains of the later layers (each layer's gain: how much it grows the relative error
+ *           of a perturbed input, measured with a probe, the previous layer's replay of one
+ *           group, run through it; errors of early layers pass through more gains).
  *           Score "kl": that output carried through the rest of the model in the source dtype to
  *           the logits, KL(P_src || P_q) per scored token (a stream per group and format: for
  *           models small enough).  Replays reuse the source's GEMM and attention results where

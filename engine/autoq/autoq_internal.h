@@ -43,6 +43,8 @@ typedef struct lwq_aq_lrec {
     int ngroups;
     lwq_aq_gscore *g;
     double out_sq;            /* sum over scored tokens of ||h||^2 of the source layer output */
+    double gain;              /* how the layer grows a relative error of its input: the probe's
+                                 relative error after the layer over the one before (0: layer 0) */
     int64_t tokens;           /* scored tokens (real, padding excluded) */
     uint64_t fixed_bytes;     /* linears in no group (routers, exclusions), their weights + scales */
     uint64_t other_bytes;     /* every other tensor of the layer's shard (norms, biases, k/v scales) */
@@ -98,7 +100,9 @@ typedef struct lwq_aq_solution {
     int free_items;
 } lwq_aq_solution;
 
-/* The score the knapsack minimises for group g of layer rec in format f. */
+/* The product of the gains of the layers after L (how much they grow a relative error). */
+double lwq_aq_amplification(const lwq_aq_scores *s, int L);
+/* The score the knapsack minimises for group g of layer rec (in s->rec) in format f. */
 double lwq_aq_score_of(const lwq_aq_scores *s, const lwq_aq_lrec *rec, const lwq_aq_gscore *g, int f);
 int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solution *sol, lwq_error *e);
 void lwq_aq_solution_free(lwq_aq_solution *sol);

@@ -42,6 +42,8 @@ typedef struct lwq_aq_ctx {
     unsigned char *bnd[2];     /* calibration boundary: the scored rows (sc), then the others (rest) */
     int cur;                   /* bnd[cur] is the input of the next layer */
     uint64_t score_bytes, bnd_bytes;
+    unsigned char *probe;      /* scored rows: the source input of the next layer plus one group's
+                                  quantization error (the last layer's probe replay), score_bytes */
     int nstreams;              /* kl streams: one per (layer, group, quantized format), in that order */
     unsigned char **stream;    /* (nstreams) scored rows of each, score_bytes */
     lwq_io_reader *rd;

@@ -164,39 +164,36 @@ static double spearman(const double *x, const double *y, int n)
 }
 
 /* With the kl score: how well the cheap layer-output scores rank the (group, format) pairs
- * against it; rho[0] for the error per token, rho[1] for the error relative to the output. */
-static int correlations(const lwq_aq_scores *s, double rho[2], int *pairs)
+ * against it: rho[0] the error per token, rho[1] relative to the layer's output, rho[2] that times
+ * the later layers' gains (the layer score). */
+static int correlations(const lwq_aq_scores *s, double rho[3], int *pairs)
 {
     int n = 0;
     for (int L = 0; L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
             n += s->rec[L].g[k].allowed[LWQ_QFMT_NVFP4] + s->rec[L].g[k].allowed[LWQ_QFMT_FP8];
-    double *kl = malloc((size_t)(n ? n : 1) * sizeof *kl), *a = malloc((size_t)(n ? n : 1) * sizeof *a);
-    double *b = malloc((size_t)(n ? n : 1) * sizeof *b);
-    if (!kl || !a || !b) {
-        free(kl);
-        free(a);
-        free(b);
-        return -1;
-    }
-    int i = 0;
-    for (int L = 0; L < s->nlayers; L++)
+    size_t sz = (size_t)(n ? n : 1) * sizeof(double);
+    double *kl = malloc(sz), *v[3] = {malloc(sz), malloc(sz), malloc(sz)};
+    int rc = kl && v[0] && v[1] && v[2] ? 0 : -1;
+    for (int L = 0, i = 0; rc == 0 && L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
             for (int f = LWQ_QFMT_NVFP4; f <= LWQ_QFMT_FP8; f++) {
                 const lwq_aq_lrec *r = &s->rec[L];
                 if (!r->g[k].allowed[f])
                     continue;
                 kl[i] = r->g[k].kl[f];
-                a[i] = r->tokens ? r->g[k].err[f] / (double)r->tokens : 0;
-                b[i++] = r->out_sq > 0 ? r->g[k].err[f] / r->out_sq : 0;
+                v[0][i] = r->tokens ? r->g[k].err[f] / (double)r->tokens : 0;
+                v[1][i] = r->out_sq > 0 ? r->g[k].err[f] / r->out_sq : 0;
+                v[2][i] = v[1][i] * lwq_aq_amplification(s, L);
+                i++;
             }
-    rho[0] = spearman(a, kl, n);
-    rho[1] = spearman(b, kl, n);
+    for (int j = 0; rc == 0 && j < 3; j++)
+        rho[j] = spearman(v[j], kl, n);
     *pairs = n;
     free(kl);
-    free(a);
-    free(b);
-    return 0;
+    for (int j = 0; j < 3; j++)
+        free(v[j]);
+    return rc;
 }
 
 static void put_raw(cJSON *o, const char *k, const char *fmt, double v)
@@ -240,13 +237,14 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     cJSON_AddNumberToObject(ks, "groups", sol->ngroups);
     cJSON_AddNumberToObject(ks, "open_after_reduction", sol->free_items);
     if (s->score == LWQ_AQ_SCORE_KL) {
-        double rho[2];
+        double rho[3];
         int n = 0;
         if (correlations(s, rho, &n) == 0) {
             cJSON *c = cJSON_AddObjectToObject(root, "rank_correlation_with_kl");
             cJSON_AddNumberToObject(c, "pairs", n);
             put_raw(c, "layer_error_per_token", "%.6f", rho[0]);
             put_raw(c, "layer_error_relative", "%.6f", rho[1]);
+            put_raw(c, "layer_score", "%.6f", rho[2]);
         }
     }
     if (!rc_->yaml)

@@ -110,6 +110,8 @@ static int setup(lwq_aq_ctx *c, lwq_error *e)
         if (!(c->bnd[k] = malloc(c->bnd_bytes ? c->bnd_bytes : 1)))
             return lwq_errf(e, LWQ_ENOMEM, "cannot allocate 2 x %.2f GB of calibration activations",
                             (double)c->bnd_bytes / 1e9);
+    if (!(c->probe = calloc(1, c->score_bytes ? c->score_bytes : 1)))
+        return lwq_errf(e, LWQ_ENOMEM, "cannot allocate %.2f GB for the probe", (double)c->score_bytes / 1e9);
     return 0;
 }
 
@@ -130,6 +132,7 @@ static void ctx_free(lwq_aq_ctx *c)
     free(c->stream);
     free(c->bnd[0]);
     free(c->bnd[1]);
+    free(c->probe);
     if (c->model_open)
         lwq_model_free(&c->model);
     lwq_memo_free(&c->memo);
@@ -199,19 +202,21 @@ static int grow_streams(lwq_aq_ctx *c, int n, lwq_error *e)
     return 0;
 }
 
-/* The state file's parts: the boundary entering layer `next`, then the streams. */
+/* The state file's parts: the boundary entering layer `next`, the probe, then the streams. */
 static int state_parts(lwq_aq_ctx *c, unsigned char *bnd, void ***parts, uint64_t **bytes, lwq_error *e)
 {
-    int n = 1 + c->nstreams;
+    int n = 2 + c->nstreams;
     *parts = malloc((size_t)n * sizeof **parts);
     *bytes = malloc((size_t)n * sizeof **bytes);
     if (!*parts || !*bytes)
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
     (*parts)[0] = bnd;
     (*bytes)[0] = c->bnd_bytes;
+    (*parts)[1] = c->probe;
+    (*bytes)[1] = c->score_bytes;
     for (int i = 0; i < c->nstreams; i++) {
-        (*parts)[1 + i] = c->stream[i];
-        (*bytes)[1 + i] = c->score_bytes;
+        (*parts)[2 + i] = c->stream[i];
+        (*bytes)[2 + i] = c->score_bytes;
     }
     return n;
 }
@@ -445,6 +450,49 @@ static int work_out(lwq_aq_ctx *c, void *dst, size_t n, lwq_error *e)
     return lwq_backend_download(&c->be, dst, c->work.data, n, e);
 }
 
+/* The layer's gain: the probe (the previous layer's output with one group's quantization error)
+ * through layer L with the source weights; its relative error against the source after the layer
+ * over the one before.  It tells how much a perturbation entering L still matters after L, which
+ * the layer score multiplies over the later layers (autoq_solve.c). */
+static int probe_gain(lwq_aq_ctx *c, int L, const lwq_weights *w, double *gain, lwq_error *e)
+{
+    double in_num = 0, in_den = 0, out_num = 0, out_den = 0;
+    size_t cap = 0;
+    unsigned char *hb = NULL;
+    int rc = 0;
+    for (int b = 0; b < c->sc.nb && rc == 0; b++) {
+        size_t n = (size_t)(c->sc.boff[b + 1] - c->sc.boff[b]);
+        if (n > cap) {
+            free(hb);
+            if (!(hb = malloc(n)))
+                return lwq_errf(e, LWQ_ENOMEM, "out of memory for a batch of %zu bytes", n);
+            cap = n;
+        }
+        batch_diff(c, &c->sc, b, c->bnd[c->cur] + c->sc.boff[b], c->probe + c->sc.boff[b], &in_num, &in_den, NULL);
+        lwq_tensor h = lwq_eval_bset_view(&c->sc, b, &c->work);
+        if ((rc = lwq_eval_bset_load(&c->sc, b, &c->be, c->probe, &c->work, e)) == 0 &&
+            (rc = lwq_model_layer_forward(&c->model, L, w, &c->sc.batches[b], &h, NULL, e)) == 0 &&
+            (rc = work_out(c, hb, n, e)) == 0)
+            batch_diff(c, &c->sc, b, c->bnd[1 - c->cur] + c->sc.boff[b], hb, &out_num, &out_den, NULL);
+    }
+    free(hb);
+    double rin = in_den > 0 ? in_num / in_den : 0, rout = out_den > 0 ? out_num / out_den : 0;
+    *gain = rin > 0 && isfinite(rout / rin) ? rout / rin : 1;
+    return rc;
+}
+
+/* The group whose FP8 replay (NVFP4 when none takes FP8) becomes the next layer's probe. */
+static void probe_pick(const lwq_aq_layer *A, int *pk, int *pf)
+{
+    *pk = -1;
+    for (int f = LWQ_QFMT_FP8; f >= LWQ_QFMT_NVFP4 && *pk < 0; f--)
+        for (int k = 0; k < A->ngroups && *pk < 0; k++)
+            if (A->g[k].allowed[f]) {
+                *pk = k;
+                *pf = f;
+            }
+}
+
 /* Steps 3 and 4's new streams: every scored batch, the source forward recorded (its output must
  * be the calibration forward's, byte for byte), then each group in each quantized format. */
 static int replays(lwq_aq_ctx *c, int L, const lwq_aq_layer *A, const lwq_tlist *src, lwq_tlist *Q,
@@ -476,7 +524,10 @@ static int replays(lwq_aq_ctx *c, int L, const lwq_aq_layer *A, const lwq_tlist 
             break;
         batch_diff(c, &c->sc, b, want, NULL, NULL, &rec->out_sq, &rec->tokens);
         t = lwq_aq_cpu_now();
-        int si = stream0;
+        int si = stream0, pk, pf = LWQ_QFMT_NONE;
+        probe_pick(A, &pk, &pf);
+        if (pk < 0) /* nothing quantizable: the next layer's input unperturbed */
+            memcpy(c->probe + c->sc.boff[b], want, n);
         for (int k = 0; k < A->ngroups && rc == 0; k++)
             for (int f = LWQ_QFMT_NVFP4; f <= LWQ_QFMT_FP8 && rc == 0; f++) {
                 if (!A->g[k].allowed[f])
@@ -487,6 +538,8 @@ static int replays(lwq_aq_ctx *c, int L, const lwq_aq_layer *A, const lwq_tlist 
                 batch_diff(c, &c->sc, b, want, hb, &rec->g[k].err[f], &den, NULL);
                 if (c->o->score == LWQ_AQ_SCORE_KL)
                     memcpy(c->stream[si] + c->sc.boff[b], hb, n);
+                if (k == pk && f == pf)
+                    memcpy(c->probe + c->sc.boff[b], hb, n);
                 si++;
             }
         c->t_replay += lwq_aq_cpu_now() - t;
@@ -574,6 +627,10 @@ static int process_layer(lwq_aq_ctx *c, int L, const lwq_tlist *src, lwq_aq_lrec
     if (rc == 0 && o->score == LWQ_AQ_SCORE_KL)
         rc = lwq_aq_streams_layer(c, L, &ew.w, e);
     c->t_streams += lwq_aq_cpu_now() - t;
+    t = lwq_aq_cpu_now();
+    if (rc == 0 && L > 0)
+        rc = probe_gain(c, L, &ew.w, &rec->gain, e);
+    c->t_record += lwq_aq_cpu_now() - t;
     int stream0 = c->nstreams;
     if (rc == 0 && o->score == LWQ_AQ_SCORE_KL)
         rc = grow_streams(c, c->nstreams + layer_streams(&A), e);

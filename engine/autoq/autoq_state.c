@@ -131,6 +131,7 @@ static cJSON *render(const lwq_aq_scores *s)
         cJSON_AddNumberToObject(l, "layer", L);
         put_u64(l, "tokens", (uint64_t)r->tokens);
         put_num(l, "out_sq", r->out_sq);
+        put_num(l, "gain", r->gain);
         put_u64(l, "fixed_bytes", r->fixed_bytes);
         put_u64(l, "other_bytes", r->other_bytes);
         put_u64(l, "linear_elements", r->linear_elements);
@@ -205,7 +206,8 @@ static int parse_layer(const cJSON *l, int L, lwq_aq_lrec *r)
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(l, "groups");
     uint64_t tok;
     if (!cJSON_IsNumber(idx) || idx->valuedouble != L || lwq_json_get_u64(l, "tokens", &tok) ||
-        get_num(l, "out_sq", &r->out_sq) || lwq_json_get_u64(l, "fixed_bytes", &r->fixed_bytes) ||
+        get_num(l, "out_sq", &r->out_sq) || get_num(l, "gain", &r->gain) ||
+        lwq_json_get_u64(l, "fixed_bytes", &r->fixed_bytes) ||
         lwq_json_get_u64(l, "other_bytes", &r->other_bytes) ||
         lwq_json_get_u64(l, "linear_elements", &r->linear_elements) || !cJSON_IsArray(gs))
         return -1;
