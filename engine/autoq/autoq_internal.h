@@ -1,11 +1,13 @@
 /* engine/autoq/autoq_internal.h — what the files of the auto-quantize search share:
- *   autoq_score.c   pass 1: the depth loop, the calibration forward, the per-group replays
+ *   autoq_score.c   pass 1: set-up, resume state, the depth loop
+ *   autoq_layer.c   pass 1 on one layer: calibration, quantization, probe, per-group replays
  *   autoq_kl.c      the kl score's streams through the later layers and their head
  *   autoq_state.c   pass 1's resume state: fingerprint, scores.json, state files
  *   autoq_solve.c   scores -> knapsack -> the chosen formats, the recipe, the report
  *   autoq_run.c     the command: pass 1, solve, pass 2, report
- * Calls go one way: autoq_run -> autoq_score -> autoq_kl -> autoq_state; autoq_run ->
- * autoq_solve -> autoq_state.  Not public. */
+ *   autoq_recipe.c  the chosen formats as lwq JSON and Model Optimizer YAML
+ * Calls go one way: autoq_run -> autoq_score -> autoq_layer -> autoq_kl; autoq_score ->
+ * autoq_state; autoq_run -> autoq_recipe, autoq_solve -> autoq_state.  Not public. */
 #ifndef LWQ_ENGINE_AUTOQ_INTERNAL_H
 #define LWQ_ENGINE_AUTOQ_INTERNAL_H
 
