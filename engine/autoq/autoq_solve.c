@@ -110,3 +110,32 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
         lwq_aq_solution_free(sol);
     return rc;
 }
+
+int lwq_aq_uniform(const lwq_aq_scores *s, lwq_qformat pref, lwq_aq_solution *sol, lwq_error *e)
+{
+    memset(sol, 0, sizeof *sol);
+    int n = 0;
+    for (int L = 0; L < s->nlayers; L++)
+        n += s->rec[L].ngroups;
+    if (!(sol->fmt = calloc((size_t)(n ? n : 1), sizeof *sol->fmt)))
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    sol->ngroups = n;
+    uint64_t other = s->tail_bytes;
+    for (int L = 0, i = 0; L < s->nlayers; L++) {
+        const lwq_aq_lrec *r = &s->rec[L];
+        other += r->other_bytes;
+        sol->linear_bytes += r->fixed_bytes;
+        sol->linear_elements += r->linear_elements;
+        for (int k = 0; k < r->ngroups; k++, i++) {
+            const lwq_aq_gscore *g = &r->g[k];
+            lwq_qformat f = g->allowed[pref] ? pref : g->allowed[LWQ_QFMT_FP8] ? LWQ_QFMT_FP8
+                            : g->allowed[LWQ_QFMT_NVFP4] ? LWQ_QFMT_NVFP4 : LWQ_QFMT_NONE;
+            sol->fmt[i] = f;
+            sol->linear_bytes += g->cost[f];
+            sol->score += lwq_aq_score_of(s, r, g, f);
+        }
+    }
+    sol->bytes = sol->linear_bytes + other;
+    sol->bits = sol->linear_elements ? 8.0 * (double)sol->linear_bytes / (double)sol->linear_elements : 0;
+    return 0;
+}
