@@ -147,12 +147,21 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
                 goto fail;
             }
             if (!st->hsum[idx] || st->htokens[idx] == 0) {
-                rc = lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration tokens for the local-Hessian search", l->name);
-                goto fail;
+                /* a routed expert no calibration token reached has no Hessian: the plain
+                 * squared-error sweep, as Model Optimizer 0.47 does for a weight quantizer its
+                 * Hessian hooks never fed (model_calib.py, _mse_calibrate_weights with
+                 * hessian_for -> None); any other linear without tokens is an error */
+                if (l->expert < 0) {
+                    rc = lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration tokens for the local-Hessian search", l->name);
+                    goto fail;
+                }
+                rep->hessian_fallback++;
+                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
+            } else {
+                rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
+                if (rc >= 0)
+                    rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
             }
-            rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
-            if (rc >= 0)
-                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
         } else if (c->fp8_scale_sweep) {
             rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
         } else {

@@ -15,7 +15,8 @@
  * all down inputs -- so an expert no calibration token reached ("cold") needs no fill of its own
  * (counted and reported); any other linear without calibration data, and any zero or non-finite
  * amax, is an error naming the module.  GPTQ linears (engine/quant/qlayer_gptq.h) rewrite the weight before its
- * codes are taken; a cold expert has no Hessian and takes the max path (counted in the report);
+ * codes are taken; a cold expert has no Hessian and takes the max path under GPTQ, the sweep without
+ * a Hessian under local_hessian (both counted in the report);
  * GPTQ on a depthwise conv1d (not a matrix product) is the max path too.  Deterministic: same
  * inputs, same bytes.  The report is filled even on failure: free it with lwq_qlayer_report_free. */
 #ifndef LWQ_ENGINE_QLAYER_H
@@ -42,6 +43,8 @@ typedef struct lwq_qlayer_report {
     int zero_weights;          /* all-zero weights quantized with the substitute amax */
     int quantized;             /* linears quantized */
     int gptq_fallback;         /* GPTQ linears without calibration tokens (cold experts): max path */
+    int hessian_fallback;      /* local_hessian linears without calibration tokens (cold experts):
+                                * the sweep without a Hessian */
     int gptq_n, gptq_cap;      /* GPTQ linears, in quantization order (owned; lwq_qlayer_report_free) */
     lwq_qlayer_gptq_err *gptq;
 } lwq_qlayer_report;

@@ -84,6 +84,8 @@ char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_
     }
     if (rep->zero_weights)
         cJSON_AddNumberToObject(l, "all_zero_weights", rep->zero_weights);
+    if (rep->hessian_fallback)
+        cJSON_AddNumberToObject(l, "local_hessian_cold_without_hessian", rep->hessian_fallback);
     if (rep->gptq_n || rep->gptq_fallback)
         lwq_run_gptq_summary(l, rep);
     char *s = cJSON_PrintUnformatted(l);
