@@ -163,21 +163,32 @@ static void flip_byte(const char *dir, const char *tensor, uint64_t at, unsigned
     cr_assert_eq(fclose(fp), 0);
 }
 
+/* A case to tamper with: lwq's output of it in tmp/lwq (compared clean first), a fresh copy of
+ * its golden at tmp/golden.  Returns the case; *m owns it (cJSON_Delete). */
+static const cJSON *tamper_setup(cJSON **m, const char *name, char *tmp, char *out, char *copy, char *golden)
+{
+    *m = manifest();
+    const cJSON *c = case_named(*m, name);
+    lwqt_tmpdir(tmp, 256, "lwq-goldens-tamper");
+    snprintf(out, 300, "%s/lwq", tmp);
+    snprintf(copy, 300, "%s/golden", tmp);
+    snprintf(golden, 1100, "%s/%s", data_root(), str_of(c, "golden"));
+    quantize_case(*m, c, out);
+    pc_result r;
+    cr_assert_eq(compare_case(c, out, golden, &r), 0, "lwq differs from the unchanged golden (printed above)");
+    cr_assert_eq(lwqt_sh("rm -rf '%s' && cp -r '%s' '%s'", copy, golden, copy), 0);
+    return c;
+}
+
 /* The comparison itself catches an edited golden, not only SHA256SUMS: lwq's output matches
  * llama-bf16/nvfp4-kv_fp8, then one flipped bit in a copy of the golden's weight, block scale,
  * input scale (its exponent: beyond any tolerance) or KV scale is reported, naming the tensor. */
 Test(peer_goldens, one_changed_byte_of_a_golden_fails, .timeout = 300)
 {
-    cJSON *m = manifest();
-    const cJSON *c = case_named(m, "llama-bf16/nvfp4-kv_fp8");
+    cJSON *m;
     char tmp[256], out[300], golden[1100], copy[300];
-    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-flip");
-    snprintf(out, sizeof out, "%s/lwq", tmp);
-    snprintf(copy, sizeof copy, "%s/golden", tmp);
-    snprintf(golden, sizeof golden, "%s/%s", data_root(), str_of(c, "golden"));
-    quantize_case(m, c, out);
+    const cJSON *c = tamper_setup(&m, "llama-bf16/nvfp4-kv_fp8", tmp, out, copy, golden);
     pc_result r;
-    cr_assert_eq(compare_case(c, out, golden, &r), 0, "lwq differs from the unchanged golden (printed above)");
     const struct {
         const char *tensor;
         uint64_t at;
@@ -201,16 +212,11 @@ Test(peer_goldens, one_changed_byte_of_a_golden_fails, .timeout = 300)
 /* A changed byte of a golden's config (the quant_algo) is a difference too. */
 Test(peer_goldens, a_changed_quant_algo_fails, .timeout = 300)
 {
-    cJSON *m = manifest();
-    const cJSON *c = case_named(m, "llama-f32/fp8");
+    cJSON *m;
     char tmp[256], out[300], golden[1100], copy[300];
-    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-cfg");
-    snprintf(out, sizeof out, "%s/lwq", tmp);
-    snprintf(copy, sizeof copy, "%s/golden", tmp);
-    snprintf(golden, sizeof golden, "%s/%s", data_root(), str_of(c, "golden"));
-    quantize_case(m, c, out);
-    cr_assert_eq(lwqt_sh("cp -r '%s' '%s' && sed -i 's/\"FP8\"/\"FP9\"/' '%s/hf_quant_config.json' && "
-                         "grep -q FP9 '%s/hf_quant_config.json'", golden, copy, copy, copy), 0);
+    const cJSON *c = tamper_setup(&m, "llama-f32/fp8", tmp, out, copy, golden);
+    cr_assert_eq(lwqt_sh("sed -i 's/\"FP8\"/\"FP9\"/' '%s/hf_quant_config.json' && grep -q FP9 '%s/hf_quant_config.json'",
+                         copy, copy), 0);
     pc_result r;
     cr_assert_geq(compare_case(c, out, copy, &r), 1, "a changed quant_algo is a difference");
     cr_assert(strstr(r.notes[0], "quant_algo"), "%s", r.notes[0]);
