@@ -37,21 +37,21 @@ tree() {
 
 # build NAME DIR "CMAKE OPTIONS" TARGET...
 build() {
-    local t=$W/$1 b=$2 o=$3
+    local n=$1 t=$W/$1 b=$2 o=$3
     shift 3
-    cmake -S "$t" -B "$t/$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache $o >"$W/res/$1-$b.cmake.log" 2>&1
+    cmake -S "$t" -B "$t/$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache $o >"$W/res/$n-$b.cmake.log" 2>&1
     for x in "$@"; do
-        cmake --build "$t/$b" -j2 --target "$x" >"$W/res/$1-$b-$x.build.log" 2>&1 || echo "build of $x in $1/$b failed"
+        cmake --build "$t/$b" -j2 --target "$x" >"$W/res/$n-$b-$x.build.log" 2>&1 || echo "build of $x in $n/$b failed"
     done
 }
 
 # run NAME DIR TEST...: run each test executable there, a log per test
 run() {
-    local t=$W/$1 b=$2
+    local n=$1 t=$W/$1 b=$2
     shift 2
     for x in "$@"; do
-        (cd "$t/$b" && LWQ_BIN=$t/$b/lwq timeout 1800 "./$x" --jobs 1 --short-filename >"$W/res/$1-$b-$x.log" 2>&1)
-        echo "$1/$b $x: exit $? ($(grep -a 'Synthesis' "$W/res/$1-$b-$x.log"))"
+        (cd "$t/$b" && LWQ_BIN=$t/$b/lwq timeout 1800 "./$x" --jobs 1 --short-filename >"$W/res/$n-$b-$x.log" 2>&1)
+        echo "$n/$b $x: exit $? ($(grep -a 'Synthesis' "$W/res/$n-$b-$x.log"))"
     done
 }
 
