@@ -62,8 +62,9 @@ MOE = {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"}
 
 
 def cases():
-    """(source, case, lwq options): the lwq side of peers/run.py's core, kv and subsets groups, the
-    qwen3_next production recipe, and the calibration algorithms of its patched rows."""
+    """(source, case, lwq options): the lwq side of peers/run.py's core, kv, subsets and recipes
+    groups, the qwen3_next production recipe (and its FP8 form vLLM 0.33 reads), and the
+    calibration algorithms of its patched rows."""
     out = []
     for arch in ARCHS:
         for dt in ("f32", "bf16"):
@@ -87,7 +88,26 @@ def cases():
             add("fp8-mse", "fp8", extra=("--algo", "mse"))
             add("nvfp4-mse-fp8_scale_sweep", "nvfp4", extra=("--algo", "mse", "--fp8-scale-sweep"))
             add("nvfp4-local_hessian", "nvfp4", extra=("--algo", "local_hessian"))
+            # issue 25: an auto-quantize mix (MIXED_PRECISION, per-layer NVFP4 / FP8 / none)
+            out.append((s, "autoq-6bits", ["--auto-quantize-bits", "6"]))
+    # peers/run.py's recipes group: every published general/ptq recipe of Model Optimizer, on qwen3_moe
+    root = recipe_root()
+    if root:
+        for s in ("qwen3_moe-f32", "qwen3_moe-bf16"):
+            for name in sorted(os.listdir(os.path.join(root, "general", "ptq"))):
+                r = "general/ptq/" + name.rsplit(".", 1)[0]
+                out.append((s, r.replace("/", "_"), ["--recipe", r, "--recipe-root", root]))
     return out
+
+
+def recipe_root():
+    """Model Optimizer's modelopt_recipes folder in the modelopt venv (no import: any Python runs this)."""
+    lib = os.path.join(VENVS, "modelopt", "lib")
+    for py in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        d = os.path.join(lib, py, "site-packages", "modelopt_recipes")
+        if os.path.isdir(os.path.join(d, "general", "ptq")):
+            return d
+    return None
 
 
 def sh(cmd, log):
