@@ -4,6 +4,7 @@
     peers/clients/run.sh --scan DIR       # instead: every lwq output under DIR/lwq/<source>/<case>
                                           # (the peers harness's work folder, peers/run.py)
     peers/clients/run.sh --only ct|vllm --src llama-f32,qwen3_moe-bf16
+    peers/clients/run.sh --only tables --case fp8,nvfp4   # the tables from the last results
 
 Needs peers/setup.sh (the `ct` and `vllm` venvs), the transformers-written sources in
 tests/data/peers/src (else WORK/src: peers/make_sources.py) and the calibration ids
@@ -303,7 +304,9 @@ def tables(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scan", help="check every lwq output under DIR/lwq/<source>/<case> instead of quantizing")
-    ap.add_argument("--only", help="ct or vllm (default both)")
+    ap.add_argument("--only", choices=("ct", "vllm", "tables"),
+                    help="run only this peer (the other's last results are shown), or neither: "
+                         "'tables' rebuilds the tables from both peers' last results (default both)")
     ap.add_argument("--src", help="comma-separated sources")
     ap.add_argument("--case", help="comma-separated case labels")
     ap.add_argument("--force", action="store_true", help="quantize again cases whose outputs exist")
