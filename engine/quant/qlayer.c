@@ -28,6 +28,8 @@ static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, con
         return 0;
     if (!st->hsum[idx] || st->hkind[idx] != LWQ_STATS_H_FULL)
         return lwq_errf(e, LWQ_ESTATE, "%s: GPTQ was chosen but no Hessian was collected for it", l->name);
+    if (!st->hdone[idx])
+        return lwq_errf(e, LWQ_ESTATE, "%s: its Hessian was not finished (lwq_stats_finish)", l->name);
     if (st->in_rows[idx] > 0 && st->htokens[idx] > 0)
         return 1;
     rep->gptq_fallback++;
@@ -148,6 +150,10 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
             }
             if (!st->hsum[idx] || st->htokens[idx] == 0) {
                 rc = lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration tokens for the local-Hessian search", l->name);
+                goto fail;
+            }
+            if (!st->hdone[idx]) {
+                rc = lwq_errf(e, LWQ_ESTATE, "%s: its Hessian was not finished (lwq_stats_finish)", l->name);
                 goto fail;
             }
             rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);

@@ -254,6 +254,8 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, r->o->qdq_next || no_output ? -1 : nxt, &st, e);
     LWQ_TRACE_END();
     ls->forward_s = lwq_now() - t;
+    if (rc == 0)
+        rc = lwq_run_stats_done(r, &st, NULL, e);
     t = lwq_now();
     LWQ_TRACE_BEGIN("quantize", L);
     if (rc == 0) {

@@ -132,6 +132,9 @@ int lwq_run_stats_init(lwq_run *r, int L, lwq_layer_stats *st, lwq_error *e);
  * dropped), observing with st when given. */
 int lwq_run_forward_layer(lwq_run *r, int L, const lwq_weights *w, int in, int outb, lwq_layer_stats *st,
                           lwq_error *e);
+/* The statistics of the linears with only[i] (NULL: all) after their forward: Hessian partials
+ * closed, summed over the ranks, finished. */
+int lwq_run_stats_done(lwq_run *r, lwq_layer_stats *st, const uint8_t *only, lwq_error *e);
 /* Dequantized copies of layer L's quantized weights, in the source dtype (--qdq-next). */
 int lwq_run_qdq_overlay(lwq_run *r, int L, lwq_tlist *out, const lwq_tlist *src, lwq_tlist *ov, lwq_error *e);
 

@@ -45,7 +45,9 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {
             lwq_qlayer_report rep = {0};
-            rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
+            rc = lwq_run_stats_done(r, &st[L], NULL, e);
+            if (rc == 0)
+                rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
                                 e);
             if (rc == 0 && r->o->qdq_next) {
                 lwq_layer_weights_free(&lw[L]);

@@ -319,8 +319,10 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
             int x = sl->p->linears[i].expert;
             sl->only[i] = u == 0 ? x < 0 : x >= un->e0 && x < un->e1;
         }
-        lwq_qlayer_report rp;
-        rc = lwq_qlayer_run_part(sl->p, r->choice[sl->L], u == 0 ? r->o->recipe->kv : LWQ_KV_NONE, &sl->st, &src,
+        lwq_qlayer_report rp = {0};
+        rc = lwq_run_stats_done(r, &sl->st, sl->only, e);
+        if (rc == 0)
+            rc = lwq_qlayer_run_part(sl->p, r->choice[sl->L], u == 0 ? r->o->recipe->kv : LWQ_KV_NONE, &sl->st, &src,
                                  &r->qops, sl->only, &sl->out, &rp, e);
         sl->rep.quantized += rp.quantized;
         sl->rep.zero_weights += rp.zero_weights;
