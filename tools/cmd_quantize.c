@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "core/file.h"
 #include "core/log.h"
+#include "core/ranks.h"
 #include "engine/run/engine.h"
 #include "io/sys.h"
 #include "text/dataset.h"
@@ -71,7 +73,12 @@ static void usage(FILE *fp, const char *cmd)
             "  --resume-dir DIR     resume state (default OUT_DIR.layerwise_resume)\n"
             "  --repair             recompute the last committed layer if its shard is damaged\n"
             "  --log-json FILE      one JSON object per layer and a summary\n"
-            "  --quiet              no progress output\n\n"
+            "  --quiet              no progress output\n"
+            "ranks (MPI): mpirun -np N lwq quantize ... (or srun): every rank reads each layer, computes\n"
+            "  its share of the calibration batches and of the quantization; rank 0 writes the output.\n"
+            "  The bytes are those of one process; a resume may use another rank count.  Without\n"
+            "  --threads each rank takes its share of the node's cores.  `lwq plan --ranks N` shows the\n"
+            "  memory of each rank.\n\n"
             "A killed run resumes where it stopped when the same command is run again; the output is\n"
             "byte-identical to an uninterrupted run.  One run per output: a second run on the same\n"
             "output or resume directory is refused at once, naming the running one's pid.\n\n"
@@ -220,6 +227,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
         } else if (!strcmp(s, "--device")) {
             const char *d = VAL();
             if (!d || parse_device("--device", d, &a->o.device) != 0)
+                return -1;
+        } else if (!strcmp(s, "--ranks") && is_plan) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 65536, &a->o.plan_ranks))
                 return -1;
         } else if (!strcmp(s, "--threads")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
@@ -391,6 +401,7 @@ static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 }
 
 static int run_translated(int argc, char **argv, int is_plan, const char *notes);
+static int quantize_ranks(qargs *a, lwq_error *e, int *quiet_err);
 
 static void on_signal(int sig)
 {
@@ -451,6 +462,7 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         return LWQ_EXIT_OK;
     }
     lwq_calib_set cs;
+    int quiet_err = 0;
     int rc = load_calib(&a, &cs, &e);
     if (rc == 0) {
         a.o.model_dir = a.model;
@@ -476,23 +488,64 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
                            (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
             }
         } else {
-            signal(SIGINT, on_signal);
-            signal(SIGTERM, on_signal);
-            /* A fixed threshold turns off glibc's dynamic one, which after the first large free
-             * serves buffers up to 32 MB from the heap, where freed layers stay resident: peak
-             * RSS then wandered by that much from run to run and with the layer count. */
-            mallopt(M_MMAP_THRESHOLD, 1 << 20);
-            rc = lwq_quantize_run(&a.o, &e);
+            rc = quantize_ranks(&a, &e, &quiet_err);
         }
         lwq_calib_set_free(&cs);
     }
     lwq_recipe_free(&r);
     free(a.resume_dir_buf);
     if (rc) {
-        fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
+        if (!quiet_err)
+            fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
         return LWQ_EXIT_ERR;
     }
     return LWQ_EXIT_OK;
+}
+
+/* CPUs this process may run on (an MPI launcher's binding, a cgroup or taskset narrow it). */
+static int cpus_allowed(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* The run, as one of the ranks of an MPI job when launched so (core/ranks.h).  An error every rank
+ * shares (agreed) is printed by rank 0 alone; one only this rank knows ends the whole job. */
+static int quantize_ranks(qargs *a, lwq_error *e, int *quiet_err)
+{
+    lwq_ranks rk;
+    int rc = lwq_ranks_init(NULL, NULL, &rk, e);
+    if (rc == 0) {
+        if (rk.mpi)
+            a->o.ranks = &rk;
+        if (rk.rank > 0) { /* rank 0 speaks for the job */
+            a->o.quiet = 1;
+            lwq_log_set_level(LWQ_LOG_ERROR);
+        }
+        /* ranks on one node share its cores unless --threads says otherwise */
+        if (a->o.threads == 0 && rk.local_size > 1) {
+            int n = cpus_allowed();
+            a->o.threads = n > rk.local_size ? n / rk.local_size : 1;
+        }
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        /* A fixed threshold turns off glibc's dynamic one, which after the first large free
+         * serves buffers up to 32 MB from the heap, where freed layers stay resident: peak
+         * RSS then wandered by that much from run to run and with the layer count. */
+        mallopt(M_MMAP_THRESHOLD, 1 << 20);
+        rc = lwq_quantize_run(&a->o, e);
+        if (rc && rk.size > 1 && !rk.agreed) {
+            fprintf(stderr, "lwq: rank %d: %s\n", rk.rank, e->msg[0] ? e->msg : lwq_strerror(rc));
+            fflush(stderr);
+            lwq_ranks_abort(&rk, LWQ_EXIT_ERR);
+        }
+        *quiet_err = rc && rk.rank > 0;
+    }
+    lwq_ranks_finalize(&rk);
+    return rc;
 }
 
 int lwq_cmd_quantize(int argc, char **argv) { return run_cmd(argc, argv, 0); }

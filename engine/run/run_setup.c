@@ -137,7 +137,9 @@ static int open_model(lwq_run *r, lwq_error *e)
     if ((rc = lwq_model_init(&r->model, &r->ck.cfg, &r->be, r->act, e)) != 0)
         return rc;
     r->model_open = 1;
-    return lwq_run_build_batches(r, e);
+    if ((rc = lwq_run_build_batches(r, e)) != 0)
+        return rc;
+    return lwq_run_ranks_split(r, e);
 }
 
 /* The memory plan, printed, and held against --max-cpu-memory-gb / --max-gpu-memory-gb before
@@ -163,10 +165,14 @@ static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
     return 0;
 }
 
+static int alloc_boundaries(lwq_run *r, const lwq_mem_plan *pm, lwq_error *e);
+
 void lwq_run_init(lwq_run *r, const lwq_quantize_opts *o)
 {
     memset(r, 0, sizeof *r);
     r->o = o;
+    r->rk_one.size = r->rk_one.local_size = 1;
+    r->rk = o->ranks ? o->ranks : &r->rk_one;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     pthread_mutex_init(&r->log_mu, NULL);
@@ -178,15 +184,32 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
     const lwq_quantize_opts *o = r->o;
     *nothing_to_do = 0;
     lwq_mem_plan mp;
-    int rc = open_model(r, e);
-    if (rc == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
+    memset(&mp, 0, sizeof mp);
+    /* with several ranks every step ends in an agreement, so a failure on one rank is the same
+     * error on all of them, not a hang */
+    int rc = lwq_run_agree(r, open_model(r, e), e);
+    if (rc == 0 && r->rk->rank == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     if (rc == 0)
-        rc = check_memory(r, &mp, e);
-    if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
-        rc = lwq_run_prepare_output(r, nothing_to_do, e);
+        rc = lwq_run_agree(r, check_memory(r, &mp, e), e);
+    if (rc == 0)
+        rc = lwq_run_agree(r, lwq_run_fingerprint(r, e), e);
+    if (rc == 0)
+        rc = lwq_run_ranks_same(r, e);
+    if (rc == 0 && !o->dry_read) {
+        int prc = r->rk->rank == 0 ? lwq_run_prepare_output(r, nothing_to_do, e) : lwq_run_output_paths(r, e);
+        rc = lwq_run_ranks_output(r, prc, nothing_to_do, e);
+    }
     if (rc || *nothing_to_do)
         return rc;
+    rc = lwq_run_agree(r, alloc_boundaries(r, &mp, e), e);
+    return rc;
+}
+
+static int alloc_boundaries(lwq_run *r, const lwq_mem_plan *pm, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    lwq_mem_plan mp = *pm;
     if (!o->whole_model && !o->dry_read && r->start_layer < r->nlayers) {
         r->bnd[0] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
         r->bnd[1] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
@@ -437,10 +460,9 @@ static int outputs_present(lwq_run *r)
     return 1;
 }
 
-int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
+int lwq_run_output_paths(lwq_run *r, lwq_error *e)
 {
     const lwq_quantize_opts *o = r->o;
-    *nothing_to_do = 0;
     int rc = lwq_pathf(e, r->out_dir, sizeof r->out_dir, "%s", o->out_dir);
     if (rc)
         return rc;
@@ -449,7 +471,17 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
         r->out_dir[--n] = 0;
     rc = o->resume_dir ? lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir)
                        : lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s" LWQ_RESUME_SUFFIX, r->out_dir);
-    if (rc || (rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/" LWQ_RESUME_MANIFEST, r->resume_dir)) != 0)
+    if (rc == 0)
+        rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/" LWQ_RESUME_MANIFEST, r->resume_dir);
+    return rc;
+}
+
+int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    *nothing_to_do = 0;
+    int rc = lwq_run_output_paths(r, e);
+    if (rc)
         return rc;
     /* one run per output: both directories exist and are locked before anything in them is
      * read, removed or written */
