@@ -3,7 +3,7 @@
 # what is missing and does nothing when everything is there.
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config liburing-dev libnuma-dev libcjson-dev libcriterion-dev
-      libopenblas-dev libpcre2-dev libyaml-dev)
+      libopenblas-dev libpcre2-dev libyaml-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

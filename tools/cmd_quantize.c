@@ -45,7 +45,7 @@ static void usage(FILE *fp, const char *cmd)
             "                       GPTQ (NVFP4, FP8 weights) rewrites each weight to cancel its rounding error\n"
             "                       on the calibration inputs; it calibrates sequentially: every layer sees the\n"
             "                       outputs of the already-quantized layers before it (--qdq-next is implied).\n"
-            "                       Extra memory: an in x in Hessian (8 bytes an entry) per linear of a layer\n"
+            "                       Extra memory: an in x in Hessian (16 bytes an entry) per linear of a layer\n"
             "                       (`lwq plan` shows it); a killed run resumes with byte-identical output.\n"
             "calibration:\n"
             "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),\n"
@@ -401,7 +401,7 @@ static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 }
 
 static int run_translated(int argc, char **argv, int is_plan, const char *notes);
-static int quantize_ranks(qargs *a, lwq_error *e, int *quiet_err);
+static int quantize_ranks(qargs *a, lwq_ranks *rk, lwq_error *e, int *quiet_err);
 
 static void on_signal(int sig)
 {
@@ -461,9 +461,17 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         free(a.resume_dir_buf);
         return LWQ_EXIT_OK;
     }
+    /* the ranks of an MPI job (core/ranks.h) before anything is said: rank 0 speaks for the job */
+    lwq_ranks rk;
+    memset(&rk, 0, sizeof rk);
+    rk.size = rk.local_size = 1;
+    int quiet_err = 0, rc = is_plan ? 0 : lwq_ranks_init(NULL, NULL, &rk, &e);
+    if (rc == 0 && rk.rank > 0) {
+        a.o.quiet = 1;
+        lwq_log_set_level(LWQ_LOG_ERROR);
+    }
     lwq_calib_set cs;
-    int quiet_err = 0;
-    int rc = load_calib(&a, &cs, &e);
+    int have_cs = rc == 0 && (rc = load_calib(&a, &cs, &e)) == 0;
     if (rc == 0) {
         a.o.model_dir = a.model;
         a.o.out_dir = a.out;
@@ -471,29 +479,34 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         a.o.calib = &cs;
         if (a.o.batch_size == 0) /* hf_ptq's default: the largest batch that fits */
             rc = lwq_pick_batch_size(&a.o, &e);
-        if (rc != 0) {
-            /* reported below */
-        } else if (is_plan) {
-            lwq_mem_plan p;
-            if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
-                lwq_mem_plan_print(&p, &a.o);
-                if (a.o.max_cpu_gb > 0 && (double)p.host_peak > a.o.max_cpu_gb * 1e9)
-                    printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
-                           a.o.max_cpu_gb);
-                else if (a.o.max_gpu_gb > 0 && (double)p.gpu_peak > a.o.max_gpu_gb * 1e9)
-                    printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
-                           a.o.max_gpu_gb);
-                else
-                    printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
-                           (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
-            }
-        } else {
-            rc = quantize_ranks(&a, &e, &quiet_err);
-        }
-        lwq_calib_set_free(&cs);
     }
+    if (rk.size > 1) /* every rank got this far: one of them failing is everyone's error */
+        rc = lwq_ranks_agree(&rk, rc, &e);
+    if (rc != 0) {
+        /* reported below */
+    } else if (is_plan) {
+        lwq_mem_plan p;
+        if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
+            lwq_mem_plan_print(&p, &a.o);
+            if (a.o.max_cpu_gb > 0 && (double)p.host_peak > a.o.max_cpu_gb * 1e9)
+                printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
+                       a.o.max_cpu_gb);
+            else if (a.o.max_gpu_gb > 0 && (double)p.gpu_peak > a.o.max_gpu_gb * 1e9)
+                printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
+                       a.o.max_gpu_gb);
+            else
+                printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
+                       (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
+        }
+    } else {
+        rc = quantize_ranks(&a, &rk, &e, &quiet_err);
+    }
+    quiet_err |= rc && rk.agreed && rk.rank > 0;
+    if (have_cs)
+        lwq_calib_set_free(&cs);
     lwq_recipe_free(&r);
     free(a.resume_dir_buf);
+    lwq_ranks_finalize(&rk);
     if (rc) {
         if (!quiet_err)
             fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
@@ -514,17 +527,13 @@ static int cpus_allowed(void)
 
 /* The run, as one of the ranks of an MPI job when launched so (core/ranks.h).  An error every rank
  * shares (agreed) is printed by rank 0 alone; one only this rank knows ends the whole job. */
-static int quantize_ranks(qargs *a, lwq_error *e, int *quiet_err)
+static int quantize_ranks(qargs *a, lwq_ranks *rk_, lwq_error *e, int *quiet_err)
 {
-    lwq_ranks rk;
-    int rc = lwq_ranks_init(NULL, NULL, &rk, e);
-    if (rc == 0) {
+    lwq_ranks rk = *rk_;
+    int rc = 0;
+    {
         if (rk.mpi)
             a->o.ranks = &rk;
-        if (rk.rank > 0) { /* rank 0 speaks for the job */
-            a->o.quiet = 1;
-            lwq_log_set_level(LWQ_LOG_ERROR);
-        }
         /* ranks on one node share its cores unless --threads says otherwise */
         if (a->o.threads == 0 && rk.local_size > 1) {
             int n = cpus_allowed();
@@ -544,7 +553,7 @@ static int quantize_ranks(qargs *a, lwq_error *e, int *quiet_err)
         }
         *quiet_err = rc && rk.rank > 0;
     }
-    lwq_ranks_finalize(&rk);
+    *rk_ = rk;
     return rc;
 }
 

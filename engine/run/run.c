@@ -255,6 +255,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, r->o->qdq_next || no_output ? -1 : nxt, &st, e);
     LWQ_TRACE_END();
     ls->forward_s = lwq_now() - t;
+    lwq_run_ranks_fault(r, L);
     /* every rank reaches the reduction, with its forward's outcome */
     rc = lwq_run_stats_done(r, &st, NULL, 1, rc, e);
     t = lwq_now();

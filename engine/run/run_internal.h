@@ -190,6 +190,9 @@ int lwq_run_ranks_same(lwq_run *r, lwq_error *e);
 /* Rank 0's fresh/resume decision (rc, *nothing_to_do, start layer) given to every rank; the others
  * then read the manifest rank 0 prepared. */
 int lwq_run_ranks_output(lwq_run *r, int rc, int *nothing_to_do, lwq_error *e);
+/* Crash test (tests/tools/test_ranks.c): LWQ_RANKS_KILL=R:L makes rank R kill itself with
+ * SIGKILL in layer L, after its forward, before the statistics meet. */
+void lwq_run_ranks_fault(const lwq_run *r, int L);
 /* rc agreed over the ranks (the first failing rank's error on all of them). */
 int lwq_run_agree(lwq_run *r, int rc, lwq_error *e);
 /* This rank's rows of the committed boundary, from the one boundary file or the parts. */

@@ -267,6 +267,8 @@ void lwq_run_free(lwq_run *r)
     free(r->plans);
     free(r->choice);
     free(r->lstat);
+    free(r->rtimes);
+    free(r->bfirst);
     lwq_manifest_free(&r->man);
     if (r->be_open)
         lwq_backend_destroy(&r->be);
