@@ -106,7 +106,10 @@ static int make_backend(lwq_run *r, lwq_error *e)
     lwq_device_choice d = r->o->device;
     if (d == LWQ_DEVICE_AUTO)
         d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
-    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
+    /* one GPU per rank: the rank's place on its node picks it */
+    int ngpu = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_device_count() : 0;
+    int dev = ngpu > 0 ? r->rk->local_rank % ngpu : 0;
+    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, dev, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
     if (rc)
         return rc;
     r->be_open = 1;
