@@ -31,25 +31,66 @@ int lwq_file_read_all(const char *path, size_t max_bytes, char **out, size_t *le
     return lwq_file_read_all_ops(&kernel_ops, path, max_bytes, out, len, e);
 }
 
+const char *lwq_file_kind(mode_t mode)
+{
+    if (S_ISDIR(mode))
+        return "a directory";
+    if (S_ISFIFO(mode))
+        return "a FIFO";
+    if (S_ISSOCK(mode))
+        return "a socket";
+    if (S_ISCHR(mode))
+        return "a character device";
+    if (S_ISBLK(mode))
+        return "a block device";
+    return "not a plain file";
+}
+
+int lwq_file_open_regular_ops(const lwq_file_ops *ops, const char *path, int flags, struct stat *st,
+                              lwq_error *e)
+{
+    int fd = ops->open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | flags, 0);
+    if (fd < 0) {
+        lwq_errsys(e, fd, "%s: cannot open", path);
+        return fd;
+    }
+    struct stat sb;
+    int rc = ops->fstat(fd, &sb);
+    if (rc < 0) {
+        ops->close(fd);
+        return lwq_errsys(e, rc, "%s: cannot stat", path);
+    }
+    if (!S_ISREG(sb.st_mode)) {
+        ops->close(fd);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: not a regular file (%s); lwq reads only regular files", path,
+                        lwq_file_kind(sb.st_mode));
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        rc = -errno;
+        ops->close(fd);
+        return lwq_errsys(e, rc, "%s: cannot clear O_NONBLOCK", path);
+    }
+    if (st)
+        *st = sb;
+    return fd;
+}
+
+int lwq_file_open_regular(const char *path, int flags, struct stat *st, lwq_error *e)
+{
+    return lwq_file_open_regular_ops(&kernel_ops, path, flags, st, e);
+}
+
 int lwq_file_read_all_ops(const lwq_file_ops *ops, const char *path, size_t max_bytes, char **out,
                           size_t *len, lwq_error *e)
 {
     *out = NULL;
     if (len)
         *len = 0;
-    int fd = ops->open(path, O_RDONLY | O_CLOEXEC, 0);
-    if (fd < 0)
-        return lwq_errsys(e, fd, "%s: cannot open", path);
     struct stat st;
-    int rc = ops->fstat(fd, &st);
-    if (rc < 0) {
-        ops->close(fd);
-        return lwq_errsys(e, rc, "%s: cannot stat", path);
-    }
-    if (!S_ISREG(st.st_mode)) {
-        ops->close(fd);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: not a regular file", path);
-    }
+    int fd = lwq_file_open_regular_ops(ops, path, 0, &st, e);
+    if (fd < 0)
+        return fd;
     if (st.st_size < 0 || (unsigned long long)st.st_size > max_bytes) {
         ops->close(fd);
         return lwq_errf(e, LWQ_EFORMAT, "%s: %lld bytes, over the byte limit for this kind of file (%zu allowed)",

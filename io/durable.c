@@ -100,11 +100,17 @@ static int sys_fstat(int fd, struct stat *st) { return lwq_sys()->fstat(fd, st);
 static ssize_t sys_pread(int fd, void *buf, size_t n, off_t off) { return lwq_sys()->pread(fd, buf, n, off); }
 static int sys_close(int fd) { return lwq_sys()->close(fd); }
 
+static const lwq_file_ops sys_file_ops = {sys_open, sys_fstat, sys_pread, sys_close};
+
 int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                           lwq_error *e)
 {
-    static const lwq_file_ops ops = {sys_open, sys_fstat, sys_pread, sys_close};
-    return lwq_file_read_all_ops(&ops, path, max_bytes, out, len, e);
+    return lwq_file_read_all_ops(&sys_file_ops, path, max_bytes, out, len, e);
+}
+
+int lwq_durable_open_regular(const char *path, int flags, struct stat *st, lwq_error *e)
+{
+    return lwq_file_open_regular_ops(&sys_file_ops, path, flags, st, e);
 }
 
 int lwq_durable_fsync_dir(const char *dir, lwq_error *e)

@@ -18,6 +18,7 @@
 #include <limits.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "core/error.h"
 
@@ -39,6 +40,10 @@ int lwq_durable_pread_all(int fd, void *buf, size_t n, uint64_t off, const char 
  * io/sys.h table, for the resume state.  The caller frees *out. */
 int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                           lwq_error *e);
+
+/* core/file.h's lwq_file_open_regular (read-only, never blocking on a FIFO or device, regular
+ * files only) through the io/sys.h table: the fd, or a negative code with `e` filled. */
+int lwq_durable_open_regular(const char *path, int flags, struct stat *st, lwq_error *e);
 
 /* fsync a directory so that a rename or unlink inside it is durable. */
 int lwq_durable_fsync_dir(const char *dir, lwq_error *e);

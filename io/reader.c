@@ -11,6 +11,7 @@
 #include <sys/uio.h>
 
 #include "core/log.h"
+#include "io/durable.h"
 #include "io/sys.h"
 
 #define MAX_FILES 64
@@ -230,20 +231,18 @@ static int open_file(lwq_io_reader *rd, const char *path, lwq_error *e)
         return lwq_errf(e, LWQ_EINVAL, "io reader: one job reads more than %d files (at %s)",
                         MAX_FILES, path);
     close_file(rd, victim);
-    int direct = rd->o.direct;
-    int fd = s->open(path, O_RDONLY | (direct ? O_DIRECT : 0), 0);
+    int direct = rd->o.direct, rc;
+    struct stat st;
+    lwq_error de = {0}; /* the O_DIRECT attempt's: a refusal of O_DIRECT is not reported */
+    int fd = lwq_durable_open_regular(path, direct ? O_DIRECT : 0, &st, direct ? &de : e);
     if (fd == -EINVAL && direct) {
         direct = 0;
-        fd = s->open(path, O_RDONLY, 0);
+        fd = lwq_durable_open_regular(path, 0, &st, e);
+    } else if (fd < 0 && direct) {
+        return lwq_errf(e, fd, "%s", de.msg);
     }
     if (fd < 0)
-        return lwq_errsys(e, fd, "open %s", path);
-    struct stat st;
-    int rc = s->fstat(fd, &st);
-    if (rc < 0) {
-        s->close(fd);
-        return lwq_errsys(e, rc, "stat %s", path);
-    }
+        return fd;
     if (direct) {
         /* Some filesystems accept O_DIRECT at open and refuse it per read.  This capability
          * probe uses the kernel table on purpose, so injected faults hit only real reads. */
@@ -251,9 +250,9 @@ static int open_file(lwq_io_reader *rd, const char *path, lwq_error *e)
         if (r == -EINVAL) {
             s->close(fd);
             direct = 0;
-            fd = s->open(path, O_RDONLY, 0);
+            fd = lwq_durable_open_regular(path, 0, &st, e);
             if (fd < 0)
-                return lwq_errsys(e, fd, "open %s", path);
+                return fd;
         }
     }
     if (!direct && rd->o.direct && !rd->direct_refused) {

@@ -2,9 +2,10 @@
  *
  * Every op the layer forward needs (GEMM, RMSNorm, RoPE, attention, SwiGLU, MoE routing,
  * row gather / weighted combine, amax, ...) goes through an lwq_backend.  The CPU backend
- * (kernels/cpu/, plain C + OpenBLAS) is always built and is the specification; the CUDA backend
- * (kernels/cuda/, cuBLAS + kernels) registers itself when the build finds nvcc and is tested op by
- * op against the CPU one.
+ * (kernels/cpu/, plain C, its own GEMM) is always built and is the specification; the CUDA backend
+ * (kernels/cuda/, cuBLAS + kernels) is built when the build finds nvcc, as a module that
+ * --device cuda loads at run time (kernels/cuda_module.h), and is tested op by op against the CPU
+ * one.
  *
  * The public wrappers below (lwq_backend_*) do every argument, dtype, shape and device check and
  * then call the backend, so a backend implementation may assume well-formed arguments.  All
@@ -91,8 +92,9 @@ typedef struct lwq_backend_ops {
     int (*amax)(void *ctx, const lwq_tensor *x, const lwq_tensor *row_valid, float *out,
                 lwq_error *e);
     int (*synchronize)(void *ctx, lwq_error *e);
-    /* Peak device memory in use (bytes, whole device as cudaMemGetInfo reports it, sampled at
-     * every allocation); NULL for host backends. */
+    /* Peak device memory in use (bytes, the whole device as cudaMemGetInfo reports it), sampled
+     * at every device allocation of the CUDA module (the backend's, GPTQ's, the quantizers',
+     * library handles) and at every synchronize; NULL for host backends. */
     uint64_t (*mem_peak)(void *ctx);
     /* Page-lock host memory for fast uploads (cudaHostRegister); NULL for host backends. */
     int (*host_register)(void *ctx, void *ptr, size_t bytes, lwq_error *e);
@@ -114,18 +116,21 @@ typedef struct lwq_backend {
 
 /* ---- construction ---------------------------------------------------------------------------- */
 
-/* The CPU backend.  `threads` > 0 sets core/parallel's thread count; 0 keeps it.  OpenBLAS is set
- * to one thread: the backend parallelises over fixed output tiles itself, so each output element
- * is computed the same way whatever the thread count. */
+/* The CPU backend.  `threads` > 0 sets core/parallel's thread count; 0 keeps it.  The backend
+ * parallelises over fixed output tiles, so each output element is computed the same way whatever
+ * the thread count. */
 int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
-/* The CUDA backend on `device` (its own stream and cuBLAS handle).  LWQ_EUNSUPPORTED when the
- * build has no CUDA; LWQ_EDEVICE when no usable device is present. */
+/* The CUDA backend on `device` (its own stream and cuBLAS handle), from the CUDA module, which
+ * this loads (kernels/cuda_module.h).  LWQ_EUNSUPPORTED when the build has no CUDA; LWQ_EDEVICE
+ * with the reason of lwq_backend_cuda_probe when no usable device is present. */
 int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e);
-/* Number of CUDA devices (0 without CUDA support or without a driver). */
+/* Number of CUDA devices: 0 without CUDA support, without a driver (then without loading the
+ * module or any CUDA library: lwq_cuda_driver_present), or when the module cannot be loaded. */
 int lwq_backend_cuda_device_count(void);
-/* The number of CUDA devices (> 0), or LWQ_EDEVICE / LWQ_EUNSUPPORTED with the real reason in e:
- * built without CUDA, no driver, a driver too old for the runtime lwq was built with (both
- * versions named), no device.  Say this instead of a bare "0 devices". */
+/* The number of CUDA devices (> 0), or LWQ_EDEVICE / LWQ_EUNSUPPORTED with the real reason in e,
+ * in the order they are met: built without CUDA, the CUDA module missing (the paths looked in), a
+ * library it needs missing (named), no driver, a driver too old for the runtime the module was
+ * built with (both versions named), no device.  Say this instead of a bare "0 devices". */
 int lwq_backend_cuda_probe(lwq_error *e);
 void lwq_backend_destroy(lwq_backend *be);
 

@@ -93,6 +93,27 @@ int lwq_gptq_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float 
 int lwq_gptq_output_error(const void *w, lwq_dtype dt, const float *wq, int64_t rows, int64_t cols,
                           const double *h_sum, double *out_err, double *ref, lwq_error *err);
 
+/* GPTQ as a table, like the quantizers' (kernels/quant_ops.h): the factor and the two sweeps with
+ * the contracts above, all buffers on the host.  The CUDA row (kernels/cuda/gptq_cuda.h) factors
+ * with cuSOLVER and sweeps on the device. */
+typedef struct lwq_gptq_ops {
+    const char *name; /* "host", "cuda" */
+    int (*factor)(const double *h_sum, int64_t ntokens, int64_t cols, const lwq_gptq_opts *o, const char *name,
+                  int64_t *perm, double *u, uint8_t *dead, lwq_error *err);
+    int (*nvfp4)(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax, const int64_t *perm,
+                 const double *u, const uint8_t *dead, const char *name, uint8_t *packed, uint8_t *scale,
+                 float *ws2, lwq_error *err);
+    int (*fp8)(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float amax, const int64_t *perm,
+               const double *u, const uint8_t *dead, const char *name, uint8_t *q, float *weight_scale,
+               lwq_error *err);
+} lwq_gptq_ops;
+
+/* The host table (the functions above). */
+const lwq_gptq_ops *lwq_gptq_host_ops(void);
+/* The CUDA table from the loaded CUDA module (kernels/cuda_module.h), or NULL with the reason in e
+ * when there is none (a build without CUDA, no module, a library missing). */
+const lwq_gptq_ops *lwq_gptq_cuda_ops(lwq_error *e);
+
 #ifdef __cplusplus
 }
 #endif

@@ -2,12 +2,13 @@
  * backend's (kernels/backend.h), so a caller picks where they run once instead of in #ifdefs.
  *
  * Two tables exist: the host one (kernels/cpu/quant_ops_cpu.c: the kernels/quant.h functions)
- * and, in a CUDA build, the CUDA one (kernels/cuda/quant_ops_cuda.c: kernels/cuda/quant_cuda.h).
+ * and, in a CUDA build, the CUDA one in the CUDA module (kernels/cuda/quant_ops_cuda.c:
+ * kernels/cuda/quant_cuda.h).
  * Every slot has the contract of the kernels/quant.h function of the same name (same bytes, same
  * argument checks, same messages and codes, LWQ_QUANT_ZERO_TENSOR for an all-zero weight); the
  * array arguments live where the table's `device` says (host memory or device memory), the scalars
  * (amax, returned weight scales) are host values.  `stream` is the CUDA stream (a cudaStream_t,
- * NULL = the legacy stream); the host table ignores it.  engine/qops.h moves weights to the
+ * NULL = the legacy stream); the host table ignores it.  engine/quant/qops.h moves weights to the
  * table's memory and back. */
 #ifndef LWQ_KERNELS_QUANT_OPS_H
 #define LWQ_KERNELS_QUANT_OPS_H
@@ -44,7 +45,8 @@ typedef struct lwq_quant_ops {
 
 /* The host quantizers (always built). */
 const lwq_quant_ops *lwq_quant_host_ops(void);
-/* The CUDA quantizers, or NULL in a build without CUDA. */
+/* The CUDA quantizers of the loaded CUDA module (kernels/cuda_module.h), or NULL when no module is
+ * loaded (a build without CUDA, a CPU run): asking never loads it. */
 const lwq_quant_ops *lwq_quant_cuda_ops(void);
 
 #ifdef __cplusplus

@@ -47,7 +47,7 @@ int lwq_export_config_json(const struct cJSON *src_config, const lwq_export_quan
 int lwq_export_index_json(const char *const *names, const char *const *files, int n,
                           uint64_t total_size, char **out, lwq_error *e);
 
-/* ---- naming rules: the files of an output checkpoint (one home; engine/manifest.h has the
+/* ---- naming rules: the files of an output checkpoint (one home; engine/run/manifest.h has the
  * resume directory's) ---- */
 #define LWQ_OUT_SHARD_PREFIX "model-layer-"          /* + %05d + ".safetensors": lwq_shard_name */
 #define LWQ_OUT_TAIL "model-tail.safetensors"        /* every tensor outside the decoder layers */

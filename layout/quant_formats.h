@@ -87,6 +87,12 @@ LWQ_HD float lwq_e4m3_to_f32_i32(int32_t b)
 
 LWQ_HD float lwq_e4m3_to_f32(uint8_t b) { return lwq_e4m3_to_f32_i32((int32_t)b); }
 
+/* The codes a checkpoint may hold: an FP8 weight code is anything but NaN (0x7F/0xFF); an NVFP4
+ * block scale is positive and finite (0x01..0x7E: zero would erase the block, a negative one flip
+ * its signs, NaN poison it), as lwq writes them and as lwq verify requires. */
+LWQ_HD int lwq_e4m3_is_nan(uint8_t b) { return (b & 0x7fu) == 0x7fu; }
+LWQ_HD int lwq_e4m3_is_block_scale(uint8_t b) { return b >= 0x01u && b <= 0x7eu; }
+
 /* float32 -> E4M3 byte (in an int32, 0..255): one rounding (nearest, ties to even), |f| > 448
  * saturates to +-448 (0x7E/0xFE), infinities too; NaN -> 0x7F with its sign.  Written with
  * 32-bit signed lanes and selects, not branches, so that CPU loops calling it vectorize. */

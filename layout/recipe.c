@@ -310,8 +310,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                                 path, idx);
             u->has_kv = 1;
         } else if (!strcmp(key, "input_amax")) {
-            if (!cJSON_IsNumber(k) || !(k->valuedouble > 0) || k->valuedouble > 3.0e38)
-                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].input_amax must be a positive number", path, idx);
+            if (!cJSON_IsNumber(k) || !LWQ_RECIPE_AMAX_OK(k->valuedouble))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].input_amax %s: a fixed input amax must be a number in "
+                                "[%.3g, %.3g] (its input scale, amax / 2688, must be a normal float)", path, idx,
+                                cJSON_IsNumber(k) ? "is out of range" : "is not a number", LWQ_RECIPE_AMAX_MIN,
+                                LWQ_RECIPE_AMAX_MAX);
             u->input_amax = k->valuedouble;
             u->has_input_amax = 1;
         } else if (!strcmp(key, "mla_projection")) {

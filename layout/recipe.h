@@ -41,6 +41,14 @@ typedef enum lwq_qformat { LWQ_QFMT_NONE = 0, LWQ_QFMT_NVFP4, LWQ_QFMT_FP8 } lwq
 typedef enum lwq_calib_algo { LWQ_ALGO_MAX = 0, LWQ_ALGO_MSE, LWQ_ALGO_LOCAL_HESSIAN, LWQ_ALGO_GPTQ } lwq_calib_algo;
 typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST } lwq_kv_mode;
 
+/* The range of a fixed input amax (input_amax, Model Optimizer's constant_amax): its input scale,
+ * amax / 2688 for NVFP4 (amax / 448 for FP8), must be a normal float, and amax a finite one.  A
+ * smaller amax (1e-50 is 0 as a float) used to fail later as "amax 0 (was calibration data
+ * seen?)", blaming the calibration for the recipe. */
+#define LWQ_RECIPE_AMAX_MIN (2688.0 * 1.17549435082228750797e-38) /* 2688 * FLT_MIN = 3.16e-35 */
+#define LWQ_RECIPE_AMAX_MAX 3.0e38
+#define LWQ_RECIPE_AMAX_OK(x) ((x) >= LWQ_RECIPE_AMAX_MIN && (x) <= LWQ_RECIPE_AMAX_MAX)
+
 /* Which quantizers of a module a rule touches. */
 typedef enum lwq_qsel { LWQ_QSEL_BOTH = 0, LWQ_QSEL_WEIGHT, LWQ_QSEL_INPUT, LWQ_QSEL_KV } lwq_qsel;
 

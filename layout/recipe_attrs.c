@@ -140,8 +140,10 @@ int lwq_mo_parse_attrs(lwq_mo_entry *en, const lwq_mo_kv *a, lwq_error *e)
         } else if (!strcmp(k, "constant_amax")) {
             if (lwq_y_is_null(v))
                 continue;
-            if (lwq_y_number(v, &x) || !(x > 0) || x > 3.0e38)
-                return ENTRY_ERR(LWQ_EFORMAT, "cfg.constant_amax %s: expected a positive number", t);
+            if (lwq_y_number(v, &x) || !LWQ_RECIPE_AMAX_OK(x))
+                return ENTRY_ERR(LWQ_EFORMAT, "cfg.constant_amax %s: expected a number in [%.3g, %.3g] (the input "
+                                 "scale it gives, amax / 2688, must be a normal float)", t, LWQ_RECIPE_AMAX_MIN,
+                                 LWQ_RECIPE_AMAX_MAX);
             en->has_constant_amax = 1;
             en->constant_amax = x;
         } else if (!strcmp(k, "enable")) {

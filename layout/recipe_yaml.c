@@ -471,6 +471,7 @@ static int parse_layerwise(loader *L, const yfile *f, const lwq_ynode *lw, lwq_r
                 if (strlen(v->str) >= sizeof run->checkpoint_dir)
                     return ERR(LWQ_EFORMAT, "%s:%d: checkpoint_dir too long", f->rel, v->line);
                 snprintf(run->checkpoint_dir, sizeof run->checkpoint_dir, "%s", v->str);
+                snprintf(run->checkpoint_dir_at, sizeof run->checkpoint_dir_at, "%s:%d", f->rel, v->line);
                 run->has_checkpoint_dir = 1;
             }
         } else {

@@ -24,7 +24,11 @@
 /* Run settings the algorithm's `layerwise` block carries (lwq is always layerwise). */
 typedef struct lwq_recipe_run {
     int has_checkpoint_dir;
-    char checkpoint_dir[PATH_MAX];  /* layerwise.checkpoint_dir -> the resume directory */
+    char checkpoint_dir[PATH_MAX];  /* layerwise.checkpoint_dir: the resume directory, which only the
+                                       command line may choose (lwq quantize refuses it without a
+                                       --resume-dir: a recipe from elsewhere must not pick where
+                                       lwq writes) */
+    char checkpoint_dir_at[PATH_MAX + 16]; /* "file:line" of that key, for the message */
     int has_qdq_next, qdq_next;     /* layerwise.get_qdq_activations_from_prev_layer */
 } lwq_recipe_run;
 

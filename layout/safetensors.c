@@ -4,6 +4,8 @@
  * is overflow-checked, so an opened lwq_st_file can be trusted by its callers. */
 #include "layout/safetensors.h"
 
+#include "core/file.h"
+
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -115,7 +117,10 @@ static int parse_entry(const char *path, const cJSON *t, uint64_t data_len, lwq_
         return lwq_errf(e, LWQ_EFORMAT, "%s: tensor '%s': %d dims, at most %d supported", path,
                         name, nd, LWQ_ST_MAX_DIMS);
     out->ndim = nd;
-    uint64_t numel = 1;
+    /* numel, and the product of the non-zero dimensions: a zero-element [2^53, 1024, 0] has no
+     * bytes, but any code multiplying its first two dimensions overflows int64; every partial
+     * product of a shape must stay below 2^53, whatever the dimensions' order */
+    uint64_t numel = 1, nonzero = 1;
     int k = 0;
     const cJSON *d;
     cJSON_ArrayForEach(d, sh)
@@ -126,9 +131,10 @@ static int parse_entry(const char *path, const cJSON *t, uint64_t data_len, lwq_
                             "%s: tensor '%s': shape[%d] is not a non-negative integer", path, name,
                             k);
         out->shape[k++] = (int64_t)v;
-        if (__builtin_mul_overflow(numel, v, &numel))
-            return lwq_errf(e, LWQ_EFORMAT, "%s: tensor '%s': element count overflows", path,
-                            name);
+        if (__builtin_mul_overflow(numel, v, &numel) ||
+            __builtin_mul_overflow(nonzero, v ? v : 1, &nonzero) || nonzero > (uint64_t)MAX_EXACT_INT)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: tensor '%s': the product of the dimensions up to shape[%d] "
+                            "overflows (limit 2^53 elements, zero dimensions aside)", path, name, k - 1);
     }
     uint64_t nbytes;
     if (__builtin_mul_overflow(numel, (uint64_t)lwq_dtype_size(out->dtype), &nbytes) ||
@@ -287,9 +293,9 @@ out:
 
 int lwq_st_read(const lwq_st_file *f, uint64_t off, void *buf, uint64_t n, lwq_error *e)
 {
-    int fd = open(f->path, O_RDONLY | O_CLOEXEC);
+    int fd = lwq_file_open_regular(f->path, 0, NULL, e);
     if (fd < 0)
-        return lwq_errsys(e, -errno, "%s: open", f->path);
+        return fd;
     int rc = 0;
     uint64_t done = 0;
     while (done < n) {
@@ -316,9 +322,9 @@ int lwq_st_read(const lwq_st_file *f, uint64_t off, void *buf, uint64_t n, lwq_e
 int lwq_st_open(const char *path, lwq_st_file *f, lwq_error *e)
 {
     memset(f, 0, sizeof *f);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int fd = lwq_file_open_regular(path, 0, NULL, e);
     if (fd < 0)
-        return lwq_errsys(e, -errno, "%s: open", path);
+        return fd;
     int rc = lwq_st_open_fd(fd, path, f, e);
     close(fd);
     return rc;

@@ -15,7 +15,7 @@
  * source pass through.
  *
  * This module holds the config parsing, the per-tensor kernels (CPU, threaded over rows with
- * core/parallel; bit-exact for any thread count) and the naming rules; engine/srcdeq.c applies
+ * core/parallel; bit-exact for any thread count) and the naming rules; engine/source/srcdeq.c applies
  * them to a layer's tensors after the read, and layout/arch.c asks the naming rules so a packed
  * checkpoint passes the architecture check.  Stateless; thread-safe.  Failures: LWQ_EFORMAT
  * naming the tensor and the offending value/shape, LWQ_EUNSUPPORTED for other quant methods. */

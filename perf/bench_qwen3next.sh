@@ -2,7 +2,7 @@
 # perf/bench_qwen3next.sh — make a synthetic qwen3_next checkpoint (Qwen3-Next-like head geometry:
 # linear attention 8 key / 16 value heads of 128, gated attention 8 x 128 with 2 kv heads, 8
 # experts) and run perf/bench_qwen3next.c on it: CPU cost of a Gated DeltaNet layer (its core runs
-# on the host, engine/model_qwen3next.c) against a gated full-attention layer.
+# on the host, engine/forward/model_qwen3next.c) against a gated full-attention layer.
 # usage: perf/bench_qwen3next.sh [BUILD_DIR] [THREADS]
 set -eu
 B=${1:-build}

@@ -7,7 +7,7 @@
 # llama and qwen3_moe from `lwq mkmodel`) and each of nvfp4 and fp8, one `lwq quantize --algo gptq`
 # run with --log-json.  The engine measures, for every GPTQ linear, the layer-output error
 # ||WX - ŴX||^2 over its calibration tokens (the run's own Hessian sums) of the GPTQ weight and of
-# the max-calibrated weight with the same scales (engine/qlayer_gptq.c).  Prints a markdown table:
+# the max-calibrated weight with the same scales (engine/quant/qlayer_gptq.c).  Prints a markdown table:
 # linears, how many GPTQ is worse than max on (must be 0), the worst GPTQ/max ratio, the mean
 # ratio, and the mean relative errors (err / ||WX||^2) of both; then every linear of the first
 # model.  Calibration: CALIB_SIZE sequences of CALIB_SEQ token ids drawn uniformly from the model's

@@ -9,7 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/file.h"
 #include "core/log.h"
 
 /* Samples collected so far: ids of each, concatenated. */
@@ -112,10 +114,10 @@ static int read_line(FILE *f, char **buf, size_t *cap, size_t *len, const char *
     while ((ch = getc_unlocked(f)) != EOF) {
         any = 1;
         if (ch == '\n') break;
+        if (*len >= LWQ_CALIB_MAX_LINE) /* on every byte, not only when the buffer grows */
+            return lwq_errf(e, LWQ_EFORMAT, "%s: line longer than %zu bytes (the limit for one line of "
+                            "calibration data)", where, LWQ_CALIB_MAX_LINE);
         if (*len + 2 > *cap) {
-            if (*len >= LWQ_CALIB_MAX_LINE)
-                return lwq_errf(e, LWQ_EFORMAT, "%s: line longer than %zu bytes", where,
-                                LWQ_CALIB_MAX_LINE);
             size_t nc = *cap ? *cap * 2 : 4096;
             char *p = realloc(*buf, nc);
             if (!p) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
@@ -198,12 +200,217 @@ static int join_field(joiner *jn, const cJSON *o, const char *k, int required, c
     return join_add(jn, v->valuestring) ? lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where) : 0;
 }
 
+/* ---- "input_ids" lines, streamed ----------------------------------------------------------
+ * A pre-tokenized line can hold millions of ids, of which seq_len are kept: building a cJSON node
+ * per id took 23 s and 4.9 GB for one 63 MiB line.  So a line whose first top-level key
+ * "input_ids" has a non-null value is scanned instead: the ids are parsed in place (the first
+ * seq_len kept, every one checked), and the rest of the line, with the array replaced by [], is
+ * parsed by cJSON as before, so it is validated exactly as any other line.  Memory: the line and
+ * one copy of what is not the array. */
+
+typedef struct jscan {
+    const char *s, *end;
+    int bad;             /* 1: malformed at s */
+} jscan;
+
+static void js_ws(jscan *j)
+{
+    while (j->s < j->end && (*j->s == ' ' || *j->s == '\t' || *j->s == '\r' || *j->s == '\n')) j->s++;
+}
+
+/* A string token (at '"'): moves past its closing quote; sets *esc when it holds a backslash. */
+static void js_string(jscan *j, int *esc)
+{
+    *esc = 0;
+    if (j->s >= j->end || *j->s != '"') { j->bad = 1; return; }
+    for (j->s++; j->s < j->end; j->s++) {
+        if (*j->s == '\\') {
+            *esc = 1;
+            if (++j->s >= j->end) break;
+        } else if (*j->s == '"') {
+            j->s++;
+            return;
+        }
+    }
+    j->bad = 1;
+}
+
+/* Skip one value of any kind; only its extent matters here (cJSON checks its grammar later). */
+static void js_skip(jscan *j)
+{
+    int depth = 0, esc;
+    do {
+        js_ws(j);
+        if (j->s >= j->end) { j->bad = 1; return; }
+        char ch = *j->s;
+        if (ch == '"') {
+            js_string(j, &esc);
+        } else if (ch == '[' || ch == '{') {
+            if (++depth > 1000) { j->bad = 1; return; } /* cJSON's nesting limit */
+            j->s++;
+        } else if (ch == ']' || ch == '}') {
+            if (--depth < 0) { j->bad = 1; return; }
+            j->s++;
+        } else if (ch == ',' || ch == ':') {
+            if (!depth) { j->bad = 1; return; }
+            j->s++;
+        } else {
+            while (j->s < j->end && !strchr(" \t\r\n,:[]{}\"", *j->s)) j->s++;
+        }
+    } while (!j->bad && depth > 0);
+}
+
+/* Whether the key token [k, ke) (quotes included) names "input_ids". */
+static int key_is_ids(const char *k, const char *ke, int esc)
+{
+    static const char want[] = "\"input_ids\"";
+    if (!esc) return (size_t)(ke - k) == sizeof want - 1 && !memcmp(k, want, sizeof want - 1);
+    cJSON *v = cJSON_ParseWithLength(k, (size_t)(ke - k)); /* escapes decoded as cJSON decodes them */
+    int is = cJSON_IsString(v) && !strcmp(v->valuestring, "input_ids");
+    cJSON_Delete(v);
+    return is;
+}
+
+/* Whether [t, t + n) is a JSON number (RFC 8259's grammar, which cJSON accepts too). */
+static int json_number(const char *t, size_t n)
+{
+    size_t i = 0;
+#define DIGITS(min) do { size_t d0 = i; while (i < n && t[i] >= '0' && t[i] <= '9') i++; if (i - d0 < (min)) return 0; } while (0)
+    if (i < n && t[i] == '-') i++;
+    if (i < n && t[i] == '0') i++;
+    else DIGITS(1);
+    if (i < n && t[i] == '.') { i++; DIGITS(1); }
+    if (i < n && (t[i] == 'e' || t[i] == 'E')) {
+        i++;
+        if (i < n && (t[i] == '+' || t[i] == '-')) i++;
+        DIGITS(1);
+    }
+#undef DIGITS
+    return i == n;
+}
+
+/* The ids of the array at [a, ae): every element an integer id below `vocab`, the first `keep`
+ * stored in ids (room for `keep`); *count gets their number.  Offsets in messages count from `line`.  0 or an error naming the element. */
+static int parse_ids(const char *line, const char *a, const char *ae, size_t vocab, int32_t *ids, size_t keep,
+                     size_t *count, const char *where, lwq_error *e)
+{
+    jscan j = {a + 1, ae - 1, 0};
+    size_t k = 0;
+    js_ws(&j);
+    while (j.s < j.end) {
+        const char *t = j.s;
+        while (j.s < j.end && !strchr(" \t\r\n,", *j.s)) j.s++;
+        char num[40];
+        size_t tl = (size_t)(j.s - t);
+        if (!tl)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where, (size_t)(t - line));
+        double d = -1;
+        char *stop = NULL;
+        int numeric = json_number(t, tl);
+        if (!numeric && (*t == '-' || (*t >= '0' && *t <= '9'))) /* 0x10, 1e, 01: not JSON at all */
+            return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where, (size_t)(t - line));
+        if (numeric && tl < sizeof num) {
+            memcpy(num, t, tl);
+            num[tl] = 0;
+            d = strtod(num, &stop);
+            if (*stop) d = -1;
+        }
+        if (d < 0 || d >= (double)vocab || d != (double)(long)d)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: input_ids[%zu] is not an integer id in [0, %zu)", where, k, vocab);
+        if (k < keep) ids[k] = (int32_t)d;
+        k++;
+        js_ws(&j);
+        if (j.s < j.end) {
+            if (*j.s != ',')
+                return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where, (size_t)(j.s - line));
+            j.s++;
+            js_ws(&j);
+            if (j.s >= j.end)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where, (size_t)(j.s - line));
+        }
+    }
+    *count = k;
+    return 0;
+}
+
+/* 1: the line's ids were taken (or the line was refused: < 0); 0: not an input_ids line. */
+static int ids_line(collect *c, const char *s, size_t n, const char *where, lwq_error *e)
+{
+    jscan j = {s, s + n, 0};
+    const char *vs = NULL, *ve = NULL;
+    int esc, seen_key = 0;
+    js_ws(&j);
+    if (j.s >= j.end || *j.s != '{') return 0;
+    j.s++;
+    for (int first = 1; !j.bad; first = 0) {
+        js_ws(&j);
+        if (first && j.s < j.end && *j.s == '}') break;
+        const char *k = j.s;
+        js_string(&j, &esc);
+        if (j.bad) break;
+        int is_ids = !seen_key && key_is_ids(k, j.s, esc);
+        js_ws(&j);
+        if (j.s >= j.end || *j.s != ':') { j.bad = 1; break; }
+        j.s++;
+        js_ws(&j);
+        const char *v = j.s;
+        js_skip(&j);
+        if (is_ids) {
+            seen_key = 1;
+            if (!((size_t)(j.s - v) == 4 && !memcmp(v, "null", 4))) { vs = v; ve = j.s; }
+        }
+        js_ws(&j);
+        if (j.s < j.end && *j.s == ',') { j.s++; continue; }
+        if (j.s < j.end && *j.s == '}') break;
+        j.bad = 1;
+    }
+    if (!vs) return 0; /* no input_ids (or null, or a malformed line): the cJSON path decides */
+    if (j.bad)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where, (size_t)(j.s - s));
+    if (*vs != '[' || ve[-1] != ']')
+        return lwq_errf(e, LWQ_EFORMAT, "%s: \"input_ids\" is not an array", where);
+    /* the rest of the line, array emptied, through cJSON as any line */
+    size_t head = (size_t)(vs - s), tail = (size_t)(s + n - ve);
+    char *rest = malloc(head + 2 + tail + 1);
+    if (!rest) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+    memcpy(rest, s, head);
+    memcpy(rest + head, "[]", 2);
+    memcpy(rest + head + 2, ve, tail);
+    const char *end = NULL;
+    cJSON *o = cJSON_ParseWithLengthOpts(rest, head + 2 + tail, &end, 0);
+    if (!o) {
+        size_t at = end && end >= rest ? (size_t)(end - rest) : 0;
+        free(rest);
+        return lwq_errf(e, LWQ_EFORMAT, "%s: malformed JSON near byte %zu", where,
+                        at > head + 2 ? at - 2 + (size_t)(ve - vs) : at);
+    }
+    free(rest);
+    cJSON_Delete(o);
+    size_t vocab = c->tok ? lwq_tokenizer_vocab_size(c->tok) : (size_t)INT32_MAX;
+    size_t keep = c->o->seq_len, count = 0, most = (size_t)(ve - vs) / 2 + 1; /* ids in the array, at most */
+    size_t cap = keep < most ? keep : most;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    if (!ids) return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+    int rc = parse_ids(s, vs, ve, vocab, ids, cap, &count, where, e);
+    if (rc == 0 && !count) {
+        c->dropped++;
+    } else if (rc == 0) {
+        c->truncated += count > keep;
+        if (add_ids(c, ids, count < cap ? count : cap)) rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", where);
+    }
+    free(ids);
+    return rc < 0 ? rc : 1;
+}
+
 /* One JSON line.  Keys, first match wins (Model Optimizer's auto-detection order, with
  * pre-tokenized ids first): input_ids; messages / conversations (turn contents joined with
  * "\n"; a conversations turn may say "value"); prompt (+ completion, response, output); text;
  * input (+ output).  The joins are dataset_utils.py's. */
 static int jsonl_line(collect *c, const char *s, size_t n, const char *where, lwq_error *e)
 {
+    int streamed = ids_line(c, s, n, where, e);
+    if (streamed)
+        return streamed < 0 ? streamed : 0;
     const char *end = NULL;
     cJSON *j = cJSON_ParseWithLengthOpts(s, n, &end, 0);
     if (!j)
@@ -261,8 +468,13 @@ static int read_file(collect *c, const char *path, lwq_error *e)
     int jsonl = ends_with(path, ".jsonl");
     if (!jsonl && !ends_with(path, ".txt"))
         return lwq_errf(e, LWQ_EINVAL, "%s: calibration files must end in .jsonl or .txt", path);
-    FILE *f = fopen(path, "rb");
-    if (!f) return lwq_errsys(e, -errno, "%s: cannot open", path);
+    int fd = lwq_file_open_regular(path, 0, NULL, e);
+    if (fd < 0) return fd;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        close(fd);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: cannot open a stream", path);
+    }
     char *line = NULL, where[4200];
     size_t cap = 0, len, lineno = 0;
     char *para = NULL;
@@ -342,7 +554,8 @@ static int read_dir(collect *c, const char *dir, size_t *files, lwq_error *e)
         char path[4200];
         struct stat st;
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
-        if (stat(path, &st) || !S_ISREG(st.st_mode)) continue; /* subdirectories named *.txt */
+        if (stat(path, &st) || S_ISDIR(st.st_mode)) continue; /* subdirectories named *.txt */
+        /* a FIFO or device: refused by read_file without blocking, not skipped unnoticed */
         rc = read_file(c, path, e);
         (*files)++;
     }

@@ -7,7 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "core/file.h"
 #include "text/tokenizer_internal.h"
 
 void lwq_token_ids_free(lwq_token_ids *v)
@@ -17,41 +19,16 @@ void lwq_token_ids_free(lwq_token_ids *v)
 }
 
 /* ---- files -------------------------------------------------------------------------------- */
+/* 1 and the file's bytes, 0 when an optional file does not exist, < 0 on error (a special file
+ * is refused without blocking: core/file.h). */
 static int read_file(const char *path, size_t cap, char **out, size_t *len, int optional, lwq_error *e)
 {
     *out = NULL;
     *len = 0;
-    FILE *f = fopen(path, "rb");
-    if (!f) {
-        if (optional && errno == ENOENT) return 0;
-        return lwq_errsys(e, -errno, "%s: cannot open", path);
-    }
-    struct stat st;
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) {
-        fclose(f);
-        return lwq_errf(e, LWQ_EFORMAT, "%s: not a regular file", path);
-    }
-    if ((uint64_t)st.st_size > cap) {
-        fclose(f);
-        return lwq_errf(e, LWQ_ENOMEM, "%s: %lld bytes, over the %zu-byte limit for tokenizer files",
-                        path, (long long)st.st_size, cap);
-    }
-    char *buf = malloc((size_t)st.st_size + 1);
-    if (!buf) {
-        fclose(f);
-        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
-    }
-    size_t n = fread(buf, 1, (size_t)st.st_size, f);
-    int bad = ferror(f) || n != (size_t)st.st_size;
-    fclose(f);
-    if (bad) {
-        free(buf);
-        return lwq_errf(e, LWQ_EIO, "%s: short read (%zu of %lld bytes)", path, n, (long long)st.st_size);
-    }
-    buf[n] = 0;
-    *out = buf;
-    *len = n;
-    return 1;
+    if (optional && access(path, F_OK) != 0 && errno == ENOENT)
+        return 0;
+    int rc = lwq_file_read_all(path, cap, out, len, e);
+    return rc < 0 ? rc : 1;
 }
 
 static cJSON *parse_json(const char *s, size_t n, const char *what, lwq_error *e);

@@ -1,7 +1,8 @@
 /* text/tokenizer_internal.h — shared internals of tokenizer.c (loading, pipeline, post-
- * processing), tokenizer_model.c (vocab maps, BPE, WordLevel), tokenizer_text.c (UTF-8,
- * regex, normalizers), tokenizer_nfc.c (NFC/NFD) and tokenizer_pretok.c (pre-tokenizers,
- * decoders).  Not a public header. */
+ * processing), tokenizer_model.c (vocab maps, BPE, WordLevel), tokenizer_pretok.c
+ * (pre-tokenizers, decoders), tokenizer_normalize.c (normalizers), tokenizer_nfc.c (NFC/NFD)
+ * and tokenizer_text.c (UTF-8, regex), calling one another in that order, down.  Not a public
+ * header. */
 #ifndef LWQ_LAYOUT_TOKENIZER_INTERNAL_H
 #define LWQ_LAYOUT_TOKENIZER_INTERNAL_H
 
@@ -79,6 +80,8 @@ typedef struct tok_regex {
 int tok_regex_compile(tok_regex *r, const char *pat, size_t len, int literal, const char *what,
                       lwq_error *e);
 void tok_regex_free(tok_regex *r);
+/* The string member `k` of JSON object `o`, or NULL. */
+const char *tok_jstr(const struct cJSON *o, const char *k);
 /* A {"String": s} (literal) or {"Regex": r} pattern object. */
 int tok_pattern_compile(tok_regex *re, const struct cJSON *pat, const char *what, lwq_error *e);
 int tok_is_ws(uint32_t c); /* Unicode White_Space, as Rust's char::is_whitespace */
@@ -197,7 +200,8 @@ static inline uint32_t tok_byte_cp(unsigned b)
 }
 int tok_cp_byte(uint32_t cp); /* -1 if not a byte char */
 
-/* Builders from cJSON (tokenizer_text.c).  `j` is a cJSON object. */
+/* Builders from cJSON (normalizers: tokenizer_normalize.c; pre-tokenizers and decoders:
+ * tokenizer_pretok.c).  `j` is a cJSON object. */
 int tok_norm_build(tok_norm **out, const struct cJSON *j, const char *name, lwq_error *e);
 int tok_pre_build(tok_pre **out, const struct cJSON *j, const char *name, lwq_error *e);
 int tok_dec_build(tok_dec **out, const struct cJSON *j, const char *name, lwq_error *e);

@@ -1,4 +1,4 @@
-/* tools/cmd_eval.c — `lwq eval SRC [QUANT_DIR]`: what quantization cost (engine/eval.h). */
+/* tools/cmd_eval.c — `lwq eval SRC [QUANT_DIR]`: what quantization cost (engine/eval/eval.h). */
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>

@@ -14,6 +14,7 @@
 #include "core/log.h"
 #include "core/ranks.h"
 #include "engine/run/engine.h"
+#include "engine/run/manifest.h"
 #include "io/sys.h"
 #include "text/dataset.h"
 #include "layout/recipe.h"
@@ -100,7 +101,6 @@ typedef struct qargs {
     const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv;
     int print_recipe, sweep, calib_size, calib_seq, act_order;
     double damp; /* 0: the recipe's */
-    char *resume_dir_buf;     /* from a YAML recipe's layerwise.checkpoint_dir */
     lwq_quantize_opts o;
 } qargs;
 
@@ -301,12 +301,17 @@ static int load_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
     lwq_recipe_run run;
     if ((rc = lwq_recipe_yaml_load(path, root, r, &run, e)) != 0)
         return rc;
-    if (run.has_checkpoint_dir && !a->o.resume_dir) {
-        a->resume_dir_buf = strdup(run.checkpoint_dir);
-        if (!a->resume_dir_buf)
-            return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-        a->o.resume_dir = a->resume_dir_buf;
-    }
+    /* lwq writes only into the output, its resume directory and directories the command line
+     * names: a recipe (a file from anywhere) may say where the resume state goes, but only a
+     * --resume-dir makes it so */
+    if (run.has_checkpoint_dir && !a->o.resume_dir)
+        return lwq_errf(e, LWQ_EINVAL, "%s: quantize.algorithm.layerwise.checkpoint_dir is \"%s\"; a recipe does not "
+                        "choose where lwq writes: give --resume-dir %s to use that directory, or remove the key (the "
+                        "resume state then goes beside the output, in OUT" LWQ_RESUME_SUFFIX ")",
+                        run.checkpoint_dir_at, run.checkpoint_dir, run.checkpoint_dir);
+    if (run.has_checkpoint_dir && strcmp(run.checkpoint_dir, a->o.resume_dir))
+        LWQ_INFO("%s: checkpoint_dir %s is overridden by --resume-dir %s", run.checkpoint_dir_at, run.checkpoint_dir,
+                 a->o.resume_dir);
     if (run.has_qdq_next && run.qdq_next)
         a->o.qdq_next = 1;
     return 0;
@@ -450,7 +455,6 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
     if (build_recipe(&a, &r, &e) != 0) {
         fprintf(stderr, "lwq: %s\n", e.msg);
         lwq_recipe_free(&r);
-        free(a.resume_dir_buf);
         return LWQ_EXIT_ERR;
     }
     if (a.print_recipe) {
@@ -458,7 +462,6 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         printf("%s\n", s ? s : "{}");
         free(s);
         lwq_recipe_free(&r);
-        free(a.resume_dir_buf);
         return LWQ_EXIT_OK;
     }
     /* the ranks of an MPI job (core/ranks.h) before anything is said: rank 0 speaks for the job */
@@ -505,7 +508,6 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
     if (have_cs)
         lwq_calib_set_free(&cs);
     lwq_recipe_free(&r);
-    free(a.resume_dir_buf);
     lwq_ranks_finalize(&rk);
     if (rc) {
         if (!quiet_err)

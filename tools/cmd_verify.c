@@ -60,31 +60,38 @@ static int read_scalar(const char *path, const lwq_st_file *f, int i, float *out
     return ok ? 0 : -1;
 }
 
-static int check_e4m3_scales(const char *path, const lwq_st_file *f, int i)
+/* The first byte of tensor i that `bad` rejects: its index in *at (0 when none), 1; 0 when every
+ * byte passes; -1 when the bytes cannot be read. */
+static int first_bad_byte(const char *path, const lwq_st_file *f, int i, int (*bad)(uint8_t), uint64_t *at,
+                          uint8_t *byte)
 {
     const lwq_st_entry *t = &f->entries[i];
-    uint64_t n = t->end - t->begin;
+    uint64_t n = t->end - t->begin, done = 0;
     FILE *fp = fopen(path, "rb");
     if (!fp)
         return -1;
     unsigned char buf[65536];
-    int bad = 0;
-    if (fseeko(fp, (off_t)(f->data_start + t->begin), SEEK_SET) != 0)
-        bad = 1;
-    while (!bad && n) {
-        size_t k = n < sizeof buf ? (size_t)n : sizeof buf;
+    int rc = fseeko(fp, (off_t)(f->data_start + t->begin), SEEK_SET) == 0 ? 0 : -1;
+    while (rc == 0 && done < n) {
+        size_t k = n - done < sizeof buf ? (size_t)(n - done) : sizeof buf;
         if (fread(buf, 1, k, fp) != k) {
-            bad = 1;
+            rc = -1;
             break;
         }
-        for (size_t j = 0; j < k; j++)
-            if ((buf[j] & 0x7f) == 0x7f || buf[j] == 0 || (buf[j] & 0x80)) /* NaN, zero or negative scale */
-                bad = 1;
-        n -= k;
+        for (size_t j = 0; j < k && rc == 0; j++)
+            if (bad(buf[j])) {
+                *at = done + j;
+                *byte = buf[j];
+                rc = 1;
+            }
+        done += k;
     }
     fclose(fp);
-    return bad ? -1 : 0;
+    return rc;
 }
+
+static int not_block_scale(uint8_t b) { return !lwq_e4m3_is_block_scale(b); }
+static int fp8_nan(uint8_t b) { return lwq_e4m3_is_nan(b); }
 
 static int ends_with(const char *s, const char *suf)
 {
@@ -110,8 +117,22 @@ static void check_shard_tensors(vstate *v, shard *s)
             else if (!isfinite(x) || !(x > 0))
                 problem(v, "%s: %s = %g; every scale must be finite and > 0", s->name, t->name, (double)x);
         } else if (ends_with(t->name, ".weight_scale") && t->dtype == LWQ_F8_E4M3) {
-            if (check_e4m3_scales(path, &s->f, i) != 0)
-                problem(v, "%s: %s holds a zero, negative or NaN E4M3 block scale", s->name, t->name);
+            uint64_t at = 0;
+            uint8_t b = 0;
+            int r = first_bad_byte(path, &s->f, i, not_block_scale, &at, &b);
+            if (r < 0)
+                problem(v, "%s: %s cannot be read", s->name, t->name);
+            else if (r > 0)
+                problem(v, "%s: %s[%llu] is a zero, negative or NaN E4M3 block scale (0x%02X)", s->name, t->name,
+                        (unsigned long long)at, b);
+        } else if (ends_with(t->name, ".weight") && t->dtype == LWQ_F8_E4M3) {
+            uint64_t at = 0;
+            uint8_t b = 0;
+            int r = first_bad_byte(path, &s->f, i, fp8_nan, &at, &b);
+            if (r < 0)
+                problem(v, "%s: %s cannot be read", s->name, t->name);
+            else if (r > 0)
+                problem(v, "%s: %s[%llu] is an FP8 NaN code (0x%02X)", s->name, t->name, (unsigned long long)at, b);
         }
     }
 }

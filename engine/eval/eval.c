@@ -1,4 +1,4 @@
-/* engine/eval.c — `lwq eval`: set-up, the streams and the depth loop (engine/eval.h). */
+/* engine/eval/eval.c — `lwq eval`: set-up, the streams and the depth loop (engine/eval/eval.h). */
 #include <errno.h>
 #include <inttypes.h>
 #include <math.h>

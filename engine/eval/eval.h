@@ -1,15 +1,15 @@
-/* engine/eval.h — `lwq eval`: what quantization cost, measured layer by layer with one layer of
+/* engine/eval/eval.h — `lwq eval`: what quantization cost, measured layer by layer with one layer of
  * each stream in memory.
  *
  * Streams walk the decoder layers together, each over its own boundary activations: the source
  * model on the eval tokens, one quantized model per candidate on the same tokens, and — when a
  * candidate is built in memory from a recipe — the source model on the calibration tokens, whose
- * statistics quantize each layer exactly as `lwq quantize` does (same engine/qlayer.h, same
+ * statistics quantize each layer exactly as `lwq quantize` does (same engine/quant/qlayer.h, same
  * observer), so an in-memory candidate holds the bytes `lwq quantize` would write.  A candidate
  * is either such a recipe or a quantized checkpoint directory (lwq's export or a Model Optimizer
  * HF export: NVFP4, FP8, MIXED_PRECISION), whose weights are dequantized from its own bytes.
  * The quantized streams run with the serving engine's activation and KV-cache quantization
- * emulated (engine/eval_emul.h; docs/EVAL.md).  The source's layers come through the prefetch
+ * emulated (engine/eval/eval_emul.h; docs/EVAL.md).  The source's layers come through the prefetch
  * ring; a quantized checkpoint's layer is read when its turn comes.
  *
  * Reports per layer and candidate the relative MSE ||h_q - h||^2 / ||h||^2 and the max abs

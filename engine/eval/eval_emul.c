@@ -1,5 +1,5 @@
-/* engine/eval_emul.c — activation / KV-cache emulation of the serving engine and the backend
- * wrapper that applies it (engine/eval_emul.h). */
+/* engine/eval/eval_emul.c — activation / KV-cache emulation of the serving engine and the backend
+ * wrapper that applies it (engine/eval/eval_emul.h). */
 #include "engine/eval/eval_emul.h"
 
 #include <math.h>

@@ -1,4 +1,4 @@
-/* engine/eval_emul.h — what a serving engine does to activations, emulated on the host in f32.
+/* engine/eval/eval_emul.h — what a serving engine does to activations, emulated on the host in f32.
  *
  * NVFP4 W4A4 GEMM input (docs/EVAL.md gives the formulas in FORMATS.md terms): for every row and
  * every block of 16 consecutive input elements x[0..16) (read from the activation dtype into f32),

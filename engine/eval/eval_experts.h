@@ -1,5 +1,5 @@
-/* engine/eval_experts.h — relative output error of each routed expert of a candidate's MoE layer
- * (engine/eval_experts.c).  Not public. */
+/* engine/eval/eval_experts.h — relative output error of each routed expert of a candidate's MoE layer
+ * (engine/eval/eval_experts.c).  Not public. */
 #ifndef LWQ_ENGINE_EVAL_EXPERTS_H
 #define LWQ_ENGINE_EVAL_EXPERTS_H
 

@@ -1,6 +1,6 @@
-/* engine/eval_head.c — what `lwq eval` measures: hidden-state differences after each layer, and
+/* engine/eval/eval_head.c — what `lwq eval` measures: hidden-state differences after each layer, and
  * from the final norm + lm_head of every stream, per next-token prediction, KL(P_src || P_q),
- * top-1 agreement and both perplexities (engine/eval.h).
+ * top-1 agreement and both perplexities (engine/eval/eval.h).
  *
  * The head runs on chunks of LWQ_EVAL_HEAD_ROWS rows so that the logits in memory are two chunks
  * (source and one candidate) of rows x vocab f32, however long the eval set.  Logits are f32 (the

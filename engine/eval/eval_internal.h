@@ -1,4 +1,4 @@
-/* engine/eval_internal.h — pieces of `lwq eval` shared by eval.c (the run), eval_qdir.c (quantized
+/* engine/eval/eval_internal.h — pieces of `lwq eval` shared by eval.c (the run), eval_qdir.c (quantized
  * checkpoints: validation against the source, layer reads, dequantized overlays) and
  * eval_report.c.  Not public. */
 #ifndef LWQ_ENGINE_EVAL_INTERNAL_H

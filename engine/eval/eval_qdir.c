@@ -1,16 +1,18 @@
-/* engine/eval_qdir.c — quantized checkpoints for `lwq eval`: the config's quantization, the check
+/* engine/eval/eval_qdir.c — quantized checkpoints for `lwq eval`: the config's quantization, the check
  * of every tensor against the source, layer reads, and the dequantized view of a quantized layer
- * (engine/eval_internal.h). */
+ * (engine/eval/eval_internal.h). */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "core/file.h"
 #include "engine/eval/eval_internal.h"
 #include "kernels/quant.h"
+#include "layout/quant_formats.h"
 #include "layout/srcfmt.h"
 
 /* ---- the declared quantization --------------------------------------------------------------- */
@@ -36,8 +38,12 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
         return rc;
     const cJSON *qb = NULL;
     cJSON *root = NULL;
-    lwq_error ig = {0};
-    if (lwq_file_read_all(p, 16u << 20, &txt, &len, &ig) == 0) {
+    struct stat st;
+    /* present in any form (too big, a directory, a FIFO) means it is read or refused: passing
+     * over it would evaluate the checkpoint as whatever config.json says instead */
+    if (stat(p, &st) == 0 || errno != ENOENT) {
+        if ((rc = lwq_file_read_all(p, 16u << 20, &txt, &len, e)) != 0)
+            return rc;
         root = cJSON_ParseWithLength(txt, len);
         free(txt);
         if (!root)
@@ -368,6 +374,30 @@ static const lwq_htensor *tfind(const lwq_tlist *l, const char *module, const ch
 
 static float scalar(const lwq_htensor *t) { return *(const float *)t->data; }
 
+/* The stored codes of quantized linear `module` (w: its weight, sc / s2: its scales): NVFP4 block
+ * scales positive and finite E4M3, weight_scale_2 and an FP8 weight_scale finite and > 0, no NaN
+ * FP8 weight code.  The first bad one is named with its index. */
+static int check_codes(const char *module, lwq_qformat f, const lwq_htensor *w, const lwq_htensor *sc,
+                       const lwq_htensor *s2, lwq_error *e)
+{
+    const uint8_t *b = f == LWQ_QFMT_NVFP4 ? sc->data : w->data;
+    uint64_t n = f == LWQ_QFMT_NVFP4 ? sc->nbytes : w->nbytes;
+    for (uint64_t i = 0; i < n; i++) {
+        if (f == LWQ_QFMT_NVFP4 && !lwq_e4m3_is_block_scale(b[i]))
+            return lwq_errf(e, LWQ_ENUMERIC, "%s.weight_scale[%llu] is %s (E4M3 byte 0x%02X); every NVFP4 block "
+                            "scale must be finite and > 0", module, (unsigned long long)i,
+                            lwq_e4m3_is_nan(b[i]) ? "NaN" : b[i] & 0x80 ? "negative" : "zero", b[i]);
+        if (f == LWQ_QFMT_FP8 && lwq_e4m3_is_nan(b[i]))
+            return lwq_errf(e, LWQ_ENUMERIC, "%s.weight[%llu] is an FP8 NaN code (0x%02X)", module,
+                            (unsigned long long)i, b[i]);
+    }
+    float g = scalar(f == LWQ_QFMT_NVFP4 ? s2 : sc);
+    if (!(g > 0) || g > 3.4e38f)
+        return lwq_errf(e, LWQ_ENUMERIC, "%s.%s is %g; it must be finite and > 0", module,
+                        f == LWQ_QFMT_NVFP4 ? "weight_scale_2" : "weight_scale", (double)g);
+    return 0;
+}
+
 void lwq_qlayer_view_free(lwq_qlayer_view *v)
 {
     lwq_tlist_free(&v->overlay);
@@ -397,6 +427,14 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
         if (l->role == LWQ_ROLE_LIN_CONV)
             return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: a quantized conv1d is not emulated", l->name);
         int64_t rows = l->out_features, cols = l->in_features, shape[2] = {rows, cols};
+        /* every value is checked before anything is allocated: a NaN, zero or negative scale or
+         * a NaN code would dequantize into NaN weights and a plausible-looking report */
+        float in_scale = scalar(is);
+        if (!(in_scale > 0) || in_scale > 3.4e38f)
+            return lwq_errf(e, LWQ_ENUMERIC, "%s.input_scale is %g; it must be finite and > 0", l->name,
+                            (double)in_scale);
+        if ((rc = check_codes(l->name, f, w, sc, s2, e)) < 0)
+            return rc;
         float *buf = malloc((size_t)(rows * cols) * sizeof(float) + 1);
         if (!buf)
             return lwq_errf(e, LWQ_ENOMEM, "%s: no memory for its dequantized weight", l->name);
@@ -407,10 +445,6 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
             free(buf);
             return rc;
         }
-        float in_scale = scalar(is);
-        if (!(in_scale > 0) || in_scale != in_scale || in_scale > 3.4e38f)
-            return lwq_errf(e, LWQ_ENUMERIC, "%s.input_scale is %g; it must be finite and > 0", l->name,
-                            (double)in_scale);
         if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, 2, shape, buf, 1, e)) < 0 ||
             (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
             return rc;

@@ -1,4 +1,4 @@
-/* engine/eval_report.c — `lwq eval`'s memory plan, its --json object and its table for people. */
+/* engine/eval/eval_report.c — `lwq eval`'s memory plan, its --json object and its table for people. */
 #include <cjson/cJSON.h>
 #include <errno.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* engine/eval_run.h — state of one `lwq eval` run, shared by eval.c (set-up and the depth loop)
+/* engine/eval/eval_run.h — state of one `lwq eval` run, shared by eval.c (set-up and the depth loop)
  * and eval_head.c (hidden-state differences, the head and the next-token metrics).  Not public. */
 #ifndef LWQ_ENGINE_EVAL_RUN_H
 #define LWQ_ENGINE_EVAL_RUN_H

@@ -1,4 +1,4 @@
-/* engine/forward.c — the public forward (engine/forward.h): the one switch on the architecture,
+/* engine/forward/forward.c — the public forward (engine/forward/forward.h): the one switch on the architecture,
  * model setup (common config checks, RoPE table), embedding, the decoder layer through the
  * architecture's entry, and the head.  The architectures: model_llama.c (llama, mistral, qwen2,
  * qwen3, qwen3_moe, mixtral; routed experts in model_moe.c), model_deepseek.c (deepseek_v2,
@@ -15,7 +15,7 @@
 
 /* ---- THE architecture switch ------------------------------------------------------------------
  * The only place the forward looks at the architecture.  Adding one = a plan entry
- * (layout/arch.c), a forward file defining its lwq_fwd_arch (engine/model_*.c), and a case here. */
+ * (layout/arch.c), a forward file defining its lwq_fwd_arch (engine/forward/model_*.c), and a case here. */
 
 static const lwq_fwd_arch *arch_of(const lwq_model_config *c)
 {

@@ -1,4 +1,4 @@
-/* engine/forward.h — the decoder-layer forward of each supported architecture, built from
+/* engine/forward/forward.h — the decoder-layer forward of each supported architecture, built from
  * backend ops, observable at every quantizable input.
  *
  * Supported model types: llama (and mistral), qwen2 (q/k/v bias), qwen3 (q/k RMSNorm,
@@ -93,7 +93,7 @@ typedef struct lwq_model {
                                  qk_rope_head_dim/2) */
     float attn_scaling;       /* RoPE cos/sin factor (1 for default and llama3) */
     struct lwq_arena *arena;  /* per-forward scratch, reused across calls */
-    const struct lwq_fwd_arch *arch; /* the architecture's forward (engine/forward_internal.h) */
+    const struct lwq_fwd_arch *arch; /* the architecture's forward (engine/forward/forward_internal.h) */
 } lwq_model;
 
 /* Supported model_type list for messages: "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,

@@ -1,4 +1,4 @@
-/* engine/forward_internal.h — inside the forward.  Calls go one way:
+/* engine/forward/forward_internal.h — inside the forward.  Calls go one way:
  *   forward.c (the public API and the one switch on the architecture)
  *     -> model_llama.c, model_deepseek.c, model_qwen3next.c (one lwq_fwd_arch each)
  *     -> model_moe.c (routed experts, used by all three families) and model_llama.c's attention
@@ -19,7 +19,7 @@ typedef int (*lwq_fwd_moe_fn)(lwq_model *m, int layer, const lwq_weights *w, con
                               lwq_error *e);
 
 /* What lwq_model_init and the layer loop need from an architecture family.  One per forward
- * file; engine/forward.c maps model types to them in its one switch. */
+ * file; engine/forward/forward.c maps model types to them in its one switch. */
 typedef struct lwq_fwd_arch {
     /* rotary and family geometry checks, before the common geometry check */
     int (*check_rope)(const lwq_model_config *c, lwq_error *e);
@@ -162,7 +162,7 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
                                lwq_error *e);
 
 /* The DeepSeek router alone: top-k experts and weights (n, K) on the host for x's real tokens
- * (observes the gate input).  Expert streaming runs it with the dense part (engine/fwd_stream.h). */
+ * (observes the gate input).  Expert streaming runs it with the dense part (engine/forward/fwd_stream.h). */
 int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                            const lwq_tensor *x, int32_t *idx, float *wts, const lwq_observer *obs,
                            lwq_error *e);

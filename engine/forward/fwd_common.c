@@ -1,7 +1,7 @@
-/* engine/fwd_common.c — the toolkit every architecture's forward is built from: the scratch
+/* engine/forward/fwd_common.c — the toolkit every architecture's forward is built from: the scratch
  * arena, checked weight lookup, the observer call, left-padded batches, the RoPE table, and the
  * blocks several architectures share (a linear with its optional bias, the SwiGLU MLP, the
- * post-attention half of a decoder layer).  It calls no architecture file; engine/forward.c
+ * post-attention half of a decoder layer).  It calls no architecture file; engine/forward/forward.c
  * (the one switch on the architecture) and the model_*.c files call it. */
 #include <inttypes.h>
 #include <math.h>

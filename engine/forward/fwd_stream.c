@@ -1,4 +1,4 @@
-/* engine/fwd_stream.c — a MoE layer's forward as dense part + expert groups (fwd_stream.h). */
+/* engine/forward/fwd_stream.c — a MoE layer's forward as dense part + expert groups (fwd_stream.h). */
 #include "engine/forward/fwd_stream.h"
 
 #include <inttypes.h>

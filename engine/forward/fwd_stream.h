@@ -1,4 +1,4 @@
-/* engine/fwd_stream.h — the MoE layer forward in pieces, for expert streaming (engine/units.h).
+/* engine/forward/fwd_stream.h — the MoE layer forward in pieces, for expert streaming (engine/source/units.h).
  *
  * lwq_model_layer_forward runs a MoE layer at once: attention, post-attention norm, router,
  * every routed expert, combine, residual add.  Streaming splits it:

@@ -1,4 +1,4 @@
-/* engine/model_deepseek.c — DeepSeek-V2 / DeepSeek-V3 (and Kimi-K2, the V3 text model):
+/* engine/forward/model_deepseek.c — DeepSeek-V2 / DeepSeek-V3 (and Kimi-K2, the V3 text model):
  * multi-head latent attention and the DeepSeek MoE block (spec/ARCHITECTURES.md).
  *
  *   x = input_layernorm(h)

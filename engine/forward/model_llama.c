@@ -1,4 +1,4 @@
-/* engine/model_llama.c — the Llama family's forward (lwq_fwd_arch_llama): llama / mistral
+/* engine/forward/model_llama.c — the Llama family's forward (lwq_fwd_arch_llama): llama / mistral
  * (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm before RoPE, head_dim
  * independent of hidden/heads), mixtral (plain attention).  A layer is this attention block, then
  * the dense SwiGLU MLP (fwd_common.c) or the routed experts (model_moe.c).

@@ -1,4 +1,4 @@
-/* engine/model_moe.c — the routed-expert block of qwen3_moe and mixtral.
+/* engine/forward/model_moe.c — the routed-expert block of qwen3_moe and mixtral.
  *
  *   logits = x Wgate^T (act dtype)                 observed: <prefix>.gate
  *   qwen3_moe: softmax(f32) -> top-k -> renormalise when norm_topk_prob

@@ -1,4 +1,4 @@
-/* engine/model_qwen3next.c — the decoder layer of qwen3_next (transformers' Qwen3NextForCausalLM;
+/* engine/forward/model_qwen3next.c — the decoder layer of qwen3_next (transformers' Qwen3NextForCausalLM;
  * ../shared/spec/ARCHITECTURES.md): a hybrid of Gated DeltaNet (linear attention) layers and
  * gated full-attention layers, each followed by a sparse MoE with a gated shared expert (or a
  * dense MLP on mlp_only_layers).

@@ -1,4 +1,4 @@
-/* engine/qlayer.h — turn one calibrated decoder layer into the tensors of its output shard.
+/* engine/quant/qlayer.h — turn one calibrated decoder layer into the tensors of its output shard.
  *
  * Input: the layer plan, the format/algorithm chosen for each linear (recipe), the statistics the
  * forward collected, and the layer's source tensors (host views).  Output: every tensor of the
@@ -11,7 +11,7 @@
  * (section 5; FP8 is not unified); a routed expert no calibration token reached ("cold") takes
  * the max input amax of its calibrated siblings of the same projection (section 6) and is
  * reported; any other linear without calibration data, and any zero or non-finite amax, is an
- * error naming the module.  GPTQ linears (engine/qlayer_gptq.h) rewrite the weight before its
+ * error naming the module.  GPTQ linears (engine/quant/qlayer_gptq.h) rewrite the weight before its
  * codes are taken; a cold expert has no Hessian and takes the max path (counted in the report);
  * GPTQ on a depthwise conv1d (not a matrix product) is the max path too.  Deterministic: same
  * inputs, same bytes.  The report is filled even on failure: free it with lwq_qlayer_report_free. */
@@ -59,12 +59,12 @@ int lwq_qlayer_hessian(const lwq_arch_linear *l, const lwq_quant_choice *c);
 int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_error *e);
 
 /* src must be sorted (lwq_tlist_sort).  rep is reset first.  out receives the shard's tensors, unsorted.  qo says where
- * the quantizers run (engine/qops.h; same bytes either way). */
+ * the quantizers run (engine/quant/qops.h; same bytes either way). */
 int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                    const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
                    lwq_qlayer_report *rep, lwq_error *e);
 
-/* Expert streaming (engine/units.h): quantize only the linears with only[i] != 0, from the unit's
+/* Expert streaming (engine/source/units.h): quantize only the linears with only[i] != 0, from the unit's
  * source tensors src (every other src tensor passes through, as above).  A cold expert's input
  * scale is provisional (siblings in later groups are not observed yet); after the layer's last
  * group, lwq_qlayer_finish_inputs recomputes every expert's input_scale in out from the final

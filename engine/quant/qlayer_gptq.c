@@ -5,9 +5,6 @@
 
 #include "kernels/gptq.h"
 #include "kernels/quant.h"
-#ifdef LWQ_HAVE_CUDA
-#include "kernels/cuda/gptq_cuda.h"
-#endif
 
 /* Multiply-adds the error measurement may spend on one linear before it samples rows. */
 #define LWQ_GPTQ_REPORT_WORK 4294967296.0
@@ -79,22 +76,16 @@ int lwq_qlayer_gptq(const lwq_arch_linear *l, const lwq_quant_choice *c, const l
                       (double)cols * (double)cols * 8 / 1e9);
         goto out;
     }
-#ifdef LWQ_HAVE_CUDA
-    if (on_gpu) {
-        if ((rc = lwq_gptq_cuda_factor(hs, ntok, cols, &o, l->name, perm, u, dead, e)) < 0)
-            goto out;
-        rc = fp8 ? lwq_gptq_cuda_fp8(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, q8, ws, e)
-                 : lwq_gptq_cuda_nvfp4(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, packed, scale,
-                                       ws, e);
-    } else
-#endif
-    {
-        (void)on_gpu;
-        if ((rc = lwq_gptq_factor(hs, ntok, cols, &o, l->name, perm, u, dead, e)) < 0)
-            goto out;
-        rc = fp8 ? lwq_gptq_fp8(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, q8, ws, e)
-                 : lwq_gptq_nvfp4(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, packed, scale, ws, e);
+    /* on_gpu: the run's backend is CUDA, so the CUDA module is loaded and has the table */
+    const lwq_gptq_ops *g = on_gpu ? lwq_gptq_cuda_ops(e) : lwq_gptq_host_ops();
+    if (!g) {
+        rc = LWQ_EDEVICE;
+        goto out;
     }
+    if ((rc = g->factor(hs, ntok, cols, &o, l->name, perm, u, dead, e)) < 0)
+        goto out;
+    rc = fp8 ? g->fp8(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, q8, ws, e)
+             : g->nvfp4(w->data, w->dtype, rows, cols, amax, perm, u, dead, l->name, packed, scale, ws, e);
     if (rc < 0)
         goto out;
     zero = rc;

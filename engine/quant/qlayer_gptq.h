@@ -1,6 +1,6 @@
-/* engine/qlayer_gptq.h — GPTQ for one linear of a layer being quantized (engine/qlayer.c calls it).
+/* engine/quant/qlayer_gptq.h — GPTQ for one linear of a layer being quantized (engine/quant/qlayer.c calls it).
  *
- * From the layer statistics' full Hessian sums of the linear (engine/stats.h) it builds the factor
+ * From the layer statistics' full Hessian sums of the linear (engine/quant/stats.h) it builds the factor
  * (kernels/gptq.h: dead inputs, act order, dampening as the choice says) and runs the sweep into
  * the same tensors the max path writes: NVFP4 packed codes + E4M3 block scales with the given
  * global amax (the unmodified weight's, or its fused group's), or FP8 codes with the given

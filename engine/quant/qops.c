@@ -1,4 +1,4 @@
-/* engine/qops.c — the quantizer table (kernels/quant_ops.h) driven with host buffers: on the host
+/* engine/quant/qops.c — the quantizer table (kernels/quant_ops.h) driven with host buffers: on the host
  * the buffers go straight in; on a device the weight is uploaded once per (generation, name, data,
  * size) and outputs come back through reusable device buffers.  See qops.h for the cache's key. */
 #include "engine/quant/qops.h"

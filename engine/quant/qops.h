@@ -1,4 +1,4 @@
-/* engine/qops.h — where a layer's weights are quantized: on the host or on a device, through the
+/* engine/quant/qops.h — where a layer's weights are quantized: on the host or on a device, through the
  * quantizer table of kernels/quant_ops.h, with host buffers in and out.
  *
  * Both give the same bytes (the CUDA quantizers are tested byte-equal to the CPU reference), so
@@ -12,7 +12,7 @@
  * from layer to layer (the same record address, the same ring-slot address), so neither is an
  * identity.  The key is (generation, tensor name, data pointer, byte count): the name names the
  * layer, and lwq_qops_end_layer() starts a new generation, so nothing uploaded for one layer is
- * ever taken for another (engine/qlayer.c calls it at the end of every layer). */
+ * ever taken for another (engine/quant/qlayer.c calls it at the end of every layer). */
 #ifndef LWQ_ENGINE_QOPS_H
 #define LWQ_ENGINE_QOPS_H
 
@@ -24,7 +24,7 @@
 
 #define LWQ_QOPS_SCRATCH 3
 
-/* A device copy of w that someone else already holds (the forward's, engine/layersrc.h
+/* A device copy of w that someone else already holds (the forward's, engine/source/layersrc.h
  * lwq_layer_weights_device), or NULL. */
 typedef const void *(*lwq_qops_devcopy_fn)(void *ctx, const lwq_htensor *w);
 

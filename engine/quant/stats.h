@@ -1,4 +1,4 @@
-/* engine/stats.h — what calibration observes in one decoder layer.
+/* engine/quant/stats.h — what calibration observes in one decoder layer.
  *
  * An lwq_layer_stats is the lwq_observer the engine hands to the layer forward: for every
  * quantizable linear of the layer plan it keeps the running input amax over real tokens (padding

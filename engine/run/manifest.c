@@ -305,9 +305,9 @@ int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, s
 int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e)
 {
     const lwq_sys_table *sys = lwq_sys();
-    int fd = sys->open(path, O_RDONLY, 0);
+    int fd = lwq_durable_open_regular(path, 0, NULL, e);
     if (fd < 0)
-        return lwq_errsys(e, fd, "%s: cannot open", path);
+        return fd;
     size_t cap = 4u << 20;
     unsigned char *buf = malloc(cap);
     if (!buf) {
@@ -343,10 +343,10 @@ int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error 
 int lwq_out_st_open(const char *path, lwq_st_file *f, lwq_error *e)
 {
     const lwq_sys_table *sys = lwq_sys();
-    int fd = sys->open(path, O_RDONLY, 0);
+    int fd = lwq_durable_open_regular(path, 0, NULL, e);
     if (fd < 0) {
         memset(f, 0, sizeof *f);
-        return lwq_errsys(e, fd, "%s: open", path);
+        return fd;
     }
     int rc = lwq_st_open_fd(fd, path, f, e);
     sys->close(fd);

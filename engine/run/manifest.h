@@ -1,11 +1,11 @@
-/* engine/manifest.h — the resume manifest: what is committed, and what the run was.
+/* engine/run/manifest.h — the resume manifest: what is committed, and what the run was.
  *
  * manifest.json lives in the resume directory (`<out>.layerwise_resume/`).  It names the run's
  * fingerprint (with one hash per input, so a refused rerun can say which input changed), the
  * number of committed layers with each committed shard's size and XXH64, and the boundary file
  * that holds the input of the first uncommitted layer.  It is replaced atomically
  * (io/durable.h): the invariant is that it never names a shard or boundary that is not durable
- * (the commit order is in engine/run_output.c, the step list in engine/run.c).  Parsing treats
+ * (the commit order is in engine/run/run_output.c, the step list in engine/run/run.c).  Parsing treats
  * the file as untrusted: sizes capped, every field type-checked, file names restricted to the
  * names lwq itself writes. */
 #ifndef LWQ_ENGINE_MANIFEST_H

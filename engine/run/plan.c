@@ -1,4 +1,4 @@
-/* engine/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
+/* engine/run/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
  *
  * Host peak = ring slots (K x the largest layer's aligned read extents) + two boundaries (every
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
@@ -8,7 +8,7 @@
  * cuBLAS workspace + the largest layer's weights (and dequantized sources) + one batch of
  * activations + scratch + the GEMM's F32 staging (kept at its high-water mark,
  * kernels/cuda/backend_cuda.cu ws_reserve) + the quantizer's own copy of a weight and its output
- * buffers (engine/qops.c keeps them, grown to the largest, while the forward's copies are held).
+ * buffers (engine/quant/qops.c keeps them, grown to the largest, while the forward's copies are held).
  * The forward scratch is an estimate (the activations of one batch through the widest op of the
  * layer, with a 1.5x margin) and the context an allowance; the rest are exact byte counts. */
 #include <stdio.h>
@@ -67,7 +67,7 @@ static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t de
 
 /* GPU bytes one linear needs beyond the layer's weights, folded into the maxima *staging (the
  * GEMM's F32 workspace: both operands widened when their dtypes differ, and the f32 output when a
- * bias or a dtype change needs the extra pass; backend_cuda.cu cu_gemm) and *quant (engine/qops.c:
+ * bias or a dtype change needs the extra pass; backend_cuda.cu cu_gemm) and *quant (engine/quant/qops.c:
  * the weight's device copy, the output buffers, the uploaded block amax / Hessian, and the FP8 mse
  * search's per-row losses in quant_cuda.cu). */
 static void gpu_linear(const lwq_ckpt *ck, const lwq_arch_linear *l, const lwq_quant_choice *ch, size_t act,
@@ -139,7 +139,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
             lwq_quant_choice ch = lwq_qlayer_choice(o->recipe, &plan, i);
             uint64_t src = (uint64_t)l->out_features * (uint64_t)l->in_features * lwq_dtype_size(c->dtype);
             /* FP8-block / MXFP4 sources store the weight packed; unquantized it comes out
-             * dequantized (engine/srcdeq.h), so the output holds `src` bytes */
+             * dequantized (engine/source/srcdeq.h), so the output holds `src` bytes */
             uint64_t stored = stored_bytes(ck, l->name, src);
             out = out - stored + linear_out_bytes(l, ch.format, src);
             deq += stored != src ? src : 0;
@@ -148,7 +148,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                 hess += (uint64_t)(l->in_features / 16) * 256 * (sizeof(double) + sizeof(lwq_fix)); /* partial + grid */
             if (hk == LWQ_STATS_H_FULL) {
                 uint64_t in = (uint64_t)l->in_features;
-                /* one in x in double sum per input: fused-group members share theirs (engine/stats.c) */
+                /* one in x in double sum per input: fused-group members share theirs (engine/quant/stats.c) */
                 int shared = 0;
                 for (int j = 0; j < i && l->group >= 0 && !shared; j++)
                     shared = plan.linears[j].group == l->group && plan.linears[j].in_features == l->in_features &&

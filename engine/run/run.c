@@ -1,4 +1,4 @@
-/* engine/run.c — `lwq quantize`: the steps of a run, and the layerwise depth loop.
+/* engine/run/run.c — `lwq quantize`: the steps of a run, and the layerwise depth loop.
  *
  * THE STEPS (../shared/DESIGN.md "Pipeline and threads"; the function that performs each):
  *

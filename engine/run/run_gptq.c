@@ -1,6 +1,6 @@
-/* engine/run_gptq.c — what a run says about its GPTQ linears: per layer, how much GPTQ lowered the
+/* engine/run/run_gptq.c — what a run says about its GPTQ linears: per layer, how much GPTQ lowered the
  * layer-output error ||WX - ŴX||^2 against the max calibration with the same scales (measured by
- * engine/qlayer_gptq.c on the calibration tokens), in the layer report (kept in the manifest and
+ * engine/quant/qlayer_gptq.c on the calibration tokens), in the layer report (kept in the manifest and
  * written to calibration_report.json), the JSON log (one entry per linear) and the progress. */
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -1,4 +1,4 @@
-/* engine/run_internal.h — state of one `lwq quantize` run, shared by the run*.c files:
+/* engine/run/run_internal.h — state of one `lwq quantize` run, shared by the run*.c files:
  *   run.c           the step list and the layerwise depth loop (read the list there first)
  *   run_setup.c     start-up (checkpoint, plans, backend, batches, resume decision), tear-down
  *   run_layer.c     one layer over the calibration set: embed, forward + observe, --qdq-next
@@ -10,7 +10,7 @@
  *   run_log.c       the --log-json lines
  * Calls go one way (scripts/check-includes.sh checks it): run.c -> run_setup, run_layer,
  * run_reference, run_stream -> run_output -> run_report -> run_gptq -> run_log.  Which thread
- * owns which field: engine/run.c.
+ * owns which field: engine/run/run.c.
  * Not public. */
 #ifndef LWQ_ENGINE_RUN_INTERNAL_H
 #define LWQ_ENGINE_RUN_INTERNAL_H
@@ -241,7 +241,7 @@ void lwq_run_progress(lwq_run *r, int L, double t_start, double *t_prev, int don
 void lwq_run_summary(lwq_run *r, double wall);
 /* Compact JSON of a layer's calibration report (malloc'd, NULL when out of memory). */
 char *lwq_run_layer_report(int layer, const lwq_qlayer_report *rep, const int64_t *expert_tokens);
-/* engine/run_gptq.c: GPTQ's per-layer summary in the layer report (a cJSON object), and one JSON
+/* engine/run/run_gptq.c: GPTQ's per-layer summary in the layer report (a cJSON object), and one JSON
  * log event + one progress line per layer with GPTQ linears. */
 struct cJSON;
 void lwq_run_gptq_summary(struct cJSON *layer_report, const lwq_qlayer_report *rep);

@@ -1,4 +1,4 @@
-/* engine/run_layer.c — one decoder layer over the calibration set, the piece both paths share
+/* engine/run/run_layer.c — one decoder layer over the calibration set, the piece both paths share
  * (the layerwise loop of run.c and the whole-model reference of run_reference.c): batches move
  * between a host boundary buffer and the device work tensor, the layer runs over every batch
  * with its observers, and --qdq-next gets the dequantized weights of a quantized layer.

@@ -1,4 +1,4 @@
-/* engine/run_log.c — the --log-json file: one JSON object per line (a layer once its shard is
+/* engine/run/run_log.c — the --log-json file: one JSON object per line (a layer once its shard is
  * durable, GPTQ errors, the summary).  Called from the writer thread (lwq_run_log_layer, in the
  * shard's completion callback) and the engine thread; lines are whole and in order under
  * r->log_mu.  The bottom of the run's reporting: it calls nothing of the run. */

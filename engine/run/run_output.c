@@ -1,4 +1,4 @@
-/* engine/run_output.c — everything a run writes.
+/* engine/run/run_output.c — everything a run writes.
  *
  * Commit order for layer L (../shared/DESIGN.md "Durable commit"), as three writer-thread jobs
  * that run in this order and stop at the first failure (io/writer.h is sticky):
@@ -69,7 +69,7 @@ static int happend(hashed_file *hf, const void *p, size_t n, lwq_error *e)
     return 0;
 }
 
-/* A spilled tensor's bytes (engine/spill.h), read back through the staging buffer. */
+/* A spilled tensor's bytes (engine/run/spill.h), read back through the staging buffer. */
 static int happend_spilled(hashed_file *hf, const lwq_spill *sp, uint64_t off, uint64_t n, lwq_error *e)
 {
     if (!sp || sp->fd < 0)
@@ -533,8 +533,8 @@ static int stream_tail(lwq_run *r, const int *idx, int n, lwq_durable_file *f, l
     for (int i = 0; rc == 0 && i < p.n; i++) {
         const lwq_ckpt_tensor *s = &r->ck.tensors[idx[p.order[i]]];
         const char *path = r->ck.files[s->file].path;
-        if (fds[s->file] < 0 && (fds[s->file] = lwq_sys()->open(path, O_RDONLY, 0)) < 0) {
-            rc = lwq_errsys(e, fds[s->file], "%s: cannot open", path);
+        if (fds[s->file] < 0 && (fds[s->file] = lwq_durable_open_regular(path, 0, NULL, e)) < 0) {
+            rc = fds[s->file];
             fds[s->file] = -1;
             break;
         }

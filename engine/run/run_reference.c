@@ -1,6 +1,6 @@
-/* engine/run_reference.c — the whole-model reference path (`--whole-model`): data outside, depth
+/* engine/run/run_reference.c — the whole-model reference path (`--whole-model`): data outside, depth
  * inside, every layer resident.  It is what the layerwise loop of run.c must equal byte for byte
- * (tests/engine/test_quantize_paths.c), kept simple on purpose: no ring, no writer thread, no
+ * (tests/engine/run/test_quantize_paths.c), kept simple on purpose: no ring, no writer thread, no
  * commits (the manifest is written once, complete, by lwq_run_finish).  Engine thread only. */
 #include <stdlib.h>
 

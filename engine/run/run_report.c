@@ -1,4 +1,4 @@
-/* engine/run_report.c — what a run tells people and programs while it works: the progress line
+/* engine/run/run_report.c — what a run tells people and programs while it works: the progress line
  * per layer and the closing summary (through core/log.h, silenced by --quiet; the summary also
  * as a --log-json line), and the per-layer calibration report kept in the manifest (with the
  * GPTQ part from run_gptq.c).  Engine thread only.  Nothing here writes an output file, so the

@@ -1,4 +1,4 @@
-/* engine/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
+/* engine/run/run_setup.c — start-up and tear-down of a run (engine thread, before any other thread
  * of the run exists and after they are gone): the checkpoint opened and checked, the per-layer
  * plans and quantization choices, the backend and model, the calibration batches, the JSON log,
  * the memory plan against the limits, the fingerprint, the fresh/restart/resume decision for
@@ -320,9 +320,9 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
             lwq_xxh64_update(&s, mt, sizeof mt);
         }
         char *hdr = malloc(files[i].data_start);
-        int fd = lwq_sys()->open(files[i].path, O_RDONLY, 0);
+        int fd = lwq_durable_open_regular(files[i].path, 0, NULL, e);
         if (!hdr || fd < 0)
-            rc = lwq_errsys(e, fd < 0 ? fd : LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
+            rc = fd < 0 ? fd : lwq_errf(e, LWQ_ENOMEM, "%s: cannot read its header", files[i].path);
         else
             rc = lwq_durable_pread_all(fd, hdr, files[i].data_start, 0, files[i].path, e);
         if (rc == 0)

@@ -1,13 +1,13 @@
-/* engine/run_stream.c — expert streaming in the depth loop (issue 16): a MoE layer read and computed
- * as units (engine/units.h), the dense part first, then groups of routed experts.
+/* engine/run/run_stream.c — expert streaming in the depth loop (issue 16): a MoE layer read and computed
+ * as units (engine/source/units.h), the dense part first, then groups of routed experts.
  *
  * Per streamed layer:
  *   dense unit: every batch through attention, the post-attention norm and the router
- *     (engine/fwd_stream.h); the residual h goes to the output boundary, the MoE input x and the
+ *     (engine/forward/fwd_stream.h); the residual h goes to the output boundary, the MoE input x and the
  *     routing to host arrays; the dense linears are quantized and the unit's slot released;
  *   each expert group: every batch's routed rows through the group's experts, the weighted sum
  *     continued in `partial`; the group's experts are quantized (their statistics are final), their
- *     quantized tensors parked in the layer's spill file (engine/spill.h), the slot released;
+ *     quantized tensors parked in the layer's spill file (engine/run/spill.h), the slot released;
  *   then h += partial per batch, the experts' input scales recomputed from the final statistics
  *     (cold experts filled from siblings in any group: they were quantized in their group and
  *     kept "quantized-pending" only for that scalar, no second read), and the shard committed by

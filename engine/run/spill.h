@@ -1,5 +1,5 @@
-/* engine/spill.h — a streamed layer's quantized expert tensors, parked on disk until its shard is
- * written, so quantized experts do not pile up in memory (expert streaming, engine/units.h).
+/* engine/run/spill.h — a streamed layer's quantized expert tensors, parked on disk until its shard is
+ * written, so quantized experts do not pile up in memory (expert streaming, engine/source/units.h).
  *
  * One unnamed file per layer in the resume directory (created, then unlinked at once: a crash
  * leaves nothing behind; a kill inside a layer recomputes the layer).  lwq_spill_move appends the

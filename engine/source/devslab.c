@@ -1,4 +1,4 @@
-/* engine/devslab.c — see devslab.h. */
+/* engine/source/devslab.c — see devslab.h. */
 #include "engine/source/devslab.h"
 
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* engine/devslab.h — device memory for one layer's weight copies, reused from layer to layer, and
+/* engine/source/devslab.h — device memory for one layer's weight copies, reused from layer to layer, and
  * an O(1) name index over a tensor list.
  *
  * lwq_devslab: one device block handed out by bumping a pointer.  A layer whose copies do not fit

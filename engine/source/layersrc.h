@@ -1,4 +1,4 @@
-/* engine/layersrc.h — a layer's source tensors: where to read them, views of them once read, and
+/* engine/source/layersrc.h — a layer's source tensors: where to read them, views of them once read, and
  * the weight lookup the forward uses.
  *
  * lwq_layersrc_ranges turns the tensors of decoder layer i (or the tail, i = -1) into read
@@ -8,7 +8,7 @@
  * host views on the CPU backend, uploaded device copies (cached for the layer) on a GPU, and an
  * optional overlay (the dequantized weights for --qdq-next) that takes precedence.  Both views
  * and read lists come back with FP8-block / MXFP4 source tensors already dequantized
- * (engine/srcdeq.h). */
+ * (engine/source/srcdeq.h). */
 #ifndef LWQ_ENGINE_LAYERSRC_H
 #define LWQ_ENGINE_LAYERSRC_H
 

@@ -1,4 +1,4 @@
-/* engine/srcdeq.c — dequantize a layer's FP8-block / MXFP4 source tensors in place of their
+/* engine/source/srcdeq.c — dequantize a layer's FP8-block / MXFP4 source tensors in place of their
  * packed form (contract in srcdeq.h; formats in layout/srcfmt.h). */
 #include "engine/source/srcdeq.h"
 

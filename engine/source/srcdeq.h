@@ -1,4 +1,4 @@
-/* engine/srcdeq.h — a layer's tensors as the forward and the quantizer want them: FP8-block and
+/* engine/source/srcdeq.h — a layer's tensors as the forward and the quantizer want them: FP8-block and
  * MXFP4 source tensors (layout/srcfmt.h) replaced, right after the read, by dequantized tensors
  * in the model's float dtype under the names the unquantized model uses ("X.weight" for an FP8
  * "X.weight" + "X.weight_scale_inv"; "X" for "X_blocks" + "X_scales"), the scale tensors

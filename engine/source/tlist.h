@@ -1,4 +1,4 @@
-/* engine/tlist.h — a list of named host tensors: a layer's source tensors (views into the read
+/* engine/source/tlist.h — a list of named host tensors: a layer's source tensors (views into the read
  * buffer) or the tensors of an output shard (views or owned quantized buffers).
  * Owned data is freed by lwq_tlist_free; views are not. */
 #ifndef LWQ_ENGINE_TLIST_H
@@ -19,7 +19,7 @@ typedef struct lwq_htensor {
     uint64_t nbytes;
     int owned;                /* data is freed with the list */
     int spilled;              /* data is NULL: the bytes are at spill_off in the layer's spill file
-                                 (engine/spill.h; expert streaming) */
+                                 (engine/run/spill.h; expert streaming) */
     uint64_t spill_off;
 } lwq_htensor;
 

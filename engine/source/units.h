@@ -1,4 +1,4 @@
-/* engine/units.h — sub-layer units: a decoder layer read and computed in pieces (expert streaming).
+/* engine/source/units.h — sub-layer units: a decoder layer read and computed in pieces (expert streaming).
  *
  * A MoE layer splits into a dense unit (attention, norms, router, shared experts: every tensor
  * whose name does not hold ".experts.<E>.") followed by groups of `group` routed experts, in
@@ -6,7 +6,7 @@
  * group 0, is one unit holding every tensor.  Each unit is one prefetch job: its tensors' byte
  * ranges (lwq_units_ranges) land in one ring slot, and lwq_units_views makes the sorted tensor
  * list the forward and the quantizer use (FP8-block / MXFP4 sources dequantized, as
- * engine/layersrc.h does for whole layers).
+ * engine/source/layersrc.h does for whole layers).
  *
  * Ownership: lwq_units owns its arrays; ranges point into the checkpoint's file table. */
 #ifndef LWQ_ENGINE_UNITS_H

@@ -3,24 +3,12 @@
  * the reference every other backend is tested against, so each op is written to read as the
  * formula in backend.h; rows are spread over threads with core/parallel and no result depends
  * on how rows are split. */
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
-
-void *lwq_cpu_scratch(int64_t count, size_t elem)
-{
-    if (count < 0 || (count > 0 && (uint64_t)count > (SIZE_MAX - 64) / elem))
-        return NULL;
-    size_t bytes = (size_t)count * elem;
-    bytes = (bytes + 63) & ~(size_t)63;
-    if (bytes == 0)
-        bytes = 64;
-    return aligned_alloc(64, bytes);
-}
 
 static int cpu_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
 {
@@ -513,9 +501,6 @@ int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e)
     (void)e;
     if (threads > 0)
         lwq_parallel_set_threads(threads);
-    /* the backend threads over output tiles itself; a multi-threaded BLAS under it would
-     * oversubscribe the cores and make results depend on OpenBLAS's own split */
-    openblas_set_num_threads(1);
     be->ops = &cpu_ops;
     be->ctx = NULL;
     return 0;

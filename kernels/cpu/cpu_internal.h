@@ -5,6 +5,7 @@
 #define LWQ_KERNELS_CPU_INTERNAL_H
 
 #include <stdint.h>
+#include <stdlib.h>
 
 #include "kernels/backend.h"
 
@@ -46,8 +47,18 @@ static inline void lwq_cpu_store_f32(void *dst, lwq_dtype dt, int64_t off, int64
     }
 }
 
-/* Aligned scratch for one call; NULL on failure or when bytes would overflow. */
-void *lwq_cpu_scratch(int64_t count, size_t elem);
+/* Aligned scratch for one call; NULL on failure or when bytes would overflow.  Here, not in
+ * backend_cpu.c, so that the op files below the backend's table do not call back up into it. */
+static inline void *lwq_cpu_scratch(int64_t count, size_t elem)
+{
+    if (count < 0 || (count > 0 && (uint64_t)count > (SIZE_MAX - 64) / elem))
+        return NULL;
+    size_t bytes = (size_t)count * elem;
+    bytes = (bytes + 63) & ~(size_t)63;
+    if (bytes == 0)
+        bytes = 64;
+    return aligned_alloc(64, bytes);
+}
 
 int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
                  lwq_tensor *y, lwq_error *e);

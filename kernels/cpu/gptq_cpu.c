@@ -238,3 +238,7 @@ int lwq_gptq_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float 
     *weight_scale = c.ws2;
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
 }
+
+static const lwq_gptq_ops host_gptq = {"host", lwq_gptq_factor, lwq_gptq_nvfp4, lwq_gptq_fp8};
+
+const lwq_gptq_ops *lwq_gptq_host_ops(void) { return &host_gptq; }

@@ -21,6 +21,8 @@ extern "C" {
 }
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/grid.h"
+#include "kernels/cuda/module_cuda.h"
+#include "kernels/cuda/route.h"
 
 typedef struct cuda_ctx {
     int device;
@@ -29,7 +31,6 @@ typedef struct cuda_ctx {
     void *ws;            /* GEMM workspace (f32 staging), grown on demand */
     size_t ws_cap;
     unsigned int *flags; /* device: [0] amax bits, [1] amax NaN, [2] index error */
-    uint64_t peak_used;  /* max of (total - free) seen after each allocation */
     /* the first failure of a call that cannot return one (free, host unregister), reported by
      * the next synchronize() */
     cudaError_t deferred;
@@ -80,22 +81,19 @@ static int cu_alloc(void *vctx, size_t bytes, void **out, lwq_error *e)
 {
     cuda_ctx *c = (cuda_ctx *)vctx;
     CU(cudaSetDevice(c->device), "set device");
-    cudaError_t err = cudaMalloc(out, bytes);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError(); /* callers may fall back (forward.c's arena): see CU() */
-        *out = NULL;
+    int err = lwq_cuda_malloc(out, bytes); /* callers may fall back (forward.c's arena) */
+    if (err)
         return lwq_errf(e, LWQ_ENOMEM, "cuda alloc of %zu bytes: %s", bytes,
-                        cudaGetErrorString(err));
-    }
-    size_t free_b = 0, total_b = 0;
-    if (cudaMemGetInfo(&free_b, &total_b) != cudaSuccess)
-        (void)cudaGetLastError(); /* only a statistic: see CU() */
-    else if (total_b - free_b > c->peak_used)
-        c->peak_used = total_b - free_b;
+                        cudaGetErrorString((cudaError_t)err));
     return 0;
 }
 
-static uint64_t cu_mem_peak(void *vctx) { return ((cuda_ctx *)vctx)->peak_used; }
+/* the module-wide peak (mem_cuda.cu): GPTQ and the quantizers allocate outside this backend */
+static uint64_t cu_mem_peak(void *vctx)
+{
+    (void)vctx;
+    return lwq_cuda_mem_peak();
+}
 
 /* The prefetch pool is page-aligned anonymous memory that O_DIRECT reads fill; registering it
  * (rather than allocating with cudaHostAlloc) keeps it usable for O_DIRECT and makes uploads
@@ -162,6 +160,7 @@ static int cu_sync(void *vctx, lwq_error *e)
     CU(cudaSetDevice(c->device), "set device");
     CU(cudaMemcpyAsync(f, c->flags, sizeof f, cudaMemcpyDeviceToHost, c->stream), "flag read");
     CU(cudaStreamSynchronize(c->stream), "synchronize");
+    lwq_cuda_mem_sample();
     if (c->deferred != cudaSuccess) {
         cudaError_t d = c->deferred;
         c->deferred = cudaSuccess;
@@ -185,12 +184,10 @@ static int ws_reserve(cuda_ctx *c, size_t bytes, lwq_error *e)
         CU(cudaFree(c->ws), "gemm workspace free");
     c->ws = NULL;
     c->ws_cap = 0;
-    cudaError_t err = cudaMalloc(&c->ws, bytes);
-    if (err != cudaSuccess) {
-        (void)cudaGetLastError(); /* see CU() */
+    int err = lwq_cuda_malloc(&c->ws, bytes);
+    if (err)
         return lwq_errf(e, LWQ_ENOMEM, "cuda gemm workspace of %zu bytes: %s", bytes,
-                        cudaGetErrorString(err));
-    }
+                        cudaGetErrorString((cudaError_t)err));
     c->ws_cap = bytes;
     return 0;
 }
@@ -351,15 +348,25 @@ static int cu_rope(void *vctx, lwq_tensor *x, int64_t head_dim, const lwq_tensor
     return 0;
 }
 
-__global__ void k_ew(const void *a, lwq_dtype adt, const void *b, lwq_dtype bdt, void *out,
-                     lwq_dtype odt, int64_t n, int kind)
+/* round(round(silu(g)) * u).  __fadd_rn / __fdiv_rn / __fmul_rn: nvcc contracted the last
+ * multiply inside expf with the `1.0f +` into one FMA (seen in the PTX; ctest
+ * test_cuda_ptx checks the kernel), so the sum rounded differently from the CPU's */
+__global__ void k_swiglu(const void *g, lwq_dtype gdt, const void *u, lwq_dtype udt, void *out,
+                         lwq_dtype odt, int64_t n)
 {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        float x = ld(a, adt, i), y = ld(b, bdt, i);
-        float v = kind == 0 ? lwq_round_to(x / (1.0f + expf(-x)), adt) * y : x + y;
-        st(out, odt, i, v);
+        float x = ld(g, gdt, i), y = ld(u, udt, i);
+        float s = lwq_round_to(__fdiv_rn(x, __fadd_rn(1.0f, expf(-x))), gdt);
+        st(out, odt, i, __fmul_rn(s, y));
     }
+}
+
+__global__ void k_add(void *acc, lwq_dtype adt, const void *x, lwq_dtype xdt, int64_t n)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x)
+        st(acc, adt, i, __fadd_rn(ld(acc, adt, i), ld(x, xdt, i)));
 }
 
 static int cu_swiglu(void *vctx, const lwq_tensor *g, const lwq_tensor *u, lwq_tensor *out,
@@ -368,8 +375,8 @@ static int cu_swiglu(void *vctx, const lwq_tensor *g, const lwq_tensor *u, lwq_t
     cuda_ctx *c = (cuda_ctx *)vctx;
     CU(cudaSetDevice(c->device), "set device");
     int64_t n = lwq_tensor_numel(out);
-    k_ew<<<grid_for(n, 256), 256, 0, c->stream>>>(g->data, g->dtype, u->data, u->dtype, out->data,
-                                                   out->dtype, n, 0);
+    k_swiglu<<<grid_for(n, 256), 256, 0, c->stream>>>(g->data, g->dtype, u->data, u->dtype,
+                                                       out->data, out->dtype, n);
     LAUNCHED("swiglu");
     return 0;
 }
@@ -379,8 +386,7 @@ static int cu_add(void *vctx, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e
     cuda_ctx *c = (cuda_ctx *)vctx;
     CU(cudaSetDevice(c->device), "set device");
     int64_t n = lwq_tensor_numel(acc);
-    k_ew<<<grid_for(n, 256), 256, 0, c->stream>>>(acc->data, acc->dtype, x->data, x->dtype,
-                                                   acc->data, acc->dtype, n, 1);
+    k_add<<<grid_for(n, 256), 256, 0, c->stream>>>(acc->data, acc->dtype, x->data, x->dtype, n);
     LAUNCHED("add");
     return 0;
 }
@@ -400,68 +406,11 @@ static int cu_attention(void *vctx, const lwq_attn_args *a, lwq_error *e)
 
 /* ---- MoE ------------------------------------------------------------------------------------- */
 
-/* Next pick in (value descending, index ascending) order after (pv, pi); NaN never picked. */
-__device__ __forceinline__ bool after(float v, int i, float pv, int pi)
-{
-    return v < pv || (v == pv && i > pi);
-}
-
 __global__ void k_route(const void *lg, lwq_dtype dt, int64_t n, int E, int k, int mode,
                         lwq_dtype wdt, int32_t *idx, float *w)
 {
     /* grid-stride: grid_for() caps the grid, so one thread may own several rows */
-    LWQ_CUDA_GRID_STRIDE(r, n) {
-        const int64_t base = r * E;
-        float mx = -INFINITY, sum = 0.0f;
-        const bool soft = mode != LWQ_ROUTE_TOPK_SOFTMAX;
-        if (soft) {
-            for (int i = 0; i < E; i++) {
-                float v = ld(lg, dt, base + i);
-                mx = v > mx ? v : mx;
-            }
-            for (int i = 0; i < E; i++)
-                sum += expf(ld(lg, dt, base + i) - mx);
-        }
-        float pv = INFINITY;
-        int pi = -1;
-        for (int s = 0; s < k; s++) {
-            int best = -1;
-            float bv = 0.0f;
-            for (int i = 0; i < E; i++) {
-                float v = ld(lg, dt, base + i);
-                if (soft)
-                    v = expf(v - mx) / sum;
-                if (v != v || !after(v, i, pv, pi))
-                    continue;
-                if (best < 0 || v > bv) {
-                    best = i;
-                    bv = v;
-                }
-            }
-            idx[r * k + s] = best;
-            w[r * k + s] = bv;
-            pv = bv;
-            pi = best;
-        }
-        float *wr = w + r * k;
-        if (mode == LWQ_ROUTE_TOPK_SOFTMAX) {
-            float m0 = wr[0], z = 0.0f;
-            for (int s = 0; s < k; s++) {
-                wr[s] = expf(wr[s] - m0);
-                z += wr[s];
-            }
-            for (int s = 0; s < k; s++)
-                wr[s] /= z;
-        } else if (mode == LWQ_ROUTE_SOFTMAX_TOPK_NORM) {
-            float z = 0.0f;
-            for (int s = 0; s < k; s++)
-                z += wr[s];
-            for (int s = 0; s < k; s++)
-                wr[s] /= z;
-        }
-        for (int s = 0; s < k; s++)
-            wr[s] = lwq_round_to(wr[s], wdt);
-    }
+    LWQ_CUDA_GRID_STRIDE(r, n) lwq_route_row(lg, dt, r, E, k, mode, wdt, idx, w);
 }
 
 static int cu_moe_route(void *vctx, const lwq_tensor *logits, int k, lwq_route_mode mode,
@@ -693,7 +642,7 @@ static const lwq_backend_ops cuda_ops = {
     /* .copy = */            cu_copy,
 };
 
-extern "C" int lwq_backend_cuda_probe(lwq_error *e)
+extern "C" int lwq_cuda_probe(lwq_error *e)
 {
     int n = 0;
     cudaError_t err = cudaGetDeviceCount(&n);
@@ -717,17 +666,11 @@ extern "C" int lwq_backend_cuda_probe(lwq_error *e)
     return n;
 }
 
-extern "C" int lwq_backend_cuda_device_count(void)
-{
-    int n = lwq_backend_cuda_probe(NULL);
-    return n > 0 ? n : 0;
-}
-
-extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e)
+extern "C" int lwq_cuda_backend_create(lwq_backend *be, int device, lwq_error *e)
 {
     be->ops = NULL;
     be->ctx = NULL;
-    int n = lwq_backend_cuda_probe(e);
+    int n = lwq_cuda_probe(e);
     if (n < 0)
         return n; /* the runtime's reason: no driver, a driver too old, no device */
     if (device < 0 || device >= n)
@@ -745,10 +688,15 @@ extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e
     }
     int rc = 0;
     cudaError_t err;
+    /* the flags are zeroed on the backend's own stream, and that stream is synchronized: a
+     * legacy-stream cudaMemset is not ordered before work on a non-blocking stream, so the first
+     * gather could have read (or its error flag been overwritten by) a memset still in flight */
     if ((err = cudaSetDevice(device)) != cudaSuccess ||
         (err = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking)) != cudaSuccess ||
-        (err = cudaMalloc((void **)&c->flags, 4 * sizeof(unsigned int))) != cudaSuccess ||
-        (err = cudaMemset(c->flags, 0, 4 * sizeof(unsigned int))) != cudaSuccess) {
+        (err = (cudaError_t)lwq_cuda_malloc((void **)&c->flags, 4 * sizeof(unsigned int))) != cudaSuccess ||
+        (err = cudaMemsetAsync(c->flags, 0, 4 * sizeof(unsigned int), c->stream)) != cudaSuccess ||
+        (err = cudaStreamSynchronize(c->stream)) != cudaSuccess) {
+        (void)cudaGetLastError(); /* see CU() */
         rc = lwq_errf(e, LWQ_EDEVICE, "cuda backend on device %d: %s", device,
                       cudaGetErrorString(err));
     } else if (cublasCreate(&c->blas) != CUBLAS_STATUS_SUCCESS ||
@@ -764,6 +712,7 @@ extern "C" int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e
         cu_destroy(c);
         return rc;
     }
+    lwq_cuda_mem_sample(); /* the context and cuBLAS's handle */
     be->ops = &cuda_ops;
     be->ctx = c;
     return 0;

@@ -13,8 +13,10 @@
 extern "C" {
 #include "core/dtype.h"
 #include "core/error.h"
+#include "core/log.h"
 }
 #include "kernels/cuda/gptq_cuda.h"
+#include "kernels/cuda/module_cuda.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
 #include "layout/quant_formats.h"
@@ -38,6 +40,7 @@ static int cuda_fail(lwq_error *err, const char *name, const char *what, const c
     do {                                                                                                  \
         cudaError_t ce_ = (call);                                                                         \
         if (ce_ != cudaSuccess) {                                                                         \
+            (void)cudaGetLastError(); /* see dalloc */                                                    \
             rc = cuda_fail(err, name, what, cudaGetErrorString(ce_));                                     \
             goto out;                                                                                     \
         }                                                                                                 \
@@ -57,19 +60,26 @@ static int cuda_fail(lwq_error *err, const char *name, const char *what, const c
         }                                                                                                 \
     } while (0)
 
+/* lwq_cuda_malloc: sampled for the measured peak, and a failure does not stay behind as the
+ * runtime's last error (a bare cudaMalloc here left cudaErrorMemoryAllocation set, and the
+ * backend's next launch check reported it as its own) */
 static void *dalloc(gctx *g, size_t bytes)
 {
     void *p = NULL;
-    if (g->nbuf >= 8 || cudaMalloc(&p, bytes ? bytes : 1) != cudaSuccess)
+    if (g->nbuf >= 8 || lwq_cuda_malloc(&p, bytes) != 0)
         return NULL;
     g->buf[g->nbuf++] = p;
     return p;
 }
 
+/* Frees the working set; a failure to free is logged (nothing can be returned from here) and the
+ * last error cleared for the same reason as in dalloc. */
 static void gfree(gctx *g)
 {
+    lwq_cuda_mem_sample(); /* the working set at its largest, library workspaces included */
     for (int i = 0; i < g->nbuf; i++)
-        cudaFree(g->buf[i]);
+        if (cudaFree(g->buf[i]) != cudaSuccess)
+            LWQ_WARN("GPTQ on the GPU: cudaFree: %s", cudaGetErrorString(cudaGetLastError()));
     if (g->blas)
         cublasDestroy(g->blas);
     if (g->sol)
@@ -350,3 +360,7 @@ extern "C" int lwq_gptq_cuda_fp8(const void *w, lwq_dtype dt, int64_t rows, int6
     *weight_scale = ws;
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
 }
+
+static const lwq_gptq_ops cuda_gptq = {"cuda", lwq_gptq_cuda_factor, lwq_gptq_cuda_nvfp4, lwq_gptq_cuda_fp8};
+
+extern "C" const lwq_gptq_ops *lwq_cuda_gptq_table(void) { return &cuda_gptq; }

@@ -13,7 +13,7 @@
  * ~1e-14 relative, so a code differs only where a weight lands within that distance of an
  * E2M1/E4M3 rounding threshold (and then later columns of that row may follow it): on random
  * linears we expect more than 99.9% of codes equal and the layer-output error within 0.1% of the
- * CPU's; tests/kernels/test_gptq_cuda.c asserts >= 99% and 1%.  Deterministic on one GPU model
+ * CPU's; tests/kernels/cuda/test_gptq_cuda.c asserts >= 99% and 1%.  Deterministic on one GPU model
  * (cuSOLVER potrf/potri and cuBLAS DGEMM use no atomics). */
 #ifndef LWQ_KERNELS_CUDA_GPTQ_CUDA_H
 #define LWQ_KERNELS_CUDA_GPTQ_CUDA_H

@@ -1,5 +1,5 @@
 /* kernels/cuda/grid.h — launch geometry shared by the CUDA kernels and the host tests that
- * emulate their index math (tests/kernels/test_cuda_grid.c): the capped grid size and the
+ * emulate their index math (tests/kernels/cuda/test_cuda_grid.c): the capped grid size and the
  * grid-stride loop every element-wise or per-row kernel uses.  Plain C: no CUDA types here. */
 #ifndef LWQ_KERNELS_CUDA_GRID_H
 #define LWQ_KERNELS_CUDA_GRID_H

@@ -19,6 +19,7 @@ extern "C" {
 #include "core/log.h"
 #include "kernels/backend.h"
 }
+#include "kernels/cuda/module_cuda.h"
 #include "kernels/cuda/quant_cuda.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
@@ -490,9 +491,14 @@ struct call {
     // bad / badamax = NONE (all ones), over / amax = 0: two memsets, no host round trip
     bool start()
     {
-        return ok(cudaMallocAsync((void **)&dev, sizeof(qstatus), s), "cudaMallocAsync") &&
+        return ok(cudaMallocAsync((void **)&dev, sizeof(qstatus), s), "cudaMallocAsync") && sampled() &&
                ok(cudaMemsetAsync(dev, 0xff, 2 * sizeof(unsigned long long), s), "status init") &&
                ok(cudaMemsetAsync(&dev->over, 0, 2 * sizeof(unsigned int), s), "status init");
+    }
+    bool sampled()
+    {
+        lwq_cuda_mem_sample();
+        return true;
     }
     // After the kernels: launch errors, then read the status back (synchronizes the stream).
     bool finish()
@@ -561,8 +567,14 @@ int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const flo
         return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
     if (c.host.badamax != NONE) {
         int64_t i = (int64_t)c.host.badamax, nb = cols / BLK;
-        float v = 0;
-        cudaMemcpy(&v, block_amax + i, sizeof v, cudaMemcpyDeviceToHost);
+        float v = NAN;
+        // the value is only for the message: a failed read must not leave the runtime's last
+        // error set for the next, unrelated launch check to report as its own
+        if (cudaMemcpyAsync(&v, block_amax + i, sizeof v, cudaMemcpyDeviceToHost, c.s) != cudaSuccess ||
+            cudaStreamSynchronize(c.s) != cudaSuccess) {
+            (void)cudaGetLastError();
+            v = NAN;
+        }
         return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: block amax %g at block [%lld, %lld] is not finite and >= 0",
                         lwq_quant_name(name), (double)v, (long long)(i / nb), (long long)(i % nb));
     }
@@ -578,7 +590,7 @@ extern "C" {
 
 int lwq_quant_cuda_device_count(void)
 {
-    int n = lwq_backend_cuda_probe(NULL); // the reason, when there is none: lwq_backend_cuda_probe
+    int n = lwq_cuda_probe(NULL); // the reason, when there is none: lwq_backend_cuda_probe
     return n > 0 ? n : 0;
 }
 
@@ -832,6 +844,7 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
     double *dloss = NULL;
     bool ok = c.ok(cudaMallocAsync((void **)&dloss, bytes, c.s), "cudaMallocAsync");
     if (ok) {
+        lwq_cuda_mem_sample();
         k_fp8_mse_rows<<<(unsigned)rows, 64, 0, c.s>>>(w, dt, cols, sc, dloss);
         ok = c.ok(cudaGetLastError(), "kernel launch") &&
              c.ok(cudaMemcpyAsync(loss, dloss, bytes, cudaMemcpyDeviceToHost, c.s), "loss download") &&

@@ -1,6 +1,7 @@
 /* kernels/cuda/quant_ops_cuda.c — the CUDA row of the quantizer table (kernels/quant_ops.h): the
- * kernels/cuda/quant_cuda.h functions over device pointers.  Built only with CUDA (CMakeLists.txt
- * globs kernels/cuda/). */
+ * kernels/cuda/quant_cuda.h functions over device pointers.  Part of the CUDA module
+ * (kernels/cuda_module.h), which hands it to lwq_quant_cuda_ops(). */
+#include "kernels/cuda/module_cuda.h"
 #include "kernels/cuda/quant_cuda.h"
 #include "kernels/quant_ops.h"
 
@@ -51,4 +52,4 @@ static const lwq_quant_ops cuda_ops = {
     /* .fp8_mse = */ c_fp8_mse,
 };
 
-const lwq_quant_ops *lwq_quant_cuda_ops(void) { return &cuda_ops; }
+const lwq_quant_ops *lwq_cuda_quant_table(void) { return &cuda_ops; }

@@ -1,7 +1,7 @@
 /* tests/helpers/qcheck.h — check a `lwq quantize` output directory against its source checkpoint,
  * ../shared/spec/FORMATS.md and statistics recomputed independently of the engine.  Test-only.
  *
- * The recomputation (qc_ref_compute) runs the source model through engine/forward.h batch by
+ * The recomputation (qc_ref_compute) runs the source model through engine/forward/forward.h batch by
  * batch, the way the engine batches (left padding, batch_size sequences), with observers that
  * take every amax on the host from the rows they are shown; the layer plan, the recipe code and
  * the engine's statistics module are not used.  Which linears a preset quantizes, the fused

@@ -5,7 +5,7 @@
  * batch.  These tests compare bitwise: GEMM rows alone, in slices of many sizes and offsets, for
  * F32/BF16/F16 operands, k with and without a partial 32-block, bias, 1-3 threads; a sequence
  * alone vs left-padded in a batch (attention, and a whole qwen3_moe layer whose experts then see
- * other tokens).  ctest also runs this file once per OPENBLAS_CORETYPE the CPU can run. */
+ * other tokens). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -505,7 +505,8 @@ Test(recipe_yaml, refuses_unknown_top_level_and_quantize_keys)
 Test(recipe_yaml, refuses_a_bad_constant_amax)
 {
     refused(NULL, "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8, constant_amax: -1}}\n",
-            "r.yaml:7: quant_cfg entry '*input_quantizer': cfg.constant_amax -1: expected a positive number");
+            "r.yaml:7: quant_cfg entry '*input_quantizer': cfg.constant_amax -1: expected a number in [3.16e-35, "
+            "3e+38] (the input scale it gives, amax / 2688, must be a normal float)");
 }
 
 Test(recipe_yaml, refuses_a_header_document_with_more_than_imports)

@@ -291,6 +291,8 @@ Test(recipe_yaml_e2e, a_module_with_split_formats_is_refused_by_name)
     free(err);
 }
 
+/* The command line confirms a recipe's checkpoint_dir with --resume-dir (without it the run is
+ * refused: tests/tools/test_hostile_recipe.c). */
 Test(recipe_yaml_e2e, checkpoint_dir_is_the_resume_directory)
 {
     make("m", "llama");
@@ -301,7 +303,7 @@ Test(recipe_yaml_e2e, checkpoint_dir_is_the_resume_directory)
                 "    - {quantizer_name: '*lm_head*', enable: false}\n",
             lwqt_path("ck"));
     fclose(fp);
-    const char *y[] = {"--recipe", lwqt_path("r.yaml"), "--recipe-root", root(), NULL};
+    const char *y[] = {"--recipe", lwqt_path("r.yaml"), "--recipe-root", root(), "--resume-dir", lwqt_path("ck"), NULL};
     quantize("m", "o", y);
     struct stat st;
     cr_assert_eq(stat(lwqt_path("ck/manifest.json"), &st), 0, "the resume state went to checkpoint_dir");

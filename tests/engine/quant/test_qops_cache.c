@@ -1,4 +1,4 @@
-/* engine/qops.c's device path on a host fake (a "device" of malloc'd memory running the host quantizers): the weight cache's key, reuse of buffers, and bytes equal to the host path. */
+/* engine/quant/qops.c's device path on a host fake (a "device" of malloc'd memory running the host quantizers): the weight cache's key, reuse of buffers, and bytes equal to the host path. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-/* GPTQ statistics (engine/stats.h): full Hessian sums shared within a fused group, sized by the plan; qlayer refuses GPTQ without them. */
+/* GPTQ statistics (engine/quant/stats.h): full Hessian sums shared within a fused group, sized by the plan; qlayer refuses GPTQ without them. */
 #include <criterion/criterion.h>
 #include <string.h>
 

@@ -237,20 +237,3 @@ Test(gptq_e2e, eval_refuses_in_memory_gptq_candidates)
     free(err);
 }
 
-/* GPTQ uses no BLAS, and the forward before it is batch- and kernel-invariant: the same bytes
- * whichever OpenBLAS kernel set runs the GEMMs. */
-Test(gptq_e2e, same_bytes_under_every_openblas_coretype)
-{
-    mk("m", "llama", NULL);
-    static const char *cores[] = {"Prescott", "Sandybridge", "Haswell", "Zen", "SkylakeX", "Cooperlake"};
-    const char *ao[] = {"--gptq-act-order", NULL};
-    for (int i = 0; i < 6; i++) {
-        char out[32];
-        snprintf(out, sizeof out, "c%d", i);
-        setenv("OPENBLAS_CORETYPE", cores[i], 1);
-        quant("m", out, ao);
-        unsetenv("OPENBLAS_CORETYPE");
-        if (i)
-            cr_assert(same_tree("c0", out), "%s gives other bytes than %s", cores[i], cores[0]);
-    }
-}

@@ -1,4 +1,4 @@
-/* engine/layersrc.c's device copies on a host fake (a "device" of malloc'd memory): O(1) lookup among hundreds of expert weights, the reusable slab (no per-tensor allocation once it has grown), and the quantizer reading the forward's copy instead of uploading again. */
+/* engine/source/layersrc.c's device copies on a host fake (a "device" of malloc'd memory): O(1) lookup among hundreds of expert weights, the reusable slab (no per-tensor allocation once it has grown), and the quantizer reading the forward's copy instead of uploading again. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>

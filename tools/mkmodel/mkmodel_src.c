@@ -1,6 +1,6 @@
-/* tools/mkmodel_src.c — DeepSeek-V3 config and packed source formats for `lwq mkmodel`
+/* tools/mkmodel/mkmodel_src.c — DeepSeek-V3 config and packed source formats for `lwq mkmodel`
  * (see mkmodel_src.h). */
-#include "tools/mkmodel_src.h"
+#include "tools/mkmodel/mkmodel_src.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>
@@ -9,6 +9,7 @@
 
 #include "layout/quant_formats.h"
 #include "layout/srcfmt.h"
+#include "tools/mkmodel/mkmodel_values.h"
 
 int lwq_mkmodel_src_parse(const char *s, mk_src_format *out)
 {

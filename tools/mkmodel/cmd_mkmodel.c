@@ -1,11 +1,12 @@
-/* tools/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
+/* tools/mkmodel/cmd_mkmodel.c — `lwq mkmodel`: a synthetic Hugging Face checkpoint for tests and
  * benchmarks (llama, qwen3, qwen3_moe, mixtral, deepseek_v3/v2, qwen3_next; FP8-block or MXFP4
- * sources through tools/mkmodel_src.c).
+ * sources through tools/mkmodel/mkmodel_src.c).
  *
  * The tensor list comes from the architecture plans (layout/arch), so what mkmodel writes is
  * exactly what the rest of lwq expects to read.  Values are a counter-based hash of
- * (seed, tensor name, element index), so a tensor's bytes do not depend on the shard size, the
- * write order or the thread count, and the same flags always give the same files.  Weights are
+ * (seed, tensor name, element index) (tools/mkmodel/mkmodel_values.c), so a tensor's bytes do
+ * not depend on the shard size, the write order or the thread count, and the same flags always
+ * give the same files.  Weights are
  * ~N(0, 0.02) (Irwin-Hall of four 16-bit uniforms), norm weights ~1.0 (qwen3_next: its zero-centred
  * (1 + w) norms ~N(0, 0.1), the gated norm ~1.0, conv1d ~N(0, 0.3), A_log and dt_bias ~N(0, 0.5)).
  * qwen3_next can also get Multi-Token-Prediction weights (--mtp), named as Qwen ships them
@@ -24,13 +25,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/parallel.h"
 #include "layout/arch.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"
-#include "tools/mkmodel_qwen3next.h"
-#include "tools/mkmodel_src.h"
-#include "tools/mkmodel_tokenizer.h"
+#include "tools/mkmodel/mkmodel_qwen3next.h"
+#include "tools/mkmodel/mkmodel_src.h"
+#include "tools/mkmodel/mkmodel_tokenizer.h"
+#include "tools/mkmodel/mkmodel_values.h"
 #include "tools/tool_util.h"
 
 #define MK_BUF_BYTES (8u << 20)
@@ -42,7 +43,7 @@ typedef struct mk_opts {
     lwq_dtype dtype;
     mk_src_format src;
     int force, quiet, tie;
-    mk_qn_opts qn; /* qwen3_next (tools/mkmodel_qwen3next.h) */
+    mk_qn_opts qn; /* qwen3_next (tools/mkmodel/mkmodel_qwen3next.h) */
     double weight_std;
 } mk_opts;
 
@@ -95,58 +96,6 @@ static void usage(FILE *fp)
             "  --quiet               no summary line\n"
             "\n"
             "exit status: 0 written, 2 bad option or write error (message on stderr)\n");
-}
-
-/* ---- values ---------------------------------------------------------------------------------- */
-
-static inline uint64_t mix64(uint64_t z)
-{
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-static uint64_t name_seed(uint64_t seed, const char *name)
-{
-    uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a */
-    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
-        h = (h ^ *p) * 0x100000001b3ull;
-    return mix64(seed ^ mix64(h));
-}
-
-typedef struct gen_ctx {
-    uint64_t tseed;
-    int64_t first; /* element index of buf[0] */
-    float mean, std;
-    lwq_dtype dt;
-    void *buf;
-} gen_ctx;
-
-static void gen_chunk(void *vctx, int64_t b, int64_t e, int tid)
-{
-    (void)tid;
-    const gen_ctx *g = vctx;
-    /* Irwin-Hall(4) scaled to unit variance: sum of 4 U[0,1) has mean 2 and variance 1/3. */
-    const float k = 1.7320508f / 65536.0f, m = g->mean, s = g->std;
-    for (int64_t i = b; i < e; i++) {
-        uint64_t r = mix64(g->tseed + (uint64_t)(g->first + i + 1) * 0x9e3779b97f4a7c15ull);
-        uint32_t sum = (uint32_t)(r & 0xffff) + (uint32_t)((r >> 16) & 0xffff) +
-                       (uint32_t)((r >> 32) & 0xffff) + (uint32_t)(r >> 48);
-        float x = m + s * ((float)sum * k - 2.0f * 1.7320508f);
-        switch (g->dt) {
-        case LWQ_BF16: ((uint16_t *)g->buf)[i] = lwq_f32_to_bf16(x); break;
-        case LWQ_F16: ((uint16_t *)g->buf)[i] = lwq_f32_to_f16(x); break;
-        default: ((float *)g->buf)[i] = x; break;
-        }
-    }
-}
-
-void lwq_mkmodel_values(uint64_t seed, const char *name, float mean, float std, int64_t first,
-                        int64_t count, float *out)
-{
-    gen_ctx g = {.tseed = name_seed(seed, name), .first = first, .mean = mean, .std = std,
-                 .dt = LWQ_F32, .buf = out};
-    lwq_parallel_for(count, 1 << 16, gen_chunk, &g);
 }
 
 static int write_all(int fd, const void *p, size_t n, const char *path, lwq_error *e)
@@ -210,12 +159,9 @@ static int write_shard(const mk_opts *o, const mk_tensor *t, int nt, int shard, 
         size_t esz = lwq_dtype_size(m->dtype);
         int64_t per_buf = (int64_t)(MK_BUF_BYTES / esz);
         int64_t numel = (int64_t)(m->nbytes / esz);
-        gen_ctx g = {.tseed = name_seed((uint64_t)o->seed, m->name), .mean = m->mean,
-                     .std = m->std, .dt = m->dtype, .buf = buf};
         for (int64_t at = 0; rc == 0 && at < numel; at += per_buf) {
             int64_t cnt = numel - at < per_buf ? numel - at : per_buf;
-            g.first = at;
-            lwq_parallel_for(cnt, 1 << 16, gen_chunk, &g);
+            lwq_mkmodel_fill((uint64_t)o->seed, m->name, m->mean, m->std, m->dtype, at, cnt, buf);
             rc = write_all(fd, buf, (size_t)cnt * esz, path, e);
         }
     }
@@ -436,7 +382,7 @@ static int build_tensors(const lwq_model_config *cfg, mk_src_format src, int mtp
                 numel *= (uint64_t)p->shape[d];
             m->nbytes = numel * lwq_dtype_size(cfg->dtype);
             m->dtype = cfg->dtype;
-            if (packed) { /* the weight becomes two tensors (tools/mkmodel_src.h) */
+            if (packed) { /* the weight becomes two tensors (tools/mkmodel/mkmodel_src.h) */
                 const char *suf[2];
                 lwq_dtype dt[2];
                 int nd[2];

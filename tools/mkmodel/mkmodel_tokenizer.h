@@ -1,4 +1,4 @@
-/* tools/mkmodel_tokenizer.h — the small byte-level BPE tokenizer.json that `lwq mkmodel` writes
+/* tools/mkmodel/mkmodel_tokenizer.h — the small byte-level BPE tokenizer.json that `lwq mkmodel` writes
  * beside a synthetic checkpoint: the 256 byte tokens under GPT-2's byte-to-unicode map, 16 merges
  * and an <|endoftext|> special token, valid for Hugging Face tokenizers and for lwq's own. */
 #ifndef LWQ_TOOLS_MKMODEL_TOKENIZER_H

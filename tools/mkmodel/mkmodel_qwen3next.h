@@ -1,4 +1,4 @@
-/* tools/mkmodel_qwen3next.h — the parts of `lwq mkmodel` specific to qwen3_next (Qwen3-Next /
+/* tools/mkmodel/mkmodel_qwen3next.h — the parts of `lwq mkmodel` specific to qwen3_next (Qwen3-Next /
  * Qwen3.8 hybrids), kept out of cmd_mkmodel.c's generic writer: the options of the Gated
  * DeltaNet geometry, their defaults and checks, the config.json keys (layer_types from
  * --full-attn-every, linear_* dims, partial_rotary_factor 0.25, shared expert, MTP), and the value

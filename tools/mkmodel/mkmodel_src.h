@@ -1,4 +1,4 @@
-/* tools/mkmodel_src.h — the parts of `lwq mkmodel` specific to DeepSeek-V3-shaped models and to
+/* tools/mkmodel/mkmodel_src.h — the parts of `lwq mkmodel` specific to DeepSeek-V3-shaped models and to
  * quantized source formats, kept out of cmd_mkmodel.c's generic writer:
  *   - the deepseek_v3 / deepseek_v2 config keys (MLA dims, routing, yarn RoPE);
  *   - --source-format fp8: every decoder-layer linear weight except the routers stored as
@@ -34,10 +34,6 @@ typedef enum mk_pack {
 } mk_pack;
 
 #define MK_FP8_BLOCK 128
-
-/* Logical values of tensor `name`, elements [first, first + count), as f32 (cmd_mkmodel.c). */
-void lwq_mkmodel_values(uint64_t seed, const char *name, float mean, float std, int64_t first,
-                        int64_t count, float *out);
 
 /* "bf16" | "fp8" | "mxfp4" -> format; -1 for anything else. */
 int lwq_mkmodel_src_parse(const char *s, mk_src_format *out);

@@ -1,6 +1,6 @@
-/* tools/mkmodel_qwen3next.c — qwen3_next options, config keys and value distribution of
+/* tools/mkmodel/mkmodel_qwen3next.c — qwen3_next options, config keys and value distribution of
  * `lwq mkmodel` (contract in mkmodel_qwen3next.h). */
-#include "tools/mkmodel_qwen3next.h"
+#include "tools/mkmodel/mkmodel_qwen3next.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

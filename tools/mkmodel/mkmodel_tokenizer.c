@@ -1,4 +1,4 @@
-#include "tools/mkmodel_tokenizer.h"
+#include "tools/mkmodel/mkmodel_tokenizer.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>
