@@ -9,7 +9,7 @@
  * amax of k and v as they enter the cache; per routed expert the number of real tokens routed to
  * it.  Amax is a max and the counts are integers, so neither depends on batch order; the Hessian
  * sums are exact integer sums of per-sequence partials (below), so they depend neither on the
- * batching nor on how the calibration set is split over processes (engine/ranks/).
+ * batching nor on how the calibration set is split over processes (engine/quant/dist.h).
  *
  * Ownership: borrows the plan and the backend (both must outlive it).  One forward thread. */
 #ifndef LWQ_ENGINE_STATS_H

@@ -17,7 +17,7 @@
 
 #include "core/log.h"
 #include "core/proc.h"
-#include "engine/dist/dist.h"
+#include "engine/quant/dist.h"
 #include "engine/run/engine.h"
 #include "kernels/gptq.h"
 #include "engine/source/layersrc.h"

@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "core/proc.h"
-#include "engine/dist/dist.h"
+#include "engine/quant/dist.h"
 #include "engine/source/layersrc.h"
 #include "engine/run/run_internal.h"
 #include "kernels/quant.h"

@@ -2,13 +2,13 @@
  * "Beyond one machine").  What every rank does, and what only rank 0 does:
  *
  *   set up     every rank opens the checkpoint, builds all batches and takes its contiguous range
- *              of whole batches (engine/dist); the binary, the options and the inputs are compared
+ *              of whole batches (engine/quant/dist.h); the binary, the options and the inputs are compared
  *              (lwq_run_ranks_same); rank 0 alone locks, clears and decides fresh / resume on the
  *              output, and tells the others (lwq_run_ranks_output), who then read its manifest:
  *              the output and resume directories must be on a filesystem every rank sees.
  *   per layer  every rank reads the whole layer and runs its batches (its rows of the boundary
  *              only); the statistics meet exactly (run_layer.c: lwq_run_stats_done); the linears
- *              are quantized where engine/dist assigns them and gathered to rank 0
+ *              are quantized where engine/quant/dist.h assigns them and gathered to rank 0
  *              (lwq_run_ranks_quantize: to every rank with --qdq-next, which re-runs the layer);
  *              rank 0 alone writes the shard; every rank writes its part of the next boundary;
  *   commit     shard (rank 0) -> every rank's boundary part, durable -> manifest (rank 0) naming
@@ -30,7 +30,7 @@
 #include "core/file.h"
 #include "core/hash.h"
 #include "core/log.h"
-#include "engine/dist/dist.h"
+#include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
 #include "io/sys.h"

@@ -1,4 +1,4 @@
-/* engine/dist/dist.h — what a run split over ranks (core/ranks.h) needs beyond the collectives:
+/* engine/quant/dist.h — what a run split over ranks (core/ranks.h) needs beyond the collectives:
  * which calibration batches each rank computes, which rank quantizes which linear, the sums and
  * maxima of the statistics over the ranks, and a layer's quantized tensors as one blob to gather.
  *
@@ -11,8 +11,8 @@
  *     rank computes it does not matter; the assignment (largest estimated cost first, onto the
  *     least loaded rank, ties to the lower index) only balances the time.
  * Engine thread only (it calls core/ranks.h). */
-#ifndef LWQ_ENGINE_DIST_DIST_H
-#define LWQ_ENGINE_DIST_DIST_H
+#ifndef LWQ_ENGINE_QUANT_DIST_H
+#define LWQ_ENGINE_QUANT_DIST_H
 
 #include <stdint.h>
 

@@ -1,5 +1,5 @@
-/* engine/dist/dist_split.c — who computes what: batch ranges and the quantization assignment. */
-#include "engine/dist/dist.h"
+/* engine/quant/dist_split.c — who computes what: batch ranges and the quantization assignment. */
+#include "engine/quant/dist.h"
 
 #include <stdlib.h>
 

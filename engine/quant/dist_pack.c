@@ -1,7 +1,7 @@
-/* engine/dist/dist_pack.c — a rank's quantized tensors and its part of the layer report as one
+/* engine/quant/dist_pack.c — a rank's quantized tensors and its part of the layer report as one
  * blob, and back.  Every rank runs the same binary (checked at start), so the layout is plain
  * native structs; a blob is still checked against its own size before anything is read. */
-#include "engine/dist/dist.h"
+#include "engine/quant/dist.h"
 
 #include <stdlib.h>
 #include <string.h>

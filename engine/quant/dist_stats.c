@@ -1,6 +1,6 @@
-/* engine/dist/dist_stats.c — a layer's statistics met over the ranks: MAX, integer SUM, and the
+/* engine/quant/dist_stats.c — a layer's statistics met over the ranks: MAX, integer SUM, and the
  * Hessians' fixed-point accumulators as 32-bit limbs summed with plain integer SUM. */
-#include "engine/dist/dist.h"
+#include "engine/quant/dist.h"
 
 #include <stdlib.h>
 #include <string.h>
