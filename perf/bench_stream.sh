@@ -4,36 +4,41 @@
 #
 #   perf/bench_stream.sh [BUDGET_MB ...]      (default: 26 32 38)
 #
-# Uses a CPU-only build (LWQ_BIN, default build-cpu/lwq, configured with -DLWQ_CUDA=OFF and built
-# when missing): a binary linked with cuBLAS maps ~160 MB of library pages at start-up and more
-# while it exits, a floor no budget of tens of MB can hold; the CPU-only process starts at ~5 MB.
-# One synthetic qwen3_moe checkpoint (hidden 512, 96 experts of 512, top-4, 2 layers: ~152 MB per
-# layer) is quantized unconstrained, then once per budget; every run's peak RSS is the kernel's
-# ru_maxrss of the child over its whole life (os.wait4), the group size is the one the plan chose,
-# and each output directory is compared byte for byte with the unconstrained one.  Prints a
-# markdown table.  Environment: LWQ_BIN, DIR [/tmp/lwq-stream], KEEP [0].
+# Uses the default build's lwq (LWQ_BIN, default build/lwq, configured and built when missing):
+# it links no CUDA library (the CUDA backend is a module that only --device cuda loads), so the
+# process starts at ~3-5 MB and a budget of tens of MB can hold.  One synthetic qwen3_moe
+# checkpoint (default: hidden 512, 96 experts of 512, top-4, 2 layers: ~152 MB per layer;
+# HIDDEN, MOE_INTER, EXPERTS change it) is quantized unconstrained, then once per budget; every
+# run's peak RSS is the kernel's ru_maxrss of the child over its whole life (os.wait4), the group
+# size is the one the plan chose, and each output directory is compared byte for byte with the
+# unconstrained one.  Prints a markdown table.  Environment: LWQ_BIN, DIR [/tmp/lwq-stream],
+# KEEP [0], HIDDEN [512], MOE_INTER [512], EXPERTS [96], DEVICE [cpu].
 set -euo pipefail
 cd "$(dirname "$0")/.."
-LWQ=${LWQ_BIN:-build-cpu/lwq}
+LWQ=${LWQ_BIN:-build/lwq}
+HIDDEN=${HIDDEN:-512}
+MOE_INTER=${MOE_INTER:-512}
+EXPERTS=${EXPERTS:-96}
+DEVICE=${DEVICE:-cpu}
 DIR=${DIR:-/tmp/lwq-stream}
 KEEP=${KEEP:-0}
 BUDGETS=("$@")
 [ ${#BUDGETS[@]} -gt 0 ] || BUDGETS=(26 32 38)
 if [ ! -x "$LWQ" ]; then
-    [ "$LWQ" = build-cpu/lwq ] || { echo "bench_stream.sh: $LWQ is not built" >&2; exit 2; }
-    cmake -S . -B build-cpu -DCMAKE_BUILD_TYPE=Release -DLWQ_CUDA=OFF -DLWQ_TESTS=OFF >/dev/null
-    cmake --build build-cpu -j"$(nproc)" --target lwq_cli >/dev/null
+    [ "$LWQ" = build/lwq ] || { echo "bench_stream.sh: $LWQ is not built" >&2; exit 2; }
+    cmake -S . -B build -DCMAKE_BUILD_TYPE=Release >/dev/null
+    cmake --build build -j"$(nproc)" --target lwq_cli >/dev/null
 fi
 command -v python3 >/dev/null || { echo "bench_stream.sh: python3 is needed" >&2; exit 2; }
 rm -rf "$DIR"
 mkdir -p "$DIR"
 [ "$KEEP" = 1 ] || trap 'rm -rf "$DIR"' EXIT
-"$LWQ" mkmodel "$DIR/model" --arch qwen3_moe --hidden 512 --moe-intermediate 512 --layers 2 --heads 8 \
-    --kv-heads 2 --experts 96 --top-k 4 --vocab 512 --quiet
-python3 - "$LWQ" "$DIR" "${BUDGETS[@]}" <<'PY'
+"$LWQ" mkmodel "$DIR/model" --arch qwen3_moe --hidden "$HIDDEN" --moe-intermediate "$MOE_INTER" --layers 2 --heads 8 \
+    --kv-heads 2 --experts "$EXPERTS" --top-k 4 --vocab 512 --quiet
+python3 - "$LWQ" "$DIR" "$DEVICE" "$EXPERTS" "${BUDGETS[@]}" <<'PY'
 import os, re, subprocess, sys, time
-lwq, d, budgets = sys.argv[1], sys.argv[2], [float(b) for b in sys.argv[3:]]
-Q = ["--calib-size", "8", "--calib-seq", "32", "--batch-size", "4"]
+lwq, d, device, nexp, budgets = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], [float(b) for b in sys.argv[5:]]
+Q = ["--calib-size", "8", "--calib-seq", "32", "--batch-size", "4", "--device", device]
 def run(out, extra):
     err = open(f"{d}/{out}.err", "w")
     t0 = time.time()
@@ -48,7 +53,7 @@ def run(out, extra):
     layer = float(re.search(r"largest layer \d+ holds ([0-9.]+) GB", text).group(1)) * 1e9
     return ru.ru_maxrss * 1024, wall, (int(g.group(1)), int(g.group(2))) if g else None, layer
 peak0, wall0, _, layer = run("ref", [])
-print(f"\nmodel: qwen3_moe, 2 layers of {layer/1e6:.0f} MB (96 experts), calibration 8 x 32 tokens; {lwq}\n")
+print(f"\nmodel: qwen3_moe, 2 layers of {layer/1e6:.0f} MB ({nexp} experts), calibration 8 x 32 tokens; {lwq} --device {device}\n")
 print("| run | --max-cpu-memory-gb | layer / budget | expert group | peak RSS (ru_maxrss) | peak / budget | wall | output |")
 print("|---|---|---|---|---|---|---|---|")
 print(f"| unconstrained | - | - | whole layer | {peak0/1e6:.1f} MB | - | {wall0:.1f} s | reference |")

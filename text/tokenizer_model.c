@@ -529,6 +529,7 @@ static int cache_lookup(const lwq_tokenizer *t, const char *s, size_t n, lwq_tok
     if (i < 0) return 0;
     int32_t off = t->cache.ents[i].val;
     int32_t cnt = t->cache_ids[off];
+    if (cnt == 0) return 1; /* a word of no ids: out->ids may still be NULL */
     if (out->n + (size_t)cnt > out->cap) {
         for (int32_t k = 0; k < cnt; k++)
             if (tok_ids_push(out, t->cache_ids[off + 1 + k])) return LWQ_ENOMEM;
@@ -558,7 +559,7 @@ static void cache_store(const lwq_tokenizer *tc, const char *s, size_t n, const 
     }
     if (tok_strmap_put(&t->cache, s, n, (int32_t)t->cache_ids_n) >= 0) {
         t->cache_ids[t->cache_ids_n] = (int32_t)cnt;
-        memcpy(t->cache_ids + t->cache_ids_n + 1, ids, cnt * sizeof *ids);
+        if (cnt) memcpy(t->cache_ids + t->cache_ids_n + 1, ids, cnt * sizeof *ids);
         t->cache_ids_n += cnt + 1;
     }
 }
@@ -635,7 +636,8 @@ int tok_model_word(const lwq_tokenizer *t, const char *s, size_t n, int raw_byte
     size_t start = out->n;
     for (size_t i = 0; i < v.n && !rc; i++)
         if (v.s[i].len) rc = tok_ids_push(out, v.s[i].id);
-    if (!rc && cacheable) cache_store(t, s, n, out->ids + start, out->n - start);
+    /* a word whose symbols are all unknown (no unk_token) gives no ids, and out->ids may be NULL */
+    if (!rc && cacheable) cache_store(t, s, n, out->n > start ? out->ids + start : NULL, out->n - start);
 done:
     if (cacheable) cache_unlock(t);
     if (heap) free(v.s);

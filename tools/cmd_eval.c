@@ -23,8 +23,9 @@ static void usage(FILE *fp)
             "usage: lwq eval SRC [QUANT_DIR] [options]\n\n"
             "Measure what quantization costs: the source model and each quantized candidate walk the layers\n"
             "together, one layer in memory, with the serving engine's activation and KV-cache quantization\n"
-            "emulated.  Reports per layer the relative MSE of the hidden state, and at the end KL(P_src||P_q),\n"
-            "top-1 agreement, perplexity under both, size and bits per weight of each candidate.\n\n"
+            "emulated (--weights-only: without).  Reports per layer the relative MSE of the hidden state, and\n"
+            "at the end KL(P_src||P_q), top-1 agreement, perplexity under both, size and bits per weight of\n"
+            "each candidate.\n\n"
             "candidates (without QUANT_DIR: built in memory, nothing written; all evaluated in one pass):\n"
             "  QUANT_DIR            a quantized checkpoint: lwq's export or a Model Optimizer HF export\n"
             "                       (hf_quant_config.json / quantization_config: NVFP4, FP8, MIXED_PRECISION)\n"
@@ -35,6 +36,8 @@ static void usage(FILE *fp)
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
             "  --kv-cache M         none | fp8 | fp8_cast, for every recipe candidate; with QUANT_DIR only\n"
             "                       none: leave the checkpoint's FP8 KV cache out of the emulation\n"
+            "  --weights-only       dequantized weights only: activations and the KV cache stay unquantized\n"
+            "                       (what another framework computes from the dequantized checkpoint)\n"
             "calibration of recipe candidates (as lwq quantize):\n"
             "  --calib PATH  --calib-size N (64)  --calib-seq L (256)  --calib-include-padding  --calib-all-experts\n"
             "eval data:\n"
@@ -170,6 +173,8 @@ static int parse(int argc, char **argv, eargs *a)
             a->plan = 1;
         } else if (!strcmp(s, "--quiet")) {
             a->o.quiet = 1;
+        } else if (!strcmp(s, "--weights-only")) {
+            a->o.weights_only = 1;
         } else if (!strcmp(s, "--device")) {
             const char *d;
             VAL(d);

@@ -232,6 +232,8 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
         }
         if (rc)
             return rc;
+        if (o->weights_only)
+            v->cand[c].kv_fp8 = 0; /* the KV cache runs in the activation dtype */
         if (v->cand[c].kv_fp8 && (v->ck.cfg.arch == LWQ_ARCH_DEEPSEEK_V2 || v->ck.cfg.arch == LWQ_ARCH_DEEPSEEK_V3))
             return lwq_errf(e, LWQ_EUNSUPPORTED, "candidate %s: an FP8 KV cache of multi-head latent attention (the "
                             "serving engine caches the latent) is not emulated; use --kv-cache none", cd->name);
@@ -501,7 +503,7 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
         rc = lwq_qdir_read_layer(&s->qd, L, &qt, e);
     }
     if (rc == 0)
-        rc = lwq_qlayer_view_make(p, &qt, s->kv_fp8, &s->em, &view, e);
+        rc = lwq_qlayer_view_make(p, &qt, s->kv_fp8, v->o->weights_only, &s->em, &view, e);
     *q_s += lwq_now() - t;
     t = lwq_now();
     double tc = cpu_now();
@@ -705,6 +707,7 @@ int lwq_eval_run(const lwq_eval_opts *o, lwq_eval_result *res, lwq_error *e)
         res->nlayers = v.N;
         res->ncand = o->ncand;
         res->eval_tokens = v.data.real_tokens;
+        res->weights_only = o->weights_only;
         if (!(res->c = calloc((size_t)o->ncand, sizeof *res->c)))
             rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
         for (int c = 0; rc == 0 && c < o->ncand; c++) {

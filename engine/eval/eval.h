@@ -9,8 +9,11 @@
  * is either such a recipe or a quantized checkpoint directory (lwq's export or a Model Optimizer
  * HF export: NVFP4, FP8, MIXED_PRECISION), whose weights are dequantized from its own bytes.
  * The quantized streams run with the serving engine's activation and KV-cache quantization
- * emulated (engine/eval/eval_emul.h; docs/EVAL.md).  The source's layers come through the prefetch
- * ring; a quantized checkpoint's layer is read when its turn comes.
+ * emulated (engine/eval/eval_emul.h; docs/EVAL.md), or, with weights_only, with the dequantized
+ * weights alone: every activation and the KV cache stay in the activation dtype, which is what a
+ * framework running the dequantized model computes (transformers on a dequantized checkpoint).
+ * The source's layers come through the prefetch ring; a quantized checkpoint's layer is read
+ * when its turn comes.
  *
  * Reports per layer and candidate the relative MSE ||h_q - h||^2 / ||h||^2 and the max abs
  * difference of the hidden state over the real eval tokens (and, for MoE layers, the experts
@@ -52,6 +55,8 @@ typedef struct lwq_eval_opts {
     int prefetch;
     const char *log_json;       /* JSON lines: one per layer, one summary */
     int quiet;
+    int weights_only;           /* candidates: dequantized weights only; no activation or KV-cache
+                                   quantization is emulated */
 } lwq_eval_opts;
 
 typedef struct lwq_eval_expert {
@@ -85,6 +90,7 @@ typedef struct lwq_eval_result {
     double nll_src, ppl_src;
     double wall_s, forward_src_s, forward_q_s, calib_s, quantize_s;
     uint64_t peak_rss_bytes;    /* VmHWM of the process at the end */
+    int weights_only;           /* the run's lwq_eval_opts.weights_only */
     lwq_eval_cand_result *c;
 } lwq_eval_result;
 

@@ -37,9 +37,10 @@ typedef struct lwq_qlayer_view {
 
 /* From the sorted tensors `qt` of a quantized layer (lwq_qlayer_run's output or a checkpoint's
  * shard): dequantize every quantized linear of `plan` into view->overlay, register its input
- * quantization with `em` (after lwq_emul_reset), and set the KV cache: none unless kv_fp8; then
- * FP8 with the layer's k_scale / v_scale when present, else scale 1.0 (cast mode). */
-int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv_fp8, lwq_emul *em,
+ * quantization with `em` (after lwq_emul_reset) unless weights_only, and set the KV cache: none
+ * unless kv_fp8; then FP8 with the layer's k_scale / v_scale when present, else scale 1.0 (cast
+ * mode).  The scales are checked (finite, > 0) in both modes. */
+int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv_fp8, int weights_only, lwq_emul *em,
                          lwq_qlayer_view *view, lwq_error *e);
 void lwq_qlayer_view_free(lwq_qlayer_view *v);
 

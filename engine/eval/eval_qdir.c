@@ -404,7 +404,7 @@ void lwq_qlayer_view_free(lwq_qlayer_view *v)
     memset(v, 0, sizeof *v);
 }
 
-int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv_fp8, lwq_emul *em,
+int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv_fp8, int weights_only, lwq_emul *em,
                          lwq_qlayer_view *v, lwq_error *e)
 {
     memset(v, 0, sizeof *v);
@@ -445,8 +445,10 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
             free(buf);
             return rc;
         }
-        if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, 2, shape, buf, 1, e)) < 0 ||
-            (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
+        if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, 2, shape, buf, 1, e)) < 0)
+            return rc;
+        /* weights only: the GEMM wrapper does not know the linear, so its input is used as is */
+        if (!weights_only && (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
             return rc;
         v->quantized++;
         rc = 0;

@@ -137,6 +137,7 @@ int lwq_eval_write_json(const lwq_eval_result *r, const char *path, lwq_error *e
     ok = ok && cJSON_AddNumberToObject(root, "eval_tokens", (double)r->eval_tokens);
     ok = ok && cJSON_AddNumberToObject(root, "ppl_src", r->ppl_src);
     ok = ok && cJSON_AddNumberToObject(root, "nll_src", r->nll_src);
+    ok = ok && cJSON_AddBoolToObject(root, "weights_only", r->weights_only);
     ok = ok && cJSON_AddNumberToObject(root, "wall_s", r->wall_s);
     ok = ok && cJSON_AddNumberToObject(root, "peak_rss_bytes", (double)r->peak_rss_bytes);
     ok = ok && cJSON_AddNumberToObject(root, "calib_forward_s", r->calib_s);
@@ -198,8 +199,10 @@ int lwq_eval_write_json(const lwq_eval_result *r, const char *path, lwq_error *e
 
 void lwq_eval_print_table(const lwq_eval_result *r, FILE *fp)
 {
-    fprintf(fp, "eval of %s: %lld next-token predictions (%lld tokens); source perplexity %.4f\n\n", r->model,
+    fprintf(fp, "eval of %s: %lld next-token predictions (%lld tokens); source perplexity %.4f\n", r->model,
             (long long)r->tokens, (long long)r->eval_tokens, r->ppl_src);
+    fprintf(fp, "%s\n\n", r->weights_only ? "weights only: dequantized weights; activations and KV cache unquantized"
+                                            : "activations and KV cache quantized as the serving engine does");
     fprintf(fp, "%-28s %12s %10s %10s %9s %6s %10s %11s\n", "candidate", "KL (nats)", "top-1", "ppl", "ppl/src",
             "bits/w", "size (MB)", "worst layer");
     for (int c = 0; c < r->ncand; c++) {

@@ -105,6 +105,13 @@ const char *lwq_forward_supported(void);
 int lwq_model_init(lwq_model *m, const lwq_model_config *cfg, const lwq_backend *be, lwq_dtype act,
                    lwq_error *e);
 void lwq_model_free(lwq_model *m);
+/* The forward's scratch arena starts with one block of this size unless reserved. */
+#define LWQ_FWD_ARENA_FIRST ((uint64_t)1 << 20)
+/* Give the arena its first block now, of max(bytes, LWQ_FWD_ARENA_FIRST): the run reserves the
+ * scratch its memory plan counts, so the device holds that one block, not the doubling blocks
+ * (1, 2, 4 MiB, ... live together) the first forward would otherwise allocate while it grows.
+ * No-op once the arena has a block. */
+int lwq_model_reserve_scratch(lwq_model *m, uint64_t bytes, lwq_error *e);
 
 /* Whether layer i has a routed-expert MoE block (qwen3_moe: decoder_sparse_step, mlp_only_layers). */
 int lwq_model_layer_is_moe(const lwq_model *m, int layer);

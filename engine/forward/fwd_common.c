@@ -59,6 +59,24 @@ void lwq_fwd_arena_free(lwq_model *m)
     m->arena = NULL;
 }
 
+int lwq_model_reserve_scratch(lwq_model *m, uint64_t bytes, lwq_error *e)
+{
+    lwq_arena *a = m->arena;
+    if (a->nblk)
+        return 0;
+    if (bytes < LWQ_FWD_ARENA_FIRST)
+        bytes = LWQ_FWD_ARENA_FIRST;
+    if (bytes > SIZE_MAX / 4)
+        return lwq_errf(e, LWQ_ENOMEM, "forward scratch: %llu bytes planned", (unsigned long long)bytes);
+    void *p;
+    LWQ_TRY(lwq_backend_alloc(m->be, (size_t)bytes, &p, e));
+    a->blk[0] = p;
+    a->cap[0] = (size_t)bytes;
+    a->nblk = 1;
+    a->used = 0;
+    return 0;
+}
+
 struct lwq_arena *lwq_fwd_arena_new(void)
 {
     return (lwq_arena *)calloc(1, sizeof(lwq_arena));
@@ -76,7 +94,7 @@ static int arena_get(lwq_model *m, size_t bytes, void **out, lwq_error *e)
         if (a->nblk == ARENA_MAX_BLOCKS)
             return lwq_errf(e, LWQ_ENOMEM, "forward scratch: more than %d blocks in one layer",
                             ARENA_MAX_BLOCKS);
-        size_t cap = a->nblk ? 2 * a->cap[a->nblk - 1] : ((size_t)1 << 20);
+        size_t cap = a->nblk ? 2 * a->cap[a->nblk - 1] : (size_t)LWQ_FWD_ARENA_FIRST;
         if (cap < bytes)
             cap = bytes;
         void *p;

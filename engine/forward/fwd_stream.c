@@ -77,6 +77,7 @@ int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lw
         LWQ_TRY(lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e));
         if (lwq_fwd_stream_has_shared(m))
             LWQ_TRY(lwq_fwd_deepseek_shared(m, layer, w, b, x, shared, obs, e));
+        LWQ_TRY(lwq_backend_synchronize(m->be, e));
         return count_experts(m, layer, b, idx, obs, e);
     }
     /* the router, as lwq_fwd_moe_block runs it */
@@ -94,6 +95,7 @@ int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lw
     LWQ_TRY(lwq_backend_download(m->be, wts, tw.data, (size_t)(n * K) * 4, e));
     if (next && lwq_fwd_stream_has_shared(m)) /* the gated shared expert (dense part) */
         LWQ_TRY(lwq_fwd_qwen3next_shared(m, layer, w, b, x, shared, obs, e));
+    LWQ_TRY(lwq_backend_synchronize(m->be, e)); /* the dense part's device errors (see below) */
     return count_experts(m, layer, b, idx, obs, e);
 }
 
@@ -263,6 +265,10 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
     const lwq_fwd_experts ex = {prefix, mixtral, I, e0, G};
     const lwq_fwd_routed r = {g.off, &xe, &y, &gt, &ut, n, &slot, &ws, g.rows};
     rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, partial, g.vrows, obs, e);
+    /* as lwq_model_layer_forward: the device flags errors it only sees while running (a gather
+     * row out of range); synchronize reports them, so no unit ends with one unread */
+    if (rc >= 0)
+        rc = lwq_backend_synchronize(m->be, e);
 out:
     group_host_free(&g);
     return rc < 0 ? rc : 0;

@@ -44,6 +44,10 @@ typedef struct lwq_quantize_opts {
     int whole_model;             /* reference path: all layers resident, data outside */
     int dry_read;                /* every layer through the I/O path; nothing computed/written */
     lwq_device_choice device;
+    /* NULL: the run makes its backend from `device`.  Else the run computes on this one and does
+     * not destroy it (the tests run the engine on a fake device: tests/helpers/fakedev.h); the
+     * plan still follows `device`. */
+    const struct lwq_backend *backend;
     int threads;                 /* 0: all cores */
     double max_gpu_gb, max_cpu_gb; /* 0: no limit */
     int prefetch;                /* ring slots K (0: 2) */
@@ -68,12 +72,18 @@ typedef struct lwq_mem_plan {
     uint64_t gptq_factor_bytes;    /* GPTQ working memory for the largest linear */
     uint64_t writer_bytes;         /* quantized output of up to two layers in flight */
     uint64_t embed_bytes;          /* embedding matrix during the embedding step */
-    uint64_t process_bytes;        /* the process itself when planning (code, libraries, pools) */
+    uint64_t process_bytes;        /* the process itself: fixed allowances + the calibration ids (plan.c) */
     uint64_t host_peak, gpu_peak;  /* predicted peaks (gpu 0 on the CPU backend) */
     /* parts of gpu_peak besides the layer's weights, activations and scratch */
     uint64_t gpu_runtime_bytes;    /* CUDA context + cuBLAS workspace (allowances, see engine/run/plan.c) */
     uint64_t gpu_staging_bytes;    /* F32 staging of the widest mixed-dtype / bias GEMM */
     uint64_t gpu_quant_bytes;      /* the quantizer's copy of the largest weight + its outputs */
+    uint64_t gpu_gptq_bytes;       /* GPTQ's device buffers for its largest linear + the cuBLAS /
+                                      cuSOLVER handles and workspaces (live with gpu_quant_bytes) */
+    uint64_t gpu_weights_bytes;    /* weights on the device: the largest layer and its dequantized
+                                      sources, or with --whole-model every layer and the embedding */
+    uint64_t gpu_act_bytes;        /* one batch's activations + the forward's scratch */
+    uint64_t gpu_embed_bytes;      /* the embedding step: the embedding matrix uploaded + one batch */
     uint64_t output_bytes;         /* predicted bytes written */
     uint64_t source_bytes;
     int64_t calib_tokens, calib_rows;

@@ -4,13 +4,22 @@
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
  * local-Hessian sums + the quantized output (and, for FP8-block / MXFP4 sources, the dequantized
  * weights) of up to two layers in flight at the writer + the
- * tail tensors read for the embedding step.  GPU peak (CUDA backend) = the CUDA context and
- * cuBLAS workspace + the largest layer's weights (and dequantized sources) + one batch of
- * activations + scratch + the GEMM's F32 staging (kept at its high-water mark,
- * kernels/cuda/backend_cuda.cu ws_reserve) + the quantizer's own copy of a weight and its output
- * buffers (engine/quant/qops.c keeps them, grown to the largest, while the forward's copies are held).
+ * tail tensors read for the embedding step.  The process term is fixed allowances and the
+ * calibration ids, never a sample of the live RSS, so what the plan decides (the expert group,
+ * --batch-size 0) depends only on the inputs, the options and the machine's fixed facts.
+ * GPU peak (CUDA backend) = the CUDA context and cuBLAS workspace + the larger of two phases:
+ *   the embedding step: the embedding matrix uploaded + one batch of rows (run_layer.c);
+ *   a layer: the weights on the device (the largest layer and its dequantized sources; with
+ *   --whole-model every layer and the embedding, all resident) + one batch of activations +
+ *   scratch + the GEMM's F32 staging (kept at its high-water mark, kernels/cuda/backend_cuda.cu
+ *   ws_reserve) + the quantizer's own copy of a weight and its output buffers (engine/quant/qops.c
+ *   keeps them, grown to the largest, while the forward's copies are held) + GPTQ's device buffers
+ *   and its cuBLAS / cuSOLVER handles (kernels/cuda/gptq_cuda.cu: live while the quantizer's
+ *   buffers are held, so the two add).
  * The forward scratch is an estimate (the activations of one batch through the widest op of the
- * layer, with a 1.5x margin) and the context an allowance; the rest are exact byte counts. */
+ * layer, with a 1.5x margin), the context and the library handles allowances; the rest are exact
+ * byte counts.  perf/gpu-check.sh's plan-gpu row compares the GPU peak with the one the run
+ * measures (cudaMemGetInfo at every allocation of the CUDA module). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,6 +27,7 @@
 #include "core/log.h"
 #include "core/proc.h"
 #include "engine/quant/dist.h"
+#include "engine/forward/forward.h"
 #include "engine/run/engine.h"
 #include "kernels/gptq.h"
 #include "engine/source/layersrc.h"
@@ -34,6 +44,19 @@
 /* cuBLAS's workspace: the size the cuBLAS documentation (cublasSetWorkspace) recommends for
  * Hopper, 32 MiB (4 MiB before Hopper); the larger is assumed. */
 #define LWQ_PLAN_CUBLAS_WS_BYTES ((uint64_t)32 << 20)
+/* A cuSOLVER handle (GPTQ's factor): its own cuBLAS handle and workspace, and its scratch; an
+ * allowance. */
+#define LWQ_PLAN_CUSOLVER_BYTES ((uint64_t)64 << 20)
+/* The process on the host before any data: the binary, libc and the libraries lwq links, thread
+ * stacks, the checkpoint index, the allocator's slack.  An allowance (a CPU run of a small model
+ * peaks at ~5 MB, perf/RESULTS.md); never a live sample. */
+#define LWQ_PLAN_PROCESS_BYTES ((uint64_t)16 << 20)
+/* What the CUDA module adds on the host when it is loaded: the pages of libcudart, libcublas(Lt)
+ * and libcusolver and the runtime's host heaps once a context exists; an allowance, measured by
+ * perf/gpu-check.sh's plan-gpu row. */
+#define LWQ_PLAN_CUDA_HOST_BYTES ((uint64_t)512 << 20)
+/* The model's constant tables on the device (RoPE inverse frequencies): an allowance. */
+#define LWQ_PLAN_MODEL_TABLES_BYTES ((uint64_t)64 << 10)
 
 static uint64_t linear_out_bytes(const lwq_arch_linear *l, lwq_qformat f, uint64_t src_bytes)
 {
@@ -65,27 +88,33 @@ static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t de
     return found ? n : dense;
 }
 
-/* GPU bytes one linear needs beyond the layer's weights, folded into the maxima *staging (the
- * GEMM's F32 workspace: both operands widened when their dtypes differ, and the f32 output when a
- * bias or a dtype change needs the extra pass; backend_cuda.cu cu_gemm) and *quant (engine/quant/qops.c:
- * the weight's device copy, the output buffers, the uploaded block amax / Hessian, and the FP8 mse
- * search's per-row losses in quant_cuda.cu). */
-static void gpu_linear(const lwq_ckpt *ck, const lwq_arch_linear *l, const lwq_quant_choice *ch, size_t act,
+/* GPU bytes one linear needs beyond the layer's weights, folded into the maxima *staging and
+ * *quant.  Staging is the GEMM's F32 workspace as kernels/cuda/backend_cuda.cu cu_gemm sizes it:
+ * when the weight's dtype is not the activations' (BF16 weights in an F16 model, F32 weights),
+ * each operand that is not F32 is widened to F32 (256-byte aligned regions), and the output goes
+ * through F32 when a bias or a dtype change needs the extra pass.  Quant is the quantizer's
+ * (engine/quant/qops.c): the weight's device copy, the output buffers, the uploaded block amax /
+ * Hessian, and the FP8 mse search's per-row losses in quant_cuda.cu. */
+static void gpu_linear(const lwq_ckpt *ck, const lwq_arch_linear *l, const lwq_quant_choice *ch, lwq_dtype act_dt,
                        uint64_t rows, uint64_t *staging, uint64_t *quant)
 {
     char name[512];
     uint64_t in = (uint64_t)l->in_features, outf = (uint64_t)l->out_features, n = in * outf;
+    size_t act = lwq_dtype_size(act_dt);
     snprintf(name, sizeof name, "%s.weight", l->name);
     const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
     /* a packed source (FP8 blocks, MXFP4) is dequantized to the activation dtype first */
     int float_w = t && (t->dtype == LWQ_F32 || t->dtype == LWQ_BF16 || t->dtype == LWQ_F16);
+    lwq_dtype wdt = float_w ? t->dtype : act_dt;
     uint64_t wbytes = float_w ? t->nbytes : n * act;
-    int mixed = float_w && lwq_dtype_size(t->dtype) != act;
     snprintf(name, sizeof name, "%s.bias", l->name);
     int bias = lwq_ckpt_find(ck, name) != NULL;
-    uint64_t al = 256;
-    uint64_t st = (mixed ? ((rows * in * 4 + al - 1) / al * al) + ((n * 4 + al - 1) / al * al) : 0) +
-                  (mixed || bias ? rows * outf * 4 : 0) + al;
+    const lwq_dtype in_dt = wdt == act_dt ? act_dt : LWQ_F32;
+    const int conv_x = act_dt != in_dt, conv_w = wdt != in_dt;
+    const int direct = !bias && (act_dt == in_dt || act_dt == LWQ_F32); /* y is in the activation dtype */
+    const uint64_t al = 256;
+    uint64_t st = (conv_x ? (rows * in * 4 + al - 1) / al * al : 0) + (conv_w ? (n * 4 + al - 1) / al * al : 0) +
+                  (direct ? 0 : rows * outf * 4) + al;
     *staging = st > *staging ? st : *staging;
     uint64_t q = 0;
     if (ch->format == LWQ_QFMT_NVFP4) {
@@ -113,6 +142,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
     /* calibration rows as the engine batches them */
     int B = o->batch_size > 0 ? o->batch_size : 1;
     int64_t max_rows = 0;
+    uint64_t layers_sum = 0, deq_sum = 0; /* --whole-model keeps every layer on the device */
     for (int s0 = 0; s0 < o->calib->n; s0 += B) {
         int64_t seq = 0;
         for (int i = s0; i < o->calib->n && i < s0 + B; i++) {
@@ -160,17 +190,19 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                  * error report, one linear at a time */
                 uint64_t f = 2 * in * in * sizeof(double) + 2 * (uint64_t)l->out_features * in * sizeof(float);
                 p->gptq_factor_bytes = f > p->gptq_factor_bytes ? f : p->gptq_factor_bytes;
-                /* on the GPU (kernels/cuda/gptq_cuda.cu): the factor's matrix and cuSOLVER workspace (~2 in^2
-                 * doubles), then the sweep's weight copy, its double working copy, the factor, the block
-                 * errors and the codes */
+                /* on the GPU (kernels/cuda/gptq_cuda.cu), one after the other: the factor's matrix and
+                 * cuSOLVER workspace (~2 in^2 doubles) with its cuSOLVER handle; then the sweep's weight
+                 * copy, its double working copy, the factor, the block errors and the codes with its
+                 * cuBLAS handle.  The quantizer's buffers (gpu_quant_bytes) stay allocated meanwhile. */
                 uint64_t outf = (uint64_t)l->out_features;
-                uint64_t g = 2 * in * in * sizeof(double);
+                uint64_t g = 2 * in * in * sizeof(double) + LWQ_PLAN_CUSOLVER_BYTES;
                 uint64_t sw = outf * in * (lwq_dtype_size(c->dtype) + sizeof(double) + 1) + in * in * sizeof(double) +
-                              outf * LWQ_GPTQ_BLOCK * sizeof(double) + 3 * in * sizeof(int64_t);
+                              outf * LWQ_GPTQ_BLOCK * sizeof(double) + 3 * in * sizeof(int64_t) +
+                              LWQ_PLAN_CUBLAS_WS_BYTES;
                 g = sw > g ? sw : g;
-                p->gpu_quant_bytes = g > p->gpu_quant_bytes ? g : p->gpu_quant_bytes;
+                p->gpu_gptq_bytes = g > p->gpu_gptq_bytes ? g : p->gpu_gptq_bytes;
             }
-            gpu_linear(ck, l, &ch, act, (uint64_t)max_rows, &p->gpu_staging_bytes, &p->gpu_quant_bytes);
+            gpu_linear(ck, l, &ch, c->dtype, (uint64_t)max_rows, &p->gpu_staging_bytes, &p->gpu_quant_bytes);
         }
         free(gptq);
         hess += ghess;
@@ -182,6 +214,8 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         p->output_bytes += out;
         layer_out_max = out > layer_out_max ? out : layer_out_max;
         deq_max = deq > deq_max ? deq : deq_max;
+        layers_sum += ck->layers[L].bytes;
+        deq_sum += deq;
         if (o->whole_model)
             p->stats_bytes += hess;
         else
@@ -228,17 +262,36 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         uint64_t weights = o->whole_model ? ck->total_bytes - ck->tail.bytes : (uint64_t)p->slots * p->slot_bytes;
         int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
-        uint64_t hwm;
-        lwq_rss(&p->process_bytes, &hwm);
+        p->process_bytes = LWQ_PLAN_PROCESS_BYTES + (uint64_t)p->calib_tokens * sizeof(int32_t) +
+                           (cuda ? LWQ_PLAN_CUDA_HOST_BYTES : 0);
         p->host_peak = p->process_bytes + weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes +
                        p->gptq_factor_bytes + p->embed_bytes +
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_runtime_bytes = cuda ? LWQ_PLAN_CUDA_CONTEXT_BYTES + LWQ_PLAN_CUBLAS_WS_BYTES : 0;
-        if (!cuda)
-            p->gpu_staging_bytes = p->gpu_quant_bytes = 0;
-        p->gpu_peak = cuda ? p->gpu_runtime_bytes + p->largest_layer_bytes + deq_max + work + p->workspace_bytes +
-                                 p->gpu_staging_bytes + p->gpu_quant_bytes
-                           : 0;
+        if (!cuda) {
+            p->gpu_staging_bytes = p->gpu_quant_bytes = p->gpu_gptq_bytes = 0;
+        } else {
+            /* the embedding matrix as the device holds it (a packed one dequantized) */
+            char name[256];
+            snprintf(name, sizeof name, "%smodel.embed_tokens.weight", c->weight_prefix);
+            const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
+            uint64_t emb = (uint64_t)c->vocab_size * (uint64_t)c->hidden_size * act;
+            if (t && (t->dtype == LWQ_F32 || t->dtype == LWQ_BF16 || t->dtype == LWQ_F16))
+                emb = t->nbytes;
+            p->gpu_embed_bytes = 0; /* set below, with the activations */
+            p->gpu_weights_bytes = o->whole_model ? layers_sum + deq_sum + emb : p->largest_layer_bytes + deq_max;
+            /* one batch of rows, the forward's scratch in its reserved block (at least the arena's
+             * first block, engine/forward/forward.h), every batch's positions (I32) and validity (U8)
+             * per row, and the constant tables */
+            uint64_t scratch = p->workspace_bytes > LWQ_FWD_ARENA_FIRST ? p->workspace_bytes : LWQ_FWD_ARENA_FIRST;
+            p->gpu_act_bytes = work + scratch + (uint64_t)p->calib_rows * 5 + LWQ_PLAN_MODEL_TABLES_BYTES;
+            /* the embedding step takes its ids from the same scratch */
+            p->gpu_embed_bytes = emb + p->gpu_act_bytes;
+            uint64_t layer = p->gpu_weights_bytes + p->gpu_act_bytes + p->gpu_staging_bytes + p->gpu_quant_bytes +
+                             p->gpu_gptq_bytes;
+            /* --whole-model: the embedding is among the weights, resident with the layers */
+            p->gpu_peak = p->gpu_runtime_bytes + (o->whole_model || layer >= p->gpu_embed_bytes ? layer : p->gpu_embed_bytes);
+        }
     }
     if (rc == 0)
         rc = lwq_plan_stream(o, ck, p, e);
@@ -303,23 +356,25 @@ static void print_ranks(const lwq_mem_plan *p, const lwq_quantize_opts *o)
 void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
 {
     /* streamed, the GPU holds one unit (the ring slot) instead of the largest layer */
-    uint64_t gpu_weights = p->expert_group > 0 ? p->slot_bytes : p->largest_layer_bytes;
+    uint64_t gpu_weights = p->expert_group > 0 ? p->slot_bytes : p->gpu_weights_bytes;
     fprintf(stderr,
             "plan: source %.3f GB; largest layer %d holds %.3f GB\n"
             "plan: calibration %lld tokens in %lld rows (batch %d)\n"
             "plan: host peak %.3f GB = process %.3f GB + ring %d x %.3f GB + boundaries %.3f GB + scratch %.3f GB"
             " + writer %.3f GB + statistics %.3f GB + tail %.3f GB\n"
-            "plan: GPU peak %.3f GB%s; output %.3f GB\n"
-            "plan: GPU peak = CUDA context + cuBLAS workspace %.3f GB + layer weights %.3f GB + activations, dequantized"
-            " sources and scratch %.3f GB + GEMM F32 staging %.3f GB + quantizer copy and outputs %.3f GB\n",
+            "plan: GPU peak %.3f GB%s; output %.3f GB\n",
             gb(p->source_bytes), p->largest_layer, gb(p->largest_layer_bytes), (long long)p->calib_tokens,
-            (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes), gb(p->boundary_bytes),
-            gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes), gb(p->gpu_peak),
-            p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes), gb(p->gpu_runtime_bytes),
-            gb(p->gpu_peak ? gpu_weights : 0),
-            gb(p->gpu_peak ? p->gpu_peak - p->gpu_runtime_bytes - gpu_weights - p->gpu_staging_bytes - p->gpu_quant_bytes
-                           : 0),
-            gb(p->gpu_staging_bytes), gb(p->gpu_quant_bytes));
+            (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes),
+            gb(p->boundary_bytes), gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes),
+            gb(p->gpu_peak), p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes));
+    if (p->gpu_peak)
+        fprintf(stderr,
+                "plan: GPU peak = CUDA context + cuBLAS workspace %.3f GB + the larger of the embedding step %.3f GB"
+                " and a layer: weights %.3f GB%s + activations and scratch %.3f GB + GEMM F32 staging %.3f GB +"
+                " quantizer copy and outputs %.3f GB + GPTQ buffers and cuBLAS/cuSOLVER handles %.3f GB\n",
+                gb(p->gpu_runtime_bytes), gb(p->gpu_embed_bytes), gb(gpu_weights),
+                o->whole_model ? " (every layer and the embedding)" : p->expert_group > 0 ? " (one unit)" : "",
+                gb(p->gpu_act_bytes), gb(p->gpu_staging_bytes), gb(p->gpu_quant_bytes), gb(p->gpu_gptq_bytes));
     if (p->gptq_hessian_bytes)
         fprintf(stderr, "plan: GPTQ: Hessian sums %.3f GB (in statistics; per input in^2 x 8 bytes of partial + in^2/2 x 16 of fixed-point sums) + factor %.3f GB"
                         " (largest linear)\n", gb(p->gptq_hessian_bytes), gb(p->gptq_factor_bytes));

@@ -6,8 +6,8 @@
  * routing (rows x top-k index and weight).  Quantized experts go to a spill file, so the writer
  * holds only the dense part's output of up to two layers, plus the group being quantized.
  *   host(G) = host(whole) - K x slot(whole) - writer(whole) + K x slot(G) + writer(G) + stream
- *   gpu(G)  = runtime + slot(G) + one batch of activations x 3 (h, x, partial) + scratch + staging +
- *             quantizer copy
+ *   gpu(G)  = runtime + the larger of the embedding step and slot(G) + one batch of activations x 3
+ *             (h, x, partial) + scratch + staging + quantizer copy + GPTQ buffers
  * G comes from --expert-group, or is the largest that fits the budget when a whole layer does not;
  * with no G that fits, stream_min_* say what one expert per unit needs (the run refuses). */
 #include <stdint.h>
@@ -19,7 +19,7 @@
 #include "layout/checkpoint.h"
 
 typedef struct peaks {
-    uint64_t slot, host, gpu, writer;
+    uint64_t slot, host, gpu, writer, act;
 } peaks;
 
 static int peaks_for(const lwq_quantize_opts *o, const lwq_ckpt *ck, const lwq_mem_plan *p, int G, int cuda,
@@ -42,9 +42,10 @@ static int peaks_for(const lwq_quantize_opts *o, const lwq_ckpt *ck, const lwq_m
         uint64_t r = (uint64_t)((o->calib->n - s0 < B ? o->calib->n - s0 : B) * seq);
         rows = r > rows ? r : rows;
     }
-    q->gpu = cuda ? p->gpu_runtime_bytes + q->slot + 3 * rows * (uint64_t)ck->cfg.hidden_size * act +
-                        p->workspace_bytes + p->gpu_staging_bytes + p->gpu_quant_bytes
-                  : 0;
+    /* h, x and the running sum instead of one batch of rows (plan.c's gpu_act_bytes has one) */
+    q->act = p->gpu_act_bytes + 2 * rows * (uint64_t)ck->cfg.hidden_size * act;
+    uint64_t layer = q->slot + q->act + p->gpu_staging_bytes + p->gpu_quant_bytes + p->gpu_gptq_bytes;
+    q->gpu = cuda ? p->gpu_runtime_bytes + (layer >= p->gpu_embed_bytes ? layer : p->gpu_embed_bytes) : 0;
     return 0;
 }
 
@@ -114,6 +115,8 @@ int lwq_plan_stream(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_mem_plan
     p->gpu_peak = q.gpu;
     p->slot_bytes = q.slot;
     p->writer_bytes = q.writer;
+    if (q.gpu)
+        p->gpu_act_bytes = q.act;
     return 0;
 }
 

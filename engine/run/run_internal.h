@@ -48,6 +48,7 @@ typedef struct lwq_run {
     lwq_quant_choice **choice;    /* [layer][linear] */
     lwq_backend be;
     int be_open;
+    int be_owned;                 /* made here (destroyed at the end), not the caller's o->backend */
     lwq_qops qops;                /* where weights are quantized (the GPU with the CUDA backend) */
     lwq_devslab wslab;            /* device memory of a layer's weight copies, reused (devslab.h) */
     lwq_model model;

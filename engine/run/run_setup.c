@@ -107,12 +107,15 @@ static int make_backend(lwq_run *r, lwq_error *e)
     if (d == LWQ_DEVICE_AUTO)
         d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
     /* one GPU per rank: the rank's place on its node picks it */
-    int ngpu = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_device_count() : 0;
+    int ngpu = d == LWQ_DEVICE_CUDA && !r->o->backend ? lwq_backend_cuda_device_count() : 0;
     int dev = ngpu > 0 ? r->rk->local_rank % ngpu : 0;
-    int rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, dev, e) : lwq_backend_cpu_create(&r->be, r->o->threads, e);
+    int rc = r->o->backend                   ? (r->be = *r->o->backend, 0) /* the caller's (a test's fake device) */
+             : d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, dev, e)
+                                    : lwq_backend_cpu_create(&r->be, r->o->threads, e);
     if (rc)
         return rc;
     r->be_open = 1;
+    r->be_owned = r->o->backend == NULL;
     lwq_qops_init(&r->qops, &r->be);
     lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
@@ -195,6 +198,9 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     if (rc == 0)
         rc = lwq_run_agree(r, check_memory(r, &mp, e), e);
+    /* on a device, the forward's scratch as the plan counts it, in one block (forward.h) */
+    if (rc == 0 && !o->dry_read && r->be.ops->device != LWQ_DEV_CPU)
+        rc = lwq_run_agree(r, lwq_model_reserve_scratch(&r->model, mp.workspace_bytes, e), e);
     if (rc == 0)
         rc = lwq_run_agree(r, lwq_run_fingerprint(r, e), e);
     if (rc == 0)
@@ -273,7 +279,7 @@ void lwq_run_free(lwq_run *r)
     free(r->rtimes);
     free(r->bfirst);
     lwq_manifest_free(&r->man);
-    if (r->be_open)
+    if (r->be_open && r->be_owned)
         lwq_backend_destroy(&r->be);
     if (r->ck_open)
         lwq_ckpt_free(&r->ck);

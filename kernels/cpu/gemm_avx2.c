@@ -9,8 +9,15 @@
 
 #include "kernels/cpu/gemm_isa.h"
 
+#if defined(__clang__)
+/* clang has no `#pragma GCC target`: its intrinsics carry their own target, and this gives every
+ * function below the ISA (popped at the end of the file) */
+#include <immintrin.h>
+#pragma clang attribute push(__attribute__((target("avx2,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
+#endif
 
 typedef struct v16 {
     __m256 lo, hi; /* lanes 0-7, 8-15 */
@@ -91,3 +98,7 @@ static inline float v_sum(v16 a)
 #define lwq_gemm_axpy_avx2_ lwq_gemm_axpy_avx2
 
 #include "kernels/cpu/gemm_kern.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

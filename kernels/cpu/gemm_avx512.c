@@ -11,8 +11,15 @@
 
 #include "kernels/cpu/gemm_isa.h"
 
+#if defined(__clang__)
+/* clang has no `#pragma GCC target`: its intrinsics carry their own target, and this gives every
+ * function below the ISA (popped at the end of the file) */
+#include <immintrin.h>
+#pragma clang attribute push(__attribute__((target("avx512f,fma,f16c"))), apply_to = function)
+#else
 #pragma GCC target("avx512f,fma,f16c")
 #include <immintrin.h>
+#endif
 
 #define V __m512
 #define V_ZERO() _mm512_setzero_ps()
@@ -91,3 +98,7 @@ static inline float v_sum(__m512 a)
 #define lwq_gemm_axpy_avx512_ lwq_gemm_axpy_avx512
 
 #include "kernels/cpu/gemm_kern.h"
+
+#if defined(__clang__)
+#pragma clang attribute pop
+#endif

@@ -521,3 +521,20 @@ Test(tokenizer, nfkc_on_non_ascii_is_unsupported)
     lwq_token_ids_free(&v);
     lwq_tokenizer_free(t);
 }
+
+/* Found by fuzz/fuzz_tokenizer (reproducer tests/data/fuzz/tokenizer/crash-bpe-word-of-no-ids):
+ * a BPE word whose characters are all unknown, with no unk_token, gives no ids; storing that
+ * empty result in the word cache, and reading it back, did arithmetic on the NULL id array
+ * (UBSan: "applying zero offset to null pointer"; fails before the fix under LWQ_SANITIZE). */
+Test(tokenizer, bpe_word_of_unknown_chars_without_unk_gives_no_ids)
+{
+    lwq_tokenizer *t = must_load(BPE_HEAD "\"merges\":[]}}", NULL);
+    for (int pass = 0; pass < 2; pass++) { /* the second encode hits the word cache */
+        lwq_token_ids v = {0};
+        lwq_error e = {0};
+        cr_assert_eq(lwq_tokenizer_encode(t, "zz", 2, 1, 0, &v, NULL, &e), 0, "pass %d: %s", pass, e.msg);
+        cr_assert_eq(v.n, 0);
+        lwq_token_ids_free(&v);
+    }
+    lwq_tokenizer_free(t);
+}

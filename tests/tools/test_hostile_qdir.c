@@ -214,11 +214,11 @@ Test(hostile_qdir, a_refused_input_scale_frees_what_it_dequantized)
     lwq_emul_init(&em, &be);
     lwq_qlayer_view v = {0};
     /* one warm-up call, so lazily made state (the thread pool, the emulator's arrays) is there */
-    cr_assert_eq(lwq_qlayer_view_make(&plan, &qt, 0, &em, &v, &e), LWQ_ENUMERIC);
+    cr_assert_eq(lwq_qlayer_view_make(&plan, &qt, 0, 0, &em, &v, &e), LWQ_ENUMERIC);
     lwq_qlayer_view_free(&v);
     size_t before = mallinfo2().uordblks;
     lwq_error e2 = {0};
-    cr_assert_eq(lwq_qlayer_view_make(&plan, &qt, 0, &em, &v, &e2), LWQ_ENUMERIC);
+    cr_assert_eq(lwq_qlayer_view_make(&plan, &qt, 0, 0, &em, &v, &e2), LWQ_ENUMERIC);
     cr_assert(strstr(e2.msg, DOWN ".input_scale is nan"), "%s", e2.msg);
     lwq_qlayer_view_free(&v);
     size_t after = mallinfo2().uordblks;

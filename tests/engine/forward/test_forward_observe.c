@@ -70,6 +70,8 @@ static int on_kv(void *ctx, int layer, const lwq_tensor *k, const lwq_tensor *v,
     int rc = lwq_backend_amax(r->be, k, valid, &a, e);
     if (rc == 0)
         rc = lwq_backend_amax(r->be, v, valid, &b, e);
+    if (rc)
+        return rc;
     r->kv_amax[layer][0] = fmaxf(r->kv_amax[layer][0], a);
     r->kv_amax[layer][1] = fmaxf(r->kv_amax[layer][1], b);
     return rc;

@@ -190,12 +190,12 @@ Test(gptq_e2e, plan_predicts_hessian_memory)
     o.whole_model = 1; /* every layer's sums resident together */
     cr_assert_eq(lwq_quantize_plan(&o, &p, &e), 0, "%s", e.msg);
     cr_assert_eq(p.gptq_hessian_bytes, 2 * one);
-    /* on the GPU: the factor of the widest input (2 in^2 doubles) at least */
+    /* on the GPU: the factor of the widest input (2 in^2 doubles) at least, in GPTQ's own term */
     o.whole_model = 0;
     o.device = LWQ_DEVICE_CUDA;
     cr_assert_eq(lwq_quantize_plan(&o, &p, &e), 0, "%s", e.msg);
     uint64_t wide = h > im ? h : im;
-    cr_assert_geq(p.gpu_quant_bytes, 2 * wide * wide * 8);
+    cr_assert_geq(p.gpu_gptq_bytes, 2 * wide * wide * 8);
     cJSON_Delete(c);
     free(cfg);
     lwq_recipe_free(&r);
