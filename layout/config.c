@@ -459,6 +459,7 @@ void lwq_config_free(lwq_model_config *c)
     free(c->mlp_only_layers);
     free(c->layer_is_linear);
     cJSON_Delete(c->raw);
+    free(c->text);
     memset(c, 0, sizeof *c);
 }
 
@@ -474,6 +475,12 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
     int rc;
     ctx x = {path, "", e};
     const cJSON *o = c->raw;
+    c->text_len = strlen(json);
+    if (!(c->text = malloc(c->text_len + 1))) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+        goto fail;
+    }
+    memcpy(c->text, json, c->text_len + 1);
     if (!cJSON_IsObject(o)) {
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: not a JSON object", path);
         goto fail;

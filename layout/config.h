@@ -95,6 +95,8 @@ typedef struct lwq_model_config {
     char weight_prefix[32];
 
     struct cJSON *raw;        /* the whole config.json, owned */
+    char *text;               /* its bytes as read (the exporter keeps them), owned */
+    size_t text_len;
 } lwq_model_config;
 
 /* Parse config.json at `path`.  Input is bounded (a config over 16 MiB is refused). */

@@ -146,20 +146,10 @@ static cJSON *group_details(lwq_qformat f)
     return g;
 }
 
-int lwq_export_config_json(const cJSON *src, const lwq_export_quant *q, char **out, lwq_error *e)
+/* The quantization_config object (FORMATS.md 7) for q, whose single format is f (-1: several). */
+static cJSON *quantization_config(const lwq_export_quant *q, int f)
 {
-    *out = NULL;
-    int rc = check_modules(q, e);
-    if (rc)
-        return rc;
-    if (!cJSON_IsObject(src))
-        return lwq_errf(e, LWQ_EINVAL, "export: source config.json is not an object");
-    int f = overall_format(q);
-    cJSON *root = cJSON_Duplicate(src, 1);
-    if (!root)
-        return lwq_errf(e, LWQ_ENOMEM, "export: out of memory copying config.json");
-    cJSON_DeleteItemFromObjectCaseSensitive(root, "quantization_config");
-    cJSON *qc = cJSON_AddObjectToObject(root, "quantization_config");
+    cJSON *qc = cJSON_CreateObject();
     cJSON *groups = cJSON_AddObjectToObject(qc, "config_groups");
     if (f >= 0) {
         cJSON *g = group_details((lwq_qformat)f);
@@ -173,8 +163,8 @@ int lwq_export_config_json(const cJSON *src, const lwq_export_quant *q, char **o
         for (int k = 0; k < 2; k++) {
             const char **v = malloc((size_t)q->nmods * sizeof *v);
             if (!v) {
-                cJSON_Delete(root);
-                return lwq_errf(e, LWQ_ENOMEM, "export: out of memory");
+                cJSON_Delete(qc);
+                return NULL;
             }
             int n = 0;
             for (int i = 0; i < q->nmods; i++)
@@ -204,7 +194,154 @@ int lwq_export_config_json(const cJSON *src, const lwq_export_quant *q, char **o
     }
     add_producer(qc);
     cJSON_AddStringToObject(qc, "quant_method", "modelopt");
-    return finish(root, out, e);
+    return qc;
+}
+
+/* ---- config.json: the source's own bytes, its quantization_config replaced ----------------------
+ * The source text is kept as it is rather than re-serialized: cJSON prints 0.0 as 0 and 10000.0
+ * as 10000, and typed config readers refuse an integer where their class declares a float
+ * (transformers 5.20's strict MixtralConfig, which vLLM 0.33 uses, rejects
+ * "router_jitter_noise": 0).  The scanner below walks text that cJSON has already accepted as
+ * one JSON object, and checks every index against the length anyway. */
+
+static size_t skip_ws(const char *s, size_t n, size_t i)
+{
+    while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\n' || s[i] == '\r'))
+        i++;
+    return i;
+}
+
+/* s[i] == '"': the index past the closing quote, or 0 when the string does not end. */
+static size_t skip_string(const char *s, size_t n, size_t i)
+{
+    for (i++; i < n; i++) {
+        if (s[i] == '\\')
+            i++;
+        else if (s[i] == '"')
+            return i + 1;
+    }
+    return 0;
+}
+
+/* The index past the JSON value starting at s[i], or 0. */
+static size_t skip_value(const char *s, size_t n, size_t i)
+{
+    if (i >= n)
+        return 0;
+    if (s[i] == '"')
+        return skip_string(s, n, i);
+    if (s[i] == '{' || s[i] == '[') {
+        size_t depth = 0;
+        while (i < n) {
+            if (s[i] == '"') {
+                if (!(i = skip_string(s, n, i)))
+                    return 0;
+                continue;
+            }
+            if (s[i] == '{' || s[i] == '[')
+                depth++;
+            else if ((s[i] == '}' || s[i] == ']') && --depth == 0)
+                return i + 1;
+            i++;
+        }
+        return 0;
+    }
+    while (i < n && s[i] != ',' && s[i] != '}' && s[i] != ']' && s[i] != ' ' && s[i] != '\t' && s[i] != '\n' &&
+           s[i] != '\r')
+        i++;
+    return i;
+}
+
+/* Whether the JSON string s[a, b) (quotes included) decodes to `name`. */
+static int key_is(const char *s, size_t a, size_t b, const char *name)
+{
+    cJSON *k = cJSON_ParseWithLength(s + a, b - a);
+    int is = cJSON_IsString(k) && !strcmp(k->valuestring, name);
+    cJSON_Delete(k);
+    return is;
+}
+
+typedef struct {
+    char *buf;
+    size_t len, cap;
+    int oom;
+} sbuf;
+
+static void put(sbuf *b, const char *s, size_t n)
+{
+    if (b->oom)
+        return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = (b->len + n + 1) * 2;
+        char *nb = realloc(b->buf, cap);
+        if (!nb) {
+            b->oom = 1;
+            return;
+        }
+        b->buf = nb;
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, s, n);
+    b->len += n;
+    b->buf[b->len] = 0;
+}
+
+int lwq_export_config_json(const char *src, size_t n, const lwq_export_quant *q, char **out, lwq_error *e)
+{
+    *out = NULL;
+    int rc = check_modules(q, e);
+    if (rc)
+        return rc;
+    cJSON *parsed = src ? cJSON_ParseWithLength(src, n) : NULL;
+    int is_obj = cJSON_IsObject(parsed);
+    cJSON_Delete(parsed);
+    if (!is_obj)
+        return lwq_errf(e, LWQ_EINVAL, "export: source config.json is not a JSON object");
+    cJSON *qc = quantization_config(q, overall_format(q));
+    char *qtext = qc ? cJSON_Print(qc) : NULL;
+    cJSON_Delete(qc);
+    if (!qtext)
+        return lwq_errf(e, LWQ_ENOMEM, "export: out of memory building quantization_config");
+    /* members of the top-level object: kept ones copied as they are, with the source's own
+     * separator; every "quantization_config" dropped; the new one appended last */
+    sbuf b = {0};
+    size_t i = skip_ws(src, n, 0) + 1, first = skip_ws(src, n, i), last_end = first, kept = 0;
+    const char *sep = ",\n  ";
+    size_t sep_len = strlen(sep);
+    put(&b, src, first);
+    for (size_t k = first; k < n && src[k] == '"';) {
+        size_t ke = skip_string(src, n, k), c = ke ? skip_ws(src, n, ke) : 0;
+        size_t vs = c && c < n && src[c] == ':' ? skip_ws(src, n, c + 1) : 0, ve = vs ? skip_value(src, n, vs) : 0;
+        if (!ve) {
+            free(b.buf);
+            free(qtext);
+            return lwq_errf(e, LWQ_EFORMAT, "export: source config.json: cannot read the member at byte %zu", k);
+        }
+        size_t next = skip_ws(src, n, ve);
+        if (next < n && src[next] == ',' && kept == 0 && k == first) {
+            sep = src + ve; /* the source's separator: from the first value to the second key */
+            sep_len = skip_ws(src, n, next + 1) - ve;
+        }
+        if (!key_is(src, k, ke, "quantization_config")) {
+            if (kept++)
+                put(&b, sep, sep_len);
+            put(&b, src + k, ve - k);
+        }
+        last_end = ve;
+        k = next < n && src[next] == ',' ? skip_ws(src, n, next + 1) : n;
+    }
+    if (kept)
+        put(&b, sep, sep_len);
+    put(&b, "\"quantization_config\": ", 23);
+    put(&b, qtext, strlen(qtext));
+    put(&b, src + last_end, n - last_end);
+    free(qtext);
+    if (b.oom) {
+        free(b.buf);
+        return lwq_errf(e, LWQ_ENOMEM, "export: out of memory building config.json");
+    }
+    *out = b.buf;
+    return 0;
 }
 
 typedef struct {

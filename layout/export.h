@@ -4,8 +4,9 @@
  * unquantized linears with LWQ_QFMT_NONE), builds:
  *   - hf_quant_config.json (legacy ModelOpt form: producer + quantization{quant_algo,
  *     kv_cache_quant_algo, group_size, exclude_modules[, quantized_layers]});
- *   - config.json = the source config + "quantization_config" (config_groups, ignore,
- *     quant_algo, kv_cache_scheme object, producer, quant_method "modelopt");
+ *   - config.json = the source config's own text (numbers keep their spelling: 0.0 stays 0.0)
+ *     with any "quantization_config" member replaced by lwq's (config_groups, ignore,
+ *     quant_algo, kv_cache_scheme object, producer, quant_method "modelopt"), appended last;
  *   - model.safetensors.index.json.
  * One format for all quantized linears gives quant_algo NVFP4 or FP8; more than one gives
  * MIXED_PRECISION with a quantized_layers map.  Exclusions are explicit module names (never
@@ -14,6 +15,7 @@
 #ifndef LWQ_LAYOUT_EXPORT_H
 #define LWQ_LAYOUT_EXPORT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "core/error.h"
@@ -41,8 +43,8 @@ typedef struct lwq_export_quant {
 
 /* Both return a malloc'd JSON text in *out. */
 int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error *e);
-int lwq_export_config_json(const struct cJSON *src_config, const lwq_export_quant *q, char **out,
-                           lwq_error *e);
+/* src: the source config.json text, n bytes (it must hold one JSON object). */
+int lwq_export_config_json(const char *src, size_t n, const lwq_export_quant *q, char **out, lwq_error *e);
 /* names[i] lives in files[i]; total_size = sum of tensor bytes. */
 int lwq_export_index_json(const char *const *names, const char *const *files, int n,
                           uint64_t total_size, char **out, lwq_error *e);

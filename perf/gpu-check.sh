@@ -145,15 +145,16 @@ else
     CC_ARCH=${CUDA_ARCH:-$(echo "$CC" | tr -d '.')}
     echo "$CC_ARCH" | grep -Eq '^[0-9]+$' || setup_fail probe "compute capability '$CC' not understood (set CUDA_ARCH)"
     [ "${CC%%.*}" -ge 8 ] 2>/dev/null || setup_fail probe "compute capability $CC: lwq's kernels need 8.0 or newer"
-    # the driver as the runtime meets it: libcuda.so.1 loadable, and a device query through it
-    ldconfig -p 2>/dev/null | grep -q 'libcuda\.so\.1' || [ -e /usr/lib/x86_64-linux-gnu/libcuda.so.1 ] ||
-        setup_fail probe "libcuda.so.1 (the driver's library) is not in the loader's cache"
+    # the driver as the CUDA runtime meets it: a device query through libcuda (nvcc's own tool);
+    # where the toolkit has none, the module's probe says it in the first GPU row
+    dqn="no device query tool"
     if [ -n "$CUDA_HOME" ] && [ -x "$CUDA_HOME/bin/__nvcc_device_query" ]; then
         dq=$(bounded 15 "$CUDA_HOME/bin/__nvcc_device_query" 2>&1) ||
-            setup_fail probe "the CUDA driver cannot run a device query: $dq"
+            setup_fail probe "the CUDA driver cannot run a device query (libcuda.so.1): $dq"
+        dqn="device query: sm_$dq"
     fi
     MACHINE+="; GPU: $q"
-    row probe ok "$q; building for sm_$CC_ARCH" $(($(date +%s) - t0))
+    row probe ok "$q; $dqn; building for sm_$CC_ARCH" $(($(date +%s) - t0))
 fi
 
 # ---- deps: the toolchain, then what is there, else the carried .debs, else name what is missing -

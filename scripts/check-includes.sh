@@ -6,7 +6,7 @@
 #      the symbols its object file uses; needs the objects of a build);
 #   3. folders layer one way: core <- layout/text/io <- kernels <- engine <- tools, for includes
 #      and for calls (nothing points up);
-#   4. engine/'s subfolders layer one way: forward <- source <- quant <- run <- eval, for
+#   4. engine/'s subfolders layer one way: forward <- source <- quant <- run <- eval <- autoq, for
 #      includes and for calls; every engine/ source file lives in one of them.
 #
 #   scripts/check-includes.sh [OBJ_DIR...]
@@ -32,7 +32,7 @@ declare -A allowed=(
     [tools]="core layout text io kernels engine"
 )
 # engine/'s subfolders, bottom first: each may include and call only those before it
-engine_order="forward source quant run eval"
+engine_order="forward source quant run eval autoq"
 
 # tsort prints "tsort: -: input contains a loop:" and the loop's members on stderr
 loops() { # edges on stdin ("a b" per line) -> the loop report, empty when acyclic

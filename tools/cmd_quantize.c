@@ -13,6 +13,7 @@
 #include "core/file.h"
 #include "core/log.h"
 #include "core/ranks.h"
+#include "engine/autoq/autoq.h"
 #include "engine/run/engine.h"
 #include "engine/run/manifest.h"
 #include "io/sys.h"
@@ -48,6 +49,24 @@ static void usage(FILE *fp, const char *cmd)
             "                       outputs of the already-quantized layers before it (--qdq-next is implied).\n"
             "                       Extra memory: an in x in Hessian (16 bytes an entry) per linear of a layer\n"
             "                       (`lwq plan` shows it); a killed run resumes with byte-identical output.\n"
+            "the most accurate mix under a size budget (lwq quantize only):\n"
+            "  --auto-quantize-bits B   at most B bits per weight over the decoder layers' linears (scales\n"
+            "                       included, as lwq eval counts them)\n"
+            "  --auto-quantize-gb G     at most G GB (1e9 bytes) of tensors written\n"
+            "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, none (default all three)\n"
+            "  --auto-quantize-score S  layer (default): each group alone quantized, the squared error it adds to\n"
+            "                       its layer's output; kl: that output carried to the logits, KL to the source\n"
+            "                       (one stream per group and format through the later layers: small models)\n"
+            "  --auto-quantize-score-size N  calibration samples scored, the first N (default all)\n"
+            "  --auto-quantize-scores FILE  reuse the complete pass 1 of an earlier search with the same inputs\n"
+            "                       (its OUT.layerwise_resume/auto_quantize/scores.json): another budget then\n"
+            "                       costs only the solve and pass 2\n"
+            "                       Pass 1 scores the groups (q/k/v, o, gate/up, down, routed experts, linear\n"
+            "                       attention) in one pass over the disk; an exact knapsack picks each group's\n"
+            "                       format; the mix is written as a recipe (OUT/auto_quantize_recipe.json and\n"
+            "                       .yaml, rerunnable with --recipe) and quantized by pass 2.  --qformat /\n"
+            "                       --recipe give the base recipe: its exclusions and calibration settings\n"
+            "                       apply, routers are never quantized.  Both passes resume after a kill.\n"
             "calibration:\n"
             "  --calib PATH         .jsonl (input_ids | messages | conversations | prompt | text | input per line),\n"
             "                       .txt (paragraphs), a directory,\n"
@@ -100,8 +119,11 @@ static void usage(FILE *fp, const char *cmd)
 }
 
 typedef struct qargs {
-    const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv;
-    int print_recipe, sweep, calib_size, calib_seq, act_order;
+    const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv, *aq_formats, *aq_score,
+        *aq_scores;
+    int print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
+    double aq_bits, aq_gb;
+    uint8_t aq_fmt[3];        /* candidate formats, by lwq_qformat */
     double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;
@@ -141,6 +163,19 @@ static int parse_gb(const char *opt, const char *s, double *out)
     return 1;
 }
 
+static int parse_bits(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v > 0) || v > 64) {
+        fprintf(stderr, "lwq: %s %s: expected bits per weight in (0, 64]\n", opt, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
 static int parse_device(const char *what, const char *d, lwq_device_choice *out)
 {
     if (!strcmp(d, "auto"))
@@ -156,6 +191,27 @@ static int parse_device(const char *what, const char *d, lwq_device_choice *out)
     return 0;
 }
 
+/* --auto-quantize-formats "nvfp4,fp8,none" -> f[lwq_qformat]. */
+static int parse_formats(const char *list, uint8_t f[3])
+{
+    memset(f, 0, 3);
+    char buf[128];
+    if (strlen(list) >= sizeof buf) {
+        fprintf(stderr, "lwq: --auto-quantize-formats %s: too long\n", list);
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", list);
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        lwq_qformat q;
+        if (lwq_qformat_parse(t, &q) != 0) {
+            fprintf(stderr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, none)\n", t);
+            return -1;
+        }
+        f[q] = 1;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, int is_plan, qargs *a)
 {
     memset(a, 0, sizeof *a);
@@ -163,6 +219,7 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
     a->calib_size = 64;
     a->calib_seq = 256;
     a->o.batch_size = 8;
+    memset(a->aq_fmt, 1, sizeof a->aq_fmt);
     /* the default device may come from the environment (perf/gpu-check.sh runs the resume and
      * production tests with LWQ_DEVICE=cuda, so they cannot fall back to the CPU silently) */
     const char *env_dev = getenv("LWQ_DEVICE");
@@ -264,6 +321,24 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
                 return -1;
         } else if (!strcmp(s, "--quiet")) {
             a->o.quiet = 1;
+        } else if (!strcmp(s, "--auto-quantize-bits")) {
+            if (!need(i, argc, argv) || !parse_bits(s, argv[++i], &a->aq_bits))
+                return -1;
+        } else if (!strcmp(s, "--auto-quantize-gb")) {
+            if (!need(i, argc, argv) || !parse_gb(s, argv[++i], &a->aq_gb))
+                return -1;
+        } else if (!strcmp(s, "--auto-quantize-formats")) {
+            if (!(a->aq_formats = VAL()) || parse_formats(a->aq_formats, a->aq_fmt) != 0)
+                return -1;
+        } else if (!strcmp(s, "--auto-quantize-score")) {
+            if (!(a->aq_score = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--auto-quantize-scores")) {
+            if (!(a->aq_scores = VAL()))
+                return -1;
+        } else if (!strcmp(s, "--auto-quantize-score-size")) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->aq_score_size))
+                return -1;
         } else if (s[0] == '-') {
             fprintf(stderr, "lwq: unknown option %s (lwq %s --help)\n", s, argv[0]);
             return -1;
@@ -281,6 +356,21 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
     }
     if (!is_plan && !a->out && !a->print_recipe && !a->o.dry_read) {
         fprintf(stderr, "lwq: quantize needs -o OUT_DIR\n");
+        return -1;
+    }
+    int aq = a->aq_bits > 0 || a->aq_gb > 0;
+    if (!aq && (a->aq_formats || a->aq_score || a->aq_score_size || a->aq_scores)) {
+        fprintf(stderr, "lwq: --auto-quantize-formats / -score / -score-size / -scores need a budget: "
+                        "--auto-quantize-bits B or --auto-quantize-gb G\n");
+        return -1;
+    }
+    if (aq && (is_plan || a->print_recipe)) {
+        fprintf(stderr, "lwq: %s does not run the auto-quantize search (it runs with lwq quantize -o OUT)\n",
+                is_plan ? "lwq plan" : "--print-recipe");
+        return -1;
+    }
+    if (a->aq_bits > 0 && a->aq_gb > 0) {
+        fprintf(stderr, "lwq: give one budget: --auto-quantize-bits or --auto-quantize-gb\n");
         return -1;
     }
     return 0;
@@ -529,6 +619,31 @@ static int cpus_allowed(void)
     return n > 0 ? (int)n : 1;
 }
 
+/* lwq quantize, or the auto-quantize search (engine/autoq/), which runs in one process. */
+static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
+{
+    if (a->aq_bits <= 0 && a->aq_gb <= 0)
+        return lwq_quantize_run(&a->o, e);
+    if (rk->size > 1) {
+        rk->agreed = 1; /* every rank refuses alike */
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "--auto-quantize-bits / --auto-quantize-gb search in one process; start "
+                        "it without mpirun (%d ranks here)", rk->size);
+    }
+    lwq_autoq_opts ao;
+    memset(&ao, 0, sizeof ao);
+    ao.q = a->o;
+    ao.bits = a->aq_bits;
+    ao.gb = a->aq_gb;
+    ao.score_size = a->aq_score_size;
+    ao.scores_from = a->aq_scores;
+    memcpy(ao.formats, a->aq_fmt, sizeof ao.formats);
+    if (a->aq_score && !strcmp(a->aq_score, "kl"))
+        ao.score = LWQ_AQ_SCORE_KL;
+    else if (a->aq_score && strcmp(a->aq_score, "layer"))
+        return lwq_errf(e, LWQ_EINVAL, "--auto-quantize-score %s: expected layer or kl", a->aq_score);
+    return lwq_autoq_run(&ao, e);
+}
+
 /* The run, as one of the ranks of an MPI job when launched so (core/ranks.h).  An error every rank
  * shares (agreed) is printed by rank 0 alone; one only this rank knows ends the whole job. */
 static int quantize_ranks(qargs *a, lwq_ranks *rk_, lwq_error *e, int *quiet_err)
@@ -549,7 +664,7 @@ static int quantize_ranks(qargs *a, lwq_ranks *rk_, lwq_error *e, int *quiet_err
          * serves buffers up to 32 MB from the heap, where freed layers stay resident: peak
          * RSS then wandered by that much from run to run and with the layer count. */
         mallopt(M_MMAP_THRESHOLD, 1 << 20);
-        rc = lwq_quantize_run(&a->o, e);
+        rc = run_one(a, &rk, e);
         if (rc && rk.size > 1 && !rk.agreed) {
             fprintf(stderr, "lwq: rank %d: %s\n", rk.rank, e->msg[0] ? e->msg : lwq_strerror(rc));
             fflush(stderr);

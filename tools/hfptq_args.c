@@ -68,7 +68,7 @@ const char *lwq_hfptq_qformat_help(void)
 }
 
 enum { F_MODEL, F_EXPORT, F_QFORMAT, F_KV, F_CALIB_SIZE, F_CALIB_SEQ, F_BATCH, F_DATASET, F_GPU, F_CPU, F_NOEFFECT,
-       F_REFUSE, F_SPARSITY, F_RECIPE };
+       F_REFUSE, F_SPARSITY, F_RECIPE, F_AQ_BITS, F_AQ_METHOD, F_AQ_SCORE_SIZE, F_AQ_COST };
 
 static const struct {
     const char *flag;
@@ -97,8 +97,15 @@ static const struct {
     {"--vllm_fakequant_export", F_REFUSE, 0, "lwq writes the quantized checkpoint, not a vLLM fake-quant state"},
     {"--sparsity_fmt", F_SPARSITY, 1, "lwq writes dense checkpoints"},
     {"--awq_block_size", F_REFUSE, 1, AWQ},
-    {"--auto_quantize_bits", F_REFUSE, 1, "AutoQuantize searches per-layer formats over the whole model"},
-    {"--auto_quantize_checkpoint", F_REFUSE, 1, "AutoQuantize searches per-layer formats over the whole model"},
+    {"--auto_quantize_bits", F_AQ_BITS, 1, NULL},
+    {"--auto_quantize_method", F_AQ_METHOD, 1, NULL},
+    {"--auto_quantize_score_size", F_AQ_SCORE_SIZE, 1, NULL},
+    {"--auto_quantize_cost_model", F_AQ_COST, 1, NULL},
+    {"--auto_quantize_checkpoint", F_NOEFFECT, 1, "lwq keeps the search's scores in the resume directory "
+                                                  "(OUT.layerwise_resume/auto_quantize/scores.json); a killed search "
+                                                  "resumes from there"},
+    {"--auto_quantize_active_moe_expert_ratio", F_REFUSE, 1, "lwq's budget counts every weight written (the "
+                                                              "weight cost model)"},
 };
 
 static int keep(lwq_hfptq_argv *a, const char *s)
@@ -154,6 +161,50 @@ static int qformat(lwq_hfptq_argv *a, const char *v, FILE *err)
     return -1;
 }
 
+/* hf_ptq's AutoQuantize takes its candidates from --qformat A,B: lwq searches formats, so each
+ * name must be one format (nvfp4, fp8; an NVFP4 preset with a weight algorithm sets the base
+ * recipe's algorithm).  The base recipe is the fp8 preset when fp8 is a candidate (it leaves only
+ * routers out), else nvfp4; "none" is always a candidate, as in Model Optimizer. */
+static int aq_qformats(lwq_hfptq_argv *a, const char *v, FILE *err)
+{
+    char buf[256], list[64] = "";
+    if (strlen(v) >= sizeof buf) {
+        fprintf(err, "lwq: --qformat %s: too long\n", v);
+        return -1;
+    }
+    snprintf(buf, sizeof buf, "%s", v);
+    const char *algo[4] = {NULL, NULL, NULL, NULL};
+    int nv = 0, fp = 0;
+    for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (!strcmp(t, "fp8")) {
+            fp = 1;
+        } else if (!strcmp(t, "nvfp4") || !strcmp(t, "nvfp4_w4a4_weight_mse_fp8_sweep") ||
+                   !strcmp(t, "nvfp4_w4a4_weight_local_hessian")) {
+            if (nv++) {
+                fprintf(err, "lwq: --qformat %s: lwq's search chooses among formats, so it takes one NVFP4 "
+                             "candidate, not several\n", v);
+                return -1;
+            }
+            if (!strcmp(t, "nvfp4_w4a4_weight_mse_fp8_sweep"))
+                algo[0] = "--algo", algo[1] = "mse", algo[2] = "--fp8-scale-sweep";
+            else if (!strcmp(t, "nvfp4_w4a4_weight_local_hessian"))
+                algo[0] = "--algo", algo[1] = "local_hessian";
+        } else {
+            fprintf(err, "lwq: --qformat %s with --auto_quantize_bits: candidate %s is not supported: lwq's search "
+                         "chooses a format (nvfp4, fp8 or none) per group of every layer; give the formats "
+                         "(e.g. --qformat nvfp4,fp8)\n", v, t);
+            return -1;
+        }
+    }
+    snprintf(list, sizeof list, "%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "");
+    if (keep(a, "--qformat") || keep(a, fp ? "fp8" : "nvfp4"))
+        return -1;
+    for (int k = 0; k < 3 && algo[k]; k++)
+        if (keep(a, algo[k]))
+            return -1;
+    return keep(a, "--auto-quantize-formats") || keep(a, list) ? -1 : 0;
+}
+
 static int kv_format(lwq_hfptq_argv *a, const char *v, FILE *err)
 {
     if (!strcmp(v, "none") || !strcmp(v, "fp8") || !strcmp(v, "fp8_cast"))
@@ -182,13 +233,15 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
         return -1;
     }
     a->argv[a->argc++] = argv[0];
-    int hf = 0, has_dataset = 0, has_recipe = 0, has_qformat = 0, has_out = 0, has_size = 0, has_seq = 0, has_batch = 0;
+    int hf = 0, has_dataset = 0, has_recipe = 0, has_qformat = 0, has_out = 0, has_size = 0, has_seq = 0, has_batch = 0,
+        has_aq = 0;
     for (int i = 1; i < argc; i++) {
         const char *eq;
         int k = find_flag(argv[i], &eq);
         int kind = k >= 0 ? flags[k].kind : -1;
         hf |= kind == F_MODEL || kind == F_EXPORT;
         has_recipe |= kind == F_RECIPE;
+        has_aq |= kind == F_AQ_BITS;
         has_dataset |= kind == F_DATASET || !strcmp(argv[i], "--calib");
         has_qformat |= kind == F_QFORMAT;
         has_out |= kind == F_EXPORT || !strcmp(argv[i], "-o") || !strcmp(argv[i], "--output");
@@ -200,6 +253,7 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
     }
     if (hf) { /* hf_ptq's defaults for what the command leaves out */
         const char *d[] = {!has_qformat && !has_recipe ? "--qformat" : NULL, "fp8",
+                           !has_qformat && !has_recipe && has_aq ? "--auto-quantize-formats" : NULL, "fp8,none",
                            !has_size ? "--calib-size" : NULL, "1024",
                            !has_seq ? "--calib-seq" : NULL, "512",
                            !has_batch ? "--batch-size" : NULL, "0",
@@ -238,8 +292,40 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
                                "hf_ptq)\n", v);
                 break;
             }
-            if (qformat(a, v, err))
+            if (has_aq && !has_recipe ? aq_qformats(a, v, err) : qformat(a, v, err))
                 return -1;
+            break;
+        case F_AQ_BITS:
+            if (has_recipe) {
+                fprintf(notes, "lwq: note: --auto_quantize_bits %s is ignored: --recipe decides what is quantized (as "
+                               "in hf_ptq; lwq's own --auto-quantize-bits searches over a --recipe)\n", v);
+                break;
+            }
+            rc = keep(a, "--auto-quantize-bits") || keep(a, v);
+            break;
+        case F_AQ_SCORE_SIZE:
+            if (!has_recipe)
+                rc = keep(a, "--auto-quantize-score-size") || keep(a, v);
+            break;
+        case F_AQ_METHOD:
+            if (has_recipe)
+                break;
+            if (!strcmp(v, "kl_div")) {
+                rc = keep(a, "--auto-quantize-score") || keep(a, "kl");
+            } else if (!strcmp(v, "gradient")) {
+                fprintf(notes, "lwq: note: --auto_quantize_method gradient: lwq computes no gradients; it scores each "
+                               "group by the error it adds to its layer's output (kl_div: by the KL of the logits)\n");
+            } else {
+                fprintf(err, "lwq: --auto_quantize_method %s: unknown (gradient, kl_div)\n", v);
+                return -1;
+            }
+            break;
+        case F_AQ_COST:
+            if (strcmp(v, "weight")) {
+                fprintf(err, "lwq: --auto_quantize_cost_model %s is not supported: lwq's budget counts every weight "
+                             "written (weight)\n", v);
+                return -1;
+            }
             break;
         case F_KV:
             if (has_recipe) {

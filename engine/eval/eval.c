@@ -23,89 +23,14 @@ static double cpu_now(void)
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* ---- batches ---------------------------------------------------------------------------------- */
-
-static void bset_free(lwq_eval_bset *s, const lwq_backend *be)
-{
-    for (int b = 0; b < s->nb; b++) {
-        if (s->batches)
-            lwq_batch_free(&s->batches[b], be);
-        if (s->tokens)
-            free(s->tokens[b]);
-    }
-    free(s->batches);
-    free(s->tokens);
-    free(s->rows);
-    free(s->boff);
-    memset(s, 0, sizeof *s);
-}
-
-static int bset_build(lwq_eval_bset *s, const lwq_calib_set *c, int B, const lwq_backend *be, int64_t hidden,
-                      size_t esz, const char *what, lwq_error *e)
-{
-    memset(s, 0, sizeof *s);
-    if (!c || c->n <= 0)
-        return lwq_errf(e, LWQ_EINVAL, "the %s set is empty", what);
-    s->nb = (c->n + B - 1) / B;
-    s->batches = calloc((size_t)s->nb, sizeof *s->batches);
-    s->tokens = calloc((size_t)s->nb, sizeof *s->tokens);
-    s->rows = calloc((size_t)s->nb, sizeof *s->rows);
-    s->boff = calloc((size_t)s->nb + 1, sizeof *s->boff);
-    if (!s->batches || !s->tokens || !s->rows || !s->boff)
-        return lwq_errf(e, LWQ_ENOMEM, "out of memory for %d %s batches", s->nb, what);
-    int64_t lens[4096];
-    for (int b = 0; b < s->nb; b++) {
-        int s0 = b * B, ns = c->n - s0 < B ? c->n - s0 : B;
-        int64_t seq = 0;
-        for (int i = 0; i < ns; i++) {
-            if (c->len[s0 + i] <= 0)
-                return lwq_errf(e, LWQ_EINVAL, "%s sample %d is empty", what, s0 + i);
-            lens[i] = c->len[s0 + i];
-            seq = lens[i] > seq ? lens[i] : seq;
-        }
-        s->rows[b] = ns * seq;
-        if (!(s->tokens[b] = malloc((size_t)s->rows[b] * sizeof(int32_t))))
-            return lwq_errf(e, LWQ_ENOMEM, "out of memory for %s batch %d", what, b);
-        for (int i = 0; i < ns; i++) {
-            int64_t pad = seq - lens[i];
-            for (int64_t t = 0; t < seq; t++)
-                s->tokens[b][i * seq + t] = t < pad ? c->pad_id : c->ids[s0 + i][t - pad];
-            s->real_tokens += lens[i];
-        }
-        int rc = lwq_batch_init(&s->batches[b], be, ns, seq, lens, e);
-        if (rc)
-            return rc;
-        s->boff[b + 1] = s->boff[b] + (uint64_t)s->rows[b] * (uint64_t)hidden * esz;
-        s->max_rows = s->rows[b] > s->max_rows ? s->rows[b] : s->max_rows;
-    }
-    return 0;
-}
-
-static lwq_tensor work_view(lwq_eval_ctx *v, const lwq_eval_bset *bs, int b)
-{
-    lwq_tensor t = v->work;
-    t.shape[0] = bs->rows[b];
-    return t;
-}
-
 int lwq_eval_to_work(lwq_eval_ctx *v, const lwq_eval_bset *bs, int b, const unsigned char *bnd, lwq_error *e)
 {
-    size_t n = (size_t)(bs->boff[b + 1] - bs->boff[b]);
-    if (v->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(v->work.data, bnd + bs->boff[b], n);
-        return 0;
-    }
-    return lwq_backend_upload(&v->be, v->work.data, bnd + bs->boff[b], n, e);
+    return lwq_eval_bset_load(bs, b, &v->be, bnd, &v->work, e);
 }
 
 int lwq_eval_from_work(lwq_eval_ctx *v, const lwq_eval_bset *bs, int b, unsigned char *bnd, lwq_error *e)
 {
-    size_t n = (size_t)(bs->boff[b + 1] - bs->boff[b]);
-    if (v->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(bnd + bs->boff[b], v->work.data, n);
-        return 0;
-    }
-    return lwq_backend_download(&v->be, bnd + bs->boff[b], v->work.data, n, e);
+    return lwq_eval_bset_store(bs, b, &v->be, &v->work, bnd, e);
 }
 
 /* ---- a stream over a batch set ------------------------------------------------------------------ */
@@ -117,7 +42,7 @@ static int stream_embed(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_eval_bset
     lwq_layer_weights_init(&lw, &v->be, tail, NULL, v->ck.cfg.weight_prefix);
     int rc = 0;
     for (int b = 0; b < bs->nb && rc == 0; b++) {
-        lwq_tensor h = work_view(v, bs, b);
+        lwq_tensor h = lwq_eval_bset_view(bs, b, &v->work);
         if ((rc = lwq_model_embed(&s->model, &lw.w, bs->tokens[b], &h, e)) == 0)
             rc = lwq_eval_from_work(v, bs, b, s->bnd, e);
     }
@@ -131,35 +56,12 @@ static int stream_layer(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_eval_bset
 {
     int rc = 0;
     for (int b = 0; b < bs->nb && rc == 0; b++) {
-        lwq_tensor h = work_view(v, bs, b);
+        lwq_tensor h = lwq_eval_bset_view(bs, b, &v->work);
         if ((rc = lwq_eval_to_work(v, bs, b, s->bnd, e)) == 0 &&
             (rc = lwq_model_layer_forward(&s->model, L, w, &bs->batches[b], &h, obs, e)) == 0)
             rc = lwq_eval_from_work(v, bs, b, s->bnd, e);
     }
     return rc;
-}
-
-/* The candidate's weight lookup: the layer's tensors, and the device pointer of each quantized
- * linear's weight for the GEMM wrapper to recognise. */
-typedef struct cand_weights {
-    lwq_layer_weights lw;
-    lwq_emul *em;
-    const char *prefix;
-    lwq_weights w;
-} cand_weights;
-
-static int cand_get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
-{
-    cand_weights *c = ctx;
-    int rc = c->lw.w.get(c->lw.w.ctx, name, out, e);
-    if (rc)
-        return rc;
-    char full[640];
-    snprintf(full, sizeof full, "%s%s", c->prefix, name);
-    lwq_emul_linear *l = lwq_emul_find_weight(c->em, full);
-    if (l)
-        l->dev_weight = out->data;
-    return 0;
 }
 
 /* ---- set-up ------------------------------------------------------------------------------------- */
@@ -252,9 +154,9 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
         lwq_parallel_set_threads(o->threads);
     int B = o->batch_size > 0 ? o->batch_size : 8;
     size_t esz = lwq_dtype_size(v->act);
-    if ((rc = bset_build(&v->data, o->data, B, &v->be, v->hidden, esz, "eval", e)) != 0)
+    if ((rc = lwq_eval_bset_build(&v->data, o->data, B, &v->be, v->hidden, esz, "eval", e)) != 0)
         return rc;
-    if (v->in_memory && (rc = bset_build(&v->calib, o->calib, B, &v->be, v->hidden, esz, "calibration", e)) != 0)
+    if (v->in_memory && (rc = lwq_eval_bset_build(&v->calib, o->calib, B, &v->be, v->hidden, esz, "calibration", e)) != 0)
         return rc;
     int64_t rows = v->data.max_rows > v->calib.max_rows ? v->data.max_rows : v->calib.max_rows;
     int64_t shape[2] = {rows, v->hidden};
@@ -508,12 +410,10 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
     t = lwq_now();
     double tc = cpu_now();
     if (rc == 0) {
-        cand_weights cw;
-        lwq_layer_weights_init(&cw.lw, &v->be, &qt, &view.overlay, v->ck.cfg.weight_prefix);
-        cw.em = &s->em;
-        cw.prefix = v->ck.cfg.weight_prefix;
-        cw.w.get = cand_get;
-        cw.w.ctx = &cw;
+        lwq_layer_weights lw;
+        lwq_emul_weights cw;
+        lwq_layer_weights_init(&lw, &v->be, &qt, &view.overlay, v->ck.cfg.weight_prefix);
+        lwq_emul_weights_init(&cw, &s->em, &lw.w, v->ck.cfg.weight_prefix);
         lwq_eval_experts X;
         int moe = p->is_moe && v->ck.cfg.num_experts > 0;
         if (moe)
@@ -530,7 +430,7 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
             if (s->em.lin[i].dev_weight && s->em.lin[i].hits == 0)
                 rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: its input quantization cannot be emulated: the %s forward does "
                               "not run this linear as one GEMM", s->em.lin[i].module, v->ck.cfg.model_type);
-        lwq_layer_weights_free(&cw.lw);
+        lwq_layer_weights_free(&lw);
     }
     *f_s += lwq_now() - t;
     *f_cpu += cpu_now() - tc;
@@ -665,8 +565,8 @@ static void ctx_free(lwq_eval_ctx *v)
         stream_free(v, &v->cand[c]);
     free(v->cand);
     if (v->be_open) {
-        bset_free(&v->data, &v->be);
-        bset_free(&v->calib, &v->be);
+        lwq_eval_bset_free(&v->data, &v->be);
+        lwq_eval_bset_free(&v->calib, &v->be);
         if (v->work.data)
             lwq_backend_tensor_free(&v->be, &v->work);
         lwq_qops_free(&v->qops);

@@ -277,16 +277,15 @@ static int quantize_input(lwq_emul *em, const lwq_emul_linear *l, const lwq_tens
     return rc;
 }
 
-static int w_gemm(void *c, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias, lwq_tensor *y,
-                  lwq_error *e)
+static int gemm_emulated(lwq_emul *em, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
+                         lwq_tensor *y, lwq_error *e)
 {
-    lwq_emul *em = c;
     lwq_emul_linear *l = NULL;
     for (int i = 0; i < em->n && !l; i++)
         if (em->lin[i].dev_weight && em->lin[i].dev_weight == w->data)
             l = &em->lin[i];
     if (!l)
-        return OPS(c)->gemm(CTX(c), x, w, bias, y, e);
+        return em->inner.ops->gemm(em->inner.ctx, x, w, bias, y, e);
     if (l->fmt == LWQ_QFMT_NVFP4 && x->shape[1] % LWQ_NVFP4_BLOCK)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: NVFP4 input of %lld features is not a multiple of 16", l->module,
                         (long long)x->shape[1]);
@@ -298,6 +297,21 @@ static int w_gemm(void *c, const lwq_tensor *x, const lwq_tensor *w, const lwq_t
     if (em->inner.ops->device != LWQ_DEV_CPU)
         lwq_backend_tensor_free(&em->inner, &xq);
     l->hits += rc == 0;
+    return rc;
+}
+
+static int w_gemm(void *c, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias, lwq_tensor *y,
+                  lwq_error *e)
+{
+    lwq_emul *em = c;
+    if (em->memo && lwq_memo_gemm_lookup(em->memo, x, w, bias, y)) {
+        for (int i = 0; i < em->n; i++) /* a replayed quantized GEMM still counts as run through here */
+            em->lin[i].hits += em->lin[i].dev_weight && em->lin[i].dev_weight == w->data;
+        return 0;
+    }
+    int rc = gemm_emulated(em, x, w, bias, y, e);
+    if (rc == 0 && em->memo)
+        rc = lwq_memo_gemm_store(em->memo, x, w, bias, y, e);
     return rc;
 }
 
@@ -335,11 +349,10 @@ static int kv_roundtrip(lwq_emul *em, const lwq_tensor *t, float scale, lwq_tens
     return rc;
 }
 
-static int w_attention(void *c, const lwq_attn_args *a, lwq_error *e)
+static int attention_emulated(lwq_emul *em, const lwq_attn_args *a, lwq_error *e)
 {
-    lwq_emul *em = c;
     if (!em->kv_fp8)
-        return OPS(c)->attention(CTX(c), a, e);
+        return em->inner.ops->attention(em->inner.ctx, a, e);
     lwq_tensor k, v;
     int rc = kv_roundtrip(em, a->k, em->k_scale, &k, e);
     if (rc < 0)
@@ -351,10 +364,45 @@ static int w_attention(void *c, const lwq_attn_args *a, lwq_error *e)
     lwq_attn_args b = *a;
     b.k = &k;
     b.v = &v;
-    rc = OPS(c)->attention(CTX(c), &b, e);
+    rc = em->inner.ops->attention(em->inner.ctx, &b, e);
     lwq_backend_tensor_free(&em->inner, &k);
     lwq_backend_tensor_free(&em->inner, &v);
     return rc;
+}
+
+static int w_attention(void *c, const lwq_attn_args *a, lwq_error *e)
+{
+    lwq_emul *em = c;
+    /* the key includes the cache mode and its scales: a replay with another KV cache computes */
+    if (em->memo && lwq_memo_attn_lookup(em->memo, a, em->kv_fp8, em->k_scale, em->v_scale))
+        return 0;
+    int rc = attention_emulated(em, a, e);
+    if (rc == 0 && em->memo)
+        rc = lwq_memo_attn_store(em->memo, a, em->kv_fp8, em->k_scale, em->v_scale, e);
+    return rc;
+}
+
+static int emul_get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
+{
+    lwq_emul_weights *c = ctx;
+    int rc = c->inner->get(c->inner->ctx, name, out, e);
+    if (rc)
+        return rc;
+    char full[640];
+    snprintf(full, sizeof full, "%s%s", c->prefix, name);
+    lwq_emul_linear *l = lwq_emul_find_weight(c->em, full);
+    if (l)
+        l->dev_weight = out->data;
+    return 0;
+}
+
+void lwq_emul_weights_init(lwq_emul_weights *ew, lwq_emul *em, const lwq_weights *inner, const char *prefix)
+{
+    ew->inner = inner;
+    ew->em = em;
+    ew->prefix = prefix;
+    ew->w.get = emul_get;
+    ew->w.ctx = ew;
 }
 
 void lwq_emul_init(lwq_emul *em, const lwq_backend *inner)

@@ -18,7 +18,9 @@
  * the weight is one of the registered quantized linears, its input is quantized as above, held
  * in f32, and the GEMM runs on that f32 input) and attention (k and v go through the FP8 cache
  * when the stream has one).  On a GPU backend the activations make a round trip through the host.
- * Results do not depend on the thread count (rows are independent).
+ * Results do not depend on the thread count (rows are independent).  With a memo attached
+ * (em->memo, CPU backend), GEMM and attention results are recorded or replayed around the
+ * emulation, which changes no bit of any result.
  *
  * Ownership: the wrapper borrows the inner backend (it must outlive it).  One thread. */
 #ifndef LWQ_ENGINE_EVAL_EMUL_H
@@ -26,6 +28,8 @@
 
 #include <stdint.h>
 
+#include "engine/eval/eval_memo.h"
+#include "engine/forward/forward.h"
 #include "kernels/backend.h"
 #include "layout/recipe.h"
 
@@ -63,6 +67,8 @@ typedef struct lwq_emul {
     int64_t last_n, last_in;
     lwq_dtype last_dt;
     float k_scale, v_scale;
+    lwq_memo *memo;          /* NULL, or GEMM / attention results recorded and replayed
+                                (engine/eval/eval_memo.h; CPU backend only) */
 } lwq_emul;
 
 /* The wrapper is self-referential (be.ctx points to it): do not copy it after init. */
@@ -73,5 +79,16 @@ void lwq_emul_reset(lwq_emul *em);
 int lwq_emul_add(lwq_emul *em, const char *module, lwq_qformat fmt, float input_scale, lwq_error *e);
 /* The registered linear whose weight tensor is `name` ("<module>.weight"), or NULL. */
 lwq_emul_linear *lwq_emul_find_weight(lwq_emul *em, const char *name);
+
+/* The weight lookup of an emulated stream: inner's tensors, noting the device pointer of each
+ * registered linear's weight as the forward fetches it, so the wrapper knows its GEMMs.  prefix:
+ * cfg.weight_prefix (the registered module names carry it, the forward's names do not). */
+typedef struct lwq_emul_weights {
+    const lwq_weights *inner;
+    lwq_emul *em;
+    const char *prefix;
+    lwq_weights w;           /* pass to the forward; points into this struct */
+} lwq_emul_weights;
+void lwq_emul_weights_init(lwq_emul_weights *ew, lwq_emul *em, const lwq_weights *inner, const char *prefix);
 
 #endif

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "engine/eval/eval_kl.h"
 #include "engine/eval/eval_run.h"
 #include "engine/source/layersrc.h"
 
@@ -62,14 +63,9 @@ static int head_rows(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_weights *w, 
     return lwq_backend_download(&v->be, host, lg.data, lb, e);
 }
 
-typedef struct row_stat {
-    double lse;
-    int64_t argmax;
-} row_stat;
-
-static row_stat row_stats(const float *z, int64_t V)
+lwq_logit_stat lwq_eval_logit_stat(const float *z, int64_t V)
 {
-    row_stat s = {0, 0};
+    lwq_logit_stat s = {0, 0};
     double m = z[0];
     for (int64_t i = 1; i < V; i++)
         if (z[i] > m) {
@@ -83,6 +79,16 @@ static row_stat row_stats(const float *z, int64_t V)
     return s;
 }
 
+double lwq_eval_kl_row(const float *zs, lwq_logit_stat ss, const float *zq, lwq_logit_stat sq, int64_t V)
+{
+    double k = 0;
+    for (int64_t j = 0; j < V; j++) {
+        double lp = (double)zs[j] - ss.lse, lq = (double)zq[j] - sq.lse;
+        k += exp(lp) * (lp - lq);
+    }
+    return k;
+}
+
 int lwq_eval_head(lwq_eval_ctx *v, lwq_error *e)
 {
     const lwq_eval_opts *o = v->o;
@@ -93,7 +99,7 @@ int lwq_eval_head(lwq_eval_ctx *v, lwq_error *e)
     float *zq = malloc((size_t)(LWQ_EVAL_HEAD_ROWS * V) * sizeof(float));
     double *kl = calloc((size_t)o->ncand, sizeof *kl), *nll = calloc((size_t)o->ncand, sizeof *nll);
     int64_t *agree = calloc((size_t)o->ncand, sizeof *agree);
-    row_stat *ss = malloc(LWQ_EVAL_HEAD_ROWS * sizeof *ss);
+    lwq_logit_stat *ss = malloc(LWQ_EVAL_HEAD_ROWS * sizeof *ss);
     lwq_tensor lg = {0};
     int rc = qtails && qw && zs && zq && kl && nll && agree && ss ? 0 : lwq_errf(e, LWQ_ENOMEM, "head: out of memory");
     int64_t shape[2] = {LWQ_EVAL_HEAD_ROWS, V};
@@ -127,7 +133,7 @@ int lwq_eval_head(lwq_eval_ctx *v, lwq_error *e)
                 int64_t r = r0 + i;
                 if (!bt->valid_host[r] || (r + 1) % bt->seq == 0)
                     continue;
-                ss[i] = row_stats(zs + i * V, V);
+                ss[i] = lwq_eval_logit_stat(zs + i * V, V);
                 nll_src += ss[i].lse - zs[i * V + v->data.tokens[b][r + 1]];
                 tokens++;
             }
@@ -139,13 +145,8 @@ int lwq_eval_head(lwq_eval_ctx *v, lwq_error *e)
                     if (!bt->valid_host[r] || (r + 1) % bt->seq == 0)
                         continue;
                     const float *a = zs + i * V, *q = zq + i * V;
-                    row_stat sq = row_stats(q, V);
-                    double k = 0;
-                    for (int64_t j = 0; j < V; j++) {
-                        double lp = (double)a[j] - ss[i].lse, lq = (double)q[j] - sq.lse;
-                        k += exp(lp) * (lp - lq);
-                    }
-                    kl[c] += k;
+                    lwq_logit_stat sq = lwq_eval_logit_stat(q, V);
+                    kl[c] += lwq_eval_kl_row(a, ss[i], q, sq, V);
                     nll[c] += sq.lse - q[v->data.tokens[b][r + 1]];
                     agree[c] += sq.argmax == ss[i].argmax;
                 }

@@ -3,22 +3,13 @@
 #ifndef LWQ_ENGINE_EVAL_RUN_H
 #define LWQ_ENGINE_EVAL_RUN_H
 
+#include "engine/eval/eval_bset.h"
 #include "engine/eval/eval_internal.h"
 #include "engine/forward/forward.h"
 #include "engine/quant/qops.h"
 #include "io/pool.h"
 #include "io/prefetch.h"
 #include "io/reader.h"
-
-/* Token sequences cut into left-padded batches, with their place in a boundary buffer. */
-typedef struct lwq_eval_bset {
-    int nb;
-    lwq_batch *batches;
-    int32_t **tokens;          /* per batch (rows), left-padded */
-    int64_t *rows;
-    uint64_t *boff;            /* byte offset of batch b in a boundary; boff[nb] = total */
-    int64_t max_rows, real_tokens;
-} lwq_eval_bset;
 
 typedef struct lwq_eval_stream {
     unsigned char *bnd;        /* hidden states of every batch entering the next layer (host) */

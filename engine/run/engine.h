@@ -116,5 +116,7 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e);
 /* Set by SIGINT/SIGTERM handlers: the run stops at the next safe point after committing the
  * layer in flight. */
 void lwq_engine_request_stop(void);
+/* Whether a stop was requested (for loops outside the run, e.g. the auto-quantize search). */
+int lwq_engine_stop_requested(void);
 
 #endif

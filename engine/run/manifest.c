@@ -49,14 +49,14 @@ void lwq_manifest_free(lwq_manifest *m)
     }
 }
 
-static void put_hex(cJSON *o, const char *k, uint64_t v)
+void lwq_json_put_hex(cJSON *o, const char *k, uint64_t v)
 {
     char h[17];
     lwq_hex64(v, h);
     cJSON_AddStringToObject(o, k, h);
 }
 
-static int get_hex(const cJSON *o, const char *k, uint64_t *v)
+int lwq_json_get_hex(const cJSON *o, const char *k, uint64_t *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!cJSON_IsString(j) || strlen(j->valuestring) != 16)
@@ -70,7 +70,7 @@ static int get_hex(const cJSON *o, const char *k, uint64_t *v)
     return 0;
 }
 
-static int get_u64(const cJSON *o, const char *k, uint64_t *v)
+int lwq_json_get_u64(const cJSON *o, const char *k, uint64_t *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
     if (!cJSON_IsNumber(j) || j->valuedouble < 0 || j->valuedouble > 9007199254740992.0 ||
@@ -85,12 +85,12 @@ char *lwq_manifest_render(const lwq_manifest *m)
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "lwq-resume");
     cJSON_AddNumberToObject(root, "version", LWQ_MANIFEST_VERSION);
-    put_hex(root, "fingerprint", m->fp.all);
+    lwq_json_put_hex(root, "fingerprint", m->fp.all);
     cJSON *in = cJSON_AddObjectToObject(root, "inputs");
     for (int i = 0; i < LWQ_FP_PARTS; i++) {
         char k[8];
         snprintf(k, sizeof k, "p%d", i);
-        put_hex(in, k, m->fp.part[i]);
+        lwq_json_put_hex(in, k, m->fp.part[i]);
     }
     cJSON_AddNumberToObject(root, "num_layers", m->num_layers);
     cJSON_AddNumberToObject(root, "committed", m->committed);
@@ -98,7 +98,7 @@ char *lwq_manifest_render(const lwq_manifest *m)
     cJSON *b = cJSON_AddObjectToObject(root, "boundary");
     cJSON_AddStringToObject(b, "file", m->boundary_file);
     cJSON_AddNumberToObject(b, "bytes", (double)m->boundary_bytes);
-    put_hex(b, "xxh64", m->boundary_xxh64);
+    lwq_json_put_hex(b, "xxh64", m->boundary_xxh64);
     if (m->nparts) {
         cJSON *ps = cJSON_AddArrayToObject(b, "parts");
         for (int i = 0; i < m->nparts; i++) {
@@ -107,7 +107,7 @@ char *lwq_manifest_render(const lwq_manifest *m)
             cJSON_AddItemToArray(br, cJSON_CreateNumber(m->parts[i].b0));
             cJSON_AddItemToArray(br, cJSON_CreateNumber(m->parts[i].b1));
             cJSON_AddNumberToObject(q, "bytes", (double)m->parts[i].bytes);
-            put_hex(q, "xxh64", m->parts[i].xxh64);
+            lwq_json_put_hex(q, "xxh64", m->parts[i].xxh64);
             cJSON_AddItemToArray(ps, q);
         }
     }
@@ -118,7 +118,7 @@ char *lwq_manifest_render(const lwq_manifest *m)
         lwq_shard_name(i, name);
         cJSON_AddStringToObject(l, "file", name);
         cJSON_AddNumberToObject(l, "bytes", (double)m->layers[i].bytes);
-        put_hex(l, "xxh64", m->layers[i].xxh64);
+        lwq_json_put_hex(l, "xxh64", m->layers[i].xxh64);
         if (m->layers[i].report)
             cJSON_AddItemToObject(l, "report", cJSON_Parse(m->layers[i].report));
         cJSON_AddItemToArray(ls, l);
@@ -156,7 +156,7 @@ static int load_parts(const cJSON *b, lwq_manifest *m)
         lwq_manifest_part *p = &m->parts[i];
         if (!a || !cJSON_IsNumber(a) || !cJSON_IsNumber(a->next) || a->valuedouble != next ||
             !(a->next->valuedouble > a->valuedouble) || a->next->valuedouble > 1e9 ||
-            get_u64(q, "bytes", &p->bytes) || p->bytes == 0 || get_hex(q, "xxh64", &p->xxh64))
+            lwq_json_get_u64(q, "bytes", &p->bytes) || p->bytes == 0 || lwq_json_get_hex(q, "xxh64", &p->xxh64))
             return -1;
         p->b0 = next;
         p->b1 = next = (int)a->next->valuedouble;
@@ -190,24 +190,24 @@ int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
         bad = "format";
     else if (!cJSON_IsNumber(ver) || ver->valueint != LWQ_MANIFEST_VERSION)
         bad = "version";
-    else if (get_hex(root, "fingerprint", &m->fp.all))
+    else if (lwq_json_get_hex(root, "fingerprint", &m->fp.all))
         bad = "fingerprint";
     else if (!cJSON_IsObject(in))
         bad = "inputs";
-    else if (get_u64(root, "num_layers", &nl) || nl > 100000)
+    else if (lwq_json_get_u64(root, "num_layers", &nl) || nl > 100000)
         bad = "num_layers";
-    else if (get_u64(root, "committed", &cm) || cm > nl)
+    else if (lwq_json_get_u64(root, "committed", &cm) || cm > nl)
         bad = "committed";
     else if (!cJSON_IsBool(comp))
         bad = "complete";
-    else if (!cJSON_IsObject(b) || get_u64(b, "bytes", &m->boundary_bytes) || get_hex(b, "xxh64", &m->boundary_xxh64))
+    else if (!cJSON_IsObject(b) || lwq_json_get_u64(b, "bytes", &m->boundary_bytes) || lwq_json_get_hex(b, "xxh64", &m->boundary_xxh64))
         bad = "boundary";
     else if (!cJSON_IsArray(ls) || (uint64_t)cJSON_GetArraySize(ls) != cm)
         bad = "layers";
     for (int i = 0; !bad && i < LWQ_FP_PARTS; i++) {
         char k[8];
         snprintf(k, sizeof k, "p%d", i);
-        if (get_hex(in, k, &m->fp.part[i]))
+        if (lwq_json_get_hex(in, k, &m->fp.part[i]))
             bad = "inputs";
     }
     if (!bad) {
@@ -218,7 +218,7 @@ int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
         else
             snprintf(m->boundary_file, sizeof m->boundary_file, "%s", bf->valuestring);
     }
-    if (!bad && (rc = load_parts(b, m)) != 0)
+    if (!bad && load_parts(b, m) != 0)
         bad = "boundary.parts";
     /* The boundary is the input of the first uncommitted layer: it exists exactly when some but
      * not all layers are committed, and then it is the file the commit of layer committed-1
@@ -260,8 +260,8 @@ int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
             char want[40];
             lwq_shard_name(i, want);
             const cJSON *f = cJSON_GetObjectItemCaseSensitive(l, "file");
-            if (!cJSON_IsString(f) || strcmp(f->valuestring, want) || get_u64(l, "bytes", &m->layers[i].bytes) ||
-                get_hex(l, "xxh64", &m->layers[i].xxh64))
+            if (!cJSON_IsString(f) || strcmp(f->valuestring, want) || lwq_json_get_u64(l, "bytes", &m->layers[i].bytes) ||
+                lwq_json_get_hex(l, "xxh64", &m->layers[i].xxh64))
                 bad = "layers";
             const cJSON *rep = cJSON_GetObjectItemCaseSensitive(l, "report");
             if (!bad && rep) {

@@ -69,6 +69,12 @@ int lwq_manifest_save(const char *path, const lwq_manifest *m, lwq_error *e);
 /* Writes into `out` the names of the inputs that differ ("recipe, calibration tokens"); returns
  * how many differ. */
 int lwq_fp_diff(const lwq_fingerprint *a, const lwq_fingerprint *b, char *out, size_t cap);
+/* JSON fields of the resume files, read as untrusted input: a 16-digit hex string; a number that
+ * is a non-negative integer <= 2^53.  0, or -1 when the field is absent or malformed. */
+struct cJSON;
+void lwq_json_put_hex(struct cJSON *o, const char *k, uint64_t v);
+int lwq_json_get_hex(const struct cJSON *o, const char *k, uint64_t *v);
+int lwq_json_get_u64(const struct cJSON *o, const char *k, uint64_t *v);
 /* "model-layer-00003.safetensors" */
 void lwq_shard_name(int layer, char out[40]);
 

@@ -70,6 +70,7 @@
 static volatile sig_atomic_t g_stop;
 
 void lwq_engine_request_stop(void) { g_stop = 1; }
+int lwq_engine_stop_requested(void) { return g_stop != 0; }
 
 static int run_layerwise(lwq_run *r, lwq_error *e);
 /* ---- step 1 on resume, steps 3-4 ------------------------------------------------------------ */

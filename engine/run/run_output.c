@@ -729,7 +729,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
     }
     lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
     char *hq = NULL, *cj = NULL;
-    if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.raw, &q, &cj, e)) == 0 &&
+    if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
         rc = write_text(r, LWQ_OUT_CONFIG, cj, e);
     free(hq);

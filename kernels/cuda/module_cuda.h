@@ -29,7 +29,9 @@ const lwq_gptq_ops *lwq_cuda_gptq_table(void);
  * below, after creating library handles, before freeing a working set and at every synchronize.
  * lwq_cuda_malloc() is cudaMalloc + that sample; on failure it clears the runtime's last error
  * (a failed cudaMalloc is not sticky, but would otherwise be reported by the next unrelated
- * launch check) and returns the cudaError_t as an int. */
+ * launch check) and returns the cudaError_t as an int.  Test hook: LWQ_CUDA_FAIL_ALLOC=k makes
+ * the k-th call of the process ask cudaMalloc for more than any device has, so a test meets the
+ * runtime's real failure and its error state (tests/kernels/cuda/test_gptq_cuda.c). */
 void lwq_cuda_mem_sample(void);
 uint64_t lwq_cuda_mem_peak(void);
 int lwq_cuda_malloc(void **p, size_t bytes);

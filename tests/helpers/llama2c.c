@@ -347,6 +347,25 @@ static uint64_t xorshift64s(uint64_t *s)
     return *s * 0x2545F4914F6CDD1Dull;
 }
 
+int llama2c_write_samples(const llama2c_model *m, const char *path, uint64_t seed, int nseq, int len)
+{
+    int32_t *tok = malloc((size_t)(len > 0 ? len : 1) * sizeof *tok);
+    FILE *fp = tok ? fopen(path, "w") : NULL;
+    int rc = fp ? 0 : LWQ_EIO;
+    for (int s = 0; s < nseq && rc == 0; s++) {
+        if ((rc = llama2c_sample(m, seed + (uint64_t)s * 7919, 1, len, tok)) != 0)
+            break;
+        fprintf(fp, "{\"input_ids\": [");
+        for (int t = 0; t < len; t++)
+            fprintf(fp, "%s%d", t ? ", " : "", tok[t]);
+        fprintf(fp, "]}\n");
+    }
+    if (fp && fclose(fp) != 0 && rc == 0)
+        rc = LWQ_EIO;
+    free(tok);
+    return rc;
+}
+
 int llama2c_sample(const llama2c_model *m, uint64_t seed, int32_t first, int len, int32_t *out)
 {
     if (len <= 0 || len > m->seq_len || first < 0 || first >= m->vocab)

@@ -68,6 +68,11 @@ int llama2c_logits64(const llama2c_model *m, const int32_t *tokens, int len, dou
  * generator (xorshift64*, temperature 1, float64 probabilities): out[0] = first. */
 int llama2c_sample(const llama2c_model *m, uint64_t seed, int32_t first, int len, int32_t *out);
 
+/* nseq sequences of len tokens sampled from the model (seeds seed + 7919 s, first token 1) as
+ * .jsonl lines {"input_ids": [...]} in `path`: the model has no tokenizer, so calibration and eval
+ * sets are its own samples.  0 or a negative LWQ_E* code. */
+int llama2c_write_samples(const llama2c_model *m, const char *path, uint64_t seed, int nseq, int len);
+
 /* FP8 W8A8 with an FP8 KV cache, emulated inside the float64 reference (no lwq code): every
  * linear weight per tensor e4m3(w / ws) * ws with ws = amax(w) / 448 (f32); every linear input
  * e4m3(x / s) * s with s = amax / 448 from llama2c_fp8_calibrate; k (after RoPE) and v rounded

@@ -3,6 +3,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "layout/export.h"
 
@@ -56,12 +57,12 @@ Test(export, kv_none_keeps_null_key)
 
 Test(export, config_json_keeps_source_and_adds_quantization_config)
 {
-    cJSON *src = cJSON_Parse("{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,"
-                             "\"quantization_config\":{\"stale\":1}}");
+    const char *src = "{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,"
+                      "\"quantization_config\":{\"stale\":1}}";
     lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8, NULL};
     char *s;
     lwq_error e = {0};
-    cr_assert_eq(lwq_export_config_json(src, &q, &s, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_export_config_json(src, strlen(src), &q, &s, &e), 0, "%s", e.msg);
     cJSON *j = parse_ok(s);
     cr_assert_eq(cJSON_GetObjectItem(j, "hidden_size")->valueint, 64);
     cJSON *qc = cJSON_GetObjectItem(j, "quantization_config");
@@ -77,8 +78,70 @@ Test(export, config_json_keeps_source_and_adds_quantization_config)
     cr_assert_str_eq(cJSON_GetArrayItem(cJSON_GetObjectItem(g, "targets"), 0)->valuestring, "Linear");
     cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(qc, "ignore")), 3);
     cJSON_Delete(j);
-    cJSON_Delete(src);
     free(s);
+}
+
+/* Typed config readers (transformers 5.20's MixtralConfig under vLLM 0.33) refuse 0 where the
+ * class declares a float: the source's numbers must keep their spelling, so everything but the
+ * replaced quantization_config is the source's text. */
+Test(export, config_json_keeps_the_source_text)
+{
+    const char *src = "{\n  \"attention_dropout\": 0.0,\n  \"note\": \"a } \\\" , [\",\n"
+                      "  \"quantization_config\": {\"quant_method\": \"fp8\", \"weight_block_size\": [128, 128]},\n"
+                      "  \"rope_parameters\": {\"rope_theta\": 10000.0, \"x\": [1e-06, 2.50]},\n"
+                      "  \"router_jitter_noise\": 0.0\n}\n";
+    const char *want = "{\n  \"attention_dropout\": 0.0,\n  \"note\": \"a } \\\" , [\",\n"
+                       "  \"rope_parameters\": {\"rope_theta\": 10000.0, \"x\": [1e-06, 2.50]},\n"
+                       "  \"router_jitter_noise\": 0.0,\n  \"quantization_config\": {";
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_config_json(src, strlen(src), &q, &s, &e), 0, "%s", e.msg);
+    cr_assert_eq(strncmp(s, want, strlen(want)), 0, "got:\n%s", s);
+    size_t n = strlen(s);
+    cr_assert(n > 4 && !strcmp(s + n - 4, "}\n}\n"), "the new member, then the source's ending: %s", s);
+    cJSON *j = parse_ok(s);
+    cJSON *qc = cJSON_GetObjectItem(j, "quantization_config");
+    cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_method")->valuestring, "modelopt");
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "note")->valuestring, "a } \" , [");
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(export, config_json_replaces_every_quantization_config_member)
+{
+    /* an escaped spelling of the key, and the key twice: neither survives */
+    static const char *const srcs[] = {
+        "{\"quantization\\u005fconfig\": {\"a\": 1}, \"model_type\": \"llama\", \"quantization_config\": 2}",
+        "{\"quantization_config\": null}",
+        "{}",
+    };
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    for (size_t t = 0; t < sizeof srcs / sizeof srcs[0]; t++) {
+        char *s;
+        lwq_error e = {0};
+        cr_assert_eq(lwq_export_config_json(srcs[t], strlen(srcs[t]), &q, &s, &e), 0, "%s", e.msg);
+        cJSON *j = parse_ok(s);
+        int members = 0, qcs = 0;
+        for (cJSON *it = j->child; it; it = it->next, members++)
+            qcs += !strcmp(it->string, "quantization_config");
+        cr_assert_eq(qcs, 1, "source %zu: %s", t, s);
+        cr_assert_eq(members, t == 0 ? 2 : 1, "source %zu: %s", t, s);
+        cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization_config"), "quant_method")->valuestring,
+                         "modelopt");
+        cJSON_Delete(j);
+        free(s);
+    }
+}
+
+Test(export, config_json_refuses_a_source_that_is_not_an_object)
+{
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    char *s = NULL;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_config_json("[1, 2]", 6, &q, &s, &e), LWQ_EINVAL);
+    cr_assert_null(s);
+    cr_assert(strstr(e.msg, "not a JSON object"), "%s", e.msg);
 }
 
 Test(export, two_formats_give_mixed_precision)

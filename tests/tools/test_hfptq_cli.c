@@ -37,8 +37,12 @@ REFUSES(refuses_sparsity, "lwq: --sparsity_fmt sparsegpt is not supported: lwq w
         "--sparsity_fmt", "sparsegpt")
 REFUSES(refuses_awq_flags, "lwq: --awq_block_size is not supported: AWQ searches pre-quantization scales over the "
                            "whole model, which lwq does not write per layer\n", "--awq_block_size", "128")
-REFUSES(refuses_auto_quantize, "lwq: --auto_quantize_bits is not supported: AutoQuantize searches per-layer formats "
-                               "over the whole model\n", "--auto_quantize_bits=4.8")
+REFUSES(refuses_auto_quantize_candidates_that_are_no_format, "lwq: --qformat nvfp4,int8 with --auto_quantize_bits: "
+        "candidate int8 is not supported: lwq's search chooses a format (nvfp4, fp8 or none) per group of every layer; "
+        "give the formats (e.g. --qformat nvfp4,fp8)\n", "--auto_quantize_bits=4.8", "--qformat", "nvfp4,int8")
+REFUSES(refuses_auto_quantize_active_moe_cost, "lwq: --auto_quantize_cost_model active_moe is not supported: lwq's "
+        "budget counts every weight written (weight)\n", "--auto_quantize_bits", "6", "--auto_quantize_cost_model",
+        "active_moe")
 REFUSES(refuses_unknown_flags, "lwq: unknown option --calib_with_images (lwq quantize --help)\n", "--calib_with_images")
 REFUSES(refuses_int8_smoothquant, "lwq: --qformat int8_smoothquant is not supported: SmoothQuant folds scales into "
                                   "the previous layer (INT8), a format per-layer export cannot write (supported: "
@@ -111,8 +115,28 @@ Test(hfptq_cli, modelopt_sweep_preset_is_nvfp4_with_the_sweep)
     free(y);
 }
 
-REFUSES(refuses_auto_quantize_checkpoints, "lwq: --auto_quantize_checkpoint is not supported: AutoQuantize searches "
-                                           "per-layer formats over the whole model\n", "--auto_quantize_checkpoint", "x")
+/* AutoQuantize: --auto_quantize_bits with the candidates of --qformat; the gradient method and the
+ * search-state checkpoint are reported, not silently taken */
+Test(hfptq_cli, auto_quantize_flags_are_translated_and_reported)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--hidden", "64", "--layers", "2", "--vocab", "300", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    const char *q[] = {"quantize", "--model", lwqt_path("m"), "--export_path", lwqt_path("o"), "--qformat", "nvfp4,fp8",
+                       "--auto_quantize_bits", "6", "--auto_quantize_method", "gradient", "--auto_quantize_checkpoint",
+                       "x.pth", "--calib_size", "4", "--calib_seq", "32", "--batch_size", "2", "--quiet", NULL};
+    int rc = lwqt_run(q);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "%s", err);
+    cr_assert(strstr(err, "lwq: note: --auto_quantize_method gradient: lwq computes no gradients; it scores each group "
+                          "by the error it adds to its layer's output (kl_div: by the KL of the logits)\n"), "%s", err);
+    cr_assert(strstr(err, "lwq: note: --auto_quantize_checkpoint has no effect in lwq (lwq keeps the search's scores in "
+                          "the resume directory"), "%s", err);
+    free(err);
+    char *rep = lwqt_slurp(lwqt_path("o/auto_quantize.json"));
+    cr_assert(strstr(rep, "\"formats\":\t[\"nvfp4\", \"fp8\", \"none\"]") && strstr(rep, "\"base_recipe\":\t\"fp8\""),
+              "%s", rep);
+    free(rep);
+}
 REFUSES(refuses_unknown_kv_formats, "lwq: --kv_cache_qformat int8: unknown (supported: none, fp8, fp8_cast)\n",
         "--kv_cache_qformat", "int8")
 REFUSES(refuses_a_missing_value, "lwq: --calib_seq needs a value\n", "--calib_seq")

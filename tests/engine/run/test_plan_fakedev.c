@@ -92,50 +92,37 @@ static void within_plan(const run_result *r, const char *what)
                   what, (unsigned long long)r->peak, (unsigned long long)engine_part(&r->plan));
 }
 
-Test(plan_fakedev, layer_by_layer_stays_within_the_plan)
+/* mkmodel ARCH with VOCAB (moe: 8 experts), plan and run it on the fake device, the peak within
+ * the plan; the plan is returned for the caller's own checks. */
+static lwq_mem_plan check(const char *arch, const char *vocab, const char *moe, int whole, int group, const char *what)
 {
     char m[600], q[600];
     snprintf(m, sizeof m, "%s", lwqt_path("m"));
     snprintf(q, sizeof q, "%s", lwqt_path("q"));
-    mkmodel(m, "llama", "512", NULL);
-    run_result r = plan_and_run(m, q, 0, 0, 0);
-    within_plan(&r, "layerwise");
+    mkmodel(m, arch, vocab, moe);
+    run_result r = plan_and_run(m, q, whole, group, 0);
+    within_plan(&r, what);
+    return r.plan;
 }
+
+Test(plan_fakedev, layer_by_layer_stays_within_the_plan) { check("llama", "512", NULL, 0, 0, "layerwise"); }
 
 /* The plan counted the largest layer for --whole-model, which keeps every layer and the
  * embedding on the device. */
-Test(plan_fakedev, whole_model_stays_within_the_plan)
-{
-    char m[600], q[600];
-    snprintf(m, sizeof m, "%s", lwqt_path("m"));
-    snprintf(q, sizeof q, "%s", lwqt_path("q"));
-    mkmodel(m, "llama", "512", NULL);
-    run_result r = plan_and_run(m, q, 1, 0, 0);
-    within_plan(&r, "--whole-model");
-}
+Test(plan_fakedev, whole_model_stays_within_the_plan) { check("llama", "512", NULL, 1, 0, "--whole-model"); }
 
 /* The embedding step's upload was not in the plan: with a 32k vocabulary the embedding matrix
  * (8 MB) is several times a layer. */
 Test(plan_fakedev, an_embedding_larger_than_a_layer_stays_within_the_plan)
 {
-    char m[600], q[600];
-    snprintf(m, sizeof m, "%s", lwqt_path("m"));
-    snprintf(q, sizeof q, "%s", lwqt_path("q"));
-    mkmodel(m, "llama", "32768", NULL);
-    run_result r = plan_and_run(m, q, 0, 0, 0);
-    cr_assert_gt(r.plan.gpu_embed_bytes, r.plan.largest_layer_bytes, "the fixture's embedding should outweigh a layer");
-    within_plan(&r, "large embedding");
+    lwq_mem_plan p = check("llama", "32768", NULL, 0, 0, "large embedding");
+    cr_expect_gt(p.gpu_embed_bytes, p.largest_layer_bytes, "the fixture's embedding should outweigh a layer");
 }
 
 Test(plan_fakedev, expert_streaming_stays_within_the_plan)
 {
-    char m[600], q[600];
-    snprintf(m, sizeof m, "%s", lwqt_path("m"));
-    snprintf(q, sizeof q, "%s", lwqt_path("q"));
-    mkmodel(m, "qwen3_moe", "512", "moe");
-    run_result r = plan_and_run(m, q, 0, 2, 0);
-    cr_expect_eq(r.plan.expert_group, 2);
-    within_plan(&r, "--expert-group 2");
+    lwq_mem_plan p = check("qwen3_moe", "512", "moe", 0, 2, "--expert-group 2");
+    cr_expect_eq(p.expert_group, 2);
 }
 
 /* Streamed layers never synchronized: a gather the device flagged inside a unit (a row index out

@@ -127,8 +127,8 @@ Test(stream, expert_group_on_a_model_without_experts_is_refused)
 /* ---- memory ------------------------------------------------------------------------------------ */
 
 /* peak_rss_bytes of the run's JSON summary: the kernel's high-water mark (VmHWM) read by the run
- * at its end, before exit.  (A CUDA-enabled build's libraries add tens of MB while the process
- * exits, even for `lwq --help`; that is outside the run.) */
+ * at its end, before exit.  (lwq links no CUDA library; the CUDA module is loaded only by
+ * --device cuda, or auto where a driver is present.) */
 static long long json_peak(const char *log)
 {
     char cmd[512], out[64];

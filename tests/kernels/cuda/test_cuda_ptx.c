@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "tests/helpers/run.h"
+
 #ifndef LWQ_CUDA_PTX
 Test(cuda_ptx, elementwise_kernels_do_not_contract)
 {
@@ -14,16 +16,8 @@ Test(cuda_ptx, elementwise_kernels_do_not_contract)
 /* The body of the kernel whose mangled name contains `name` (from its .entry to the next). */
 static char *kernel_body(const char *name)
 {
-    FILE *f = fopen(LWQ_CUDA_PTX, "rb");
-    cr_assert_not_null(f, "cannot open the PTX %s", LWQ_CUDA_PTX);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *all = malloc((size_t)n + 1);
-    cr_assert_not_null(all);
-    cr_assert_eq(fread(all, 1, (size_t)n, f), (size_t)n);
-    all[n] = 0;
-    fclose(f);
+    char *all = lwqt_slurp(LWQ_CUDA_PTX);
+    cr_assert_not_null(all, "cannot read the PTX %s", LWQ_CUDA_PTX);
     char *p = all, *start = NULL;
     while ((p = strstr(p, ".entry ")) != NULL) {
         char *eol = strchr(p, '\n');

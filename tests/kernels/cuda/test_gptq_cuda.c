@@ -17,6 +17,8 @@ Test(gptq_cuda, cpu_vs_cuda)
 
 #else
 
+#include <cuda_runtime.h>
+
 #include "kernels/cuda/gptq_cuda.h"
 #include "kernels/cuda/quant_cuda.h"
 
@@ -102,6 +104,35 @@ static void compare(int fp8, int act)
     cr_assert_leq(fabs(ec - eg), 0.01 * ec, "output error CPU %g, GPU %g", ec, eg);
     free(w), free(hs), free(pc), free(pg), free(uc), free(ug), free(dc), free(dg);
     free(qc), free(qg), free(sc), free(sg), free(dqc), free(dqg);
+}
+
+/* GPTQ's device allocations were bare cudaMalloc calls: a failed one returned the error but left
+ * cudaErrorMemoryAllocation as the runtime's last error, which the CUDA backend's next launch
+ * check then reported as its own.  LWQ_CUDA_FAIL_ALLOC makes the sweep's second allocation fail
+ * for real. */
+Test(gptq_cuda, a_failed_device_allocation_leaves_no_error_behind)
+{
+    const int64_t rows = 32, n = 64, T = 128;
+    float *w;
+    double *hs;
+    make(rows, n, T, 7, &w, &hs);
+    lwq_gptq_opts o = {0.01, 0};
+    lwq_error e = {0};
+    int64_t *perm = malloc(n * 8);
+    double *u = malloc(n * n * 8);
+    uint8_t *dead = malloc(n), *q = malloc(rows * n);
+    cr_assert_eq(lwq_gptq_factor(hs, T, n, &o, "w", perm, u, dead, &e), 0, "%s", e.msg);
+    float ws;
+    cr_assert_eq(cudaGetLastError(), cudaSuccess);
+    setenv("LWQ_CUDA_FAIL_ALLOC", "2", 1);
+    int rc = lwq_gptq_cuda_fp8(w, LWQ_F32, rows, n, 1.0f, perm, u, dead, "w", q, &ws, &e);
+    unsetenv("LWQ_CUDA_FAIL_ALLOC");
+    cr_expect_eq(rc, LWQ_EDEVICE, "rc %d: %s", rc, e.msg);
+    cr_expect(strstr(e.msg, "out of device memory") != NULL, "%s", e.msg);
+    cr_expect_eq(cudaGetLastError(), cudaSuccess, "the failed allocation stayed behind as the last error");
+    lwq_error_clear(&e);
+    cr_expect_geq(lwq_gptq_cuda_fp8(w, LWQ_F32, rows, n, 1.0f, perm, u, dead, "w", q, &ws, &e), 0, "%s", e.msg);
+    free(w), free(hs), free(perm), free(u), free(dead), free(q);
 }
 
 Test(gptq_cuda, nvfp4_within_tolerance_of_cpu) { compare(0, 0); }

@@ -1,0 +1,70 @@
+/* engine/autoq/autoq.h — `lwq quantize --auto-quantize-bits B | --auto-quantize-gb G`: the most
+ * accurate checkpoint under a size budget, with NVFP4, FP8 or the source dtype chosen per search
+ * group (engine/autoq/autoq_groups.h), one layer in memory.
+ *
+ *   pass 1  score: one pass over the disk.  Per layer, the calibration forward (the observer of
+ *           lwq quantize) over every calibration sample; the layer quantized once per candidate
+ *           format (engine/quant/qlayer.h, the bytes lwq quantize would write); then, on the
+ *           scored samples (the first --auto-quantize-score-size), each group alone in each
+ *           format, everything else in the source dtype, run through the layer with the serving
+ *           engine's activation quantization emulated (engine/eval/eval_emul.h).  Score "layer":
+ *           the squared error of the layer's output against the source's, per scored token.
+ *           Score "kl": that output carried through the rest of the model in the source dtype to
+ *           the logits, KL(P_src || P_q) per scored token (a stream per group and format: for
+ *           models small enough).  Replays reuse the source's GEMM and attention results where
+ *           their inputs are unchanged (engine/eval/eval_memo.h; CPU backend).  Each layer's
+ *           scores and exact byte costs are committed to the resume directory with the boundary
+ *           (the calibration activations entering the next layer), so a killed pass 1 resumes at
+ *           the first uncommitted layer; the identical command gives identical scores.
+ *   solve   the exact multiple-choice knapsack (engine/autoq/mckp.h) over every group: least
+ *           summed score with the written bytes under the budget.  Routers are never quantized;
+ *           a fused group lies in one search group; the base recipe's exclusions and calibration
+ *           settings apply.  The mix is written as a recipe: lwq JSON and Model Optimizer YAML.
+ *   pass 2  lwq quantize with that recipe: the layerwise run, resumable and byte-identical on
+ *           resume, exported as MIXED_PRECISION with quantized_layers.
+ *   report  per group the format chosen; predicted and written bits per weight (written: counted
+ *           from the output's tensors, as lwq eval counts them).
+ *
+ * Budgets: bits per weight = 8 x (bytes of every decoder-layer linear weight and its scales) /
+ * (their elements), routers and the base recipe's unquantized linears included at their source
+ * bytes, exactly lwq eval's bits/weight; GB = 1e9 bytes of every tensor written (decoder layers
+ * and the tail; safetensors headers excluded).
+ *
+ * Files: <resume>/auto_quantize/ holds scores.json (the pass-1 manifest: fingerprint, committed
+ * layers with their groups' scores and costs, the state file's size and checksum) and
+ * state-0.bin / state-1.bin (the boundary and, for the kl score, the streams); the recipe goes to
+ * OUT/auto_quantize_recipe.json and .yaml and OUT/auto_quantize.json holds the report.  Pass 1's
+ * inputs (source, config, calibration tokens, base recipe, formats, score, score size, backend)
+ * are its fingerprint: a rerun with other inputs is refused, naming them; the budget is not
+ * among them (a new budget reuses the scores while pass 2 has not started).
+ *
+ * Errors: 0 or a negative LWQ_E* with the message naming the layer, module or file; a budget
+ * below the smallest mix is refused with the least bits per weight (or GB) that can be met. */
+#ifndef LWQ_ENGINE_AUTOQ_H
+#define LWQ_ENGINE_AUTOQ_H
+
+#include <stdint.h>
+
+#include "engine/run/engine.h"
+
+typedef enum lwq_aq_score { LWQ_AQ_SCORE_LAYER = 0, LWQ_AQ_SCORE_KL } lwq_aq_score;
+
+typedef struct lwq_autoq_opts {
+    lwq_quantize_opts q;     /* pass 2's run; q.recipe is the base recipe, q.calib the calibration */
+    double bits;             /* the budget in bits per weight, or 0 */
+    double gb;               /* the budget in GB (1e9 bytes), or 0 */
+    uint8_t formats[3];      /* candidate formats, indexed by lwq_qformat (NONE may be left out) */
+    lwq_aq_score score;
+    int score_size;          /* calibration samples scored (the first ones); 0: all */
+    int no_memo;             /* replays compute every op (the memo's own check) */
+    int pass1_only;          /* stop after pass 1 and the solve: write the recipe, quantize nothing */
+    const char *scores_from; /* a complete scores.json of an earlier search with the same inputs:
+                                pass 1 is skipped (another budget needs only the solve and pass 2) */
+} lwq_autoq_opts;
+
+int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);
+
+/* "layer", "kl" */
+const char *lwq_aq_score_name(lwq_aq_score s);
+
+#endif

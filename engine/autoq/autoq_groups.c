@@ -1,0 +1,130 @@
+/* engine/autoq/autoq_groups.c — search groups, allowed formats, byte costs (autoq_groups.h). */
+#include "engine/autoq/autoq_groups.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/quant/qlayer.h"
+
+static const char *const kind_names[LWQ_AQ_KINDS] = {"qkv", "o", "gate_up", "down", "experts", "linear_attn"};
+
+const char *lwq_aq_kind_name(lwq_aq_kind k) { return (unsigned)k < LWQ_AQ_KINDS ? kind_names[k] : "?"; }
+
+/* The search group kind of a role, or -1 for linears that are not searched: routers (never
+ * quantized) and the conv1d (not emulated by the scoring, so it keeps the base recipe's choice). */
+static int kind_of(lwq_linear_role r)
+{
+    switch (r) {
+    case LWQ_ROLE_Q: case LWQ_ROLE_K: case LWQ_ROLE_V:
+    case LWQ_ROLE_Q_A: case LWQ_ROLE_Q_B: case LWQ_ROLE_KV_A: case LWQ_ROLE_KV_B:
+        return LWQ_AQ_QKV;
+    case LWQ_ROLE_O:
+        return LWQ_AQ_O;
+    case LWQ_ROLE_GATE: case LWQ_ROLE_UP: case LWQ_ROLE_SHARED_GATE: case LWQ_ROLE_SHARED_UP:
+        return LWQ_AQ_GATE_UP;
+    case LWQ_ROLE_DOWN: case LWQ_ROLE_SHARED_DOWN:
+        return LWQ_AQ_DOWN;
+    case LWQ_ROLE_EXPERT_GATE: case LWQ_ROLE_EXPERT_UP: case LWQ_ROLE_EXPERT_DOWN:
+        return LWQ_AQ_EXPERTS;
+    case LWQ_ROLE_LIN_QKVZ: case LWQ_ROLE_LIN_BA: case LWQ_ROLE_LIN_OUT:
+        return LWQ_AQ_LINEAR_ATTN;
+    default:
+        return -1;
+    }
+}
+
+static int can_take(const lwq_arch_linear *l, lwq_qformat f)
+{
+    return f != LWQ_QFMT_NVFP4 || l->in_features % 16 == 0;
+}
+
+void lwq_aq_layer_free(lwq_aq_layer *a)
+{
+    for (int k = 0; a->g && k < a->ngroups; k++)
+        free(a->g[k].lin);
+    free(a->g);
+    free(a->group_of);
+    free(a->base);
+    memset(a, 0, sizeof *a);
+}
+
+int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r,
+                      const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e)
+{
+    memset(a, 0, sizeof *a);
+    a->layer = p->layer;
+    int n = p->nlinears;
+    a->group_of = malloc((size_t)(n ? n : 1) * sizeof *a->group_of);
+    a->base = calloc((size_t)(n ? n : 1), sizeof *a->base);
+    a->g = calloc(LWQ_AQ_KINDS, sizeof *a->g);
+    if (!a->group_of || !a->base || !a->g) {
+        lwq_aq_layer_free(a);
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", p->layer);
+    }
+    int slot[LWQ_AQ_KINDS];
+    for (int k = 0; k < LWQ_AQ_KINDS; k++)
+        slot[k] = -1;
+    for (int i = 0; i < n; i++) {
+        const lwq_arch_linear *l = &p->linears[i];
+        a->base[i] = lwq_qlayer_choice(r, p, i);
+        a->group_of[i] = -1;
+        if (a->base[i].split && !l->is_router) {
+            int rc = lwq_recipe_split_error(&a->base[i], l->name, e);
+            lwq_aq_layer_free(a);
+            return rc;
+        }
+        int k = kind_of(l->role);
+        /* the base recipe's exclusions stand: what it leaves unquantized is not searched */
+        if (k < 0 || l->is_router || a->base[i].format == LWQ_QFMT_NONE)
+            continue;
+        if (slot[k] < 0) {
+            slot[k] = a->ngroups++;
+            lwq_aq_group *g = &a->g[slot[k]];
+            g->kind = (lwq_aq_kind)k;
+            g->lin = malloc((size_t)n * sizeof *g->lin);
+            if (!g->lin) {
+                lwq_aq_layer_free(a);
+                return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", p->layer);
+            }
+            for (int f = 0; f < LWQ_AQ_FORMATS; f++)
+                g->allowed[f] = f == LWQ_QFMT_NONE || want[f];
+        }
+        lwq_aq_group *g = &a->g[slot[k]];
+        g->lin[g->n++] = i;
+        g->elements += (uint64_t)l->out_features * (uint64_t)l->in_features;
+        for (int f = 1; f < LWQ_AQ_FORMATS; f++)
+            g->allowed[f] &= (uint8_t)can_take(l, (lwq_qformat)f);
+        a->group_of[i] = slot[k];
+    }
+    return 0;
+}
+
+void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qformat *fmt, lwq_quant_choice *out)
+{
+    for (int i = 0; i < p->nlinears; i++) {
+        out[i] = a->base[i];
+        if (a->group_of[i] < 0)
+            continue;
+        out[i].format = fmt[a->group_of[i]];
+        out[i].weight_format = out[i].input_format = out[i].format;
+        out[i].split = 0;
+        if (out[i].format == LWQ_QFMT_NONE)
+            out[i].has_input_amax = 0;
+    }
+}
+
+uint64_t lwq_aq_linear_bytes(const lwq_tlist *t, const lwq_arch_linear *l)
+{
+    static const char *const parts[] = {".weight", ".weight_scale", ".weight_scale_2", ".input_scale"};
+    uint64_t b = 0;
+    for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+        char name[LWQ_ARCH_NAME_MAX + 24];
+        snprintf(name, sizeof name, "%s%s", l->name, parts[k]);
+        const lwq_htensor *h = lwq_tlist_find(t, name);
+        if (!h && k == 0)
+            return 0;
+        b += h ? h->nbytes : 0;
+    }
+    return b;
+}

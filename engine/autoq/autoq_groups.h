@@ -1,0 +1,81 @@
+/* engine/autoq/autoq_groups.h — what the auto-quantize search chooses among: the search groups of
+ * a decoder layer, the formats each may take, and their exact byte costs.
+ *
+ * A search group is a set of linears of one layer that gets one format (issue 25): q/k/v together
+ * (with multi-head latent attention: q_proj / q_a_proj / q_b_proj / kv_a_proj_with_mqa /
+ * kv_b_proj), o_proj, gate/up together (a dense MLP's, or a MoE layer's shared experts'), down
+ * (likewise), every routed expert of the layer together, the linear-attention projections
+ * (in_proj_qkvz, in_proj_ba, out_proj).  The linear-attention conv1d is in no group: lwq eval
+ * does not emulate a quantized conv1d, so it cannot be scored, and it keeps the base recipe's
+ * choice (FP8 in qwen3next_production, unquantized in the NVFP4 presets).  Every fused group of the plan (spec/FORMATS.md 5) lies inside one search group, so "a fused
+ * group shares one format" holds by construction.  Routers (and qwen3_next's shared_expert_gate)
+ * are in no group: never quantized.
+ *
+ * The base recipe (the --qformat / --recipe given with the search) still applies: a linear it
+ * leaves unquantized stays unquantized (it is in no group), a linear in no group keeps the base
+ * recipe's choice, and a chosen format keeps the base
+ * recipe's calibration settings for the module (algorithm, FP8 scale sweep, a fixed input amax).
+ * A group may take format f only when every member can: NVFP4 needs in-features % 16 == 0 and is
+ * not written for a conv1d; "none" is always possible.
+ *
+ * Byte cost of a group in format f = the bytes lwq quantize writes for its members' weights and
+ * scales (weight, weight_scale, weight_scale_2, input_scale), read off the tensors lwq_qlayer_run
+ * produced for f (so scales are counted exactly as written); in "none" the source weight bytes.
+ * lwq eval's bits per weight counts the same bytes. */
+#ifndef LWQ_ENGINE_AUTOQ_GROUPS_H
+#define LWQ_ENGINE_AUTOQ_GROUPS_H
+
+#include <stdint.h>
+
+#include "engine/source/tlist.h"
+#include "layout/arch.h"
+#include "layout/recipe.h"
+
+#define LWQ_AQ_FORMATS 3 /* indexed by lwq_qformat: NONE, NVFP4, FP8 */
+
+typedef enum lwq_aq_kind {
+    LWQ_AQ_QKV = 0,
+    LWQ_AQ_O,
+    LWQ_AQ_GATE_UP,
+    LWQ_AQ_DOWN,
+    LWQ_AQ_EXPERTS,
+    LWQ_AQ_LINEAR_ATTN,
+    LWQ_AQ_KINDS
+} lwq_aq_kind;
+
+/* "qkv", "o", "gate_up", "down", "experts", "linear_attn" */
+const char *lwq_aq_kind_name(lwq_aq_kind k);
+
+typedef struct lwq_aq_group {
+    lwq_aq_kind kind;
+    int n;                     /* members */
+    int *lin;                  /* (n) linear indexes into the layer plan, ascending */
+    uint8_t allowed[LWQ_AQ_FORMATS]; /* may take format f (NONE always) */
+    uint64_t elements;         /* weight elements of the members */
+} lwq_aq_group;
+
+typedef struct lwq_aq_layer {
+    int layer;
+    int ngroups;
+    lwq_aq_group *g;
+    int *group_of;             /* (plan->nlinears) the group of linear i, or -1 (fixed at its base choice) */
+    lwq_quant_choice *base;    /* (plan->nlinears) the base recipe's choice of each linear */
+} lwq_aq_layer;
+
+/* The groups of layer plan p under base recipe r, restricted to the formats in want[f] (want[NONE]
+ * is implied).  A linear the base recipe enables with a split weight/input choice is an error
+ * naming it (lwq writes W4A4 and W8A8 only). */
+int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r,
+                      const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e);
+void lwq_aq_layer_free(lwq_aq_layer *a);
+
+/* The choice of every linear of the layer when group k takes fmt[k] (fmt: (ngroups)): the base
+ * choice with its format replaced; linears in no group keep their base choice (routers: NONE). */
+void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qformat *fmt,
+                    lwq_quant_choice *out);
+
+/* Bytes written for linear l's weight and scales in the sorted tensors t of a layer (what
+ * lwq_qlayer_run produced, or the source for an unquantized linear); 0 when its weight is absent. */
+uint64_t lwq_aq_linear_bytes(const lwq_tlist *t, const lwq_arch_linear *l);
+
+#endif

@@ -1,0 +1,67 @@
+/* engine/autoq/autoq_pass1.h — the state of pass 1, shared by autoq_score.c (set-up, the depth
+ * loop, one layer's calibration, quantization and replays) and autoq_kl.c (the kl score's
+ * streams and their head).  Not public. */
+#ifndef LWQ_ENGINE_AUTOQ_PASS1_H
+#define LWQ_ENGINE_AUTOQ_PASS1_H
+
+#include <stdio.h>
+
+#include "engine/autoq/autoq_internal.h"
+#include "engine/eval/eval_bset.h"
+#include "engine/eval/eval_emul.h"
+#include "engine/eval/eval_memo.h"
+#include "engine/forward/forward.h"
+#include "engine/quant/qops.h"
+#include "io/pool.h"
+#include "io/prefetch.h"
+#include "io/reader.h"
+
+typedef struct lwq_aq_ctx {
+    const lwq_autoq_opts *o;
+    const char *dir;           /* <resume>/auto_quantize */
+    lwq_aq_scores *s;
+    lwq_ckpt ck;
+    int ck_open;
+    int N;
+    lwq_arch_layer *plans;
+    lwq_dtype act;
+    int64_t hidden;
+    size_t esz;
+    lwq_backend be;
+    int be_open;
+    lwq_qops qops;
+    lwq_emul em;               /* the forward's backend: emulation of the replayed group's inputs */
+    int em_open;
+    lwq_memo memo;             /* replays reuse the recorded source forward (CPU) */
+    int use_memo;
+    lwq_model model;
+    int model_open;
+    lwq_calib_set cs_score, cs_rest; /* views of the calibration set: the scored samples, the others */
+    lwq_eval_bset sc, rest;
+    lwq_tensor work;           /* (max rows, hidden) act on the device */
+    unsigned char *bnd[2];     /* calibration boundary: the scored rows (sc), then the others (rest) */
+    int cur;                   /* bnd[cur] is the input of the next layer */
+    uint64_t score_bytes, bnd_bytes;
+    int nstreams;              /* kl streams: one per (layer, group, quantized format), in that order */
+    unsigned char **stream;    /* (nstreams) scored rows of each, score_bytes */
+    lwq_io_reader *rd;
+    lwq_pool pool;
+    int pool_open;
+    lwq_prefetch *pf;
+    lwq_io_range **ranges;
+    int *nranges;
+    FILE *jlog;
+    int first;                 /* the first layer this process computes */
+    double t_calib, t_quant, t_record, t_replay, t_streams; /* process CPU seconds, summed */
+} lwq_aq_ctx;
+
+/* ---- autoq_kl.c ---- */
+/* Every kl stream born before layer L through layer L with the source weights w. */
+int lwq_aq_streams_layer(lwq_aq_ctx *c, int L, const lwq_weights *w, lwq_error *e);
+/* After the last layer: the head of the source and of every stream on the scored rows; each
+ * stream's mean KL goes to its group's kl[format]. */
+int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e);
+/* Process CPU seconds (per-phase costs a busy machine distorts less than walls). */
+double lwq_aq_cpu_now(void);
+
+#endif

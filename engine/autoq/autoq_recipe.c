@@ -1,0 +1,208 @@
+/* engine/autoq/autoq_recipe.c — the chosen mix as recipes a user can read, edit and rerun: lwq
+ * JSON (the base recipe's rules, then one rule per searched module, or per layer's routed
+ * experts, with its format) and Model Optimizer YAML (layout/recipe_yaml_out.h).  Both are
+ * loaded back and every linear's resolved choice compared with the intended one before either is
+ * used: pass 2 runs the parsed JSON, so what the file says is what runs. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "engine/autoq/autoq_recipe.h"
+#include "engine/quant/qlayer.h"
+#include "io/durable.h"
+#include "layout/recipe_yaml.h"
+#include "layout/recipe_yaml_out.h"
+
+void lwq_aq_recipe_free(lwq_aq_recipe *r)
+{
+    free(r->json);
+    free(r->yaml);
+    lwq_recipe_free(&r->r);
+    memset(r, 0, sizeof *r);
+}
+
+/* "model.layers.3.mlp.experts.*" when that glob matches exactly the group's members among the
+ * layer's linears; else "" (the members are then named one by one). */
+static void experts_glob(const lwq_arch_layer *p, const lwq_aq_layer *A, int k, char *out, size_t cap)
+{
+    out[0] = 0;
+    const lwq_aq_group *g = &A->g[k];
+    const char *first = p->linears[g->lin[0]].name, *x = strstr(first, ".experts.");
+    if (g->kind != LWQ_AQ_EXPERTS || !x || (size_t)(x - first) + 11 > cap)
+        return;
+    snprintf(out, cap, "%.*s.experts.*", (int)(x - first), first);
+    for (int i = 0; i < p->nlinears; i++)
+        if (lwq_glob_match(out, p->linears[i].name) != (A->group_of[i] == k)) {
+            out[0] = 0;
+            return;
+        }
+}
+
+static int same_choice(const lwq_quant_choice *a, const lwq_quant_choice *b)
+{
+    if (a->format != b->format)
+        return 0;
+    if (a->format == LWQ_QFMT_NONE)
+        return 1;
+    int ca = a->format == LWQ_QFMT_FP8 ? a->algo != LWQ_ALGO_MAX : (int)a->algo;
+    int cb = b->format == LWQ_QFMT_FP8 ? b->algo != LWQ_ALGO_MAX : (int)b->algo;
+    int sa = a->format == LWQ_QFMT_NVFP4 && a->algo == LWQ_ALGO_MSE && a->fp8_scale_sweep;
+    int sb = b->format == LWQ_QFMT_NVFP4 && b->algo == LWQ_ALGO_MSE && b->fp8_scale_sweep;
+    return ca == cb && sa == sb && a->has_input_amax == b->has_input_amax &&
+           (!a->has_input_amax || a->input_amax == b->input_amax);
+}
+
+/* Every linear of every layer under recipe r against the intended choices; "" when all agree. */
+static void compare(const lwq_arch_layer *plans, int N, lwq_quant_choice *const *want, const lwq_recipe *r,
+                    lwq_kv_mode kv, char *why, size_t cap)
+{
+    why[0] = 0;
+    if (r->kv != kv) {
+        snprintf(why, cap, "the KV cache reads back as %s, not %s", lwq_kv_mode_name(r->kv), lwq_kv_mode_name(kv));
+        return;
+    }
+    for (int L = 0; L < N; L++)
+        for (int i = 0; i < plans[L].nlinears; i++) {
+            lwq_quant_choice c = lwq_qlayer_choice(r, &plans[L], i);
+            if (!same_choice(&c, &want[L][i])) {
+                snprintf(why, cap, "%s reads back as %s (%s), not %s (%s)", plans[L].linears[i].name,
+                         lwq_qformat_name(c.format), lwq_algo_name(c.algo), lwq_qformat_name(want[L][i].format),
+                         lwq_algo_name(want[L][i].algo));
+                return;
+            }
+        }
+}
+
+static void add_rule(cJSON *rules, const char *match, lwq_qformat f, const lwq_quant_choice *base)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "match", match);
+    cJSON_AddStringToObject(o, "format", lwq_qformat_name(f));
+    cJSON_AddItemToArray(rules, o);
+    if (f != LWQ_QFMT_NONE && base->has_input_amax) { /* a format rule resets the input's fixed amax */
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "match", match);
+        cJSON_AddStringToObject(o, "quantizer", "input");
+        cJSON_AddStringToObject(o, "format", lwq_qformat_name(f));
+        cJSON_AddNumberToObject(o, "input_amax", (double)base->input_amax);
+        cJSON_AddItemToArray(rules, o);
+    }
+}
+
+int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, const lwq_arch_layer *plans, int N,
+                        const char *yaml_path, lwq_aq_recipe *out, lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    const lwq_recipe *base = o->q.recipe;
+    char *bj = lwq_recipe_to_json(base);
+    cJSON *root = bj ? cJSON_Parse(bj) : NULL;
+    free(bj);
+    lwq_quant_choice **want = calloc((size_t)N, sizeof *want);
+    lwq_yaml_module *ym = NULL;
+    int nym = 0, cap = 0, rc = root && want ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    cJSON *rules = root ? cJSON_GetObjectItemCaseSensitive(root, "rules") : NULL;
+    if (root) {
+        /* the name a YAML recipe takes from its file's stem: the JSON and the YAML rerun alike */
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(LWQ_AQ_RECIPE_NAME));
+        if (!rules)
+            rules = cJSON_AddArrayToObject(root, "rules");
+    }
+    for (int L = 0, idx = 0; L < N && rc == 0; L++) {
+        const lwq_arch_layer *p = &plans[L];
+        lwq_aq_layer A;
+        if ((rc = lwq_aq_layer_init(&A, p, base, o->formats, e)) != 0)
+            break;
+        if (idx + A.ngroups > sol->ngroups) {
+            lwq_aq_layer_free(&A);
+            rc = lwq_errf(e, LWQ_ESTATE, "layer %d: more groups than the scores hold", L);
+            break;
+        }
+        want[L] = calloc((size_t)(p->nlinears ? p->nlinears : 1), sizeof **want);
+        char (*gglob)[LWQ_ARCH_NAME_MAX + 8] = calloc((size_t)(A.ngroups ? A.ngroups : 1), sizeof *gglob);
+        if (nym + p->nlinears >= cap) {
+            int nc = 2 * (cap + p->nlinears + 8);
+            lwq_yaml_module *t = realloc(ym, (size_t)nc * sizeof *t);
+            if (t) {
+                ym = t;
+                cap = nc;
+            }
+        }
+        if (!want[L] || !gglob || nym + p->nlinears >= cap) {
+            free(gglob);
+            lwq_aq_layer_free(&A);
+            rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+            break;
+        }
+        lwq_aq_choices(&A, p, sol->fmt + idx, want[L]);
+        for (int k = 0; k < A.ngroups; k++) {
+            lwq_qformat f = sol->fmt[idx + k];
+            experts_glob(p, &A, k, gglob[k], sizeof gglob[k]);
+            if (gglob[k][0]) {
+                add_rule(rules, gglob[k], f, &A.base[A.g[k].lin[0]]);
+            } else {
+                for (int m = 0; m < A.g[k].n; m++)
+                    add_rule(rules, p->linears[A.g[k].lin[m]].name, f, &A.base[A.g[k].lin[m]]);
+            }
+            /* the YAML takes the glob only when every expert resolved alike */
+            for (int m = 1; gglob[k][0] && m < A.g[k].n; m++)
+                if (!same_choice(&want[L][A.g[k].lin[m]], &want[L][A.g[k].lin[0]]))
+                    gglob[k][0] = 0;
+        }
+        /* the YAML names every module (routed experts by their glob) */
+        for (int i = 0; i < p->nlinears; i++) {
+            int k = A.group_of[i];
+            if (k >= 0 && gglob[k][0] && A.g[k].lin[0] != i)
+                continue;
+            ym[nym].glob = strdup(k >= 0 && gglob[k][0] ? gglob[k] : p->linears[i].name);
+            ym[nym++].c = want[L][i];
+        }
+        free(gglob);
+        idx += A.ngroups;
+        lwq_aq_layer_free(&A);
+    }
+    for (int i = 0; rc == 0 && i < nym; i++)
+        if (!ym[i].glob)
+            rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    if (rc == 0 && !(out->json = cJSON_Print(root)))
+        rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    if (rc == 0 && (rc = lwq_recipe_parse("the auto-quantize recipe", out->json, &out->r, e)) == 0) {
+        char why[512];
+        compare(plans, N, want, &out->r, base->kv, why, sizeof why);
+        if (why[0])
+            rc = lwq_errf(e, LWQ_ESTATE, "the auto-quantize recipe does not say what was chosen: %s", why);
+    }
+    if (rc == 0) {
+        char desc[256];
+        snprintf(desc, sizeof desc, "lwq auto-quantize mix: %.4f bits per weight predicted, %s score, base recipe %s",
+                 sol->bits, lwq_aq_score_name(o->score), base->name);
+        out->yaml = lwq_recipe_yaml_render(desc, base->algo, base->fp8_scale_sweep, base->kv, ym, nym, out->yaml_why,
+                                           sizeof out->yaml_why);
+        /* read it back as lwq quantize --recipe would, and compare */
+        lwq_recipe yr = {0};
+        lwq_recipe_run run;
+        lwq_error ye = {0};
+        if (out->yaml && (rc = lwq_durable_write_file(yaml_path, out->yaml, strlen(out->yaml), e)) == 0) {
+            if (lwq_recipe_yaml_load(yaml_path, NULL, &yr, &run, &ye) != 0)
+                snprintf(out->yaml_why, sizeof out->yaml_why, "it does not load: %s", ye.msg);
+            else
+                compare(plans, N, want, &yr, base->kv, out->yaml_why, sizeof out->yaml_why);
+            lwq_recipe_free(&yr);
+            if (out->yaml_why[0]) {
+                free(out->yaml);
+                out->yaml = NULL;
+                lwq_durable_unlink(yaml_path, &ye);
+            }
+        }
+    }
+    for (int L = 0; want && L < N; L++)
+        free(want[L]);
+    free(want);
+    for (int i = 0; i < nym; i++)
+        free((char *)ym[i].glob);
+    free(ym);
+    cJSON_Delete(root);
+    if (rc)
+        lwq_aq_recipe_free(out);
+    return rc;
+}

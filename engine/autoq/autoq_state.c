@@ -1,0 +1,370 @@
+/* engine/autoq/autoq_state.c — pass 1's resume state: its fingerprint, scores.json and the
+ * alternating state files (engine/autoq/autoq_internal.h).
+ *
+ * Commit of layer L, each step durable before the next (io/durable.h):
+ *   1. the state after L (the calibration boundary entering L + 1, then the kl streams) into the
+ *      state file scores.json does not name (tmp, fsync, rename, fsync dir);
+ *   2. scores.json naming L + 1 committed layers and that state file with its size and XXH64.
+ * Invariant: scores.json never names a state file that is not durable; the other one may be
+ * half-written, and nothing reads it.  Scores are written with 17 significant digits, which
+ * strtod reads back to the same double, so a resumed search solves the same knapsack. */
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/file.h"
+#include "core/hash.h"
+#include "engine/autoq/autoq_internal.h"
+#include "engine/quant/qlayer.h"
+#include "engine/run/fingerprint.h"
+#include "io/durable.h"
+
+#define SCORES_MAX_BYTES (64u << 20)
+#define AQ_VERSION 1
+
+const char *lwq_aq_score_name(lwq_aq_score s) { return s == LWQ_AQ_SCORE_KL ? "kl" : "layer"; }
+
+int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans, const char *backend,
+                       lwq_fingerprint *fp, lwq_error *e)
+{
+    int N = ck->cfg.num_hidden_layers, rc = 0;
+    lwq_quant_choice **ch = calloc((size_t)(N ? N : 1), sizeof *ch);
+    if (!ch)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    for (int L = 0; L < N && rc == 0; L++) {
+        if (!(ch[L] = calloc((size_t)(plans[L].nlinears ? plans[L].nlinears : 1), sizeof **ch))) {
+            rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+            break;
+        }
+        for (int i = 0; i < plans[L].nlinears; i++)
+            ch[L][i] = lwq_qlayer_choice(o->q.recipe, &plans[L], i);
+    }
+    if (rc == 0)
+        rc = lwq_fingerprint_run(ck, N, plans, ch, &o->q, backend, fp, e);
+    for (int L = 0; L < N; L++)
+        free(ch[L]);
+    free(ch);
+    if (rc)
+        return rc;
+    /* what the search adds: its candidate formats, score and the samples it scores */
+    int64_t aq[6] = {o->formats[0], o->formats[1], o->formats[2], o->score, o->score_size, AQ_VERSION};
+    lwq_xxh64_state s;
+    lwq_xxh64_init(&s, fp->part[LWQ_FP_OPTIONS]);
+    lwq_xxh64_update(&s, aq, sizeof aq);
+    fp->part[LWQ_FP_OPTIONS] = lwq_xxh64_digest(&s);
+    lwq_fp_finish(fp);
+    return 0;
+}
+
+void lwq_aq_scores_free(lwq_aq_scores *s)
+{
+    for (int L = 0; s->rec && L < s->nlayers; L++)
+        free(s->rec[L].g);
+    free(s->rec);
+    memset(s, 0, sizeof *s);
+}
+
+/* ---- scores.json ------------------------------------------------------------------------------ */
+
+static void put_num(cJSON *o, const char *k, double v)
+{
+    char b[40];
+    snprintf(b, sizeof b, "%.17g", v);
+    cJSON_AddItemToObject(o, k, cJSON_CreateRaw(b));
+}
+
+static void put_u64(cJSON *o, const char *k, uint64_t v)
+{
+    char b[32];
+    snprintf(b, sizeof b, "%" PRIu64, v);
+    cJSON_AddItemToObject(o, k, cJSON_CreateRaw(b));
+}
+
+static int get_num(const cJSON *o, const char *k, double *v)
+{
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || j->valuedouble < 0)
+        return -1;
+    *v = j->valuedouble;
+    return 0;
+}
+
+static cJSON *render(const lwq_aq_scores *s)
+{
+    cJSON *root = cJSON_CreateObject();
+    cJSON_AddStringToObject(root, "format", "lwq-auto-quantize-scores");
+    cJSON_AddNumberToObject(root, "version", AQ_VERSION);
+    lwq_json_put_hex(root, "fingerprint", s->fp.all);
+    cJSON *in = cJSON_AddObjectToObject(root, "inputs");
+    for (int i = 0; i < LWQ_FP_PARTS; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "p%d", i);
+        lwq_json_put_hex(in, k, s->fp.part[i]);
+    }
+    cJSON_AddStringToObject(root, "score", lwq_aq_score_name(s->score));
+    cJSON_AddNumberToObject(root, "num_layers", s->nlayers);
+    cJSON_AddNumberToObject(root, "committed", s->committed);
+    cJSON_AddBoolToObject(root, "complete", s->complete);
+    put_u64(root, "tail_bytes", s->tail_bytes);
+    cJSON *st = cJSON_AddObjectToObject(root, "state");
+    cJSON_AddStringToObject(st, "file", s->state_file);
+    put_u64(st, "bytes", s->state_bytes);
+    lwq_json_put_hex(st, "xxh64", s->state_xxh64);
+    cJSON_AddNumberToObject(st, "streams", s->nstreams);
+    cJSON *ls = cJSON_AddArrayToObject(root, "layers");
+    for (int L = 0; L < s->committed; L++) {
+        const lwq_aq_lrec *r = &s->rec[L];
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddNumberToObject(l, "layer", L);
+        put_u64(l, "tokens", (uint64_t)r->tokens);
+        put_num(l, "out_sq", r->out_sq);
+        put_u64(l, "fixed_bytes", r->fixed_bytes);
+        put_u64(l, "other_bytes", r->other_bytes);
+        put_u64(l, "linear_elements", r->linear_elements);
+        cJSON *gs = cJSON_AddArrayToObject(l, "groups");
+        for (int k = 0; k < r->ngroups; k++) {
+            const lwq_aq_gscore *g = &r->g[k];
+            cJSON *go = cJSON_CreateObject();
+            cJSON_AddStringToObject(go, "kind", lwq_aq_kind_name(g->kind));
+            cJSON_AddStringToObject(go, "first", g->first);
+            cJSON_AddNumberToObject(go, "members", g->nmembers);
+            put_u64(go, "elements", g->elements);
+            cJSON *fs = cJSON_AddObjectToObject(go, "formats");
+            for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
+                if (!g->allowed[f])
+                    continue;
+                cJSON *fo = cJSON_AddObjectToObject(fs, lwq_qformat_name((lwq_qformat)f));
+                put_u64(fo, "bytes", g->cost[f]);
+                put_num(fo, "err", g->err[f]);
+                put_num(fo, "kl", g->kl[f]);
+            }
+            cJSON_AddItemToArray(gs, go);
+        }
+        cJSON_AddItemToArray(ls, l);
+    }
+    return root;
+}
+
+int lwq_aq_scores_save(const char *path, const lwq_aq_scores *s, lwq_error *e)
+{
+    cJSON *root = render(s);
+    char *txt = root ? cJSON_Print(root) : NULL;
+    cJSON_Delete(root);
+    if (!txt)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+    int rc = lwq_durable_write_file(path, txt, strlen(txt), e);
+    free(txt);
+    return rc;
+}
+
+static int parse_group(const cJSON *go, lwq_aq_gscore *g)
+{
+    const cJSON *kind = cJSON_GetObjectItemCaseSensitive(go, "kind");
+    const cJSON *first = cJSON_GetObjectItemCaseSensitive(go, "first");
+    const cJSON *mem = cJSON_GetObjectItemCaseSensitive(go, "members");
+    const cJSON *fs = cJSON_GetObjectItemCaseSensitive(go, "formats");
+    if (!cJSON_IsString(kind) || !cJSON_IsString(first) || strlen(first->valuestring) >= sizeof g->first ||
+        !cJSON_IsNumber(mem) || mem->valuedouble < 1 || mem->valuedouble > 1e6 || !cJSON_IsObject(fs) ||
+        lwq_json_get_u64(go, "elements", &g->elements))
+        return -1;
+    g->kind = LWQ_AQ_KINDS;
+    for (int k = 0; k < LWQ_AQ_KINDS; k++)
+        if (!strcmp(kind->valuestring, lwq_aq_kind_name((lwq_aq_kind)k)))
+            g->kind = (lwq_aq_kind)k;
+    if (g->kind == LWQ_AQ_KINDS)
+        return -1;
+    snprintf(g->first, sizeof g->first, "%s", first->valuestring);
+    g->nmembers = (int)mem->valuedouble;
+    for (const cJSON *fo = fs->child; fo; fo = fo->next) {
+        lwq_qformat f;
+        if (!fo->string || lwq_qformat_parse(fo->string, &f) != 0 || g->allowed[f] ||
+            lwq_json_get_u64(fo, "bytes", &g->cost[f]) || get_num(fo, "err", &g->err[f]) ||
+            get_num(fo, "kl", &g->kl[f]))
+            return -1;
+        g->allowed[f] = 1;
+    }
+    return g->allowed[LWQ_QFMT_NONE] ? 0 : -1;
+}
+
+static int parse_layer(const cJSON *l, int L, lwq_aq_lrec *r)
+{
+    const cJSON *idx = cJSON_GetObjectItemCaseSensitive(l, "layer");
+    const cJSON *gs = cJSON_GetObjectItemCaseSensitive(l, "groups");
+    uint64_t tok;
+    if (!cJSON_IsNumber(idx) || idx->valuedouble != L || lwq_json_get_u64(l, "tokens", &tok) ||
+        get_num(l, "out_sq", &r->out_sq) || lwq_json_get_u64(l, "fixed_bytes", &r->fixed_bytes) ||
+        lwq_json_get_u64(l, "other_bytes", &r->other_bytes) ||
+        lwq_json_get_u64(l, "linear_elements", &r->linear_elements) || !cJSON_IsArray(gs))
+        return -1;
+    r->tokens = (int64_t)tok;
+    int n = cJSON_GetArraySize(gs);
+    if (n > LWQ_AQ_KINDS)
+        return -1;
+    r->g = calloc((size_t)(n ? n : 1), sizeof *r->g);
+    if (!r->g)
+        return -2;
+    r->ngroups = n;
+    int k = 0;
+    for (const cJSON *go = gs->child; go; go = go->next, k++)
+        if (parse_group(go, &r->g[k]))
+            return -1;
+    return 0;
+}
+
+int lwq_aq_scores_load(const char *path, lwq_aq_scores *s, lwq_error *e)
+{
+    memset(s, 0, sizeof *s);
+    if (access(path, F_OK) != 0 && errno == ENOENT)
+        return LWQ_ENOENT;
+    char *buf;
+    size_t len;
+    int rc = lwq_durable_read_file(path, SCORES_MAX_BYTES, &buf, &len, e);
+    if (rc)
+        return rc;
+    cJSON *root = cJSON_Parse(buf);
+    free(buf);
+    if (!root)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: not valid JSON (remove the resume directory to start over)", path);
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
+    const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
+    const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+    const cJSON *sc = cJSON_GetObjectItemCaseSensitive(root, "score");
+    const cJSON *cp = cJSON_GetObjectItemCaseSensitive(root, "complete");
+    const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "state");
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    uint64_t nl = 0, cm = 0, ns = 0;
+    const char *bad = NULL;
+    if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "lwq-auto-quantize-scores") || !cJSON_IsNumber(ver) ||
+        ver->valuedouble != AQ_VERSION)
+        bad = "format or version";
+    else if (lwq_json_get_hex(root, "fingerprint", &s->fp.all) || !cJSON_IsObject(in))
+        bad = "fingerprint";
+    for (int i = 0; !bad && i < LWQ_FP_PARTS; i++) {
+        char k[8];
+        snprintf(k, sizeof k, "p%d", i);
+        if (lwq_json_get_hex(in, k, &s->fp.part[i]))
+            bad = "inputs";
+    }
+    if (bad) {
+    } else if (!cJSON_IsString(sc) || (strcmp(sc->valuestring, "layer") && strcmp(sc->valuestring, "kl")))
+        bad = "score";
+    else if (lwq_json_get_u64(root, "num_layers", &nl) || nl < 1 || nl > 100000)
+        bad = "num_layers";
+    else if (lwq_json_get_u64(root, "committed", &cm) || cm > nl)
+        bad = "committed";
+    else if (!cJSON_IsBool(cp) || lwq_json_get_u64(root, "tail_bytes", &s->tail_bytes))
+        bad = "complete / tail_bytes";
+    else if (!cJSON_IsObject(st) || lwq_json_get_u64(st, "bytes", &s->state_bytes) ||
+             lwq_json_get_hex(st, "xxh64", &s->state_xxh64) || lwq_json_get_u64(st, "streams", &ns) || ns > 1000000)
+        bad = "state";
+    else if (!cJSON_IsArray(ls) || (uint64_t)cJSON_GetArraySize(ls) != cm)
+        bad = "layers";
+    if (!bad) {
+        const cJSON *f = cJSON_GetObjectItemCaseSensitive(st, "file");
+        if (!cJSON_IsString(f) || (f->valuestring[0] && strcmp(f->valuestring, "state-0.bin") &&
+                                   strcmp(f->valuestring, "state-1.bin")))
+            bad = "state.file";
+        else
+            snprintf(s->state_file, sizeof s->state_file, "%s", f->valuestring);
+    }
+    if (!bad) {
+        s->score = !strcmp(sc->valuestring, "kl") ? LWQ_AQ_SCORE_KL : LWQ_AQ_SCORE_LAYER;
+        s->nlayers = (int)nl;
+        s->committed = (int)cm;
+        s->complete = cJSON_IsTrue(cp);
+        s->nstreams = (int)ns;
+        if (!(s->rec = calloc(nl, sizeof *s->rec))) {
+            cJSON_Delete(root);
+            return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+        }
+        int L = 0;
+        for (const cJSON *l = ls->child; l && !bad; l = l->next, L++) {
+            int r = parse_layer(l, L, &s->rec[L]);
+            if (r == -2) {
+                cJSON_Delete(root);
+                lwq_aq_scores_free(s);
+                return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+            }
+            if (r)
+                bad = "a layer record";
+        }
+    }
+    cJSON_Delete(root);
+    if (bad) {
+        lwq_aq_scores_free(s);
+        return lwq_errf(e, LWQ_ESTATE, "%s: %s is missing or malformed (damaged resume state: remove the resume "
+                        "directory to start over)", path, bad);
+    }
+    return 0;
+}
+
+/* ---- state files ------------------------------------------------------------------------------ */
+
+int lwq_aq_state_write(const char *dir, lwq_aq_scores *s, const void *const *parts, const uint64_t *bytes, int nparts,
+                       lwq_error *e)
+{
+    char name[32], path[PATH_MAX];
+    snprintf(name, sizeof name, LWQ_AQ_STATE_FMT, strcmp(s->state_file, "state-0.bin") ? 0 : 1);
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", dir, name);
+    if (rc)
+        return rc;
+    lwq_durable_file f;
+    if ((rc = lwq_durable_open(&f, path, e)) != 0)
+        return rc;
+    lwq_xxh64_state h;
+    lwq_xxh64_init(&h, 0);
+    uint64_t total = 0;
+    for (int i = 0; i < nparts && rc == 0; i++) {
+        rc = lwq_durable_append(&f, parts[i], (size_t)bytes[i], e);
+        lwq_xxh64_update(&h, parts[i], (size_t)bytes[i]);
+        total += bytes[i];
+    }
+    if (rc) {
+        lwq_durable_abort(&f);
+        return rc;
+    }
+    if ((rc = lwq_durable_commit(&f, e)) != 0)
+        return rc;
+    snprintf(s->state_file, sizeof s->state_file, "%s", name);
+    s->state_bytes = total;
+    s->state_xxh64 = lwq_xxh64_digest(&h);
+    return 0;
+}
+
+int lwq_aq_state_read(const char *dir, const lwq_aq_scores *s, void *const *parts, const uint64_t *bytes, int nparts,
+                      lwq_error *e)
+{
+    char path[PATH_MAX];
+    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", dir, s->state_file);
+    if (rc)
+        return rc;
+    uint64_t total = 0;
+    for (int i = 0; i < nparts; i++)
+        total += bytes[i];
+    if (total != s->state_bytes)
+        return lwq_errf(e, LWQ_ESTATE, "%s: the search expects %" PRIu64 " bytes of state, scores.json names %" PRIu64
+                        " (damaged resume state: remove the resume directory to start over)", path, total,
+                        s->state_bytes);
+    char *buf;
+    size_t len;
+    if ((rc = lwq_durable_read_file(path, (size_t)total + 1, &buf, &len, e)) != 0)
+        return rc;
+    if (len != total || lwq_xxh64(buf, len, 0) != s->state_xxh64) {
+        free(buf);
+        return lwq_errf(e, LWQ_ESTATE, "%s: %zu bytes, checksum %s; scores.json expects %" PRIu64 " bytes and its "
+                        "checksum (damaged resume state: remove the resume directory to start over)", path, len,
+                        len == total ? "differs" : "not checked", total);
+    }
+    uint64_t off = 0;
+    for (int i = 0; i < nparts; i++) {
+        memcpy(parts[i], buf + off, (size_t)bytes[i]);
+        off += bytes[i];
+    }
+    free(buf);
+    return 0;
+}
