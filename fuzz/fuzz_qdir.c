@@ -109,7 +109,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
         int lrc = lwq_qdir_read_layer(&q, l, &qt, &le);
         lwq_fuzz_check_error(lrc, &le, "lwq_qdir_read_layer");
         if (lrc == 0) {
-            lrc = lwq_qlayer_view_make(&src->plans[l], &qt, q.kv_fp8, &em, &view, &le);
+            /* `lwq eval --weights-only` on inputs of odd length */
+            lrc = lwq_qlayer_view_make(&src->plans[l], &qt, q.kv_fp8, (int)(n & 1), &em, &view, &le);
             lwq_fuzz_check_error(lrc, &le, "lwq_qlayer_view_make");
             if (lrc == 0)
                 check_view(&view, l);

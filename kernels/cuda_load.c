@@ -200,7 +200,7 @@ const lwq_gptq_ops *lwq_gptq_cuda_ops(lwq_error *e)
 #else
 const lwq_gptq_ops *lwq_gptq_cuda_ops(lwq_error *e)
 {
-    lwq_errf(e, LWQ_EUNSUPPORTED, "cuda GPTQ: lwq was built without CUDA");
+    lwq_errf(e, LWQ_EUNSUPPORTED, "cuda GPTQ: " LWQ_CUDA_NOT_BUILT);
     return NULL;
 }
 
@@ -208,7 +208,7 @@ int lwq_cuda_driver_present(void) { return 0; }
 
 const lwq_cuda_module *lwq_cuda_module_load(lwq_error *e)
 {
-    lwq_errf(e, LWQ_EUNSUPPORTED, "cuda: lwq was built without CUDA");
+    lwq_errf(e, LWQ_EUNSUPPORTED, "cuda: " LWQ_CUDA_NOT_BUILT);
     return NULL;
 }
 #endif

@@ -44,6 +44,8 @@ extern "C" {
 #define LWQ_CUDA_MODULE_ABI 1
 #define LWQ_CUDA_MODULE_FILE "liblwq-cuda.so"
 #define LWQ_CUDA_MODULE_ENTRY "lwq_cuda_module_entry"
+/* What a build without CUDA says when CUDA is asked for (kernels/backend.c's probe says the same). */
+#define LWQ_CUDA_NOT_BUILT "lwq was built without CUDA (no nvcc at configure time)"
 
 typedef struct lwq_cuda_module {
     uint32_t abi;                  /* LWQ_CUDA_MODULE_ABI of the module's build */

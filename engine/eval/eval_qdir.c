@@ -3,6 +3,7 @@
  * (engine/eval/eval_internal.h). */
 #include <cjson/cJSON.h>
 #include <errno.h>
+#include <float.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -376,13 +377,19 @@ static float scalar(const lwq_htensor *t) { return *(const float *)t->data; }
 
 /* The stored codes of quantized linear `module` (w: its weight, sc / s2: its scales): NVFP4 block
  * scales positive and finite E4M3, weight_scale_2 and an FP8 weight_scale finite and > 0, no NaN
- * FP8 weight code.  The first bad one is named with its index. */
+ * FP8 weight code, and no weight the scales make larger than a float: a finite but huge
+ * weight_scale_2 times a block scale (times the largest E2M1 code, 6) or an FP8 weight_scale times
+ * a code would dequantize into inf (and 0 x inf into NaN).  The first bad one is named. */
 static int check_codes(const char *module, lwq_qformat f, const lwq_htensor *w, const lwq_htensor *sc,
                        const lwq_htensor *s2, lwq_error *e)
 {
     const uint8_t *b = f == LWQ_QFMT_NVFP4 ? sc->data : w->data;
-    uint64_t n = f == LWQ_QFMT_NVFP4 ? sc->nbytes : w->nbytes;
+    uint64_t n = f == LWQ_QFMT_NVFP4 ? sc->nbytes : w->nbytes, at = 0;
+    float top = 0; /* the largest block scale (NVFP4) or |code| (FP8), at index `at` */
     for (uint64_t i = 0; i < n; i++) {
+        float v = lwq_e4m3_to_f32(b[i] & 0x7f);
+        if (v > top)
+            top = v, at = i;
         if (f == LWQ_QFMT_NVFP4 && !lwq_e4m3_is_block_scale(b[i]))
             return lwq_errf(e, LWQ_ENUMERIC, "%s.weight_scale[%llu] is %s (E4M3 byte 0x%02X); every NVFP4 block "
                             "scale must be finite and > 0", module, (unsigned long long)i,
@@ -392,9 +399,14 @@ static int check_codes(const char *module, lwq_qformat f, const lwq_htensor *w, 
                             (unsigned long long)i, b[i]);
     }
     float g = scalar(f == LWQ_QFMT_NVFP4 ? s2 : sc);
+    const char *gname = f == LWQ_QFMT_NVFP4 ? "weight_scale_2" : "weight_scale";
     if (!(g > 0) || g > 3.4e38f)
-        return lwq_errf(e, LWQ_ENUMERIC, "%s.%s is %g; it must be finite and > 0", module,
-                        f == LWQ_QFMT_NVFP4 ? "weight_scale_2" : "weight_scale", (double)g);
+        return lwq_errf(e, LWQ_ENUMERIC, "%s.%s is %g; it must be finite and > 0", module, gname, (double)g);
+    double big = (double)g * top * (f == LWQ_QFMT_NVFP4 ? LWQ_E2M1_MAX : 1.0);
+    if (big > FLT_MAX)
+        return lwq_errf(e, LWQ_ENUMERIC, "%s.%s is %g: with %s.%s[%llu] = %g its weights reach %g, beyond a float",
+                        module, gname, (double)g, module, f == LWQ_QFMT_NVFP4 ? "weight_scale" : "weight",
+                        (unsigned long long)at, (double)top, big);
     return 0;
 }
 

@@ -114,6 +114,27 @@ Test(hostile_qdir, eval_refuses_a_bad_weight_scale_2)
     eval_refused(DOWN ".weight_scale_2 is -1; it must be finite and > 0");
 }
 
+/* Found by fuzz/fuzz_qdir after the F4 fix: a finite but huge weight_scale_2 (or FP8 weight_scale)
+ * passed the finiteness checks, and its product with the largest block scale and code dequantized
+ * into inf weights; eval exited 0. */
+Test(hostile_qdir, eval_refuses_a_weight_scale_2_whose_weights_overflow)
+{
+    quantized("nvfp4");
+    poke_byte(DOWN ".weight_scale", 0, 0x7E); /* 448, the largest block scale */
+    poke_f32(DOWN ".weight_scale_2", 2e35f);   /* 2e35 x 448 x 6 = 5.4e38 > FLT_MAX */
+    eval_refused(DOWN ".weight_scale_2 is 2e+35: with " DOWN ".weight_scale[0] = 448 its weights reach 5.376e+38, "
+                 "beyond a float");
+}
+
+Test(hostile_qdir, eval_refuses_an_fp8_weight_scale_whose_weights_overflow)
+{
+    quantized("fp8");
+    poke_byte(DOWN ".weight", 0, 0xFE);     /* -448 */
+    poke_f32(DOWN ".weight_scale", 1e36f); /* x 448 = 4.5e38 > FLT_MAX */
+    eval_refused(DOWN ".weight_scale is 1e+36: with " DOWN ".weight[0] = 448 its weights reach 4.48e+38, "
+                 "beyond a float");
+}
+
 /* F2: a bad input_scale was reported, and the dequantized weight leaked (exit 1 under ASan). */
 Test(hostile_qdir, eval_refuses_a_nan_input_scale)
 {
