@@ -1,6 +1,7 @@
 #include "core/parallel.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -57,10 +58,20 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* The CPUs this process may run on: its affinity mask (taskset, cgroup cpusets, an MPI launcher's
+ * binding), not every online CPU, so a run pinned to one core starts one thread. */
+static long usable_cpus(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    return sysconf(_SC_NPROCESSORS_ONLN);
+}
+
 static int default_threads(void)
 {
     const char *s = getenv("LWQ_THREADS");
-    long n = s ? strtol(s, NULL, 10) : sysconf(_SC_NPROCESSORS_ONLN);
+    long n = s ? strtol(s, NULL, 10) : usable_cpus();
     if (n < 1)
         n = 1;
     if (n > LWQ_PAR_MAX)
@@ -80,8 +91,38 @@ static void stop_locked(void)
     g_stop = 0;
 }
 
+/* At exit the workers are stopped and joined, so leak checkers see no live thread (valgrind
+ * counted each one's stack as "possibly lost").  Skipped when a loop is running (exit from
+ * another thread) or when exit is called from a worker: joining then would wait forever. */
+static void join_at_exit(void)
+{
+    if (t_in_worker || pthread_mutex_trylock(&g_call) != 0)
+        return;
+    stop_locked();
+    pthread_mutex_unlock(&g_call);
+}
+
+/* A forked child has none of its parent's workers: it must not join them, and starts its own. */
+static void forget_in_child(void)
+{
+    g_running = 0;
+    g_stop = 0;
+    pthread_mutex_init(&g_call, NULL);
+    pthread_mutex_init(&g_mu, NULL);
+    pthread_cond_init(&g_go, NULL);
+    pthread_cond_init(&g_done, NULL);
+}
+
+static void register_hooks(void)
+{
+    atexit(join_at_exit);
+    pthread_atfork(NULL, NULL, forget_in_child);
+}
+
 static void start_locked(void)
 {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, register_hooks);
     if (g_nthreads == 0)
         g_nthreads = default_threads();
     while (g_running < g_nthreads - 1) {

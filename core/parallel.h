@@ -5,8 +5,9 @@
  * done.  The split depends only on n and T, so results are deterministic for a given thread count
  * as long as each index's result does not depend on the chunking.  Calls are serialized (one loop
  * runs at a time; a second caller waits); a call made from inside a worker runs inline on that
- * worker.  The pool starts lazily; the default thread count is the number of online CPUs, or
- * LWQ_THREADS from the environment. */
+ * worker.  The pool starts lazily; the default thread count is the number of CPUs the process may
+ * run on (its affinity mask: taskset, cgroups, MPI binding), or LWQ_THREADS from the environment.
+ * The workers are joined at exit (atexit), so leak checkers see no thread left running. */
 #ifndef LWQ_CORE_PARALLEL_H
 #define LWQ_CORE_PARALLEL_H
 

@@ -403,6 +403,129 @@ static int cmp_tensor_ptr(const void *a, const void *b)
     return strcmp((*(const lwq_arch_tensor *const *)a)->name, (*(const lwq_arch_tensor *const *)b)->name);
 }
 
+/* ---- quantized linears (arch.h) ----------------------------------------------------------- */
+
+enum { Q_NONE = 0, Q_NVFP4, Q_FP8 };
+
+static const lwq_ckpt_tensor *sibling(const lwq_ckpt *c, const char *module, const char *suffix)
+{
+    char n[LWQ_ARCH_NAME_MAX + 32];
+    if ((size_t)snprintf(n, sizeof n, "%s%s", module, suffix) >= sizeof n)
+        return NULL;
+    return lwq_ckpt_find(c, n);
+}
+
+/* How weight `t` (named module + ".weight") is stored: Q_NVFP4 / Q_FP8 when its dtype says so and
+ * the module has a weight_scale (an FP8-block source has a weight_scale_inv instead), else Q_NONE. */
+static int quant_kind(const lwq_ckpt *c, const char *module, const lwq_ckpt_tensor *t)
+{
+    if ((t->dtype != LWQ_U8 && t->dtype != LWQ_F8_E4M3) || !sibling(c, module, ".weight_scale"))
+        return Q_NONE;
+    return t->dtype == LWQ_U8 ? Q_NVFP4 : Q_FP8;
+}
+
+static int is_f32_scalar(const lwq_ckpt_tensor *t)
+{
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1)
+            return 0;
+    return t->dtype == LWQ_F32;
+}
+
+/* One scale of a quantized linear: present, with the dtype and shape given (nd < 0: an F32 scalar). */
+static int check_scale(const lwq_ckpt *c, const lwq_arch_layer *plan, const char *module, const char *suffix,
+                       lwq_dtype dt, int nd, const int64_t *shape, lwq_arch_report *r, lwq_error *e)
+{
+    char name[LWQ_ARCH_NAME_MAX + 32], det[96];
+    snprintf(name, sizeof name, "%s%s", module, suffix);
+    const lwq_ckpt_tensor *s = lwq_ckpt_find(c, name);
+    if (!s)
+        return issue(r, LWQ_ISSUE_MISSING, plan->layer, name, "a scale of a quantized linear", e);
+    int ok = nd < 0 ? is_f32_scalar(s) : s->dtype == dt && s->ndim == nd;
+    for (int d = 0; ok && nd > 0 && d < nd; d++)
+        ok = s->shape[d] == shape[d];
+    if (ok)
+        return 0;
+    char want[40], got[40];
+    if (nd < 0)
+        snprintf(want, sizeof want, "an F32 scalar");
+    else
+        fmt_shape(want, sizeof want, nd, shape);
+    fmt_shape(got, sizeof got, s->ndim, s->shape);
+    snprintf(det, sizeof det, "expected %s%s%s, found %s %s", nd < 0 ? "" : lwq_dtype_name(dt), nd < 0 ? "" : " ",
+             want, lwq_dtype_name(s->dtype), got);
+    return issue(r, LWQ_ISSUE_BAD_SHAPE, plan->layer, name, det, e);
+}
+
+/* Plan weight p stored as `kind` (tensor t): its packed shape and its scales. */
+static int check_quantized(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_arch_tensor *p,
+                           const lwq_ckpt_tensor *t, int kind, lwq_arch_report *r, lwq_error *e)
+{
+    char module[LWQ_ARCH_NAME_MAX];
+    snprintf(module, sizeof module, "%.*s", (int)(strlen(p->name) - strlen(".weight")), p->name);
+    if (!r->first_quantized[0])
+        snprintf(r->first_quantized, sizeof r->first_quantized, "%s", p->name);
+    int64_t want[4] = {0};
+    int nd = p->ndim, rc = 0;
+    memcpy(want, p->shape, sizeof want);
+    if (kind == Q_NVFP4) {
+        r->quantized_nvfp4++;
+        if (nd != 2 || p->shape[1] % 16) {
+            char det[96];
+            snprintf(det, sizeof det, "stored as NVFP4, which needs 2 dimensions, the last a multiple of 16");
+            return issue(r, LWQ_ISSUE_BAD_SHAPE, plan->layer, p->name, det, e);
+        }
+        want[1] = p->shape[1] / 2;
+    } else {
+        r->quantized_fp8++;
+    }
+    int same = t->ndim == nd;
+    for (int d = 0; same && d < nd; d++)
+        same = t->shape[d] == want[d];
+    if (!same) {
+        char a[40], b[40], det[96];
+        fmt_shape(a, sizeof a, nd, want);
+        fmt_shape(b, sizeof b, t->ndim, t->shape);
+        snprintf(det, sizeof det, "expected %s (%s), found %s", a, kind == Q_NVFP4 ? "NVFP4-packed" : "FP8", b);
+        rc = issue(r, LWQ_ISSUE_BAD_SHAPE, plan->layer, p->name, det, e);
+    }
+    if (kind == Q_NVFP4) {
+        int64_t bs[2] = {p->shape[0], p->shape[1] / 16};
+        if (rc == 0)
+            rc = check_scale(c, plan, module, ".weight_scale", LWQ_F8_E4M3, 2, bs, r, e);
+        if (rc == 0)
+            rc = check_scale(c, plan, module, ".weight_scale_2", LWQ_F32, -1, NULL, r, e);
+    } else if (rc == 0) {
+        rc = check_scale(c, plan, module, ".weight_scale", LWQ_F32, -1, NULL, r, e);
+    }
+    if (rc == 0)
+        rc = check_scale(c, plan, module, ".input_scale", LWQ_F32, -1, NULL, r, e);
+    return rc;
+}
+
+/* Whether `name` (not in the plan) belongs to quantization: a scale of a quantized linear of the
+ * plan, or a KV cache scalar of a decoder layer (counted). */
+static int is_quant_tensor(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_ckpt_tensor *t,
+                           lwq_arch_report *r)
+{
+    static const char *const sfx[] = {".weight_scale_2", ".weight_scale", ".input_scale"};
+    char module[LWQ_ARCH_NAME_MAX + 8], w[LWQ_ARCH_NAME_MAX + 16];
+    for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
+        if (lwq_srcfmt_strip_suffix(t->name, sfx[i], module, sizeof module)) {
+            snprintf(w, sizeof w, "%s.weight", module);
+            const lwq_arch_tensor *p = lwq_arch_find_tensor(plan, w);
+            const lwq_ckpt_tensor *wt = lwq_ckpt_find(c, w);
+            return p && p->linear >= 0 && wt && quant_kind(c, module, wt) != Q_NONE;
+        }
+    if (plan->layer >= 0 && (lwq_srcfmt_strip_suffix(t->name, ".k_scale", module, sizeof module) ||
+                             lwq_srcfmt_strip_suffix(t->name, ".v_scale", module, sizeof module)) &&
+        is_f32_scalar(t)) {
+        r->kv_scales++;
+        return 1;
+    }
+    return 0;
+}
+
 /* Compare one plan with the checkpoint tensors listed in `have`. */
 static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_ckpt_layer *have,
                       lwq_arch_report *r, lwq_error *e)
@@ -427,6 +550,14 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
                 rc = issue(r, LWQ_ISSUE_MISSING, plan->layer, p->name, NULL, e);
             continue;
         }
+        char module[LWQ_ARCH_NAME_MAX];
+        int kind = t && p->linear >= 0 && lwq_srcfmt_strip_suffix(p->name, ".weight", module, sizeof module)
+                       ? quant_kind(c, module, t)
+                       : Q_NONE;
+        if (kind) {
+            rc = check_quantized(c, plan, p, t, kind, r, e);
+            continue;
+        }
         int same = ndim == p->ndim;
         for (int d = 0; same && d < p->ndim; d++)
             same = shape[d] == p->shape[d];
@@ -445,7 +576,8 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
         const lwq_arch_tensor *kp = &key;
         if ((strlen(name) >= sizeof key.name ||
              !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr)) &&
-            !lwq_srcfmt_is_aux(c, name)) /* FP8 scale_inv / MXFP4 halves: dequantized away */
+            !lwq_srcfmt_is_aux(c, name) && /* FP8 scale_inv / MXFP4 halves: dequantized away */
+            !is_quant_tensor(c, plan, &c->tensors[have->idx[i]], r))
             rc = issue(r, LWQ_ISSUE_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
     }
     free(sorted);

@@ -17,6 +17,15 @@
  * or "X_blocks" + "X_scales") counts as present with its logical shape, and the scale / block
  * halves are not reported as unexpected: the engine dequantizes them away after the read.
  *
+ * A linear stored quantized, as lwq writes it and Model Optimizer exports it, is recognised by its
+ * "X.weight_scale": NVFP4 is "X.weight" U8 [out, in/2] (two E2M1 codes a byte), "X.weight_scale"
+ * F8_E4M3 [out, in/16], "X.weight_scale_2" and "X.input_scale" F32 scalars; FP8 is "X.weight"
+ * F8_E4M3 of the plan's shape with "X.weight_scale" and "X.input_scale" F32 scalars.  Such a linear
+ * is counted (quantized_nvfp4 / quantized_fp8), a scale it lacks is missing, a wrong packed shape
+ * or scale is a bad shape, and its scales and a decoder layer's "*.k_scale" / "*.v_scale" scalars
+ * are not unexpected.  A run refuses a quantized source by these counts; `lwq inspect` and
+ * `lwq verify` describe and check a quantized output with them.
+ *
  * Supported: llama/mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3 (kimi_k2)
  * and the qwen3_next layer plan.  Plans are plain data owned by the caller (free with the
  * matching _free); no global state, so any thread may build plans. */
@@ -131,6 +140,11 @@ typedef struct lwq_arch_report {
     int n, cap;
     lwq_arch_issue *v;
     int count[4];                 /* per lwq_arch_issue_kind */
+    /* A quantized checkpoint (lwq's output, a Model Optimizer HF export): linears stored
+     * quantized, each with its scales checked (below), and the KV cache's scalars. */
+    int quantized_nvfp4, quantized_fp8;
+    int kv_scales;                /* k_scale / v_scale F32 scalars */
+    char first_quantized[LWQ_ARCH_NAME_MAX]; /* the first such linear's weight, for messages */
 } lwq_arch_report;
 
 /* Check every decoder layer and the tail.  Returns the number of blocking issues (missing +

@@ -19,6 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/file.h"
 #include "core/log.h"
 #include "io/pool.h"
 #include "io/reader.h"
@@ -197,15 +198,11 @@ static uint64_t checksum(const unsigned char *p, size_t n, uint64_t base_off, ui
 
 static int drop_cache(const char *path, uint64_t *size)
 {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) {
-        fprintf(stderr, "lwq bench-io: open %s: %s\n", path, strerror(errno));
-        return -1;
-    }
     struct stat st;
-    if (fstat(fd, &st) != 0) {
-        fprintf(stderr, "lwq bench-io: stat %s: %s\n", path, strerror(errno));
-        close(fd);
+    lwq_error e = {0};
+    int fd = lwq_file_open_regular(path, 0, &st, &e); /* a FIFO is refused, not waited on */
+    if (fd < 0) {
+        fprintf(stderr, "lwq bench-io: %s\n", e.msg);
         return -1;
     }
     *size = (uint64_t)st.st_size;
@@ -247,9 +244,10 @@ static int read_with_mmap(const char *path, uint64_t size, lwq_pool *pool, const
 {
     if (size == 0)
         return 0;
-    int fd = open(path, O_RDONLY);
+    lwq_error e = {0};
+    int fd = lwq_file_open_regular(path, 0, NULL, &e);
     if (fd < 0) {
-        fprintf(stderr, "lwq bench-io: open %s: %s\n", path, strerror(errno));
+        fprintf(stderr, "lwq bench-io: %s\n", e.msg);
         return -1;
     }
     double t0 = now_s();

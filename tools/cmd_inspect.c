@@ -126,6 +126,16 @@ static int summarize(const lwq_ckpt *c, summary *s, lwq_error *e)
     return describe_layer(c, s->largest, &s->big, e);
 }
 
+/* config.json's quantization_config.quant_algo (or quant_method), or NULL. */
+static const char *declared_quant(const lwq_ckpt *c)
+{
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(c->cfg.raw, "quantization_config");
+    const cJSON *a = cJSON_GetObjectItemCaseSensitive(q, "quant_algo");
+    if (!cJSON_IsString(a))
+        a = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+    return cJSON_IsString(a) ? a->valuestring : NULL;
+}
+
 static void print_text(const lwq_ckpt *c, const summary *s, const lwq_arch_report *r)
 {
     const lwq_model_config *g = &c->cfg;
@@ -181,8 +191,15 @@ static void print_text(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
     }
     if (c->tail.n > 20)
         printf("            ... %d more\n", c->tail.n - 20);
+    if (r->quantized_nvfp4 + r->quantized_fp8) {
+        const char *d = declared_quant(c);
+        printf("quantized   %d linears NVFP4, %d FP8, each with its scales; %d KV cache scales%s%s%s\n",
+               r->quantized_nvfp4, r->quantized_fp8, r->kv_scales, d ? "; config.json declares " : "", d ? d : "",
+               d ? "" : "; config.json declares no quantization_config");
+    }
     if (r->n == 0) {
-        printf("check       ok: every tensor matches the %s plan\n", lwq_arch_name(g->arch));
+        printf("check       ok: every tensor matches the %s plan%s\n", lwq_arch_name(g->arch),
+               r->quantized_nvfp4 + r->quantized_fp8 ? " (quantized linears with their packed shapes and scales)" : "");
         return;
     }
     printf("check       %d missing, %d bad shape, %d unexpected (kept as is), %d extra layers\n",
@@ -264,6 +281,15 @@ static void print_json(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
         cJSON_AddNumberToObject(x, "bytes", (double)t->nbytes);
         cJSON_AddItemToArray(tail, x);
     }
+    cJSON *qz = cJSON_AddObjectToObject(o, "quantized");
+    cJSON_AddNumberToObject(qz, "nvfp4_linears", r->quantized_nvfp4);
+    cJSON_AddNumberToObject(qz, "fp8_linears", r->quantized_fp8);
+    cJSON_AddNumberToObject(qz, "kv_cache_scales", r->kv_scales);
+    const char *dq = declared_quant(c);
+    if (dq)
+        cJSON_AddStringToObject(qz, "declared", dq);
+    else
+        cJSON_AddNullToObject(qz, "declared");
     cJSON *is = cJSON_AddArrayToObject(o, "issues");
     for (int i = 0; i < r->n; i++) {
         cJSON *x = cJSON_CreateObject();

@@ -1,10 +1,18 @@
 /* tools/cmd_verify.c — `lwq verify OUT_DIR`: is a quantized checkpoint whole and servable?
  *
  * Checks: every layer shard's size and XXH64 against the resume manifest (when the resume
- * directory is there), every safetensors header (lwq_st_open validates offsets, dtypes, sizes),
- * every index entry resolves to a shard holding that tensor and every shard tensor is indexed,
- * hf_quant_config.json / config.json agree with the tensors (a quantized module has its scales
- * with the right dtype/shape; an excluded module has none), and every scale is finite and > 0. */
+ * directory is there), and every shard's lwq_fingerprint against the manifest's run (without a
+ * manifest: the shards against each other); every safetensors header (lwq_st_open validates
+ * offsets, dtypes, sizes); every index entry resolves to a shard holding that tensor and every
+ * shard tensor is indexed; the index against config.json: every decoder layer there with every
+ * tensor its architecture plan names, quantized linears with their packed shapes and scales
+ * (layout/arch.h); hf_quant_config.json / config.json agree with the tensors (a quantized module
+ * has its scales with the right dtype/shape; an excluded module has none); every scale is finite
+ * and > 0, every E4M3 block scale positive and finite, no FP8 weight code NaN.
+ *
+ * What it proves (README, "Crashes, resume and verification"): the files are whole, consistent
+ * with each other and with what the run recorded.  XXH64 is a checksum against accidents, not a
+ * signature: whoever can write the output and the resume directory can make both agree. */
 #include <cjson/cJSON.h>
 #include <dirent.h>
 #include <limits.h>
@@ -16,7 +24,10 @@
 #include <unistd.h>
 
 #include "core/file.h"
+#include "core/hash.h"
 #include "engine/run/manifest.h"
+#include "layout/arch.h"
+#include "layout/checkpoint.h"
 #include "layout/quant_formats.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"
@@ -47,12 +58,24 @@ typedef struct shard {
     int ok;
 } shard;
 
+/* The shard's bytes, opened as every input is (core/file.h: a FIFO put there since its header was
+ * read is refused, not waited on); NULL when it cannot be. */
+static FILE *open_shard(const char *path)
+{
+    lwq_error e = {0};
+    int fd = lwq_file_open_regular(path, 0, NULL, &e);
+    FILE *fp = fd >= 0 ? fdopen(fd, "rb") : NULL;
+    if (fd >= 0 && !fp)
+        close(fd);
+    return fp;
+}
+
 static int read_scalar(const char *path, const lwq_st_file *f, int i, float *out)
 {
     const lwq_st_entry *t = &f->entries[i];
     if (t->dtype != LWQ_F32 || t->end - t->begin != 4)
         return -1;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = open_shard(path);
     if (!fp)
         return -1;
     int ok = fseeko(fp, (off_t)(f->data_start + t->begin), SEEK_SET) == 0 && fread(out, 4, 1, fp) == 1;
@@ -67,7 +90,7 @@ static int first_bad_byte(const char *path, const lwq_st_file *f, int i, int (*b
 {
     const lwq_st_entry *t = &f->entries[i];
     uint64_t n = t->end - t->begin, done = 0;
-    FILE *fp = fopen(path, "rb");
+    FILE *fp = open_shard(path);
     if (!fp)
         return -1;
     unsigned char buf[65536];
@@ -250,6 +273,56 @@ static void check_configs(vstate *v, const shard *sh, int ns)
     cJSON_Delete(j);
 }
 
+/* Every shard lwq wrote carries the run's fingerprint in its header: all of them the manifest's
+ * (`want`, "" without a manifest: then the first one's).  A shard from another run, or one whose
+ * header was edited and its checksum in the manifest updated with it, differs. */
+static void check_fingerprints(vstate *v, const shard *sh, int ns, const char *want)
+{
+    const char *ref = want[0] ? want : NULL, *ref_from = "the manifest";
+    for (int i = 0; i < ns; i++) {
+        if (!sh[i].ok)
+            continue;
+        const char *fp = lwq_st_meta(&sh[i].f, "lwq_fingerprint");
+        if (!fp) {
+            if (want[0])
+                problem(v, "%s has no lwq_fingerprint; the manifest's run is %s", sh[i].name, want);
+            continue;
+        }
+        if (!ref) {
+            ref = fp;
+            ref_from = sh[i].name;
+        } else if (strcmp(fp, ref)) {
+            problem(v, "%s: lwq_fingerprint %s, but %s says the run is %s (a shard of another run, or an edited "
+                    "header)", sh[i].name, fp, ref_from, ref);
+        }
+    }
+}
+
+/* The index against config.json: every decoder layer present with every tensor of its plan, in
+ * the shape the plan and the quantization give (layout/arch.h). */
+static void check_architecture(vstate *v)
+{
+    lwq_ckpt ck;
+    lwq_error e = {0};
+    if (lwq_ckpt_open(v->dir, &ck, &e) != 0) {
+        problem(v, "%s", e.msg);
+        return;
+    }
+    lwq_arch_report r;
+    int blocking = lwq_arch_check(&ck, &r, &e);
+    if (blocking < 0) {
+        problem(v, "%s", e.msg);
+    } else {
+        for (int i = 0; i < r.n; i++)
+            if (r.v[i].kind == LWQ_ISSUE_MISSING || r.v[i].kind == LWQ_ISSUE_BAD_SHAPE)
+                problem(v, "%s: layer %d: %s %s%s%s (against the %s plan of config.json)", v->dir, r.v[i].layer,
+                        lwq_arch_issue_name(r.v[i].kind), r.v[i].name, r.v[i].detail[0] ? ": " : "", r.v[i].detail,
+                        ck.cfg.model_type);
+        lwq_arch_report_free(&r);
+    }
+    lwq_ckpt_free(&ck);
+}
+
 int lwq_cmd_verify(int argc, char **argv)
 {
     vstate v = {0};
@@ -284,7 +357,9 @@ int lwq_cmd_verify(int argc, char **argv)
     if (mrc == 0)
         mrc = lwq_manifest_load(mpath, &m, &e);
     int checked = 0;
+    char want_fp[17] = "";
     if (mrc == 0) {
+        lwq_hex64(m.fp.all, want_fp);
         for (int L = 0; L < m.committed; L++) {
             char name[40], p[PATH_MAX];
             lwq_shard_name(L, name);
@@ -363,7 +438,9 @@ int lwq_cmd_verify(int argc, char **argv)
     for (int i = 0; i < ns; i++)
         if (sh[i].ok)
             check_shard_tensors(&v, &sh[i]);
+    check_fingerprints(&v, sh, ns, want_fp);
     check_configs(&v, sh, ns);
+    check_architecture(&v);
     int tensors = 0;
     for (int i = 0; i < ns; i++) {
         tensors += sh[i].ok ? sh[i].f.n : 0;

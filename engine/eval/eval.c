@@ -111,6 +111,9 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
     if ((rc = lwq_arch_check(&v->ck, &rep, e)) > 0)
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: %d tensor problem(s) against the %s architecture (lwq inspect shows them)",
                       v->ck.dir, rc, v->ck.cfg.model_type);
+    else if (rc == 0 && rep.quantized_nvfp4 + rep.quantized_fp8 > 0)
+        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s is a quantized checkpoint (%s is stored quantized); the source of lwq "
+                      "eval is the unquantized model (lwq eval SRC QUANT_DIR)", v->ck.dir, rep.first_quantized);
     lwq_arch_report_free(&rep);
     if (rc)
         return rc;

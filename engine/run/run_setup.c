@@ -50,6 +50,13 @@ static int check_checkpoint(lwq_run *r, lwq_error *e)
         else if (x->kind == LWQ_ISSUE_EXTRA_LAYER)
             LWQ_INFO("layer %d is beyond num_hidden_layers (an MTP block?); it goes to the tail unchanged", x->layer);
     }
+    if (rep.quantized_nvfp4 + rep.quantized_fp8 > 0) {
+        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s is already quantized (%s and %d more linear weights are stored as "
+                      "NVFP4 or FP8 with their scales); lwq quantizes BF16, F16 and F32 checkpoints and FP8-block or "
+                      "MXFP4 sources", r->ck.dir, rep.first_quantized, rep.quantized_nvfp4 + rep.quantized_fp8 - 1);
+        lwq_arch_report_free(&rep);
+        return rc;
+    }
     if (rc > 0) {
         const lwq_arch_issue *x = NULL;
         for (int i = 0; i < rep.n && !x; i++)
@@ -426,6 +433,22 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
         uint64_t h = 0, b = 0;
         lwq_error ig = {0};
         int bad = lwq_file_xxh64(p, &h, &b, &ig) != 0 || h != r->man.layers[i].xxh64 || b != r->man.layers[i].bytes;
+        /* The checksum holds against accidents; the shard must also be this run's: one of
+         * another run, or whose header was edited and its checksum updated in the manifest,
+         * carries another fingerprint (or none). */
+        char why[160] = "";
+        if (!bad) {
+            lwq_st_file f;
+            if (lwq_out_st_open(p, &f, &ig) != 0) {
+                bad = 1;
+            } else {
+                const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
+                if ((bad = !fp || strcmp(fp, r->fp_hex)) != 0)
+                    snprintf(why, sizeof why, "its header carries lwq_fingerprint %.20s, not this run's %s",
+                             fp ? fp : "(none)", r->fp_hex);
+                lwq_st_free(&f);
+            }
+        }
         if (!bad)
             continue;
         if (o->repair && i == r->man.committed - 1 && r->man.committed >= 1) {
@@ -448,6 +471,10 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
             }
             break;
         }
+        if (why[0])
+            return lwq_errf(e, LWQ_ESTATE, "committed shard %s: %s (a shard of another run, or an edited header); "
+                            "rerun with --repair to recompute it if it is the last committed layer, or delete %s and "
+                            "%s to start over", p, why, r->out_dir, r->resume_dir);
         return lwq_errf(e, LWQ_ESTATE, "committed shard %s fails its checksum or size (%s); the output is damaged. "
                         "Rerun with --repair to recompute it if it is the last committed layer, or delete %s and %s "
                         "to start over", p, ig.code ? ig.msg : "contents changed", r->out_dir, r->resume_dir);

@@ -107,3 +107,53 @@ Test(inspect, usage)
     const char *none[] = {"inspect", NULL};
     cr_assert_eq(lwqt_run(none), 2);
 }
+
+/* lwq's own quantized output is described as a quantized checkpoint (it exited 1, every scale
+ * listed as unexpected and every packed weight as a bad shape), and a damaged one still fails. */
+Test(inspect, a_quantized_output_is_described_as_one)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_moe", "--hidden", "64", "--layers", "2", "--heads",
+                        "4", "--kv-heads", "2", "--experts", "4", "--vocab", "300", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--qformat", "nvfp4_experts-fp8_attn",
+                       "--kv-cache", "fp8", "--calib-size", "4", "--calib-seq", "16", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0);
+    const char *in[] = {"inspect", lwqt_path("q"), NULL};
+    int rc = lwqt_run(in);
+    char *out = lwqt_out();
+    cr_assert_eq(rc, 0, "exit %d: %s", rc, out);
+    cr_assert(strstr(out, "quantized   24 linears NVFP4, 8 FP8, each with its scales; 4 KV cache scales; config.json "
+                          "declares MIXED_PRECISION"), "%s", out);
+    cr_assert(strstr(out, "check       ok: every tensor matches the qwen3_moe plan"), "%s", out);
+    free(out);
+    const char *js[] = {"inspect", "--json", lwqt_path("q"), NULL};
+    cr_assert_eq(lwqt_run(js), 0);
+    out = lwqt_out();
+    cJSON *j = cJSON_Parse(out);
+    cJSON *qz = cJSON_GetObjectItem(j, "quantized");
+    cr_assert_eq(cJSON_GetObjectItem(qz, "nvfp4_linears")->valueint, 24);
+    cr_assert_eq(cJSON_GetObjectItem(qz, "fp8_linears")->valueint, 8);
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "issues")), 0);
+    cJSON_Delete(j);
+    free(out);
+}
+
+/* ... and a quantized source is refused by quantize with that reason, not as bad shapes. */
+Test(inspect, quantizing_a_quantized_checkpoint_is_refused_by_name)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "llama", "--hidden", "64", "--layers", "2", "--heads", "4",
+                        "--kv-heads", "2", "--vocab", "300", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--calib-size", "4", "--calib-seq", "16",
+                       "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0);
+    const char *q2[] = {"quantize", lwqt_path("q"), "-o", lwqt_path("q2"), "--calib-size", "4", "--calib-seq", "16",
+                        "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q2), 2);
+    char *err = lwqt_err();
+    char want[600];
+    snprintf(want, sizeof want, "lwq: %s is already quantized (model.layers.0.self_attn.q_proj.weight and 13 more "
+             "linear weights are stored as NVFP4 or FP8 with their scales)", lwqt_path("q"));
+    cr_assert(strstr(err, want), "%s", err);
+    free(err);
+}

@@ -149,3 +149,133 @@ Test(hostile_resume, an_intact_partial_state_resumes_to_the_same_bytes)
     cr_assert_eq(quantize("ref", ""), 0);
     cr_assert_eq(lwqt_sh("diff -r %s %s >/dev/null", lwqt_path("o"), lwqt_path("ref")), 0);
 }
+
+/* Whole file into *n bytes (malloc'd). */
+static unsigned char *read_whole(const char *name, size_t *n)
+{
+    FILE *fp = fopen(lwqt_path(name), "rb");
+    cr_assert_not_null(fp, "%s", name);
+    fseek(fp, 0, SEEK_END);
+    *n = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    unsigned char *b = malloc(*n + 1);
+    cr_assert_eq(fread(b, 1, *n, fp), *n);
+    fclose(fp);
+    return b;
+}
+
+/* Flip one hex digit of the lwq_fingerprint in the header of out/<shard> and record the file's
+ * new XXH64 in the manifest, as someone covering an edit would. */
+static void edit_fingerprint(const char *out, int layer)
+{
+    char shard[300], man[300];
+    snprintf(shard, sizeof shard, "%s/model-layer-%05d.safetensors", out, layer);
+    snprintf(man, sizeof man, "%s.layerwise_resume/manifest.json", out);
+    size_t n;
+    unsigned char *b = read_whole(shard, &n);
+    char *at = memmem(b, n < 4096 ? n : 4096, "\"lwq_fingerprint\":\"", 19);
+    cr_assert_not_null(at, "no lwq_fingerprint in %s", shard);
+    at[19] = at[19] == '0' ? '1' : '0';
+    FILE *fp = fopen(lwqt_path(shard), "wb");
+    cr_assert_eq(fwrite(b, 1, n, fp), n);
+    fclose(fp);
+    char hex[17];
+    lwq_hex64(lwq_xxh64(b, n, 0), hex);
+    free(b);
+    cJSON *j = load_json(man);
+    cJSON *l = cJSON_GetArrayItem(cJSON_GetObjectItemCaseSensitive(j, "layers"), layer);
+    cr_assert_not_null(l);
+    cJSON_ReplaceItemInObjectCaseSensitive(l, "xxh64", cJSON_CreateString(hex));
+    save_json(man, j);
+}
+
+static int verify(const char *out)
+{
+    return lwqt_sh("%s verify %s >%s 2>%s", lwqt_bin(), lwqt_path(out), lwqt_path("out.txt"), lwqt_path("err.txt"));
+}
+
+static void stdout_has(const char *needle)
+{
+    char *o = lwqt_out();
+    cr_assert(strstr(o, needle), "stdout lacks \"%s\": %s", needle, o);
+    free(o);
+}
+
+/* F9: verify compared checksums only; a shard whose header was edited, its checksum updated in
+ * the manifest, passed. */
+Test(hostile_resume, verify_compares_each_shards_fingerprint_with_the_manifest)
+{
+    make_model();
+    cr_assert_eq(quantize("o", ""), 0);
+    cr_assert_eq(verify("o"), 0);
+    edit_fingerprint("o", 0);
+    cr_assert_eq(verify("o"), 1);
+    stdout_has("FAIL: model-layer-00000.safetensors: lwq_fingerprint ");
+    stdout_has("but the manifest says the run is ");
+}
+
+/* ... and resume reused such a shard. */
+Test(hostile_resume, resume_refuses_a_committed_shard_of_another_fingerprint)
+{
+    partial_run();
+    edit_fingerprint("o", 0);
+    cr_assert_eq(quantize("o", ""), 2);
+    char want[700];
+    snprintf(want, sizeof want, "committed shard %s: its header carries lwq_fingerprint ",
+             lwqt_path("o/model-layer-00000.safetensors"));
+    stderr_has(want);
+    stderr_has("(a shard of another run, or an edited header)");
+}
+
+/* Drop every index entry that maps to `file` (and the file). */
+static void drop_shard(const char *out, const char *file)
+{
+    char ip[300], fp[300];
+    snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", out);
+    snprintf(fp, sizeof fp, "%s/%s", out, file);
+    cJSON *j = load_json(ip);
+    cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
+    for (cJSON *x = wm->child, *nx; x; x = nx) {
+        nx = x->next;
+        if (!strcmp(x->valuestring, file))
+            cJSON_DeleteItemFromObjectCaseSensitive(wm, x->string);
+    }
+    save_json(ip, j);
+    cr_assert_eq(unlink(lwqt_path(fp)), 0);
+}
+
+/* F8: verify passed an output whose layer shards and index entries were removed (lwq eval
+ * refused it), and an empty weight_map. */
+Test(hostile_resume, verify_finds_a_removed_layer)
+{
+    make_model();
+    cr_assert_eq(quantize("o", ""), 0);
+    lwqt_sh("rm -rf %s.layerwise_resume", lwqt_path("o"));
+    cr_assert_eq(verify("o"), 0);
+    drop_shard("o", "model-layer-00001.safetensors");
+    cr_assert_eq(verify("o"), 1);
+    stdout_has("config.json declares 2 decoder layers, but no tensor belongs to layer 1 (expected names "
+               "model.layers.1.*)");
+}
+
+Test(hostile_resume, verify_finds_removed_tail_tensors)
+{
+    make_model();
+    cr_assert_eq(quantize("o", ""), 0);
+    lwqt_sh("rm -rf %s.layerwise_resume", lwqt_path("o"));
+    drop_shard("o", "model-tail.safetensors");
+    cr_assert_eq(verify("o"), 1);
+    char want[600];
+    snprintf(want, sizeof want, "FAIL: %s: layer -1: missing model.embed_tokens.weight (against the llama plan of "
+             "config.json)", lwqt_path("o"));
+    stdout_has(want);
+}
+
+Test(hostile_resume, verify_finds_an_empty_weight_map)
+{
+    make_model();
+    cr_assert_eq(quantize("o", ""), 0);
+    lwqt_write_str("o/model.safetensors.index.json", "{\"metadata\": {}, \"weight_map\": {}}");
+    cr_assert_eq(verify("o"), 1);
+    stdout_has("FAIL: ");
+}
