@@ -83,6 +83,7 @@ for c in "${cases[@]}"; do
   rm -rf "$ref" "$ref.layerwise_resume"
 done
 for n in "${notes[@]}"; do echo "  $n"; done
-echo "ranks-check: $("$lwq" version), $("$mpiexec" --version 2>&1 | head -1), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
+mpiver=$("$mpiexec" --version 2>&1 | grep -m1 -E 'Open MPI|OpenRTE|Version:' | sed 's/^ *//')
+echo "ranks-check: $("$lwq" version), $(basename "$mpiexec") ($mpiver, $(ldd "$lwq" | grep -o 'libmpi[a-z_]*\.so[.0-9]*' | head -1)), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
 [ $status = 0 ] && echo "ranks-check: every output file identical for no MPI and 1-4 ranks" || echo "ranks-check: FAILED"
 exit $status

@@ -600,12 +600,17 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
     if (have_cs)
         lwq_calib_set_free(&cs);
     lwq_recipe_free(&r);
-    lwq_ranks_finalize(&rk);
-    if (rc) {
-        if (!quiet_err)
-            fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
-        return LWQ_EXIT_ERR;
+    if (rc && !quiet_err)
+        fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
+    /* an error every rank has: no rank leaves before rank 0 has said it (a launcher ends the job
+     * when the first rank exits non-zero) */
+    if (rc && rk.agreed) {
+        fflush(stderr);
+        lwq_ranks_barrier(&rk, NULL);
     }
+    lwq_ranks_finalize(&rk);
+    if (rc)
+        return LWQ_EXIT_ERR;
     return LWQ_EXIT_OK;
 }
 

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "core/ranks.h"
+#include "kernels/backend.h"
 #include "engine/quant/qlayer.h"
 #include "engine/quant/stats.h"
 #include "engine/source/tlist.h"
@@ -32,12 +33,20 @@ double lwq_dist_cost(const lwq_arch_linear *l, const lwq_quant_choice *c);
  * Fused groups go to one rank (they share scales). */
 void lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size, int *owner);
 
+/* The optional NCCL path of GPU ranks (dist_nccl.c): the Hessians' limbs summed on the devices.
+ * lwq_nccl_open is collective (rank 0's ncclUniqueId is broadcast over MPI). */
+typedef struct lwq_nccl lwq_nccl;
+int lwq_nccl_open(lwq_nccl **out, lwq_ranks *rk, const lwq_backend *be, lwq_error *e);
+int lwq_nccl_sum_i64(lwq_nccl *n, int64_t *v, size_t count, lwq_error *e);
+void lwq_nccl_close(lwq_nccl *n);
+
 /* The statistics of the linears with only[i] (NULL: all) summed/maxed over the ranks, in place on
  * every rank; with `layer_wide` also the k/v amaxes and the expert token counts (the part of a
- * layer that observes them).  Hessians: after lwq_stats_flush, before lwq_stats_finalize.  A sum
- * beyond the grid's range: LWQ_ENUMERIC naming the linear. */
-int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_layer_stats *st, const uint8_t *only, int layer_wide,
-                          lwq_error *e);
+ * layer that observes them).  Hessians: after lwq_stats_flush, before lwq_stats_finalize, through
+ * nccl when given (else MPI on the host).  A sum beyond the grid's range: LWQ_ENUMERIC naming the
+ * linear. */
+int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, const uint8_t *only,
+                          int layer_wide, lwq_error *e);
 
 /* The owned tensors of `out` with index >= from (views of the source stay; spilled ones are refused),
  * and the summable fields of rep with its GPTQ entries, as one blob (malloc'd). */

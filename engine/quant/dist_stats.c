@@ -8,7 +8,7 @@
 /* entries per reduction of a Hessian (limbs are 32 bytes an entry: 128 MiB of limbs at a time) */
 #define HCHUNK ((int64_t)1 << 22)
 
-static int reduce_hessian(const lwq_ranks *rk, lwq_layer_stats *st, int i, lwq_error *e)
+static int reduce_hessian(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, int i, lwq_error *e)
 {
     int64_t n = lwq_stats_hfix_len(st, i);
     if (n == 0)
@@ -21,7 +21,8 @@ static int reduce_hessian(const lwq_ranks *rk, lwq_layer_stats *st, int i, lwq_e
     for (int64_t off = 0; off < n && rc == 0; off += ch) {
         int64_t k = n - off < ch ? n - off : ch;
         lwq_fix_to_limbs(st->hfix[i] + off, k, limbs);
-        if ((rc = lwq_ranks_sum_i64(rk, limbs, (size_t)(k * LWQ_FIX_LIMBS), e)) != 0)
+        if ((rc = nccl ? lwq_nccl_sum_i64(nccl, limbs, (size_t)(k * LWQ_FIX_LIMBS), e)
+                       : lwq_ranks_sum_i64(rk, limbs, (size_t)(k * LWQ_FIX_LIMBS), e)) != 0)
             break;
         int64_t bad = lwq_fix_from_limbs(limbs, k, st->hfix[i] + off);
         if (bad >= 0)
@@ -33,10 +34,10 @@ static int reduce_hessian(const lwq_ranks *rk, lwq_layer_stats *st, int i, lwq_e
     return rc;
 }
 
-int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_layer_stats *st, const uint8_t *only, int layer_wide,
-                          lwq_error *e)
+int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, const uint8_t *only,
+                          int layer_wide, lwq_error *e)
 {
-    if (rk->size <= 1)
+    if (rk->size <= 1 && !nccl) /* one rank with NCCL: the path still runs (perf/gpu-check.sh's smoke row) */
         return 0;
     int n = st->n, nE = layer_wide ? st->n_experts : 0;
     float *f = malloc((size_t)(n + 2) * sizeof *f);
@@ -78,6 +79,6 @@ int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_layer_stats *st, const uint8_
     free(c);
     for (int i = 0; rc == 0 && i < n; i++)
         if (!only || only[i])
-            rc = reduce_hessian(rk, st, i, e);
+            rc = reduce_hessian(rk, nccl, st, i, e);
     return rc;
 }

@@ -26,7 +26,7 @@
  *                   disk)
  *   after the last layer:
  *   7. finish       tail, index, configs, side files, calibration report; manifest complete
- *                                                                lwq_run_finish      run_output.c
+ *                                                                lwq_run_finish      run_finish.c
  *   8. report       summary line and JSON                        lwq_run_summary     run_report.c
  *
  * Expert streaming (run_stream.c) does 2-4 of a MoE layer as units: the dense part, then groups

@@ -3,13 +3,15 @@
  *   run_setup.c     start-up (checkpoint, plans, backend, batches, resume decision), tear-down
  *   run_layer.c     one layer over the calibration set: embed, forward + observe, --qdq-next
  *   run_reference.c the whole-model reference path
- *   run_output.c    everything written: shard, boundary, manifest commits; tail, index, configs
+ *   run_output.c    everything written during the loop: shard, boundary, manifest commits; the tail
+ *   run_finish.c    after the last layer: index, configs, side files, report, manifest complete
  *   run_stream.c    a MoE layer as units (expert streaming)
  *   run_report.c    progress lines, the summary, per-layer calibration reports
  *   run_gptq.c      what a run says about its GPTQ linears
  *   run_log.c       the --log-json lines
+ *   run_ranks.c     a run over MPI ranks: the split, the checks at start, the per-layer meetings
  * Calls go one way (scripts/check-includes.sh checks it): run.c -> run_setup, run_layer,
- * run_reference, run_stream -> run_output -> run_report -> run_gptq -> run_log.  Which thread
+ * run_reference, run_stream -> run_ranks, run_finish -> run_output -> run_report -> run_gptq -> run_log.  Which thread
  * owns which field: engine/run/run.c.
  * Not public. */
 #ifndef LWQ_ENGINE_RUN_INTERNAL_H
@@ -80,6 +82,7 @@ typedef struct lwq_run {
     int *bfirst;                  /* (size + 1) every rank's first batch */
     uint64_t bnd_base;
     uint64_t bnd_all;             /* boff[nb]: the whole boundary, all ranks */
+    struct lwq_nccl *nccl;        /* LWQ_NCCL=1 on GPU ranks: Hessian limbs summed by NCCL, else NULL */
     int part_rc;                  /* under mu: how the writer's last boundary part went */
     uint64_t part_hash;
     struct lwq_rank_times {
@@ -188,6 +191,8 @@ int lwq_run_ranks_split(lwq_run *r, lwq_error *e);
 /* Every rank runs the same binary, options and inputs: compared at start, a difference refused
  * naming the rank and what differs. */
 int lwq_run_ranks_same(lwq_run *r, lwq_error *e);
+/* LWQ_NCCL=1 with the CUDA backend: NCCL joined (collective; after lwq_run_ranks_same). */
+int lwq_run_ranks_nccl(lwq_run *r, lwq_error *e);
 /* Rank 0's fresh/resume decision (rc, *nothing_to_do, start layer) given to every rank; the others
  * then read the manifest rank 0 prepared. */
 int lwq_run_ranks_output(lwq_run *r, int rc, int *nothing_to_do, lwq_error *e);
@@ -219,6 +224,10 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
 int lwq_run_submit_tail(lwq_run *r, lwq_error *e);
 /* Write one shard synchronously (whole-model path). */
 int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e);
+/* The tail written now (when the writer did not copy it during the loop). */
+int lwq_run_write_tail(lwq_run *r, lwq_error *e);
+
+/* ---- run_finish.c: step 7 ---- */
 /* Tail, index, configs, copied files, report; then mark the manifest complete. */
 int lwq_run_finish(lwq_run *r, lwq_error *e);
 /* Wait until no boundary write reads bnd[i]. */

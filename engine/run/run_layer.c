@@ -152,9 +152,9 @@ int lwq_run_stats_done(lwq_run *r, lwq_layer_stats *st, const uint8_t *only, int
     double t = lwq_now();
     if (rc == 0)
         rc = lwq_stats_flush(st, only, e);
-    if (r->rk->size > 1) { /* every rank meets here, failed or not */
+    if (r->rk->size > 1 || r->nccl) { /* every rank meets here, failed or not */
         if ((rc = lwq_ranks_agree(r->rk, rc, e)) == 0)
-            rc = lwq_dist_reduce_stats(r->rk, st, only, wide, e);
+            rc = lwq_dist_reduce_stats(r->rk, r->nccl, st, only, wide, e);
         rc = lwq_ranks_agree(r->rk, rc, e);
     }
     if (rc == 0)

@@ -96,6 +96,22 @@ static uint64_t hash_str(uint64_t h, const char *s)
     return lwq_xxh64(s ? s : "", s ? strlen(s) + 1 : 1, h);
 }
 
+static int nccl_wanted(void)
+{
+    const char *v = getenv("LWQ_NCCL");
+    return v && !strcmp(v, "1");
+}
+
+int lwq_run_ranks_nccl(lwq_run *r, lwq_error *e)
+{
+    if (!nccl_wanted() || !r->rk->mpi || r->be.ops->device == LWQ_DEV_CPU)
+        return 0;
+    int rc = lwq_nccl_open(&r->nccl, r->rk, &r->be, e);
+    if (rc == 0 && !r->o->quiet)
+        LWQ_INFO("NCCL: the Hessians' sums go through ncclAllReduce on the GPUs (LWQ_NCCL=1)");
+    return rc;
+}
+
 int lwq_run_ranks_same(lwq_run *r, lwq_error *e)
 {
     lwq_ranks *rk = r->rk;
@@ -107,7 +123,7 @@ int lwq_run_ranks_same(lwq_run *r, lwq_error *e)
     /* every option that changes what a rank computes or where it writes (not --threads, which
      * changes no byte, nor --quiet / --log-json, which rank 0 alone honours) */
     double num[] = {o->batch_size, o->include_padding, o->all_experts, o->qdq_next, o->whole_model, o->dry_read,
-                    o->device, o->max_gpu_gb, o->max_cpu_gb, o->prefetch, o->expert_group, o->repair};
+                    o->device, o->max_gpu_gb, o->max_cpu_gb, o->prefetch, o->expert_group, o->repair, nccl_wanted()};
     mine[SAME_OPTIONS] = lwq_xxh64(num, sizeof num, 0);
     mine[SAME_PATHS] = hash_str(hash_str(hash_str(0, o->model_dir), o->out_dir), o->resume_dir);
     for (int i = 0; i < LWQ_FP_PARTS; i++)

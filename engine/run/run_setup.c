@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "engine/run/fingerprint.h"
+#include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
 #include "layout/export.h"
@@ -213,6 +214,8 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
         rc = lwq_run_agree(r, lwq_run_fingerprint(r, e), e);
     if (rc == 0)
         rc = lwq_run_ranks_same(r, e);
+    if (rc == 0)
+        rc = lwq_run_ranks_nccl(r, e);
     if (rc == 0 && !o->dry_read) {
         int prc = r->rk->rank == 0 ? lwq_run_prepare_output(r, nothing_to_do, e) : lwq_run_output_paths(r, e);
         rc = lwq_run_ranks_output(r, prc, nothing_to_do, e);
@@ -285,6 +288,7 @@ void lwq_run_free(lwq_run *r)
     free(r->choice);
     free(r->lstat);
     free(r->rtimes);
+    lwq_nccl_close(r->nccl); /* before the backend its buffer lives on */
     free(r->bfirst);
     lwq_manifest_free(&r->man);
     if (r->be_open && r->be_owned)
