@@ -163,11 +163,17 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
     if (src_layer < 0)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized; a quantized %s outside the decoder layers is "
                         "not emulated (the head runs in the source dtype)", dir, module, module);
-    if (ws->ndim != 2)
-        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized with %d dimensions; only 2-D linears are "
-                        "emulated", dir, module, ws->ndim);
-    int64_t out = ws->shape[0], in = ws->shape[1];
+    /* a depthwise conv1d [channels, 1, kernel] (qwen3_next) is quantized to FP8 per tensor, as
+     * Model Optimizer does */
+    int conv = ws->ndim == 3 && ws->shape[1] == 1;
+    if (ws->ndim != 2 && !conv)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized with %d dimensions; only 2-D linears and "
+                        "[channels, 1, kernel] conv1d weights are read", dir, module, ws->ndim);
+    int64_t out = ws->shape[0], in = ws->shape[ws->ndim - 1];
     const char *fmt = wq->dtype == LWQ_U8 ? "NVFP4" : wq->dtype == LWQ_F8_E4M3 ? "FP8" : NULL;
+    if (conv && fmt && strcmp(fmt, "FP8"))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight is a conv1d stored as %s; a conv1d is quantized to FP8 only", dir,
+                        module, fmt);
     if (!fmt)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight has a weight_scale but dtype %s: neither NVFP4 (U8) nor FP8 "
                         "(F8_E4M3)", dir, module, lwq_dtype_name(wq->dtype));
@@ -205,10 +211,13 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
         if (!s2 || !is_scalar_f32(s2))
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight_scale_2 must be an F32 scalar", dir, module);
     } else {
-        if (wq->ndim != 2 || wq->shape[0] != out || wq->shape[1] != in) {
+        int same = wq->ndim == ws->ndim;
+        for (int d = 0; same && d < ws->ndim; d++)
+            same = wq->shape[d] == ws->shape[d];
+        if (!same) {
             shape_str(wq->shape, wq->ndim, got, sizeof got);
-            return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight has shape %s, the source's is [%lld, %lld]", dir, module,
-                            got, (long long)out, (long long)in);
+            shape_str(ws->shape, ws->ndim, want, sizeof want);
+            return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight has shape %s, the source's is %s", dir, module, got, want);
         }
         if (!sc || !is_scalar_f32(sc))
             return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight_scale is not an F32 scalar; only per-tensor FP8 "
@@ -436,9 +445,16 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
         lwq_qformat f = w->dtype == LWQ_U8 ? LWQ_QFMT_NVFP4 : LWQ_QFMT_FP8;
         if (!is || (f == LWQ_QFMT_NVFP4 && !s2))
             return lwq_errf(e, LWQ_EFORMAT, "%s: the scales of a %s linear are incomplete", l->name, lwq_qformat_name(f));
-        if (l->role == LWQ_ROLE_LIN_CONV)
-            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: a quantized conv1d is not emulated", l->name);
-        int64_t rows = l->out_features, cols = l->in_features, shape[2] = {rows, cols};
+        /* a depthwise conv1d is no GEMM: its input quantization is not emulated, its FP8 weight
+         * dequantizes like any other (weights only) */
+        int conv = l->role == LWQ_ROLE_LIN_CONV;
+        if (conv && !weights_only)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the input quantization of a quantized conv1d is not emulated; "
+                            "--weights-only evaluates its dequantized weight", l->name);
+        if (conv && f != LWQ_QFMT_FP8)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: a conv1d is quantized to FP8 only", l->name);
+        int64_t rows = l->out_features, cols = l->in_features;
+        int64_t shape[3] = {rows, conv ? 1 : cols, cols};
         /* every value is checked before anything is allocated: a NaN, zero or negative scale or
          * a NaN code would dequantize into NaN weights and a plausible-looking report */
         float in_scale = scalar(is);
@@ -457,7 +473,7 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
             free(buf);
             return rc;
         }
-        if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, 2, shape, buf, 1, e)) < 0)
+        if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, conv ? 3 : 2, shape, buf, 1, e)) < 0)
             return rc;
         /* weights only: the GEMM wrapper does not know the linear, so its input is used as is */
         if (!weights_only && (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)

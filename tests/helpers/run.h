@@ -87,4 +87,22 @@ static inline void lwqt_copy_dir(const char *src, const char *dst)
     closedir(d);
 }
 
+/* The JSON file at `path` (a full path, or lwqt_path(name)), parsed; the caller deletes it. */
+static inline cJSON *lwqt_json(const char *path)
+{
+    char *t = lwqt_slurp(path);
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    cr_assert_not_null(j, "%s is not JSON", path);
+    return j;
+}
+
+/* The number o[k]; the test fails when it is not one. */
+static inline double lwqt_num(const cJSON *o, const char *k)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
+    cr_assert(cJSON_IsNumber(v), "no number %s", k);
+    return v->valuedouble;
+}
+
 #endif

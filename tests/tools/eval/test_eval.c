@@ -24,21 +24,9 @@ static const char *mk(const char *name, const char *extra)
     return lwqt_path(name);
 }
 
-static cJSON *load_json(const char *name)
-{
-    char *s = lwqt_slurp(lwqt_path(name));
-    cJSON *j = cJSON_Parse(s);
-    free(s);
-    cr_assert_not_null(j, "%s is not JSON", name);
-    return j;
-}
+static cJSON *load_json(const char *name) { return lwqt_json(lwqt_path(name)); }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "no number %s", k);
-    return v->valuedouble;
-}
+static double num(const cJSON *o, const char *k) { return lwqt_num(o, k); }
 
 static const cJSON *cand(const cJSON *root, int i)
 {

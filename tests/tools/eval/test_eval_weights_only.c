@@ -12,21 +12,9 @@ TestSuite(eval_weights_only, .init = lwqt_setup, .fini = lwqt_teardown);
 
 #define SMALL_DATA "--data-size", "5", "--data-seq", "20", "--quiet"
 
-static cJSON *load_json(const char *name)
-{
-    char *s = lwqt_slurp(lwqt_path(name));
-    cJSON *j = cJSON_Parse(s);
-    free(s);
-    cr_assert_not_null(j, "%s is not JSON", name);
-    return j;
-}
+static cJSON *load_json(const char *name) { return lwqt_json(lwqt_path(name)); }
 
-static double num(const cJSON *o, const char *k)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
-    cr_assert(cJSON_IsNumber(v), "no number %s", k);
-    return v->valuedouble;
-}
+static double num(const cJSON *o, const char *k) { return lwqt_num(o, k); }
 
 static const cJSON *cand0(const cJSON *root)
 {
@@ -94,7 +82,7 @@ static int write_dequantized_source(const char *src, const char *q, const char *
         lwq_st_entry we, se, s2e;
         void *w = read_tensor(q, en->name, &we), *sc = read_tensor(q, sname, &se);
         if (w && sc && (we.dtype == LWQ_U8 || we.dtype == LWQ_F8_E4M3)) {
-            int64_t rows = en->shape[0], cols = en->shape[1];
+            int64_t rows = en->shape[0], cols = en->shape[1], numel = lwq_st_numel(en);
             if (we.dtype == LWQ_U8) {
                 snprintf(sname, sizeof sname, "%.*s.weight_scale_2", (int)(n - 7), en->name);
                 float *s2 = read_tensor(q, sname, &s2e);
@@ -102,8 +90,8 @@ static int write_dequantized_source(const char *src, const char *q, const char *
                 cr_assert_eq(lwq_quant_nvfp4_dequant(w, sc, *s2, rows, cols, LWQ_F32, data[k], &e), 0, "%s", e.msg);
                 free(s2);
             } else {
-                cr_assert_eq(lwq_quant_fp8_dequant(w, *(const float *)sc, rows * cols, LWQ_F32, data[k], &e), 0, "%s",
-                             e.msg);
+                cr_assert_eq(lwq_quant_fp8_dequant(w, *(const float *)sc, numel, LWQ_F32, data[k], &e), 0, "%s",
+                             e.msg); /* 2-D linears and the 3-D conv1d alike */
             }
             replaced++;
         }
@@ -161,6 +149,41 @@ Test(eval_weights_only, candidate_equals_its_dequantized_model_exactly)
     j = load_json("e.json");
     cr_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(j, "weights_only")));
     cr_assert(num(cand0(j), "kl") > 0, "activation and KV-cache quantization cost something");
+    cJSON_Delete(j);
+}
+
+/* Qwen3-Next in FP8, as Model Optimizer writes it: the Gated DeltaNet linears and the depthwise
+ * conv1d ([channels, 1, kernel], per-tensor FP8) are dequantized too.  The conv1d is no GEMM, so
+ * the emulated eval refuses it (naming --weights-only); weights-only gives the dequantized model
+ * exactly. */
+Test(eval_weights_only, dequantizes_the_fp8_conv1d_of_qwen3_next)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_next", "--hidden", "64", "--layers", "2",
+                        "--heads", "4", "--kv-heads", "2", "--head-dim", "16", "--experts", "4", "--top-k", "2",
+                        "--moe-intermediate", "32", "--shared-intermediate", "48", "--linear-value-heads", "4",
+                        "--linear-value-dim", "16", "--vocab", "300", "--dtype", "f32", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--qformat", "fp8", "--calib-size", "4",
+                       "--calib-seq", "16", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    lwq_st_entry ce;
+    void *cw = read_tensor(lwqt_path("q"), "model.layers.0.linear_attn.conv1d.weight", &ce);
+    cr_assert(cw && ce.dtype == LWQ_F8_E4M3 && ce.ndim == 3 && ce.shape[1] == 1, "the conv1d is stored as FP8 [C, 1, K]");
+    free(cw);
+    int n = write_dequantized_source(lwqt_path("m"), lwqt_path("q"), lwqt_path("deq"));
+    cr_assert_gt(n, 10);
+    const char *a[] = {"eval", lwqt_path("deq"), lwqt_path("q"), SMALL_DATA, NULL};
+    cr_assert_eq(lwqt_run(a), 2, "emulated: refused");
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "linear_attn.conv1d") && strstr(err, "--weights-only"), "%s", err);
+    free(err);
+    const char *b[] = {"eval", lwqt_path("deq"), lwqt_path("q"), "--weights-only", SMALL_DATA, "--json",
+                       lwqt_path("w.json"), NULL};
+    cr_assert_eq(lwqt_run(b), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    cJSON *j = load_json("w.json");
+    const cJSON *c = cand0(j);
+    cr_assert_eq(num(c, "quantized_linears"), n);
+    cr_assert(num(c, "kl") == 0.0 && num(c, "ppl") == num(j, "ppl_src"), "kl %.17g", num(c, "kl"));
     cJSON_Delete(j);
 }
 
