@@ -23,14 +23,7 @@ LWQ=${LWQ:-./build/lwq}
 W=$(mktemp -d /tmp/lwq-bench-eval.XXXXXX)
 trap 'rm -rf "$W"' EXIT
 "$LWQ" mkmodel "$W/m" --arch llama --hidden "$H" --layers "$L" --heads 8 --kv-heads 4 --vocab 4096 --seed 5 >/dev/null
-python3 - "$W/data.jsonl" "$N" "$T" <<'EOF'
-import random, sys
-path, n, t = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-r = random.Random(7)
-with open(path, "w") as f:
-    for _ in range(n):
-        f.write('{"input_ids": [%s]}\n' % ", ".join(str(r.randrange(3, 273)) for _ in range(t)))
-EOF
+python3 "$(dirname "$0")/random_ids.py" "$W/data.jsonl" "$N" "$T"
 "$LWQ" quantize "$W/m" -o "$W/q" --qformat nvfp4 --calib "$W/data.jsonl" --calib-size "$N" --calib-seq "$T" \
     --quiet --log-json "$W/q.jsonl" --threads "$THREADS"
 for r in $(seq "$REPEAT"); do

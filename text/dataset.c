@@ -576,12 +576,14 @@ static int check_opts(const lwq_calib_opts *o, lwq_error *e)
     return 0;
 }
 
-static int build(collect *c, lwq_calib_batch *out, lwq_calib_stats *st, size_t files, lwq_error *e)
+/* `what`: the file or directory the samples came from, named in errors. */
+static int build(collect *c, const char *what, lwq_calib_batch *out, lwq_calib_stats *st, size_t files,
+                 lwq_error *e)
 {
     memset(out, 0, sizeof *out);
     out->pad_id = -1;
     if (!c->n)
-        return lwq_errf(e, LWQ_ENOENT, "calibration: no samples (%zu empty dropped)", c->dropped);
+        return lwq_errf(e, LWQ_ENOENT, "%s: no samples (%zu empty dropped)", what, c->dropped);
     size_t T = 0, tokens = 0;
     for (size_t i = 0; i < c->n; i++) {
         size_t l = c->start[i + 1] - c->start[i];
@@ -589,11 +591,11 @@ static int build(collect *c, lwq_calib_batch *out, lwq_calib_stats *st, size_t f
         tokens += l;
     }
     if (c->n * T > ((size_t)1 << 31))
-        return lwq_errf(e, LWQ_ENOMEM, "calibration: a %zu x %zu batch is over 2^31 tokens", c->n, T);
+        return lwq_errf(e, LWQ_ENOMEM, "%s: a %zu x %zu calibration batch is over 2^31 tokens", what, c->n, T);
     int32_t pad = c->o->has_pad_id ? c->o->pad_id : c->tok ? lwq_tokenizer_pad_id(c->tok) : -1;
     if (tokens != c->n * T && pad < 0)
-        return lwq_errf(e, LWQ_EINVAL, "calibration: rows of different lengths need padding, but "
-                        "the tokenizer has no pad_token or eos_token (tokenizer_config.json)");
+        return lwq_errf(e, LWQ_EINVAL, "%s: calibration rows of different lengths need padding, but "
+                        "the tokenizer has no pad_token or eos_token (tokenizer_config.json)", what);
     out->ids = malloc(c->n * T * sizeof *out->ids);
     out->mask = calloc(c->n * T, 1);
     out->lengths = malloc(c->n * sizeof *out->lengths);
@@ -639,7 +641,7 @@ int lwq_calib_from_texts(const lwq_tokenizer *tok, const char *const *texts, siz
         snprintf(where, sizeof where, "sample %zu", i);
         rc = add_text(&c, texts[i], strlen(texts[i]), where, e);
     }
-    if (!rc) rc = build(&c, out, st, 0, e);
+    if (!rc) rc = build(&c, "calibration texts", out, st, 0, e);
     collect_free(&c);
     return rc;
 }
@@ -666,7 +668,7 @@ int lwq_calib_load(const lwq_tokenizer *tok, const char *path, const lwq_calib_o
         rc = read_file(&c, path, e);
         files = 1;
     }
-    if (!rc) rc = build(&c, out, st, files, e);
+    if (!rc) rc = build(&c, path, out, st, files, e);
     collect_free(&c);
     return rc;
 }

@@ -234,7 +234,7 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
     }
     a->argv[a->argc++] = argv[0];
     int hf = 0, has_dataset = 0, has_recipe = 0, has_qformat = 0, has_out = 0, has_size = 0, has_seq = 0, has_batch = 0,
-        has_aq = 0;
+        has_aq = 0, has_score_size = 0;
     for (int i = 1; i < argc; i++) {
         const char *eq;
         int k = find_flag(argv[i], &eq);
@@ -242,6 +242,7 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
         hf |= kind == F_MODEL || kind == F_EXPORT;
         has_recipe |= kind == F_RECIPE;
         has_aq |= kind == F_AQ_BITS;
+        has_score_size |= kind == F_AQ_SCORE_SIZE;
         has_dataset |= kind == F_DATASET || !strcmp(argv[i], "--calib");
         has_qformat |= kind == F_QFORMAT;
         has_out |= kind == F_EXPORT || !strcmp(argv[i], "-o") || !strcmp(argv[i], "--output");
@@ -254,6 +255,7 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
     if (hf) { /* hf_ptq's defaults for what the command leaves out */
         const char *d[] = {!has_qformat && !has_recipe ? "--qformat" : NULL, "fp8",
                            !has_qformat && !has_recipe && has_aq ? "--auto-quantize-formats" : NULL, "fp8,none",
+                           has_aq && !has_recipe && !has_score_size ? "--auto-quantize-score-size" : NULL, "128",
                            !has_size ? "--calib-size" : NULL, "1024",
                            !has_seq ? "--calib-seq" : NULL, "512",
                            !has_batch ? "--batch-size" : NULL, "0",
@@ -381,9 +383,10 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
     }
     if (hf) {
         char d[256] = "";
-        snprintf(d, sizeof d, "%s%s%s%s%s", !has_qformat && !has_recipe ? ", --qformat fp8" : "",
+        snprintf(d, sizeof d, "%s%s%s%s%s%s", !has_qformat && !has_recipe ? ", --qformat fp8" : "",
                  !has_size ? ", --calib_size 1024" : "", !has_seq ? ", --calib_seq 512" : "",
-                 !has_batch ? ", --batch_size 0" : "", !has_out ? ", --export_path exported_model" : "");
+                 !has_batch ? ", --batch_size 0" : "", !has_out ? ", --export_path exported_model" : "",
+                 has_aq && !has_recipe && !has_score_size ? ", --auto_quantize_score_size 128" : "");
         if (d[0])
             fprintf(notes, "lwq: note: hf_ptq's defaults apply: %s\n", d + 2);
         if (!has_dataset)

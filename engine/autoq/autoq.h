@@ -5,10 +5,15 @@
  *   pass 1  score: one pass over the disk.  Per layer, the calibration forward (the observer of
  *           lwq quantize) over every calibration sample; the layer quantized once per candidate
  *           format (engine/quant/qlayer.h, the bytes lwq quantize would write); then, on the
- *           scored samples (the first --auto-quantize-score-size), each group alone in each
+ *           scored samples (the first --auto-quantize-score-size, by default 1/8 of the
+ *           calibration samples: the replays cost ~6-9 layer forwards of the scored rows per
+ *           candidate pair of formats, perf/RESULTS.md), each group alone in each
  *           format, everything else in the source dtype, run through the layer with the serving
  *           engine's activation quantization emulated (engine/eval/eval_emul.h).  Score "layer":
- *           the squared error of the layer's output against the source's, per scored token.
+ *           the squared error this adds to the layer's output relative to that output, times the
+ *           gains of the later layers (each layer's gain: how much it grows the relative error
+ *           of a perturbed input, measured with a probe, the previous layer's replay of one
+ *           group, run through it; errors of early layers pass through more gains).
  *           Score "kl": that output carried through the rest of the model in the source dtype to
  *           the logits, KL(P_src || P_q) per scored token (a stream per group and format: for
  *           models small enough).  Replays reuse the source's GEMM and attention results where
@@ -55,7 +60,8 @@ typedef struct lwq_autoq_opts {
     double gb;               /* the budget in GB (1e9 bytes), or 0 */
     uint8_t formats[3];      /* candidate formats, indexed by lwq_qformat (NONE may be left out) */
     lwq_aq_score score;
-    int score_size;          /* calibration samples scored (the first ones); 0: all */
+    int score_size;          /* calibration samples scored (the first ones); 0: 1/8 of them, rounded up
+                                (Model Optimizer's ratio: 128 scored of hf_ptq's 1024) */
     int no_memo;             /* replays compute every op (the memo's own check) */
     int pass1_only;          /* stop after pass 1 and the solve: write the recipe, quantize nothing */
     const char *scores_from; /* a complete scores.json of an earlier search with the same inputs:
@@ -66,5 +72,7 @@ int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);
 
 /* "layer", "kl" */
 const char *lwq_aq_score_name(lwq_aq_score s);
+/* The calibration samples pass 1 scores (the first ones). */
+int lwq_aq_score_samples(const lwq_autoq_opts *o);
 
 #endif

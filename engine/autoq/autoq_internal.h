@@ -1,11 +1,13 @@
 /* engine/autoq/autoq_internal.h — what the files of the auto-quantize search share:
- *   autoq_score.c   pass 1: the depth loop, the calibration forward, the per-group replays
+ *   autoq_score.c   pass 1: set-up, resume state, the depth loop
+ *   autoq_layer.c   pass 1 on one layer: calibration, quantization, probe, per-group replays
  *   autoq_kl.c      the kl score's streams through the later layers and their head
  *   autoq_state.c   pass 1's resume state: fingerprint, scores.json, state files
  *   autoq_solve.c   scores -> knapsack -> the chosen formats, the recipe, the report
  *   autoq_run.c     the command: pass 1, solve, pass 2, report
- * Calls go one way: autoq_run -> autoq_score -> autoq_kl -> autoq_state; autoq_run ->
- * autoq_solve -> autoq_state.  Not public. */
+ *   autoq_recipe.c  the chosen formats as lwq JSON and Model Optimizer YAML
+ * Calls go one way: autoq_run -> autoq_score -> autoq_layer -> autoq_kl; autoq_score ->
+ * autoq_state; autoq_run -> autoq_recipe, autoq_solve -> autoq_state.  Not public. */
 #ifndef LWQ_ENGINE_AUTOQ_INTERNAL_H
 #define LWQ_ENGINE_AUTOQ_INTERNAL_H
 
@@ -43,6 +45,8 @@ typedef struct lwq_aq_lrec {
     int ngroups;
     lwq_aq_gscore *g;
     double out_sq;            /* sum over scored tokens of ||h||^2 of the source layer output */
+    double gain;              /* how the layer grows a relative error of its input: the probe's
+                                 relative error after the layer over the one before (0: layer 0) */
     int64_t tokens;           /* scored tokens (real, padding excluded) */
     uint64_t fixed_bytes;     /* linears in no group (routers, exclusions), their weights + scales */
     uint64_t other_bytes;     /* every other tensor of the layer's shard (norms, biases, k/v scales) */
@@ -98,9 +102,14 @@ typedef struct lwq_aq_solution {
     int free_items;
 } lwq_aq_solution;
 
-/* The score the knapsack minimises for group g of layer rec in format f. */
+/* The product of the gains of the layers after L (how much they grow a relative error). */
+double lwq_aq_amplification(const lwq_aq_scores *s, int L);
+/* The score the knapsack minimises for group g of layer rec (in s->rec) in format f. */
 double lwq_aq_score_of(const lwq_aq_scores *s, const lwq_aq_lrec *rec, const lwq_aq_gscore *g, int f);
 int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solution *sol, lwq_error *e);
+/* The uniform mix of the same groups: every group in pref where it can take it, else FP8, else
+ * NVFP4, else none (the comparison the report prints beside the search). */
+int lwq_aq_uniform(const lwq_aq_scores *s, lwq_qformat pref, lwq_aq_solution *sol, lwq_error *e);
 void lwq_aq_solution_free(lwq_aq_solution *sol);
 
 #endif

@@ -17,6 +17,19 @@
 
 #define LWQ_AQ_HEAD_ROWS 64
 
+int lwq_aq_streams_grow(lwq_aq_ctx *c, int n, lwq_error *e)
+{
+    unsigned char **p = realloc(c->stream, (size_t)(n ? n : 1) * sizeof *p);
+    if (!p)
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    c->stream = p;
+    for (; c->nstreams < n; c->nstreams++)
+        if (!(c->stream[c->nstreams] = malloc(c->score_bytes ? c->score_bytes : 1)))
+            return lwq_errf(e, LWQ_ENOMEM, "cannot allocate %.2f GB for kl stream %d", (double)c->score_bytes / 1e9,
+                            c->nstreams);
+    return 0;
+}
+
 int lwq_aq_streams_layer(lwq_aq_ctx *c, int L, const lwq_weights *w, lwq_error *e)
 {
     int rc = 0;

@@ -1,10 +1,11 @@
-/* engine/autoq/autoq_pass1.h — the state of pass 1, shared by autoq_score.c (set-up, the depth
- * loop, one layer's calibration, quantization and replays) and autoq_kl.c (the kl score's
- * streams and their head).  Not public. */
+/* engine/autoq/autoq_pass1.h — the state of pass 1, shared by autoq_score.c (set-up, resume
+ * state, the depth loop), autoq_layer.c (one layer: calibration, quantization, replays) and
+ * autoq_kl.c (the kl score's streams and their head).  Calls go score -> layer -> kl.  Not public. */
 #ifndef LWQ_ENGINE_AUTOQ_PASS1_H
 #define LWQ_ENGINE_AUTOQ_PASS1_H
 
 #include <stdio.h>
+#include <time.h>
 
 #include "engine/autoq/autoq_internal.h"
 #include "engine/eval/eval_bset.h"
@@ -42,6 +43,8 @@ typedef struct lwq_aq_ctx {
     unsigned char *bnd[2];     /* calibration boundary: the scored rows (sc), then the others (rest) */
     int cur;                   /* bnd[cur] is the input of the next layer */
     uint64_t score_bytes, bnd_bytes;
+    unsigned char *probe;      /* scored rows: the source input of the next layer plus one group's
+                                  quantization error (the last layer's probe replay), score_bytes */
     int nstreams;              /* kl streams: one per (layer, group, quantized format), in that order */
     unsigned char **stream;    /* (nstreams) scored rows of each, score_bytes */
     lwq_io_reader *rd;
@@ -55,13 +58,28 @@ typedef struct lwq_aq_ctx {
     double t_calib, t_quant, t_record, t_replay, t_streams; /* process CPU seconds, summed */
 } lwq_aq_ctx;
 
+/* Process CPU seconds (per-phase costs a busy machine distorts less than walls). */
+static inline double lwq_aq_cpu_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ---- autoq_layer.c ---- */
+/* The search groups of layer L as this run makes them (a resumed record must describe the same). */
+int lwq_aq_layer_groups(const lwq_aq_ctx *c, int L, lwq_aq_layer *A, lwq_error *e);
+/* Steps 1-4 of layer L, its source tensors src (sorted views): rec filled, bnd[1 - cur] holds the
+ * layer's output, the probe and the kl streams advanced. */
+int lwq_aq_layer_process(lwq_aq_ctx *c, int L, const lwq_tlist *src, lwq_aq_lrec *rec, lwq_error *e);
+
 /* ---- autoq_kl.c ---- */
+/* Grow the kl streams to n (new ones allocated, contents undefined). */
+int lwq_aq_streams_grow(lwq_aq_ctx *c, int n, lwq_error *e);
 /* Every kl stream born before layer L through layer L with the source weights w. */
 int lwq_aq_streams_layer(lwq_aq_ctx *c, int L, const lwq_weights *w, lwq_error *e);
 /* After the last layer: the head of the source and of every stream on the scored rows; each
  * stream's mean KL goes to its group's kl[format]. */
 int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e);
-/* Process CPU seconds (per-phase costs a busy machine distorts less than walls). */
-double lwq_aq_cpu_now(void);
 
 #endif

@@ -91,7 +91,7 @@ static void add_rule(cJSON *rules, const char *match, lwq_qformat f, const lwq_q
 }
 
 int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, const lwq_arch_layer *plans, int N,
-                        const char *yaml_path, lwq_aq_recipe *out, lwq_error *e)
+                        const char *name, const char *yaml_path, lwq_aq_recipe *out, lwq_error *e)
 {
     memset(out, 0, sizeof *out);
     const lwq_recipe *base = o->q.recipe;
@@ -104,7 +104,7 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     cJSON *rules = root ? cJSON_GetObjectItemCaseSensitive(root, "rules") : NULL;
     if (root) {
         /* the name a YAML recipe takes from its file's stem: the JSON and the YAML rerun alike */
-        cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(LWQ_AQ_RECIPE_NAME));
+        cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(name));
         if (!rules)
             rules = cJSON_AddArrayToObject(root, "rules");
     }
@@ -174,8 +174,8 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     }
     if (rc == 0) {
         char desc[256];
-        snprintf(desc, sizeof desc, "lwq auto-quantize mix: %.4f bits per weight predicted, %s score, base recipe %s",
-                 sol->bits, lwq_aq_score_name(o->score), base->name);
+        snprintf(desc, sizeof desc, "lwq auto-quantize %s: %.4f bits per weight predicted, %s score, base recipe %s",
+                 name, sol->bits, lwq_aq_score_name(o->score), base->name);
         out->yaml = lwq_recipe_yaml_render(desc, base->algo, base->fp8_scale_sweep, base->kv, ym, nym, out->yaml_why,
                                            sizeof out->yaml_why);
         /* read it back as lwq quantize --recipe would, and compare */

@@ -12,11 +12,12 @@ typedef struct lwq_aq_recipe {
     lwq_recipe r;            /* the JSON parsed: what pass 2 runs */
 } lwq_aq_recipe;
 
-/* The recipe of solution sol over the layer plans; the YAML is also written to yaml_path (to be
- * read back; removed again when it does not say what was chosen).  The base recipe's rules come
+/* The recipe of solution sol over the layer plans, named `name` (the stem of its files); the YAML
+ * is also written to yaml_path (to be read back; removed again when it does not say what was
+ * chosen).  The base recipe's rules come
  * first, so its calibration settings and exclusions stand; then per group a rule with its format. */
 int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, const lwq_arch_layer *plans, int N,
-                        const char *yaml_path, lwq_aq_recipe *out, lwq_error *e);
+                        const char *name, const char *yaml_path, lwq_aq_recipe *out, lwq_error *e);
 void lwq_aq_recipe_free(lwq_aq_recipe *r);
 
 #endif

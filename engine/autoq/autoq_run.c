@@ -164,39 +164,36 @@ static double spearman(const double *x, const double *y, int n)
 }
 
 /* With the kl score: how well the cheap layer-output scores rank the (group, format) pairs
- * against it; rho[0] for the error per token, rho[1] for the error relative to the output. */
-static int correlations(const lwq_aq_scores *s, double rho[2], int *pairs)
+ * against it: rho[0] the error per token, rho[1] relative to the layer's output, rho[2] that times
+ * the later layers' gains (the layer score). */
+static int correlations(const lwq_aq_scores *s, double rho[3], int *pairs)
 {
     int n = 0;
     for (int L = 0; L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
             n += s->rec[L].g[k].allowed[LWQ_QFMT_NVFP4] + s->rec[L].g[k].allowed[LWQ_QFMT_FP8];
-    double *kl = malloc((size_t)(n ? n : 1) * sizeof *kl), *a = malloc((size_t)(n ? n : 1) * sizeof *a);
-    double *b = malloc((size_t)(n ? n : 1) * sizeof *b);
-    if (!kl || !a || !b) {
-        free(kl);
-        free(a);
-        free(b);
-        return -1;
-    }
-    int i = 0;
-    for (int L = 0; L < s->nlayers; L++)
+    size_t sz = (size_t)(n ? n : 1) * sizeof(double);
+    double *kl = malloc(sz), *v[3] = {malloc(sz), malloc(sz), malloc(sz)};
+    int rc = kl && v[0] && v[1] && v[2] ? 0 : -1;
+    for (int L = 0, i = 0; rc == 0 && L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
             for (int f = LWQ_QFMT_NVFP4; f <= LWQ_QFMT_FP8; f++) {
                 const lwq_aq_lrec *r = &s->rec[L];
                 if (!r->g[k].allowed[f])
                     continue;
                 kl[i] = r->g[k].kl[f];
-                a[i] = r->tokens ? r->g[k].err[f] / (double)r->tokens : 0;
-                b[i++] = r->out_sq > 0 ? r->g[k].err[f] / r->out_sq : 0;
+                v[0][i] = r->tokens ? r->g[k].err[f] / (double)r->tokens : 0;
+                v[1][i] = r->out_sq > 0 ? r->g[k].err[f] / r->out_sq : 0;
+                v[2][i] = v[1][i] * lwq_aq_amplification(s, L);
+                i++;
             }
-    rho[0] = spearman(a, kl, n);
-    rho[1] = spearman(b, kl, n);
+    for (int j = 0; rc == 0 && j < 3; j++)
+        rho[j] = spearman(v[j], kl, n);
     *pairs = n;
     free(kl);
-    free(a);
-    free(b);
-    return 0;
+    for (int j = 0; j < 3; j++)
+        free(v[j]);
+    return rc;
 }
 
 static void put_raw(cJSON *o, const char *k, const char *fmt, double v)
@@ -208,7 +205,8 @@ static void put_raw(cJSON *o, const char *k, const char *fmt, double v)
 
 /* OUT/auto_quantize.json: what was asked, chosen, predicted and written (no timings). */
 static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const lwq_aq_solution *sol,
-                         const lwq_aq_recipe *rc_, uint64_t w_lin, uint64_t w_all, int have_written)
+                         const lwq_aq_recipe *rc_, uint64_t w_lin, uint64_t w_all, int have_written,
+                         const double *uni_bits, const uint64_t *uni_bytes)
 {
     cJSON *root = cJSON_CreateObject();
     cJSON *bud = cJSON_AddObjectToObject(root, "budget");
@@ -221,8 +219,7 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
         if (o->formats[f % LWQ_AQ_FORMATS])
             cJSON_AddItemToArray(fs, cJSON_CreateString(lwq_qformat_name((lwq_qformat)(f % LWQ_AQ_FORMATS))));
     cJSON_AddStringToObject(root, "score", lwq_aq_score_name(o->score));
-    cJSON_AddNumberToObject(root, "score_samples", o->score_size > 0 && o->score_size < o->q.calib->n
-                                                       ? o->score_size : o->q.calib->n);
+    cJSON_AddNumberToObject(root, "score_samples", lwq_aq_score_samples(o));
     cJSON_AddStringToObject(root, "base_recipe", o->q.recipe->name);
     cJSON *pr = cJSON_AddObjectToObject(root, "predicted");
     put_raw(pr, "bits_per_weight", "%.6f", sol->bits);
@@ -235,19 +232,28 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
         put_raw(wr, "bytes", "%.0f", (double)w_all);
     }
     put_raw(root, "linear_weights", "%.0f", (double)sol->linear_elements);
+    cJSON *un = cJSON_AddArrayToObject(root, "uniform");
+    for (int u = 0; u < 2; u++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddStringToObject(x, "recipe", u ? "uniform_fp8" : "uniform_nvfp4");
+        put_raw(x, "bits_per_weight", "%.6f", uni_bits[u]);
+        put_raw(x, "bytes", "%.0f", (double)uni_bytes[u]);
+        cJSON_AddItemToArray(un, x);
+    }
     cJSON *ks = cJSON_AddObjectToObject(root, "knapsack");
     put_raw(ks, "score", "%.9g", sol->score);
     put_raw(ks, "lp_bound", "%.9g", sol->lp_bound);
     cJSON_AddNumberToObject(ks, "groups", sol->ngroups);
     cJSON_AddNumberToObject(ks, "open_after_reduction", sol->free_items);
     if (s->score == LWQ_AQ_SCORE_KL) {
-        double rho[2];
+        double rho[3];
         int n = 0;
         if (correlations(s, rho, &n) == 0) {
             cJSON *c = cJSON_AddObjectToObject(root, "rank_correlation_with_kl");
             cJSON_AddNumberToObject(c, "pairs", n);
             put_raw(c, "layer_error_per_token", "%.6f", rho[0]);
             put_raw(c, "layer_error_relative", "%.6f", rho[1]);
+            put_raw(c, "layer_score", "%.6f", rho[2]);
         }
     }
     if (!rc_->yaml)
@@ -326,6 +332,89 @@ static int check_opts(const lwq_autoq_opts *o, lwq_error *e)
     return 0;
 }
 
+/* Pass 1's memory: quantize's plan for the same run (ring, boundaries, scratch, statistics; no
+ * writer) and what the search adds: the probe and kl streams of the scored rows, the layer's
+ * quantized copies (one per format), one group dequantized to f32, the memo's record of one
+ * scored batch (every GEMM's input and output, every attention's q, k, v and output; routed
+ * experts at their expected share of the rows), and at resume the state file read whole. */
+typedef struct aq_plan {
+    lwq_mem_plan q;
+    uint64_t streams, copies, overlay, memo, state, host, gpu;
+} aq_plan;
+
+static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans, aq_plan *ap,
+                      lwq_error *e)
+{
+    memset(ap, 0, sizeof *ap);
+    int rc = lwq_quantize_plan_ckpt(&o->q, ck, &ap->q, e);
+    if (rc)
+        return rc;
+    const lwq_model_config *c = &ck->cfg;
+    uint64_t esz = lwq_dtype_size(c->dtype), rows = 0, max_rows = 0;
+    int B = o->q.batch_size > 0 ? o->q.batch_size : 8, ns = lwq_aq_score_samples(o);
+    for (int s0 = 0; s0 < ns; s0 += B) {
+        int64_t seq = 0;
+        for (int i = s0; i < ns && i < s0 + B; i++)
+            seq = o->q.calib->len[i] > seq ? o->q.calib->len[i] : seq;
+        uint64_t r = (uint64_t)((ns - s0 < B ? ns - s0 : B) * seq);
+        rows += r;
+        max_rows = r > max_rows ? r : max_rows;
+    }
+    uint64_t score_bytes = rows * (uint64_t)c->hidden_size * esz, nstreams = 0, bnd = ap->q.boundary_bytes / 2;
+    double share = c->num_experts > 0 ? (double)c->num_experts_per_tok / (double)c->num_experts : 1;
+    for (int L = 0; L < c->num_hidden_layers && rc == 0; L++) {
+        lwq_aq_layer A;
+        if ((rc = lwq_aq_layer_init(&A, &plans[L], o->q.recipe, o->formats, e)) != 0)
+            break;
+        uint64_t copies = 0, memo = 0;
+        for (int k = 0; k < A.ngroups; k++) {
+            nstreams += A.g[k].allowed[LWQ_QFMT_NVFP4] + A.g[k].allowed[LWQ_QFMT_FP8];
+            copies += A.g[k].elements * (A.g[k].allowed[LWQ_QFMT_NVFP4] ? 9 : 0) / 16 +
+                      A.g[k].elements * A.g[k].allowed[LWQ_QFMT_FP8];
+            ap->overlay = 4 * A.g[k].elements > ap->overlay ? 4 * A.g[k].elements : ap->overlay;
+        }
+        for (int i = 0; i < plans[L].nlinears; i++) {
+            const lwq_arch_linear *l = &plans[L].linears[i];
+            double r = (double)max_rows * (l->expert >= 0 ? share : 1);
+            memo += (uint64_t)(r * (double)(l->in_features + l->out_features)) * esz;
+        }
+        memo += max_rows * 4 * (uint64_t)c->hidden_size * esz; /* attention: q, k, v, out */
+        ap->copies = copies > ap->copies ? copies : ap->copies;
+        ap->memo = memo > ap->memo ? memo : ap->memo;
+        lwq_aq_layer_free(&A);
+    }
+    if (rc)
+        return rc;
+    int cpu = strcmp(backend_name(o), "cpu") == 0;
+    ap->streams = score_bytes * (1 + (o->score == LWQ_AQ_SCORE_KL ? nstreams : 0));
+    ap->memo = cpu && !o->no_memo ? ap->memo : 0;
+    ap->state = bnd + ap->streams;
+    ap->host = ap->q.host_peak - ap->q.writer_bytes + ap->streams + ap->copies + (cpu ? ap->overlay : 0) + ap->memo +
+               ap->state;
+    ap->gpu = ap->q.gpu_peak ? ap->q.gpu_peak + ap->overlay : 0;
+    return 0;
+}
+
+static int check_plan(const lwq_autoq_opts *o, const aq_plan *ap, lwq_error *e)
+{
+    if (!o->q.quiet)
+        fprintf(stderr, "auto-quantize pass 1: plan host peak %.3f GB = quantize's %.3f GB without its writer + probe "
+                "and kl streams %.3f GB + quantized copies %.3f GB + a dequantized group %.3f GB + memo %.3f GB + the "
+                "state read at resume %.3f GB; GPU peak %.3f GB\n", (double)ap->host / 1e9,
+                (double)(ap->q.host_peak - ap->q.writer_bytes) / 1e9, (double)ap->streams / 1e9,
+                (double)ap->copies / 1e9, (double)ap->overlay / 1e9, (double)ap->memo / 1e9, (double)ap->state / 1e9,
+                (double)ap->gpu / 1e9);
+    if (o->q.max_cpu_gb > 0 && (double)ap->host > o->q.max_cpu_gb * 1e9)
+        return lwq_errf(e, LWQ_ENOMEM, "auto-quantize pass 1 needs %.2f GB of host memory, more than "
+                        "--max-cpu-memory-gb %.2f; lower --auto-quantize-score-size, --calib-size or --calib-seq%s",
+                        (double)ap->host / 1e9, o->q.max_cpu_gb, o->score == LWQ_AQ_SCORE_KL ? ", or use the layer "
+                        "score (the kl score keeps a stream per group and format)" : "");
+    if (o->q.max_gpu_gb > 0 && (double)ap->gpu > o->q.max_gpu_gb * 1e9)
+        return lwq_errf(e, LWQ_ENOMEM, "auto-quantize pass 1 needs %.2f GB of GPU memory, more than "
+                        "--max-gpu-memory-gb %.2f", (double)ap->gpu / 1e9, o->q.max_gpu_gb);
+    return 0;
+}
+
 typedef struct aq_run {
     lwq_ckpt ck;
     int ck_open, N;
@@ -335,6 +424,8 @@ typedef struct aq_run {
     lwq_aq_recipe rec;
     lwq_runlock lock;
     char *report;
+    double uni_bits[2];       /* the uniform nvfp4 / fp8 mixes of the same groups */
+    uint64_t uni_bytes[2];
 } aq_run;
 
 static void run_free(aq_run *r)
@@ -364,6 +455,10 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     for (int L = 0; L < r->N; L++)
         if ((rc = lwq_arch_layer_plan(&r->ck.cfg, L, &r->plans[L], e)) != 0)
             return rc;
+    /* the memory plan before anything is written: a refused run leaves nothing behind */
+    aq_plan ap;
+    if ((rc = plan_pass1(o, &r->ck, r->plans, &ap, e)) != 0 || (rc = check_plan(o, &ap, e)) != 0)
+        return rc;
     if ((rc = lwq_durable_mkdir(p->out, NULL, e)) != 0 || (rc = lwq_durable_mkdir(p->resume, NULL, e)) != 0 ||
         (rc = lwq_runlock_acquire(&r->lock, p->out, p->resume, e)) != 0 || (rc = lwq_durable_mkdir(p->dir, NULL, e)) != 0)
         return rc;
@@ -381,9 +476,30 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
         print_table(o, &r->s, &r->sol);
     char yp[PATH_MAX];
     if ((rc = lwq_pathf(e, yp, sizeof yp, "%s/" LWQ_AQ_RECIPE_YAML, p->dir)) != 0 ||
-        (rc = lwq_aq_recipe_build(o, &r->sol, r->plans, r->N, yp, &r->rec, e)) != 0)
+        (rc = lwq_aq_recipe_build(o, &r->sol, r->plans, r->N, LWQ_AQ_RECIPE_NAME, yp, &r->rec, e)) != 0)
         return rc;
     if ((rc = write_text(p->dir, LWQ_AQ_RECIPE_JSON, r->rec.json, e)) != 0)
+        return rc;
+    /* the uniform mixes of the same groups, as recipes to evaluate beside the search's */
+    for (int u = 0; u < 2 && rc == 0; u++) {
+        lwq_aq_solution us;
+        lwq_aq_recipe ur;
+        char name[32], file[48];
+        snprintf(name, sizeof name, "uniform_%s", u ? "fp8" : "nvfp4");
+        snprintf(file, sizeof file, "%s.yaml", name);
+        if ((rc = lwq_aq_uniform(&r->s, u ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4, &us, e)) != 0 ||
+            (rc = lwq_pathf(e, yp, sizeof yp, "%s/%s", p->dir, file)) != 0)
+            break;
+        if ((rc = lwq_aq_recipe_build(o, &us, r->plans, r->N, name, yp, &ur, e)) == 0) {
+            snprintf(file, sizeof file, "%s.json", name);
+            rc = write_text(p->dir, file, ur.json, e);
+            r->uni_bits[u] = us.bits;
+            r->uni_bytes[u] = us.bytes;
+            lwq_aq_recipe_free(&ur);
+        }
+        lwq_aq_solution_free(&us);
+    }
+    if (rc)
         return rc;
     if (!o->q.quiet) {
         LWQ_INFO("auto-quantize: recipe %s/" LWQ_AQ_RECIPE_JSON "%s", p->dir, r->rec.yaml ? " and .yaml" : "");
@@ -412,7 +528,8 @@ int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e)
         if ((rc = lwq_quantize_run(&o2.q, e)) == 0)
             rc = written(o, &r.ck, r.plans, &w_lin, &w_all, e);
     }
-    if (rc == 0 && !(r.report = report_json(o, &r.s, &r.sol, &r.rec, w_lin, w_all, !o->pass1_only)))
+    if (rc == 0 && !(r.report = report_json(o, &r.s, &r.sol, &r.rec, w_lin, w_all, !o->pass1_only, r.uni_bits,
+                                             r.uni_bytes)))
         rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
     /* the recipe and report beside the checkpoint, under the lock again */
     if (rc == 0)
@@ -429,10 +546,12 @@ int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e)
                     r.sol.bits, p.dir);
         else
             fprintf(stderr, "auto-quantize: predicted %.4f, written %.4f bits per weight (%" PRIu64 " bytes of "
-                    "tensors); recipe %s/%s%s\nauto-quantize: compare with `lwq eval %s %s` and, for uniform recipes "
-                    "of nearby size, `lwq eval %s --qformat ...`\n",
-                    r.sol.bits, 8.0 * (double)w_lin / (double)r.sol.linear_elements, w_all, p.out, LWQ_AQ_RECIPE_JSON,
-                    r.rec.yaml ? " (and .yaml)" : "", o->q.model_dir, p.out, o->q.model_dir);
+                    "tensors); recipe %s/%s%s\n", r.sol.bits, 8.0 * (double)w_lin / (double)r.sol.linear_elements, w_all,
+                    p.out, LWQ_AQ_RECIPE_JSON, r.rec.yaml ? " (and .yaml)" : "");
+        fprintf(stderr, "auto-quantize: the uniform mixes of the same groups: %.4f bits per weight (nvfp4 where it can), "
+                "%.4f (fp8); to compare all three in one pass:\n  lwq eval %s --recipe %s/%s --recipe %s/uniform_nvfp4.json "
+                "--recipe %s/uniform_fp8.json  (with this run's --calib options)\n", r.uni_bits[0], r.uni_bits[1],
+                o->q.model_dir, o->pass1_only ? p.dir : p.out, LWQ_AQ_RECIPE_JSON, p.dir, p.dir);
     }
     run_free(&r);
     return rc;

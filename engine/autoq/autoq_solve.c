@@ -7,17 +7,26 @@
 #include "engine/autoq/autoq_internal.h"
 #include "engine/autoq/mckp.h"
 
+double lwq_aq_amplification(const lwq_aq_scores *s, int L)
+{
+    double a = 1;
+    for (int M = L + 1; M < s->committed; M++)
+        a *= s->rec[M].gain > 0 && isfinite(s->rec[M].gain) ? s->rec[M].gain : 1;
+    return a;
+}
+
 double lwq_aq_score_of(const lwq_aq_scores *s, const lwq_aq_lrec *rec, const lwq_aq_gscore *g, int f)
 {
     if (f == LWQ_QFMT_NONE)
         return 0;
     if (s->score == LWQ_AQ_SCORE_KL)
         return g->kl[f];
-    /* the squared error the group alone adds to the hidden state after its layer, relative to that
-     * hidden state: the next layers read it through an RMSNorm, so what a perturbation does there
-     * is its size against the signal's.  (Per token, unnormalised, it ranks the groups far worse
-     * against the KL score: Spearman 0.32 against 0.79 on stories260K, perf/RESULTS.md.) */
-    return rec->out_sq > 0 ? g->err[f] / rec->out_sq : 0;
+    /* the squared error the group alone adds to its layer's output, relative to that output (the
+     * next layers read it through an RMSNorm: its size against the signal's is what they see),
+     * times how much the later layers grow such an error (their measured gains): an error in an
+     * early layer passes through more of them */
+    int L = (int)(rec - s->rec);
+    return rec->out_sq > 0 ? g->err[f] / rec->out_sq * lwq_aq_amplification(s, L) : 0;
 }
 
 void lwq_aq_solution_free(lwq_aq_solution *sol)
@@ -100,4 +109,33 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
     if (rc)
         lwq_aq_solution_free(sol);
     return rc;
+}
+
+int lwq_aq_uniform(const lwq_aq_scores *s, lwq_qformat pref, lwq_aq_solution *sol, lwq_error *e)
+{
+    memset(sol, 0, sizeof *sol);
+    int n = 0;
+    for (int L = 0; L < s->nlayers; L++)
+        n += s->rec[L].ngroups;
+    if (!(sol->fmt = calloc((size_t)(n ? n : 1), sizeof *sol->fmt)))
+        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    sol->ngroups = n;
+    uint64_t other = s->tail_bytes;
+    for (int L = 0, i = 0; L < s->nlayers; L++) {
+        const lwq_aq_lrec *r = &s->rec[L];
+        other += r->other_bytes;
+        sol->linear_bytes += r->fixed_bytes;
+        sol->linear_elements += r->linear_elements;
+        for (int k = 0; k < r->ngroups; k++, i++) {
+            const lwq_aq_gscore *g = &r->g[k];
+            lwq_qformat f = g->allowed[pref] ? pref : g->allowed[LWQ_QFMT_FP8] ? LWQ_QFMT_FP8
+                            : g->allowed[LWQ_QFMT_NVFP4] ? LWQ_QFMT_NVFP4 : LWQ_QFMT_NONE;
+            sol->fmt[i] = f;
+            sol->linear_bytes += g->cost[f];
+            sol->score += lwq_aq_score_of(s, r, g, f);
+        }
+    }
+    sol->bytes = sol->linear_bytes + other;
+    sol->bits = sol->linear_elements ? 8.0 * (double)sol->linear_bytes / (double)sol->linear_elements : 0;
+    return 0;
 }

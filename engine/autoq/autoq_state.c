@@ -29,6 +29,14 @@
 
 const char *lwq_aq_score_name(lwq_aq_score s) { return s == LWQ_AQ_SCORE_KL ? "kl" : "layer"; }
 
+int lwq_aq_score_samples(const lwq_autoq_opts *o)
+{
+    int n = o->q.calib->n;
+    if (o->score_size > 0)
+        return o->score_size < n ? o->score_size : n;
+    return (n + 7) / 8;
+}
+
 int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans, const char *backend,
                        lwq_fingerprint *fp, lwq_error *e)
 {
@@ -123,6 +131,7 @@ static cJSON *render(const lwq_aq_scores *s)
         cJSON_AddNumberToObject(l, "layer", L);
         put_u64(l, "tokens", (uint64_t)r->tokens);
         put_num(l, "out_sq", r->out_sq);
+        put_num(l, "gain", r->gain);
         put_u64(l, "fixed_bytes", r->fixed_bytes);
         put_u64(l, "other_bytes", r->other_bytes);
         put_u64(l, "linear_elements", r->linear_elements);
@@ -197,7 +206,8 @@ static int parse_layer(const cJSON *l, int L, lwq_aq_lrec *r)
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(l, "groups");
     uint64_t tok;
     if (!cJSON_IsNumber(idx) || idx->valuedouble != L || lwq_json_get_u64(l, "tokens", &tok) ||
-        get_num(l, "out_sq", &r->out_sq) || lwq_json_get_u64(l, "fixed_bytes", &r->fixed_bytes) ||
+        get_num(l, "out_sq", &r->out_sq) || get_num(l, "gain", &r->gain) ||
+        lwq_json_get_u64(l, "fixed_bytes", &r->fixed_bytes) ||
         lwq_json_get_u64(l, "other_bytes", &r->other_bytes) ||
         lwq_json_get_u64(l, "linear_elements", &r->linear_elements) || !cJSON_IsArray(gs))
         return -1;

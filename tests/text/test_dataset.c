@@ -264,9 +264,11 @@ Test(dataset, input_id_outside_vocabulary)
                       "input_ids[1] is not an integer id in [0, 32000)");
 }
 
+/* the message names the file (it said "calibration: no samples"; seen by fuzz/fuzz_calib) */
 Test(dataset, no_samples_at_all)
 {
-    expect_load_error(put("empty.jsonl", "{\"text\": \"\"}\n\n"), LWQ_ENOENT, "no samples (1 empty dropped)");
+    expect_load_error(put("empty.jsonl", "{\"text\": \"\"}\n\n"), LWQ_ENOENT,
+                      "empty.jsonl: no samples (1 empty dropped)");
 }
 
 Test(dataset, wrong_extension)

@@ -149,6 +149,11 @@ Test(autoq_e2e, gb_budget_and_format_list_are_honoured)
     cr_assert_eq(lwqt_sh("grep -q 'below the smallest mix this model and recipe allow: 4.5' %s",
                          lwqt_path("stderr.txt")), 0);
     cr_assert_eq(aq(NULL, "x2", "--auto-quantize-bits 6 --auto-quantize-gb 1"), 2);
+    /* over the memory budget: refused by pass 1's plan before anything is written */
+    cr_assert_eq(aq(NULL, "x4", "--auto-quantize-bits 6 --max-cpu-memory-gb 0.001"), 2);
+    cr_assert_eq(lwqt_sh("grep -q 'auto-quantize pass 1 needs .* GB of host memory, more than --max-cpu-memory-gb' %s",
+                         lwqt_path("stderr.txt")), 0);
+    cr_assert(!exists("x4") && !exists("x4.layerwise_resume"));
     cr_assert_eq(aq(NULL, "x3", "--auto-quantize-bits 6 --auto-quantize-formats int4"), 2);
 }
 

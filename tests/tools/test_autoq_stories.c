@@ -116,10 +116,14 @@ Test(autoq_stories, searched_mix_beats_uniform_recipes_of_no_more_bits, .timeout
             if (s == 1) {
                 const cJSON *c = get(j, "rank_correlation_with_kl");
                 if (k == 0)
-                    fprintf(stderr, "stories260K: Spearman rank correlation of the layer score with the KL score over "
-                            "%d (group, format) pairs: %.4f (error per token), %.4f (error relative to the layer "
-                            "output)\n", (int)get(c, "pairs")->valuedouble,
-                            get(c, "layer_error_per_token")->valuedouble, get(c, "layer_error_relative")->valuedouble);
+                    fprintf(stderr, "stories260K: Spearman rank correlation with the KL score over %d (group, format) "
+                            "pairs: layer score %.4f; its parts: the layer-output error per token %.4f, relative to "
+                            "the output %.4f\n", (int)get(c, "pairs")->valuedouble,
+                            get(c, "layer_score")->valuedouble, get(c, "layer_error_per_token")->valuedouble,
+                            get(c, "layer_error_relative")->valuedouble);
+                /* the cheap score must rank the groups as the KL does (it drives the default search) */
+                cr_assert(get(c, "layer_score")->valuedouble > 0.95, "the layer score ranks with Spearman %.4f",
+                          get(c, "layer_score")->valuedouble);
             }
             cJSON_Delete(j);
             snprintf(rp, sizeof rp, "%s/auto_quantize_recipe.json", dir);
