@@ -121,7 +121,9 @@ int lwq_quant_hessian_finalize(const double *h_sum, int64_t ntokens, int64_t col
 
 /* ---- FP8 per-tensor weights ----------------------------------------------------------------- */
 
-/* weight_scale = amax / 448, q = e4m3(w / weight_scale) saturating.  amax: from the tensor
+/* weight_scale = amax / 448, q = e4m3(round_dt(w / weight_scale)) saturating, where round_dt
+ * rounds the F32 quotient to w's dtype first (BF16/F16; nothing for F32), as Model Optimizer's
+ * export does (a BF16 weight divided by an F32 scalar is BF16 in torch, then cast to E4M3).  amax: from the tensor
  * (lwq_quant_amax) or from lwq_quant_fp8_mse; 0 only for an all-zero tensor.
  * w: (rows, cols); q: (rows, cols) E4M3 out.  Returns 0 or LWQ_QUANT_ZERO_TENSOR. */
 int lwq_quant_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float amax, const char *name,
@@ -131,7 +133,8 @@ int lwq_quant_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float
  * one with the smallest quantize->dequantize squared error (first on ties).  The loss sums
  * (x - dq)^2 in double: per row, lane j % 16 accumulates element j in ascending order, lanes are
  * added in the lwq_sum16_tree order, rows in ascending order.  *amax_out = the chosen amax
- * (the data's amax if it is 0); *mult_index (may be NULL) = k. */
+ * rounded to w's dtype, as Model Optimizer stores it (the data's amax if it is 0); *mult_index
+ * (may be NULL) = k. */
 int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name, float *amax_out,
                       int *mult_index, lwq_error *err);
 

@@ -407,29 +407,13 @@ static int cmp_tensor_ptr(const void *a, const void *b)
 
 enum { Q_NONE = 0, Q_NVFP4, Q_FP8 };
 
-static const lwq_ckpt_tensor *sibling(const lwq_ckpt *c, const char *module, const char *suffix)
-{
-    char n[LWQ_ARCH_NAME_MAX + 32];
-    if ((size_t)snprintf(n, sizeof n, "%s%s", module, suffix) >= sizeof n)
-        return NULL;
-    return lwq_ckpt_find(c, n);
-}
-
 /* How weight `t` (named module + ".weight") is stored: Q_NVFP4 / Q_FP8 when its dtype says so and
  * the module has a weight_scale (an FP8-block source has a weight_scale_inv instead), else Q_NONE. */
 static int quant_kind(const lwq_ckpt *c, const char *module, const lwq_ckpt_tensor *t)
 {
-    if ((t->dtype != LWQ_U8 && t->dtype != LWQ_F8_E4M3) || !sibling(c, module, ".weight_scale"))
+    if ((t->dtype != LWQ_U8 && t->dtype != LWQ_F8_E4M3) || !lwq_ckpt_find_in(c, module, ".weight_scale"))
         return Q_NONE;
     return t->dtype == LWQ_U8 ? Q_NVFP4 : Q_FP8;
-}
-
-static int is_f32_scalar(const lwq_ckpt_tensor *t)
-{
-    for (int d = 0; d < t->ndim; d++)
-        if (t->shape[d] != 1)
-            return 0;
-    return t->dtype == LWQ_F32;
 }
 
 /* One scale of a quantized linear: present, with the dtype and shape given (nd < 0: an F32 scalar). */
@@ -441,7 +425,7 @@ static int check_scale(const lwq_ckpt *c, const lwq_arch_layer *plan, const char
     const lwq_ckpt_tensor *s = lwq_ckpt_find(c, name);
     if (!s)
         return issue(r, LWQ_ISSUE_MISSING, plan->layer, name, "a scale of a quantized linear", e);
-    int ok = nd < 0 ? is_f32_scalar(s) : s->dtype == dt && s->ndim == nd;
+    int ok = nd < 0 ? lwq_ckpt_is_f32_scalar(s) : s->dtype == dt && s->ndim == nd;
     for (int d = 0; ok && nd > 0 && d < nd; d++)
         ok = s->shape[d] == shape[d];
     if (ok)
@@ -519,7 +503,7 @@ static int is_quant_tensor(const lwq_ckpt *c, const lwq_arch_layer *plan, const 
         }
     if (plan->layer >= 0 && (lwq_srcfmt_strip_suffix(t->name, ".k_scale", module, sizeof module) ||
                              lwq_srcfmt_strip_suffix(t->name, ".v_scale", module, sizeof module)) &&
-        is_f32_scalar(t)) {
+        lwq_ckpt_is_f32_scalar(t)) {
         r->kv_scales++;
         return 1;
     }

@@ -420,6 +420,22 @@ const lwq_ckpt_tensor *lwq_ckpt_find(const lwq_ckpt *c, const char *name)
     return NULL;
 }
 
+const lwq_ckpt_tensor *lwq_ckpt_find_in(const lwq_ckpt *c, const char *module, const char *suffix)
+{
+    char n[640];
+    if ((size_t)snprintf(n, sizeof n, "%s%s", module, suffix) >= sizeof n)
+        return NULL;
+    return lwq_ckpt_find(c, n);
+}
+
+int lwq_ckpt_is_f32_scalar(const lwq_ckpt_tensor *t)
+{
+    for (int d = 0; d < t->ndim; d++)
+        if (t->shape[d] != 1)
+            return 0;
+    return t->dtype == LWQ_F32;
+}
+
 int lwq_ckpt_read_tensor(const lwq_ckpt *c, const lwq_ckpt_tensor *t, void *buf, lwq_error *e)
 {
     if (t->file < 0 || t->file >= c->nfiles)

@@ -62,6 +62,10 @@ int lwq_ckpt_read_tensor(const lwq_ckpt *c, const lwq_ckpt_tensor *t, void *buf,
 void lwq_ckpt_free(lwq_ckpt *c);
 /* Tensor by name, or NULL (binary search). */
 const lwq_ckpt_tensor *lwq_ckpt_find(const lwq_ckpt *c, const char *name);
+/* Tensor `module` + `suffix` ("model.layers.0.mlp.down_proj" + ".weight_scale"), or NULL. */
+const lwq_ckpt_tensor *lwq_ckpt_find_in(const lwq_ckpt *c, const char *module, const char *suffix);
+/* Whether t holds one F32 value (no dimension, or every dimension 1). */
+int lwq_ckpt_is_f32_scalar(const lwq_ckpt_tensor *t);
 /* Decoder-layer index parsed from a name starting "model.layers.<i>." (decimal, no sign, no
  * leading zeros, i < LWQ_MAX_LAYERS), or -1.  Callers strip cfg.weight_prefix first. */
 int lwq_tensor_layer_index(const char *name);

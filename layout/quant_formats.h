@@ -24,6 +24,7 @@
 #ifndef LWQ_LAYOUT_QUANT_FORMATS_H
 #define LWQ_LAYOUT_QUANT_FORMATS_H
 
+#include <math.h>
 #include <stdint.h>
 
 #include "core/dtype.h"
@@ -327,9 +328,18 @@ LWQ_HD uint8_t lwq_nvfp4_sweep_block_ref(const float *x, float ws2, const float 
 
 /* ---- mse multipliers ------------------------------------------------------------------------ */
 
-/* Multiplier k (0..38) of the `mse` search: 0.25 + k * 3.75 / 38 evaluated in double and rounded
- * once to float, so both ends are exact (0.25 and 4.0). */
-LWQ_HD float lwq_mse_multiplier(int k) { return (float)(0.25 + (double)k * 3.75 / 38.0); }
+/* Multiplier k (0..38) of the `mse` search, bit for bit the k-th value of Model Optimizer's
+ * candidates torch.linspace(0.25, 4.0, 39) (MseCalibrator._generate_candidates,
+ * modelopt/torch/quantization/calib/mse.py): torch computes in float, step = (4 - 0.25) / 38,
+ * the first half start + step * k and the second half end - step * (38 - k), each with one
+ * rounding (a fused multiply-add in its vectorized CPU kernel and on CUDA).  Both ends are exact.
+ * (lwq's earlier double formula differed in the last bit for 12 of the 39 and so picked a
+ * different FP8 weight_scale for some tensors.) */
+LWQ_HD float lwq_mse_multiplier(int k)
+{
+    const float step = 3.75f / 38.0f;
+    return k < 19 ? fmaf(step, (float)k, 0.25f) : fmaf(-step, (float)(38 - k), 4.0f);
+}
 
 /* FP8 per-tensor: the element stored for x with per-tensor scale `ws` (= amax / 448). */
 LWQ_HD uint8_t lwq_fp8_quant_ref(float x, float ws) { return lwq_e4m3_from_f32(LWQ_FDIV(x, ws)); }

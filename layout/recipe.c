@@ -442,9 +442,14 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
     "{\"match\":\"*.block_sparse_moe.gate\",\"enable\":false},"                                    \
     "{\"match\":\"*.shared_expert_gate\",\"enable\":false}"
 
-/* A depthwise conv1d (qwen3_next linear attention) has no NVFP4 form (blocks of 16 along a
- * kernel of 4): presets that put "*" in NVFP4 leave it in the source dtype. */
-#define CONV_OFF "{\"match\":\"*.linear_attn.conv1d\",\"enable\":false}"
+/* What Model Optimizer's default_disabled_quantizers unit (modelopt_recipes/configs/ptq/units/,
+ * imported by its nvfp4 and fp8 presets) keeps unquantized in the Gated DeltaNet of qwen3_next:
+ * the depthwise conv1d and in_proj_a* / in_proj_b* (transformers' in_proj_ba).  Routers are
+ * ROUTERS_OFF. */
+#define LINEAR_ATTN_OFF                                                                            \
+    "{\"match\":\"*.linear_attn.conv1d\",\"enable\":false},"                                          \
+    "{\"match\":\"*.linear_attn.in_proj_a*\",\"enable\":false},"                                      \
+    "{\"match\":\"*.linear_attn.in_proj_b*\",\"enable\":false}"
 
 /* NVIDIA's production recipe for the Qwen3-Next / Qwen3.8 hybrids (seed article
  * "Quantizing a 4.9 TB Qwen3.8 Model on a Single GPU"): routed experts NVFP4 with MSE-searched
@@ -468,7 +473,10 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
     "{\"match\":\"*.linear_attn.conv1d\",\"format\":\"fp8\",\"algo\":\"max\"},"                                   \
     "{\"match\":\"*.linear_attn.out_proj\",\"format\":\"fp8\",\"algo\":\"max\"}]}"
 
-/* NVIDIA's NVFP4 DeepSeek-V3.1 / Kimi-K2.6 keep the MLA q/kv projections in BF16. */
+/* NVIDIA's NVFP4 DeepSeek-V3.1 / Kimi-K2.6 keep the MLA q/kv projections in BF16, and so does
+ * lwq's nvfp4 preset (tests/layout/test_recipe_mla.c).  Model Optimizer 0.47's nvfp4 preset
+ * quantizes them; its recipe YAML read by lwq (--recipe general/ptq/nvfp4_default-kv_fp8) does
+ * what it does (perf/RESULTS.md, "Side by side with Model Optimizer"). */
 #define MLA_PROJ_OFF "{\"match\":\"*\",\"mla_projection\":true,\"enable\":false}"
 
 static const struct {
@@ -476,7 +484,7 @@ static const struct {
     const char *json;
 } presets[] = {
     {"nvfp4", "{\"name\":\"nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"}," ROUTERS_OFF
-              "," CONV_OFF "," MLA_PROJ_OFF "]}"},
+              "," LINEAR_ATTN_OFF "," MLA_PROJ_OFF "]}"},
     {"nvfp4_experts_only",
      "{\"name\":\"nvfp4_experts_only\",\"rules\":["
      "{\"match\":\"*.mlp.experts.*\",\"format\":\"nvfp4\"},"
@@ -485,7 +493,8 @@ static const struct {
      "{\"name\":\"nvfp4_mlp_only\",\"rules\":["
      "{\"match\":\"*.mlp.*\",\"format\":\"nvfp4\"},"
      "{\"match\":\"*.block_sparse_moe.*\",\"format\":\"nvfp4\"}," ROUTERS_OFF "]}"},
-    {"fp8", "{\"name\":\"fp8\",\"rules\":[{\"match\":\"*\",\"format\":\"fp8\"}," ROUTERS_OFF "]}"},
+    {"fp8", "{\"name\":\"fp8\",\"rules\":[{\"match\":\"*\",\"format\":\"fp8\"}," ROUTERS_OFF
+            "," LINEAR_ATTN_OFF "]}"},
     {"nvfp4_experts-fp8_attn",
      "{\"name\":\"nvfp4_experts-fp8_attn\",\"rules\":["
      "{\"match\":\"*.self_attn.q_proj\",\"format\":\"fp8\",\"algo\":\"max\"},"

@@ -95,7 +95,9 @@ typedef struct lwq_quant_choice {
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
  * qwen3next_production (recipe.c says what each holds).
  * The NVFP4 presets keep MLA q/kv projections unquantized, as NVIDIA's published DeepSeek and
- * Kimi checkpoints do (o_proj, dense/shared MLPs and routed experts are quantized by nvfp4). */
+ * Kimi checkpoints do (o_proj, dense/shared MLPs and routed experts are quantized by nvfp4);
+ * nvfp4 and fp8 keep qwen3_next's linear_attn.conv1d and in_proj_ba unquantized, as Model
+ * Optimizer's default_disabled_quantizers does. */
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e);
 const char *lwq_recipe_preset_names(void);
 int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e);

@@ -512,6 +512,14 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
             sw = v;
         } else if (!strcmp(k, "layerwise")) {
             rc = parse_layerwise(L, f, v, run);
+        } else if (!strcmp(k, "skip_forward_without_activation_calib") && a->method == LWQ_ALGO_MAX) {
+            /* MaxCalibConfig's opt-in: Model Optimizer skips the forward loop when no activation
+             * quantizer needs data (constant_amax everywhere); weights are calibrated on the weights
+             * either way, so the output does not change.  lwq always runs its forward (it also
+             * counts expert tokens); the same bytes. */
+            int skip;
+            if (lwq_y_bool(v, &skip))
+                return ERR(LWQ_EFORMAT, "%s:%d: quantize.algorithm.%s must be true or false", f->rel, v->line, k);
         } else {
             return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm.%s is not supported", f->rel, v->line, k);
         }

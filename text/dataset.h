@@ -20,6 +20,11 @@
  * Rows are left-padded (the side Model Optimizer uses for calibration) to the longest row with
  * the tokenizer's pad token, else its eos token.
  *
+ * A line's "input_ids" array is parsed as a stream (the first seq_len ids kept, every one
+ * checked), so a line of millions of ids costs the line's bytes, not a JSON node per id; the
+ * rest of such a line is parsed as JSON as any other.  Every file is opened without blocking
+ * (a FIFO is refused, core/file.h), directory entries too.
+ *
  * Ownership: the batch's arrays are malloc'd and freed by lwq_calib_batch_free.
  * Thread-safety: no shared state; concurrent calls on different outputs are fine.
  * Failure: a negative LWQ_E* code with file, line and byte in `e`: unreadable file, malformed

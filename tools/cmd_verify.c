@@ -116,6 +116,18 @@ static int first_bad_byte(const char *path, const lwq_st_file *f, int i, int (*b
 static int not_block_scale(uint8_t b) { return !lwq_e4m3_is_block_scale(b); }
 static int fp8_nan(uint8_t b) { return lwq_e4m3_is_nan(b); }
 
+/* A problem naming the first byte of tensor i of shard s that `bad` rejects ("<what>"). */
+static void check_bytes(vstate *v, const shard *s, const char *path, int i, int (*bad)(uint8_t), const char *what)
+{
+    uint64_t at = 0;
+    uint8_t b = 0;
+    int r = first_bad_byte(path, &s->f, i, bad, &at, &b);
+    if (r < 0)
+        problem(v, "%s: %s cannot be read", s->name, s->f.entries[i].name);
+    else if (r > 0)
+        problem(v, "%s: %s[%llu] is %s (0x%02X)", s->name, s->f.entries[i].name, (unsigned long long)at, what, b);
+}
+
 static int ends_with(const char *s, const char *suf)
 {
     size_t a = strlen(s), b = strlen(suf);
@@ -140,22 +152,9 @@ static void check_shard_tensors(vstate *v, shard *s)
             else if (!isfinite(x) || !(x > 0))
                 problem(v, "%s: %s = %g; every scale must be finite and > 0", s->name, t->name, (double)x);
         } else if (ends_with(t->name, ".weight_scale") && t->dtype == LWQ_F8_E4M3) {
-            uint64_t at = 0;
-            uint8_t b = 0;
-            int r = first_bad_byte(path, &s->f, i, not_block_scale, &at, &b);
-            if (r < 0)
-                problem(v, "%s: %s cannot be read", s->name, t->name);
-            else if (r > 0)
-                problem(v, "%s: %s[%llu] is a zero, negative or NaN E4M3 block scale (0x%02X)", s->name, t->name,
-                        (unsigned long long)at, b);
+            check_bytes(v, s, path, i, not_block_scale, "a zero, negative or NaN E4M3 block scale");
         } else if (ends_with(t->name, ".weight") && t->dtype == LWQ_F8_E4M3) {
-            uint64_t at = 0;
-            uint8_t b = 0;
-            int r = first_bad_byte(path, &s->f, i, fp8_nan, &at, &b);
-            if (r < 0)
-                problem(v, "%s: %s cannot be read", s->name, t->name);
-            else if (r > 0)
-                problem(v, "%s: %s[%llu] is an FP8 NaN code (0x%02X)", s->name, t->name, (unsigned long long)at, b);
+            check_bytes(v, s, path, i, fp8_nan, "an FP8 NaN code");
         }
     }
 }

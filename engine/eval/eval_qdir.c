@@ -125,22 +125,6 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
 
 /* ---- tensors against the source ---------------------------------------------------------------- */
 
-static int is_scalar_f32(const lwq_ckpt_tensor *t)
-{
-    int64_t n = 1;
-    for (int i = 0; i < t->ndim; i++)
-        n *= t->shape[i];
-    return t->dtype == LWQ_F32 && n == 1;
-}
-
-static const lwq_ckpt_tensor *sibling(const lwq_ckpt *c, const char *module, const char *suffix)
-{
-    char n[640];
-    if ((size_t)snprintf(n, sizeof n, "%s%s", module, suffix) >= sizeof n)
-        return NULL;
-    return lwq_ckpt_find(c, n);
-}
-
 static void shape_str(const int64_t *s, int nd, char *buf, size_t cap)
 {
     size_t k = 0;
@@ -157,8 +141,8 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
                            const lwq_ckpt_tensor *wq, int src_layer, lwq_error *e)
 {
     const lwq_ckpt *c = &q->ck;
-    const lwq_ckpt_tensor *sc = sibling(c, module, ".weight_scale"), *s2 = sibling(c, module, ".weight_scale_2"),
-                          *is = sibling(c, module, ".input_scale");
+    const lwq_ckpt_tensor *sc = lwq_ckpt_find_in(c, module, ".weight_scale"), *s2 = lwq_ckpt_find_in(c, module, ".weight_scale_2"),
+                          *is = lwq_ckpt_find_in(c, module, ".input_scale");
     const char *dir = c->dir;
     if (src_layer < 0)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight is quantized; a quantized %s outside the decoder layers is "
@@ -188,7 +172,7 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
     if (strcmp(declared, fmt))
         return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight is stored as %s but the config declares %s", dir, module, fmt,
                         declared);
-    if (!is || !is_scalar_f32(is))
+    if (!is || !lwq_ckpt_is_f32_scalar(is))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.input_scale is %s; weight-only or dynamic activation "
                         "quantization is not emulated (a static F32 scalar input_scale is needed)", dir, module,
                         is ? "not an F32 scalar" : "missing");
@@ -208,7 +192,7 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
             shape_str(sp, 2, want, sizeof want);
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight_scale must be F8_E4M3 %s", dir, module, want);
         }
-        if (!s2 || !is_scalar_f32(s2))
+        if (!s2 || !lwq_ckpt_is_f32_scalar(s2))
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight_scale_2 must be an F32 scalar", dir, module);
     } else {
         int same = wq->ndim == ws->ndim;
@@ -219,7 +203,7 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
             shape_str(ws->shape, ws->ndim, want, sizeof want);
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight has shape %s, the source's is %s", dir, module, got, want);
         }
-        if (!sc || !is_scalar_f32(sc))
+        if (!sc || !lwq_ckpt_is_f32_scalar(sc))
             return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.weight_scale is not an F32 scalar; only per-tensor FP8 "
                             "weights are emulated", dir, module);
         if (s2)
@@ -236,15 +220,15 @@ static int check_extra(const lwq_qdir *q, const lwq_ckpt *src, const lwq_ckpt_te
     char module[512];
     for (size_t i = 0; i < sizeof sfx / sizeof sfx[0]; i++)
         if (lwq_srcfmt_strip_suffix(t->name, sfx[i], module, sizeof module)) {
-            const lwq_ckpt_tensor *w = sibling(&q->ck, module, ".weight");
-            if (!w || (w->dtype != LWQ_U8 && w->dtype != LWQ_F8_E4M3) || !sibling(src, module, ".weight"))
+            const lwq_ckpt_tensor *w = lwq_ckpt_find_in(&q->ck, module, ".weight");
+            if (!w || (w->dtype != LWQ_U8 && w->dtype != LWQ_F8_E4M3) || !lwq_ckpt_find_in(src, module, ".weight"))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: tensor %s belongs to no quantized linear of the source", q->ck.dir,
                                 t->name);
             return 0;
         }
     if (lwq_srcfmt_strip_suffix(t->name, ".k_scale", module, sizeof module) ||
         lwq_srcfmt_strip_suffix(t->name, ".v_scale", module, sizeof module)) {
-        if (t->layer < 0 || !is_scalar_f32(t))
+        if (t->layer < 0 || !lwq_ckpt_is_f32_scalar(t))
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s must be an F32 scalar of a decoder layer", q->ck.dir, t->name);
         return 0;
     }
@@ -274,7 +258,7 @@ static int check_tensors(const lwq_qdir *q, const lwq_ckpt *src, const cJSON *mi
         if (!t)
             return lwq_errf(e, LWQ_EFORMAT, "%s: tensor %s of the source %s is missing", c->dir, name, src->dir);
         int quantized = lwq_srcfmt_strip_suffix(name, ".weight", module, sizeof module) &&
-                        sibling(c, module, ".weight_scale") && (t->dtype == LWQ_U8 || t->dtype == LWQ_F8_E4M3);
+                        lwq_ckpt_find_in(c, module, ".weight_scale") && (t->dtype == LWQ_U8 || t->dtype == LWQ_F8_E4M3);
         if (quantized) {
             lwq_ckpt_tensor sv = *s;
             sv.ndim = nd;

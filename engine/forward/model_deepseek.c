@@ -18,8 +18,10 @@
  * the scores of the interleaved layout exactly.  The value head (v_head_dim) may differ from the
  * q/k head; the narrower of the two is zero-padded to the wider for the attention op (zero
  * columns add exact zeros to the scores and produce zero output columns, dropped afterwards),
- * as transformers does for flash attention.  No kv observation: an MLA cache holds the latent,
- * not per-head k/v, so there is no k_proj/v_proj to scale.
+ * as transformers does for flash attention.  Observed: kv(k, v) with k = [k_nope | k_rope] and v
+ * per head, zero padding included (it changes no amax) -- what Model Optimizer's KV-cache
+ * quantizers see in transformers' attention and export as self_attn.k_proj.k_scale / v_proj.v_scale
+ * (an MLA cache holds the latent, but this is what Model Optimizer writes; perf/RESULTS.md).
  *
  * MoE (layers >= first_k_dense_replace, every moe_layer_freq):
  *   logits = x Wgate^T in f32 (transformers casts both to float32)
@@ -352,6 +354,8 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     d = sview(&vf, 0, 3, n, H, vd, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
 
+    if (obs && obs->kv)
+        LWQ_TRY(obs->kv(obs->ctx, layer, &kf, &vf, &b->valid, e));
     lwq_attn_args aa = {&qf, &kf, &vf, &af, &b->valid, b->batch, b->seq, (int)H, (int)H, hd,
                         mla_softmax_scale(c)};
     LWQ_TRY(lwq_backend_attention(be, &aa, e));

@@ -208,11 +208,8 @@ static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choi
     int rc = 0, gptq = c->algo == LWQ_ALGO_GPTQ ? gptq_applies(l, c, st, idx, rep, e) : 0;
     if (gptq < 0)
         return gptq;
-    /* local_hessian has no per-tensor form: FP8 uses mse for it; GPTQ keeps the weight's amax */
-    if (c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ)
-        rc = lwq_qops_fp8_mse(qo, w, rows, cols, l->name, &amax, e);
-    if (rc < 0)
-        return rc;
+    /* wamax is final: fp8_searches ran the mse search (also for local_hessian, which has no
+     * per-tensor form); GPTQ and max keep the weight's amax */
     uint8_t *q = malloc((size_t)(rows * cols));
     if (!q)
         return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", l->name);
@@ -244,10 +241,19 @@ static int emit_fp8(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choi
     return lwq_tlist_add_scalar(out, name, is, e);
 }
 
-/* Input amax per linear after the cold-expert fill; errors for non-expert linears without data.
- * only (may be NULL): the linears of one streamed unit; a cold expert then takes a provisional
- * fill from the siblings seen so far (1 when none yet), and the report's expert counts are left
- * to lwq_qlayer_finish_inputs. */
+/* Which input a routed expert linear reads: 0 the expert's input (gate and up), 1 the down
+ * projection's.  Model Optimizer quantizes transformers' fused experts (Qwen3-MoE, Mixtral,
+ * DeepSeek-V3, Qwen3-Next: one gate_up_proj / down_proj parameter for all experts) with ONE input
+ * quantizer per input for the whole expert set (_QuantFusedExperts._setup,
+ * modelopt/torch/quantization/plugins/huggingface.py: gate_up_proj_input_quantizer and
+ * down_proj_input_quantizer), so every expert of a layer exports the same input_scale per input:
+ * the max over all experts' tokens.  A cold expert needs no fill of its own. */
+static int expert_input(const lwq_arch_linear *l) { return l->role == LWQ_ROLE_EXPERT_DOWN; }
+
+/* Input amax per linear: routed experts take their layer's shared amax (expert_input); errors for
+ * other linears without data.  only (may be NULL): the linears of one streamed unit; experts then
+ * take a provisional value from the experts seen so far (1 when none yet), and the report's
+ * expert counts are left to lwq_qlayer_finish_inputs. */
 static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
                         const uint8_t *only, float *in_amax, lwq_qlayer_report *rep, lwq_error *e)
 {
@@ -255,6 +261,10 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
     uint8_t *filled = calloc((size_t)(nE > 0 ? nE : 1), 1);
     if (!filled)
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
+    float shared[2] = {0, 0};
+    for (int j = 0; j < plan->nlinears; j++)
+        if (plan->linears[j].expert >= 0 && st->in_rows[j] > 0)
+            shared[expert_input(&plan->linears[j])] = fmaxf(shared[expert_input(&plan->linears[j])], st->in_amax[j]);
     for (int i = 0; i < plan->nlinears; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         in_amax[i] = st->in_amax[i];
@@ -262,22 +272,18 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
             in_amax[i] = choice[i].input_amax;
             continue;
         }
-        if (choice[i].format == LWQ_QFMT_NONE || (st->in_rows[i] > 0 && in_amax[i] > 0) || (only && !only[i]))
+        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]))
             continue;
         if (l->expert < 0) {
+            if (st->in_rows[i] > 0 && in_amax[i] > 0)
+                continue;
             free(filled);
             if (st->in_rows[i] == 0)
                 return lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration token reached this linear", l->name);
             return lwq_errf(e, LWQ_ENUMERIC, "%s: input amax is 0 over %lld calibration tokens; an input scale of 0 "
                             "would break serving", l->name, (long long)st->in_rows[i]);
         }
-        /* cold (or all-zero) expert: max over calibrated siblings of the same projection */
-        float m = 0;
-        for (int j = 0; j < plan->nlinears; j++) {
-            const lwq_arch_linear *s = &plan->linears[j];
-            if (s->role == l->role && s->expert >= 0 && st->in_rows[j] > 0 && st->in_amax[j] > m)
-                m = st->in_amax[j];
-        }
+        float m = shared[expert_input(l)];
         if (only) { /* provisional: the layer's last group fixes it */
             in_amax[i] = m > 0 ? m : 1.0f;
             continue;
@@ -285,11 +291,12 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
         if (!(m > 0)) {
             free(filled);
             return lwq_errf(e, LWQ_ENUMERIC, "%s: no expert of layer %d received a calibration token; "
-                            "cannot fill cold experts (use more calibration data or --calib-all-experts)",
-                            l->name, plan->layer);
+                            "cannot give the experts an input scale (use more calibration data or "
+                            "--calib-all-experts)", l->name, plan->layer);
         }
         in_amax[i] = m;
-        if (l->expert < nE && !filled[l->expert]) {
+        /* cold (or all-zero input): its scale comes wholly from its siblings */
+        if (!(st->in_rows[i] > 0 && st->in_amax[i] > 0) && l->expert < nE && !filled[l->expert]) {
             filled[l->expert] = 1;
             rep->filled_experts++;
         }
@@ -303,7 +310,16 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
     return 0;
 }
 
-/* NVFP4 fused groups: shared input amax and shared weight global amax (w_amax may be NULL). */
+/* Fused groups share the max input amax and the max weight global amax (w_amax may be NULL):
+ * NVFP4 groups (q/k/v, gate/up, each expert's gate/up; FORMATS.md 5), and an FP8 routed expert's
+ * gate/up, which Model Optimizer quantizes as the one gate_up_proj slice of that expert (one
+ * weight quantizer per expert, _QuantFusedExperts) so both halves export one weight_scale.
+ * Dense FP8 groups are not unified (separate nn.Linear modules there). */
+static int unified(const lwq_arch_linear *l, lwq_qformat f)
+{
+    return f == LWQ_QFMT_NVFP4 || (f == LWQ_QFMT_FP8 && l->expert >= 0);
+}
+
 static void unify_groups(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const uint8_t *only,
                          float *in_amax, float *w_amax)
 {
@@ -312,18 +328,70 @@ static void unify_groups(const lwq_arch_layer *plan, const lwq_quant_choice *cho
         float mi = 0, mw = 0;
         int members = 0;
         for (int i = 0; i < n; i++)
-            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4 && (!only || only[i])) {
+            if (plan->linears[i].group == g && unified(&plan->linears[i], choice[i].format) && (!only || only[i])) {
                 mi = fmaxf(mi, in_amax[i]);
                 mw = w_amax ? fmaxf(mw, w_amax[i]) : 0;
                 members++;
             }
         for (int i = 0; members && i < n; i++)
-            if (plan->linears[i].group == g && choice[i].format == LWQ_QFMT_NVFP4 && (!only || only[i])) {
+            if (plan->linears[i].group == g && unified(&plan->linears[i], choice[i].format) && (!only || only[i])) {
                 in_amax[i] = mi;
                 if (w_amax)
                     w_amax[i] = mw;
             }
     }
+}
+
+static int fp8_searched(const lwq_quant_choice *c)
+{
+    return c->format == LWQ_QFMT_FP8 && c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ;
+}
+
+/* The FP8 `mse` searches of a layer, into w_amax: one per linear, except a routed expert's gate
+ * and up, searched once over the two stacked ([gate; up] rows), since Model Optimizer searches
+ * the expert's gate_up_proj slice with its one weight quantizer (_QuantFusedExperts). */
+static int fp8_searches(lwq_qops *qo, const lwq_arch_layer *plan, const lwq_quant_choice *choice, const uint8_t *only,
+                        const lwq_htensor *const *w, float *w_amax, lwq_error *e)
+{
+    int n = plan->nlinears;
+    for (int i = 0; i < n; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        if (!fp8_searched(&choice[i]) || (only && !only[i]))
+            continue;
+        int j = -1;
+        for (int k = 0; l->expert >= 0 && l->group >= 0 && k < n; k++)
+            if (k != i && plan->linears[k].group == l->group && fp8_searched(&choice[k]))
+                j = k;
+        if (j < 0) {
+            LWQ_TRY(lwq_qops_fp8_mse(qo, w[i], w[i]->shape[0], w[i]->shape[w[i]->ndim - 1], l->name, &w_amax[i], e));
+            continue;
+        }
+        if (j < i)
+            continue; /* searched with its partner */
+        int g = l->role == LWQ_ROLE_EXPERT_GATE ? i : j, u = g == i ? j : i;
+        const lwq_htensor *wg = w[g], *wu = w[u];
+        if (wg->dtype != wu->dtype || wg->shape[1] != wu->shape[1])
+            return lwq_errf(e, LWQ_EFORMAT, "%s and %s: gate and up weights differ in dtype or width",
+                            plan->linears[g].name, plan->linears[u].name);
+        lwq_htensor both = *wg;
+        char name[LWQ_ARCH_NAME_MAX + 16];
+        snprintf(name, sizeof name, "%s+up", plan->linears[g].name);
+        both.name = name;
+        both.shape[0] = wg->shape[0] + wu->shape[0];
+        both.nbytes = wg->nbytes + wu->nbytes;
+        both.owned = 0;
+        if (!(both.data = malloc(both.nbytes ? both.nbytes : 1)))
+            return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+        memcpy(both.data, wg->data, wg->nbytes);
+        memcpy((char *)both.data + wg->nbytes, wu->data, wu->nbytes);
+        float a = 0;
+        int rc = lwq_qops_fp8_mse(qo, &both, both.shape[0], both.shape[1], name, &a, e);
+        free(both.data);
+        if (rc < 0)
+            return rc;
+        w_amax[g] = w_amax[u] = a;
+    }
+    return 0;
 }
 
 /* only: a streamed unit's linears (provisional cold-expert inputs); mine: this rank's share of a
@@ -357,6 +425,8 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
             goto out;
     }
     unify_groups(plan, choice, mine ? mine : only, in_amax, w_amax);
+    if ((rc = fp8_searches(qo, plan, choice, mine ? mine : only, w, w_amax, e)) < 0)
+        goto out;
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         if ((only && !only[i]) || (mine && !mine[i]))
@@ -394,6 +464,12 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         for (int i = 0; i < n; i++)
             if (plan->linears[i].role == LWQ_ROLE_K) {
                 size_t len = strlen(plan->linears[i].name) - strlen(".k_proj");
+                snprintf(prefix, sizeof prefix, "%.*s", (int)len, plan->linears[i].name);
+                has_attn = 1;
+            } else if (plan->linears[i].role == LWQ_ROLE_KV_A) {
+                /* MLA: Model Optimizer names the scales of its k/v (decompressed, per head) as if
+                 * there were a k_proj and a v_proj: self_attn.k_proj.k_scale */
+                size_t len = strlen(plan->linears[i].name) - strlen(".kv_a_proj_with_mqa");
                 snprintf(prefix, sizeof prefix, "%.*s", (int)len, plan->linears[i].name);
                 has_attn = 1;
             }

@@ -7,11 +7,14 @@
  * v_scale for a calibrated FP8 KV cache, and every other source tensor passed through unchanged
  * (as a view of the source bytes, so the source buffer must outlive the output list).
  *
- * Rules applied here: NVFP4 fused groups share the max input amax and the max weight amax
- * (section 5; FP8 is not unified); a routed expert no calibration token reached ("cold") takes
- * the max input amax of its calibrated siblings of the same projection (section 6) and is
- * reported; any other linear without calibration data, and any zero or non-finite amax, is an
- * error naming the module.  GPTQ linears (engine/quant/qlayer_gptq.h) rewrite the weight before its
+ * Rules applied here (as NVIDIA Model Optimizer 0.47 exports them; perf/RESULTS.md "Side by side
+ * with Model Optimizer"): NVFP4 fused groups share the max input amax and the max weight amax
+ * (section 5); dense FP8 groups are not unified, but an FP8 routed expert's gate and up share one
+ * weight amax (Model Optimizer quantizes them as one gate_up_proj slice); every routed expert of a
+ * layer takes the same input amax per input -- the max over all experts' gate/up inputs, and over
+ * all down inputs -- so an expert no calibration token reached ("cold") needs no fill of its own
+ * (counted and reported); any other linear without calibration data, and any zero or non-finite
+ * amax, is an error naming the module.  GPTQ linears (engine/quant/qlayer_gptq.h) rewrite the weight before its
  * codes are taken; a cold expert has no Hessian and takes the max path (counted in the report);
  * GPTQ on a depthwise conv1d (not a matrix product) is the max path too.  Deterministic: same
  * inputs, same bytes.  The report is filled even on failure: free it with lwq_qlayer_report_free. */
@@ -65,8 +68,8 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
                    lwq_qlayer_report *rep, lwq_error *e);
 
 /* Expert streaming (engine/source/units.h): quantize only the linears with only[i] != 0, from the unit's
- * source tensors src (every other src tensor passes through, as above).  A cold expert's input
- * scale is provisional (siblings in later groups are not observed yet); after the layer's last
+ * source tensors src (every other src tensor passes through, as above).  The experts' input
+ * scales are provisional (experts in later groups are not observed yet); after the layer's last
  * group, lwq_qlayer_finish_inputs recomputes every expert's input_scale in out from the final
  * statistics (the same values lwq_qlayer_run gives) and sets the report's expert counts.  The
  * weights themselves do not depend on input amaxes, so nothing else changes. */

@@ -85,8 +85,9 @@ static int write_configs(lwq_run *r, lwq_error *e)
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
     lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
-    /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized */
-    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 1, sizeof *extra);
+    /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
+     * embedding */
+    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 2, sizeof *extra);
     int nextra = 0, k = 0, rc = 0;
     if (!mods || !extra) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
@@ -117,6 +118,20 @@ static int write_configs(lwq_run *r, lwq_error *e)
                 }
                 break;
             }
+    }
+    /* Model Optimizer lists the token embedding too: export_hf_checkpoint excludes every module
+     * it wrapped with quantizers and left disabled, and it wraps nn.Embedding (disabled by its
+     * default_disabled_quantizers unit, parent_class nn.Embedding) */
+    for (int i = 0; i < r->ck.tail.n; i++) {
+        const char *t = r->ck.tensors[r->ck.tail.idx[i]].name;
+        size_t n = strlen(t), suf = strlen("embed_tokens.weight");
+        if (n >= suf && !strcmp(t + n - suf, "embed_tokens.weight") && (n == suf || t[n - suf - 1] == '.')) {
+            if (!(extra[nextra++] = strndup(t, n - strlen(".weight")))) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                goto out;
+            }
+            break;
+        }
     }
     lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
     char *hq = NULL, *cj = NULL;

@@ -58,11 +58,11 @@ static void report_bad_row(fp8_ctx *c, int64_t r)
         }
 }
 
-/* One row: q[j] = e4m3(x[j] / ws); m = running max |x| bits (NaN/Inf make it >= 0x7f800000).  The dtype branches are
+/* One row: q[j] = e4m3(round_dt(x[j] / ws)); m = running max |x| bits (NaN/Inf make it >= 0x7f800000).  The dtype branches are
  * outside the loops, and the body runs in fixed 16-element steps (plus a tail) because GCC's -O2
  * cost model only vectorizes loops whose trip count is a known multiple of the vector width. */
 #define CHUNK 64
-#define FP8_ROW_LOOP(LOAD)                                                                                   \
+#define FP8_ROW_LOOP(LOAD, RND)                                                                                 \
     {                                                                                                        \
         int64_t j = 0;                                                                                       \
         for (; j + CHUNK <= n; j += CHUNK) {                                                                 \
@@ -71,7 +71,7 @@ static void report_bad_row(fp8_ctx *c, int64_t r)
             for (int l = 0; l < CHUNK; l++)                                                                  \
                 x[l] = LOAD(j + l);                                                                          \
             for (int l = 0; l < CHUNK; l++)                                                                  \
-                t[l] = lwq_e4m3_from_f32_i32(x[l] / ws);                                                     \
+                t[l] = lwq_e4m3_from_f32_i32(RND(x[l] / ws));                                                \
             for (int k = 0; k < CHUNK; k += LANES)                                                           \
                 for (int l = 0; l < LANES; l++) {                                                            \
                     int32_t a = (int32_t)(lwq_f32_bits(x[k + l]) & 0x7fffffffu);                             \
@@ -84,9 +84,16 @@ static void report_bad_row(fp8_ctx *c, int64_t r)
             float x = LOAD(j);                                                                               \
             int32_t a = (int32_t)(lwq_f32_bits(x) & 0x7fffffffu);                                            \
             mv[0] = a > mv[0] ? a : mv[0];                                                                   \
-            q[j] = lwq_e4m3_from_f32(x / ws);                                                                \
+            q[j] = lwq_e4m3_from_f32(RND(x / ws));                                                           \
         }                                                                                                    \
     }
+/* round_dt: the quotient is rounded to the weight's own dtype before the E4M3 cast, as Model
+ * Optimizer's export computes it: to_quantized_weight (modelopt/torch/export/quant_utils.py) does
+ * (weight / weights_scaling_factor).to(torch.float8_e4m3fn), and a BF16 tensor divided by a 0-dim
+ * F32 tensor is a BF16 tensor in torch -- two roundings, BF16 then E4M3 (F32 sources: one). */
+#define RND_BF16(V) lwq_bf16_to_f32(lwq_f32_to_bf16(V))
+#define RND_F16(V) lwq_f16_to_f32(lwq_f32_to_f16(V))
+#define RND_F32(V) (V)
 #define LD_BF16(J) lwq_bf16_to_f32(s[J])
 #define LD_F16(J) lwq_f16_to_f32(s[J])
 #define LD_F32(J) s[J]
@@ -102,13 +109,13 @@ LWQ_CLONES static void fp8_rows(void *vc, int64_t r0, int64_t r1, int tid)
         uint8_t *q = c->q + r * n;
         if (c->dt == LWQ_BF16) {
             const uint16_t *s = (const uint16_t *)c->w + r * n;
-            FP8_ROW_LOOP(LD_BF16)
+            FP8_ROW_LOOP(LD_BF16, RND_BF16)
         } else if (c->dt == LWQ_F16) {
             const uint16_t *s = (const uint16_t *)c->w + r * n;
-            FP8_ROW_LOOP(LD_F16)
+            FP8_ROW_LOOP(LD_F16, RND_F16)
         } else {
             const float *s = (const float *)c->w + r * n;
-            FP8_ROW_LOOP(LD_F32)
+            FP8_ROW_LOOP(LD_F32, RND_F32)
         }
         for (int l = 0; l < LANES; l++)
             m = mv[l] > m ? mv[l] : m;
@@ -236,7 +243,11 @@ int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, c
     }
     int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
     free(loss);
-    *amax_out = cand_amax[best];
+    /* searched in F32, kept in the weight's dtype: Model Optimizer's MseCalibrator multiplies
+     * the amax (a 0-dim tensor of the weight's dtype) by an F32 multiplier, which stays F32 in
+     * torch, then stores the winner into the weight quantizer's amax buffer, of the weight's
+     * dtype: a BF16 weight exports a BF16 amax / 448 */
+    *amax_out = lwq_round_to(cand_amax[best], dt);
     if (mult_index)
         *mult_index = best;
     return 0;

@@ -382,7 +382,8 @@ __global__ void k_fp8(const void *w, lwq_dtype dt, bool vec, int64_t n, float ws
             if (a >= 0x7f800000u)
                 atomicMin(&st->bad, (unsigned long long)(i0 + k));
             m = a > m ? a : m;
-            uint32_t byte = lwq_e4m3_from_f32(LWQ_FDIV(x[k], ws));
+            /* rounded to the weight's dtype before E4M3, as the CPU kernel (kernels/quant.h) */
+            uint32_t byte = lwq_e4m3_from_f32(lwq_round_to(LWQ_FDIV(x[k], ws), dt));
             if (k < 4)
                 lo |= byte << (8 * k);
             else
@@ -857,7 +858,11 @@ int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t co
     }
     int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
     free(loss);
-    *amax_out = cand_amax[best];
+    /* searched in F32, kept in the weight's dtype: Model Optimizer's MseCalibrator multiplies
+     * the amax (a 0-dim tensor of the weight's dtype) by an F32 multiplier, which stays F32 in
+     * torch, then stores the winner into the weight quantizer's amax buffer, of the weight's
+     * dtype: a BF16 weight exports a BF16 amax / 448 */
+    *amax_out = lwq_round_to(cand_amax[best], dt);
     if (mult_index)
         *mult_index = best;
     return 0;

@@ -32,6 +32,10 @@ qc_fmt qc_preset_format(const char *preset, const char *m)
     int experts = strstr(m, ".mlp.experts.") || strstr(m, ".block_sparse_moe.experts.");
     int mlp = strstr(m, ".mlp.") || strstr(m, ".block_sparse_moe.");
     int attn = strstr(m, ".self_attn.") != NULL;
+    /* Model Optimizer's default_disabled_quantizers: the Gated DeltaNet's in_proj_a* / in_proj_b* */
+    if ((!strcmp(preset, "nvfp4") || !strcmp(preset, "fp8")) &&
+        (strstr(m, ".linear_attn.in_proj_a") || strstr(m, ".linear_attn.in_proj_b")))
+        return QC_NONE;
     if (!strcmp(preset, "nvfp4"))
         return QC_NVFP4;
     if (!strcmp(preset, "nvfp4_experts_only"))

@@ -5,7 +5,8 @@
  * batch, the way the engine batches (left padding, batch_size sequences), with observers that
  * take every amax on the host from the rows they are shown; the layer plan, the recipe code and
  * the engine's statistics module are not used.  Which linears a preset quantizes, the fused
- * groups and the cold-expert rule are written down here from the issue and FORMATS.md.  Scales
+ * groups and the expert input rule are written down here from the issue, FORMATS.md and Model
+ * Optimizer 0.47's export (perf/RESULTS.md, "Side by side with Model Optimizer").  Scales
  * are compared for exact equality, so the run under test must use the CPU backend (--device cpu)
  * like the recomputation; FP8 weight scales are checked for the `max` algorithm (all presets).
  *
@@ -75,7 +76,7 @@ float qc_out_scalar(const qc_out *o, const char *name);
 /* Every check of the issue's end-to-end list: tensors and their dtypes/shapes, the index, the
  * shard a tensor lives in, unquantized tensors byte-identical to the source, dequantization
  * within one code step, weight_scale_2 / weight_scale from the (group) weight amax, input
- * scales from ref (fused-group max, cold-expert sibling max), k/v scales, and both config
+ * scales from ref (fused-group max, routed experts' shared input max), k/v scales, and both config
  * files (FORMATS.md 7). */
 void qc_check_output(const char *model_dir, const char *out_dir, const char *preset, qc_kv kv, const qc_ref *ref);
 

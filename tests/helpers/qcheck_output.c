@@ -49,13 +49,16 @@ static void group_key(const char *m, char *key, size_t cap)
             snprintf(key, cap, "%.*s|%s", (int)(strlen(m) - strlen(suf[i])), m, i < 3 ? "qkv" : "gate_up");
 }
 
+/* Routed experts share one input amax per layer and input (Model Optimizer's fused-experts
+ * quantizers): gate and up (w1, w3) read the expert input, down (w2) its own. */
 static int expert_key(const char *m, char *key, size_t cap)
 {
     const char *p = strstr(m, ".experts.");
     int E, n = 0;
     if (!p || sscanf(p, ".experts.%d.%n", &E, &n) != 1 || n == 0)
         return -1;
-    snprintf(key, cap, "%.*s|%s", (int)(p - m), m, p + n);
+    int down = !strcmp(p + n, "down_proj") || !strcmp(p + n, "w2");
+    snprintf(key, cap, "%.*s|%s", (int)(p - m), m, down ? "down" : "gate_up");
     return E;
 }
 
@@ -125,7 +128,7 @@ static float e4m3_step(float x)
     return x < 0x1p-6f ? 0x1p-9f : ldexpf(1.0f, ilogbf(x) - 3);
 }
 
-static void check_fp8(const qc_out *o, const qmod *m, const char *shard)
+static void check_fp8(const qc_out *o, const qmod *m, float wamax, const char *shard)
 {
     int64_t R = m->src->shape[0], C = m->src->shape[1];
     char n[192];
@@ -136,8 +139,8 @@ static void check_fp8(const qc_out *o, const qmod *m, const char *shard)
     snprintf(n, sizeof n, "%s.weight_scale", m->name);
     float ws = qc_out_scalar(o, n);
     assert_in_shard(o, n, shard);
-    float want = (m->wamax > 0 ? m->wamax : 1.0f) / 448.0f;
-    cr_assert(ws == want, "%s = %.9g, expected weight amax %.9g / 448 = %.9g", n, ws, m->wamax, want);
+    float want = (wamax > 0 ? wamax : 1.0f) / 448.0f;
+    cr_assert(ws == want, "%s = %.9g, expected weight amax %.9g / 448 = %.9g", n, ws, wamax, want);
     snprintf(n, sizeof n, "%s.input_scale", m->name);
     float is = qc_out_scalar(o, n);
     assert_in_shard(o, n, shard);
@@ -233,6 +236,9 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
     if (nv && !f8)
         cr_assert_eq(cJSON_GetObjectItem(q, "group_size")->valueint, 16);
     check_excludes("hf_quant_config.json exclude_modules", cJSON_GetObjectItem(q, "exclude_modules"), m, nm);
+    /* Model Optimizer lists the token embedding (a disabled quantized module there) */
+    cr_assert(excluded(cJSON_GetObjectItem(q, "exclude_modules"), "model.embed_tokens"),
+              "hf_quant_config.json exclude_modules does not list model.embed_tokens");
     if (nv && f8) {
         cJSON *ql = cJSON_GetObjectItem(q, "quantized_layers");
         cr_assert(cJSON_IsObject(ql), "MIXED_PRECISION needs quantized_layers");
@@ -260,6 +266,8 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
     cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_algo")->valuestring, algo);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(qc, "producer"), "name")->valuestring, "modelopt");
     check_excludes("config.json quantization_config.ignore", cJSON_GetObjectItem(qc, "ignore"), m, nm);
+    cr_assert(excluded(cJSON_GetObjectItem(qc, "ignore"), "model.embed_tokens"),
+              "config.json quantization_config.ignore does not list model.embed_tokens");
     cJSON *kvs = cJSON_GetObjectItem(qc, "kv_cache_scheme");
     if (kv == QC_KV_NONE) {
         cr_assert(!kvs || cJSON_IsNull(kvs), "kv_cache_scheme present without a KV-cache format");
@@ -355,10 +363,11 @@ void qc_check_output(const char *model_dir, const char *out_dir, const char *pre
         for (int64_t k = 0; k < x->src->shape[0] * x->src->shape[1]; k++)
             x->wamax = fmaxf(x->wamax, fabsf(lwq_load_f(x->w, x->src->dtype, (size_t)k)));
     }
-    /* cold experts: the max over calibrated siblings of the same projection (FORMATS.md 6) */
+    /* routed experts: the max over every calibrated expert of the layer reading the same input
+     * (Model Optimizer 0.47's shared fused-experts input quantizer), cold ones included */
     float *fill = calloc((size_t)(nm > 0 ? nm : 1), sizeof *fill);
     for (int i = 0; i < nm; i++) {
-        if (m[i].fmt == QC_NONE || (m[i].rows > 0 && m[i].in_amax > 0))
+        if (m[i].fmt == QC_NONE || (m[i].expert < 0 && m[i].rows > 0 && m[i].in_amax > 0))
             continue;
         cr_assert_geq(m[i].expert, 0, "%s: no calibration token reached it, and it is not a routed expert", m[i].name);
         for (int j = 0; j < nm; j++)
@@ -376,7 +385,12 @@ void qc_check_output(const char *model_dir, const char *out_dir, const char *pre
             continue;
         shard_of(x->name, NL, shard, sizeof shard);
         if (x->fmt == QC_FP8) {
-            check_fp8(&o, x, shard);
+            /* an expert's gate/up: one weight amax (Model Optimizer's gate_up_proj slice) */
+            float gw = x->wamax;
+            for (int j = 0; x->expert >= 0 && x->group[0] && j < nm; j++)
+                if (m[j].fmt == QC_FP8 && !strcmp(m[j].group, x->group))
+                    gw = fmaxf(gw, m[j].wamax);
+            check_fp8(&o, x, gw, shard);
             expected += 3;
             continue;
         }

@@ -8,6 +8,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,16 @@ static inline int lwqt_sh(const char *fmt, ...)
     if (st == -1)
         return -1;
     return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WEXITSTATUS(st);
+}
+
+/* <the source tree>/rel (static buffer), found from this header's own path. */
+static inline const char *lwqt_source_path(const char *rel)
+{
+    static char path[1024];
+    const char *me = __FILE__, *cut = strstr(me, "tests/helpers/");
+    cr_assert_not_null(cut, "%s is not under tests/helpers/", me);
+    cr_assert((size_t)snprintf(path, sizeof path, "%.*s%s", (int)(cut - me), me, rel) < sizeof path);
+    return path;
 }
 
 /* dir (cap bytes) = a new directory /tmp/<prefix>-XXXXXX. */

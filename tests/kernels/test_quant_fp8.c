@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "layout/quant_formats.h"
 #include "tests/helpers/quant_naive.h"
 
 static void fill(lwq_dtype dt, void *data, float *f, int64_t n, float scale, uint64_t seed)
@@ -48,13 +49,49 @@ Test(quant_fp8, matches_naive_on_random_tensors)
                 float nws = na / 448.0f;
                 cr_assert_eq(ws, nws);
                 for (int64_t i = 0; i < n; i++) {
-                    float x = f[i] / nws;
+                    float x = lwq_round_to(f[i] / nws, dts[d]); /* in the weight's dtype first */
                     int want = fabsf(x) >= 448.0f ? (0x7e | (signbit(x) ? 0x80 : 0)) : nv_e4m3_enc(x);
                     cr_assert_eq(q[i], want, "%s scale %g i=%ld x=%a", lwq_dtype_name(dts[d]), (double)scales[s],
                                  (long)i, (double)x);
                 }
                 free(w), free(f), free(q);
             }
+}
+
+/* Model Optimizer's export divides a BF16 weight by the F32 scale in torch, which gives a BF16
+ * quotient, then casts that to E4M3: two roundings.  3 / (1264 / 448) = 1.06329 in F32 is above the
+ * E4M3 midpoint 1.0625 between 1.0 and 1.125 (-> 0x39), but rounds to exactly 1.0625 in BF16,
+ * which ties to the even 1.0 (0x38).  lwq used to round once and wrote 0x39. */
+Test(quant_fp8, bf16_weight_rounds_through_bf16_like_model_optimizer)
+{
+    float v[16] = {3.0f, 1264.0f};
+    uint16_t wb[16];
+    for (int i = 0; i < 16; i++)
+        wb[i] = lwq_f32_to_bf16(v[i]);
+    uint8_t q[16];
+    float ws;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_fp8(wb, LWQ_BF16, 1, 16, 1264.0f, "w", q, &ws, &e), 0, "%s", e.msg);
+    cr_assert_eq(q[0], 0x38, "BF16 weight: got 0x%02x, Model Optimizer writes 0x38 (1.0)", q[0]);
+    cr_assert_eq(q[1], 0x7e);
+    cr_assert_eq(lwq_quant_fp8(v, LWQ_F32, 1, 16, 1264.0f, "w", q, &ws, &e), 0, "%s", e.msg);
+    cr_assert_eq(q[0], 0x39, "F32 weight: one rounding, 1.06329 -> 1.125 (0x39), got 0x%02x", q[0]);
+}
+
+/* The mse candidates are Model Optimizer's: torch.linspace(0.25, 4.0, 39) in float32, whose bits
+ * (printed by torch 2.13 on the CPU) are below.  lwq's double formula differed in the last bit of
+ * 12 of them, enough to pick another FP8 weight_scale for some tensors (issue 23). */
+Test(quant_fp8, mse_multipliers_are_torch_linspace_bit_for_bit)
+{
+    static const uint32_t want[LWQ_MSE_STEPS] = {
+        0x3e800000, 0x3eb286bd, 0x3ee50d7a, 0x3f0bca1b, 0x3f250d7a, 0x3f3e50d8, 0x3f579436, 0x3f70d795,
+        0x3f850d7a, 0x3f91af29, 0x3f9e50d8, 0x3faaf287, 0x3fb79436, 0x3fc435e5, 0x3fd0d795, 0x3fdd7944,
+        0x3fea1af3, 0x3ff6bca2, 0x4001af29, 0x40080000, 0x400e50d7, 0x4014a1af, 0x401af286, 0x4021435e,
+        0x40279436, 0x402de50d, 0x403435e5, 0x403a86bc, 0x4040d794, 0x4047286c, 0x404d7943, 0x4053ca1b,
+        0x405a1af2, 0x40606bca, 0x4066bca2, 0x406d0d79, 0x40735e51, 0x4079af28, 0x40800000};
+    for (int k = 0; k < LWQ_MSE_STEPS; k++)
+        cr_assert_eq(lwq_f32_bits(lwq_mse_multiplier(k)), want[k], "multiplier %d: %a, torch gives %a", k,
+                     (double)lwq_mse_multiplier(k), (double)lwq_bits_f32(want[k]));
 }
 
 Test(quant_fp8, saturates_when_amax_is_below_the_data)
@@ -114,9 +151,25 @@ Test(quant_fp8, mse_picks_brute_force_argmin)
         lwq_error e = {0};
         cr_assert_eq(lwq_quant_fp8_mse(w, LWQ_BF16, r, c, "w", &got, &k, &e), 0, "%s", e.msg);
         cr_assert_eq(k, bk, "shape %d: k=%d vs %d", t, k, bk);
-        cr_assert_eq(got, amax * lwq_mse_multiplier(bk));
+        /* searched in F32, kept in BF16 (Model Optimizer's amax buffer has the weight's dtype) */
+        cr_assert_eq(got, lwq_round_to(amax * lwq_mse_multiplier(bk), LWQ_BF16));
         free(w), free(f);
     }
+}
+
+/* Model Optimizer keeps the amax its mse search picks for a BF16 weight as a BF16 value (issue 23:
+ * for one llama q_proj lwq wrote the amax 0.37993425 / 448 where Model Optimizer wrote the BF16
+ * 0.380859375 / 448 of the same multiplier). */
+Test(quant_fp8, mse_amax_of_a_bf16_weight_is_bf16)
+{
+    uint16_t w[64];
+    float f[64];
+    fill(LWQ_BF16, w, f, 64, 0.05f, 77);
+    float got;
+    int k;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_fp8_mse(w, LWQ_BF16, 4, 16, "w", &got, &k, &e), 0, "%s", e.msg);
+    cr_assert_eq(got, lwq_round_to(got, LWQ_BF16), "chosen amax %a is not a BF16 value", (double)got);
 }
 
 Test(quant_fp8, zero_tensor_gets_defined_scale)

@@ -45,6 +45,28 @@ Test(recipe, preset_nvfp4_skips_routers)
     lwq_recipe_free(&r);
 }
 
+/* Model Optimizer's default_disabled_quantizers keeps qwen3_next's linear_attn.conv1d and
+ * in_proj_a* / in_proj_b* unquantized in its nvfp4 and fp8 presets; lwq's quantized in_proj_ba
+ * (both) and conv1d (fp8) before the side-by-side comparison (issue 23). */
+Test(recipe, presets_keep_the_deltanet_ba_projection_and_conv1d)
+{
+    const char *presets[] = {"nvfp4", "fp8"};
+    for (int p = 0; p < 2; p++) {
+        lwq_recipe r;
+        lwq_error e = {0};
+        cr_assert_eq(lwq_recipe_preset(presets[p], &r, &e), 0, "%s", e.msg);
+        cr_assert_eq(lwq_recipe_resolve(&r, "model.layers.0.linear_attn.in_proj_ba").format, LWQ_QFMT_NONE, "%s",
+                     presets[p]);
+        cr_assert_eq(lwq_recipe_resolve(&r, "model.layers.0.linear_attn.conv1d").format, LWQ_QFMT_NONE, "%s",
+                     presets[p]);
+        cr_assert_neq(lwq_recipe_resolve(&r, "model.layers.0.linear_attn.in_proj_qkvz").format, LWQ_QFMT_NONE, "%s",
+                      presets[p]);
+        cr_assert_neq(lwq_recipe_resolve(&r, "model.layers.0.linear_attn.out_proj").format, LWQ_QFMT_NONE, "%s",
+                      presets[p]);
+        lwq_recipe_free(&r);
+    }
+}
+
 Test(recipe, preset_experts_only)
 {
     lwq_recipe r;

@@ -290,6 +290,26 @@ Test(recipe_yaml, refuses_local_hessian_without_the_sweep)
             "supported; lwq's local_hessian sweeps the FP8 scale values");
 }
 
+/* Model Optimizer's published nvfp4_experts_only_input_scale1-kv_fp8_cast sets MaxCalibConfig's
+ * skip_forward_without_activation_calib: it changes no output byte, so lwq reads it (it refused
+ * the recipe before issue 23); with another method it is refused, as Model Optimizer has it only
+ * on max. */
+Test(recipe_yaml, accepts_skip_forward_without_activation_calib_on_max)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body("  algorithm: {method: max, skip_forward_without_activation_calib: true}\n",
+                           "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
+                           "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n",
+                           &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.algo, LWQ_ALGO_MAX);
+    cr_assert_eq(pick(&r, "model.layers.0.self_attn.q_proj").format, LWQ_QFMT_FP8);
+    lwq_recipe_free(&r);
+    refused("  algorithm: {method: mse, skip_forward_without_activation_calib: true}\n", "",
+            "r.yaml:4: quantize.algorithm.skip_forward_without_activation_calib is not supported");
+}
+
 Test(recipe_yaml, refuses_other_algorithm_settings)
 {
     refused("  algorithm: {method: mse, step_size: 0.05}\n", "",

@@ -104,12 +104,14 @@ static void same_structure_as_published(const char *out, const char *published)
             cr_assert(in_set(oe, it->valuestring), "published excludes %s, lwq does not",
                       it->valuestring);
     }
-    /* ... and nothing else but the routers, which lwq lists explicitly (spec/FORMATS.md 7) */
+    /* ... and nothing else but the routers, which lwq lists explicitly (spec/FORMATS.md 7), and
+     * the token embedding, which Model Optimizer 0.47 lists (the published file is from 0.22) */
     cJSON_ArrayForEach(it, oe)
     {
         char n[256];
         normalize(it->valuestring, n, sizeof n);
-        cr_assert(in_set(pe, it->valuestring) || !strcmp(n, "model.layers.N.mlp.gate"),
+        cr_assert(in_set(pe, it->valuestring) || !strcmp(n, "model.layers.N.mlp.gate") ||
+                      !strcmp(n, "model.embed_tokens"),
                   "lwq excludes %s, the published checkpoint quantizes it", it->valuestring);
     }
     cJSON_Delete(pub);
@@ -399,8 +401,8 @@ Test(deepseek_e2e, fp8_mtp_layer_goes_to_the_tail_dequantized_and_excluded)
 
 /* Kimi-K2.6-NVFP4 lists globs under its "language_model." prefix ("...layers.0*",
  * "...mlp.shared_experts*", "...self_attn*"); lwq lists explicit names.  Same structure: each
- * module lwq excludes is covered by a published glob (routers aside, listed by lwq's
- * convention), and each module lwq quantizes (the routed experts) by none. */
+ * module lwq excludes is covered by a published glob (routers and the embedding aside, listed by
+ * lwq's convention), and each module lwq quantizes (the routed experts) by none. */
 Test(deepseek_e2e, experts_only_matches_published_kimi_k26_structure)
 {
     char p[1024];
@@ -423,7 +425,8 @@ Test(deepseek_e2e, experts_only_matches_published_kimi_k26_structure)
         char n[300], norm[300];
         snprintf(n, sizeof n, "language_model.%s", it->valuestring);
         normalize(it->valuestring, norm, sizeof norm);
-        int covered = !strcmp(norm, "model.layers.N.mlp.gate");
+        /* routers and the embedding: listed by lwq's (and Model Optimizer 0.47's) convention */
+        int covered = !strcmp(norm, "model.layers.N.mlp.gate") || !strcmp(norm, "model.embed_tokens");
         cJSON_ArrayForEach(g, pe) covered |= lwq_glob_match(g->valuestring, n);
         cr_assert(covered, "lwq excludes %s, no published glob does", it->valuestring);
         excluded++;
@@ -452,4 +455,35 @@ Test(deepseek_e2e, mkmodel_mxfp4_needs_widths_multiple_of_32)
     cr_assert(strstr(err, "--source-format mxfp4: model.layers.1.mlp.experts.0.down_proj.weight "
                           "has 48 input features, not a multiple of 32"), "%s", err);
     free(err);
+}
+
+/* An FP8 KV cache on MLA (issue 23): Model Optimizer 0.47 observes the decompressed per-head k
+ * ([k_nope | k_rope]) and v in transformers' attention and writes self_attn.k_proj.k_scale and
+ * v_proj.v_scale for every layer; lwq wrote none before.  (Their values against Model
+ * Optimizer's: tests/tools/test_peer_goldens.c, case deepseek_v3-f32/fp8-kv_fp8.) */
+Test(deepseek_e2e, fp8_kv_cache_writes_mla_k_and_v_scales)
+{
+    mk(lwqt_path("m"), "bf16");
+    const char *a[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--calib-size", "4", "--calib-seq", "16",
+                       "--qformat", "fp8", "--kv-cache", "fp8", NULL};
+    cr_assert_eq(lwqt_run(a), 0);
+    verify(lwqt_path("q"));
+    for (int L = 0; L < 3; L++) {
+        char p[64], n[128];
+        snprintf(p, sizeof p, "q/model-layer-%05d.safetensors", L);
+        lwq_st_file f;
+        lwq_error e = {0};
+        cr_assert_eq(lwq_st_open(lwqt_path(p), &f, &e), 0, "%s", e.msg);
+        const char *kinds[] = {"k_proj.k_scale", "v_proj.v_scale"};
+        for (int k = 0; k < 2; k++) {
+            snprintf(n, sizeof n, "model.layers.%d.self_attn.%s", L, kinds[k]);
+            int i = lwq_st_find(&f, n);
+            cr_assert_geq(i, 0, "%s missing", n);
+            float v = 0;
+            cr_assert(f.entries[i].dtype == LWQ_F32 && lwq_st_numel(&f.entries[i]) == 1, "%s is not an F32 scalar", n);
+            cr_assert_eq(lwq_st_read(&f, f.data_start + f.entries[i].begin, &v, 4, &e), 0, "%s", e.msg);
+            cr_assert(isfinite(v) && v > 0, "%s = %g", n, v);
+        }
+        lwq_st_free(&f);
+    }
 }

@@ -7,14 +7,7 @@
 TestSuite(recipe_yaml_e2e, .init = lwqt_setup, .fini = lwqt_teardown);
 
 /* <repo>/tests/data/modelopt_recipes */
-static const char *root(void)
-{
-    static char path[1024];
-    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
-    cr_assert_not_null(cut);
-    snprintf(path, sizeof path, "%.*stests/data/modelopt_recipes", (int)(cut - me), me);
-    return path;
-}
+static const char *root(void) { return lwqt_source_path("tests/data/modelopt_recipes"); }
 
 static void make(const char *dir, const char *arch)
 {

@@ -1,6 +1,7 @@
 /* Cold experts (issue 6, "Must show"): a routed expert that calibration never reaches gets finite
  * scales filled from its calibrated siblings, and the run reports it (log line, JSON log,
- * calibration_report.json).
+ * calibration_report.json).  Since issue 23 every expert of a layer shares one input scale per
+ * input (Model Optimizer 0.47's fused-experts quantizers), which the fill is a case of.
  *
  * The model is `lwq mkmodel` qwen3_moe (8 experts, top-2) whose layer-1 router is edited so that
  * expert 5 can never be picked: rows 1 and 3 become the negations of rows 0 and 2 and row 5
@@ -162,6 +163,13 @@ static void cold_case(const char *preset, int all_experts)
         cr_assert(isfinite(s) && s > 0, "%s = %g", n, s);
         if (!all_experts)
             cr_assert(s == sib, "%s = %.9g, the max over its siblings is %.9g", n, s, sib);
+        /* Model Optimizer 0.47 (one input quantizer per input for transformers' fused experts):
+         * every expert of the layer carries the same input_scale, gate and up one value, down one */
+        for (int x = 0; x < NEXP; x++) {
+            char o2[160];
+            snprintf(o2, sizeof o2, "model.layers.1.mlp.experts.%d.%s.input_scale", x, p == 2 ? "down_proj" : "gate_proj");
+            cr_assert(qc_out_scalar(&o, o2) == s, "%s = %.9g differs from %s = %.9g", o2, qc_out_scalar(&o, o2), n, s);
+        }
         snprintf(n, sizeof n, "model.layers.1.mlp.experts.%d.%s.%s", COLD, proj[p],
                  strcmp(preset, "fp8") ? "weight_scale_2" : "weight_scale");
         s = qc_out_scalar(&o, n);

@@ -152,10 +152,11 @@ Test(eval_weights_only, candidate_equals_its_dequantized_model_exactly)
     cJSON_Delete(j);
 }
 
-/* Qwen3-Next in FP8, as Model Optimizer writes it: the Gated DeltaNet linears and the depthwise
- * conv1d ([channels, 1, kernel], per-tensor FP8) are dequantized too.  The conv1d is no GEMM, so
- * the emulated eval refuses it (naming --weights-only); weights-only gives the dequantized model
- * exactly. */
+/* Qwen3-Next in FP8 with the depthwise conv1d quantized too ([channels, 1, kernel], per-tensor
+ * FP8: a recipe's choice, as NVIDIA's production recipe makes it; the fp8 preset keeps it
+ * unquantized, as Model Optimizer 0.47's does): the Gated DeltaNet linears and the conv1d are
+ * dequantized.  The conv1d is no GEMM, so the emulated eval refuses it (naming --weights-only);
+ * weights-only gives the dequantized model exactly. */
 Test(eval_weights_only, dequantizes_the_fp8_conv1d_of_qwen3_next)
 {
     const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_next", "--hidden", "64", "--layers", "2",
@@ -163,8 +164,11 @@ Test(eval_weights_only, dequantizes_the_fp8_conv1d_of_qwen3_next)
                         "--moe-intermediate", "32", "--shared-intermediate", "48", "--linear-value-heads", "4",
                         "--linear-value-dim", "16", "--vocab", "300", "--dtype", "f32", "--quiet", NULL};
     cr_assert_eq(lwqt_run(mk), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
-    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--qformat", "fp8", "--calib-size", "4",
-                       "--calib-seq", "16", "--quiet", NULL};
+    lwqt_write_str("fp8_conv.json", "{\"rules\": [{\"match\": \"*\", \"format\": \"fp8\"}, "
+                                    "{\"match\": \"*.mlp.gate\", \"enable\": false}, "
+                                    "{\"match\": \"*.shared_expert_gate\", \"enable\": false}]}");
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("q"), "--recipe", lwqt_path("fp8_conv.json"),
+                       "--calib-size", "4", "--calib-seq", "16", "--quiet", NULL};
     cr_assert_eq(lwqt_run(q), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
     lwq_st_entry ce;
     void *cw = read_tensor(lwqt_path("q"), "model.layers.0.linear_attn.conv1d.weight", &ce);

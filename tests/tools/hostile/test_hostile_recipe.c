@@ -52,14 +52,7 @@ Test(hostile_recipe, a_key_twice_in_a_rule_or_the_algorithm_is_refused)
 }
 
 /* <repo>/tests/data/modelopt_recipes */
-static const char *recipe_root(void)
-{
-    static char path[1024];
-    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
-    cr_assert_not_null(cut);
-    snprintf(path, sizeof path, "%.*stests/data/modelopt_recipes", (int)(cut - me), me);
-    return path;
-}
+static const char *recipe_root(void) { return lwqt_source_path("tests/data/modelopt_recipes"); }
 
 static void make_model(void)
 {

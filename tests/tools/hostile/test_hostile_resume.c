@@ -87,16 +87,22 @@ static void stderr_has(const char *needle)
     free(err);
 }
 
-/* F7: 1 of 2 committed, not complete, no boundary named: the rerun took layer 1's input from the
- * embedding and exited 0 with a wrong output. */
-Test(hostile_resume, committed_layers_without_their_boundary_are_refused)
+/* The partial run's manifest naming boundary file `file`, then a rerun: refused. */
+static void rerun_naming_boundary(const char *file)
 {
     partial_run();
     cJSON *j = load_json("o.layerwise_resume/manifest.json");
     cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "boundary");
-    cJSON_ReplaceItemInObjectCaseSensitive(b, "file", cJSON_CreateString(""));
+    cJSON_ReplaceItemInObjectCaseSensitive(b, "file", cJSON_CreateString(file));
     save_json("o.layerwise_resume/manifest.json", j);
     cr_assert_eq(quantize("o", ""), 2);
+}
+
+/* F7: 1 of 2 committed, not complete, no boundary named: the rerun took layer 1's input from the
+ * embedding and exited 0 with a wrong output. */
+Test(hostile_resume, committed_layers_without_their_boundary_are_refused)
+{
+    rerun_naming_boundary("");
     char want[700];
     snprintf(want, sizeof want, "%s: 1 of 2 layers committed, so boundary.file must be \"boundary-1.bin\" with its size, "
              "not \"\"", lwqt_path("o.layerwise_resume/manifest.json"));
@@ -107,12 +113,7 @@ Test(hostile_resume, committed_layers_without_their_boundary_are_refused)
  * naming it is refused too, before it is read. */
 Test(hostile_resume, the_other_boundary_file_is_refused)
 {
-    partial_run();
-    cJSON *j = load_json("o.layerwise_resume/manifest.json");
-    cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "boundary");
-    cJSON_ReplaceItemInObjectCaseSensitive(b, "file", cJSON_CreateString("boundary-0.bin"));
-    save_json("o.layerwise_resume/manifest.json", j);
-    cr_assert_eq(quantize("o", ""), 2);
+    rerun_naming_boundary("boundary-0.bin");
     stderr_has("so boundary.file must be \"boundary-1.bin\" with its size, not \"boundary-0.bin\"");
 }
 
