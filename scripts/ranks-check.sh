@@ -8,12 +8,14 @@
 # table); "fail": the run failed (its log is kept).  Exit 0 when every cell is "same".
 #
 #   scripts/ranks-check.sh [BUILD_DIR]      (default build; LWQ_MPIEXEC picks the launcher)
+# REF_BIN=/path/to/lwq (a build configured -DLWQ_MPI=OFF) makes the "none" column that binary's.
 # Models come from `lwq mkmodel` (tiny: 3 layers, hidden 128), calibration 16 x 32 tokens in 4
 # batches of 4, so 4 ranks each get one batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 lwq=$(realpath "$build/lwq")
+ref_bin=$(realpath "${REF_BIN:-$lwq}")
 mpiexec=${LWQ_MPIEXEC:-mpiexec}
 command -v "$mpiexec" >/dev/null || { echo "ranks-check: no $mpiexec (install Open MPI: scripts/setup.sh)"; exit 2; }
 # as root, oversubscribed, without ssh (Open MPI; MPICH ignores these)
@@ -40,6 +42,7 @@ cases=(
   "moe|nvfp4 local_hessian|--qformat nvfp4 --algo local_hessian"
   "moe|nvfp4_experts-fp8_attn mse+sweep|--qformat nvfp4_experts-fp8_attn --algo mse --fp8-scale-sweep"
   "moe|nvfp4 gptq|--qformat nvfp4 --algo gptq"
+  "moe|fp8 mse (an expert's gate+up searched together)|--qformat fp8 --algo mse"
   "moe|nvfp4 max --expert-group 3|--qformat nvfp4 --expert-group 3"
   "moe|nvfp4 local_hessian --expert-group 3|--qformat nvfp4 --algo local_hessian --expert-group 3"
   "dsfp8|nvfp4 max (FP8-block source)|--qformat nvfp4"
@@ -57,7 +60,7 @@ for c in "${cases[@]}"; do
   row=$(printf '%-56s' "$model $name")
   ref="$work/$tag.none"
   # shellcheck disable=SC2086
-  if "$lwq" quantize "$work/$model" -o "$ref" "${calib[@]}" $args --quiet >"$ref.log" 2>&1; then
+  if "$ref_bin" quantize "$work/$model" -o "$ref" "${calib[@]}" $args --quiet >"$ref.log" 2>&1; then
     (cd "$ref" && sha256sum * | sort -k2) >"$ref.sha"
     row+=" ref  "
   else
@@ -83,7 +86,7 @@ for c in "${cases[@]}"; do
   rm -rf "$ref" "$ref.layerwise_resume"
 done
 for n in "${notes[@]}"; do echo "  $n"; done
-mpiver=$("$mpiexec" --version 2>&1 | grep -m1 -E 'Open MPI|OpenRTE|Version:' | sed 's/^ *//')
-echo "ranks-check: $("$lwq" version), $(basename "$mpiexec") ($mpiver, $(ldd "$lwq" | grep -o 'libmpi[a-z_]*\.so[.0-9]*' | head -1)), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
+mpiver=$("$mpiexec" --version 2>&1 | grep -m1 -E 'Open MPI|OpenRTE|Version:' | sed 's/^ *//; s/  */ /g')
+echo "ranks-check: $("$lwq" version) (none: $ref_bin), $(basename "$mpiexec") ($mpiver, $(ldd "$lwq" | grep -o 'libmpi[a-z_]*\.so[.0-9]*' | head -1)), $(date -u +%F), load $(cut -d' ' -f1-3 /proc/loadavg)"
 [ $status = 0 ] && echo "ranks-check: every output file identical for no MPI and 1-4 ranks" || echo "ranks-check: FAILED"
 exit $status
