@@ -400,9 +400,11 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
                 &c->num_key_value_heads));
     LWQ_TRY(get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
-    /* MoE models without dense layers may omit intermediate_size; checked below when needed. */
-    LWQ_TRY(get_int(x, o, "intermediate_size", !moe || c->arch == LWQ_ARCH_MIXTRAL, 0, moe ? 0 : 1,
-                bigdim, &c->intermediate_size));
+    /* MoE models without dense layers may omit intermediate_size; checked below when needed.
+     * Mixtral's experts are intermediate_size wide, so there it is required and at least 1. */
+    int dense_opt = moe && c->arch != LWQ_ARCH_MIXTRAL;
+    LWQ_TRY(get_int(x, o, "intermediate_size", !dense_opt, 0, dense_opt ? 0 : 1, bigdim,
+                &c->intermediate_size));
     LWQ_TRY(get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
                 &c->max_position_embeddings));
     double def_eps = (c->arch == LWQ_ARCH_MIXTRAL) ? 1e-5 : 1e-6;

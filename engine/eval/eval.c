@@ -409,6 +409,8 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
     }
     if (rc == 0)
         rc = lwq_qlayer_view_make(p, &qt, s->kv_fp8, v->o->weights_only, &s->em, &view, e);
+    if (rc != 0 && !s->choice)
+        lwq_qdir_name_file(&s->qd, e);
     *q_s += lwq_now() - t;
     t = lwq_now();
     double tc = cpu_now();

@@ -254,6 +254,14 @@ Test(config, missing_required_key)
                 LWQ_EFORMAT, "layer 0 has a dense MLP");
 }
 
+/* found by fuzz_config: a Mixtral with intermediate_size 0 planned experts of 0 rows */
+Test(config, mixtral_zero_intermediate_size)
+{
+    expect_fail("{\"model_type\":\"mixtral\"," BASE ",\"intermediate_size\":0,"
+                "\"num_local_experts\":2,\"num_experts_per_tok\":2}",
+                LWQ_EFORMAT, "\"intermediate_size\" = 0 is outside [1, ");
+}
+
 Test(config, unknown_model_type)
 {
     expect_fail("{\"model_type\":\"gpt2\"," BASE "}", LWQ_EUNSUPPORTED,
