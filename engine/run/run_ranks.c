@@ -201,9 +201,9 @@ static int read_source(lwq_run *r, const char *name, int s0, int s1, uint64_t by
                         "original options, or delete %s and the output to start over)", p, bytes, s0, s1, want,
                         r->resume_dir);
     const lwq_sys_table *sys = lwq_sys();
-    int fd = sys->open(p, O_RDONLY, 0);
+    int fd = lwq_durable_open_regular(p, 0, NULL, e); /* a FIFO there is refused, not waited on */
     if (fd < 0)
-        return lwq_errsys(e, fd, "%s: cannot open the committed boundary", p);
+        return fd;
     size_t cap = 8u << 20;
     unsigned char *buf = malloc(cap);
     lwq_xxh64_state h;
@@ -268,8 +268,7 @@ int lwq_run_ranks_quantize(lwq_run *r, int L, const lwq_layer_stats *st, const l
     int *owner = malloc((size_t)n * sizeof *owner);
     uint8_t *mine = calloc((size_t)n, 1);
     int rc = owner && mine ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    if (rc == 0) {
-        lwq_dist_assign(p, r->choice[L], only, rk->size, owner);
+    if (rc == 0 && (rc = lwq_dist_assign(p, r->choice[L], only, rk->size, owner, e)) == 0) {
         for (int i = 0; i < p->nlinears; i++)
             mine[i] = owner[i] == rk->rank;
         rc = lwq_qlayer_run_mine(p, r->choice[L], kv, st, src, &r->qops, only, mine, rk->rank == 0, out, rep, e);
