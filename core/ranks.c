@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #ifdef LWQ_HAVE_MPI
 #include <mpi.h>
@@ -130,11 +131,33 @@ void lwq_ranks_abort(const lwq_ranks *rk, int code)
     exit(code);
 }
 
+/* Wait for q without spinning a core: an MPI library's blocking calls poll at full speed, and a rank
+ * that waits for a slower one (its forward or quantization took longer, rank 0 writes the shard)
+ * would take the core from the ranks, threads and other jobs sharing it.  Polls at full speed for
+ * a moment (ranks nearly in step), then sleeps between polls, up to 1 ms. */
+static int polite_wait(MPI_Request *q, const char *what, lwq_error *e)
+{
+    long ns = 0;
+    for (int polls = 0;; polls++) {
+        int done = 0;
+        MPI_TRY(MPI_Test(q, &done, MPI_STATUS_IGNORE), what);
+        if (done)
+            return 0;
+        if (polls < 1000)
+            continue;
+        ns = ns ? (ns < 1000000 ? 2 * ns : ns) : 20000;
+        struct timespec ts = {0, ns};
+        nanosleep(&ts, NULL);
+    }
+}
+
 int lwq_ranks_barrier(const lwq_ranks *rk, lwq_error *e)
 {
-    if (rk->size > 1)
-        MPI_TRY(MPI_Barrier(COMM(rk)), "MPI_Barrier");
-    return 0;
+    if (rk->size <= 1)
+        return 0;
+    MPI_Request q;
+    MPI_TRY(MPI_Ibarrier(COMM(rk), &q), "MPI_Ibarrier");
+    return polite_wait(&q, "MPI_Ibarrier", e);
 }
 
 int lwq_ranks_agree(lwq_ranks *rk, int rc, lwq_error *e)
@@ -142,7 +165,11 @@ int lwq_ranks_agree(lwq_ranks *rk, int rc, lwq_error *e)
     if (rk->size <= 1)
         return rc < 0 ? rc : 0;
     int mine = rc < 0 ? rk->rank : rk->size, first = rk->size;
-    MPI_TRY(MPI_Allreduce(&mine, &first, 1, MPI_INT, MPI_MIN, COMM(rk)), "MPI_Allreduce (status)");
+    MPI_Request q;
+    MPI_TRY(MPI_Iallreduce(&mine, &first, 1, MPI_INT, MPI_MIN, COMM(rk), &q), "MPI_Iallreduce (status)");
+    int prc = polite_wait(&q, "MPI_Iallreduce (status)", e);
+    if (prc)
+        return prc;
     if (first == rk->size)
         return 0;
     struct {
