@@ -30,8 +30,10 @@ int lwq_dist_split_batches(const int64_t *rows, int nb, int size, int *first, lw
 /* Estimated cost of quantizing linear i with its choice (arbitrary units, comparable within a run). */
 double lwq_dist_cost(const lwq_arch_linear *l, const lwq_quant_choice *c);
 /* owner[i]: the rank that quantizes linear i (-1: not quantized, or not in only when only != NULL).
- * Fused groups go to one rank (they share scales). */
-void lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size, int *owner);
+ * Fused groups go to one rank (they share scales).  The same inputs give the same owners on every
+ * rank; out of memory is an error (LWQ_ENOMEM), never a different assignment. */
+int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size, int *owner,
+                    lwq_error *e);
 
 /* The optional NCCL path of GPU ranks (dist_nccl.c): the Hessians' limbs summed on the devices.
  * lwq_nccl_open is collective (rank 0's ncclUniqueId is broadcast over MPI). */

@@ -62,20 +62,21 @@ static int by_cost(const void *a, const void *b)
     return x->lead - y->lead;
 }
 
-void lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size, int *owner)
+int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size, int *owner,
+                    lwq_error *e)
 {
     int n = p->nlinears, ni = 0;
-    item *it = malloc((size_t)(n ? n : 1) * sizeof *it);
-    double *load = calloc((size_t)size, sizeof *load);
     for (int i = 0; i < n; i++)
         owner[i] = -1;
-    if (!it || !load) { /* no memory for the balance: everything on rank 0 (still correct) */
-        for (int i = 0; i < n; i++)
-            if (c[i].format != LWQ_QFMT_NONE && (!only || only[i]))
-                owner[i] = 0;
+    if (size < 1)
+        return lwq_errf(e, LWQ_EINVAL, "layer %d: %d ranks", p->layer, size);
+    item *it = malloc((size_t)(n ? n : 1) * sizeof *it);
+    double *load = calloc((size_t)size, sizeof *load);
+    if (!it || !load) { /* an error, not a fallback: another rank's malloc may succeed, and every
+                         * rank must reach the same owners (lwq_run_agree makes it every rank's) */
         free(it);
         free(load);
-        return;
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory assigning the linears to ranks", p->layer);
     }
     for (int i = 0; i < n; i++) {
         if (c[i].format == LWQ_QFMT_NONE || (only && !only[i]))
@@ -109,4 +110,5 @@ void lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const u
                     owner[i] = owner[j];
     free(it);
     free(load);
+    return 0;
 }
