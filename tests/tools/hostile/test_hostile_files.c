@@ -100,17 +100,17 @@ Test(hostile_files, yaml_recipe)
     refused_fast(Q " --recipe ./r.yaml", "r.yaml");
 }
 
-/* A YAML recipe's import: the FIFO configs/a.yml was passed over for the next suffix, so
- * configs/a.yaml (or "no such import") stood in for the file the recipe named. */
+/* A YAML recipe's import: a FIFO w8a8_fp8_fp8.yml was passed over for the next suffix, and
+ * w8a8_fp8_fp8.yaml quantized the model in its place (exit 0). */
 Test(hostile_files, yaml_recipe_import)
 {
     make_model("m");
-    cr_assert_eq(lwqt_sh("mkdir -p %s/rr/configs", lwqt_dir), 0);
-    fifo("rr/configs/a.yml");
-    lwqt_write_str("rr/configs/a.yaml", "- {quantizer_name: '*', enable: false}\n");
-    lwqt_write_str("r.yaml", "imports:\n  a: configs/a\nmetadata: {recipe_type: ptq}\nquantize:\n  algorithm: max\n"
-                             "  quant_cfg:\n    - $import: a\n");
-    refused_fast(Q " --recipe r.yaml --recipe-root rr", "rr/configs/a.yml");
+    cr_assert_eq(lwqt_sh("cp -r %s %s/rr", lwqt_source_path("tests/data/modelopt_recipes"), lwqt_dir), 0);
+    fifo("rr/configs/ptq/units/w8a8_fp8_fp8.yml");
+    lwqt_write_str("r.yaml", "imports:\n  off: configs/ptq/units/base_disable_all\n  w: configs/ptq/units/w8a8_fp8_fp8\n"
+                             "metadata: {recipe_type: ptq}\nquantize:\n  algorithm:\n    method: max\n  quant_cfg:\n"
+                             "    - $import: off\n    - $import: w\n    - {quantizer_name: '*lm_head*', enable: false}\n");
+    refused_fast(Q " --recipe r.yaml --recipe-root rr", "rr/configs/ptq/units/w8a8_fp8_fp8.yml");
 }
 
 /* The model's other files, copied into the output. */
