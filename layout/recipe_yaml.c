@@ -80,8 +80,13 @@ static int resolve_under(const char *root, const char *p, char *real, lwq_error 
         if (snprintf(cand, sizeof cand, "%s/%s%s", root, p, sufs[i]) >= (int)sizeof cand)
             return lwq_errf(e, LWQ_EINVAL, "%s \"%s\": path too long", what, p);
         struct stat st;
-        if (stat(cand, &st) != 0 || !S_ISREG(st.st_mode))
+        if (stat(cand, &st) != 0)
             continue;
+        /* a candidate that is there but unreadable is refused, not passed over for the next
+         * suffix (a FIFO or a directory named x.yml must not let x.yaml, or nothing, stand in) */
+        if (!S_ISREG(st.st_mode))
+            return lwq_errf(e, LWQ_EFORMAT, "%s \"%s\": %s: not a regular file (%s); lwq reads only regular files",
+                            what, p, cand, lwq_file_kind(st.st_mode));
         if (!realpath(cand, real))
             return lwq_errsys(e, -errno, "%s", cand);
         size_t rl = strlen(root);

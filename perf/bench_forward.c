@@ -113,7 +113,7 @@ typedef struct amax_obs {
 } amax_obs;
 
 static int obs_linear(void *ctx, int layer, const char *module, const lwq_tensor *x,
-                      const lwq_tensor *valid, lwq_error *e)
+                      const lwq_tensor *valid, const int32_t *tok, lwq_error *e)
 {
     amax_obs *o = ctx;
     float a;
@@ -232,7 +232,7 @@ static void bench_cuda(store *st, const lwq_model_config *cfg, const uint16_t *h
     }
     amax_obs ao = {&g, 0, 0};
     for (int mode = 0; mode < 2; mode++) {
-        lwq_observer obs = {&ao, obs_linear, NULL, NULL, mode};
+        lwq_observer obs = {&ao, obs_linear, NULL, NULL, mode, NULL};
         double best = 1e30;
         for (int r = 0; r < iters + 1; r++) {
             lwq_backend_upload(&g, h.data, h0, (size_t)(T * cfg->hidden_size) * 2, &e);
@@ -394,7 +394,7 @@ int main(int argc, char **argv)
     stamp layer_t[2];
     double layer_f[2];
     for (int mode = 0; mode < modes; mode++) {
-        lwq_observer obs = {&ao, obs_linear, NULL, NULL, mode};
+        lwq_observer obs = {&ao, obs_linear, NULL, NULL, mode, NULL};
         stamp best = {1e30, 1e30};
         for (int r = 0; r < iters; r++) {
             memcpy(hb, h0, (size_t)(T * D) * 2);

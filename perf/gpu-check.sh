@@ -25,7 +25,7 @@
 # The steps, in order, with the cap of each in seconds (a step gets min(cap, time left - 10)); the
 # log prints this list first and names each step with its cap when it starts:
 #   probe 15, deps 60, build 420, identity-max 90, identity-mse-sweep 90, identity-local-hessian 90,
-#   identity-batch 90, plan-gpu 150, stream 90, gptq 240, gpu-tests 300, resume 240, qwen3next 150,
+#   identity-batch 90, plan-gpu 150, stream 90, gptq 240, ranks 90, gpu-tests 300, resume 240, qwen3next 150,
 #   bench-quant 120, bench-attention 120, bench-h2d 60, e2e (E2E_GB > 0: the time left), memcheck 420
 # perf/RESULTS.md "GPU claims" names the row that measures each claim.
 # Exit status: 0 every step ran and passed ("not available" and "not run" included); 1 a check
@@ -64,7 +64,7 @@ log() { echo "[gpu-check +$(elapsed)s] $*" >&2; }
 
 # ---- the steps and their caps (seconds), in the order they run ----------------------------------
 STEPS=(probe:15 deps:60 build:420 identity-max:90 identity-mse-sweep:90 identity-local-hessian:90
-       identity-batch:90 plan-gpu:150 stream:90 gptq:240 gpu-tests:300 resume:240 qwen3next:150
+       identity-batch:90 plan-gpu:150 stream:90 gptq:240 ranks:90 gpu-tests:300 resume:240 qwen3next:150
        bench-quant:120 bench-attention:120 bench-h2d:60 e2e:0 memcheck:420)
 cap_of() { local s; for s in "${STEPS[@]}"; do [ "${s%%:*}" = "$1" ] && { echo "${s##*:}"; return; }; done; echo 60; }
 STEPNO=0
@@ -449,6 +449,52 @@ fi
 identity gptq hessian "$C" "$G" --qformat nvfp4_experts-fp8_attn --algo gptq
 case "$ID_ST" in ok) ;; CUT) [ $st -eq 0 ] && st=124 ;; *) st=1 ;; esac
 row gptq "$(status_of $st)" "$det--algo gptq: $ID_DET" $(($(date +%s) - t0))
+
+# ---- one rank under MPI (issue 24): `mpiexec -n 1 lwq quantize` on the device against the same run
+# without MPI, local_hessian (the fixed-point Hessians), every output file identical; then the same
+# with LWQ_NCCL=1, whose Hessian limbs go through ncclAllReduce on the GPU (NCCL bootstrapped over
+# MPI; the sum of one rank is the identity, so the bytes must not move).  "not available" when the
+# build has no MPI or no launcher is found; the NCCL half when libnccl.so.2 does not load.
+step ranks
+t0=$(date +%s)
+MPX=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | head -1)
+if ! ldd "$LWQ" 2>/dev/null | grep -q 'libmpi' || [ -z "$MPX" ] || [ ! -x "$MPX" ]; then
+    row ranks "not available" "this build has no MPI or no launcher (MPIEXEC_EXECUTABLE '$MPX'): mpiexec -n 1 not run" \
+        $(($(date +%s) - t0))
+else
+    RA=(--qformat nvfp4 --algo local_hessian --calib-size 6 --calib-seq 24 --batch-size 2 --device "$DEVICE" --quiet)
+    rk_env=(env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_plm_rsh_agent=
+            OMPI_MCA_hwloc_base_binding_policy=none)
+    rm -rf "$WORK"/q-rank-* "$WORK"/q-rank-*.layerwise_resume
+    rc=0 det="" st=ok
+    { bounded "$CAP" "$LWQ" quantize "$TINY" -o "$WORK/q-rank-none" "${RA[@]}" &&
+        bounded $((CAP - $(date +%s) + t0)) "${rk_env[@]}" "$MPX" -n 1 "$LWQ" quantize "$TINY" -o "$WORK/q-rank-one" \
+            "${RA[@]}"; } > "$LOGS/ranks.log" 2>&1 || rc=$?
+    if [ $rc -ne 0 ]; then
+        st=$([ $rc -eq 124 ] && echo CUT || echo FAIL)
+        det="quantize exit $rc: $(tail -2 "$LOGS/ranks.log" | tr '\n' ' ')"
+    elif ! diff <(cd "$WORK/q-rank-none" && sha256sum ./*) <(cd "$WORK/q-rank-one" && sha256sum ./*) >> "$LOGS/ranks.log"; then
+        st=FAIL det="mpiexec -n 1 wrote other bytes than no MPI ($LOGS/ranks.log)"
+    else
+        det="mpiexec -n 1 = no MPI: $(ls "$WORK/q-rank-none" | wc -l) files identical"
+        if [ "$NO_GPU" = 1 ]; then
+            det+="; NCCL not run (dry mode, no GPU)"
+        elif bounded $((CAP - $(date +%s) + t0)) "${rk_env[@]}" LWQ_NCCL=1 "$MPX" -n 1 "$LWQ" quantize "$TINY" \
+                -o "$WORK/q-rank-nccl" "${RA[@]}" > "$LOGS/ranks-nccl.log" 2>&1; then
+            if diff <(cd "$WORK/q-rank-none" && sha256sum ./*) <(cd "$WORK/q-rank-nccl" && sha256sum ./*) >> "$LOGS/ranks.log"; then
+                det+="; with LWQ_NCCL=1 (ncclAllReduce) identical too"
+            else
+                st=FAIL det+="; LWQ_NCCL=1 wrote other bytes ($LOGS/ranks.log)"
+            fi
+        elif grep -qE 'cannot load libnccl|without nccl.h' "$LOGS/ranks-nccl.log"; then
+            det+="; NCCL not available: $(grep -oE 'cannot load libnccl[^)]*\)|built without nccl.h' "$LOGS/ranks-nccl.log" | head -1)"
+        else
+            st=FAIL det+="; LWQ_NCCL=1 failed: $(tail -1 "$LOGS/ranks-nccl.log")"
+        fi
+    fi
+    step_log ranks
+    row ranks "$st" "$det" $(($(date +%s) - t0))
+fi
 
 # ---- GPU parity tests: op by op and quantizer by quantizer against the CPU; the module's loading -
 step gpu-tests

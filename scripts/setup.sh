@@ -4,7 +4,7 @@
 set -euo pipefail
 # clang-14 + libclang-rt-14-dev: the fuzzers (scripts/fuzz.sh; ctest's fuzz_smoke builds them)
 pkgs=(build-essential cmake pkg-config liburing-dev libnuma-dev libcjson-dev libcriterion-dev
-      libopenblas-dev libpcre2-dev libyaml-dev clang-14 libclang-rt-14-dev)
+      libopenblas-dev libpcre2-dev libyaml-dev clang-14 libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -345,8 +345,13 @@ int lwq_cmd_bench_io(int argc, char **argv)
     uint64_t maxsize = 0;
     for (int f = 0; f < a.npaths; f++) {
         struct stat st;
-        if (stat(a.paths[f], &st) < 0 || !S_ISREG(st.st_mode)) {
-            fprintf(stderr, "lwq bench-io: %s: not a readable regular file\n", a.paths[f]);
+        int bad = stat(a.paths[f], &st) < 0 ? errno : 0;
+        if (bad || !S_ISREG(st.st_mode)) {
+            if (bad)
+                fprintf(stderr, "lwq bench-io: %s: %s\n", a.paths[f], strerror(bad));
+            else
+                fprintf(stderr, "lwq bench-io: %s: not a regular file (%s); lwq reads only regular files\n", a.paths[f],
+                        lwq_file_kind(st.st_mode));
             free(a.paths);
             return LWQ_EXIT_ERR;
         }

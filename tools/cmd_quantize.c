@@ -2,6 +2,7 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +12,7 @@
 
 #include "core/file.h"
 #include "core/log.h"
+#include "core/ranks.h"
 #include "engine/autoq/autoq.h"
 #include "engine/run/engine.h"
 #include "engine/run/manifest.h"
@@ -45,7 +47,7 @@ static void usage(FILE *fp, const char *cmd)
             "                       GPTQ (NVFP4, FP8 weights) rewrites each weight to cancel its rounding error\n"
             "                       on the calibration inputs; it calibrates sequentially: every layer sees the\n"
             "                       outputs of the already-quantized layers before it (--qdq-next is implied).\n"
-            "                       Extra memory: an in x in Hessian (8 bytes an entry) per linear of a layer\n"
+            "                       Extra memory: an in x in Hessian (16 bytes an entry) per linear of a layer\n"
             "                       (`lwq plan` shows it); a killed run resumes with byte-identical output.\n"
             "the most accurate mix under a size budget (lwq quantize only):\n"
             "  --auto-quantize-bits B   at most B bits per weight over the decoder layers' linears (scales\n"
@@ -95,7 +97,12 @@ static void usage(FILE *fp, const char *cmd)
             "  --resume-dir DIR     resume state (default OUT_DIR.layerwise_resume)\n"
             "  --repair             recompute the last committed layer if its shard is damaged\n"
             "  --log-json FILE      one JSON object per layer and a summary\n"
-            "  --quiet              no progress output\n\n"
+            "  --quiet              no progress output\n"
+            "ranks (MPI): mpirun -np N lwq quantize ... (or srun): every rank reads each layer, computes\n"
+            "  its share of the calibration batches and of the quantization; rank 0 writes the output.\n"
+            "  The bytes are those of one process; a resume may use another rank count.  Without\n"
+            "  --threads each rank takes its share of the node's cores.  `lwq plan --ranks N` shows the\n"
+            "  memory of each rank.\n\n"
             "A killed run resumes where it stopped when the same command is run again; the output is\n"
             "byte-identical to an uninterrupted run.  One run per output: a second run on the same\n"
             "output or resume directory is refused at once, naming the running one's pid.\n\n"
@@ -281,6 +288,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
         } else if (!strcmp(s, "--device")) {
             const char *d = VAL();
             if (!d || parse_device("--device", d, &a->o.device) != 0)
+                return -1;
+        } else if (!strcmp(s, "--ranks") && is_plan) {
+            if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 65536, &a->o.plan_ranks))
                 return -1;
         } else if (!strcmp(s, "--threads")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 256, &a->o.threads))
@@ -490,6 +500,7 @@ static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
 }
 
 static int run_translated(int argc, char **argv, int is_plan, const char *notes);
+static int quantize_ranks(qargs *a, lwq_ranks *rk, lwq_error *e, int *quiet_err);
 
 static void on_signal(int sig)
 {
@@ -547,8 +558,17 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         lwq_recipe_free(&r);
         return LWQ_EXIT_OK;
     }
+    /* the ranks of an MPI job (core/ranks.h) before anything is said: rank 0 speaks for the job */
+    lwq_ranks rk;
+    memset(&rk, 0, sizeof rk);
+    rk.size = rk.local_size = 1;
+    int quiet_err = 0, rc = is_plan ? 0 : lwq_ranks_init(NULL, NULL, &rk, &e);
+    if (rc == 0 && rk.rank > 0) {
+        a.o.quiet = 1;
+        lwq_log_set_level(LWQ_LOG_ERROR);
+    }
     lwq_calib_set cs;
-    int rc = load_calib(&a, &cs, &e);
+    int have_cs = rc == 0 && (rc = load_calib(&a, &cs, &e)) == 0;
     if (rc == 0) {
         a.o.model_dir = a.model;
         a.o.out_dir = a.out;
@@ -556,56 +576,111 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         a.o.calib = &cs;
         if (a.o.batch_size == 0) /* hf_ptq's default: the largest batch that fits */
             rc = lwq_pick_batch_size(&a.o, &e);
-        if (rc != 0) {
-            /* reported below */
-        } else if (is_plan) {
-            lwq_mem_plan p;
-            if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
-                lwq_mem_plan_print(&p, &a.o);
-                if (a.o.max_cpu_gb > 0 && (double)p.host_peak > a.o.max_cpu_gb * 1e9)
-                    printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
-                           a.o.max_cpu_gb);
-                else if (a.o.max_gpu_gb > 0 && (double)p.gpu_peak > a.o.max_gpu_gb * 1e9)
-                    printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
-                           a.o.max_gpu_gb);
-                else
-                    printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
-                           (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
-            }
-        } else {
-            signal(SIGINT, on_signal);
-            signal(SIGTERM, on_signal);
-            /* A fixed threshold turns off glibc's dynamic one, which after the first large free
-             * serves buffers up to 32 MB from the heap, where freed layers stay resident: peak
-             * RSS then wandered by that much from run to run and with the layer count. */
-            mallopt(M_MMAP_THRESHOLD, 1 << 20);
-            if (a.aq_bits > 0 || a.aq_gb > 0) {
-                lwq_autoq_opts ao;
-                memset(&ao, 0, sizeof ao);
-                ao.q = a.o;
-                ao.bits = a.aq_bits;
-                ao.gb = a.aq_gb;
-                ao.score_size = a.aq_score_size;
-                ao.scores_from = a.aq_scores;
-                memcpy(ao.formats, a.aq_fmt, sizeof ao.formats);
-                if (a.aq_score && !strcmp(a.aq_score, "kl"))
-                    ao.score = LWQ_AQ_SCORE_KL;
-                else if (a.aq_score && strcmp(a.aq_score, "layer"))
-                    rc = lwq_errf(&e, LWQ_EINVAL, "--auto-quantize-score %s: expected layer or kl", a.aq_score);
-                if (rc == 0)
-                    rc = lwq_autoq_run(&ao, &e);
-            } else {
-                rc = lwq_quantize_run(&a.o, &e);
-            }
+    }
+    if (rk.size > 1) /* every rank got this far: one of them failing is everyone's error */
+        rc = lwq_ranks_agree(&rk, rc, &e);
+    if (rc != 0) {
+        /* reported below */
+    } else if (is_plan) {
+        lwq_mem_plan p;
+        if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
+            lwq_mem_plan_print(&p, &a.o);
+            if (a.o.max_cpu_gb > 0 && (double)p.host_peak > a.o.max_cpu_gb * 1e9)
+                printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
+                       a.o.max_cpu_gb);
+            else if (a.o.max_gpu_gb > 0 && (double)p.gpu_peak > a.o.max_gpu_gb * 1e9)
+                printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
+                       a.o.max_gpu_gb);
+            else
+                printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
+                       (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
         }
+    } else {
+        rc = quantize_ranks(&a, &rk, &e, &quiet_err);
+    }
+    quiet_err |= rc && rk.agreed && rk.rank > 0;
+    if (have_cs)
         lwq_calib_set_free(&cs);
-    }
     lwq_recipe_free(&r);
-    if (rc) {
+    if (rc && !quiet_err)
         fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
-        return LWQ_EXIT_ERR;
+    /* an error every rank has: no rank leaves before rank 0 has said it (a launcher ends the job
+     * when the first rank exits non-zero) */
+    if (rc && rk.agreed) {
+        fflush(stderr);
+        lwq_ranks_barrier(&rk, NULL);
     }
+    lwq_ranks_finalize(&rk);
+    if (rc)
+        return LWQ_EXIT_ERR;
     return LWQ_EXIT_OK;
+}
+
+/* CPUs this process may run on (an MPI launcher's binding, a cgroup or taskset narrow it). */
+static int cpus_allowed(void)
+{
+    cpu_set_t set;
+    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
+        return CPU_COUNT(&set);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n > 0 ? (int)n : 1;
+}
+
+/* lwq quantize, or the auto-quantize search (engine/autoq/), which runs in one process. */
+static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
+{
+    if (a->aq_bits <= 0 && a->aq_gb <= 0)
+        return lwq_quantize_run(&a->o, e);
+    if (rk->size > 1) {
+        rk->agreed = 1; /* every rank refuses alike */
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "--auto-quantize-bits / --auto-quantize-gb search in one process; start "
+                        "it without mpirun (%d ranks here)", rk->size);
+    }
+    lwq_autoq_opts ao;
+    memset(&ao, 0, sizeof ao);
+    ao.q = a->o;
+    ao.bits = a->aq_bits;
+    ao.gb = a->aq_gb;
+    ao.score_size = a->aq_score_size;
+    ao.scores_from = a->aq_scores;
+    memcpy(ao.formats, a->aq_fmt, sizeof ao.formats);
+    if (a->aq_score && !strcmp(a->aq_score, "kl"))
+        ao.score = LWQ_AQ_SCORE_KL;
+    else if (a->aq_score && strcmp(a->aq_score, "layer"))
+        return lwq_errf(e, LWQ_EINVAL, "--auto-quantize-score %s: expected layer or kl", a->aq_score);
+    return lwq_autoq_run(&ao, e);
+}
+
+/* The run, as one of the ranks of an MPI job when launched so (core/ranks.h).  An error every rank
+ * shares (agreed) is printed by rank 0 alone; one only this rank knows ends the whole job. */
+static int quantize_ranks(qargs *a, lwq_ranks *rk_, lwq_error *e, int *quiet_err)
+{
+    lwq_ranks rk = *rk_;
+    int rc = 0;
+    {
+        if (rk.mpi)
+            a->o.ranks = &rk;
+        /* ranks on one node share its cores unless --threads says otherwise */
+        if (a->o.threads == 0 && rk.local_size > 1) {
+            int n = cpus_allowed();
+            a->o.threads = n > rk.local_size ? n / rk.local_size : 1;
+        }
+        signal(SIGINT, on_signal);
+        signal(SIGTERM, on_signal);
+        /* A fixed threshold turns off glibc's dynamic one, which after the first large free
+         * serves buffers up to 32 MB from the heap, where freed layers stay resident: peak
+         * RSS then wandered by that much from run to run and with the layer count. */
+        mallopt(M_MMAP_THRESHOLD, 1 << 20);
+        rc = run_one(a, &rk, e);
+        if (rc && rk.size > 1 && !rk.agreed) {
+            fprintf(stderr, "lwq: rank %d: %s\n", rk.rank, e->msg[0] ? e->msg : lwq_strerror(rc));
+            fflush(stderr);
+            lwq_ranks_abort(&rk, LWQ_EXIT_ERR);
+        }
+        *quiet_err = rc && rk.rank > 0;
+    }
+    *rk_ = rk;
+    return rc;
 }
 
 int lwq_cmd_quantize(int argc, char **argv) { return run_cmd(argc, argv, 0); }

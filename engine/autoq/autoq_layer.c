@@ -278,6 +278,8 @@ int lwq_aq_layer_process(lwq_aq_ctx *c, int L, const lwq_tlist *src, lwq_aq_lrec
     double t = lwq_aq_cpu_now();
     if (rc == 0)
         rc = calibrate(c, L, &ew.w, &st, e);
+    if (rc == 0) /* the Hessians' per-sequence partials closed and summed (engine/quant/stats.h) */
+        rc = lwq_stats_finish(&st, NULL, e);
     c->t_calib += lwq_aq_cpu_now() - t;
     /* step 2: once per format; NONE quantizes only what the base recipe fixes (a conv1d) */
     t = lwq_aq_cpu_now();

@@ -272,12 +272,36 @@ typedef struct cal_stats {
 } cal_stats;
 
 static int fan_input(void *ctx, int layer, const char *module, const lwq_tensor *x, const lwq_tensor *valid,
-                     lwq_error *e)
+                     const int32_t *tok, lwq_error *e)
 {
     cal_stats *cs = ctx;
     for (int c = 0; c < cs->n; c++)
         if (cs->own[c] == c && cs->st[c].obs.linear_input) {
-            int rc = cs->st[c].obs.linear_input(cs->st[c].obs.ctx, layer, module, x, valid, e);
+            int rc = cs->st[c].obs.linear_input(cs->st[c].obs.ctx, layer, module, x, valid, tok, e);
+            if (rc < 0)
+                return rc;
+        }
+    return 0;
+}
+
+static int fan_batch(void *ctx, int layer, const lwq_batch *b, lwq_error *e)
+{
+    cal_stats *cs = ctx;
+    for (int c = 0; c < cs->n; c++)
+        if (cs->own[c] == c && cs->st[c].obs.begin_batch) {
+            int rc = cs->st[c].obs.begin_batch(cs->st[c].obs.ctx, layer, b, e);
+            if (rc < 0)
+                return rc;
+        }
+    return 0;
+}
+
+/* The calibration forward is over: the Hessians' per-sequence partials are closed and summed. */
+static int cal_stats_finish(cal_stats *cs, lwq_error *e)
+{
+    for (int c = 0; c < cs->n; c++)
+        if (cs->own[c] == c) {
+            int rc = lwq_stats_finish(&cs->st[c], NULL, e);
             if (rc < 0)
                 return rc;
         }
@@ -352,6 +376,7 @@ static int cal_stats_init(lwq_eval_ctx *v, int L, cal_stats *cs, lwq_error *e)
     free(want);
     cs->obs.ctx = cs;
     cs->obs.linear_input = fan_input;
+    cs->obs.begin_batch = fan_batch;
     cs->obs.kv = fan_kv;
     cs->obs.expert_counts = fan_counts;
     cs->obs.all_experts = v->o->all_experts;
@@ -384,6 +409,8 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
     }
     if (rc == 0)
         rc = lwq_qlayer_view_make(p, &qt, s->kv_fp8, v->o->weights_only, &s->em, &view, e);
+    if (rc != 0 && !s->choice)
+        lwq_qdir_name_file(&s->qd, e);
     *q_s += lwq_now() - t;
     t = lwq_now();
     double tc = cpu_now();
@@ -468,6 +495,8 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
             tc = cpu_now();
             if (rc == 0)
                 rc = stream_layer(v, &v->cal, &v->calib, L, &lw.w, &cs.obs, e);
+            if (rc == 0)
+                rc = cal_stats_finish(&cs, e);
             cal_s = lwq_now() - t;
             cpu[0] = cpu_now() - tc;
         }

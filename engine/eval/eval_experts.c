@@ -65,10 +65,11 @@ static int expert_out(const lwq_backend *be, lwq_dtype act, const lwq_tensor *x,
 }
 
 static int on_input(void *ctx, int layer, const char *module, const lwq_tensor *x, const lwq_tensor *valid,
-                    lwq_error *e)
+                    const int32_t *tok, lwq_error *e)
 {
     lwq_eval_experts *X = ctx;
     (void)layer;
+    (void)tok;
     (void)valid; /* an expert's rows are the real tokens routed to it */
     char full[640];
     snprintf(full, sizeof full, "%s%s", X->prefix, module);

@@ -26,6 +26,11 @@ int lwq_qdir_open(lwq_qdir *q, const char *dir, const lwq_ckpt *src, lwq_error *
 void lwq_qdir_free(lwq_qdir *q);
 /* Tensors of decoder layer `layer` (or the tail, -1), owned and sorted. */
 int lwq_qdir_read_layer(const lwq_qdir *q, int layer, lwq_tlist *out, lwq_error *e);
+/* An error whose message opens with the name of one of q's tensors (lwq_qlayer_view_make's do:
+ * "model.layers.0.mlp.down_proj.weight_scale[5] is NaN ...") gets the file that holds it in
+ * front, so a refusal names the file, the tensor and the limit.  Other messages are left as
+ * they are. */
+void lwq_qdir_name_file(const lwq_qdir *q, lwq_error *e);
 
 /* What a layer's quantized tensors give the forward. */
 typedef struct lwq_qlayer_view {

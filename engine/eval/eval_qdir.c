@@ -331,6 +331,24 @@ void lwq_qdir_free(lwq_qdir *q)
     memset(q, 0, sizeof *q);
 }
 
+void lwq_qdir_name_file(const lwq_qdir *q, lwq_error *e)
+{
+    if (!e || !e->code || !q->open)
+        return;
+    char name[512], msg[LWQ_ERRMSG_MAX];
+    size_t n = strcspn(e->msg, " [:");
+    if (n == 0 || n >= sizeof name)
+        return;
+    memcpy(name, e->msg, n);
+    name[n] = 0;
+    const lwq_ckpt_tensor *t = lwq_ckpt_find(&q->ck, name);
+    if (!t)
+        return;
+    int w = snprintf(msg, sizeof msg, "%s: %s", q->ck.files[t->file].path, e->msg);
+    if (w > 0 && (size_t)w < sizeof msg)
+        memcpy(e->msg, msg, (size_t)w + 1);
+}
+
 int lwq_qdir_read_layer(const lwq_qdir *q, int layer, lwq_tlist *out, lwq_error *e)
 {
     const lwq_ckpt *c = &q->ck;

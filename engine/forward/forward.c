@@ -155,6 +155,7 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
                         c->num_hidden_layers);
     LWQ_TRY(check_h(m, h, b->batch * b->seq, "layer forward", e));
     lwq_fwd_arena_reset(m);
+    LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
     LWQ_TRY(m->arch->layer(m, layer, w, b, h, obs, e));
     /* the device flags errors it can only see while running (a MoE gather row out of range);
      * synchronize() reports them, so a layer never ends with one unread */

@@ -44,14 +44,19 @@ typedef struct lwq_weights {
     void *ctx;
 } lwq_weights;
 
+struct lwq_batch;
+
 /* Observation hooks; any may be NULL.  Tensors are on the backend device and valid only during
  * the call.  `row_valid` is a U8 (rows) mask of real tokens, or NULL when every row is real (the
- * rows of an expert's input are the real tokens routed to it).  `module` is the linear's
- * module name without ".weight", e.g. "model.layers.3.mlp.experts.5.up_proj". */
+ * rows of an expert's input are the real tokens routed to it).  `row_tok` is NULL when x's rows
+ * are the batch's rows in order; else row i of x is the batch's row row_tok[i] (host, ascending:
+ * an expert's input gathered from the tokens routed to it).  Within a batch, the rows a linear
+ * sees arrive in ascending token order.  `module` is the linear's module name without ".weight",
+ * e.g. "model.layers.3.mlp.experts.5.up_proj". */
 typedef struct lwq_observer {
     void *ctx;
     int (*linear_input)(void *ctx, int layer, const char *module, const lwq_tensor *x,
-                        const lwq_tensor *row_valid, lwq_error *e);
+                        const lwq_tensor *row_valid, const int32_t *row_tok, lwq_error *e);
     /* k and v as they enter the cache: k after k-norm and RoPE.  (rows, kv_heads*head_dim). */
     int (*kv)(void *ctx, int layer, const lwq_tensor *k, const lwq_tensor *v,
               const lwq_tensor *row_valid, lwq_error *e);
@@ -60,6 +65,9 @@ typedef struct lwq_observer {
     /* Calibrate all experts: every expert also runs on every real token, for the observers only;
      * the layer output still uses the routed experts alone (bitwise the same as without). */
     int all_experts;
+    /* Before the observations of a batch (lwq_model_layer_forward and the streamed forward of
+     * engine/fwd_stream.h): the rows that follow are b's. */
+    int (*begin_batch)(void *ctx, int layer, const struct lwq_batch *b, lwq_error *e);
 } lwq_observer;
 
 typedef struct lwq_batch {

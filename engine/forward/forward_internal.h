@@ -69,6 +69,11 @@ lwq_tensor lwq_fwd_rows(const lwq_tensor *t, int64_t r0, int64_t nr);
 
 int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
                     const lwq_tensor *valid, lwq_error *e);
+/* The same for an input gathered from the batch's rows tok (host; NULL: the batch's rows). */
+int lwq_fwd_observe_tok(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
+                        const lwq_tensor *valid, const int32_t *tok, lwq_error *e);
+/* obs->begin_batch, when set. */
+int lwq_fwd_observe_batch(const lwq_observer *obs, int layer, const lwq_batch *b, lwq_error *e);
 
 /* `module`.weight (out, in) and `module`.bias (out): the bias is required when need_bias, else
  * used when present (*has_bias). */
@@ -86,6 +91,11 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
                        const char *gate, const char *up, const char *down, int64_t inter,
                        const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
                        lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+/* The same on rows gathered from the batch's rows tok (host; observers get tok). */
+int lwq_fwd_swiglu_mlp_tok(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
+                           const char *gate, const char *up, const char *down, int64_t inter,
+                           const lwq_tensor *x, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
+                           lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
 
 /* h += mlp(post_attention_layernorm(h)): `moe` on routed-expert layers, else the dense SwiGLU
  * MLP model.layers.L.mlp. */
@@ -110,6 +120,7 @@ typedef struct lwq_fwd_routed {
     lwq_tensor *y, *g, *u;
     int64_t y0;
     const lwq_tensor *slot, *ws;
+    const int32_t *tok;   /* (off[count]) host: the batch row of each gathered row */
 } lwq_fwd_routed;
 
 /* Each expert of ex on its rows (in expert order), then out = moe_combine(y, slot, ws).  The

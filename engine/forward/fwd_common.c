@@ -177,12 +177,25 @@ int lwq_fwd_weight(lwq_model *m, const lwq_weights *w, int layer, const char *na
     return 0;
 }
 
-int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
-                    const lwq_tensor *valid, lwq_error *e)
+int lwq_fwd_observe_tok(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
+                        const lwq_tensor *valid, const int32_t *tok, lwq_error *e)
 {
     if (!obs || !obs->linear_input)
         return 0;
-    return obs->linear_input(obs->ctx, layer, module, x, valid, e);
+    return obs->linear_input(obs->ctx, layer, module, x, valid, tok, e);
+}
+
+int lwq_fwd_observe(const lwq_observer *obs, int layer, const char *module, const lwq_tensor *x,
+                    const lwq_tensor *valid, lwq_error *e)
+{
+    return lwq_fwd_observe_tok(obs, layer, module, x, valid, NULL, e);
+}
+
+int lwq_fwd_observe_batch(const lwq_observer *obs, int layer, const lwq_batch *b, lwq_error *e)
+{
+    if (!obs || !obs->begin_batch)
+        return 0;
+    return obs->begin_batch(obs->ctx, layer, b, e);
 }
 
 /* ---- batches --------------------------------------------------------------------------------- */
@@ -319,10 +332,31 @@ int lwq_fwd_linear(lwq_model *m, const lwq_weights *w, int layer, const char *mo
     return 0;
 }
 
+static int swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix, const char *gate,
+                      const char *up, const char *down, int64_t inter, const lwq_tensor *x,
+                      const lwq_tensor *valid, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
+                      lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
 int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
                        const char *gate, const char *up, const char *down, int64_t inter,
                        const lwq_tensor *x, const lwq_tensor *valid, lwq_tensor *g, lwq_tensor *u,
                        lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    return swiglu_mlp(m, layer, w, prefix, gate, up, down, inter, x, valid, NULL, g, u, out, obs, e);
+}
+
+int lwq_fwd_swiglu_mlp_tok(lwq_model *m, int layer, const lwq_weights *w, const char *prefix,
+                           const char *gate, const char *up, const char *down, int64_t inter,
+                           const lwq_tensor *x, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
+                           lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    return swiglu_mlp(m, layer, w, prefix, gate, up, down, inter, x, NULL, tok, g, u, out, obs, e);
+}
+
+static int swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix, const char *gate,
+                      const char *up, const char *down, int64_t inter, const lwq_tensor *x,
+                      const lwq_tensor *valid, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
+                      lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
 {
     const int64_t n = x->shape[0], D = m->cfg->hidden_size;
     char mg[LWQ_NAME_MAX], mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX];
@@ -344,12 +378,12 @@ int lwq_fwd_swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char
         LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &us, e));
         u = &us;
     }
-    LWQ_TRY(lwq_fwd_observe(obs, layer, mg, x, valid, e));
-    LWQ_TRY(lwq_fwd_observe(obs, layer, mu, x, valid, e));
+    LWQ_TRY(lwq_fwd_observe_tok(obs, layer, mg, x, valid, tok, e));
+    LWQ_TRY(lwq_fwd_observe_tok(obs, layer, mu, x, valid, tok, e));
     LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, hbg ? &bg : NULL, g, e));
     LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, hbu ? &bu : NULL, u, e));
     LWQ_TRY(lwq_backend_swiglu(m->be, g, u, g, e));
-    LWQ_TRY(lwq_fwd_observe(obs, layer, md, g, valid, e));
+    LWQ_TRY(lwq_fwd_observe_tok(obs, layer, md, g, valid, tok, e));
     return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);
 }
 
@@ -397,7 +431,8 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
         lwq_tensor yv = lwq_fwd_rows(r->y, r->y0 + r->off[j], cnt);
         lwq_tensor gv = lwq_fwd_rows(r->g, 0, cnt), uv = lwq_fwd_rows(r->u, 0, cnt);
         snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
-        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xv, NULL, &gv, &uv, &yv, robs, e);
+        rc = lwq_fwd_swiglu_mlp_tok(m, layer, w, ep, gn, un, dn, I, &xv, r->tok + r->off[j], &gv, &uv, &yv, robs,
+                                    e);
     }
     if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, r->y, r->slot, r->ws, out, e)) < 0)
         return rc;
@@ -418,7 +453,7 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
     LWQ_TRY(lwq_backend_gather_rows(m->be, x, &vr, &xa, e));
     for (int j = 0; j < ex->count && rc == 0; j++) {
         snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
-        rc = lwq_fwd_swiglu_mlp(m, layer, w, ep, gn, un, dn, I, &xa, NULL, &ga, &ua, &ya, obs, e);
+        rc = lwq_fwd_swiglu_mlp_tok(m, layer, w, ep, gn, un, dn, I, &xa, vrows, &ga, &ua, &ya, obs, e);
     }
     return rc < 0 ? rc : 0;
 }

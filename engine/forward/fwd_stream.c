@@ -56,6 +56,7 @@ int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lw
                         ") tensor", layer, n, D);
     const int next = c->arch == LWQ_ARCH_QWEN3_NEXT;
     lwq_fwd_arena_reset(m);
+    LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
     if (next) /* attention and both norms (zero-centred), x = the MoE input */
         LWQ_TRY(lwq_fwd_qwen3next_attn(m, layer, w, b, h, x, obs, e));
     else if (mla)
@@ -222,6 +223,7 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
     int64_t I;
     moe_names(m, layer, prefix, sizeof prefix, &mixtral, &I);
     lwq_fwd_arena_reset(m);
+    LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
     group_host g;
     memset(&g, 0, sizeof g);
     size_t nk = (size_t)(n * K) + 1, nc = (size_t)(n * (K + 1)) + 1;
@@ -261,7 +263,7 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
          (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0))
         goto out;
     const lwq_fwd_experts ex = {prefix, mixtral, I, e0, G};
-    const lwq_fwd_routed r = {g.off, &xe, &y, &gt, &ut, n, &slot, &ws};
+    const lwq_fwd_routed r = {g.off, &xe, &y, &gt, &ut, n, &slot, &ws, g.rows};
     rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, partial, g.vrows, obs, e);
     /* as lwq_model_layer_forward: the device flags errors it only sees while running (a gather
      * row out of range); synchronize reports them, so no unit ends with one unread */

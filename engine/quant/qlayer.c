@@ -28,6 +28,8 @@ static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, con
         return 0;
     if (!st->hsum[idx] || st->hkind[idx] != LWQ_STATS_H_FULL)
         return lwq_errf(e, LWQ_ESTATE, "%s: GPTQ was chosen but no Hessian was collected for it", l->name);
+    if (!st->hdone[idx])
+        return lwq_errf(e, LWQ_ESTATE, "%s: its Hessian was not finished (lwq_stats_finish)", l->name);
     if (st->in_rows[idx] > 0 && st->htokens[idx] > 0)
         return 1;
     rep->gptq_fallback++;
@@ -148,6 +150,10 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
             }
             if (!st->hsum[idx] || st->htokens[idx] == 0) {
                 rc = lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration tokens for the local-Hessian search", l->name);
+                goto fail;
+            }
+            if (!st->hdone[idx]) {
+                rc = lwq_errf(e, LWQ_ESTATE, "%s: its Hessian was not finished (lwq_stats_finish)", l->name);
                 goto fail;
             }
             rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
@@ -388,9 +394,11 @@ static int fp8_searches(lwq_qops *qo, const lwq_arch_layer *plan, const lwq_quan
     return 0;
 }
 
+/* only: a streamed unit's linears (provisional cold-expert inputs); mine: this rank's share of a
+ * layer split over ranks (final inputs), with rest: also the pass-through tensors and k/v scales. */
 static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                     const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
-                    lwq_qlayer_report *rep, const uint8_t *only, lwq_error *e)
+                    lwq_qlayer_report *rep, const uint8_t *only, const uint8_t *mine, int rest, lwq_error *e)
 {
     memset(rep, 0, sizeof *rep);
     int n = plan->nlinears, rc = 0;
@@ -405,7 +413,7 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         (rc = input_amaxes(plan, choice, st, only, in_amax, rep, e)) < 0)
         goto out;
     for (int i = 0; i < n; i++) {
-        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]))
+        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]) || (mine && !mine[i]))
             continue;
         if (!(w[i] = weight_of(src, &plan->linears[i], e))) {
             rc = e && e->code ? e->code : LWQ_ENOENT;
@@ -416,12 +424,12 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         if (rc < 0)
             goto out;
     }
-    unify_groups(plan, choice, only, in_amax, w_amax);
-    if ((rc = fp8_searches(qo, plan, choice, only, w, w_amax, e)) < 0)
+    unify_groups(plan, choice, mine ? mine : only, in_amax, w_amax);
+    if ((rc = fp8_searches(qo, plan, choice, mine ? mine : only, w, w_amax, e)) < 0)
         goto out;
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
-        if (only && !only[i])
+        if ((only && !only[i]) || (mine && !mine[i]))
             continue;
         if (choice[i].format == LWQ_QFMT_NVFP4)
             rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
@@ -433,8 +441,14 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
             goto out;
         rep->quantized++;
     }
-    /* every other source tensor passes through */
-    for (int t = 0; t < src->n; t++) {
+    /* every other source tensor passes through (a weight another rank quantizes is not "other") */
+    for (int i = 0; mine && rest && i < n; i++)
+        if (!w[i] && choice[i].format != LWQ_QFMT_NONE && !(only && !only[i])) {
+            char wn[LWQ_ARCH_NAME_MAX + 16];
+            snprintf(wn, sizeof wn, "%s.weight", plan->linears[i].name);
+            w[i] = lwq_tlist_find(src, wn);
+        }
+    for (int t = 0; rest && t < src->n; t++) {
         const lwq_htensor *s = &src->v[t];
         int replaced = 0;
         for (int i = 0; i < n && !replaced; i++)
@@ -444,7 +458,7 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         if ((rc = lwq_tlist_add(out, s->name, s->dtype, s->ndim, s->shape, s->data, 0, e)) < 0)
             goto out;
     }
-    if (kv == LWQ_KV_FP8) {
+    if (kv == LWQ_KV_FP8 && rest) {
         int has_attn = 0;
         char prefix[LWQ_ARCH_NAME_MAX] = "";
         for (int i = 0; i < n; i++)
@@ -487,14 +501,21 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
                    const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
                    lwq_qlayer_report *rep, lwq_error *e)
 {
-    return run_impl(plan, choice, kv, st, src, qo, out, rep, NULL, e);
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, NULL, NULL, 1, e);
+}
+
+int lwq_qlayer_run_mine(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                        const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
+                        const uint8_t *mine, int rest, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+{
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, only, mine, rest, e);
 }
 
 int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                         const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
                         lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
-    return run_impl(plan, choice, kv, st, src, qo, out, rep, only, e);
+    return run_impl(plan, choice, kv, st, src, qo, out, rep, only, NULL, 1, e);
 }
 
 int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,

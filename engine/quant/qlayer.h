@@ -76,6 +76,14 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
 int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                         const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
                         lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+/* A layer (or with only != NULL, a streamed unit as above) split over ranks: quantize only the
+ * linears with mine[i] != 0 (whole fused groups), from the reduced statistics, giving the same
+ * tensors lwq_qlayer_run gives for them; with `rest`, also every pass-through tensor and the k/v
+ * scales (the rank that writes the shard).  rep gets the counts of what this call quantized; its
+ * expert counts are the layer's (the same on every rank). */
+int lwq_qlayer_run_mine(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
+                        const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
+                        const uint8_t *mine, int rest, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
 int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
                              lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
 

@@ -56,6 +56,8 @@ typedef struct lwq_quantize_opts {
     const char *log_json;        /* NULL: none */
     int quiet;
     int repair;                  /* recompute a committed layer whose shard fails its checksum */
+    struct lwq_ranks *ranks;     /* the ranks of a run under MPI (core/ranks.h); NULL: one process */
+    int plan_ranks;              /* lwq plan --ranks N: per-rank memory of a run over N ranks (0: 1) */
 } lwq_quantize_opts;
 
 typedef struct lwq_mem_plan {

@@ -120,7 +120,9 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
     int64_t opts[2] = {o->all_experts, o->qdq_next};
     f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
     f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
-    const char *ver = "lwq-format-1";
+    /* format 2: Hessians are fixed-point sums of per-sequence partials (core/fixsum.h); the
+     * GPTQ and local_hessian bytes of format 1 can differ, so its resume state is not mixed in */
+    const char *ver = "lwq-format-2";
     f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);
     lwq_fp_finish(f);
     return 0;

@@ -25,6 +25,8 @@ void lwq_fp_finish(lwq_fingerprint *f) { f->all = lwq_xxh64(f->part, sizeof f->p
 
 void lwq_shard_name(int layer, char out[40]) { snprintf(out, 40, LWQ_OUT_SHARD_PREFIX "%05d.safetensors", layer); }
 
+void lwq_part_name(int layer, int b0, int b1, char out[64]) { snprintf(out, 64, LWQ_RESUME_PART_FMT, layer, b0, b1); }
+
 int lwq_manifest_init(lwq_manifest *m, const lwq_fingerprint *fp, int num_layers, lwq_error *e)
 {
     memset(m, 0, sizeof *m);
@@ -42,6 +44,7 @@ void lwq_manifest_free(lwq_manifest *m)
         for (int i = 0; m->layers && i < m->num_layers; i++)
             free(m->layers[i].report);
         free(m->layers);
+        free(m->parts);
         memset(m, 0, sizeof *m);
     }
 }
@@ -96,6 +99,18 @@ char *lwq_manifest_render(const lwq_manifest *m)
     cJSON_AddStringToObject(b, "file", m->boundary_file);
     cJSON_AddNumberToObject(b, "bytes", (double)m->boundary_bytes);
     lwq_json_put_hex(b, "xxh64", m->boundary_xxh64);
+    if (m->nparts) {
+        cJSON *ps = cJSON_AddArrayToObject(b, "parts");
+        for (int i = 0; i < m->nparts; i++) {
+            cJSON *q = cJSON_CreateObject();
+            cJSON *br = cJSON_AddArrayToObject(q, "batches");
+            cJSON_AddItemToArray(br, cJSON_CreateNumber(m->parts[i].b0));
+            cJSON_AddItemToArray(br, cJSON_CreateNumber(m->parts[i].b1));
+            cJSON_AddNumberToObject(q, "bytes", (double)m->parts[i].bytes);
+            lwq_json_put_hex(q, "xxh64", m->parts[i].xxh64);
+            cJSON_AddItemToArray(ps, q);
+        }
+    }
     cJSON *ls = cJSON_AddArrayToObject(root, "layers");
     for (int i = 0; i < m->committed; i++) {
         cJSON *l = cJSON_CreateObject();
@@ -121,6 +136,32 @@ int lwq_manifest_save(const char *path, const lwq_manifest *m, lwq_error *e)
     int rc = lwq_durable_write_file(path, s, strlen(s), e);
     free(s);
     return rc;
+}
+
+/* boundary.parts: absent, or 1..100000 parts tiling batches [0, n) in order, and then
+ * boundary.file is "".  Returns -1 when malformed. */
+static int load_parts(const cJSON *b, lwq_manifest *m)
+{
+    const cJSON *ps = cJSON_GetObjectItemCaseSensitive(b, "parts");
+    if (!ps)
+        return 0;
+    int n = cJSON_IsArray(ps) ? cJSON_GetArraySize(ps) : 0;
+    if (n < 1 || n > 100000 || m->boundary_file[0] || !(m->parts = calloc((size_t)n, sizeof *m->parts)))
+        return -1;
+    m->nparts = n;
+    int i = 0, next = 0;
+    for (const cJSON *q = ps->child; q; q = q->next, i++) {
+        const cJSON *br = cJSON_GetObjectItemCaseSensitive(q, "batches");
+        const cJSON *a = cJSON_IsArray(br) && cJSON_GetArraySize(br) == 2 ? br->child : NULL;
+        lwq_manifest_part *p = &m->parts[i];
+        if (!a || !cJSON_IsNumber(a) || !cJSON_IsNumber(a->next) || a->valuedouble != next ||
+            !(a->next->valuedouble > a->valuedouble) || a->next->valuedouble > 1e9 ||
+            lwq_json_get_u64(q, "bytes", &p->bytes) || p->bytes == 0 || lwq_json_get_hex(q, "xxh64", &p->xxh64))
+            return -1;
+        p->b0 = next;
+        p->b1 = next = (int)a->next->valuedouble;
+    }
+    return 0;
 }
 
 int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
@@ -177,13 +218,18 @@ int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
         else
             snprintf(m->boundary_file, sizeof m->boundary_file, "%s", bf->valuestring);
     }
+    if (!bad && load_parts(b, m) != 0)
+        bad = "boundary.parts";
     /* The boundary is the input of the first uncommitted layer: it exists exactly when some but
      * not all layers are committed, and then it is the file the commit of layer committed-1
-     * wrote (run_output.c alternates them).  Without this an empty name sent a resumed run back
-     * to the embedding for layer `committed`, a wrong output that looked complete. */
+     * wrote (run_output.c alternates them), or the parts a run over ranks wrote.  Without this
+     * an empty name sent a resumed run back to the embedding for layer `committed`, a wrong
+     * output that looked complete. */
     if (!bad && cJSON_IsTrue(comp) && cm != nl)
         bad = "complete";
-    if (!bad) {
+    if (!bad && m->nparts && !(cm > 0 && cm < nl))
+        bad = "boundary.parts";
+    if (!bad && !m->nparts) {
         char want[32] = "";
         if (cm > 0 && cm < nl)
             snprintf(want, sizeof want, LWQ_RESUME_BOUNDARY_FMT, (int)(cm % 2));

@@ -38,6 +38,14 @@ typedef struct lwq_manifest_layer {
     char *report;                  /* owned compact JSON object: the layer's calibration report */
 } lwq_manifest_layer;
 
+/* A run over ranks keeps the boundary as parts, one per rank, named by the layer whose input
+ * they hold and their batch range (LWQ_RESUME_PART_FMT), so a resume with another rank count
+ * reads any rows from them.  The parts tile the batches [0, nb) in order. */
+typedef struct lwq_manifest_part {
+    int b0, b1;                    /* calibration batches [b0, b1) */
+    uint64_t bytes, xxh64;
+} lwq_manifest_part;
+
 typedef struct lwq_manifest {
     lwq_fingerprint fp;
     int num_layers;
@@ -45,6 +53,8 @@ typedef struct lwq_manifest {
     int complete;                  /* tail, index and configs written too */
     char boundary_file[32];        /* "" or "boundary-0.bin" / "boundary-1.bin" */
     uint64_t boundary_bytes, boundary_xxh64;
+    int nparts;                    /* 0, or the boundary is these parts (boundary_file is "") */
+    lwq_manifest_part *parts;
     lwq_manifest_layer *layers;    /* num_layers entries (committed ones meaningful) */
 } lwq_manifest;
 
@@ -72,6 +82,10 @@ void lwq_shard_name(int layer, char out[40]);
 #define LWQ_RESUME_SUFFIX ".layerwise_resume"   /* default resume dir: OUT + this, beside OUT */
 #define LWQ_RESUME_MANIFEST "manifest.json"
 #define LWQ_RESUME_BOUNDARY_FMT "boundary-%d.bin" /* %d: 0 or 1, the boundary alternation */
+#define LWQ_RESUME_PART_PREFIX "boundary-L"
+#define LWQ_RESUME_PART_FMT LWQ_RESUME_PART_PREFIX "%d-b%d-%d.bin" /* layer, b0, b1 */
+/* "boundary-L5-b0-16.bin": the part of layer `layer`'s input holding batches [b0, b1). */
+void lwq_part_name(int layer, int b0, int b1, char out[64]);
 /* XXH64 and size of a whole file. */
 int lwq_file_xxh64(const char *path, uint64_t *hash, uint64_t *bytes, lwq_error *e);
 /* lwq_st_open of an output or resume file, opened through the io/sys.h table. */

@@ -25,6 +25,8 @@
 #include <string.h>
 
 #include "core/log.h"
+#include "core/proc.h"
+#include "engine/quant/dist.h"
 #include "engine/forward/forward.h"
 #include "engine/run/engine.h"
 #include "kernels/gptq.h"
@@ -173,7 +175,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
             deq += stored != src ? src : 0;
             int hk = lwq_qlayer_hessian(l, &ch);
             if (hk == LWQ_STATS_H_BLOCK)
-                hess += (uint64_t)(l->in_features / 16) * 256 * sizeof(double);
+                hess += (uint64_t)(l->in_features / 16) * 256 * (sizeof(double) + sizeof(lwq_fix)); /* partial + grid */
             if (hk == LWQ_STATS_H_FULL) {
                 uint64_t in = (uint64_t)l->in_features;
                 /* one in x in double sum per input: fused-group members share theirs (engine/quant/stats.c) */
@@ -183,7 +185,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                              gptq[j];
                 gptq[i] = 1;
                 if (!shared)
-                    ghess += in * in * sizeof(double);
+                    ghess += in * in * sizeof(double) + in * (in + 1) / 2 * sizeof(lwq_fix); /* partial + grid */
                 /* factor (two in x in doubles while it is built) + two dequantized copies for the
                  * error report, one linear at a time */
                 uint64_t f = 2 * in * in * sizeof(double) + 2 * (uint64_t)l->out_features * in * sizeof(float);
@@ -309,6 +311,48 @@ int lwq_quantize_plan(const lwq_quantize_opts *o, lwq_mem_plan *p, lwq_error *e)
 
 static double gb(uint64_t b) { return (double)b / 1e9; }
 
+/* lwq plan --ranks N: each rank holds its batches' rows of the boundaries (and of the streamed MoE
+ * activations); rank 0 also receives the other ranks' quantized tensors (at most one layer's
+ * output, counted as half the writer's two layers). */
+static void print_ranks(const lwq_mem_plan *p, const lwq_quantize_opts *o)
+{
+    int N = o->plan_ranks, B = o->batch_size > 0 ? o->batch_size : 1, nb = (o->calib->n + B - 1) / B;
+    if (N <= 1)
+        return;
+    int64_t *rows = calloc((size_t)(nb ? nb : 1), sizeof *rows);
+    int *first = calloc((size_t)N + 1, sizeof *first);
+    lwq_error e = {0};
+    if (!rows || !first || nb == 0) {
+        free(rows);
+        free(first);
+        return;
+    }
+    for (int b = 0; b < nb; b++) {
+        int64_t seq = 0;
+        int s0 = b * B, ns = o->calib->n - s0 < B ? o->calib->n - s0 : B;
+        for (int i = s0; i < s0 + ns; i++)
+            seq = o->calib->len[i] > seq ? o->calib->len[i] : seq;
+        rows[b] = ns * seq;
+    }
+    if (lwq_dist_split_batches(rows, nb, N, first, &e) != 0) {
+        fprintf(stderr, "plan: --ranks %d: %s\n", N, e.msg);
+    } else {
+        uint64_t split = p->boundary_bytes + p->stream_bytes, base = p->host_peak - split;
+        for (int r = 0; r < N; r++) {
+            int64_t rr = 0;
+            for (int b = first[r]; b < first[r + 1]; b++)
+                rr += rows[b];
+            uint64_t mine = p->calib_rows ? (uint64_t)((double)split * (double)rr / (double)p->calib_rows) : 0;
+            uint64_t gather = r == 0 ? p->writer_bytes / 2 : 0;
+            fprintf(stderr, "plan: rank %d of %d: batches [%d, %d), %lld rows; host peak %.3f GB (boundaries and MoE "
+                    "activations %.3f GB%s)\n", r, N, first[r], first[r + 1], (long long)rr, gb(base + mine + gather),
+                    gb(mine), r == 0 ? ", + the other ranks' quantized tensors" : "");
+        }
+    }
+    free(rows);
+    free(first);
+}
+
 void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
 {
     /* streamed, the GPU holds one unit (the ring slot) instead of the largest layer */
@@ -332,7 +376,7 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
                 o->whole_model ? " (every layer and the embedding)" : p->expert_group > 0 ? " (one unit)" : "",
                 gb(p->gpu_act_bytes), gb(p->gpu_staging_bytes), gb(p->gpu_quant_bytes), gb(p->gpu_gptq_bytes));
     if (p->gptq_hessian_bytes)
-        fprintf(stderr, "plan: GPTQ: Hessian sums %.3f GB (in statistics; in^2 x 8 bytes per input) + factor %.3f GB"
+        fprintf(stderr, "plan: GPTQ: Hessian sums %.3f GB (in statistics; per input in^2 x 8 bytes of partial + in^2/2 x 16 of fixed-point sums) + factor %.3f GB"
                         " (largest linear)\n", gb(p->gptq_hessian_bytes), gb(p->gptq_factor_bytes));
     if (p->expert_group > 0)
         fprintf(stderr,
@@ -348,4 +392,5 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
                 " %.3f GB + one expert %.3f GB per unit)\n", gb(p->stream_min_host), g,
                 gb(p->dense_bytes), gb(p->expert_bytes));
     }
+    print_ranks(p, o);
 }

@@ -26,7 +26,7 @@
  *                   disk)
  *   after the last layer:
  *   7. finish       tail, index, configs, side files, calibration report; manifest complete
- *                                                                lwq_run_finish      run_output.c
+ *                                                                lwq_run_finish      run_finish.c
  *   8. report       summary line and JSON                        lwq_run_summary     run_report.c
  *
  * Expert streaming (run_stream.c) does 2-4 of a MoE layer as units: the dense part, then groups
@@ -75,8 +75,9 @@ int lwq_engine_stop_requested(void) { return g_stop != 0; }
 static int run_layerwise(lwq_run *r, lwq_error *e);
 /* ---- step 1 on resume, steps 3-4 ------------------------------------------------------------ */
 
-static int load_boundary(lwq_run *r, unsigned char *dst, lwq_error *e);
 static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out, int no_output, lwq_error *e);
+static int end_layer(lwq_run *r, int L, int rc, lwq_error *e);
+static int stop_point(lwq_run *r, int L, lwq_error *e);
 static int start_io(lwq_run *r, lwq_io_range **ranges, int *nranges, lwq_error *e);
 
 int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
@@ -96,8 +97,9 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
     }
     if (rc == 0 && r.start_layer < r.nlayers)
         rc = o->whole_model ? lwq_run_whole(&r, e) : run_layerwise(&r, e);
+    /* rank 0 alone writes the tail, index and configs; the others wait for its outcome */
     if (rc == 0 && !o->dry_read)
-        rc = lwq_run_finish(&r, e);
+        rc = lwq_run_agree(&r, r.rk->rank == 0 ? lwq_run_finish(&r, e) : 0, e);
     if (rc == 0)
         lwq_run_summary(&r, lwq_now() - r.t0);
     lwq_run_free(&r);
@@ -116,30 +118,29 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
      * slots already allocated and filling, that moment set the run's peak RSS.  The disk is busy
      * with the tail then anyway, so reading layer 0 later costs little. */
     if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers)
-        rc = r->man.boundary_file[0] ? load_boundary(r, r->bnd[r->cur], e) : lwq_run_embed(r, r->bnd[r->cur], e);
+        rc = r->man.boundary_file[0] || r->man.nparts ? lwq_run_load_boundary(r, r->bnd[r->cur], e)
+                                                       : lwq_run_embed(r, r->bnd[r->cur], e);
     if (rc == 0)
         rc = start_io(r, ranges, nranges, e);
     if (rc == 0 && !r->o->dry_read)
         rc = lwq_writer_init(&r->wr, 4, e);
-    /* the unchanged tail is copied by the writer while the first layers compute */
-    if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers)
+    /* the unchanged tail is copied by the writer while the first layers compute (rank 0) */
+    if (rc == 0 && !r->o->dry_read && r->start_layer < r->nlayers && r->rk->rank == 0)
         rc = lwq_run_submit_tail(r, e);
+    rc = lwq_run_agree(r, rc, e);
     double t_start = lwq_now(), t_prev = t_start;
     r->setup_s = t_start - r->t0;
     for (int L = r->start_layer; rc == 0 && L < r->nlayers; L++) {
         int64_t job = r->stream ? lwq_run_stream_job0(r, L) : L - r->start_layer;
         void *slot;
         if (lwq_run_stream_active(r, L)) { /* expert streaming: units (run_stream.c) */
-            if ((rc = lwq_run_stream_layer(r, L, e)) != 0)
+            rc = lwq_run_stream_layer(r, L, e);
+            if ((rc = end_layer(r, L, rc, e)) != 0)
                 break;
             lwq_run_progress(r, L, t_start, &t_prev, L - r->start_layer + 1);
             r->cur = 1 - r->cur;
-            if (g_stop && L + 1 < r->nlayers) {
-                if ((rc = lwq_writer_flush(r->wr, e)) == 0)
-                    rc = lwq_errf(e, LWQ_ECANCELED, "stopped by a signal after layer %d/%d was committed; rerun "
-                                  "the same command to resume", L + 1, r->nlayers);
+            if ((rc = stop_point(r, L, e)) != 0)
                 break;
-            }
             continue;
         }
         double t = lwq_now();
@@ -161,23 +162,20 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
         lwq_tlist src, out = {0};
         if ((rc = r->stream ? lwq_run_stream_views(r, L, slot, &src, e)
                             : lwq_layersrc_views(&r->ck, L, ranges[L], slot, &src, e)) != 0)
-            break;
-        if ((rc = process_layer(r, L, &src, &out, 0, e)) != 0) {
+            rc = lwq_run_agree(r, rc, e);
+        else if ((rc = process_layer(r, L, &src, &out, 0, e)) != 0) {
             lwq_tlist_free(&out);
             lwq_tlist_free(&src);
-            break;
+        } else {
+            /* the slot is released, and src/out freed, once the shard is on disk */
+            rc = lwq_run_commit_layer(r, L, &out, &src, job, e);
         }
+        if ((rc = end_layer(r, L, rc, e)) != 0)
+            break;
         lwq_run_progress(r, L, t_start, &t_prev, L - r->start_layer + 1);
-        /* the slot is released, and src/out freed, once the shard is on disk */
-        if ((rc = lwq_run_commit_layer(r, L, &out, &src, job, e)) != 0)
-            break;
         r->cur = 1 - r->cur;
-        if (g_stop && L + 1 < r->nlayers) {
-            if ((rc = lwq_writer_flush(r->wr, e)) == 0)
-                rc = lwq_errf(e, LWQ_ECANCELED, "stopped by a signal after layer %d/%d was committed; rerun the same "
-                              "command to resume", L + 1, r->nlayers);
+        if ((rc = stop_point(r, L, e)) != 0)
             break;
-        }
     }
     if (r->wr) {
         int frc = lwq_writer_flush(r->wr, rc ? NULL : e);
@@ -205,30 +203,33 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
     return rc;
 }
 
-static int load_boundary(lwq_run *r, unsigned char *dst, lwq_error *e)
+/* Over ranks, the end of every layer is a meeting (run_ranks.c): the boundary parts are durable,
+ * rank 0 commits, and a failure or a stop request anywhere is known everywhere. */
+static int end_layer(lwq_run *r, int L, int rc, lwq_error *e)
 {
-    char p[PATH_MAX];
-    int rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->resume_dir, r->man.boundary_file);
-    if (rc)
+    if (r->rk->size <= 1)
         return rc;
-    /* the manifest's size is this run's boundary size (the fingerprint fixes the shape) */
-    if (r->man.boundary_bytes != r->bnd_bytes)
-        return lwq_errf(e, LWQ_ESTATE, "%s: the manifest records a boundary of %" PRIu64 " bytes; this run's boundary "
-                        "is %" PRIu64 " bytes (damaged resume state: delete %s and the output to start over)",
-                        r->manifest_path, r->man.boundary_bytes, (uint64_t)r->bnd_bytes, r->resume_dir);
-    char *buf;
-    size_t len;
-    if ((rc = lwq_durable_read_file(p, (size_t)r->bnd_bytes + 1, &buf, &len, e)) != 0)
-        return rc;
-    if (len != r->bnd_bytes || lwq_xxh64(buf, len, 0) != r->man.boundary_xxh64) {
-        free(buf);
-        return lwq_errf(e, LWQ_ESTATE, "%s: %zu bytes, checksum %s; the manifest expects %" PRIu64 " bytes and "
-                        "its checksum (damaged resume state: delete %s and the output to start over)", p, len,
-                        len == r->bnd_bytes ? "differs" : "not checked", r->bnd_bytes, r->resume_dir);
-    }
-    memcpy(dst, buf, len);
-    free(buf);
-    return 0;
+    int stop = g_stop != 0;
+    rc = lwq_run_ranks_end_layer(r, L, rc, &stop, e);
+    if (stop)
+        g_stop = 1;
+    return rc;
+}
+
+/* SIGINT/SIGTERM: stop once the layer just done is committed (on every rank alike: end_layer). */
+static int stop_point(lwq_run *r, int L, lwq_error *e)
+{
+    if (!g_stop || L + 1 >= r->nlayers)
+        return 0;
+    int rc = lwq_writer_flush(r->wr, e);
+    if (r->rk->size > 1)
+        rc = lwq_run_agree(r, rc, e);
+    if (rc == 0)
+        rc = lwq_errf(e, LWQ_ECANCELED, "stopped by a signal after layer %d/%d was committed; rerun the same "
+                      "command to resume", L + 1, r->nlayers);
+    if (r->rk->size > 1)
+        r->rk->agreed = 1; /* every rank stops here, with this message */
+    return rc;
 }
 
 /* Calibrate and quantize layer L whose source tensors are `src`; the output of the layer goes to
@@ -255,16 +256,19 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, r->o->qdq_next || no_output ? -1 : nxt, &st, e);
     LWQ_TRACE_END();
     ls->forward_s = lwq_now() - t;
+    lwq_run_ranks_fault(r, L);
+    /* every rank reaches the reduction, with its forward's outcome */
+    rc = lwq_run_stats_done(r, &st, NULL, 1, rc, e);
     t = lwq_now();
     LWQ_TRACE_BEGIN("quantize", L);
     if (rc == 0) {
         /* the quantizers read the forward's device copies of the weights (no second upload) */
         lwq_qops_set_devcopies(&r->qops, lwq_layer_weights_device, &lw);
-        rc = lwq_qlayer_run(p, r->choice[L], r->o->recipe->kv, &st, src, &r->qops, out, &rep, e);
+        rc = lwq_run_ranks_quantize(r, L, &st, src, NULL, r->o->recipe->kv, r->o->qdq_next, out, &rep, e);
         lwq_qops_set_devcopies(&r->qops, NULL, NULL);
     }
     LWQ_TRACE_END();
-    ls->quantize_s = lwq_now() - t;
+    ls->quantize_s = lwq_now() - t - ls->gather_s;
     if (rc == 0 && r->o->qdq_next && !no_output) {
         t = lwq_now();
         lwq_layer_weights_free(&lw);
@@ -276,6 +280,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
             LWQ_TRACE_END();
         }
         ls->forward_s += lwq_now() - t;
+        rc = lwq_run_agree(r, rc, e);
     }
     if (rc == 0) {
         ls->cold_experts = rep.cold_experts;

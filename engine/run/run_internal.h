@@ -3,13 +3,15 @@
  *   run_setup.c     start-up (checkpoint, plans, backend, batches, resume decision), tear-down
  *   run_layer.c     one layer over the calibration set: embed, forward + observe, --qdq-next
  *   run_reference.c the whole-model reference path
- *   run_output.c    everything written: shard, boundary, manifest commits; tail, index, configs
+ *   run_output.c    everything written during the loop: shard, boundary, manifest commits; the tail
+ *   run_finish.c    after the last layer: index, configs, side files, report, manifest complete
  *   run_stream.c    a MoE layer as units (expert streaming)
  *   run_report.c    progress lines, the summary, per-layer calibration reports
  *   run_gptq.c      what a run says about its GPTQ linears
  *   run_log.c       the --log-json lines
+ *   run_ranks.c     a run over MPI ranks: the split, the checks at start, the per-layer meetings
  * Calls go one way (scripts/check-includes.sh checks it): run.c -> run_setup, run_layer,
- * run_reference, run_stream -> run_output -> run_report -> run_gptq -> run_log.  Which thread
+ * run_reference, run_stream -> run_ranks, run_finish -> run_output -> run_report -> run_gptq -> run_log.  Which thread
  * owns which field: engine/run/run.c.
  * Not public. */
 #ifndef LWQ_ENGINE_RUN_INTERNAL_H
@@ -20,6 +22,7 @@
 #include <stdio.h>
 
 #include "core/proc.h"
+#include "core/ranks.h"
 #include "engine/run/engine.h"
 #include "engine/forward/forward.h"
 #include "engine/run/manifest.h"
@@ -70,6 +73,22 @@ typedef struct lwq_run {
     lwq_tensor work;              /* (max rows, hidden) act on the device */
     int64_t calib_tokens;
 
+    /* ranks (core/ranks.h, engine/quant/dist.h, run_ranks.c): this rank computes batches [b0, b1) and
+     * holds only their rows of a boundary; boff[] stays the whole calibration set's layout and
+     * bnd_base = boff[b0] is where this rank's rows start in it.  One process: b0 = 0, b1 = nb. */
+    lwq_ranks *rk;
+    lwq_ranks rk_one;             /* the single rank of a run without MPI */
+    int b0, b1;
+    int *bfirst;                  /* (size + 1) every rank's first batch */
+    uint64_t bnd_base;
+    uint64_t bnd_all;             /* boff[nb]: the whole boundary, all ranks */
+    struct lwq_nccl *nccl;        /* LWQ_NCCL=1 on GPU ranks: Hessian limbs summed by NCCL, else NULL */
+    int part_rc;                  /* under mu: how the writer's last boundary part went */
+    uint64_t part_hash;
+    struct lwq_rank_times {
+        double read_wait_s, forward_s, reduce_s, quantize_s, gather_s;
+    } *rtimes;                    /* rank 0 of several: (nlayers x size), filled at each layer's end */
+
     /* I/O */
     lwq_io_reader *rd;
     lwq_pool pool;
@@ -98,6 +117,7 @@ typedef struct lwq_run {
     struct lwq_layer_log {
         uint64_t bytes_read, rss, gpu_bytes;
         double read_wait_s, forward_s, quantize_s, write_s;
+        double reduce_s, gather_s;  /* ranks: statistics met, quantized tensors sent to rank 0 */
         int cold_experts, n_experts;
     } *lstat;                      /* nlayers */
     pthread_mutex_t log_mu;
@@ -112,12 +132,17 @@ typedef struct lwq_run {
 } lwq_run;
 
 
+/* Where batch b's rows start in this rank's boundary buffers. */
+static inline uint64_t lwq_run_bofs(const lwq_run *r, int b) { return r->boff[b] - r->bnd_base; }
+
 /* ---- run_setup.c: step 0 and the tear-down ---- */
 void lwq_run_init(lwq_run *r, const lwq_quantize_opts *o);
 /* Open, check and plan; sets *nothing_to_do when the output is already complete. */
 int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e);
 void lwq_run_free(lwq_run *r);
 int lwq_run_fingerprint(lwq_run *r, lwq_error *e);
+/* out_dir, resume_dir and manifest_path from the options. */
+int lwq_run_output_paths(lwq_run *r, lwq_error *e);
 /* Decide fresh / restart / resume / finish-only; sets r->start_layer and r->man. */
 int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e);
 int lwq_run_build_batches(lwq_run *r, lwq_error *e);
@@ -133,6 +158,11 @@ int lwq_run_stats_init(lwq_run *r, int L, lwq_layer_stats *st, lwq_error *e);
  * dropped), observing with st when given. */
 int lwq_run_forward_layer(lwq_run *r, int L, const lwq_weights *w, int in, int outb, lwq_layer_stats *st,
                           lwq_error *e);
+/* The statistics of the linears with only[i] (NULL: all) after their forward: Hessian partials
+ * closed, summed over the ranks (with `wide`, also the k/v and expert counts: the part of the
+ * layer that observes them), finished.  rc: the forward's outcome, which every rank brings to the
+ * reduction (a failure anywhere is then every rank's error). */
+int lwq_run_stats_done(lwq_run *r, lwq_layer_stats *st, const uint8_t *only, int wide, int rc, lwq_error *e);
 /* Dequantized copies of layer L's quantized weights, in the source dtype (--qdq-next). */
 int lwq_run_qdq_overlay(lwq_run *r, int L, lwq_tlist *out, const lwq_tlist *src, lwq_tlist *ov, lwq_error *e);
 
@@ -155,6 +185,32 @@ int lwq_run_stream_views(lwq_run *r, int L, void *slot, lwq_tlist *src, lwq_erro
 /* Compute, quantize and commit streamed layer L (its unit slots are released as it goes). */
 int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e);
 
+/* ---- run_ranks.c: a run over several ranks (one process: each is a no-op or the plain step) ---- */
+/* After the batches are built: this rank's batches, and what several ranks cannot do. */
+int lwq_run_ranks_split(lwq_run *r, lwq_error *e);
+/* Every rank runs the same binary, options and inputs: compared at start, a difference refused
+ * naming the rank and what differs. */
+int lwq_run_ranks_same(lwq_run *r, lwq_error *e);
+/* LWQ_NCCL=1 with the CUDA backend: NCCL joined (collective; after lwq_run_ranks_same). */
+int lwq_run_ranks_nccl(lwq_run *r, lwq_error *e);
+/* Rank 0's fresh/resume decision (rc, *nothing_to_do, start layer) given to every rank; the others
+ * then read the manifest rank 0 prepared. */
+int lwq_run_ranks_output(lwq_run *r, int rc, int *nothing_to_do, lwq_error *e);
+/* Crash test (tests/tools/test_ranks.c): LWQ_RANKS_KILL=R:L makes rank R kill itself with
+ * SIGKILL in layer L, after its forward, before the statistics meet. */
+void lwq_run_ranks_fault(const lwq_run *r, int L);
+/* rc agreed over the ranks (the first failing rank's error on all of them). */
+int lwq_run_agree(lwq_run *r, int rc, lwq_error *e);
+/* This rank's rows of the committed boundary, from the one boundary file or the parts. */
+int lwq_run_load_boundary(lwq_run *r, unsigned char *dst, lwq_error *e);
+/* Quantize layer L's linears (only: a streamed unit's) split over the ranks; out and rep on rank 0
+ * (on every rank with `all`, for --qdq-next) are what lwq_qlayer_run[_part] gives. */
+int lwq_run_ranks_quantize(lwq_run *r, int L, const lwq_layer_stats *st, const lwq_tlist *src, const uint8_t *only,
+                           lwq_kv_mode kv, int all, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+/* The end of layer L on every rank: its boundary part durable, statuses and times exchanged,
+ * rank 0 queues the manifest naming every part; *stop: some rank was asked to stop. */
+int lwq_run_ranks_end_layer(lwq_run *r, int L, int rc, int *stop, lwq_error *e);
+
 /* ---- run_output.c: steps 5-7 ---- */
 /* Queue shard + boundary + manifest writes of layer L (out/src freed when written). */
 int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t job,
@@ -168,10 +224,20 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
 int lwq_run_submit_tail(lwq_run *r, lwq_error *e);
 /* Write one shard synchronously (whole-model path). */
 int lwq_run_write_shard_now(lwq_run *r, int layer, const lwq_tlist *out, lwq_error *e);
+/* The tail written now (when the writer did not copy it during the loop). */
+int lwq_run_write_tail(lwq_run *r, lwq_error *e);
+
+/* ---- run_finish.c: step 7 ---- */
 /* Tail, index, configs, copied files, report; then mark the manifest complete. */
 int lwq_run_finish(lwq_run *r, lwq_error *e);
 /* Wait until no boundary write reads bnd[i]. */
 void lwq_run_wait_boundary(lwq_run *r, int i);
+/* Ranks: queue this rank's part of layer L's output boundary (the writer records its rc and hash
+ * in part_rc / part_hash), and on rank 0 the manifest committing L naming `parts` (taken over). */
+int lwq_run_submit_part(lwq_run *r, int layer, lwq_error *e);
+int lwq_run_submit_manifest(lwq_run *r, int layer, lwq_manifest_part *parts, int nparts, lwq_error *e);
+/* Rank 0: boundary parts in the resume directory that the manifest does not name are removed. */
+int lwq_run_remove_stale_parts(lwq_run *r, lwq_error *e);
 
 /* ---- run_log.c: the JSON log (calls nothing of the run) ---- */
 /* One JSON line to --log-json (thread-safe). */

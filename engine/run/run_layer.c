@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/proc.h"
+#include "engine/quant/dist.h"
 #include "engine/source/layersrc.h"
 #include "engine/run/run_internal.h"
 #include "kernels/quant.h"
@@ -21,20 +23,20 @@ static int to_work(lwq_run *r, int b, const unsigned char *buf, lwq_error *e)
 {
     size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
     if (r->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(r->work.data, buf + r->boff[b], n);
+        memcpy(r->work.data, buf + lwq_run_bofs(r, b), n);
         return 0;
     }
-    return lwq_backend_upload(&r->be, r->work.data, buf + r->boff[b], n, e);
+    return lwq_backend_upload(&r->be, r->work.data, buf + lwq_run_bofs(r, b), n, e);
 }
 
 static int from_work(lwq_run *r, int b, unsigned char *buf, lwq_error *e)
 {
     size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
     if (r->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(buf + r->boff[b], r->work.data, n);
+        memcpy(buf + lwq_run_bofs(r, b), r->work.data, n);
         return 0;
     }
-    return lwq_backend_download(&r->be, buf + r->boff[b], r->work.data, n, e);
+    return lwq_backend_download(&r->be, buf + lwq_run_bofs(r, b), r->work.data, n, e);
 }
 
 int lwq_run_embed(lwq_run *r, unsigned char *dst, lwq_error *e)
@@ -62,7 +64,7 @@ int lwq_run_embed(lwq_run *r, unsigned char *dst, lwq_error *e)
     }
     lwq_layer_weights lw;
     lwq_layer_weights_init(&lw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
-    for (int b = 0; b < r->nb && rc == 0; b++) {
+    for (int b = r->b0; b < r->b1 && rc == 0; b++) {
         lwq_tensor h = lwq_run_work_view(r, b);
         if ((rc = lwq_model_embed(&r->model, &lw.w, r->tokens[b], &h, e)) == 0)
             rc = from_work(r, b, dst, e);
@@ -135,12 +137,28 @@ int lwq_run_forward_layer(lwq_run *r, int L, const lwq_weights *w, int in, int o
                           lwq_error *e)
 {
     int rc = 0;
-    for (int b = 0; b < r->nb && rc == 0; b++) {
+    for (int b = r->b0; b < r->b1 && rc == 0; b++) {
         lwq_tensor h = lwq_run_work_view(r, b);
         if ((rc = to_work(r, b, r->bnd[in], e)) == 0 &&
             (rc = lwq_model_layer_forward(&r->model, L, w, &r->batches[b], &h, st ? &st->obs : NULL, e)) == 0 &&
             outb >= 0)
             rc = from_work(r, b, r->bnd[outb], e);
     }
+    return rc;
+}
+
+int lwq_run_stats_done(lwq_run *r, lwq_layer_stats *st, const uint8_t *only, int wide, int rc, lwq_error *e)
+{
+    double t = lwq_now();
+    if (rc == 0)
+        rc = lwq_stats_flush(st, only, e);
+    if (r->rk->size > 1 || r->nccl) { /* every rank meets here, failed or not */
+        if ((rc = lwq_ranks_agree(r->rk, rc, e)) == 0)
+            rc = lwq_dist_reduce_stats(r->rk, r->nccl, st, only, wide, e);
+        rc = lwq_ranks_agree(r->rk, rc, e);
+    }
+    if (rc == 0)
+        rc = lwq_stats_finalize(st, only, e);
+    r->lstat[st->plan->layer].reduce_s += lwq_now() - t;
     return rc;
 }

@@ -4,6 +4,7 @@
  * r->log_mu.  The bottom of the run's reporting: it calls nothing of the run. */
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 
 #include "engine/run/run_internal.h"
 
@@ -20,12 +21,29 @@ void lwq_run_jlog(lwq_run *r, const char *json)
 void lwq_run_log_layer(lwq_run *r, int L)
 {
     const struct lwq_layer_log *s = &r->lstat[L];
-    char buf[512];
-    snprintf(buf, sizeof buf,
+    int nr = r->rtimes ? r->rk->size : 0;
+    size_t cap = 512 + (size_t)nr * 160, k;
+    char *buf = malloc(cap);
+    if (!buf)
+        return;
+    k = (size_t)snprintf(buf, cap,
              "{\"event\":\"layer\",\"layer\":%d,\"bytes_read\":%" PRIu64 ",\"read_wait_s\":%.6f,\"forward_s\":%.6f,"
              "\"quantize_s\":%.6f,\"write_s\":%.6f,\"rss_bytes\":%" PRIu64 ",\"gpu_bytes\":%" PRIu64
-             ",\"cold_experts\":%d,\"n_experts\":%d}",
+             ",\"cold_experts\":%d,\"n_experts\":%d",
              L, s->bytes_read, s->read_wait_s, s->forward_s, s->quantize_s, s->write_s, s->rss, s->gpu_bytes,
              s->cold_experts, s->n_experts);
+    /* a run over ranks: each rank's share of the layer (its batches' forward, the meeting of the
+     * statistics, its linears' quantization, sending them to rank 0) */
+    for (int q = 0; q < nr && k < cap; q++) {
+        const struct lwq_rank_times *t = &r->rtimes[(size_t)L * nr + q];
+        k += (size_t)snprintf(buf + k, cap - k,
+                              "%s{\"rank\":%d,\"read_wait_s\":%.6f,\"forward_s\":%.6f,\"reduce_s\":%.6f,"
+                              "\"quantize_s\":%.6f,\"gather_s\":%.6f}%s",
+                              q ? "," : ",\"ranks\":[", q, t->read_wait_s, t->forward_s, t->reduce_s, t->quantize_s,
+                              t->gather_s, q == nr - 1 ? "]" : "");
+    }
+    if (k < cap)
+        snprintf(buf + k, cap - k, "}");
     lwq_run_jlog(r, buf);
+    free(buf);
 }

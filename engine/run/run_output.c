@@ -1,4 +1,4 @@
-/* engine/run/run_output.c — everything a run writes.
+/* engine/run_output.c — what a run writes during the depth loop (the end of the run: run_finish.c).
  *
  * Commit order for layer L (../shared/DESIGN.md "Durable commit"), as three writer-thread jobs
  * that run in this order and stop at the first failure (io/writer.h is sticky):
@@ -157,7 +157,8 @@ static void shard_done(void *ctx, int64_t id, int rc, const lwq_error *e)
         j->r->man.layers[j->layer].bytes = j->bytes;
         j->r->man.layers[j->layer].xxh64 = j->hash;
         j->r->lstat[j->layer].write_s = lwq_now() - j->t0;
-        lwq_run_log_layer(j->r, j->layer);
+        if (j->r->rk->size <= 1) /* over ranks: once every rank's times are in (manifest_done) */
+            lwq_run_log_layer(j->r, j->layer);
     }
     lwq_tlist_free(&j->out);
     lwq_tlist_free(&j->src);
@@ -202,10 +203,12 @@ static void boundary_done(void *ctx, int64_t id, int rc, const lwq_error *e)
     (void)e;
     lwq_run *r = j->r;
     pthread_mutex_lock(&r->mu);
-    if (rc == 0) {
+    if (rc == 0 && r->rk->size <= 1) {
         r->man.boundary_bytes = r->bnd_bytes;
         r->man.boundary_xxh64 = j->hash;
     }
+    r->part_rc = rc;
+    r->part_hash = j->hash;
     r->bnd_pending[j->buf] = 0;
     pthread_cond_broadcast(&r->cv);
     pthread_mutex_unlock(&r->mu);
@@ -223,6 +226,11 @@ void lwq_run_wait_boundary(lwq_run *r, int i)
 typedef struct manifest_job {
     lwq_run *r;
     int committed;
+    lwq_manifest_part *parts;   /* ranks: the boundary's parts (taken over), NULL: one file */
+    int nparts;
+    lwq_manifest_part *stale;   /* the parts the previous manifest named, removed once replaced */
+    int nstale, stale_layer;
+    char stale_file[32];        /* a one-file boundary replaced by parts */
 } manifest_job;
 
 static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
@@ -231,15 +239,32 @@ static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     lwq_manifest *m = &j->r->man;
     /* commits are consecutive, and this job runs only after the shard of layer committed-1 and
      * the boundary for layer committed were made durable (the writer is sticky: a failed job
-     * cancels the ones after it), whose callbacks filled in their sizes */
+     * cancels the ones after it), whose callbacks filled in their sizes; over ranks, every
+     * rank's part was durable before rank 0 queued this job (run_ranks.c) */
     assert(j->committed == m->committed + 1);
     assert(m->layers[j->committed - 1].bytes > 0);
-    assert(j->committed == m->num_layers || m->boundary_bytes == j->r->bnd_bytes);
+    assert(j->committed == m->num_layers || j->parts || m->boundary_bytes == j->r->bnd_bytes);
+    j->stale = m->parts;
+    j->nstale = m->nparts;
+    j->stale_layer = m->committed;
+    m->parts = NULL;
+    m->nparts = 0;
+    if (j->nparts && m->boundary_file[0])
+        snprintf(j->stale_file, sizeof j->stale_file, "%s", m->boundary_file);
     m->committed = j->committed;
-    if (j->committed < m->num_layers)
-        snprintf(m->boundary_file, sizeof m->boundary_file, LWQ_RESUME_BOUNDARY_FMT, j->committed % 2);
-    else
+    if (j->committed < m->num_layers && j->nparts) {
         m->boundary_file[0] = 0;
+        m->parts = j->parts;
+        m->nparts = j->nparts;
+        j->parts = NULL;
+        m->boundary_bytes = m->boundary_xxh64 = 0;
+        for (int i = 0; i < m->nparts; i++)
+            m->boundary_bytes += m->parts[i].bytes;
+    } else if (j->committed < m->num_layers) {
+        snprintf(m->boundary_file, sizeof m->boundary_file, LWQ_RESUME_BOUNDARY_FMT, j->committed % 2);
+    } else {
+        m->boundary_file[0] = 0;
+    }
     char *s = lwq_manifest_render(m);
     if (!s)
         return lwq_errf(e, LWQ_ENOMEM, "manifest: out of memory");
@@ -250,12 +275,30 @@ static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     return rc;
 }
 
-static void free_done(void *ctx, int64_t id, int rc, const lwq_error *e)
+/* The manifest is durable: the boundary files it no longer names go (a failure to remove one
+ * leaves a stale file that the next start removes), and over ranks layer L's log line, now that
+ * every rank's times are in. */
+static void manifest_done(void *ctx, int64_t id, int rc, const lwq_error *e)
 {
+    manifest_job *j = ctx;
+    lwq_run *r = j->r;
     (void)id;
-    (void)rc;
     (void)e;
-    free(ctx);
+    for (int i = 0; rc == 0 && i < j->nstale + (j->stale_file[0] != 0); i++) {
+        char name[64], p[PATH_MAX];
+        if (i < j->nstale)
+            lwq_part_name(j->stale_layer, j->stale[i].b0, j->stale[i].b1, name);
+        else
+            snprintf(name, sizeof name, "%s", j->stale_file);
+        lwq_error ig = {0};
+        if (lwq_pathf(&ig, p, sizeof p, "%s/%s", r->resume_dir, name) == 0)
+            lwq_durable_unlink(p, &ig);
+    }
+    if (rc == 0 && r->rk->size > 1)
+        lwq_run_log_layer(r, j->committed - 1);
+    free(j->parts);
+    free(j->stale);
+    free(j);
 }
 
 /* Write `l` as out_dir/name, durably, now (whole-model shards and the tail). */
@@ -293,6 +336,14 @@ int lwq_run_commit_layer(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, 
 int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist *src, int64_t slot_job,
                                lwq_spill *spill, lwq_error *e)
 {
+    if (r->rk->rank != 0) { /* the shard is rank 0's: here only this rank's part of the next boundary */
+        lwq_tlist_free(out);
+        lwq_tlist_free(src);
+        if (spill)
+            lwq_spill_close(spill);
+        int rc = slot_job >= 0 ? lwq_prefetch_release(r->pf, slot_job, e) : 0;
+        return rc == 0 && layer + 1 < r->nlayers ? lwq_run_submit_part(r, layer, e) : rc;
+    }
     char name[40], path[PATH_MAX];
     lwq_shard_name(layer, name);
     int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
@@ -322,6 +373,8 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
         shard_done(sj, -1, -1, NULL);
         return e->code;
     }
+    if (r->rk->size > 1) /* the part, then (lwq_run_ranks_end_layer) the manifest of rank 0 */
+        return layer + 1 < r->nlayers ? lwq_run_submit_part(r, layer, e) : 0;
     /* the output boundary of this layer (the input of the next): boundary alternation puts it in
      * bnd[(L + 1) % 2] and boundary-((L + 1) % 2).bin, never the file the manifest names now */
     int nxt = 1 - r->cur;
@@ -346,29 +399,83 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
             return e->code;
         }
     }
+    return lwq_run_submit_manifest(r, layer, NULL, 0, e);
+}
+
+int lwq_run_submit_part(lwq_run *r, int layer, lwq_error *e)
+{
+    char name[64], bpath[PATH_MAX];
+    lwq_part_name(layer + 1, r->b0, r->b1, name);
+    int nxt = 1 - r->cur, rc = lwq_pathf(e, bpath, sizeof bpath, "%s/%s", r->resume_dir, name);
+    boundary_job *bj = rc ? NULL : calloc(1, sizeof *bj);
+    if (!bj)
+        return rc ? rc : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    bj->r = r;
+    bj->buf = nxt;
+    pthread_mutex_lock(&r->mu);
+    r->bnd_pending[nxt] = 1;
+    r->part_rc = LWQ_ECANCELED; /* until the writer says how it went */
+    pthread_mutex_unlock(&r->mu);
+    lwq_writer_job bjob = {bpath, NULL, 0, boundary_serialize, bj, boundary_done, bj};
+    if (lwq_writer_submit(r->wr, &bjob, e) < 0) {
+        boundary_done(bj, -1, -1, NULL);
+        return e->code;
+    }
+    return 0;
+}
+
+int lwq_run_submit_manifest(lwq_run *r, int layer, lwq_manifest_part *parts, int nparts, lwq_error *e)
+{
     manifest_job *mj = calloc(1, sizeof *mj);
-    if (!mj)
+    if (!mj) {
+        free(parts);
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    }
     mj->r = r;
     mj->committed = layer + 1;
-    lwq_writer_job mjob = {r->manifest_path, NULL, 0, manifest_serialize, mj, free_done, mj};
+    mj->parts = parts;
+    mj->nparts = nparts;
+    lwq_writer_job mjob = {r->manifest_path, NULL, 0, manifest_serialize, mj, manifest_done, mj};
     if (lwq_writer_submit(r->wr, &mjob, e) < 0) {
+        free(parts);
         free(mj);
         return e->code;
     }
     return 0;
 }
 
+int lwq_run_remove_stale_parts(lwq_run *r, lwq_error *e)
+{
+    DIR *d = opendir(r->resume_dir);
+    if (!d)
+        return 0;
+    struct dirent *de;
+    int rc = 0, removed = 0;
+    const lwq_manifest *m = &r->man;
+    while ((de = readdir(d)) && rc == 0) {
+        if (strncmp(de->d_name, LWQ_RESUME_PART_PREFIX, sizeof LWQ_RESUME_PART_PREFIX - 1))
+            continue;
+        int named = 0;
+        for (int i = 0; i < m->nparts && !named; i++) {
+            char name[64];
+            lwq_part_name(m->committed, m->parts[i].b0, m->parts[i].b1, name);
+            named = !strcmp(name, de->d_name);
+        }
+        char p[PATH_MAX];
+        if (named || (rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->resume_dir, de->d_name)) != 0)
+            continue;
+        if ((rc = lwq_durable_unlink(p, e)) == 0)
+            removed++;
+    }
+    closedir(d);
+    if (rc == 0 && removed)
+        rc = lwq_durable_fsync_dir(r->resume_dir, e);
+    return rc;
+}
+
 
 /* ---- the end of a run: tail, index, configs ---------------------------------------------------- */
 
-
-static int write_text(lwq_run *r, const char *name, const char *text, lwq_error *e)
-{
-    char path[PATH_MAX];
-    int rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, name);
-    return rc ? rc : lwq_durable_write_file(path, text, strlen(text), e);
-}
 
 /* The tail: every tensor outside decoder layers 0..num_hidden_layers-1 (embeddings, final norm,
  * lm_head, MTP layers), unchanged.  Streamed from the source files through a fixed 8 MiB buffer
@@ -476,7 +583,7 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
     return lwq_writer_submit(r->wr, &job, e) < 0 ? e->code : 0;
 }
 
-static int write_tail(lwq_run *r, lwq_error *e)
+int lwq_run_write_tail(lwq_run *r, lwq_error *e)
 {
     int *idx, n, packed;
     if (tail_tensors(r, &idx, &n, &packed) != 0)
@@ -513,210 +620,4 @@ static int write_tail(lwq_run *r, lwq_error *e)
         rc = write_tlist_file(r, LWQ_OUT_TAIL, &tail, &h, &b, e);
     lwq_tlist_free(&tail);
     return rc;
-}
-
-static int write_index(lwq_run *r, lwq_error *e)
-{
-    int cap = 1024, n = 0, rc = 0;
-    char **names = malloc((size_t)cap * sizeof *names);
-    const char **files = malloc((size_t)cap * sizeof *files);
-    char (*fnames)[40] = calloc((size_t)r->nlayers + 1, 40);
-    uint64_t total = 0;
-    if (!names || !files || !fnames) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
-        goto out;
-    }
-    for (int L = 0; L <= r->nlayers && rc == 0; L++) {
-        if (L < r->nlayers)
-            lwq_shard_name(L, fnames[L]);
-        else
-            snprintf(fnames[L], 40, LWQ_OUT_TAIL);
-        char path[PATH_MAX];
-        lwq_st_file f;
-        if ((rc = lwq_pathf(e, path, sizeof path, "%s/%s", r->out_dir, fnames[L])) != 0 ||
-            (rc = lwq_out_st_open(path, &f, e)) != 0)
-            break;
-        for (int i = 0; i < f.n && rc == 0; i++) {
-            if (n == cap) {
-                cap *= 2;
-                char **nn = realloc(names, (size_t)cap * sizeof *nn);
-                const char **nf = nn ? realloc(files, (size_t)cap * sizeof *nf) : NULL;
-                if (nn)
-                    names = nn;
-                if (nf)
-                    files = nf;
-                if (!nn || !nf) {
-                    rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
-                    break;
-                }
-            }
-            names[n] = strdup(f.entries[i].name);
-            files[n] = fnames[L];
-            if (!names[n]) {
-                rc = lwq_errf(e, LWQ_ENOMEM, "index: out of memory");
-                break;
-            }
-            total += f.entries[i].end - f.entries[i].begin;
-            n++;
-        }
-        lwq_st_free(&f);
-    }
-    char *js = NULL;
-    if (rc == 0 && (rc = lwq_export_index_json((const char *const *)names, files, n, total, &js, e)) == 0)
-        rc = write_text(r, LWQ_OUT_INDEX, js, e);
-    free(js);
-out:
-    for (int i = 0; i < n; i++)
-        free(names[i]);
-    free(names);
-    free(files);
-    free(fnames);
-    return rc;
-}
-
-static int write_configs(lwq_run *r, lwq_error *e)
-{
-    int total = 0;
-    for (int L = 0; L < r->nlayers; L++)
-        total += r->plans[L].nlinears;
-    lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
-    /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
-     * embedding */
-    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 2, sizeof *extra);
-    int nextra = 0, k = 0, rc = 0;
-    if (!mods || !extra) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
-        goto out;
-    }
-    for (int L = 0; L < r->nlayers; L++)
-        for (int i = 0; i < r->plans[L].nlinears; i++) {
-            mods[k].name = r->plans[L].linears[i].name;
-            mods[k++].format = r->choice[L][i].format;
-        }
-    for (int L = r->nlayers; L < r->ck.nlayers; L++) {
-        char g[96];
-        snprintf(g, sizeof g, "%smodel.layers.%d*", r->ck.cfg.weight_prefix, L);
-        if (!(extra[nextra++] = strdup(g))) {
-            rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
-            goto out;
-        }
-    }
-    {
-        char mtp[64];
-        size_t np = (size_t)snprintf(mtp, sizeof mtp, "%smtp.", r->ck.cfg.weight_prefix);
-        for (int i = 0; i < r->ck.tail.n; i++)
-            if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, mtp, np)) {
-                mtp[np - 1] = '*'; /* "mtp*": a prefix glob at the dot boundary */
-                if (!(extra[nextra++] = strdup(mtp))) {
-                    rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
-                    goto out;
-                }
-                break;
-            }
-    }
-    /* Model Optimizer lists the token embedding too: export_hf_checkpoint excludes every module
-     * it wrapped with quantizers and left disabled, and it wraps nn.Embedding (disabled by its
-     * default_disabled_quantizers unit, parent_class nn.Embedding) */
-    for (int i = 0; i < r->ck.tail.n; i++) {
-        const char *t = r->ck.tensors[r->ck.tail.idx[i]].name;
-        size_t n = strlen(t), suf = strlen("embed_tokens.weight");
-        if (n >= suf && !strcmp(t + n - suf, "embed_tokens.weight") && (n == suf || t[n - suf - 1] == '.')) {
-            if (!(extra[nextra++] = strndup(t, n - strlen(".weight")))) {
-                rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
-                goto out;
-            }
-            break;
-        }
-    }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
-    char *hq = NULL, *cj = NULL;
-    if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
-        (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
-        rc = write_text(r, LWQ_OUT_CONFIG, cj, e);
-    free(hq);
-    free(cj);
-out:
-    for (int i = 0; i < nextra; i++)
-        free(extra[i]);
-    free(extra);
-    free(mods);
-    return rc;
-}
-
-/* Files a server needs beside the weights, copied as they are when present. */
-static int copy_side_files(lwq_run *r, lwq_error *e)
-{
-    static const char *const names[] = {"generation_config.json", "tokenizer.json", "tokenizer_config.json",
-                                        "special_tokens_map.json", "tokenizer.model", "vocab.json", "merges.txt",
-                                        "added_tokens.json", "chat_template.jinja", "chat_template.json"};
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        char src[PATH_MAX], *buf;
-        size_t len;
-        int rc = lwq_pathf(e, src, sizeof src, "%s/%s", r->o->model_dir, names[i]);
-        if (rc)
-            return rc;
-        if (access(src, F_OK) != 0)
-            continue;
-        if ((rc = lwq_file_read_all(src, 256u << 20, &buf, &len, e)) != 0)
-            return rc;
-        char dst[PATH_MAX];
-        if ((rc = lwq_pathf(e, dst, sizeof dst, "%s/%s", r->out_dir, names[i])) == 0)
-            rc = lwq_durable_write_file(dst, buf, len, e);
-        free(buf);
-        if (rc)
-            return rc;
-    }
-    return 0;
-}
-
-static int write_report(lwq_run *r, lwq_error *e)
-{
-    cJSON *root = cJSON_CreateObject();
-    cJSON_AddStringToObject(root, "recipe", r->o->recipe->name);
-    cJSON_AddNumberToObject(root, "calibration_samples", r->o->calib->n);
-    cJSON_AddNumberToObject(root, "calibration_tokens", (double)r->calib_tokens);
-    cJSON_AddNumberToObject(root, "batch_size", r->o->batch_size);
-    cJSON_AddBoolToObject(root, "padding_excluded", !r->o->include_padding);
-    cJSON_AddBoolToObject(root, "calib_all_experts", r->o->all_experts);
-    cJSON *layers = cJSON_AddArrayToObject(root, "layers");
-    int cold_total = 0;
-    for (int L = 0; L < r->nlayers; L++) {
-        cJSON *l = r->man.layers[L].report ? cJSON_Parse(r->man.layers[L].report) : NULL;
-        if (!l)
-            l = cJSON_CreateObject();
-        const cJSON *c = cJSON_GetObjectItemCaseSensitive(l, "cold_experts");
-        if (cJSON_IsNumber(c))
-            cold_total += c->valueint;
-        cJSON_AddItemToArray(layers, l);
-    }
-    cJSON_AddNumberToObject(root, "cold_experts_total", cold_total);
-    char *s = cJSON_Print(root);
-    cJSON_Delete(root);
-    if (!s)
-        return lwq_errf(e, LWQ_ENOMEM, "report: out of memory");
-    int rc = write_text(r, LWQ_OUT_REPORT, s, e);
-    free(s);
-    return rc;
-}
-
-int lwq_run_finish(lwq_run *r, lwq_error *e)
-{
-    int rc;
-    if ((!r->tail_written && (rc = write_tail(r, e)) != 0) || (rc = write_index(r, e)) != 0 || (rc = write_configs(r, e)) != 0 ||
-        (rc = copy_side_files(r, e)) != 0)
-        return rc;
-    if ((rc = write_report(r, e)) != 0)
-        return rc;
-    r->man.committed = r->nlayers;
-    r->man.complete = 1;
-    r->man.boundary_file[0] = 0;
-    r->man.boundary_bytes = r->man.boundary_xxh64 = 0;
-    if ((rc = lwq_manifest_save(r->manifest_path, &r->man, e)) != 0)
-        return rc;
-    for (int i = 0; i < 2; i++) {
-        char p[PATH_MAX];
-        if (lwq_pathf(e, p, sizeof p, "%s/" LWQ_RESUME_BOUNDARY_FMT, r->resume_dir, i) == 0 && (rc = lwq_durable_unlink(p, e)) != 0)
-            return rc;
-    }
-    return 0;
 }

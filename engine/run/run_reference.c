@@ -33,7 +33,7 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
     lwq_layer_weights_init(&tw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
     int passes = r->o->qdq_next ? N : 1;
     for (int pass = 0; pass < passes && rc == 0; pass++) {
-        for (int b = 0; b < r->nb && rc == 0; b++) {
+        for (int b = r->b0; b < r->b1 && rc == 0; b++) {
             lwq_tensor h = lwq_run_work_view(r, b);
             rc = lwq_model_embed(&r->model, &tw.w, r->tokens[b], &h, e);
             int last = r->o->qdq_next ? pass : N - 1;
@@ -45,7 +45,9 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {
             lwq_qlayer_report rep = {0};
-            rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
+            rc = lwq_run_stats_done(r, &st[L], NULL, 1, 0, e);
+            if (rc == 0)
+                rc = lwq_qlayer_run(&r->plans[L], r->choice[L], r->o->recipe->kv, &st[L], &src[L], &r->qops, &out[L], &rep,
                                 e);
             if (rc == 0 && r->o->qdq_next) {
                 lwq_layer_weights_free(&lw[L]);

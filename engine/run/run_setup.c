@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/parallel.h"
 #include "engine/run/fingerprint.h"
+#include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
 #include "layout/export.h"
@@ -114,8 +115,11 @@ static int make_backend(lwq_run *r, lwq_error *e)
     lwq_device_choice d = r->o->device;
     if (d == LWQ_DEVICE_AUTO)
         d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    /* one GPU per rank: the rank's place on its node picks it */
+    int ngpu = d == LWQ_DEVICE_CUDA && !r->o->backend ? lwq_backend_cuda_device_count() : 0;
+    int dev = ngpu > 0 ? r->rk->local_rank % ngpu : 0;
     int rc = r->o->backend                   ? (r->be = *r->o->backend, 0) /* the caller's (a test's fake device) */
-             : d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, 0, e)
+             : d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&r->be, dev, e)
                                     : lwq_backend_cpu_create(&r->be, r->o->threads, e);
     if (rc)
         return rc;
@@ -148,7 +152,9 @@ static int open_model(lwq_run *r, lwq_error *e)
     if ((rc = lwq_model_init(&r->model, &r->ck.cfg, &r->be, r->act, e)) != 0)
         return rc;
     r->model_open = 1;
-    return lwq_run_build_batches(r, e);
+    if ((rc = lwq_run_build_batches(r, e)) != 0)
+        return rc;
+    return lwq_run_ranks_split(r, e);
 }
 
 /* The memory plan, printed, and held against --max-cpu-memory-gb / --max-gpu-memory-gb before
@@ -174,10 +180,14 @@ static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
     return 0;
 }
 
+static int alloc_boundaries(lwq_run *r, const lwq_mem_plan *pm, lwq_error *e);
+
 void lwq_run_init(lwq_run *r, const lwq_quantize_opts *o)
 {
     memset(r, 0, sizeof *r);
     r->o = o;
+    r->rk_one.size = r->rk_one.local_size = 1;
+    r->rk = o->ranks ? o->ranks : &r->rk_one;
     pthread_mutex_init(&r->mu, NULL);
     pthread_cond_init(&r->cv, NULL);
     pthread_mutex_init(&r->log_mu, NULL);
@@ -189,18 +199,37 @@ int lwq_run_setup(lwq_run *r, int *nothing_to_do, lwq_error *e)
     const lwq_quantize_opts *o = r->o;
     *nothing_to_do = 0;
     lwq_mem_plan mp;
-    int rc = open_model(r, e);
-    if (rc == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
+    memset(&mp, 0, sizeof mp);
+    /* with several ranks every step ends in an agreement, so a failure on one rank is the same
+     * error on all of them, not a hang */
+    int rc = lwq_run_agree(r, open_model(r, e), e);
+    if (rc == 0 && r->rk->rank == 0 && o->log_json && !(r->jlog = fopen(o->log_json, "a")))
         rc = lwq_errsys(e, -errno, "%s: cannot open the JSON log", o->log_json);
     if (rc == 0)
-        rc = check_memory(r, &mp, e);
+        rc = lwq_run_agree(r, check_memory(r, &mp, e), e);
     /* on a device, the forward's scratch as the plan counts it, in one block (forward.h) */
     if (rc == 0 && !o->dry_read && r->be.ops->device != LWQ_DEV_CPU)
-        rc = lwq_model_reserve_scratch(&r->model, mp.workspace_bytes, e);
-    if (rc == 0 && (rc = lwq_run_fingerprint(r, e)) == 0 && !o->dry_read)
-        rc = lwq_run_prepare_output(r, nothing_to_do, e);
+        rc = lwq_run_agree(r, lwq_model_reserve_scratch(&r->model, mp.workspace_bytes, e), e);
+    if (rc == 0)
+        rc = lwq_run_agree(r, lwq_run_fingerprint(r, e), e);
+    if (rc == 0)
+        rc = lwq_run_ranks_same(r, e);
+    if (rc == 0)
+        rc = lwq_run_ranks_nccl(r, e);
+    if (rc == 0 && !o->dry_read) {
+        int prc = r->rk->rank == 0 ? lwq_run_prepare_output(r, nothing_to_do, e) : lwq_run_output_paths(r, e);
+        rc = lwq_run_ranks_output(r, prc, nothing_to_do, e);
+    }
     if (rc || *nothing_to_do)
         return rc;
+    rc = lwq_run_agree(r, alloc_boundaries(r, &mp, e), e);
+    return rc;
+}
+
+static int alloc_boundaries(lwq_run *r, const lwq_mem_plan *pm, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    lwq_mem_plan mp = *pm;
     if (!o->whole_model && !o->dry_read && r->start_layer < r->nlayers) {
         r->bnd[0] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
         r->bnd[1] = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
@@ -258,6 +287,9 @@ void lwq_run_free(lwq_run *r)
     free(r->plans);
     free(r->choice);
     free(r->lstat);
+    free(r->rtimes);
+    lwq_nccl_close(r->nccl); /* before the backend its buffer lives on */
+    free(r->bfirst);
     lwq_manifest_free(&r->man);
     if (r->be_open && r->be_owned)
         lwq_backend_destroy(&r->be);
@@ -340,10 +372,9 @@ static int outputs_present(lwq_run *r)
     return 1;
 }
 
-int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
+int lwq_run_output_paths(lwq_run *r, lwq_error *e)
 {
     const lwq_quantize_opts *o = r->o;
-    *nothing_to_do = 0;
     int rc = lwq_pathf(e, r->out_dir, sizeof r->out_dir, "%s", o->out_dir);
     if (rc)
         return rc;
@@ -352,7 +383,17 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
         r->out_dir[--n] = 0;
     rc = o->resume_dir ? lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s", o->resume_dir)
                        : lwq_pathf(e, r->resume_dir, sizeof r->resume_dir, "%s" LWQ_RESUME_SUFFIX, r->out_dir);
-    if (rc || (rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/" LWQ_RESUME_MANIFEST, r->resume_dir)) != 0)
+    if (rc == 0)
+        rc = lwq_pathf(e, r->manifest_path, sizeof r->manifest_path, "%s/" LWQ_RESUME_MANIFEST, r->resume_dir);
+    return rc;
+}
+
+int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
+{
+    const lwq_quantize_opts *o = r->o;
+    *nothing_to_do = 0;
+    int rc = lwq_run_output_paths(r, e);
+    if (rc)
         return rc;
     /* one run per output: both directories exist and are locked before anything in them is
      * read, removed or written */

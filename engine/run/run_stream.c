@@ -154,7 +154,7 @@ int lwq_run_stream_views(lwq_run *r, int L, void *slot, lwq_tlist *src, lwq_erro
 
 static int64_t row0(const lwq_run *r, int b)
 {
-    return (int64_t)(r->boff[b] / ((uint64_t)r->hidden * lwq_dtype_size(r->act)));
+    return (int64_t)(lwq_run_bofs(r, b) / ((uint64_t)r->hidden * lwq_dtype_size(r->act)));
 }
 
 /* Batch b of a host activation array as a device tensor: a view on the CPU backend, else the
@@ -164,19 +164,19 @@ static int stage(lwq_run *r, unsigned char *host, lwq_tensor *dev, int b, int lo
     size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
     int64_t shape[2] = {r->rows[b], r->hidden};
     if (r->be.ops->device == LWQ_DEV_CPU) {
-        *t = lwq_tensor_view(host + r->boff[b], r->act, 2, shape);
+        *t = lwq_tensor_view(host + lwq_run_bofs(r, b), r->act, 2, shape);
         return 0;
     }
     *t = *dev;
     t->shape[0] = r->rows[b];
-    return load ? lwq_backend_upload(&r->be, t->data, host + r->boff[b], n, e) : 0;
+    return load ? lwq_backend_upload(&r->be, t->data, host + lwq_run_bofs(r, b), n, e) : 0;
 }
 
 static int unstage(lwq_run *r, unsigned char *host, const lwq_tensor *t, int b, lwq_error *e)
 {
     if (r->be.ops->device == LWQ_DEV_CPU)
         return 0;
-    return lwq_backend_download(&r->be, host + r->boff[b], t->data, (size_t)(r->boff[b + 1] - r->boff[b]), e);
+    return lwq_backend_download(&r->be, host + lwq_run_bofs(r, b), t->data, (size_t)(r->boff[b + 1] - r->boff[b]), e);
 }
 
 static int buffers(lwq_run *r, lwq_error *e)
@@ -185,7 +185,7 @@ static int buffers(lwq_run *r, lwq_error *e)
     if (s->x)
         return 0;
     int64_t rows = 0, maxr = 0;
-    for (int b = 0; b < r->nb; b++) {
+    for (int b = r->b0; b < r->b1; b++) {
         rows += r->rows[b];
         maxr = r->rows[b] > maxr ? r->rows[b] : maxr;
     }
@@ -216,20 +216,20 @@ static int h_load(lwq_run *r, const unsigned char *buf, int b, lwq_tensor *h, lw
     h->shape[0] = r->rows[b];
     size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
     if (r->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(r->work.data, buf + r->boff[b], n);
+        memcpy(r->work.data, buf + lwq_run_bofs(r, b), n);
         return 0;
     }
-    return lwq_backend_upload(&r->be, r->work.data, buf + r->boff[b], n, e);
+    return lwq_backend_upload(&r->be, r->work.data, buf + lwq_run_bofs(r, b), n, e);
 }
 
 static int h_store(lwq_run *r, unsigned char *buf, int b, lwq_error *e)
 {
     size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
     if (r->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(buf + r->boff[b], r->work.data, n);
+        memcpy(buf + lwq_run_bofs(r, b), r->work.data, n);
         return 0;
     }
-    return lwq_backend_download(&r->be, buf + r->boff[b], r->work.data, n, e);
+    return lwq_backend_download(&r->be, buf + lwq_run_bofs(r, b), r->work.data, n, e);
 }
 
 /* ---- one streamed layer --------------------------------------------------------------------- */
@@ -276,20 +276,22 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
     LWQ_TRACE_BEGIN("read-wait", sl->L);
     int rc = lwq_prefetch_wait(r->pf, job, &slot, e);
     LWQ_TRACE_END();
-    if (rc)
-        return rc;
     ls->read_wait_s += lwq_now() - t;
     ls->bytes_read += un->bytes;
     r->read_wait_total += lwq_now() - t;
     r->bytes_read += un->bytes;
-    lwq_tlist src;
-    if ((rc = lwq_units_views(&r->ck, un, s->ranges[sl->L][u], slot, &src, e)) != 0)
+    lwq_tlist src = {0};
+    if (rc == 0)
+        rc = lwq_units_views(&r->ck, un, s->ranges[sl->L][u], slot, &src, e);
+    if ((rc = lwq_run_agree(r, rc, e)) != 0) { /* every rank meets every unit's collectives, or none */
+        lwq_tlist_free(&src);
         return rc;
+    }
     lwq_layer_weights lw;
     lwq_layer_weights_init(&lw, &r->be, &src, NULL, r->ck.cfg.weight_prefix);
     t = lwq_now();
     LWQ_TRACE_BEGIN(u == 0 ? "forward dense" : "forward experts", sl->L);
-    for (int b = 0; b < r->nb && rc == 0; b++) {
+    for (int b = r->b0; b < r->b1 && rc == 0; b++) {
         lwq_tensor h, x, part, sh;
         size_t ko = (size_t)row0(r, b) * (size_t)K;
         if (u == 0) {
@@ -314,21 +316,24 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
     t = lwq_now();
     LWQ_TRACE_BEGIN("quantize", sl->L);
     int from = sl->out.n;
+    rc = lwq_run_agree(r, rc, e); /* the forward's outcome, on every rank, before the reduction */
     if (rc == 0) {
         for (int i = 0; i < sl->p->nlinears; i++) {
             int x = sl->p->linears[i].expert;
             sl->only[i] = u == 0 ? x < 0 : x >= un->e0 && x < un->e1;
         }
-        lwq_qlayer_report rp;
-        rc = lwq_qlayer_run_part(sl->p, r->choice[sl->L], u == 0 ? r->o->recipe->kv : LWQ_KV_NONE, &sl->st, &src,
-                                 &r->qops, sl->only, &sl->out, &rp, e);
+        lwq_qlayer_report rp = {0};
+        rc = lwq_run_stats_done(r, &sl->st, sl->only, u == 0, rc, e);
+        if (rc == 0)
+            rc = lwq_run_ranks_quantize(r, sl->L, &sl->st, &src, sl->only, u == 0 ? r->o->recipe->kv : LWQ_KV_NONE, 0,
+                                        &sl->out, &rp, e);
         sl->rep.quantized += rp.quantized;
         sl->rep.zero_weights += rp.zero_weights;
         lwq_qlayer_report_free(&rp); /* GPTQ entries: none, GPTQ implies --qdq-next, refused above */
     }
     if (rc == 0)
         rc = own_views(&sl->out, from, e);
-    if (rc == 0 && u > 0)
+    if (rc == 0 && u > 0 && r->rk->rank == 0) /* rank 0 holds the layer's quantized experts */
         rc = lwq_spill_move(&sl->spill, &sl->out, from, e);
     LWQ_TRACE_END();
     ls->quantize_s += lwq_now() - t;
@@ -347,7 +352,7 @@ static int finish_layer(stream_layer *sl, lwq_error *e)
     lwq_stream *s = r->stream;
     int nxt = 1 - r->cur, rc = 0;
     double t = lwq_now();
-    for (int b = 0; b < r->nb && rc == 0; b++) {
+    for (int b = r->b0; b < r->b1 && rc == 0; b++) {
         lwq_tensor h, part, sh;
         /* as the one-shot block: out = routed sum; out += shared experts (DeepSeek); h += out */
         if ((rc = h_load(r, r->bnd[nxt], b, &h, e)) == 0 && (rc = stage(r, s->partial, &s->dp, b, 1, &part, e)) == 0 &&
@@ -357,9 +362,9 @@ static int finish_layer(stream_layer *sl, lwq_error *e)
             rc = h_store(r, r->bnd[nxt], b, e);
     }
     r->lstat[sl->L].forward_s += lwq_now() - t;
-    if (rc == 0)
+    if (rc == 0 && r->rk->rank == 0) /* where the experts' input scales are */
         rc = lwq_qlayer_finish_inputs(sl->p, r->choice[sl->L], &sl->st, &sl->out, &sl->rep, e);
-    return rc;
+    return lwq_run_agree(r, rc, e);
 }
 
 int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e)
@@ -388,17 +393,19 @@ int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e)
     int nE = r->ck.cfg.num_experts;
     sl.only = calloc((size_t)(sl.p->nlinears ? sl.p->nlinears : 1), 1);
     int rc = sl.only ? buffers(r, e) : lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    if (rc == 0)
-        rc = lwq_run_stats_init(r, L, &sl.st, e); /* the same observers as an unstreamed layer */
-    if (rc) {
+    int st_open = rc == 0 && (rc = lwq_run_stats_init(r, L, &sl.st, e)) == 0; /* the observers of a whole layer */
+    if (rc == 0 && r->rk->rank == 0) /* rank 0 alone keeps the quantized experts */
+        rc = lwq_spill_open(&sl.spill, r->resume_dir, L, e);
+    if ((rc = lwq_run_agree(r, rc, e)) != 0) {
+        if (st_open)
+            lwq_stats_free(&sl.st);
+        lwq_spill_close(&sl.spill);
         free(sl.only);
         return rc;
     }
-    if ((rc = lwq_spill_open(&sl.spill, r->resume_dir, L, e)) == 0) {
-        lwq_run_wait_boundary(r, 1 - r->cur);
-        for (int u = 0; u < us->n && rc == 0; u++)
-            rc = run_unit(&sl, u, e);
-    }
+    lwq_run_wait_boundary(r, 1 - r->cur);
+    for (int u = 0; u < us->n && rc == 0; u++)
+        rc = run_unit(&sl, u, e);
     if (rc == 0)
         rc = finish_layer(&sl, e);
     if (rc == 0) {

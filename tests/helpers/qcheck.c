@@ -133,7 +133,7 @@ static int64_t host_amax(const qc_ref *r, const lwq_tensor *x, const lwq_tensor 
 }
 
 static int obs_linear(void *ctx, int layer, const char *module, const lwq_tensor *x, const lwq_tensor *valid,
-                      lwq_error *e)
+                      const int32_t *tok, lwq_error *e)
 {
     (void)layer;
     (void)e;
@@ -188,7 +188,7 @@ void qc_ref_compute(qc_ref *r, const char *model_dir, const qc_calib *c, int bat
     r->k_amax = calloc((size_t)r->nlayers, sizeof *r->k_amax);
     r->v_amax = calloc((size_t)r->nlayers, sizeof *r->v_amax);
     r->counts = calloc((size_t)(r->nlayers * r->nexp), sizeof *r->counts);
-    lwq_observer obs = {r, obs_linear, obs_kv, obs_counts, all_experts};
+    lwq_observer obs = {r, obs_linear, obs_kv, obs_counts, all_experts, NULL};
     for (int s0 = 0; s0 < c->n; s0 += batch_size) {
         int ns = c->n - s0 < batch_size ? c->n - s0 : batch_size;
         int64_t seq = 0, *lens = calloc((size_t)ns, sizeof *lens);

@@ -314,3 +314,20 @@ Test(st, mutated_headers_fail_cleanly)
     free(buf);
     cr_assert(ok > 0 && failed > 0, "ok %d failed %d", ok, failed);
 }
+
+/* F3 (issue 28): a zero-element [2^53, 1024, 0] has no bytes and no element count to overflow,
+ * so the parser passed it; a caller multiplying its first two dimensions then overflowed int64
+ * (UBSan, in eval's QUANT_DIR scalar check).  Every partial product must stay below 2^53. */
+Test(st, a_zero_element_shape_whose_partial_product_overflows)
+{
+    lwqt_write_st("zovf.safetensors",
+                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[9007199254740992,1024,0],\"data_offsets\":[0,0]}}", UINT64_MAX,
+                  0);
+    expect_fail("zovf.safetensors", LWQ_EFORMAT, "tensor 'w': the product of the dimensions up to shape[1] overflows",
+                "(limit 2^53 elements, zero dimensions aside)");
+    /* a zero dimension first does not hide the others' product */
+    lwqt_write_st("zovf2.safetensors",
+                  "{\"w\":{\"dtype\":\"F32\",\"shape\":[0,9007199254740992,1024],\"data_offsets\":[0,0]}}", UINT64_MAX,
+                  0);
+    expect_fail("zovf2.safetensors", LWQ_EFORMAT, "up to shape[2] overflows", NULL);
+}

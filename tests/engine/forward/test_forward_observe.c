@@ -44,8 +44,9 @@ static int rec_slot(rec *r, const char *name)
 }
 
 static int on_linear(void *ctx, int layer, const char *module, const lwq_tensor *x,
-                     const lwq_tensor *valid, lwq_error *e)
+                     const lwq_tensor *valid, const int32_t *tok, lwq_error *e)
 {
+    (void)tok;
     rec *r = ctx;
     if (++r->calls == r->fail_on)
         return lwq_errf(e, LWQ_ECANCELED, "observer stops at %s", module);
@@ -119,7 +120,7 @@ static int run(env *v, const lwq_weights *w, const int32_t *tok, int64_t B, int6
     int64_t D = v->f.ck.cfg.hidden_size, shape[2] = {B * T, D};
     lwq_tensor h;
     cr_assert_eq(lwq_backend_tensor_alloc(&v->be, v->act, 2, shape, &h, e), 0);
-    lwq_observer obs = {r, on_linear, on_kv, on_counts, all_experts};
+    lwq_observer obs = {r, on_linear, on_kv, on_counts, all_experts, NULL};
     rc = lwq_model_embed(&v->m, w, tok, &h, e);
     for (int l = 0; rc == 0 && l < v->f.ck.cfg.num_hidden_layers; l++)
         rc = lwq_model_layer_forward(&v->m, l, w, &b, &h, r ? &obs : NULL, e);

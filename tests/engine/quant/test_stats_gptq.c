@@ -35,8 +35,8 @@ Test(stats_gptq, group_members_share_one_sum_and_widths_are_checked)
     for (int i = 0; i < 5 * 32; i++)
         x[i] = (float)((i * 37) % 11) - 5.0f;
     lwq_tensor t = host2d(x, 5, 32);
-    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.q_proj", &t, NULL, &e), 0, "%s", e.msg);
-    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.k_proj", &t, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.q_proj", &t, NULL, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.k_proj", &t, NULL, NULL, &e), 0, "%s", e.msg);
     cr_assert_eq(st.htokens[0], 5);
     cr_assert_eq(st.htokens[1], 5);
     /* observed once, not twice: the sums are those of the 5 tokens */
@@ -46,7 +46,7 @@ Test(stats_gptq, group_members_share_one_sum_and_widths_are_checked)
         for (int j = i; j < 32; j++)
             cr_assert_eq(st.hsum[0][i * 32 + j], ref[i * 32 + j], "[%d,%d]", i, j);
     /* an input wider than the plan's in-features would overrun the sums: refused, named */
-    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.o_proj", &t, NULL, &e), LWQ_EINVAL);
+    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.o_proj", &t, NULL, NULL, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, "l.o_proj") && strstr(e.msg, "32 wide") && strstr(e.msg, "16 in-features"), "%s", e.msg);
     free(ref);
     lwq_stats_free(&st);
@@ -69,7 +69,7 @@ Test(stats_gptq, gptq_without_its_hessian_is_an_error)
     for (int i = 0; i < 32 * 16; i++)
         w[i] = (float)(i % 5) * 0.01f;
     lwq_tensor t = host2d(x, 3, 16);
-    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.o_proj", &t, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(st.obs.linear_input(st.obs.ctx, 0, "l.o_proj", &t, NULL, NULL, &e), 0, "%s", e.msg);
     lwq_tlist src = {0}, out = {0};
     int64_t shape[2] = {32, 16};
     cr_assert_eq(lwq_tlist_add(&src, "l.o_proj.weight", LWQ_F32, 2, shape, w, 1, &e), 0);

@@ -182,12 +182,14 @@ Test(gptq_e2e, plan_predicts_hessian_memory)
     cJSON *c = cJSON_Parse(cfg);
     uint64_t h = (uint64_t)cJSON_GetObjectItem(c, "hidden_size")->valueint;
     uint64_t im = (uint64_t)cJSON_GetObjectItem(c, "intermediate_size")->valueint;
-    /* q/k/v share one (hidden), o_proj one (heads x head_dim = hidden), gate/up one, down one */
-    cr_assert_eq(p.gptq_hessian_bytes, (3 * h * h + im * im) * 8);
+    /* q/k/v share one (hidden), o_proj one (heads x head_dim = hidden), gate/up one, down one;
+     * each an in x in double partial and the in (in + 1) / 2 fixed-point sums (16 bytes) */
+    uint64_t one = 3 * (h * h * 8 + h * (h + 1) / 2 * 16) + im * im * 8 + im * (im + 1) / 2 * 16;
+    cr_assert_eq(p.gptq_hessian_bytes, one);
     cr_assert_geq(p.stats_bytes, p.gptq_hessian_bytes);
     o.whole_model = 1; /* every layer's sums resident together */
     cr_assert_eq(lwq_quantize_plan(&o, &p, &e), 0, "%s", e.msg);
-    cr_assert_eq(p.gptq_hessian_bytes, 2 * (3 * h * h + im * im) * 8);
+    cr_assert_eq(p.gptq_hessian_bytes, 2 * one);
     /* on the GPU: the factor of the widest input (2 in^2 doubles) at least, in GPTQ's own term */
     o.whole_model = 0;
     o.device = LWQ_DEVICE_CUDA;

@@ -20,19 +20,24 @@ static void fifo(const char *name)
     cr_assert_eq(mkfifo(lwqt_path(name), 0644), 0, "mkfifo %s", name);
 }
 
-/* `lwq <args>` (a shell fragment, run in the temp dir) is refused with exit 2 within 20 s, and
- * its stderr names `file` as not a regular file.  A blocking open shows as exit 137. */
-static void refused_fast(const char *args, const char *file)
+/* `lwq <args>` (a shell fragment, run in the temp dir) exits `want_rc` within 20 s, and its
+ * stderr (or stdout: verify lists its findings there) names `file` as not a regular file.  A
+ * blocking open shows as exit 137. */
+static void found_fast(const char *args, const char *file, int want_rc)
 {
-    int rc = lwqt_sh("cd %s && timeout -s KILL 20 %s %s >out.txt 2>err.txt", lwqt_dir, lwqt_bin(), args);
-    char *err = lwqt_err();
+    int rc = lwqt_sh("cd %s && timeout -s KILL 20 %s %s >out.txt 2>err.txt </dev/null", lwqt_dir, lwqt_bin(), args);
+    char *err = lwqt_err(), *out = lwqt_out();
     cr_assert_neq(rc, 137, "lwq %s blocked on the FIFO %s", args, file);
-    cr_assert_eq(rc, 2, "lwq %s: exit %d, expected 2; stderr: %s", args, rc, err);
+    cr_assert_eq(rc, want_rc, "lwq %s: exit %d, expected %d; stderr: %s", args, rc, want_rc, err);
     char want[600];
     snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", file);
-    cr_assert(strstr(err, want), "stderr lacks \"%s\": %s", want, err);
+    cr_assert(strstr(err, want) || strstr(out, want), "output lacks \"%s\"; stdout: %s; stderr: %s", want, out, err);
     free(err);
+    free(out);
 }
+
+/* ... refused: exit 2. */
+static void refused_fast(const char *args, const char *file) { found_fast(args, file, 2); }
 
 #define Q "quantize m -o o --calib-size 4 --calib-seq 16 --quiet"
 
@@ -95,6 +100,27 @@ Test(hostile_files, yaml_recipe)
     refused_fast(Q " --recipe ./r.yaml", "r.yaml");
 }
 
+/* A YAML recipe's import: a FIFO w8a8_fp8_fp8.yml was passed over for the next suffix, and
+ * w8a8_fp8_fp8.yaml quantized the model in its place (exit 0). */
+Test(hostile_files, yaml_recipe_import)
+{
+    make_model("m");
+    cr_assert_eq(lwqt_sh("cp -r %s %s/rr", lwqt_source_path("tests/data/modelopt_recipes"), lwqt_dir), 0);
+    fifo("rr/configs/ptq/units/w8a8_fp8_fp8.yml");
+    lwqt_write_str("r.yaml", "imports:\n  off: configs/ptq/units/base_disable_all\n  w: configs/ptq/units/w8a8_fp8_fp8\n"
+                             "metadata: {recipe_type: ptq}\nquantize:\n  algorithm:\n    method: max\n  quant_cfg:\n"
+                             "    - $import: off\n    - $import: w\n    - {quantizer_name: '*lm_head*', enable: false}\n");
+    refused_fast(Q " --recipe r.yaml --recipe-root rr", "rr/configs/ptq/units/w8a8_fp8_fp8.yml");
+}
+
+/* The model's other files, copied into the output. */
+Test(hostile_files, generation_config_json)
+{
+    make_model("m");
+    fifo("m/generation_config.json");
+    refused_fast(Q, "m/generation_config.json");
+}
+
 Test(hostile_files, resume_manifest)
 {
     make_model("m");
@@ -133,4 +159,66 @@ Test(hostile_files, verify_index)
     quantized();
     fifo("q/model.safetensors.index.json");
     refused_fast("verify q", "q/model.safetensors.index.json");
+}
+
+Test(hostile_files, eval_quant_dir_shard)
+{
+    quantized();
+    fifo("q/model-layer-00000.safetensors");
+    refused_fast(E, "q/model-layer-00000.safetensors");
+}
+
+Test(hostile_files, eval_quant_dir_index)
+{
+    quantized();
+    fifo("q/model.safetensors.index.json");
+    refused_fast(E, "q/model.safetensors.index.json");
+}
+
+Test(hostile_files, eval_data_file)
+{
+    quantized();
+    fifo("d.jsonl");
+    refused_fast(E " --data d.jsonl", "d.jsonl");
+}
+
+/* verify lists what it finds (exit 1): each file it reads, a FIFO named and not waited on */
+Test(hostile_files, verify_shard)
+{
+    quantized();
+    fifo("q/model-layer-00001.safetensors");
+    found_fast("verify q", "q/model-layer-00001.safetensors", 1);
+}
+
+Test(hostile_files, verify_configs)
+{
+    quantized();
+    fifo("q/hf_quant_config.json");
+    fifo("q/config.json");
+    found_fast("verify q", "q/hf_quant_config.json", 1);
+    found_fast("verify q", "q/config.json", 1);
+}
+
+Test(hostile_files, verify_resume_manifest)
+{
+    quantized();
+    mkdir(lwqt_path("q.layerwise_resume"), 0755);
+    fifo("q.layerwise_resume/manifest.json");
+    found_fast("verify q", "q.layerwise_resume/manifest.json", 1);
+}
+
+Test(hostile_files, inspect_diff_and_tokenize)
+{
+    quantized();
+    fifo("q/config.json");
+    fifo("m/tokenizer.json");
+    refused_fast("inspect q", "q/config.json");
+    refused_fast("diff m q", "q/config.json");
+    refused_fast("tokenize m", "m/tokenizer.json");
+}
+
+Test(hostile_files, bench_io)
+{
+    fifo("f.bin");
+    refused_fast("bench-io f.bin", "f.bin");
 }

@@ -62,6 +62,14 @@ static void eval_refused(const char *needle)
     expect(a, 2, needle);
 }
 
+/* ... naming the shard that holds the tensor, then `needle` */
+static void eval_refused_in_shard(const char *needle)
+{
+    char want[1000];
+    snprintf(want, sizeof want, "lwq: %s: %s", lwqt_path("q/model-layer-00000.safetensors"), needle);
+    eval_refused(want);
+}
+
 static void verify_fails(const char *needle)
 {
     const char *a[] = {"verify", lwqt_path("q"), NULL};
@@ -76,33 +84,36 @@ Test(hostile_qdir, eval_refuses_a_nan_block_scale)
 {
     quantized("nvfp4");
     poke_byte(DOWN ".weight_scale", 5, 0x7F);
-    eval_refused(DOWN ".weight_scale[5] is NaN (E4M3 byte 0x7F); every NVFP4 block scale must be finite and > 0");
+    eval_refused_in_shard(DOWN ".weight_scale[5] is NaN (E4M3 byte 0x7F); every NVFP4 block scale must be finite and > 0");
 }
 
 Test(hostile_qdir, eval_refuses_a_zero_block_scale)
 {
     quantized("nvfp4");
     poke_byte(DOWN ".weight_scale", 0, 0x00);
-    eval_refused(DOWN ".weight_scale[0] is zero (E4M3 byte 0x00)");
+    eval_refused_in_shard(DOWN ".weight_scale[0] is zero (E4M3 byte 0x00)");
 }
 
 Test(hostile_qdir, eval_refuses_a_negative_block_scale)
 {
     quantized("nvfp4");
     poke_byte(DOWN ".weight_scale", 3, 0xB8);
-    eval_refused(DOWN ".weight_scale[3] is negative (E4M3 byte 0xB8)");
+    eval_refused_in_shard(DOWN ".weight_scale[3] is negative (E4M3 byte 0xB8)");
 }
 
 Test(hostile_qdir, eval_refuses_a_nan_fp8_weight_code)
 {
     quantized("fp8");
     poke_byte(DOWN ".weight", 7, 0xFF);
-    eval_refused(DOWN ".weight[7] is an FP8 NaN code (0xFF)");
+    eval_refused_in_shard(DOWN ".weight[7] is an FP8 NaN code (0xFF)");
 }
 
+/* An output as it is shipped, without its resume directory (whose checksums would catch any
+ * edit): verify passed NaN codes. */
 Test(hostile_qdir, verify_finds_a_nan_fp8_weight_code)
 {
     quantized("fp8");
+    lwqt_sh("rm -rf %s", lwqt_path("q.layerwise_resume"));
     poke_byte(DOWN ".weight", 7, 0x7F);
     verify_fails("model-layer-00000.safetensors: " DOWN ".weight[7] is an FP8 NaN code (0x7F)");
 }
@@ -111,7 +122,7 @@ Test(hostile_qdir, eval_refuses_a_bad_weight_scale_2)
 {
     quantized("nvfp4");
     poke_f32(DOWN ".weight_scale_2", -1.0f);
-    eval_refused(DOWN ".weight_scale_2 is -1; it must be finite and > 0");
+    eval_refused_in_shard(DOWN ".weight_scale_2 is -1; it must be finite and > 0");
 }
 
 /* Found by fuzz/fuzz_qdir after the F4 fix: a finite but huge weight_scale_2 (or FP8 weight_scale)
@@ -122,7 +133,7 @@ Test(hostile_qdir, eval_refuses_a_weight_scale_2_whose_weights_overflow)
     quantized("nvfp4");
     poke_byte(DOWN ".weight_scale", 0, 0x7E); /* 448, the largest block scale */
     poke_f32(DOWN ".weight_scale_2", 2e35f);   /* 2e35 x 448 x 6 = 5.4e38 > FLT_MAX */
-    eval_refused(DOWN ".weight_scale_2 is 2e+35: with " DOWN ".weight_scale[0] = 448 its weights reach 5.376e+38, "
+    eval_refused_in_shard(DOWN ".weight_scale_2 is 2e+35: with " DOWN ".weight_scale[0] = 448 its weights reach 5.376e+38, "
                  "beyond a float");
 }
 
@@ -131,7 +142,7 @@ Test(hostile_qdir, eval_refuses_an_fp8_weight_scale_whose_weights_overflow)
     quantized("fp8");
     poke_byte(DOWN ".weight", 0, 0xFE);     /* -448 */
     poke_f32(DOWN ".weight_scale", 1e36f); /* x 448 = 4.5e38 > FLT_MAX */
-    eval_refused(DOWN ".weight_scale is 1e+36: with " DOWN ".weight[0] = 448 its weights reach 4.48e+38, "
+    eval_refused_in_shard(DOWN ".weight_scale is 1e+36: with " DOWN ".weight[0] = 448 its weights reach 4.48e+38, "
                  "beyond a float");
 }
 
@@ -140,7 +151,7 @@ Test(hostile_qdir, eval_refuses_a_nan_input_scale)
 {
     quantized("nvfp4");
     poke_f32(DOWN ".input_scale", NAN);
-    eval_refused(DOWN ".input_scale is nan; it must be finite and > 0");
+    eval_refused_in_shard(DOWN ".input_scale is nan; it must be finite and > 0");
 }
 
 Test(hostile_qdir, eval_refuses_an_infinite_zero_or_negative_input_scale)
@@ -152,7 +163,7 @@ Test(hostile_qdir, eval_refuses_an_infinite_zero_or_negative_input_scale)
         poke_f32(DOWN ".input_scale", bad[i]);
         char want[200];
         snprintf(want, sizeof want, DOWN ".input_scale is %s; it must be finite and > 0", shown[i]);
-        eval_refused(want);
+        eval_refused_in_shard(want);
     }
 }
 

@@ -80,6 +80,15 @@ static void partial_run(void)
     cr_assert_eq(stat(lwqt_path("o.layerwise_resume/boundary-1.bin"), &st), 0, "boundary-1.bin after step %d", hi);
 }
 
+/* The rerun of m into o is refused (exit 2); its stderr is shown when not. */
+static void rerun_refused(void)
+{
+    int rc = quantize("o", "");
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 2, "the rerun exited %d, expected 2 (refused); stderr: %s", rc, err);
+    free(err);
+}
+
 static void stderr_has(const char *needle)
 {
     char *err = lwqt_err();
@@ -95,7 +104,7 @@ static void rerun_naming_boundary(const char *file)
     cJSON *b = cJSON_GetObjectItemCaseSensitive(j, "boundary");
     cJSON_ReplaceItemInObjectCaseSensitive(b, "file", cJSON_CreateString(file));
     save_json("o.layerwise_resume/manifest.json", j);
-    cr_assert_eq(quantize("o", ""), 2);
+    rerun_refused();
 }
 
 /* F7: 1 of 2 committed, not complete, no boundary named: the rerun took layer 1's input from the
@@ -126,7 +135,7 @@ Test(hostile_resume, a_boundary_before_any_commit_is_refused)
     cJSON_ReplaceItemInObjectCaseSensitive(j, "committed", cJSON_CreateNumber(0));
     cJSON_ReplaceItemInObjectCaseSensitive(j, "layers", cJSON_CreateArray());
     save_json("o.layerwise_resume/manifest.json", j);
-    cr_assert_eq(quantize("o", ""), 2);
+    rerun_refused();
     stderr_has("manifest.json: boundary.file is \"boundary-1.bin\" with 0 of 2 layers committed, where no boundary may "
                "be named");
 }
@@ -138,8 +147,22 @@ Test(hostile_resume, complete_with_uncommitted_layers_is_refused)
     cJSON *j = load_json("o.layerwise_resume/manifest.json");
     cJSON_ReplaceItemInObjectCaseSensitive(j, "complete", cJSON_CreateTrue());
     save_json("o.layerwise_resume/manifest.json", j);
-    cr_assert_eq(quantize("o", ""), 2);
+    rerun_refused();
     stderr_has("manifest.json: field \"complete\" is missing or invalid");
+}
+
+/* F6 for the resume state's other file: a FIFO as the boundary is refused, not waited on. */
+Test(hostile_resume, a_fifo_as_the_boundary_is_refused)
+{
+    partial_run();
+    cr_assert_eq(unlink(lwqt_path("o.layerwise_resume/boundary-1.bin")), 0);
+    cr_assert_eq(mkfifo(lwqt_path("o.layerwise_resume/boundary-1.bin"), 0644), 0);
+    int rc = quantize("o", "timeout -s KILL 60");
+    cr_assert_neq(rc, 137, "the rerun blocked on the FIFO boundary-1.bin");
+    cr_assert_eq(rc, 2, "exit %d", rc);
+    char want[700];
+    snprintf(want, sizeof want, "%s: not a regular file (a FIFO)", lwqt_path("o.layerwise_resume/boundary-1.bin"));
+    stderr_has(want);
 }
 
 /* The unedited partial state still resumes (the checks above refuse only what is inconsistent). */
@@ -195,6 +218,15 @@ static int verify(const char *out)
     return lwqt_sh("%s verify %s >%s 2>%s", lwqt_bin(), lwqt_path(out), lwqt_path("out.txt"), lwqt_path("err.txt"));
 }
 
+/* `lwq verify out` exits `want`; its stdout is shown when not. */
+static void verify_exits(const char *out, int want)
+{
+    int rc = verify(out);
+    char *o = lwqt_out();
+    cr_assert_eq(rc, want, "lwq verify %s exited %d, expected %d; stdout: %s", out, rc, want, o);
+    free(o);
+}
+
 static void stdout_has(const char *needle)
 {
     char *o = lwqt_out();
@@ -208,9 +240,9 @@ Test(hostile_resume, verify_compares_each_shards_fingerprint_with_the_manifest)
 {
     make_model();
     cr_assert_eq(quantize("o", ""), 0);
-    cr_assert_eq(verify("o"), 0);
+    verify_exits("o", 0);
     edit_fingerprint("o", 0);
-    cr_assert_eq(verify("o"), 1);
+    verify_exits("o", 1);
     stdout_has("FAIL: model-layer-00000.safetensors: lwq_fingerprint ");
     stdout_has("but the manifest says the run is ");
 }
@@ -220,7 +252,7 @@ Test(hostile_resume, resume_refuses_a_committed_shard_of_another_fingerprint)
 {
     partial_run();
     edit_fingerprint("o", 0);
-    cr_assert_eq(quantize("o", ""), 2);
+    rerun_refused();
     char want[700];
     snprintf(want, sizeof want, "committed shard %s: its header carries lwq_fingerprint ",
              lwqt_path("o/model-layer-00000.safetensors"));
@@ -252,9 +284,9 @@ Test(hostile_resume, verify_finds_a_removed_layer)
     make_model();
     cr_assert_eq(quantize("o", ""), 0);
     lwqt_sh("rm -rf %s.layerwise_resume", lwqt_path("o"));
-    cr_assert_eq(verify("o"), 0);
+    verify_exits("o", 0);
     drop_shard("o", "model-layer-00001.safetensors");
-    cr_assert_eq(verify("o"), 1);
+    verify_exits("o", 1);
     stdout_has("config.json declares 2 decoder layers, but no tensor belongs to layer 1 (expected names "
                "model.layers.1.*)");
 }
@@ -265,7 +297,7 @@ Test(hostile_resume, verify_finds_removed_tail_tensors)
     cr_assert_eq(quantize("o", ""), 0);
     lwqt_sh("rm -rf %s.layerwise_resume", lwqt_path("o"));
     drop_shard("o", "model-tail.safetensors");
-    cr_assert_eq(verify("o"), 1);
+    verify_exits("o", 1);
     char want[600];
     snprintf(want, sizeof want, "FAIL: %s: layer -1: missing model.embed_tokens.weight (against the llama plan of "
              "config.json)", lwqt_path("o"));
@@ -277,6 +309,6 @@ Test(hostile_resume, verify_finds_an_empty_weight_map)
     make_model();
     cr_assert_eq(quantize("o", ""), 0);
     lwqt_write_str("o/model.safetensors.index.json", "{\"metadata\": {}, \"weight_map\": {}}");
-    cr_assert_eq(verify("o"), 1);
+    verify_exits("o", 1);
     stdout_has("FAIL: ");
 }

@@ -1,0 +1,175 @@
+/* mpirun -np N lwq quantize: the bytes of one process for any rank count, resume across rank counts, refusals. */
+#include <criterion/criterion.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "shell.h"
+
+static char dir[256];
+static const char *mpiexec;
+
+static void setup(void)
+{
+    mpiexec = getenv("LWQ_MPIEXEC");
+    if (!mpiexec || !*mpiexec)
+        return;
+    /* Open MPI as root, more ranks than cores, no ssh (MPICH ignores these) */
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 1);
+    setenv("OMPI_MCA_plm_rsh_agent", "", 1);
+    /* a loaded 2-core machine with 3 or 4 ranks: a waiting rank yields the core instead of spinning */
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    lwqt_tmpdir(dir, sizeof dir, "lwq-ranks");
+}
+
+static void teardown(void)
+{
+    if (dir[0])
+        lwqt_rmtree(dir);
+}
+
+static void need_mpi(void)
+{
+    if (!mpiexec || !*mpiexec)
+        cr_skip_test("this lwq was built without MPI (LWQ_MPI=OFF or none found): no launcher to test with");
+    if (access(mpiexec, X_OK) != 0)
+        cr_skip_test("the MPI launcher this lwq was built with, %s, is not here (mpirun absent)", mpiexec);
+}
+
+#define CALIB "--calib-size 16 --calib-seq 32 --batch-size 4 --threads 1 --quiet"
+
+static void mkmodel(const char *name, const char *args)
+{
+    cr_assert_eq(lwqt_sh("'%s' mkmodel '%s/%s' --hidden 128 --layers 3 %s >/dev/null", lwqt_bin(), dir, name, args), 0);
+}
+
+/* 0 when every file of a equals b's, byte for byte */
+static int same_files(const char *a, const char *b)
+{
+    return lwqt_sh("cd '%s/%s' && sha256sum * > '%s/%s.sha' && cd '%s/%s' && sha256sum -c --quiet '%s/%s.sha' && "
+                   "[ $(ls | wc -l) = $(wc -l < '%s/%s.sha') ]",
+                   dir, a, dir, a, dir, b, dir, a, dir, a);
+}
+
+static int quantize(const char *launch, const char *model, const char *out, const char *args)
+{
+    return lwqt_sh("cd '%s' && %s '%s' quantize %s -o %s " CALIB " %s > %s.log 2>&1", dir, launch, lwqt_bin(), model,
+                   out, args, out);
+}
+
+static char *log_of(const char *out)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s.log", dir, out);
+    FILE *f = fopen(p, "r");
+    cr_assert_not_null(f, "%s", p);
+    static char buf[65536];
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = 0;
+    fclose(f);
+    return buf;
+}
+
+TestSuite(ranks, .init = setup, .fini = teardown);
+
+/* MoE, local_hessian (fixed-point Hessians met over ranks), expert streaming: 3 ranks write
+ * what one process writes. */
+Test(ranks, three_ranks_write_the_bytes_of_one_process)
+{
+    need_mpi();
+    mkmodel("moe", "--arch qwen3_moe --experts 8 --top-k 2");
+    const char *a = "--qformat nvfp4 --algo local_hessian --expert-group 3";
+    cr_assert_eq(quantize("", "moe", "one", a), 0, "%s", log_of("one"));
+    char launch[300];
+    snprintf(launch, sizeof launch, "'%s' -n 3", mpiexec);
+    cr_assert_eq(quantize(launch, "moe", "three", a), 0, "%s", log_of("three"));
+    cr_assert_eq(same_files("one", "three"), 0, "3 ranks wrote other bytes than one process");
+}
+
+/* GPTQ: sequential calibration re-runs each layer on every rank with all quantized weights. */
+Test(ranks, gptq_over_two_ranks_writes_the_bytes_of_one_process)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    const char *a = "--qformat nvfp4 --algo gptq";
+    cr_assert_eq(quantize("", "llama", "one", a), 0, "%s", log_of("one"));
+    char launch[300];
+    snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
+    cr_assert_eq(quantize(launch, "llama", "two", a), 0, "%s", log_of("two"));
+    cr_assert_eq(same_files("one", "two"), 0, "2 ranks wrote other bytes than one process");
+}
+
+/* A rank killed with SIGKILL in the middle of layer 1 ends the job; the identical command resumes
+ * with 2 ranks, and a copy of the state with one process: both byte-identical. */
+Test(ranks, a_killed_rank_resumes_with_another_rank_count)
+{
+    need_mpi();
+    mkmodel("moe", "--arch qwen3_moe --experts 8 --top-k 2 --layers 4");
+    const char *a = "--qformat nvfp4 --algo mse --fp8-scale-sweep";
+    cr_assert_eq(quantize("", "moe", "ref", a), 0, "%s", log_of("ref"));
+    char launch[300];
+    snprintf(launch, sizeof launch, "LWQ_RANKS_KILL=1:2 '%s' -n 3", mpiexec);
+    cr_assert_neq(quantize(launch, "moe", "o", a), 0, "the job survived a killed rank");
+    cr_assert_eq(lwqt_sh("grep -q '\"committed\":.2,' '%s/o.layerwise_resume/manifest.json'", dir), 0,
+                 "layers 0 and 1 committed before the kill");
+    cr_assert_eq(lwqt_sh("cd '%s' && cp -r o p && cp -r o.layerwise_resume p.layerwise_resume", dir), 0);
+    snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
+    cr_assert_eq(quantize(launch, "moe", "o", a), 0, "%s", log_of("o"));
+    cr_assert_eq(quantize("", "moe", "p", a), 0, "%s", log_of("p"));
+    cr_assert_eq(same_files("ref", "o"), 0, "resumed with 2 ranks: other bytes");
+    cr_assert_eq(same_files("ref", "p"), 0, "resumed by one process: other bytes");
+    cr_assert_eq(lwqt_sh("ls '%s/o.layerwise_resume' | grep -q boundary", dir), 1, "boundary parts left behind");
+}
+
+Test(ranks, more_ranks_than_batches_is_refused_once)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    char launch[300];
+    snprintf(launch, sizeof launch, "'%s' -n 3", mpiexec);
+    cr_assert_eq(quantize(launch, "llama", "o", "--calib-size 8"), 2);
+    const char *l = log_of("o");
+    const char *m = "3 ranks, but the calibration set makes only 2 batches";
+    const char *at = strstr(l, m);
+    cr_assert(at, "%s", l);
+    cr_assert(!strstr(at + 1, m), "printed by more than one rank: %s", l);
+}
+
+/* Two ranks started with different calibration sizes (MPMD): refused, naming the rank and what
+ * differs, before anything is written. */
+Test(ranks, ranks_with_different_inputs_are_refused_naming_the_rank)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    cr_assert_eq(lwqt_sh("cd '%s' && '%s' -n 1 '%s' quantize llama -o o " CALIB " : -n 1 '%s' quantize llama -o o "
+                         CALIB " --calib-size 12 > o.log 2>&1",
+                         dir, mpiexec, lwqt_bin(), lwqt_bin()),
+                 2);
+    cr_assert(strstr(log_of("o"), "rank 1 differs from rank 0 in: calibration tokens"), "%s", log_of("o"));
+    cr_assert_neq(lwqt_sh("ls '%s/o' 2>/dev/null | grep -q safetensors", dir), 0, "a shard was written");
+}
+
+/* One job per output: rank 0 holds the run lock for the whole job. */
+Test(ranks, an_output_in_use_is_refused)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    char launch[300];
+    snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
+    cr_assert_eq(lwqt_sh("mkdir -p '%s/o.layerwise_resume' && : > '%s/o.layerwise_resume/lock'", dir, dir), 0);
+    cr_assert_eq(lwqt_sh("cd '%s' && flock o.layerwise_resume/lock %s '%s' quantize llama -o o " CALIB " > o.log 2>&1",
+                         dir, launch, lwqt_bin()),
+                 2);
+    cr_assert(strstr(log_of("o"), "in use by another lwq run"), "%s", log_of("o"));
+}
+
+Test(ranks, plan_shows_each_ranks_memory)
+{
+    mkmodel("llama", "--arch llama");
+    cr_assert_eq(lwqt_sh("cd '%s' && '%s' plan llama --ranks 3 " CALIB " > o.log 2>&1", dir, lwqt_bin()), 0);
+    const char *l = log_of("o");
+    cr_assert(strstr(l, "plan: rank 0 of 3: batches [0, 1)") && strstr(l, "plan: rank 2 of 3: batches [3, 4)"), "%s", l);
+}
