@@ -144,10 +144,17 @@ def to_ct(job, q, ct_dir, log):
     nvfp4 = [m for m, v in layers.items() if v.get("quant_algo") == "NVFP4"]
     fp8 = [m for m, v in layers.items() if v.get("quant_algo") == "FP8"]
     excl = list(q.get("exclude_modules") or [])
-    quantized = {n[:-len(".weight_scale")] for n in tensor_names(job["lwq"]) if n.endswith(".weight_scale")}
+    names = tensor_names(job["lwq"])
+    quantized = {n[:-len(".weight_scale")] for n in names if n.endswith(".weight_scale")}
     ignore = [ct_pattern(g) for g in excl] + not_linear_modules(job["src"], quantized)
+    # an FP8 KV cache with calibrated k/v scales is compressed-tensors' static FP8 kv_cache_scheme;
+    # Model Optimizer's fp8_cast (lwq's default) writes kv_cache_quant_algo FP8 and no scales at
+    # all (a reader uses 1.0), which that scheme cannot describe: the converter would then demand
+    # a k_scale for every attention it targets by name
+    kv_scales = any(n.endswith((".k_scale", ".v_scale")) for n in names)
     kv = QuantizationArgs(num_bits=8, dynamic=False, type=QuantizationType.FLOAT) \
-        if q.get("kv_cache_quant_algo") == "FP8" else None
+        if q.get("kv_cache_quant_algo") == "FP8" and kv_scales else None
+    log["kv_scales"] = kv_scales
     log["exclude_modules"] = excl
     log["ignore"] = ignore
     shutil.rmtree(ct_dir, ignore_errors=True)

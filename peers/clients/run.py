@@ -4,6 +4,7 @@
     peers/clients/run.sh --scan DIR       # instead: every lwq output under DIR/lwq/<source>/<case>
                                           # (the peers harness's work folder, peers/run.py)
     peers/clients/run.sh --only ct|vllm --src llama-f32,qwen3_moe-bf16
+    peers/clients/run.sh --only tables --case fp8,nvfp4   # the tables from the last results
 
 Needs peers/setup.sh (the `ct` and `vllm` venvs), the transformers-written sources in
 tests/data/peers/src (else WORK/src: peers/make_sources.py) and the calibration ids
@@ -62,8 +63,9 @@ MOE = {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"}
 
 
 def cases():
-    """(source, case, lwq options): the lwq side of peers/run.py's core, kv and subsets groups, the
-    qwen3_next production recipe, and the calibration algorithms of its patched rows."""
+    """(source, case, lwq options): the lwq side of peers/run.py's core, kv, subsets and recipes
+    groups, the qwen3_next production recipe (and its FP8 form vLLM 0.33 reads), and the
+    calibration algorithms of its patched rows."""
     out = []
     for arch in ARCHS:
         for dt in ("f32", "bf16"):
@@ -87,7 +89,26 @@ def cases():
             add("fp8-mse", "fp8", extra=("--algo", "mse"))
             add("nvfp4-mse-fp8_scale_sweep", "nvfp4", extra=("--algo", "mse", "--fp8-scale-sweep"))
             add("nvfp4-local_hessian", "nvfp4", extra=("--algo", "local_hessian"))
+            # issue 25: an auto-quantize mix (MIXED_PRECISION, per-layer NVFP4 / FP8 / none)
+            out.append((s, "autoq-6bits", ["--auto-quantize-bits", "6"]))
+    # peers/run.py's recipes group: every published general/ptq recipe of Model Optimizer, on qwen3_moe
+    root = recipe_root()
+    if root:
+        for s in ("qwen3_moe-f32", "qwen3_moe-bf16"):
+            for name in sorted(os.listdir(os.path.join(root, "general", "ptq"))):
+                r = "general/ptq/" + name.rsplit(".", 1)[0]
+                out.append((s, r.replace("/", "_"), ["--recipe", r, "--recipe-root", root]))
     return out
+
+
+def recipe_root():
+    """Model Optimizer's modelopt_recipes folder in the modelopt venv (no import: any Python runs this)."""
+    lib = os.path.join(VENVS, "modelopt", "lib")
+    for py in sorted(os.listdir(lib)) if os.path.isdir(lib) else []:
+        d = os.path.join(lib, py, "site-packages", "modelopt_recipes")
+        if os.path.isdir(os.path.join(d, "general", "ptq")):
+            return d
+    return None
 
 
 def sh(cmd, log):
@@ -283,7 +304,9 @@ def tables(rows):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scan", help="check every lwq output under DIR/lwq/<source>/<case> instead of quantizing")
-    ap.add_argument("--only", help="ct or vllm (default both)")
+    ap.add_argument("--only", choices=("ct", "vllm", "tables"),
+                    help="run only this peer (the other's last results are shown), or neither: "
+                         "'tables' rebuilds the tables from both peers' last results (default both)")
     ap.add_argument("--src", help="comma-separated sources")
     ap.add_argument("--case", help="comma-separated case labels")
     ap.add_argument("--force", action="store_true", help="quantize again cases whose outputs exist")
