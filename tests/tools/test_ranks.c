@@ -75,18 +75,24 @@ static char *log_of(const char *out)
 
 TestSuite(ranks, .init = setup, .fini = teardown);
 
+/* The run without a launcher, then `mpiexec -n np` of the same command: the same files, byte for byte. */
+static void np_ranks_write_the_bytes_of_one_process(const char *model, const char *args, int np)
+{
+    cr_assert_eq(quantize("", model, "one", args), 0, "%s", log_of("one"));
+    char launch[300], out[16];
+    snprintf(launch, sizeof launch, "'%s' -n %d", mpiexec, np);
+    snprintf(out, sizeof out, "np%d", np);
+    cr_assert_eq(quantize(launch, model, out, args), 0, "%s", log_of(out));
+    cr_assert_eq(same_files("one", out), 0, "%d ranks wrote other bytes than one process", np);
+}
+
 /* MoE, local_hessian (fixed-point Hessians met over ranks), expert streaming: 3 ranks write
  * what one process writes. */
 Test(ranks, three_ranks_write_the_bytes_of_one_process)
 {
     need_mpi();
     mkmodel("moe", "--arch qwen3_moe --experts 8 --top-k 2");
-    const char *a = "--qformat nvfp4 --algo local_hessian --expert-group 3";
-    cr_assert_eq(quantize("", "moe", "one", a), 0, "%s", log_of("one"));
-    char launch[300];
-    snprintf(launch, sizeof launch, "'%s' -n 3", mpiexec);
-    cr_assert_eq(quantize(launch, "moe", "three", a), 0, "%s", log_of("three"));
-    cr_assert_eq(same_files("one", "three"), 0, "3 ranks wrote other bytes than one process");
+    np_ranks_write_the_bytes_of_one_process("moe", "--qformat nvfp4 --algo local_hessian --expert-group 3", 3);
 }
 
 /* GPTQ: sequential calibration re-runs each layer on every rank with all quantized weights. */
@@ -94,12 +100,7 @@ Test(ranks, gptq_over_two_ranks_writes_the_bytes_of_one_process)
 {
     need_mpi();
     mkmodel("llama", "--arch llama");
-    const char *a = "--qformat nvfp4 --algo gptq";
-    cr_assert_eq(quantize("", "llama", "one", a), 0, "%s", log_of("one"));
-    char launch[300];
-    snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
-    cr_assert_eq(quantize(launch, "llama", "two", a), 0, "%s", log_of("two"));
-    cr_assert_eq(same_files("one", "two"), 0, "2 ranks wrote other bytes than one process");
+    np_ranks_write_the_bytes_of_one_process("llama", "--qformat nvfp4 --algo gptq", 2);
 }
 
 /* A rank killed with SIGKILL in the middle of layer 1 ends the job; the identical command resumes
