@@ -173,17 +173,20 @@ int lwq_ranks_agree(lwq_ranks *rk, int rc, lwq_error *e)
     if (first == rk->size)
         return 0;
     struct {
-        int code;
+        int code, agreed;
         char msg[LWQ_ERRMSG_MAX];
     } m;
     memset(&m, 0, sizeof m);
     if (rk->rank == first) {
         m.code = rc;
+        m.agreed = rk->agreed; /* an error met at an earlier agreement already names its rank */
         snprintf(m.msg, sizeof m.msg, "%s", e && e->msg[0] ? e->msg : lwq_strerror(rc));
     }
     MPI_TRY(MPI_Bcast(&m, (int)sizeof m, MPI_BYTE, first, COMM(rk)), "MPI_Bcast (error)");
     rk->agreed = 1;
     lwq_error_clear(e);
+    if (m.agreed)
+        return lwq_errf(e, m.code < 0 ? m.code : LWQ_ESTATE, "%s", m.msg);
     return lwq_errf(e, m.code < 0 ? m.code : LWQ_ESTATE, "rank %d: %s", first, m.msg);
 }
 
@@ -244,13 +247,26 @@ static int recv_blob(const lwq_ranks *rk, void *p, uint64_t n, int from, lwq_err
     return 0;
 }
 
-int lwq_ranks_gather_blobs(const lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
+/* LWQ_RANKS_FAIL_ALLOC=R: rank R's gather buffers are refused as if out of memory (test_ranks) */
+static int fail_alloc_hook(const lwq_ranks *rk)
+{
+    long v = env_long("LWQ_RANKS_FAIL_ALLOC");
+    return v >= 0 && v == rk->rank;
+}
+
+int lwq_ranks_gather_blobs(lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
                            lwq_error *e)
 {
     int here = root < 0 || rk->rank == root, rc = 0;
+    /* Every buffer is allocated before any transfer, and the ranks agree on the result: a rank
+     * that stopped on a failed allocation would leave the others blocked in a send or a
+     * broadcast for ever.  Where the blobs arrive they are all kept, so allocating them first
+     * does not raise the peak. */
     uint64_t *sz = calloc((size_t)rk->size, sizeof *sz);
-    if (!sz)
-        return lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    if ((rc = lwq_ranks_agree(rk, sz ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory"), e)) != 0) {
+        free(sz);
+        return rc;
+    }
     if ((rc = lwq_ranks_allgather(rk, &n, sizeof n, sz, e)) != 0) {
         free(sz);
         return rc;
@@ -260,29 +276,27 @@ int lwq_ranks_gather_blobs(const lwq_ranks *rk, int root, const void *mine, uint
             sizes[r] = sz[r];
             blobs[r] = NULL;
         }
-    for (int r = 0; r < rk->size && rc == 0; r++) {
-        void *buf = NULL;
-        if (here || r == rk->rank) {
-            buf = malloc(sz[r] ? sz[r] : 1);
-            if (!buf) {
-                rc = lwq_errf(e, LWQ_ENOMEM, "cannot allocate %llu bytes for rank %d's tensors", (unsigned long long)sz[r],
-                              r);
-                break;
-            }
-        }
-        if (r == rk->rank)
-            memcpy(buf, mine, n);
-        if (root < 0) /* everyone: rank r broadcasts */
-            rc = lwq_ranks_bcast(rk, buf, sz[r], r, e);
-        else if (r != root && rk->rank == r)
-            rc = send_blob(rk, mine, n, root, e);
-        else if (r != root && rk->rank == root)
-            rc = recv_blob(rk, buf, sz[r], r, e);
+    for (int r = 0; here && r < rk->size && rc == 0; r++)
+        if (fail_alloc_hook(rk) || !(blobs[r] = malloc(sz[r] ? sz[r] : 1)))
+            rc = lwq_errf(e, LWQ_ENOMEM, "cannot allocate %llu bytes for rank %d's quantized tensors",
+                          (unsigned long long)sz[r], r);
+    if ((rc = lwq_ranks_agree(rk, rc, e)) == 0) {
         if (here)
-            blobs[r] = buf;
-        else
-            free(buf);
+            memcpy(blobs[rk->rank], mine, n);
+        for (int r = 0; r < rk->size && rc == 0; r++) {
+            if (root < 0) /* everyone: rank r broadcasts */
+                rc = lwq_ranks_bcast(rk, blobs[r], sz[r], r, e);
+            else if (r != root && rk->rank == r)
+                rc = send_blob(rk, mine, n, root, e);
+            else if (r != root && rk->rank == root)
+                rc = recv_blob(rk, blobs[r], sz[r], r, e);
+        }
     }
+    if (rc && here)
+        for (int r = 0; r < rk->size; r++) {
+            free(blobs[r]);
+            blobs[r] = NULL;
+        }
     free(sz);
     return rc;
 }
@@ -341,7 +355,7 @@ int lwq_ranks_allgather(const lwq_ranks *rk, const void *mine, size_t bytes, voi
     memcpy(all, mine, bytes);
     return 0;
 }
-int lwq_ranks_gather_blobs(const lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
+int lwq_ranks_gather_blobs(lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
                            lwq_error *e)
 {
     (void)rk, (void)root;

@@ -55,8 +55,9 @@ int lwq_ranks_sum_i64(const lwq_ranks *rk, int64_t *v, size_t n, lwq_error *e);
 int lwq_ranks_allgather(const lwq_ranks *rk, const void *mine, size_t bytes, void *all, lwq_error *e);
 /* Variable-size blobs: rank r's (mine, n) arrive at root (root == -1: at every rank) as
  * blobs[r] (malloc'd, freed by the caller; blobs[self] is a copy) and sizes[r].  blobs and sizes
- * have size entries where they arrive, and are untouched elsewhere. */
-int lwq_ranks_gather_blobs(const lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
+ * have size entries where they arrive, and are untouched elsewhere.  A failed allocation on any
+ * rank is agreed (lwq_ranks_agree): every rank returns the error, none is left waiting. */
+int lwq_ranks_gather_blobs(lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
                            lwq_error *e);
 
 #endif

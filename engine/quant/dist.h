@@ -47,7 +47,7 @@ void lwq_nccl_close(lwq_nccl *n);
  * layer that observes them).  Hessians: after lwq_stats_flush, before lwq_stats_finalize, through
  * nccl when given (else MPI on the host).  A sum beyond the grid's range: LWQ_ENUMERIC naming the
  * linear. */
-int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, const uint8_t *only,
+int lwq_dist_reduce_stats(lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, const uint8_t *only,
                           int layer_wide, lwq_error *e);
 
 /* The owned tensors of `out` with index >= from (views of the source stay; spilled ones are refused),

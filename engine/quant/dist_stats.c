@@ -8,16 +8,16 @@
 /* entries per reduction of a Hessian (limbs are 32 bytes an entry: 128 MiB of limbs at a time) */
 #define HCHUNK ((int64_t)1 << 22)
 
-static int reduce_hessian(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, int i, lwq_error *e)
+static int reduce_hessian(lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, int i, lwq_error *e)
 {
     int64_t n = lwq_stats_hfix_len(st, i);
     if (n == 0)
         return 0;
     int64_t ch = n < HCHUNK ? n : HCHUNK;
     int64_t *limbs = malloc((size_t)ch * LWQ_FIX_LIMBS * sizeof *limbs);
-    if (!limbs)
-        return lwq_errf(e, LWQ_ENOMEM, "%s: no memory to reduce its Hessian", st->plan->linears[i].name);
-    int rc = 0;
+    /* agreed before the sums: a rank that stopped here would leave the others in them */
+    int rc = lwq_ranks_agree(rk, limbs ? 0 : lwq_errf(e, LWQ_ENOMEM, "%s: no memory to reduce its Hessian",
+                                                        st->plan->linears[i].name), e);
     for (int64_t off = 0; off < n && rc == 0; off += ch) {
         int64_t k = n - off < ch ? n - off : ch;
         lwq_fix_to_limbs(st->hfix[i] + off, k, limbs);
@@ -34,7 +34,7 @@ static int reduce_hessian(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *
     return rc;
 }
 
-int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, const uint8_t *only,
+int lwq_dist_reduce_stats(lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *st, const uint8_t *only,
                           int layer_wide, lwq_error *e)
 {
     if (rk->size <= 1 && !nccl) /* one rank with NCCL: the path still runs (perf/gpu-check.sh's smoke row) */
@@ -42,7 +42,7 @@ int lwq_dist_reduce_stats(const lwq_ranks *rk, lwq_nccl *nccl, lwq_layer_stats *
     int n = st->n, nE = layer_wide ? st->n_experts : 0;
     float *f = malloc((size_t)(n + 2) * sizeof *f);
     int64_t *c = malloc((size_t)(2 * n + 1 + nE) * sizeof *c);
-    int rc = f && c ? 0 : lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", st->plan->layer);
+    int rc = lwq_ranks_agree(rk, f && c ? 0 : lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", st->plan->layer), e);
     int nf = 0, nc = 0;
     for (int i = 0; rc == 0 && i < n; i++)
         if (!only || only[i]) {

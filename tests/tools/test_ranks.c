@@ -125,6 +125,24 @@ Test(ranks, a_killed_rank_resumes_with_another_rank_count)
     cr_assert_eq(lwqt_sh("ls '%s/o.layerwise_resume' | grep -q boundary", dir), 1, "boundary parts left behind");
 }
 
+/* One rank cannot allocate the buffers the quantized tensors are gathered into: every rank stops
+ * with that rank's error (exit 2), none is left waiting in a send, and no output looks complete.
+ * Before, rank 0 stopped and rank 1 stayed blocked in MPI_Send: the job hung. */
+Test(ranks, a_rank_out_of_memory_in_the_gather_stops_every_rank)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    char launch[300];
+    snprintf(launch, sizeof launch, "LWQ_RANKS_FAIL_ALLOC=0 timeout -k 5 240 '%s' -n 2", mpiexec);
+    int rc = quantize(launch, "llama", "o", "");
+    const char *l = log_of("o");
+    cr_assert_neq(rc, 124, "the job hung (killed by timeout): %s", l);
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(strstr(l, "rank 0: cannot allocate"), "%s", l);
+    cr_assert_eq(lwqt_sh("[ -e '%s/o/model.safetensors.index.json' ] || [ -e '%s/o/config.json' ]", dir, dir), 1,
+                 "a refused run left an output that looks complete");
+}
+
 Test(ranks, more_ranks_than_batches_is_refused_once)
 {
     need_mpi();
