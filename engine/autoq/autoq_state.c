@@ -229,17 +229,10 @@ static int parse_layer(const cJSON *l, int L, lwq_aq_lrec *r)
 int lwq_aq_scores_load(const char *path, lwq_aq_scores *s, lwq_error *e)
 {
     memset(s, 0, sizeof *s);
-    if (access(path, F_OK) != 0 && errno == ENOENT)
-        return LWQ_ENOENT;
-    char *buf;
-    size_t len;
-    int rc = lwq_durable_read_file(path, SCORES_MAX_BYTES, &buf, &len, e);
+    cJSON *root;
+    int rc = lwq_json_state_load(path, SCORES_MAX_BYTES, &root, e);
     if (rc)
         return rc;
-    cJSON *root = cJSON_Parse(buf);
-    free(buf);
-    if (!root)
-        return lwq_errf(e, LWQ_EFORMAT, "%s: not valid JSON (remove the resume directory to start over)", path);
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");
     const cJSON *in = cJSON_GetObjectItemCaseSensitive(root, "inputs");

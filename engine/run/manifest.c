@@ -70,6 +70,23 @@ int lwq_json_get_hex(const cJSON *o, const char *k, uint64_t *v)
     return 0;
 }
 
+int lwq_json_state_load(const char *path, size_t max_bytes, cJSON **root, lwq_error *e)
+{
+    *root = NULL;
+    if (access(path, F_OK) != 0 && errno == ENOENT)
+        return LWQ_ENOENT;
+    char *buf;
+    size_t len;
+    int rc = lwq_durable_read_file(path, max_bytes, &buf, &len, e);
+    if (rc)
+        return rc;
+    *root = cJSON_Parse(buf);
+    free(buf);
+    if (!*root)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: not valid JSON (remove the resume directory to start over)", path);
+    return 0;
+}
+
 int lwq_json_get_u64(const cJSON *o, const char *k, uint64_t *v)
 {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, k);
@@ -167,17 +184,10 @@ static int load_parts(const cJSON *b, lwq_manifest *m)
 int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
 {
     memset(m, 0, sizeof *m);
-    if (access(path, F_OK) != 0 && errno == ENOENT)
-        return LWQ_ENOENT;
-    char *buf;
-    size_t len;
-    int rc = lwq_durable_read_file(path, MANIFEST_MAX_BYTES, &buf, &len, e);
+    cJSON *root;
+    int rc = lwq_json_state_load(path, MANIFEST_MAX_BYTES, &root, e);
     if (rc)
         return rc;
-    cJSON *root = cJSON_Parse(buf);
-    free(buf);
-    if (!root)
-        return lwq_errf(e, LWQ_EFORMAT, "%s: not valid JSON (remove the resume directory to start over)", path);
     const char *bad = NULL;
     const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(root, "format");
     const cJSON *ver = cJSON_GetObjectItemCaseSensitive(root, "version");

@@ -75,6 +75,9 @@ struct cJSON;
 void lwq_json_put_hex(struct cJSON *o, const char *k, uint64_t v);
 int lwq_json_get_hex(const struct cJSON *o, const char *k, uint64_t *v);
 int lwq_json_get_u64(const struct cJSON *o, const char *k, uint64_t *v);
+/* A resume-state JSON file (at most max_bytes, read as every input is) parsed into *root (the
+ * caller's to delete): LWQ_ENOENT when there is none, LWQ_EFORMAT when it is not JSON. */
+int lwq_json_state_load(const char *path, size_t max_bytes, struct cJSON **root, lwq_error *e);
 /* "model-layer-00003.safetensors" */
 void lwq_shard_name(int layer, char out[40]);
 
