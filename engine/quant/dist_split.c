@@ -1,6 +1,7 @@
 /* engine/quant/dist_split.c — who computes what: batch ranges and the quantization assignment. */
 #include "engine/quant/dist.h"
 
+#include <math.h>
 #include <stdlib.h>
 
 int lwq_dist_split_batches(const int64_t *rows, int nb, int size, int *first, lwq_error *e)
@@ -49,6 +50,12 @@ double lwq_dist_cost(const lwq_arch_linear *l, const lwq_quant_choice *c)
     return c->algo == LWQ_ALGO_MAX ? w : 10 * w;
 }
 
+int lwq_dist_splittable(const lwq_arch_linear *l, const lwq_quant_choice *c)
+{
+    return c->format == LWQ_QFMT_NVFP4 && c->algo != LWQ_ALGO_GPTQ && l->role != LWQ_ROLE_LIN_CONV &&
+           l->out_features > 0;
+}
+
 typedef struct item {
     int lead;     /* first linear of the item */
     double cost;
@@ -62,32 +69,28 @@ static int by_cost(const void *a, const void *b)
     return x->lead - y->lead;
 }
 
-int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size, int *owner,
-                    lwq_error *e)
+static int wanted(const lwq_quant_choice *c, const uint8_t *only, int i)
+{
+    return c[i].format != LWQ_QFMT_NONE && (!only || only[i]);
+}
+
+/* The linears that cannot be split, whole: largest first onto the least loaded rank.  it: n
+ * items, lead: n ints of scratch. */
+static void assign_whole(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size,
+                         item *it, int *lead, double *load, lwq_qlayer_rows *share)
 {
     int n = p->nlinears, ni = 0;
-    for (int i = 0; i < n; i++)
-        owner[i] = -1;
-    if (size < 1)
-        return lwq_errf(e, LWQ_EINVAL, "layer %d: %d ranks", p->layer, size);
-    item *it = malloc((size_t)(n ? n : 1) * sizeof *it);
-    double *load = calloc((size_t)size, sizeof *load);
-    if (!it || !load) { /* an error, not a fallback: another rank's malloc may succeed, and every
-                         * rank must reach the same owners (lwq_run_agree makes it every rank's) */
-        free(it);
-        free(load);
-        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory assigning the linears to ranks", p->layer);
-    }
     for (int i = 0; i < n; i++) {
-        if (c[i].format == LWQ_QFMT_NONE || (only && !only[i]))
+        lead[i] = -1;
+        if (!wanted(c, only, i) || lwq_dist_splittable(&p->linears[i], &c[i]))
             continue;
-        int lead = i;
-        for (int j = 0; j < i && lead == i && p->linears[i].group >= 0; j++)
-            if (p->linears[j].group == p->linears[i].group && c[j].format != LWQ_QFMT_NONE && (!only || only[j]))
-                lead = j;
-        if (lead != i) { /* a later member of a fused group: with its lead */
+        lead[i] = i;
+        for (int j = 0; j < i && lead[i] == i && p->linears[i].group >= 0; j++)
+            if (p->linears[j].group == p->linears[i].group && lead[j] == j)
+                lead[i] = j;
+        if (lead[i] != i) { /* a later member of a fused group: with its lead */
             for (int k = 0; k < ni; k++)
-                if (it[k].lead == lead)
+                if (it[k].lead == lead[i])
                     it[k].cost += lwq_dist_cost(&p->linears[i], &c[i]);
             continue;
         }
@@ -101,14 +104,91 @@ int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const ui
             if (load[r] < load[best])
                 best = r;
         load[best] += it[k].cost;
-        owner[it[k].lead] = best;
+        for (int i = it[k].lead; i < n; i++) /* the lead and its group's members */
+            if (lead[i] == it[k].lead)
+                share[(size_t)i * size + best] = (lwq_qlayer_rows){0, p->linears[i].out_features};
     }
-    for (int i = 0; i < n; i++) /* fused-group members follow their lead */
-        if (owner[i] < 0 && c[i].format != LWQ_QFMT_NONE && (!only || only[i]))
-            for (int j = 0; j < i && owner[i] < 0; j++)
-                if (p->linears[j].group >= 0 && p->linears[j].group == p->linears[i].group && owner[j] >= 0)
-                    owner[i] = owner[j];
+}
+
+int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size,
+                    lwq_qlayer_rows *share, lwq_error *e)
+{
+    int n = p->nlinears;
+    if (size < 1)
+        return lwq_errf(e, LWQ_EINVAL, "layer %d: %d ranks", p->layer, size);
+    for (size_t k = 0; k < (size_t)n * (size_t)size; k++)
+        share[k] = (lwq_qlayer_rows){0, 0};
+    item *it = malloc((size_t)(n ? n : 1) * sizeof *it);
+    int *lead = malloc((size_t)(n ? n : 1) * sizeof *lead);
+    double *load = calloc((size_t)size, sizeof *load), *cap = calloc((size_t)size, sizeof *cap);
+    double *sorted = calloc((size_t)size, sizeof *sorted);
+    if (!it || !lead || !load || !cap || !sorted) { /* an error, not a fallback: another rank's malloc may
+                                            * succeed, and every rank must reach the same shares
+                                            * (lwq_run_agree makes it every rank's) */
+        free(it);
+        free(lead);
+        free(load);
+        free(cap);
+        free(sorted);
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory assigning the linears to ranks", p->layer);
+    }
+    assign_whole(p, c, only, size, it, lead, load, share);
+    double split = 0; /* the splittable linears' cost */
+    for (int i = 0; i < n; i++)
+        if (wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i]))
+            split += lwq_dist_cost(&p->linears[i], &c[i]);
+    if (split > 0) {
+        /* the level T that the splittable cost fills every rank below it up to:
+         * sum over ranks of max(0, T - load[r]) = split */
+        for (int r = 0; r < size; r++) {
+            int k = r; /* insertion sort: size is small */
+            while (k > 0 && sorted[k - 1] > load[r]) {
+                sorted[k] = sorted[k - 1];
+                k--;
+            }
+            sorted[k] = load[r];
+        }
+        double below = 0, level = 0;
+        for (int k = 1; k <= size; k++) {
+            below += sorted[k - 1];
+            level = (split + below) / k;
+            if (k == size || level <= sorted[k])
+                break;
+        }
+        int last = -1;
+        for (int r = 0; r < size; r++)
+            if ((cap[r] = level > load[r] ? level - load[r] : 0) > 0)
+                last = r;
+        /* rows in linear order, ranks in rank order; the last rank with room takes what is left */
+        int i = 0;
+        int64_t pos = 0;
+        while (i < n && !(wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i])))
+            i++;
+        for (int r = 0; r <= last && i < n; r++) {
+            double budget = cap[r];
+            while (i < n && (r == last || budget > 0)) {
+                int64_t rows = p->linears[i].out_features, take = rows - pos;
+                double per_row = lwq_dist_cost(&p->linears[i], &c[i]) / (double)rows;
+                if (r != last && (double)take * per_row > budget) {
+                    double t = floor(budget / per_row + 0.5);
+                    take = t < 0 ? 0 : t > (double)take ? take : (int64_t)t;
+                }
+                if (take > 0)
+                    share[(size_t)i * size + r] = (lwq_qlayer_rows){pos, pos + take};
+                budget -= (double)take * per_row;
+                if ((pos += take) < rows)
+                    break; /* this rank is full */
+                pos = 0;
+                do
+                    i++;
+                while (i < n && !(wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i])));
+            }
+        }
+    }
     free(it);
+    free(lead);
     free(load);
+    free(cap);
+    free(sorted);
     return 0;
 }

@@ -115,11 +115,22 @@ static const lwq_htensor *weight_of(const lwq_tlist *src, const lwq_arch_linear 
     return t;
 }
 
+static void mark_piece(lwq_tlist *out, int piece, int64_t r0, int64_t rows_all)
+{
+    if (piece) {
+        out->v[out->n - 1].row0 = r0;
+        out->v[out->n - 1].rows_all = rows_all;
+    }
+}
+
+/* w: the linear's weight, or rows [r0, r0 + w->shape[0]) of it when that is fewer than rows_all
+ * (a rank's piece: lwq_qlayer_run_mine). */
 static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
-                      float global_amax, float in_amax, const lwq_layer_stats *st, int idx, lwq_tlist *out,
-                      lwq_qlayer_report *rep, lwq_error *e)
+                      int64_t r0, int64_t rows_all, float global_amax, float in_amax, const lwq_layer_stats *st,
+                      int idx, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
+    int first = r0 == 0, piece = rows != rows_all;
     uint8_t *packed = malloc((size_t)(rows * cols / 2));
     uint8_t *scale = malloc((size_t)nb);
     float *bamax = NULL, *h = NULL, ws2 = 0, is = 0;
@@ -157,7 +168,7 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
                     rc = lwq_errf(e, LWQ_ENUMERIC, "%s: no calibration tokens for the local-Hessian search", l->name);
                     goto fail;
                 }
-                rep->hessian_fallback++;
+                rep->hessian_fallback += first;
                 rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
             } else if (!st->hdone[idx]) {
                 rc = lwq_errf(e, LWQ_ESTATE, "%s: its Hessian was not finished (lwq_stats_finish)", l->name);
@@ -178,7 +189,7 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
     if (rc < 0)
         goto fail;
     if (rc == LWQ_QUANT_ZERO_TENSOR)
-        rep->zero_weights++;
+        rep->zero_weights += first;
     rc = lwq_quant_input_scale(in_amax, LWQ_QUANT_NVFP4, l->name, &is, e);
     if (rc < 0)
         goto fail;
@@ -191,9 +202,13 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
         free(scale);
         return rc;
     }
+    mark_piece(out, piece, r0, rows_all);
     snprintf(name, sizeof name, "%s.weight_scale", l->name);
     if ((rc = lwq_tlist_add(out, name, LWQ_F8_E4M3, 2, ss, scale, 1, e)) < 0)
         return rc;
+    mark_piece(out, piece, r0, rows_all);
+    if (!first)
+        return 0;
     snprintf(name, sizeof name, "%s.weight_scale_2", l->name);
     if ((rc = lwq_tlist_add_scalar(out, name, ws2, e)) < 0)
         return rc;
@@ -402,26 +417,37 @@ static int fp8_searches(lwq_qops *qo, const lwq_arch_layer *plan, const lwq_quan
     return 0;
 }
 
+static int has_rows(const lwq_qlayer_rows *mine, int i) { return !mine || mine[i].r1 > mine[i].r0; }
+
 /* only: a streamed unit's linears (provisional cold-expert inputs); mine: this rank's share of a
- * layer split over ranks (final inputs), with rest: also the pass-through tensors and k/v scales. */
+ * layer split over ranks (final inputs), with rest: also the pass-through tensors and the k/v scales. */
 static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                     const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, lwq_tlist *out,
-                    lwq_qlayer_report *rep, const uint8_t *only, const uint8_t *mine, int rest, lwq_error *e)
+                    lwq_qlayer_report *rep, const uint8_t *only, const lwq_qlayer_rows *mine, int rest, lwq_error *e)
 {
     memset(rep, 0, sizeof *rep);
     int n = plan->nlinears, rc = 0;
     float *in_amax = calloc((size_t)(n ? n : 1), sizeof *in_amax);
     float *w_amax = calloc((size_t)(n ? n : 1), sizeof *w_amax);
     const lwq_htensor **w = calloc((size_t)(n ? n : 1), sizeof *w);
-    if (!in_amax || !w_amax || !w) {
+    /* sel: the linears this call quantizes rows of; need: also their fused-group partners, whose
+     * amaxes the group's global amax takes (a partner another rank quantizes is read, not quantized) */
+    uint8_t *sel = calloc((size_t)(n ? n : 1), 1), *need = calloc((size_t)(n ? n : 1), 1);
+    if (!in_amax || !w_amax || !w || !sel || !need) {
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
         goto out;
     }
     if ((rc = lwq_qlayer_check(plan, choice, e)) < 0 ||
         (rc = input_amaxes(plan, choice, st, only, in_amax, rep, e)) < 0)
         goto out;
+    for (int i = 0; i < n; i++)
+        sel[i] = choice[i].format != LWQ_QFMT_NONE && !(only && !only[i]) && has_rows(mine, i);
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < n && !need[i]; j++)
+            need[i] = choice[i].format != LWQ_QFMT_NONE && !(only && !only[i]) && sel[j] &&
+                      (j == i || (plan->linears[i].group >= 0 && plan->linears[j].group == plan->linears[i].group));
     for (int i = 0; i < n; i++) {
-        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]) || (mine && !mine[i]))
+        if (!need[i])
             continue;
         if (!(w[i] = weight_of(src, &plan->linears[i], e))) {
             rc = e && e->code ? e->code : LWQ_ENOENT;
@@ -432,22 +458,32 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         if (rc < 0)
             goto out;
     }
-    unify_groups(plan, choice, mine ? mine : only, in_amax, w_amax);
-    if ((rc = fp8_searches(qo, plan, choice, mine ? mine : only, w, w_amax, e)) < 0)
+    unify_groups(plan, choice, need, in_amax, w_amax);
+    if ((rc = fp8_searches(qo, plan, choice, sel, w, w_amax, e)) < 0)
         goto out;
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
-        if ((only && !only[i]) || (mine && !mine[i]))
+        if (!sel[i])
             continue;
+        int64_t rows = w[i]->shape[0], r0 = mine ? mine[i].r0 : 0, r1 = mine ? mine[i].r1 : rows;
+        if (r0 < 0 || r1 > rows || (choice[i].format != LWQ_QFMT_NVFP4 && (r0 != 0 || r1 != rows))) {
+            rc = lwq_errf(e, LWQ_ESTATE, "%s: rows [%lld, %lld) of %lld cannot be quantized apart", l->name,
+                          (long long)r0, (long long)r1, (long long)rows);
+            goto out;
+        }
+        lwq_htensor part = *w[i]; /* the rows this call quantizes: a view */
+        uint64_t row_bytes = rows > 0 ? w[i]->nbytes / (uint64_t)rows : 0;
+        part.data = (char *)w[i]->data + (uint64_t)r0 * row_bytes;
+        part.shape[0] = r1 - r0;
+        part.nbytes = (uint64_t)(r1 - r0) * row_bytes;
+        part.owned = 0;
         if (choice[i].format == LWQ_QFMT_NVFP4)
-            rc = emit_nvfp4(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
-        else if (choice[i].format == LWQ_QFMT_FP8)
-            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
+            rc = emit_nvfp4(qo, l, &choice[i], &part, r0, rows, w_amax[i], in_amax[i], st, i, out, rep, e);
         else
-            continue;
+            rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         if (rc < 0)
             goto out;
-        rep->quantized++;
+        rep->quantized += r0 == 0;
     }
     /* every other source tensor passes through (a weight another rank quantizes is not "other") */
     for (int i = 0; mine && rest && i < n; i++)
@@ -502,6 +538,8 @@ out:
     free(in_amax);
     free(w_amax);
     free(w);
+    free(sel);
+    free(need);
     return rc;
 }
 
@@ -514,7 +552,7 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
 
 int lwq_qlayer_run_mine(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                         const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
-                        const uint8_t *mine, int rest, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+                        const lwq_qlayer_rows *mine, int rest, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
     return run_impl(plan, choice, kv, st, src, qo, out, rep, only, mine, rest, e);
 }

@@ -79,14 +79,23 @@ int lwq_qlayer_run(const lwq_arch_layer *plan, const lwq_quant_choice *choice, l
 int lwq_qlayer_run_part(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                         const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
                         lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+/* Rows [r0, r1) of a linear's output features (r0 == r1: none): a rank's share of a layer. */
+typedef struct lwq_qlayer_rows {
+    int64_t r0, r1;
+} lwq_qlayer_rows;
+
 /* A layer (or with only != NULL, a streamed unit as above) split over ranks: quantize only the
- * linears with mine[i] != 0 (whole fused groups), from the reduced statistics, giving the same
- * tensors lwq_qlayer_run gives for them; with `rest`, also every pass-through tensor and the k/v
- * scales (the rank that writes the shard).  rep gets the counts of what this call quantized; its
- * expert counts are the layer's (the same on every rank). */
+ * rows mine[i] of each linear, from the reduced statistics, giving exactly those rows of the
+ * tensors lwq_qlayer_run gives.  A linear's rows quantize apart only where every block depends on
+ * its own weights and the group's global amax alone (engine/quant/dist.h lwq_dist_splittable);
+ * any other linear is mine whole or not at all.  A partial share's weight and weight_scale come
+ * out as pieces (lwq_htensor row0 / rows_all, joined by engine/quant/dist.h); its scalars
+ * (weight_scale_2, input_scale) and its report counts come from the share with r0 == 0 alone.
+ * With `rest`, also every pass-through tensor and the k/v scales (the rank that writes the shard).
+ * rep's expert counts are the layer's (the same on every rank). */
 int lwq_qlayer_run_mine(const lwq_arch_layer *plan, const lwq_quant_choice *choice, lwq_kv_mode kv,
                         const lwq_layer_stats *st, const lwq_tlist *src, lwq_qops *qo, const uint8_t *only,
-                        const uint8_t *mine, int rest, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
+                        const lwq_qlayer_rows *mine, int rest, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
 int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const lwq_layer_stats *st,
                              lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e);
 

@@ -256,6 +256,11 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, r->o->qdq_next || no_output ? -1 : nxt, &st, e);
     LWQ_TRACE_END();
     ls->forward_s = lwq_now() - t;
+    /* over ranks, this rank's rows of the next boundary are final once the forward is done (unless
+     * --qdq-next runs it again): they go to disk while the layer quantizes, so they are durable by
+     * the meeting at its end (lwq_run_ranks_end_layer) instead of being waited for there */
+    if (rc == 0 && r->rk->size > 1 && !r->o->qdq_next && !no_output && L + 1 < r->nlayers)
+        rc = lwq_run_submit_part(r, L, e);
     lwq_run_ranks_fault(r, L);
     /* every rank reaches the reduction, with its forward's outcome */
     rc = lwq_run_stats_done(r, &st, NULL, 1, rc, e);

@@ -85,8 +85,10 @@ typedef struct lwq_run {
     struct lwq_nccl *nccl;        /* LWQ_NCCL=1 on GPU ranks: Hessian limbs summed by NCCL, else NULL */
     int part_rc;                  /* under mu: how the writer's last boundary part went */
     uint64_t part_hash;
+    int part_for;                 /* engine thread: the commit (layer + 1) whose part was last
+                                     submitted (lwq_run_submit_part; 0: none) */
     struct lwq_rank_times {
-        double read_wait_s, forward_s, reduce_s, quantize_s, gather_s;
+        double read_wait_s, forward_s, reduce_s, quantize_s, gather_s, part_wait_s;
     } *rtimes;                    /* rank 0 of several: (nlayers x size), filled at each layer's end */
 
     /* I/O */
@@ -118,6 +120,7 @@ typedef struct lwq_run {
         uint64_t bytes_read, rss, gpu_bytes;
         double read_wait_s, forward_s, quantize_s, write_s;
         double reduce_s, gather_s;  /* ranks: statistics met, quantized tensors sent to rank 0 */
+        double part_wait_s;         /* ranks: waiting for this rank's boundary part to be durable */
         int cold_experts, n_experts;
     } *lstat;                      /* nlayers */
     pthread_mutex_t log_mu;

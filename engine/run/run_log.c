@@ -33,14 +33,15 @@ void lwq_run_log_layer(lwq_run *r, int L)
              L, s->bytes_read, s->read_wait_s, s->forward_s, s->quantize_s, s->write_s, s->rss, s->gpu_bytes,
              s->cold_experts, s->n_experts);
     /* a run over ranks: each rank's share of the layer (its batches' forward, the meeting of the
-     * statistics, its linears' quantization, sending them to rank 0) */
+     * statistics, its linears' quantization, sending them to rank 0, waiting for its part of the
+     * next boundary to be durable) */
     for (int q = 0; q < nr && k < cap; q++) {
         const struct lwq_rank_times *t = &r->rtimes[(size_t)L * nr + q];
         k += (size_t)snprintf(buf + k, cap - k,
                               "%s{\"rank\":%d,\"read_wait_s\":%.6f,\"forward_s\":%.6f,\"reduce_s\":%.6f,"
-                              "\"quantize_s\":%.6f,\"gather_s\":%.6f}%s",
+                              "\"quantize_s\":%.6f,\"gather_s\":%.6f,\"part_wait_s\":%.6f}%s",
                               q ? "," : ",\"ranks\":[", q, t->read_wait_s, t->forward_s, t->reduce_s, t->quantize_s,
-                              t->gather_s, q == nr - 1 ? "]" : "");
+                              t->gather_s, t->part_wait_s, q == nr - 1 ? "]" : "");
     }
     if (k < cap)
         snprintf(buf + k, cap - k, "}");

@@ -404,6 +404,9 @@ int lwq_run_commit_layer_spill(lwq_run *r, int layer, lwq_tlist *out, lwq_tlist 
 
 int lwq_run_submit_part(lwq_run *r, int layer, lwq_error *e)
 {
+    if (r->part_for == layer + 1) /* already on its way, from right after the forward (run.c) */
+        return 0;
+    r->part_for = layer + 1;
     char name[64], bpath[PATH_MAX];
     lwq_part_name(layer + 1, r->b0, r->b1, name);
     int nxt = 1 - r->cur, rc = lwq_pathf(e, bpath, sizeof bpath, "%s/%s", r->resume_dir, name);

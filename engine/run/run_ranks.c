@@ -8,7 +8,7 @@
  *              the output and resume directories must be on a filesystem every rank sees.
  *   per layer  every rank reads the whole layer and runs its batches (its rows of the boundary
  *              only); the statistics meet exactly (run_layer.c: lwq_run_stats_done); the linears
- *              are quantized where engine/quant/dist.h assigns them and gathered to rank 0
+ *              are quantized where engine/quant/dist.h assigns them (whole, or by rows) and gathered to rank 0
  *              (lwq_run_ranks_quantize: to every rank with --qdq-next, which re-runs the layer);
  *              rank 0 alone writes the shard; every rank writes its part of the next boundary;
  *   commit     shard (rank 0) -> every rank's boundary part, durable -> manifest (rank 0) naming
@@ -264,16 +264,15 @@ int lwq_run_ranks_quantize(lwq_run *r, int L, const lwq_layer_stats *st, const l
     if (rk->size <= 1)
         return only ? lwq_qlayer_run_part(p, r->choice[L], kv, st, src, &r->qops, only, out, rep, e)
                     : lwq_qlayer_run(p, r->choice[L], kv, st, src, &r->qops, out, rep, e);
-    int n = p->nlinears ? p->nlinears : 1;
-    int *owner = malloc((size_t)n * sizeof *owner);
-    uint8_t *mine = calloc((size_t)n, 1);
-    int rc = owner && mine ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    if (rc == 0 && (rc = lwq_dist_assign(p, r->choice[L], only, rk->size, owner, e)) == 0) {
+    size_t n = (size_t)(p->nlinears ? p->nlinears : 1);
+    lwq_qlayer_rows *share = malloc(n * (size_t)rk->size * sizeof *share), *mine = malloc(n * sizeof *mine);
+    int rc = share && mine ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    if (rc == 0 && (rc = lwq_dist_assign(p, r->choice[L], only, rk->size, share, e)) == 0) {
         for (int i = 0; i < p->nlinears; i++)
-            mine[i] = owner[i] == rk->rank;
+            mine[i] = share[(size_t)i * rk->size + rk->rank];
         rc = lwq_qlayer_run_mine(p, r->choice[L], kv, st, src, &r->qops, only, mine, rk->rank == 0, out, rep, e);
     }
-    free(owner);
+    free(share);
     free(mine);
     double t = lwq_now();
     if ((rc = lwq_run_agree(r, rc, e)) != 0)
@@ -296,14 +295,19 @@ int lwq_run_ranks_quantize(lwq_run *r, int L, const lwq_layer_stats *st, const l
         rc = lwq_ranks_gather_blobs(rk, all ? -1 : 0, blob, bytes, blobs, sizes, e);
     free(blob);
     if (rc == 0 && here) {
+        /* a linear split over ranks arrives in pieces, in rank order, joined in place */
+        lwq_dist_join j = {0};
         if (rk->rank != 0) { /* its own tensors come back with everyone's, in rank order */
             lwq_tlist_free(out);
             lwq_qlayer_report_free(rep);
             memset(rep, 0, sizeof *rep);
+        } else {
+            rc = lwq_dist_join_own(out, &j, e);
         }
         for (int q = 0; rc == 0 && q < rk->size; q++)
             if (q != rk->rank || rk->rank != 0)
-                rc = lwq_dist_unpack(blobs[q], sizes[q], q, out, rep, e);
+                rc = lwq_dist_unpack(blobs[q], sizes[q], q, out, rep, &j, e);
+        rc = lwq_dist_join_end(&j, out, rc, e);
         lwq_dist_sort_gptq(p, rep);
     }
     if (!here) /* sent */
@@ -330,7 +334,9 @@ int lwq_run_ranks_end_layer(lwq_run *r, int L, int rc, int *stop, lwq_error *e)
     memset(&mine, 0, sizeof mine);
     /* this rank's part of the next boundary must be durable before rank 0 names it */
     if (rc == 0 && L + 1 < r->nlayers) {
+        double t = lwq_now();
         lwq_run_wait_boundary(r, 1 - r->cur);
+        r->lstat[L].part_wait_s = lwq_now() - t;
         pthread_mutex_lock(&r->mu);
         mine.part_hash = r->part_hash;
         rc = r->part_rc;
@@ -343,7 +349,8 @@ int lwq_run_ranks_end_layer(lwq_run *r, int L, int rc, int *stop, lwq_error *e)
     mine.rc = rc;
     mine.stop = *stop;
     mine.part_bytes = r->bnd_bytes;
-    mine.t = (struct lwq_rank_times){ls->read_wait_s, ls->forward_s, ls->reduce_s, ls->quantize_s, ls->gather_s};
+    mine.t = (struct lwq_rank_times){ls->read_wait_s, ls->forward_s, ls->reduce_s, ls->quantize_s, ls->gather_s,
+                                     ls->part_wait_s};
     end_msg *all = malloc((size_t)rk->size * sizeof *all);
     if (!all)
         return lwq_ranks_agree(rk, lwq_errf(e, LWQ_ENOMEM, "out of memory"), e);

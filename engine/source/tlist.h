@@ -21,6 +21,8 @@ typedef struct lwq_htensor {
     int spilled;              /* data is NULL: the bytes are at spill_off in the layer's spill file
                                  (engine/run/spill.h; expert streaming) */
     uint64_t spill_off;
+    int64_t row0, rows_all;   /* rows_all > 0: a piece, rows [row0, row0 + shape[0]) of a tensor of
+                                 rows_all rows (a rank's share of a linear, engine/quant/dist.h) */
 } lwq_htensor;
 
 typedef struct lwq_tlist {

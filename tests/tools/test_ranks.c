@@ -95,6 +95,15 @@ Test(ranks, three_ranks_write_the_bytes_of_one_process)
     np_ranks_write_the_bytes_of_one_process("moe", "--qformat nvfp4 --algo local_hessian --expert-group 3", 3);
 }
 
+/* --qdq-next: every rank gets every quantized tensor back, the linears split over ranks by rows
+ * joined from their pieces, and re-runs its batches on them. */
+Test(ranks, qdq_next_over_two_ranks_writes_the_bytes_of_one_process)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    np_ranks_write_the_bytes_of_one_process("llama", "--qformat nvfp4 --algo mse --fp8-scale-sweep --qdq-next", 2);
+}
+
 /* GPTQ: sequential calibration re-runs each layer on every rank with all quantized weights. */
 Test(ranks, gptq_over_two_ranks_writes_the_bytes_of_one_process)
 {
