@@ -204,7 +204,8 @@ int lwq_dist_unpack(const void *blob, uint64_t bytes, int rank, lwq_tlist *out, 
         return lwq_errf(e, LWQ_EFORMAT, "rank %d sent a malformed blob of tensors", rank);
     if (h.gptq_n && gptq_reserve(rep, h.gptq_n) < 0)
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
-    memcpy(rep->gptq + rep->gptq_n, p, (size_t)h.gptq_n * sizeof *rep->gptq);
+    if (h.gptq_n) /* rep->gptq may be NULL when there is nothing to add */
+        memcpy(rep->gptq + rep->gptq_n, p, (size_t)h.gptq_n * sizeof *rep->gptq);
     rep->gptq_n += h.gptq_n;
     p += (size_t)h.gptq_n * sizeof *rep->gptq;
     rep->quantized += h.quantized;
@@ -259,5 +260,6 @@ static int by_linear(const void *a, const void *b, void *plan)
 
 void lwq_dist_sort_gptq(const lwq_arch_layer *p, lwq_qlayer_report *rep)
 {
-    qsort_r(rep->gptq, (size_t)rep->gptq_n, sizeof *rep->gptq, by_linear, (void *)p);
+    if (rep->gptq_n > 1) /* rep->gptq is NULL when there is none */
+        qsort_r(rep->gptq, (size_t)rep->gptq_n, sizeof *rep->gptq, by_linear, (void *)p);
 }
