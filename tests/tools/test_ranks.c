@@ -112,8 +112,11 @@ Test(ranks, gptq_over_two_ranks_writes_the_bytes_of_one_process)
     np_ranks_write_the_bytes_of_one_process("llama", "--qformat nvfp4 --algo gptq", 2);
 }
 
-/* A rank killed with SIGKILL in the middle of layer 1 ends the job; the identical command resumes
- * with 2 ranks, and a copy of the state with one process: both byte-identical. */
+/* A rank killed with SIGKILL in the middle of layer 2 ends the job; the identical command resumes
+ * with 2 ranks, and a copy of the state with one process: both byte-identical.  Rank 0 queues the
+ * manifest of layer 1 for its writer at the meeting that ends layer 1 and goes on with layer 2;
+ * the launcher may kill rank 0 before that manifest is durable (1 run in 6 under MPICH here), so
+ * the state left names 1 or 2 committed layers, either with three ranks' boundary parts. */
 Test(ranks, a_killed_rank_resumes_with_another_rank_count)
 {
     need_mpi();
@@ -123,8 +126,10 @@ Test(ranks, a_killed_rank_resumes_with_another_rank_count)
     char launch[300];
     snprintf(launch, sizeof launch, "LWQ_RANKS_KILL=1:2 '%s' -n 3", mpiexec);
     cr_assert_neq(quantize(launch, "moe", "o", a), 0, "the job survived a killed rank");
-    cr_assert_eq(lwqt_sh("grep -q '\"committed\":.2,' '%s/o.layerwise_resume/manifest.json'", dir), 0,
-                 "layers 0 and 1 committed before the kill");
+    cr_assert_eq(lwqt_sh("grep -q -E '\"committed\":.[12],' '%s/o.layerwise_resume/manifest.json'", dir), 0,
+                 "layer 0, or layers 0 and 1, committed before the kill");
+    cr_assert_eq(lwqt_sh("test $(grep -c '\"batches\"' '%s/o.layerwise_resume/manifest.json') = 3", dir), 0,
+                 "the manifest does not name three boundary parts");
     cr_assert_eq(lwqt_sh("cd '%s' && cp -r o p && cp -r o.layerwise_resume p.layerwise_resume", dir), 0);
     snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
     cr_assert_eq(quantize(launch, "moe", "o", a), 0, "%s", log_of("o"));
