@@ -88,38 +88,32 @@ Test(dist_pack, a_tensor_whose_last_rows_never_came_is_an_error)
     lwq_tlist_free(&own);
 }
 
-Test(dist_pack, a_piece_before_its_row_0_is_refused)
+/* One piece, rows [row0, row0 + rows), sent by `rank` as a blob short of `cut` bytes, to an empty
+ * list: the unpack fails with LWQ_EFORMAT and a message holding msg. */
+static void unpack_refused(int64_t row0, int64_t rows, uint64_t cut, int rank, const char *msg)
 {
-    lwq_tlist r1 = {0}, got = {0};
-    add_piece(&r1, 2, 6);
+    lwq_tlist sent = {0}, got = {0};
+    add_piece(&sent, row0, rows);
     void *b;
     uint64_t n;
-    blob_of(&r1, &b, &n);
+    blob_of(&sent, &b, &n);
     lwq_dist_join j = {0};
     lwq_qlayer_report rep = {0};
     lwq_error e = {0};
-    cr_assert_eq(lwq_dist_unpack(b, n, 1, &got, &rep, &j, &e), LWQ_EFORMAT);
-    cr_assert(strstr(e.msg, "rank 1: w rows [2, 8) came before its row 0"), "%s", e.msg);
+    cr_assert_eq(lwq_dist_unpack(b, n - cut, rank, &got, &rep, &j, &e), LWQ_EFORMAT);
+    cr_assert(strstr(e.msg, msg), "%s", e.msg);
     lwq_dist_join_end(&j, &got, -1, NULL);
     free(b);
-    lwq_tlist_free(&r1);
+    lwq_tlist_free(&sent);
     lwq_tlist_free(&got);
+}
+
+Test(dist_pack, a_piece_before_its_row_0_is_refused)
+{
+    unpack_refused(2, 6, 0, 1, "rank 1: w rows [2, 8) came before its row 0");
 }
 
 Test(dist_pack, a_truncated_blob_is_refused_naming_the_rank)
 {
-    lwq_tlist r1 = {0}, got = {0};
-    add_piece(&r1, 0, 8);
-    void *b;
-    uint64_t n;
-    blob_of(&r1, &b, &n);
-    lwq_dist_join j = {0};
-    lwq_qlayer_report rep = {0};
-    lwq_error e = {0};
-    cr_assert_eq(lwq_dist_unpack(b, n - 1, 3, &got, &rep, &j, &e), LWQ_EFORMAT);
-    cr_assert(strstr(e.msg, "rank 3 sent a truncated blob"), "%s", e.msg);
-    lwq_dist_join_end(&j, &got, -1, NULL);
-    free(b);
-    lwq_tlist_free(&r1);
-    lwq_tlist_free(&got);
+    unpack_refused(0, 8, 1, 3, "rank 3 sent a truncated blob");
 }
