@@ -113,6 +113,33 @@ int lwq_durable_open_regular(const char *path, int flags, struct stat *st, lwq_e
     return lwq_file_open_regular_ops(&sys_file_ops, path, flags, st, e);
 }
 
+int lwq_durable_create(const char *path, int flags, mode_t mode, const char *what, lwq_error *e)
+{
+    const lwq_sys_table *s = lwq_sys();
+    int fd = s->open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    if (fd == -ELOOP)
+        return lwq_errf(e, LWQ_EINVAL, "%s: %s is a symbolic link; lwq writes only files of its own there (remove it)",
+                        path, what);
+    if (fd == -ENXIO) /* a FIFO without a reader, opened for writing */
+        return lwq_errf(e, LWQ_EINVAL, "%s: %s is not a regular file (a FIFO?); remove it", path, what);
+    if (fd < 0)
+        return lwq_errsys(e, fd, "create %s", path);
+    struct stat st;
+    int rc = s->fstat(fd, &st);
+    if (rc < 0 || !S_ISREG(st.st_mode)) {
+        s->close(fd);
+        return rc < 0 ? lwq_errsys(e, rc, "fstat %s", path)
+                      : lwq_errf(e, LWQ_EINVAL, "%s: %s is not a regular file; remove it", path, what);
+    }
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
+        rc = -errno;
+        s->close(fd);
+        return lwq_errsys(e, rc, "fcntl %s", path);
+    }
+    return fd;
+}
+
 int lwq_durable_fsync_dir(const char *dir, lwq_error *e)
 {
     const lwq_sys_table *s = lwq_sys();
@@ -155,9 +182,9 @@ int lwq_durable_open(lwq_durable_file *f, const char *path, lwq_error *e)
     memcpy(f->path, path, n + 1);
     memcpy(f->tmp, path, n);
     memcpy(f->tmp + n, ".tmp", 5);
-    int fd = lwq_sys()->open(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int fd = lwq_durable_create(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644, "the temporary file", e);
     if (fd < 0)
-        return lwq_errsys(e, fd, "create %s", f->tmp);
+        return fd;
     f->fd = fd;
     return 0;
 }

@@ -45,6 +45,12 @@ int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t
  * files only) through the io/sys.h table: the fd, or a negative code with `e` filled. */
 int lwq_durable_open_regular(const char *path, int flags, struct stat *st, lwq_error *e);
 
+/* Create (or open and, with O_TRUNC in flags, truncate) a file lwq writes: O_WRONLY or O_RDWR in
+ * flags, plus O_CREAT and O_TRUNC as wanted.  Never follows a symbolic link at the path, never
+ * blocks on a FIFO there, and refuses anything but a regular file, naming `what` and the path.
+ * The fd (close-on-exec), or a negative code with `e` filled. */
+int lwq_durable_create(const char *path, int flags, mode_t mode, const char *what, lwq_error *e);
+
 /* fsync a directory so that a rename or unlink inside it is durable. */
 int lwq_durable_fsync_dir(const char *dir, lwq_error *e);
 /* fsync the directory that holds `path`. */

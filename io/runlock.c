@@ -75,9 +75,9 @@ static int lock_file(const char *path, const char *resume_dir, lwq_error *e)
 {
     const lwq_sys_table *s = lwq_sys();
     for (int attempt = 0; attempt < 16; attempt++) {
-        int fd = s->open(path, O_RDWR | O_CREAT, 0644);
+        int fd = lwq_durable_create(path, O_RDWR | O_CREAT, 0644, "the run lock", e);
         if (fd < 0)
-            return lwq_errsys(e, fd, "%s: cannot open the run lock", path);
+            return fd;
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
             int rc = errno == EWOULDBLOCK ? refuse(e, fd, "the resume directory", resume_dir, 1)
                                           : lwq_errsys(e, -errno, "%s: cannot lock", path);

@@ -1,5 +1,6 @@
 #include "engine/run/spill.h"
 
+#include "io/durable.h"
 #include "io/sys.h"
 
 #include <errno.h>
@@ -15,9 +16,9 @@ int lwq_spill_open(lwq_spill *s, const char *dir, int layer, lwq_error *e)
     s->fd = -1;
     if ((size_t)snprintf(s->path, sizeof s->path, "%s/model-layer-%05d.spill", dir, layer) >= sizeof s->path)
         return lwq_errf(e, LWQ_EINVAL, "%s: path too long", dir);
-    int fd = lwq_sys()->open(s->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    int fd = lwq_durable_create(s->path, O_RDWR | O_CREAT | O_TRUNC, 0600, "the expert spill file", e);
     if (fd < 0)
-        return lwq_errsys(e, fd, "%s: cannot create the expert spill file", s->path);
+        return fd;
     s->fd = fd;
     int rc = lwq_sys()->unlink(s->path);
     if (rc < 0) {

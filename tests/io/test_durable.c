@@ -2,6 +2,8 @@
 #include "tests/helpers/io_testutil.h"
 
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "io/durable.h"
 #include "io/sys.h"
@@ -281,4 +283,26 @@ Test(durable, mkdir_crash_before_the_parent_fsync_is_an_error_and_the_retry_sync
     lwq_sys_fault_clear();
     lwq_error_clear(&e);
     cr_assert_eq(lwq_durable_mkdir(sub, NULL, &e), 0, "%s", e.msg);
+}
+
+Test(durable, a_symlink_at_the_temporary_path_is_refused_and_its_target_untouched)
+{
+    char target[200];
+    snprintf(target, sizeof target, "%s/elsewhere", dir);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_durable_write_file(target, "keep", 4, &e), 0, "%s", e.msg);
+    cr_assert_eq(symlink(target, tmp), 0);
+    cr_assert_eq(lwq_durable_write_file(path, "data", 4, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, tmp) && strstr(e.msg, "is a symbolic link"), "%s", e.msg);
+    cr_assert(file_equals(target, "keep", 4), "the link's target was written through");
+    cr_assert_not(tu_exists(path));
+}
+
+Test(durable, a_fifo_at_the_temporary_path_is_refused_without_waiting, .timeout = 10)
+{
+    cr_assert_eq(mkfifo(tmp, 0644), 0);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_durable_write_file(path, "data", 4, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, tmp) && strstr(e.msg, "not a regular file"), "%s", e.msg);
+    cr_assert_not(tu_exists(path));
 }
