@@ -110,6 +110,71 @@ static void assign_whole(const lwq_arch_layer *p, const lwq_quant_choice *c, con
     }
 }
 
+static int split_here(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int i)
+{
+    return wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i]);
+}
+
+/* The first splittable linear at or after i (n: none). */
+static int next_split(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int i)
+{
+    while (i < p->nlinears && !split_here(p, c, only, i))
+        i++;
+    return i;
+}
+
+/* The level T that `split` fills every rank below it up to: sum over ranks of
+ * max(0, T - load[r]) = split.  sorted: size doubles of scratch. */
+static double fill_level(const double *load, int size, double split, double *sorted)
+{
+    for (int r = 0; r < size; r++) {
+        int k = r; /* insertion sort: size is small */
+        while (k > 0 && sorted[k - 1] > load[r]) {
+            sorted[k] = sorted[k - 1];
+            k--;
+        }
+        sorted[k] = load[r];
+    }
+    double below = 0, level = 0;
+    for (int k = 1; k <= size; k++) {
+        below += sorted[k - 1];
+        level = (split + below) / k;
+        if (k == size || level <= sorted[k])
+            break;
+    }
+    return level;
+}
+
+/* The splittable linears' rows in linear order onto the ranks in rank order, each rank up to
+ * `level`; the last rank below it takes what is left. */
+static void assign_rows(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size,
+                        const double *load, double level, lwq_qlayer_rows *share)
+{
+    int last = -1, i = next_split(p, c, only, 0);
+    for (int r = 0; r < size; r++)
+        if (level > load[r])
+            last = r;
+    int64_t pos = 0;
+    for (int r = 0; r <= last && i < p->nlinears; r++) {
+        double budget = level > load[r] ? level - load[r] : 0;
+        while (i < p->nlinears && (r == last || budget > 0)) {
+            int64_t rows = p->linears[i].out_features, take = rows - pos;
+            double per_row = lwq_dist_cost(&p->linears[i], &c[i]) / (double)rows;
+            if (r != last && (double)take * per_row > budget) {
+                double t = floor(budget / per_row + 0.5);
+                take = t < 0 ? 0 : t > (double)take ? take : (int64_t)t;
+            }
+            if (take > 0)
+                share[(size_t)i * size + r] = (lwq_qlayer_rows){pos, pos + take};
+            budget -= (double)take * per_row;
+            if ((pos += take) < rows)
+                break; /* this rank is full */
+            pos = 0;
+            i = next_split(p, c, only, i + 1);
+        }
+    }
+}
+
 int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const uint8_t *only, int size,
                     lwq_qlayer_rows *share, lwq_error *e)
 {
@@ -120,75 +185,26 @@ int lwq_dist_assign(const lwq_arch_layer *p, const lwq_quant_choice *c, const ui
         share[k] = (lwq_qlayer_rows){0, 0};
     item *it = malloc((size_t)(n ? n : 1) * sizeof *it);
     int *lead = malloc((size_t)(n ? n : 1) * sizeof *lead);
-    double *load = calloc((size_t)size, sizeof *load), *cap = calloc((size_t)size, sizeof *cap);
-    double *sorted = calloc((size_t)size, sizeof *sorted);
-    if (!it || !lead || !load || !cap || !sorted) { /* an error, not a fallback: another rank's malloc may
-                                            * succeed, and every rank must reach the same shares
-                                            * (lwq_run_agree makes it every rank's) */
+    double *load = calloc((size_t)size, sizeof *load), *sorted = calloc((size_t)size, sizeof *sorted);
+    if (!it || !lead || !load || !sorted) { /* an error, not a fallback: another rank's malloc may
+                                             * succeed, and every rank must reach the same shares
+                                             * (lwq_run_agree makes it every rank's) */
         free(it);
         free(lead);
         free(load);
-        free(cap);
         free(sorted);
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory assigning the linears to ranks", p->layer);
     }
     assign_whole(p, c, only, size, it, lead, load, share);
     double split = 0; /* the splittable linears' cost */
     for (int i = 0; i < n; i++)
-        if (wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i]))
+        if (split_here(p, c, only, i))
             split += lwq_dist_cost(&p->linears[i], &c[i]);
-    if (split > 0) {
-        /* the level T that the splittable cost fills every rank below it up to:
-         * sum over ranks of max(0, T - load[r]) = split */
-        for (int r = 0; r < size; r++) {
-            int k = r; /* insertion sort: size is small */
-            while (k > 0 && sorted[k - 1] > load[r]) {
-                sorted[k] = sorted[k - 1];
-                k--;
-            }
-            sorted[k] = load[r];
-        }
-        double below = 0, level = 0;
-        for (int k = 1; k <= size; k++) {
-            below += sorted[k - 1];
-            level = (split + below) / k;
-            if (k == size || level <= sorted[k])
-                break;
-        }
-        int last = -1;
-        for (int r = 0; r < size; r++)
-            if ((cap[r] = level > load[r] ? level - load[r] : 0) > 0)
-                last = r;
-        /* rows in linear order, ranks in rank order; the last rank with room takes what is left */
-        int i = 0;
-        int64_t pos = 0;
-        while (i < n && !(wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i])))
-            i++;
-        for (int r = 0; r <= last && i < n; r++) {
-            double budget = cap[r];
-            while (i < n && (r == last || budget > 0)) {
-                int64_t rows = p->linears[i].out_features, take = rows - pos;
-                double per_row = lwq_dist_cost(&p->linears[i], &c[i]) / (double)rows;
-                if (r != last && (double)take * per_row > budget) {
-                    double t = floor(budget / per_row + 0.5);
-                    take = t < 0 ? 0 : t > (double)take ? take : (int64_t)t;
-                }
-                if (take > 0)
-                    share[(size_t)i * size + r] = (lwq_qlayer_rows){pos, pos + take};
-                budget -= (double)take * per_row;
-                if ((pos += take) < rows)
-                    break; /* this rank is full */
-                pos = 0;
-                do
-                    i++;
-                while (i < n && !(wanted(c, only, i) && lwq_dist_splittable(&p->linears[i], &c[i])));
-            }
-        }
-    }
+    if (split > 0)
+        assign_rows(p, c, only, size, load, fill_level(load, size, split, sorted), share);
     free(it);
     free(lead);
     free(load);
-    free(cap);
     free(sorted);
     return 0;
 }

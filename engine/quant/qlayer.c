@@ -433,19 +433,25 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
     /* sel: the linears this call quantizes rows of; need: also their fused-group partners, whose
      * amaxes the group's global amax takes (a partner another rank quantizes is read, not quantized) */
     uint8_t *sel = calloc((size_t)(n ? n : 1), 1), *need = calloc((size_t)(n ? n : 1), 1);
-    if (!in_amax || !w_amax || !w || !sel || !need) {
+    uint8_t *touched = calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), 1); /* a group with a sel member */
+    if (!in_amax || !w_amax || !w || !sel || !need || !touched) {
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
         goto out;
     }
     if ((rc = lwq_qlayer_check(plan, choice, e)) < 0 ||
         (rc = input_amaxes(plan, choice, st, only, in_amax, rep, e)) < 0)
         goto out;
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n; i++) {
+        int g = plan->linears[i].group;
         sel[i] = choice[i].format != LWQ_QFMT_NONE && !(only && !only[i]) && has_rows(mine, i);
-    for (int i = 0; i < n; i++)
-        for (int j = 0; j < n && !need[i]; j++)
-            need[i] = choice[i].format != LWQ_QFMT_NONE && !(only && !only[i]) && sel[j] &&
-                      (j == i || (plan->linears[i].group >= 0 && plan->linears[j].group == plan->linears[i].group));
+        if (sel[i] && g >= 0 && g < plan->ngroups)
+            touched[g] = 1;
+    }
+    for (int i = 0; i < n; i++) {
+        int g = plan->linears[i].group;
+        need[i] = sel[i] || (choice[i].format != LWQ_QFMT_NONE && !(only && !only[i]) && g >= 0 &&
+                             g < plan->ngroups && touched[g]);
+    }
     for (int i = 0; i < n; i++) {
         if (!need[i])
             continue;
@@ -540,6 +546,7 @@ out:
     free(w);
     free(sel);
     free(need);
+    free(touched);
     return rc;
 }
 
