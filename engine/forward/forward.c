@@ -89,15 +89,6 @@ int lwq_fwd_shared_block(lwq_model *m, int layer, const lwq_weights *w, const lw
     }
 }
 
-void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
-                           int *mixtral_names, int64_t *inter)
-{
-    *mixtral_names = c->family->experts == LWQ_EXPERTS_MIXTRAL;
-    *inter = c->family->keys == LWQ_KEYS_MIXTRAL ? c->intermediate_size : c->moe_intermediate_size;
-    snprintf(prefix, cap, *mixtral_names ? "model.layers.%d.block_sparse_moe" : "model.layers.%d.mlp",
-             layer);
-}
-
 /* out = routed experts (+ shared experts), each term in the act dtype and their sum rounded once
  * (lwq_backend_add), as transformers adds the two act-dtype tensors; or the dense SwiGLU MLP. */
 static int mlp_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,

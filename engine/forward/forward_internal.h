@@ -29,10 +29,6 @@ int lwq_fwd_has_shared(const lwq_model_config *c);
 /* sh (n, hidden) = the shared experts' term of x (lwq_fwd_has_shared). */
 int lwq_fwd_shared_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                          const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e);
-/* The routed experts' tensor prefix of `layer` ("model.layers.L.mlp" or ".block_sparse_moe"),
- * whether they carry Mixtral's w1/w3/w2 names, and their width. */
-void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
-                           int *mixtral_names, int64_t *inter);
 
 /* ---- the toolkit (fwd_common.c) -------------------------------------------------------------- */
 
@@ -81,6 +77,11 @@ int lwq_fwd_swiglu_mlp_tok(lwq_model *m, int layer, const lwq_weights *w, const 
                            const char *gate, const char *up, const char *down, int64_t inter,
                            const lwq_tensor *x, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
                            lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
+/* The routed experts' tensor prefix of `layer` (fwd_common.c) ("model.layers.L.mlp" or ".block_sparse_moe"),
+ * whether they carry Mixtral's w1/w3/w2 names, and their width. */
+void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
+                           int *mixtral_names, int64_t *inter);
 
 /* A set of routed experts: `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
  * mixtral_names), inter wide, for E in [e0, e0 + count). */

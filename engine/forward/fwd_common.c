@@ -387,6 +387,15 @@ static int swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char 
     return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);
 }
 
+void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
+                           int *mixtral_names, int64_t *inter)
+{
+    *mixtral_names = c->family->experts == LWQ_EXPERTS_MIXTRAL;
+    *inter = c->family->keys == LWQ_KEYS_MIXTRAL ? c->intermediate_size : c->moe_intermediate_size;
+    snprintf(prefix, cap, *mixtral_names ? "model.layers.%d.block_sparse_moe" : "model.layers.%d.mlp",
+             layer);
+}
+
 /* ---- routed experts, shared by model_moe.c and fwd_stream.c ---------------------------------- */
 
 int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
