@@ -146,8 +146,12 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
     if (v->in_memory && !o->calib)
         return lwq_errf(e, LWQ_EINVAL, "candidates built from a recipe need calibration data");
     lwq_device_choice d = o->device;
-    if (d == LWQ_DEVICE_AUTO)
-        d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    if (d == LWQ_DEVICE_AUTO) {
+        int cuda = lwq_backend_cuda_auto(e);
+        if (cuda < 0)
+            return cuda;
+        d = cuda ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    }
     rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&v->be, 0, e) : lwq_backend_cpu_create(&v->be, o->threads, e);
     if (rc)
         return rc;
