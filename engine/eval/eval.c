@@ -139,7 +139,7 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
             return rc;
         if (o->weights_only)
             v->cand[c].kv_fp8 = 0; /* the KV cache runs in the activation dtype */
-        if (v->cand[c].kv_fp8 && (v->ck.cfg.arch == LWQ_ARCH_DEEPSEEK_V2 || v->ck.cfg.arch == LWQ_ARCH_DEEPSEEK_V3))
+        if (v->cand[c].kv_fp8 && v->ck.cfg.family->attn == LWQ_MIXER_MLA)
             return lwq_errf(e, LWQ_EUNSUPPORTED, "candidate %s: an FP8 KV cache of multi-head latent attention (the "
                             "serving engine caches the latent) is not emulated; use --kv-cache none", cd->name);
     }
