@@ -15,7 +15,7 @@ typedef struct builder {
     lwq_arch_layer *l;
     int tcap, lcap;
     const lwq_model_config *c;
-    char pre[LWQ_ARCH_NAME_MAX]; /* "model.layers.7." with the weight prefix */
+    char pre[LWQ_ARCH_NAME_MAX]; /* canonical "model.layers.7." (cfg.names maps each name) */
     int oom;
 } builder;
 
@@ -61,11 +61,13 @@ static lwq_arch_tensor *tensor(builder *b, lwq_tensor_kind kind, int optional, i
     }
     lwq_arch_tensor *t = &l->tensors[l->ntensors++];
     memset(t, 0, sizeof *t);
-    size_t n = (size_t)snprintf(t->name, sizeof t->name, "%s", b->pre);
+    char canon[LWQ_ARCH_NAME_MAX];
+    size_t n = (size_t)snprintf(canon, sizeof canon, "%s", b->pre);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(t->name + n, sizeof t->name - n, fmt, ap);
+    vsnprintf(canon + n, sizeof canon - n, fmt, ap);
     va_end(ap);
+    lwq_names_full(&b->c->names, canon, t->name, sizeof t->name);
     t->kind = kind;
     t->optional = optional;
     t->ndim = ndim;
@@ -96,7 +98,9 @@ static void linear(builder *b, const char *module, lwq_linear_role role, int exp
     int li = l->nlinears++;
     lwq_arch_linear *m = &l->linears[li];
     memset(m, 0, sizeof *m);
-    snprintf(m->name, sizeof m->name, "%s%s", b->pre, module);
+    char canon[LWQ_ARCH_NAME_MAX + 96];
+    snprintf(canon, sizeof canon, "%s%s", b->pre, module);
+    lwq_names_full(&b->c->names, canon, m->name, sizeof m->name);
     m->role = role;
     m->expert = expert;
     m->out_features = out;
@@ -259,7 +263,7 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     if (!c->family)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "no layer plan for model_type '%s'", c->model_type);
     builder b = {.l = out, .c = c};
-    snprintf(b.pre, sizeof b.pre, "%smodel.layers.%d.", c->weight_prefix, layer);
+    snprintf(b.pre, sizeof b.pre, "model.layers.%d.", layer);
     out->layer = layer;
     out->is_moe = lwq_config_layer_is_moe(c, layer);
     out->mixer = lwq_config_layer_mixer(c, layer);
@@ -294,7 +298,7 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
     memset(out, 0, sizeof *out);
     builder b = {.l = out, .c = c};
     out->layer = -1;
-    snprintf(b.pre, sizeof b.pre, "%s", c->weight_prefix);
+    b.pre[0] = 0;
     tensor(&b, LWQ_TK_EMBED, 0, 2, c->vocab_size, c->hidden_size, 0, "model.embed_tokens.weight");
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "model.norm.weight");
     /* Tied models usually omit lm_head; some save the shared matrix under both names. */
@@ -308,7 +312,7 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_embedding.weight");
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_hidden.weight");
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.norm.weight");
-        snprintf(b.pre, sizeof b.pre, "%smtp.layers.0.", c->weight_prefix);
+        snprintf(b.pre, sizeof b.pre, "mtp.layers.0.");
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
         plan_gqa_attention(&b);
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "post_attention_layernorm.weight");
@@ -582,7 +586,9 @@ int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
     for (int l = 0; rc == 0 && l < c->nlayers; l++) {
         if (l >= cfg->num_hidden_layers) {
             char name[LWQ_ARCH_NAME_MAX], det[96];
-            snprintf(name, sizeof name, "%smodel.layers.%d.*", cfg->weight_prefix, l);
+            char canon[64];
+            snprintf(canon, sizeof canon, "model.layers.%d.*", l);
+            lwq_names_full(&cfg->names, canon, name, sizeof name);
             snprintf(det, sizeof det, "%d tensors beyond num_hidden_layers %d pass through",
                      c->layers[l].n, cfg->num_hidden_layers);
             rc = issue(r, LWQ_ISSUE_EXTRA_LAYER, l, name, det, e);

@@ -462,6 +462,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: required key \"model_type\" is missing", path);
         goto fail;
     }
+    snprintf(c->names.root, sizeof c->names.root, "model.");
     const lwq_family_wrapper *wr = lwq_family_find_wrapper(c->model_type);
     if (wr) {
         const cJSON *tc = get(o, "text_config");
@@ -472,7 +473,9 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         }
         o = tc;
         x.section = "text_config.";
-        snprintf(c->weight_prefix, sizeof c->weight_prefix, "%s", wr->prefix);
+        c->text_config = 1;
+        snprintf(c->names.root, sizeof c->names.root, "%s", wr->root);
+        snprintf(c->names.head, sizeof c->names.head, "%s", wr->head);
         if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
             goto fail;
     }
@@ -531,4 +534,28 @@ lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)
     if (c->layer_mixer)
         return (lwq_mixer_kind)c->layer_mixer[layer];
     return c->family ? c->family->attn : LWQ_MIXER_NONE;
+}
+
+size_t lwq_names_full(const lwq_names *n, const char *canon, char *out, size_t cap)
+{
+    if (!n || !n->root[0])
+        return (size_t)snprintf(out, cap, "%s", canon);
+    if (!strncmp(canon, "model.", 6))
+        return (size_t)snprintf(out, cap, "%s%s", n->root, canon + 6);
+    return (size_t)snprintf(out, cap, "%s%s", n->head, canon);
+}
+
+int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap)
+{
+    size_t r = n && n->root[0] ? strlen(n->root) : 0, h = n ? strlen(n->head) : 0;
+    int k;
+    if (!r)
+        k = snprintf(out, cap, "%s", full);
+    else if (!strncmp(full, n->root, r))
+        k = snprintf(out, cap, "model.%s", full + r);
+    else if (!strncmp(full, n->head, h))
+        k = snprintf(out, cap, "%s", full + h);
+    else
+        return 0;
+    return k >= 0 && (size_t)k < cap;
 }

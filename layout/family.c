@@ -43,7 +43,7 @@ static const lwq_family families[] = {
 };
 
 static const lwq_family_wrapper wrappers[] = {
-    {"kimi_k25", "language_model."},
+    {"kimi_k25", "language_model.model.", "language_model."},
 };
 
 const char *lwq_supported_model_types(void)

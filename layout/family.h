@@ -112,9 +112,10 @@ const char *lwq_family_name(const lwq_family *f);
 int lwq_mixer_is_attention(lwq_mixer_kind k);
 
 /* Wrapper configs whose text model is a row of the table under "text_config": the wrapper's
- * model_type and the prefix its weight names carry before "model.". */
+ * model_type and where its weights keep the text model (layout/config.h lwq_names: what "model."
+ * becomes, what other names carry before them). */
 typedef struct lwq_family_wrapper {
-    const char *model_type, *prefix;
+    const char *model_type, *root, *head;
 } lwq_family_wrapper;
 const lwq_family_wrapper *lwq_family_find_wrapper(const char *model_type);
 

@@ -273,7 +273,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         } else {
             /* the embedding matrix as the device holds it (a packed one dequantized) */
             char name[256];
-            snprintf(name, sizeof name, "%smodel.embed_tokens.weight", c->weight_prefix);
+            lwq_names_full(&c->names, "model.embed_tokens.weight", name, sizeof name);
             const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
             uint64_t emb = (uint64_t)c->vocab_size * (uint64_t)c->hidden_size * act;
             if (t && (t->dtype == LWQ_F32 || t->dtype == LWQ_BF16 || t->dtype == LWQ_F16))

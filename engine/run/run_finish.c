@@ -99,8 +99,9 @@ static int write_configs(lwq_run *r, lwq_error *e)
             mods[k++].format = r->choice[L][i].format;
         }
     for (int L = r->nlayers; L < r->ck.nlayers; L++) {
-        char g[96];
-        snprintf(g, sizeof g, "%smodel.layers.%d*", r->ck.cfg.weight_prefix, L);
+        char g[96], canon[48];
+        snprintf(canon, sizeof canon, "model.layers.%d*", L);
+        lwq_names_full(&r->ck.cfg.names, canon, g, sizeof g);
         if (!(extra[nextra++] = strdup(g))) {
             rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
             goto out;
@@ -108,7 +109,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
     }
     {
         char mtp[64];
-        size_t np = (size_t)snprintf(mtp, sizeof mtp, "%smtp.", r->ck.cfg.weight_prefix);
+        size_t np = lwq_names_full(&r->ck.cfg.names, "mtp.", mtp, sizeof mtp);
         for (int i = 0; i < r->ck.tail.n; i++)
             if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, mtp, np)) {
                 mtp[np - 1] = '*'; /* "mtp*": a prefix glob at the dot boundary */
@@ -133,7 +134,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
             break;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
