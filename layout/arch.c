@@ -176,10 +176,22 @@ static void plan_linear_attention(builder *b)
     int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
     int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
     int64_t nv = c->linear_num_value_heads;
-    /* in_proj_qkvz and in_proj_ba read the same input but are separate GEMMs in vLLM, so they
-     * are not a fused group. */
-    linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
-    linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
+    if (b->l->mixer == LWQ_MIXER_GDN_SPLIT) {
+        /* Qwen3.5's split projections: vLLM merges in_proj_qkv + in_proj_z and in_proj_b +
+         * in_proj_a into one GEMM each, and Model Optimizer 0.47 exports qkv and z with one
+         * input and one weight global scale: two fused groups */
+        int g = new_group(b);
+        linear(b, "linear_attn.in_proj_qkv", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + vd, h, g, 0, 0);
+        linear(b, "linear_attn.in_proj_z", LWQ_ROLE_LIN_QKVZ, -1, vd, h, g, 0, 0);
+        g = new_group(b);
+        linear(b, "linear_attn.in_proj_b", LWQ_ROLE_LIN_BA, -1, nv, h, g, 0, 0);
+        linear(b, "linear_attn.in_proj_a", LWQ_ROLE_LIN_BA, -1, nv, h, g, 0, 0);
+    } else {
+        /* in_proj_qkvz and in_proj_ba read the same input but are separate GEMMs in vLLM, so
+         * they are not a fused group. */
+        linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
+        linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
+    }
     /* The depthwise causal conv reads q/k/v (2 kd + vd channels) and is quantizable like a linear
      * (the production recipe runs it FP8 W8A8): its weight keeps the source's 3-D shape. */
     linear(b, "linear_attn.conv1d", LWQ_ROLE_LIN_CONV, -1, 2 * kd + vd, c->linear_conv_kernel_dim,
@@ -273,7 +285,8 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
     switch (out->mixer) {
     case LWQ_MIXER_MLA: plan_mla_attention(&b); break;
-    case LWQ_MIXER_GDN: plan_linear_attention(&b); break;
+    case LWQ_MIXER_GDN:
+    case LWQ_MIXER_GDN_SPLIT: plan_linear_attention(&b); break;
     case LWQ_MIXER_GQA:
     case LWQ_MIXER_GATED_GQA: plan_gqa_attention(&b); break;
     default:
@@ -520,6 +533,16 @@ static int is_quant_tensor(const lwq_ckpt *c, const lwq_arch_layer *plan, const 
     return 0;
 }
 
+/* Whether tail tensor `name` belongs to the wrapper's own modules (counted). */
+static int is_passthrough(const lwq_ckpt *c, const lwq_arch_layer *plan, const char *name, lwq_arch_report *r)
+{
+    const char *p = c->cfg.passthrough;
+    if (plan->layer >= 0 || !p || strncmp(name, p, strlen(p)))
+        return 0;
+    r->passthrough++;
+    return 1;
+}
+
 /* Compare one plan with the checkpoint tensors listed in `have`. */
 static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_ckpt_layer *have,
                       lwq_arch_report *r, lwq_error *e)
@@ -571,7 +594,8 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
         if ((strlen(name) >= sizeof key.name ||
              !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr)) &&
             !lwq_srcfmt_is_aux(c, name) && /* FP8 scale_inv / MXFP4 halves: dequantized away */
-            !is_quant_tensor(c, plan, &c->tensors[have->idx[i]], r))
+            !is_quant_tensor(c, plan, &c->tensors[have->idx[i]], r) &&
+            !is_passthrough(c, plan, name, r))
             rc = issue(r, LWQ_ISSUE_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
     }
     free(sorted);

@@ -102,6 +102,8 @@ typedef struct lwq_model_config {
     /* Where the checkpoint keeps the text model (lwq_names_full). */
     lwq_names names;
     int text_config;          /* the text model's keys are under "text_config" (a wrapper) */
+    const char *passthrough;  /* the wrapper's own modules ("model.visual."): copied unquantized
+                                 and excluded as a whole (layout/family.h), or NULL; static */
 
     struct cJSON *raw;        /* the whole config.json, owned */
     char *text;               /* its bytes as read (the exporter keeps them), owned */

@@ -86,8 +86,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
         total += r->plans[L].nlinears;
     lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
-     * embedding */
-    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 2, sizeof *extra);
+     * embedding; +1: a VLM wrapper's vision tower */
+    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
     int nextra = 0, k = 0, rc = 0;
     if (!mods || !extra) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
@@ -114,6 +114,22 @@ static int write_configs(lwq_run *r, lwq_error *e)
             if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, mtp, np)) {
                 mtp[np - 1] = '*'; /* "mtp*": a prefix glob at the dot boundary */
                 if (!(extra[nextra++] = strdup(mtp))) {
+                    rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                    goto out;
+                }
+                break;
+            }
+    }
+    /* a wrapper's own modules (the vision tower "model.visual."): Model Optimizer keeps them
+     * unquantized and excludes them as one prefix glob, "model.visual*" */
+    if (r->ck.cfg.passthrough) {
+        const char *p = r->ck.cfg.passthrough;
+        size_t np = strlen(p);
+        for (int i = 0; i < r->ck.tail.n; i++)
+            if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, p, np)) {
+                char g[64];
+                snprintf(g, sizeof g, "%.*s*", (int)(np && p[np - 1] == '.' ? np - 1 : np), p);
+                if (!(extra[nextra++] = strdup(g))) {
                     rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
                     goto out;
                 }
