@@ -91,7 +91,7 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
     int nothing = 0, rc = lwq_run_setup(&r, &nothing, e);
     if (rc == 0 && nothing) {
         if (!o->quiet)
-            LWQ_INFO("%s is complete (all %d layers committed); nothing to do", r.out_dir, r.nlayers);
+            LWQ_INFO("nothing to do: %s is complete (all %d layers)", r.out_dir, r.nlayers);
         lwq_run_free(&r);
         return 0;
     }
