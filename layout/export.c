@@ -47,7 +47,7 @@ static cJSON *exclude_list(const lwq_export_quant *q)
         return NULL;
     int k = 0;
     char lm[96];
-    snprintf(lm, sizeof lm, "%slm_head", q->prefix ? q->prefix : "");
+    lwq_names_full(q->names, "lm_head", lm, sizeof lm);
     v[k++] = lm;
     for (int i = 0; i < q->nextra; i++)
         v[k++] = q->extra_excludes[i];

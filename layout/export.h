@@ -20,6 +20,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "layout/config.h"
 #include "layout/recipe.h"
 
 struct cJSON;
@@ -36,8 +37,8 @@ typedef struct lwq_export_quant {
     const char *const *extra_excludes; /* beyond lm_head, e.g. MTP layers "model.layers.61*" */
     int nextra;
     lwq_kv_mode kv;
-    const char *prefix;                /* weight-name prefix of wrapped models ("language_model.")
-                                          for the lm_head entry, or NULL */
+    const lwq_names *names;            /* where the checkpoint keeps the text model (the lm_head
+                                          entry: "language_model.lm_head" for kimi_k25), or NULL */
 } lwq_export_quant;
 
 #define LWQ_PRODUCER_NAME "modelopt"
