@@ -68,6 +68,9 @@ void lwq_ckpt_free(lwq_ckpt *c)
         lwq_st_free(&c->files[i]);
     free(c->files);
     free(c->tensors);
+    for (int i = 0; i < c->nowned; i++)
+        free(c->owned_names[i]);
+    free(c->owned_names);
     for (int i = 0; i < c->nlayers; i++)
         free(c->layers[i].idx);
     free(c->layers);
@@ -391,7 +394,7 @@ int lwq_ckpt_open_with_config(const char *dir, const char *config_path, lwq_ckpt
     }
     if (rc < 0)
         goto fail;
-    if ((rc = build_layers(c, e)) != 0)
+    if ((rc = lwq_ckpt_split_fused_experts(c, e)) != 0 || (rc = build_layers(c, e)) != 0)
         goto fail;
     return 0;
 fail:
