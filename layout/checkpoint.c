@@ -17,23 +17,6 @@
 
 static const char INDEX_SUFFIX[] = ".safetensors.index.json";
 
-int lwq_tensor_layer_index(const char *name)
-{
-    static const char pre[] = "model.layers.";
-    if (strncmp(name, pre, sizeof pre - 1) != 0)
-        return -1;
-    const char *p = name + sizeof pre - 1;
-    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
-        return -1;
-    long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v >= LWQ_MAX_LAYERS)
-            return -1;
-    }
-    return *p == '.' ? (int)v : -1;
-}
-
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e)
 {
     if (!fname[0] || !strcmp(fname, ".") || !strcmp(fname, "..") || strchr(fname, '/') ||
