@@ -344,17 +344,3 @@ Test(durable, mkdir_refuses_a_symlink_to_a_directory)
     cr_assert_eq(lwq_durable_mkdir(link_, NULL, &e), LWQ_EINVAL);
     cr_assert(strstr(e.msg, link_) && strstr(e.msg, "symbolic link"), "%s", e.msg);
 }
-
-/* a directory the command line names may be a link to one: the user's own choice */
-Test(durable, mkdir_named_takes_a_symlink_to_a_directory)
-{
-    char real[200], link_[200];
-    snprintf(real, sizeof real, "%s/real", dir);
-    snprintf(link_, sizeof link_, "%s/link", dir);
-    cr_assert_eq(mkdir(real, 0755), 0);
-    cr_assert_eq(symlink(real, link_), 0);
-    lwq_error e = {0};
-    int made = 1;
-    cr_assert_eq(lwq_durable_mkdir_named(link_, &made, &e), 0, "%s", e.msg);
-    cr_assert_eq(made, 0);
-}
