@@ -17,23 +17,6 @@
 
 static const char INDEX_SUFFIX[] = ".safetensors.index.json";
 
-int lwq_tensor_layer_index(const char *name)
-{
-    static const char pre[] = "model.layers.";
-    if (strncmp(name, pre, sizeof pre - 1) != 0)
-        return -1;
-    const char *p = name + sizeof pre - 1;
-    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
-        return -1;
-    long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v >= LWQ_MAX_LAYERS)
-            return -1;
-    }
-    return *p == '.' ? (int)v : -1;
-}
-
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e)
 {
     if (!fname[0] || !strcmp(fname, ".") || !strcmp(fname, "..") || strchr(fname, '/') ||
@@ -68,6 +51,9 @@ void lwq_ckpt_free(lwq_ckpt *c)
         lwq_st_free(&c->files[i]);
     free(c->files);
     free(c->tensors);
+    for (int i = 0; i < c->nowned; i++)
+        free(c->owned_names[i]);
+    free(c->owned_names);
     for (int i = 0; i < c->nlayers; i++)
         free(c->layers[i].idx);
     free(c->layers);
@@ -305,13 +291,13 @@ static int cmp_tensor_name(const void *a, const void *b)
 static int build_layers(lwq_ckpt *c, lwq_error *e)
 {
     qsort(c->tensors, (size_t)c->ntensors, sizeof *c->tensors, cmp_tensor_name);
-    size_t plen = strlen(c->cfg.weight_prefix);
     int maxl = -1;
     for (int i = 0; i < c->ntensors; i++) {
         lwq_ckpt_tensor *t = &c->tensors[i];
         int l = -1;
-        if (!strncmp(t->name, c->cfg.weight_prefix, plen))
-            l = lwq_tensor_layer_index(t->name + plen);
+        char canon[600];
+        if (lwq_names_canon(&c->cfg.names, t->name, canon, sizeof canon))
+            l = lwq_tensor_layer_index(canon);
         t->layer = l;
         if (l > maxl)
             maxl = l;
@@ -342,8 +328,8 @@ static int build_layers(lwq_ckpt *c, lwq_error *e)
         if (l >= c->nlayers || c->layers[l].n == 0)
             return lwq_errf(e, LWQ_EFORMAT,
                             "%s: config.json declares %d decoder layers, but no tensor belongs to "
-                            "layer %d (expected names %smodel.layers.%d.*)",
-                            c->dir, c->cfg.num_hidden_layers, l, c->cfg.weight_prefix, l);
+                            "layer %d (expected names %slayers.%d.*)",
+                            c->dir, c->cfg.num_hidden_layers, l, c->cfg.names.root, l);
     }
     return 0;
 }
@@ -391,7 +377,7 @@ int lwq_ckpt_open_with_config(const char *dir, const char *config_path, lwq_ckpt
     }
     if (rc < 0)
         goto fail;
-    if ((rc = build_layers(c, e)) != 0)
+    if ((rc = lwq_ckpt_split_fused_experts(c, e)) != 0 || (rc = build_layers(c, e)) != 0)
         goto fail;
     return 0;
 fail:

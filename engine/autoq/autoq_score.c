@@ -211,7 +211,7 @@ static int initial_state(lwq_aq_ctx *c, lwq_error *e)
     if ((rc = lwq_layersrc_read(&c->ck, -1, &tail, e)) != 0)
         return rc;
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &c->be, &tail, NULL, c->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &c->be, &tail, NULL, &c->ck.cfg.names);
     const lwq_eval_bset *sets[2] = {&c->sc, &c->rest};
     unsigned char *dst[2] = {c->bnd[c->cur], c->bnd[c->cur] + c->score_bytes};
     for (int k = 0; k < 2 && rc == 0; k++)
