@@ -92,7 +92,7 @@ round3() {
     for l in "${rows[@]}"; do
         x=$(basename "$(printf '%s' "$l" | cut -f2)" .c)
         for filt in $(printf '%s' "$l" | cut -f3); do
-            after[$filt]=$(r3_run "$SRC" "$x" "$filt")
+            after[$x:$filt]=$(r3_run "$SRC" "$x" "$filt")
         done
     done
     for c in $commits; do
@@ -115,19 +115,20 @@ round3() {
             [ "$(printf '%s' "$l" | cut -f4)" = "$c" ] || continue
             x=$(basename "$(printf '%s' "$l" | cut -f2)" .c)
             for filt in $(printf '%s' "$l" | cut -f3); do
-                before[$c:$filt]=$(r3_run "$t" "$x" "$filt")
+                before[$c:$x:$filt]=$(r3_run "$t" "$x" "$filt")
             done
         done
     done
     local bad=0 b a bn bf an ap verdict
     echo
-    echo "| finding | filter | fixing commit | before (tests failing / selected: first message) | after (passing / selected) | |"
+    echo "| finding | test: filter | fixing commit | before (tests failing / selected: first message) | after (passing / selected) | |"
     echo "|---|---|---|---|---|---|"
     for l in "${rows[@]}"; do
         c=$(printf '%s' "$l" | cut -f4)
+        x=$(basename "$(printf '%s' "$l" | cut -f2)" .c)
         for filt in $(printf '%s' "$l" | cut -f3); do
-            b=${before[$c:$filt]:-"0 0 0 -"}
-            a=${after[$filt]:-"0 0 0 -"}
+            b=${before[$c:$x:$filt]:-"0 0 0 -"}
+            a=${after[$x:$filt]:-"0 0 0 -"}
             read -r bn bf _ blog <<<"$b"
             read -r an _ ap _ <<<"$a"
             verdict=ok
@@ -137,7 +138,7 @@ round3() {
             fi
             local msg=""
             [ "$blog" != - ] && [ -f "$blog" ] && msg=$(r3_first_failure "$blog")
-            echo "| ${l%%$'\t'*} | $filt | $c | $bf / $bn: $msg | $ap / $an | $verdict |"
+            echo "| ${l%%$'\t'*} | $x: $filt | $c | $bf / $bn: $msg | $ap / $an | $verdict |"
         done
     done
     echo

@@ -96,7 +96,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
     for (int L = 0; L < r->nlayers; L++)
         for (int i = 0; i < r->plans[L].nlinears; i++) {
             mods[k].name = r->plans[L].linears[i].name;
-            mods[k++].format = r->choice[L][i].format;
+            mods[k].format = r->choice[L][i].format;
+            mods[k++].weight_only = r->choice[L][i].weight_only;
         }
     for (int L = r->nlayers; L < r->ck.nlayers; L++) {
         char g[96], canon[48];

@@ -118,3 +118,101 @@ Test(hostile_outdir, a_finished_output_with_a_foreign_file_is_left_alone)
     unchanged("o");
 }
 
+/* ---- finding 3: hard links at paths lwq creates ------------------------------------------------ */
+
+/* victim: a file outside the output, hard-linked at `planted` (a path of the temp dir) */
+static void plant_link(const char *planted)
+{
+    lwqt_write_str("victim", "precious bytes of another file\n");
+    cr_assert_eq(link(lwqt_path("victim"), lwqt_path(planted)), 0, "link %s: %s", planted, strerror(errno));
+}
+
+/* The run was refused naming the planted path, and victim still holds its bytes. */
+static void victim_untouched(int rc, const char *planted)
+{
+    char *v = lwqt_slurp(lwqt_path("victim"));
+    char *err = lwqt_err();
+    cr_assert_str_eq(v, "precious bytes of another file\n", "the file hard-linked at %s was written through (exit %d); "
+                     "stderr: %s", planted, rc, err);
+    cr_assert_eq(rc, 2, "exit %d, expected 2 (refused); stderr: %s", rc, err);
+    cr_assert(strstr(err, lwqt_path(planted)), "the refusal does not name %s: %s", planted, err);
+    free(err);
+    free(v);
+}
+
+Test(hostile_outdir, a_hard_link_at_the_manifest_temporary_is_not_written_through)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/manifest.json.tmp");
+    victim_untouched(quantize("o", "--quiet"), "o.layerwise_resume/manifest.json.tmp");
+}
+
+Test(hostile_outdir, a_hard_link_as_the_run_lock_is_not_written_through)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/lock");
+    victim_untouched(quantize("o", "--quiet"), "o.layerwise_resume/lock");
+}
+
+Test(hostile_outdir, a_hard_link_at_a_boundary_temporary_is_not_written_through)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/boundary-1.bin.tmp");
+    victim_untouched(quantize("o", "--quiet"), "o.layerwise_resume/boundary-1.bin.tmp");
+}
+
+Test(hostile_outdir, a_hard_link_at_the_expert_spill_file_is_not_written_through)
+{
+    cr_assert_eq(lwqt_sh("%s mkmodel %s --arch qwen3_moe --hidden 128 --layers 2 --heads 4 --kv-heads 2 --experts 8 "
+                         "--top-k 2 --vocab 512 --quiet", lwqt_bin(), lwqt_path("m")), 0, "mkmodel");
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/model-layer-00000.spill");
+    victim_untouched(quantize("o", "--quiet --expert-group 3"), "o.layerwise_resume/model-layer-00000.spill");
+}
+
+/* Layers committed after a run of m into o that crashed at its (k+1)-th file step (0 when none
+ * or no manifest; 3, all of them, when it completed). */
+static int committed_after_crash(int k)
+{
+    lwqt_sh("rm -rf %s %s.layerwise_resume", lwqt_path("o"), lwqt_path("o"));
+    char env[64];
+    snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d ", k);
+    int rc = lwqt_sh("%s %s quantize %s -o %s " QARGS " --quiet >/dev/null 2>&1", env, lwqt_bin(), lwqt_path("m"),
+                     lwqt_path("o"));
+    if (rc == 0)
+        return 3;
+    char *t = NULL;
+    FILE *f = fopen(lwqt_path("o.layerwise_resume/manifest.json"), "r");
+    if (!f)
+        return 0;
+    fclose(f);
+    t = lwqt_slurp(lwqt_path("o.layerwise_resume/manifest.json"));
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "committed");
+    int n = cJSON_IsNumber(c) ? c->valueint : 0;
+    cJSON_Delete(j);
+    return n;
+}
+
+/* A resumed run opens the next shard's temporary file without any cleanup before it. */
+Test(hostile_outdir, a_hard_link_at_a_shard_temporary_on_resume_is_not_written_through)
+{
+    make_model();
+    int lo = 0, hi = 400; /* committed_after_crash(lo) == 0, (hi) >= 1: the first crash after layer 0's commit */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (committed_after_crash(mid) >= 1)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    cr_assert_eq(committed_after_crash(hi), 1, "crash step %d leaves other than 1 layer committed", hi);
+    lwqt_sh("rm -f %s/*.tmp", lwqt_path("o"));
+    plant_link("o/model-layer-00001.safetensors.tmp");
+    victim_untouched(quantize("o", "--quiet"), "o/model-layer-00001.safetensors.tmp");
+}
+
