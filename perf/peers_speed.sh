@@ -20,7 +20,17 @@ cd "$(dirname "$0")/.."
 die() { echo "peers_speed.sh: $*" >&2; exit 2; }
 THREADS=${THREADS:-$(nproc)}
 LWQ=$(realpath "${LWQ:-build/lwq}")
-XX
+VENVS=${PEERS_VENVS:-$PWD/.peers/venvs}
+export PEERS_VENVS=$VENVS
+PY=$VENVS/modelopt/bin/python
+[ -x "$LWQ" ] || die "no lwq binary at $LWQ (build it, or set LWQ)"
+[ -x "$PY" ] || die "no modelopt venv at $VENVS/modelopt: run peers/setup.sh modelopt llmcompressor (or set PEERS_VENVS)"
+case " $* " in
+*" --tools "*) case "$*" in *llmcompressor*) NEED_LLMC=1 ;; *) NEED_LLMC=0 ;; esac ;;
+*) NEED_LLMC=1 ;;
+esac
+[ "$NEED_LLMC" = 0 ] || [ -x "$VENVS/llmcompressor/bin/python" ] ||
+    die "no llmcompressor venv at $VENVS/llmcompressor: run peers/setup.sh llmcompressor (or pass --tools lwq,modelopt)"
 [ -f peers/speed.py ] || die "no peers/speed.py in this tree"
 [ -x /usr/bin/time ] || die "no /usr/bin/time (apt-get install time)"
 WORK=${PEERS_WORK:-$PWD/.peers/work}/speed
