@@ -166,6 +166,36 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
 
+    /* mRoPE (Qwen3.5): per-axis sections of the rotary half-width.  Text positions are the same
+     * on every axis, so any section layout rotates as 1-D RoPE; a layout that does not cover the
+     * rotary half-width exactly is not the model the config describes. */
+    const cJSON *ms = get(params, "mrope_section");
+    if (!ms)
+        ms = get(scaling, "mrope_section");
+    if (ms) {
+        const char *where = get(params, "mrope_section") ? "rope_parameters" : "rope_scaling";
+        int64_t half = (int64_t)((double)c->head_dim * c->partial_rotary_factor) / 2, sum = 0;
+        int n = cJSON_IsArray(ms) ? cJSON_GetArraySize(ms) : -1;
+        const cJSON *it;
+        int ok = n >= 1 && n <= 4;
+        cJSON_ArrayForEach(it, ms)
+        {
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+                it->valuedouble > 1e6)
+                ok = 0;
+            else
+                sum += (int64_t)it->valuedouble;
+        }
+        if (!ok)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: model_type '%s': \"%s%s.mrope_section\" must list 1 to "
+                            "4 non-negative integers", x->path, c->model_type, x->section, where);
+        if (sum != half)
+            return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: model_type '%s': \"%s%s.mrope_section\" sums to "
+                            "%lld, but the rotary half-width is %lld (head_dim %lld x "
+                            "partial_rotary_factor %g / 2)", x->path, c->model_type, x->section, where,
+                            (long long)sum, (long long)half, (long long)c->head_dim,
+                            c->partial_rotary_factor);
+    }
     c->rope_type = LWQ_ROPE_DEFAULT;
     c->rope_factor = 1.0;
     if (!s)
