@@ -9,7 +9,9 @@
 #       each fixing commit: a detached worktree at its parent, today's tests/helpers/ and the rows'
 #       test files copied in, lwq and the tests built without CUDA (Release, ccache when there is
 #       one), each filter run with LWQ_BIN at that tree's lwq: every test it selects must fail.
-#       Then the same in today's tree (./build-cpu, -DLWQ_CUDA=OFF): every one must pass.  Prints
+#       Then the same in today's tree (./build-cpu, -DLWQ_CUDA=OFF; build-cuda for the CUDA
+#       module's loader, with R3_CUDA_MODULE or ./build/liblwq-cuda.so copied beside lwq; the
+#       launcher of the build's MPI as LWQ_MPIEXEC, as ctest gives it): every one must pass.  Prints
 #       a table; exit 1 when a row is not "fails before, passes after".  A build of lwq is a few
 #       minutes on the shared 2-core machine, so name FINDINGs to check a few rows.
 #   scripts/hostile-before-after.sh [round2] [WORKDIR]
@@ -28,16 +30,27 @@ export CCACHE_BASEDIR=$W LWQ_FIXTURES=${LWQ_FIXTURES:-$SRC/../shared/fixtures}
 LAUNCHER=
 command -v ccache >/dev/null && LAUNCHER=-DCMAKE_C_COMPILER_LAUNCHER=ccache
 H=tests/tools/hostile
+CUDA_MODULE=${R3_CUDA_MODULE:-$SRC/build/liblwq-cuda.so}
 
 # ---- round 3 (issue 36) ---------------------------------------------------------------------------
 
 # r3_run TREE NAME FILTER: run test NAME of TREE's build-cpu with one criterion filter; prints
 # "TESTED FAILING PASSING" and leaves the log in $W/res/r3-<tree>-<name>-<n>.log
 r3_run() {
-    local t=$1 x=$2 f=$3 log
+    local t=$1 x=$2 f=$3 log mpiexec d
+    d=$t/$(r3_dir "$x")
     log=$W/res/r3-$(basename "$t")-$x-$(printf '%s' "$f" | tr -c 'A-Za-z0-9_' _).log
-    (cd "$t/build-cpu" && LWQ_BIN=$t/build-cpu/lwq timeout 1800 "./$x" --jobs 1 --short-filename --filter "$f" \
-        >"$log" 2>&1)
+    # what ctest would hand the test (CMakeLists.txt's ENVIRONMENT): the launcher of the MPI the
+    # tree was built with, so that the multi-rank rows run instead of skipping
+    mpiexec=$(sed -n 's/^MPIEXEC_EXECUTABLE:[A-Z]*=//p' "$d/CMakeCache.txt" 2>/dev/null)
+    grep -q '^LWQ_MPI:STRING=OFF' "$d/CMakeCache.txt" 2>/dev/null && mpiexec=
+    # the module tests truncate a copy of a built liblwq-cuda.so found beside lwq: that lwq has the
+    # loader (build-cuda), the module itself is today's full build's (R3_CUDA_MODULE names another)
+    if [ "$x" = test_hostile_module ] && [ -f "$CUDA_MODULE" ]; then
+        cp "$CUDA_MODULE" "$d/liblwq-cuda.so"
+    fi
+    (cd "$d" && LWQ_BIN=$d/lwq LWQ_MPIEXEC=$mpiexec timeout 1800 "./$x" --jobs 1 \
+        --short-filename --filter "$f" >"$log" 2>&1)
     local syn
     syn=$(grep -a 'Synthesis' "$log" | tail -1)
     local n p fl
@@ -61,15 +74,25 @@ r3_first_failure() {
 
 # r3_build TREE TARGET...: configure TREE/build-cpu without CUDA and build the targets, one at a
 # time, so that a test that cannot be built there (its logs say why) does not stop the others
+# (a test of the CUDA module's loader in build-cuda: CUDA on, only lwq and the test built, the
+# loader being host code; the module's kernels are not compiled there)
+r3_dir() { if [ "$1" = test_hostile_module ]; then echo build-cuda; else echo build-cpu; fi; }
 r3_build() {
-    local t=$1 n x bad=0
+    local t=$1 n x d bad=0
     n=$(basename "$t")
     shift
-    cmake -S "$t" -B "$t/build-cpu" -DCMAKE_BUILD_TYPE=Release -DLWQ_CUDA=OFF $LAUNCHER >"$W/res/r3-$n.cmake.log" 2>&1 ||
-        { echo "r3: configure of $t failed ($W/res/r3-$n.cmake.log)" >&2; return 1; }
     for x in "$@"; do
-        cmake --build "$t/build-cpu" -j2 --target "$x" >"$W/res/r3-$n-$x.build.log" 2>&1 ||
-            { echo "r3: build of $x in $t failed ($W/res/r3-$n-$x.build.log)" >&2; bad=1; }
+        [ "$x" = lwq_cli ] && continue
+        d=$(r3_dir "$x")
+        if [ ! -f "$t/$d/CMakeCache.txt" ]; then
+            local cuda=OFF
+            [ "$d" = build-cuda ] && cuda=ON
+            cmake -S "$t" -B "$t/$d" -DCMAKE_BUILD_TYPE=Release -DLWQ_CUDA=$cuda $LAUNCHER \
+                >"$W/res/r3-$n-$d.cmake.log" 2>&1 ||
+                { echo "r3: configure of $t/$d failed ($W/res/r3-$n-$d.cmake.log)" >&2; return 1; }
+        fi
+        cmake --build "$t/$d" -j2 --target lwq_cli "$x" >"$W/res/r3-$n-$x.build.log" 2>&1 ||
+            { echo "r3: build of $x in $t/$d failed ($W/res/r3-$n-$x.build.log)" >&2; bad=1; }
     done
     return $bad
 }
