@@ -33,6 +33,10 @@ PY = sys.executable
 CALIB = dict(size=16, seq=32, batch=4)
 ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"]
 MOE = {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"}
+# issue 34: GLM-4.5+, MiniMax-M2, DeepSeek-V3.2, GLM-5 (DSA), Mistral-Small-4 (peers/make_sources.py
+# families34_configs); the MLA ones' nvfp4 is Model Optimizer's preset through lwq's recipe, as deepseek_v3's
+FAMILIES34 = ["glm4_moe", "minimax_m2", "deepseek_v32", "glm_moe_dsa", "mistral4"]
+MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
 F32_RTOL = 1e-5
 BF16_ULP = 2.0 ** -7  # one BF16 step, relative, at its widest (just above a power of two)
 
@@ -105,6 +109,24 @@ def cases():
             if "mse" in r or "gptq" in r:  # Triton inside Model Optimizer: the patched peer too
                 out.append(Case("patched", src, r.replace("/", "_") + "-patched", dict(recipe=r, patch="torch-nvfp4"),
                                 ["--recipe", r, "--recipe-root", recipe_root()]))
+    out += families34_cases()
+    return out
+
+
+def families34_cases():
+    """Group families34: FP8 and NVFP4 (hf_ptq's --qformat, no KV cache) on each issue-34 family,
+    and fp8-kv_fp8 for the BF16 bound."""
+    out = []
+    for arch in FAMILIES34:
+        for dt in ("f32", "bf16"):
+            src = f"{arch}-{dt}"
+            out.append(Case("families34", src, "fp8", *preset("fp8")))
+            if arch in MLA34:
+                out.append(Case("families34", src, "nvfp4-as_modelopt_preset", dict(qformat="nvfp4", kv="none"),
+                                ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
+            else:
+                out.append(Case("families34", src, "nvfp4", *preset("nvfp4")))
+            out.append(Case("families34", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     return out
 
 
@@ -130,6 +152,9 @@ def ensure_sources():
     calib = os.path.join(WORK, "calib.jsonl")
     if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for a in ARCHS for d in ("f32", "bf16")):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src], check=True)
+    missing = [a for a in FAMILIES34 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    if missing:
+        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing)], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)
@@ -212,7 +237,8 @@ def fmt_rel(w):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes)")
+    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, "
+                    "families34)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")
