@@ -99,7 +99,8 @@ typedef struct lwq_arch_tensor {
 
 typedef struct lwq_arch_layer {
     int layer;                    /* decoder layer index, -1 for the tail plan */
-    int is_moe, is_mla, is_linear_attn;
+    lwq_mixer_kind mixer;         /* what the layer's token mixer is (layout/family.h) */
+    int is_moe, is_mla, is_linear_attn; /* is_linear_attn: a mixer other than softmax attention */
     int ntensors;
     lwq_arch_tensor *tensors;     /* in plan order: attention, norms, mlp */
     int nlinears;
@@ -144,6 +145,8 @@ typedef struct lwq_arch_report {
      * quantized, each with its scales checked (below), and the KV cache's scalars. */
     int quantized_nvfp4, quantized_fp8;
     int kv_scales;                /* k_scale / v_scale F32 scalars */
+    int passthrough;              /* tensors of the wrapper's own modules (cfg.passthrough: a
+                                     vision tower), copied unquantized; not "unexpected" */
     char first_quantized[LWQ_ARCH_NAME_MAX]; /* the first such linear's weight, for messages */
 } lwq_arch_report;
 

@@ -1,18 +1,20 @@
 """Copy the tiny sources, the shared calibration ids and Model Optimizer's exports of them into
 tests/data/peers, where tests/tools/test_peer_goldens.c checks lwq against them without torch.
 
-    peers/run.sh --only core,kv,algos,families34   # makes .peers/work/{src,mo,...} and the BF16 bounds
-    .peers/venvs/modelopt/bin/python peers/make_goldens.py [--only GROUPS]
+    peers/run.sh --only core,kv,algos,formats,families34   # .peers/work/{src,mo,...}, the BF16 bounds
+    .peers/venvs/modelopt/bin/python peers/make_goldens.py [--add formats|families34]
 
 Writes tests/data/peers/{calib.jsonl, src/, modelopt/, lwq_recipes/, forward/, MANIFEST.json,
-README.md, SHA256SUMS}; with --only GROUPS, the cases of other groups are kept as they are there.  MANIFEST.json records, per case, the source, the golden, lwq's arguments and the
+README.md, SHA256SUMS}.  MANIFEST.json records, per case, the source, the golden, lwq's arguments and the
 scale tolerance (1e-5 for F32 sources, the derived bound for BF16 ones), plus the versions and
 the commands that made everything.
 """
 
+import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,100 +29,40 @@ SRC_FILES = ("config.json", "generation_config.json", "model.safetensors", "PEER
 MO_FILES = ("config.json", "hf_quant_config.json", "model.safetensors", "PEERS_RUN.json")
 # FP8 max and NVFP4 max for every source; KV-cache scales (MLA's too) and the FP8 mse search on a few
 LABELS = {"fp8", "nvfp4", "nvfp4-as_modelopt_preset"}
-FORWARD_SEQS = 4  # calibration rows in each forward dump
 EXTRA_CASES = {("llama-bf16", "nvfp4-kv_fp8"), ("qwen3_moe-f32", "nvfp4-kv_fp8"), ("qwen3_next-bf16", "fp8-kv_fp8"),
                ("deepseek_v3-f32", "fp8-kv_fp8"), ("qwen3_moe-f32", "fp8-mse"), ("llama-bf16", "fp8-mse")}
+# issue 33: the formats of Model Optimizer 0.47's published recipes (peers/run.py group "formats"),
+# added with --add formats beside the goldens above
+FORMAT_SRCS = ("llama-f32", "llama-bf16", "qwen3_moe-f32", "qwen3_moe-bf16")
+FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
+               {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")}
+# issue 34: FP8 and NVFP4 on each family (peers/run.py group "families34"), added with --add
+# families34, and transformers' per-layer forward of their F32 sources (forward/)
+FAMILY_LABELS = {"fp8", "nvfp4", "nvfp4-as_modelopt_preset"}
+FORWARD_SEQS = 4  # calibration rows in each forward dump
+RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 
-def keep_existing():
-    """--only GROUPS: the goldens of cases outside GROUPS are kept as tests/data/peers holds them
-    (files, MANIFEST entry, BF16 bound), so that one group can be regenerated without rerunning
-    Model Optimizer on every other.  Returns (old manifest, a copy of DEST to take them from)."""
-    old = json.load(open(os.path.join(DEST, "MANIFEST.json")))
-    keep = os.path.join(run.WORK, "goldens-kept")
-    shutil.rmtree(keep, ignore_errors=True)
-    shutil.copytree(DEST, keep)
-    return old, keep
-
-
-def main():
-    import argparse
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="comma-separated case groups (peers/run.py --groups) to take from .peers/work; "
-                    "every other case is kept as tests/data/peers holds it")
-    a = ap.parse_args()
-    only = set(a.only.split(",")) if a.only else None
-    res = json.load(open(os.path.join(run.WORK, "results.json")))
-    bounds = res["bounds"]
-    old, kept = keep_existing() if only else (None, None)
-    old_cases = {c["name"]: c for c in old["cases"]} if old else {}
-    if old:
-        bounds = dict(old["bf16_bounds"], **{s: b for s, b in bounds.items()
-                                             if any(c.group in only and c.src == s for c in run.cases())})
-    shutil.rmtree(DEST, ignore_errors=True)
-    os.makedirs(DEST)
-    shutil.copy(os.path.join(run.WORK, "calib.jsonl"), os.path.join(DEST, "calib.jsonl"))
-    os.makedirs(os.path.join(DEST, "lwq_recipes"))
-    shutil.copy(os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json"), os.path.join(DEST, "lwq_recipes"))
-    cases, versions = [], None
-    for c in run.cases():
-        if c.label not in LABELS and (c.src, c.label) not in EXTRA_CASES:
+def copy_recipe(name, root):
+    """Copies recipe `name` (relative to Model Optimizer's modelopt_recipes, without .yaml) and
+    every file it imports into DEST/modelopt_recipes."""
+    todo, seen = [name], set()
+    while todo:
+        n = todo.pop()
+        if n in seen:
             continue
-        if c.src.startswith("deepseek_v3-") and c.label == "nvfp4":
-            continue  # lwq's preset keeps the MLA projections in BF16 by design: nvfp4-as_modelopt_preset
-        if only and c.group not in only:
-            k = old_cases.get(c.id)
-            if k is None:
-                sys.exit(f"make_goldens: {c.id} is not in tests/data/peers to keep (run without --only)")
-            for rel in (k["src"], k["golden"]):
-                if not os.path.isdir(os.path.join(DEST, rel)):
-                    shutil.copytree(os.path.join(kept, rel), os.path.join(DEST, rel))
-            cases.append(k)
-            versions = versions or old["versions"]
-            continue
-        mo = c.mo_dir()
-        if not os.path.exists(os.path.join(mo, "PEERS_RUN.json")):
-            sys.exit(f"make_goldens: {mo} is missing: run peers/run.sh --only core,kv,algos,families34 first")
-        if c.src.endswith("-bf16") and c.src not in bounds:
-            sys.exit(f"make_goldens: no BF16 bound for {c.src} in results.json: run peers/run.sh --only core,kv,algos,families34")
-        src_dest = os.path.join(DEST, "src", c.src)
-        if not os.path.isdir(src_dest):
-            os.makedirs(src_dest)
-            for f in SRC_FILES:
-                shutil.copy(os.path.join(run.WORK, "src", c.src, f), src_dest)
-        gold = os.path.join("modelopt", c.src, c.label)
-        os.makedirs(os.path.join(DEST, gold))
-        for f in MO_FILES:
-            if f == "PEERS_RUN.json":  # the run's paths, relative to the repository
-                with open(os.path.join(mo, f)) as fi, open(os.path.join(DEST, gold, f), "w") as fo:
-                    fo.write(fi.read().replace(ROOT + "/", ""))
-            else:
-                shutil.copy(os.path.join(mo, f), os.path.join(DEST, gold))
-        rj = json.load(open(os.path.join(mo, "PEERS_RUN.json")))
-        versions = {k: rj[k] for k in ("modelopt", "torch", "transformers")}
-        args = [a.replace(os.path.join(HERE, "lwq_recipes") + "/", "@DATA@/lwq_recipes/") for a in c.lwq]
-        cases.append({"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
-                      "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
-                      "modelopt": {k: v for k, v in c.mo.items()}})
-    forward = forward_dumps(only, kept)
-    manifest = {
-        "what": "Model Optimizer's CPU exports of transformers-written tiny checkpoints, for "
-                "tests/tools/test_peer_goldens.c (issue 23)",
-        "versions": versions,
-        "commands": ["peers/setup.sh modelopt",
-                     "peers/run.sh --only core,kv,algos,families34   (peers/make_sources.py writes src/ and "
-                     "calib.jsonl; peers/modelopt_driver.py the goldens)",
-                     ".peers/venvs/modelopt/bin/python peers/make_goldens.py"],
-        "calib": {"file": "calib.jsonl", "size": run.CALIB["size"], "seq": run.CALIB["seq"],
-                  "batch": run.CALIB["batch"]},
-        "bf16_bounds": bounds,
-        "cases": cases,
-        "forward": forward,
-    }
-    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
-        json.dump(manifest, f, indent=1)
-    with open(os.path.join(DEST, "README.md"), "w") as f:
-        f.write(README.format(**versions, n=len(cases)))
+        seen.add(n)
+        src = os.path.join(root, n + ".yaml")
+        dst = os.path.join(DEST, RECIPES, n + ".yaml")
+        os.makedirs(os.path.dirname(dst), exist_ok=True)
+        shutil.copy(src, dst)
+        text = open(src).read()
+        block = re.search(r"^imports:\n((?:[ \t]+\S.*\n)+)", text, re.M)
+        for line in (block.group(1).splitlines() if block else []):
+            todo.append(line.split(":", 1)[1].strip())
+
+
+def sums_and_size():
     sums = []
     for d, _, files in os.walk(DEST):
         for fn in files:
@@ -130,30 +72,146 @@ def main():
                 sums.append(f"{hashlib.sha256(open(p, 'rb').read()).hexdigest()}  {rel}\n")
     with open(os.path.join(DEST, "SHA256SUMS"), "w") as f:
         f.writelines(sorted(sums, key=lambda s: s.split("  ", 1)[1]))
-    size = sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(DEST) for fn in fs)
-    print(f"make_goldens: {len(cases)} cases, {size / 1e6:.2f} MB in {DEST}")
+    return sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(DEST) for fn in fs)
 
 
-def forward_dumps(only, kept):
+def copy_case(c, bounds):
+    """Copies one case's source (once) and golden into DEST; returns its MANIFEST entry."""
+    mo = c.mo_dir()
+    if not os.path.exists(os.path.join(mo, "PEERS_RUN.json")):
+        sys.exit(f"make_goldens: {mo} is missing: run peers/run.sh --only {c.group} first")
+    if c.src.endswith("-bf16") and c.src not in bounds:
+        sys.exit(f"make_goldens: no BF16 bound for {c.src} in results.json: run peers/run.sh --only {c.group}")
+    src_dest = os.path.join(DEST, "src", c.src)
+    if not os.path.isdir(src_dest):
+        os.makedirs(src_dest)
+        for f in SRC_FILES:
+            shutil.copy(os.path.join(run.WORK, "src", c.src, f), src_dest)
+    gold = os.path.join("modelopt", c.src, c.label)
+    shutil.rmtree(os.path.join(DEST, gold), ignore_errors=True)
+    os.makedirs(os.path.join(DEST, gold))
+    for f in MO_FILES:
+        if f == "PEERS_RUN.json":  # the run's paths, relative to the repository
+            with open(os.path.join(mo, f)) as fi, open(os.path.join(DEST, gold, f), "w") as fo:
+                fo.write(fi.read().replace(ROOT + "/", ""))
+        else:
+            shutil.copy(os.path.join(mo, f), os.path.join(DEST, gold))
+    args = [a.replace(os.path.join(HERE, "lwq_recipes") + "/", "@DATA@/lwq_recipes/") for a in c.lwq]
+    if "--recipe-root" in args:  # a Model Optimizer recipe: its YAML travels with the goldens
+        root = args[args.index("--recipe-root") + 1]
+        copy_recipe(c.mo["recipe"], root)
+        args = [f"@DATA@/{RECIPES}" if a == root else a for a in args]
+    return {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
+            "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
+            "modelopt": {k: v for k, v in c.mo.items()}}
+
+
+def forward_dumps():
     """transformers' own forward, layer by layer (peers/layer_dump.py: the hidden state entering each
-    decoder layer and leaving it, F32, the first FORWARD_SEQS calibration rows) of each issue-34
-    family's F32 source, in forward/<src>.safetensors; kept as they are with --only without families34."""
+    decoder layer and leaving it, F32, the first FORWARD_SEQS calibration rows), of each issue-34
+    family's F32 source, into DEST/forward/<src>.safetensors; their MANIFEST entries."""
     out = []
+    os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
     for arch in run.FAMILIES34:
         src = f"{arch}-f32"
         rel = os.path.join("forward", src + ".safetensors")
-        os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
-        if only and "families34" not in only:
-            shutil.copy(os.path.join(kept, rel), os.path.join(DEST, rel))
-        else:
-            subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
-                            os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
-                            "--seqs", str(FORWARD_SEQS)], check=True)
+        subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
+                        os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                        "--seqs", str(FORWARD_SEQS)], check=True)
         out.append({"src": f"src/{src}", "dump": rel, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL})
     return out
 
 
-README = """# Model Optimizer goldens (issue 23)
+def group_cases(group):
+    """The cases of `group` that tests/data/peers holds."""
+    if group == "formats":
+        return [c for c in run.cases() if (c.src, c.label) in FORMAT_CASES and c.group == "formats"]
+    return [c for c in run.cases() if c.group == group and c.label in FAMILY_LABELS]
+
+
+def add_group(group):
+    """--add GROUP: that group's goldens (group_cases) beside the ones in DEST, whose sources, bounds
+    and cases stay as they are; families34 brings its forward dumps too."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():  # the same model, the same runs: the bound must not move
+        if k in bounds and abs(bounds[k]["bound"] - b["bound"]) > 1e-12:
+            sys.exit(f"make_goldens: the BF16 bound of {k} moved ({bounds[k]['bound']} -> {b['bound']})")
+        bounds.setdefault(k, b)
+    new = [copy_case(c, bounds) for c in group_cases(group)]
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    if group == "families34":
+        man["forward"] = forward_dumps()
+    if ADD_COMMANDS[group] not in man["commands"]:
+        man["commands"].append(ADD_COMMANDS[group])
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    with open(os.path.join(DEST, "README.md"), "w") as f:
+        f.write(README.format(**man["versions"], n=len(man["cases"])))
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} {group} cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
+ADD_COMMANDS = {
+    "formats": ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
+                ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats"),
+    "families34": ("peers/run.sh --only families34; "
+                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add families34"),
+}
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--add", choices=tuple(ADD_COMMANDS), help="add one group's goldens to those in tests/data/peers")
+    a = ap.parse_args()
+    if a.add:
+        return add_group(a.add)
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    bounds = res["bounds"]
+    shutil.rmtree(DEST, ignore_errors=True)
+    os.makedirs(DEST)
+    shutil.copy(os.path.join(run.WORK, "calib.jsonl"), os.path.join(DEST, "calib.jsonl"))
+    os.makedirs(os.path.join(DEST, "lwq_recipes"))
+    shutil.copy(os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json"), os.path.join(DEST, "lwq_recipes"))
+    cases, versions = [], None
+    for c in run.cases():
+        if c.group in ("formats", "families34"):
+            if c.id in {g.id for g in group_cases(c.group)}:
+                cases.append(copy_case(c, bounds))
+            continue
+        if c.label not in LABELS and (c.src, c.label) not in EXTRA_CASES:
+            continue
+        if c.src.startswith("deepseek_v3-") and c.label == "nvfp4":
+            continue  # lwq's preset keeps the MLA projections in BF16 by design: nvfp4-as_modelopt_preset
+        cases.append(copy_case(c, bounds))
+        rj = json.load(open(os.path.join(c.mo_dir(), "PEERS_RUN.json")))
+        versions = {k: rj[k] for k in ("modelopt", "torch", "transformers")}
+    manifest = {
+        "what": "Model Optimizer's CPU exports of transformers-written tiny checkpoints, for "
+                "tests/tools/test_peer_goldens.c (issues 23, 33 and 34)",
+        "versions": versions,
+        "commands": ["peers/setup.sh modelopt",
+                     "peers/run.sh --only core,kv,algos,formats,families34   (peers/make_sources.py writes src/ and calib.jsonl; "
+                     "peers/modelopt_driver.py the goldens)",
+                     ".peers/venvs/modelopt/bin/python peers/make_goldens.py"],
+        "calib": {"file": "calib.jsonl", "size": run.CALIB["size"], "seq": run.CALIB["seq"],
+                  "batch": run.CALIB["batch"]},
+        "bf16_bounds": bounds,
+        "cases": cases,
+        "forward": forward_dumps(),
+    }
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(manifest, f, indent=1)
+    with open(os.path.join(DEST, "README.md"), "w") as f:
+        f.write(README.format(**versions, n=len(cases)))
+    size = sums_and_size()
+    print(f"make_goldens: {len(cases)} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
+README = """# Model Optimizer goldens (issues 23, 33 and 34)
 
 Tiny checkpoints written by transformers {transformers} (`src/`, random init with fixed seeds,
 `save_pretrained`, F32 and BF16), the calibration ids every tool used (`calib.jsonl`), and what
@@ -168,11 +226,18 @@ last-bit change of an input_scale would be within tolerance).  The deepseek_v3 `
 `nvfp4-as_modelopt_preset` here: lwq's own nvfp4 preset keeps the MLA projections in BF16 by
 design (perf/RESULTS.md, "Side by side with Model Optimizer 0.47").
 
-The issue-34 families (glm4_moe with its MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa,
-mistral4; peers/make_sources.py `families34_configs` says what each tiny config exercises) have
-FP8 and NVFP4 cases through hf_ptq's --qformat (the MLA ones' NVFP4 as `nvfp4-as_modelopt_preset`,
-like deepseek_v3's).  Their test in `test_peer_goldens` is skipped only while lwq itself refuses
-the source's model_type (`lwq inspect` says `unknown model_type '...'`); any other failure fails.
+The formats of Model Optimizer 0.47's published recipes (issue 33, `peers/run.py` group
+`formats`): weight-only NVFP4 (`w4a16_nvfp4`, quant_algo W4A16_NVFP4, no input_scale) on llama
+and qwen3_moe, F32 and BF16, and the `general/ptq/nvfp4_weight_only-kv_fp8_cast` recipe read
+from its own YAML, copied with its imports into `modelopt_recipes/` (lwq runs it with
+`--recipe-root @DATA@/modelopt_recipes`).  No case here is from a patched peer.
+
+The issue-34 families (`peers/run.py` group `families34`; docs/FAMILIES.md): glm4_moe with its
+MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4 (peers/make_sources.py
+`families34_configs` says what each tiny config exercises), FP8 and NVFP4 through hf_ptq's
+--qformat, F32 and BF16 (the MLA ones' NVFP4 as `nvfp4-as_modelopt_preset`, like deepseek_v3's).
+Their tests in `test_peer_goldens` are skipped only while lwq itself refuses the source's
+model_type (`lwq inspect` exits 2 with `unknown model_type '...'`); any other failure fails.
 `forward/<src>.safetensors` holds transformers' own forward of each of their F32 sources, layer
 by layer (peers/layer_dump.py: `hidden.0` the embedding output, `hidden.{{i+1}}` decoder layer i's
 output, F32, the first calibration rows; MANIFEST.json `forward`), for lwq's forward to match to
@@ -181,13 +246,15 @@ output, F32, the first calibration rows; MANIFEST.json `forward`), for lwq's for
 Regenerate (needs the network once, for peers/setup.sh):
 
     peers/setup.sh modelopt
-    peers/run.sh --only core,kv,algos,families34
+    peers/run.sh --only core,kv,algos,formats,families34
     .peers/venvs/modelopt/bin/python peers/make_goldens.py
 
-or one group only, every other case kept as it is here:
+or only the format cases (or the families34 ones), beside the others:
 
+    peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16
+    .peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats
     peers/run.sh --only families34
-    .peers/venvs/modelopt/bin/python peers/make_goldens.py --only families34
+    .peers/venvs/modelopt/bin/python peers/make_goldens.py --add families34
 
 MANIFEST.json lists each case with lwq's arguments and Model Optimizer's settings.
 """
