@@ -341,7 +341,9 @@ int lwq_durable_unlink(const char *path, lwq_error *e)
     return lwq_durable_fsync_parent(path, e);
 }
 
-int lwq_durable_mkdir(const char *path, int *created, lwq_error *e)
+/* mkdir + fsync of the parent; `follow`: whether a symbolic link to a directory at the path is
+ * taken for the directory (only for the ones the command line names). */
+static int mkdir_at(const char *path, int follow, int *created, lwq_error *e)
 {
     int rc = lwq_sys()->mkdir(path, 0755);
     if (created)
@@ -349,7 +351,18 @@ int lwq_durable_mkdir(const char *path, int *created, lwq_error *e)
     if (rc != 0 && rc != -EEXIST)
         return lwq_errsys(e, rc, "%s: cannot create directory", path);
     struct stat st;
-    if (rc != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
-        return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", path);
+    if (rc != 0) {
+        if (lstat(path, &st) != 0)
+            return lwq_errsys(e, -errno, "%s: cannot stat", path);
+        if (S_ISLNK(st.st_mode) && !follow)
+            return lwq_errf(e, LWQ_EINVAL, "%s is a symbolic link; lwq makes the directories below the output and "
+                            "resume directories itself and does not follow a link there (remove it)", path);
+        if ((S_ISLNK(st.st_mode) && stat(path, &st) != 0) || !S_ISDIR(st.st_mode))
+            return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", path);
+    }
     return lwq_durable_fsync_parent(path, e);
 }
+
+int lwq_durable_mkdir(const char *path, int *created, lwq_error *e) { return mkdir_at(path, 0, created, e); }
+
+int lwq_durable_mkdir_named(const char *path, int *created, lwq_error *e) { return mkdir_at(path, 1, created, e); }

@@ -90,8 +90,13 @@ int lwq_durable_rename(const char *from, const char *to, lwq_error *e);
 int lwq_durable_unlink(const char *path, lwq_error *e);
 /* mkdir + fsync of its parent, so the name survives a crash.  An existing directory is not an
  * error; its parent is synced all the same (an earlier attempt may have died between its mkdir
- * and that fsync).  An existing non-directory is LWQ_EINVAL naming it.  *created (may be NULL)
- * says whether this call made the directory. */
+ * and that fsync).  An existing non-directory is LWQ_EINVAL naming it, and so is a symbolic link:
+ * a directory lwq makes below the output or resume directory is never a link to elsewhere (it
+ * would take what lwq writes there out of them).  *created (may be NULL) says whether this call
+ * made the directory. */
 int lwq_durable_mkdir(const char *path, int *created, lwq_error *e);
+/* lwq_durable_mkdir for a directory the command line names (the output and resume directories):
+ * a symbolic link to a directory there is the user's choice, like any path given, and is used. */
+int lwq_durable_mkdir_named(const char *path, int *created, lwq_error *e);
 
 #endif

@@ -35,7 +35,9 @@ EXTRA_CASES = {("llama-bf16", "nvfp4-kv_fp8"), ("qwen3_moe-f32", "nvfp4-kv_fp8")
 # added with --add formats beside the goldens above
 FORMAT_SRCS = ("llama-f32", "llama-bf16", "qwen3_moe-f32", "qwen3_moe-bf16")
 FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
-               {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")}
+               {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")} | \
+               {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
+               {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")}
 # issue 34: FP8 and NVFP4 on each family (peers/run.py group "families34"), added with --add
 # families34, and transformers' per-layer forward of their F32 sources (forward/)
 FAMILY_LABELS = {"fp8", "nvfp4", "nvfp4-as_modelopt_preset"}
@@ -228,9 +230,11 @@ design (perf/RESULTS.md, "Side by side with Model Optimizer 0.47").
 
 The formats of Model Optimizer 0.47's published recipes (issue 33, `peers/run.py` group
 `formats`): weight-only NVFP4 (`w4a16_nvfp4`, quant_algo W4A16_NVFP4, no input_scale) on llama
-and qwen3_moe, F32 and BF16, and the `general/ptq/nvfp4_weight_only-kv_fp8_cast` recipe read
-from its own YAML, copied with its imports into `modelopt_recipes/` (lwq runs it with
-`--recipe-root @DATA@/modelopt_recipes`).  No case here is from a patched peer.
+and qwen3_moe, F32 and BF16, the `general/ptq/nvfp4_weight_only-kv_fp8_cast` recipe
+and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied with their
+imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
+an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`).
+No case here is from a patched peer.
 
 The issue-34 families (`peers/run.py` group `families34`; docs/FAMILIES.md): glm4_moe with its
 MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4 (peers/make_sources.py
@@ -240,8 +244,9 @@ Their tests in `test_peer_goldens` are skipped only while lwq itself refuses the
 model_type (`lwq inspect` exits 2 with `unknown model_type '...'`); any other failure fails.
 `forward/<src>.safetensors` holds transformers' own forward of each of their F32 sources, layer
 by layer (peers/layer_dump.py: `hidden.0` the embedding output, `hidden.{{i+1}}` decoder layer i's
-output, F32, the first calibration rows; MANIFEST.json `forward`), for lwq's forward to match to
-`tol` (1e-5 relative to the largest magnitude of each layer's output).
+output, F32, the first calibration rows; MANIFEST.json `forward`), which
+tests/engine/forward/test_forward_peer_dumps.c matches to `tol` (1e-5 relative to the largest
+magnitude of each layer's output).
 
 Regenerate (needs the network once, for peers/setup.sh):
 
@@ -249,7 +254,7 @@ Regenerate (needs the network once, for peers/setup.sh):
     peers/run.sh --only core,kv,algos,formats,families34
     .peers/venvs/modelopt/bin/python peers/make_goldens.py
 
-or only the format cases (or the families34 ones), beside the others:
+or only the format cases, beside the others:
 
     peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16
     .peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats

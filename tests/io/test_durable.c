@@ -330,3 +330,17 @@ Test(durable, a_stale_temporary_file_is_replaced)
     cr_assert(file_equals(path, "data", 4));
     cr_assert_not(tu_exists(tmp));
 }
+
+/* issue 36, finding 4: an existing path was taken for the directory when stat() said directory,
+ * so a link there took lwq's writes elsewhere */
+Test(durable, mkdir_refuses_a_symlink_to_a_directory)
+{
+    char real[200], link_[200];
+    snprintf(real, sizeof real, "%s/real", dir);
+    snprintf(link_, sizeof link_, "%s/link", dir);
+    cr_assert_eq(mkdir(real, 0755), 0);
+    cr_assert_eq(symlink(real, link_), 0);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_durable_mkdir(link_, NULL, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, link_) && strstr(e.msg, "symbolic link"), "%s", e.msg);
+}

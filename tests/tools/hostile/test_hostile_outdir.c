@@ -216,3 +216,41 @@ Test(hostile_outdir, a_hard_link_at_a_shard_temporary_on_resume_is_not_written_t
     victim_untouched(quantize("o", "--quiet"), "o/model-layer-00001.safetensors.tmp");
 }
 
+/* ---- finding 4: symlinked directories below the resume directory ------------------------------- */
+
+Test(hostile_outdir, a_symlinked_auto_quantize_directory_is_refused)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    cr_assert_eq(mkdir(lwqt_path("elsewhere"), 0755), 0);
+    cr_assert_eq(symlink(lwqt_path("elsewhere"), lwqt_path("o.layerwise_resume/auto_quantize")), 0);
+    int rc = quantize("o", "--quiet --auto-quantize-bits 6");
+    int written = lwqt_sh("test -z \"$(ls -A %s)\"", lwqt_path("elsewhere"));
+    char *err = lwqt_err();
+    cr_assert_eq(written, 0, "the search wrote into the link's target (exit %d): %s", rc, err);
+    cr_assert_eq(rc, 2, "exit %d, expected 2; stderr: %s", rc, err);
+    cr_assert(strstr(err, lwqt_path("o.layerwise_resume/auto_quantize")) && strstr(err, "symbolic link"),
+              "the refusal does not name the link: %s", err);
+    free(err);
+}
+
+/* The control: the output and resume directories the command line names may be links to
+ * directories (the user's own choice, like any path given); only what lwq makes below them
+ * must be real. */
+Test(hostile_outdir, output_and_resume_directories_named_as_links_are_used)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("real_o"), 0755), 0);
+    cr_assert_eq(mkdir(lwqt_path("real_r"), 0755), 0);
+    cr_assert_eq(symlink(lwqt_path("real_o"), lwqt_path("o")), 0);
+    cr_assert_eq(symlink(lwqt_path("real_r"), lwqt_path("r")), 0);
+    char extra[600];
+    snprintf(extra, sizeof extra, "--quiet --resume-dir %s", lwqt_path("r"));
+    int rc = quantize("o", extra);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, err);
+    free(err);
+    cr_assert_eq(lwqt_sh("test -s %s/config.json && test -s %s/manifest.json", lwqt_path("real_o"),
+                         lwqt_path("real_r")), 0);
+}
+
