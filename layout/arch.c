@@ -129,18 +129,20 @@ static void plan_gqa_attention(builder *b)
         o_bias = 0; /* Qwen2: biases on q/k/v only */
     if (f->bias == LWQ_BIAS_NEVER)
         qkv_bias = o_bias = 0; /* no bias option in these attention classes */
+    if (f->bias == LWQ_BIAS_KEY_QKV)
+        o_bias = 0; /* glm4_moe: attention_bias sets q/k/v only */
     int64_t q_out = f->attn == LWQ_MIXER_GATED_GQA ? 2 * qo : qo; /* q and its output gate */
     int g = new_group(b);
     linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, q_out, h, g, 0, qkv_bias);
     linear(b, "self_attn.k_proj", LWQ_ROLE_K, -1, kvo, h, g, 0, qkv_bias);
     linear(b, "self_attn.v_proj", LWQ_ROLE_V, -1, kvo, h, g, 0, qkv_bias);
     linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, qo, -1, 0, o_bias);
-    if (f->qk_norm) {
+    if (lwq_config_qk_norm(c)) {
         tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.q_norm.weight");
         tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.k_norm.weight");
     }
     /* Older exports saved RoPE's inverse frequencies as a buffer. */
-    int64_t rot = (int64_t)((double)hd * c->partial_rotary_factor);
+    int64_t rot = lwq_config_rotary_dim(c);
     tensor(b, LWQ_TK_BUFFER, 1, 1, rot / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
 }
 

@@ -201,6 +201,33 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     return 0;
 }
 
+/* DeepSeek's routing keys (every family with LWQ_KEYS_DEEPSEEK: deepseek_v2/v3, kimi_k2, glm4_moe):
+ * which layers are dense, the groups, the scaling, the MTP layer count. */
+static int parse_deepseek_routing(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
+    LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
+    LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
+    LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
+    LWQ_TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
+    LWQ_TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
+    LWQ_TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
+    LWQ_TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
+                sizeof c->scoring_func));
+    LWQ_TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
+                sizeof c->topk_method));
+    if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
+                        c->scoring_func);
+    if (c->topk_group > c->n_group)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: topk_group %d exceeds n_group %d", x->path,
+                        c->topk_group, c->n_group);
+    if (c->num_experts % c->n_group != 0)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: n_routed_experts %d is not a multiple of n_group %d",
+                        x->path, c->num_experts, c->n_group);
+    return 0;
+}
+
 static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int big = 1 << 16;
@@ -210,6 +237,7 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (f->keys == LWQ_KEYS_DEEPSEEK) {
         LWQ_TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
         LWQ_TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
+        LWQ_TRY(parse_deepseek_routing(x, o, c));
     } else {
         /* transformers 4 qwen3_moe: num_experts; mixtral and transformers 5: num_local_experts */
         const char *key = get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
@@ -277,26 +305,6 @@ static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
     LWQ_TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
     LWQ_TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
-    int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
-    LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
-    LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
-    LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
-    LWQ_TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
-    LWQ_TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
-    LWQ_TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
-    LWQ_TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
-                sizeof c->scoring_func));
-    LWQ_TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
-                sizeof c->topk_method));
-    if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
-        return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
-                        c->scoring_func);
-    if (c->topk_group > c->n_group)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: topk_group %d exceeds n_group %d", x->path,
-                        c->topk_group, c->n_group);
-    if (c->num_experts % c->n_group != 0)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: n_routed_experts %d is not a multiple of n_group %d",
-                        x->path, c->num_experts, c->n_group);
     c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim; /* the q/k head width */
     return 0;
 }
@@ -392,6 +400,8 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
     if (f->bias == LWQ_BIAS_QKV)
         c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
+    if (f->qk_norm_key)
+        LWQ_TRY(get_bool(x, o, "use_qk_norm", 0, &c->qk_norm));
     LWQ_TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
     LWQ_TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
     if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
@@ -415,6 +425,16 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     LWQ_TRY(parse_rope(x, o, c));
+    if (f->rope_partial) {
+        /* transformers: int(head_dim * partial_rotary_factor) dims rotate, paired half with half */
+        int64_t rot = lwq_config_rotary_dim(c);
+        if (rot < 2 || rot % 2)
+            return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                            "%s: model_type '%s': \"%spartial_rotary_factor\" = %g gives %lld rotary dims "
+                            "of head_dim %lld (lwq needs an even number, at least 2)",
+                            x->path, c->model_type, x->section, c->partial_rotary_factor, (long long)rot,
+                            (long long)c->head_dim);
+    }
 
     if (moe)
         LWQ_TRY(parse_moe(x, o, c));
@@ -535,6 +555,16 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
                layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
     default: return 0;
     }
+}
+
+int lwq_config_qk_norm(const lwq_model_config *c)
+{
+    return (c->family && c->family->qk_norm) || c->qk_norm;
+}
+
+int64_t lwq_config_rotary_dim(const lwq_model_config *c)
+{
+    return (int64_t)((double)c->head_dim * c->partial_rotary_factor);
 }
 
 lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)

@@ -62,6 +62,7 @@ typedef struct lwq_model_config {
     double rms_norm_eps;
     int tie_word_embeddings;
     int attention_bias;       /* q/k/v biases (qwen2 always; llama "attention_bias") */
+    int qk_norm;              /* "use_qk_norm" where the row reads it (lwq_config_qk_norm) */
     int mlp_bias;             /* llama "mlp_bias": gate/up/down biases */
     char hidden_act[32];      /* "silu" when absent; anything else is refused */
 
@@ -109,6 +110,12 @@ typedef struct lwq_model_config {
     char *text;               /* its bytes as read (the exporter keeps them), owned */
     size_t text_len;
 } lwq_model_config;
+
+/* Whether the GQA q/k carry per-head RMSNorms: the row says always (qwen3), or "use_qk_norm"
+ * does (glm4_moe; lwq_model_config.qk_norm). */
+int lwq_config_qk_norm(const lwq_model_config *c);
+/* The rotary dims of a GQA head: int(head_dim * partial_rotary_factor), as transformers. */
+int64_t lwq_config_rotary_dim(const lwq_model_config *c);
 
 /* Parse config.json at `path`.  Input is bounded (a config over 16 MiB is refused). */
 int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e);

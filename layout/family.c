@@ -35,6 +35,14 @@ static const lwq_family families[] = {
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
      .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    /* GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): GQA with q/k/v biases (o_proj none), optional
+     * per-head q/k norm, partial rotary (transformers' default 0.5), DeepSeek-V3 routing with
+     * shared experts after first_k_dense_replace dense layers; the MTP layers
+     * (num_nextn_predict_layers, stored as model.layers.N past num_hidden_layers) pass through */
+    {.model_type = "glm4_moe", .name = "glm4_moe", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_KEY_QKV,
+     .qk_norm_key = 1, .rope_partial = 1, .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK,
+     .router = LWQ_ROUTER_DEEPSEEK_V3, .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK,
+     .norm_topk_default = 1, .rope_theta = 10000.0, .rms_norm_eps = 1e-5, .partial_rotary = 0.5},
     {.model_type = "qwen3_next", .name = "qwen3_next", .attn = LWQ_MIXER_GATED_GQA,
      .linear = LWQ_MIXER_GDN, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
      .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
@@ -68,7 +76,7 @@ const char *lwq_supported_model_types(void)
 {
     /* every row's model_type in table order (tests/layout/test_family.c checks it) */
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
+           "glm4_moe, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
            "text_config)";
 }
 

@@ -28,7 +28,8 @@
  *   V2: softmax, top-k ("greedy", or "group_limited_greedy": the topk_group groups with the
  *       best max score), renormalised when norm_topk_prob, times routed_scaling_factor.
  *   V3: sigmoid scores s; choice c = s + e_score_correction_bias; the topk_group groups with the
- *       largest sum of their two best c; c of the other groups set to 0.0; top-k of c; weights
+ *       largest sum of their two best c; c of the other groups set to 0.0 (-inf for glm4_moe, as
+ *       transformers 5 has it: family->group_mask_inf); top-k of c; weights
  *       are the unbiased s of the chosen experts, / (sum + 1e-20) when norm_topk_prob, times
  *       routed_scaling_factor.
  *   Weights stay f32; each weight x expert-output product and each partial sum is rounded to the
@@ -50,7 +51,7 @@
 #include "core/parallel.h"
 #include "engine/forward/forward_internal.h"
 
-/* Geometry and routing checks of an MLA config (lwq_model_init, after the common checks). */
+/* Geometry checks of an MLA config (lwq_model_init, after the common checks). */
 int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
 {
     if (c->kv_lora_rank <= 0 || c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 ||
@@ -64,6 +65,12 @@ int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
     if (c->attention_bias)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): attention_bias is not supported with "
                         "MLA (no published DeepSeek checkpoint uses it)", c->model_type);
+    return 0;
+}
+
+/* Routing checks of a DeepSeek-routed config, MLA or not (lwq_model_init). */
+int lwq_fwd_deepseek_routing_check(const lwq_model_config *c, lwq_error *e)
+{
     if (c->num_experts > 0) {
         int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
         if (c->num_experts % ng || tg > ng)
@@ -213,24 +220,6 @@ static float mla_softmax_scale(const lwq_model_config *c)
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
-/* A strided view of `base` starting `off` elements in. */
-static lwq_tensor sview(const lwq_tensor *base, int64_t off, int ndim, int64_t d0, int64_t d1,
-                        int64_t d2, int64_t s0, int64_t s1, int64_t s2)
-{
-    lwq_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = base->dtype;
-    t.device = base->device;
-    t.ndim = ndim;
-    t.data = (char *)base->data + (size_t)off * lwq_dtype_size(base->dtype);
-    int64_t d[3] = {d0, d1, d2}, s[3] = {s0, s1, s2};
-    for (int i = 0; i < ndim; i++) {
-        t.shape[i] = d[i];
-        t.stride[i] = s[i];
-    }
-    return t;
-}
-
 /* dst (rows, groups*rope) contiguous <- the rope parts of src, de-interleaved per group:
  * dst[r, g, j] = src[r, g*gstride + off + 2j] and dst[r, g, half + j] = src[..., off + 2j + 1]. */
 static int deinterleave(const lwq_backend *be, const lwq_tensor *src, int64_t ld, int64_t groups,
@@ -238,8 +227,8 @@ static int deinterleave(const lwq_backend *be, const lwq_tensor *src, int64_t ld
 {
     const int64_t n = src->shape[0], half = rope / 2;
     for (int odd = 0; odd < 2; odd++) {
-        lwq_tensor s = sview(src, off + odd, 3, n, groups, half, ld, gstride, 2);
-        lwq_tensor d = sview(dst, odd * half, 3, n, groups, half, groups * rope, rope, 1);
+        lwq_tensor s = lwq_fwd_sview(src, off + odd, 3, n, groups, half, ld, gstride, 2);
+        lwq_tensor d = lwq_fwd_sview(dst, odd * half, 3, n, groups, half, groups * rope, rope, 1);
         LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
     }
     return 0;
@@ -318,7 +307,7 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     }
     LWQ_TRY(lwq_fwd_observe(obs, layer, mkva, &x, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(be, &x, &wkva, NULL, &kva, e));
-    lwq_tensor lsrc = sview(&kva, 0, 2, n, kvr, 0, kvr + rope, 1, 0);
+    lwq_tensor lsrc = lwq_fwd_sview(&kva, 0, 2, n, kvr, 0, kvr + rope, 1, 0);
     LWQ_TRY(lwq_backend_copy(be, &lsrc, &lat, e));
     LWQ_TRY(lwq_backend_rmsnorm(be, &lat, &kvan, lora_eps, &lat, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mkvb, &lat, &b->valid, e));
@@ -338,20 +327,20 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     if (hd > vd)
         LWQ_TRY(lwq_backend_memset0(be, vf.data, (size_t)(n * H * hd) * lwq_dtype_size(act), e));
     lwq_tensor s, d;
-    s = sview(&q, 0, 3, n, H, nope, H * qk, qk, 1);
-    d = sview(&qf, 0, 3, n, H, nope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&q, 0, 3, n, H, nope, H * qk, qk, 1);
+    d = lwq_fwd_sview(&qf, 0, 3, n, H, nope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&qrot, 0, 3, n, H, rope, H * rope, rope, 1);
-    d = sview(&qf, nope, 3, n, H, rope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&qrot, 0, 3, n, H, rope, H * rope, rope, 1);
+    d = lwq_fwd_sview(&qf, nope, 3, n, H, rope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&kvb, 0, 3, n, H, nope, H * (nope + vd), nope + vd, 1);
-    d = sview(&kf, 0, 3, n, H, nope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&kvb, 0, 3, n, H, nope, H * (nope + vd), nope + vd, 1);
+    d = lwq_fwd_sview(&kf, 0, 3, n, H, nope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&krot, 0, 3, n, H, rope, rope, 0, 1); /* shared by all heads */
-    d = sview(&kf, nope, 3, n, H, rope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&krot, 0, 3, n, H, rope, rope, 0, 1); /* shared by all heads */
+    d = lwq_fwd_sview(&kf, nope, 3, n, H, rope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&kvb, nope, 3, n, H, vd, H * (nope + vd), nope + vd, 1);
-    d = sview(&vf, 0, 3, n, H, vd, H * hd, hd, 1);
+    s = lwq_fwd_sview(&kvb, nope, 3, n, H, vd, H * (nope + vd), nope + vd, 1);
+    d = lwq_fwd_sview(&vf, 0, 3, n, H, vd, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
 
     if (obs && obs->kv)
@@ -359,8 +348,8 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     lwq_attn_args aa = {&qf, &kf, &vf, &af, &b->valid, b->batch, b->seq, (int)H, (int)H, hd,
                         mla_softmax_scale(c)};
     LWQ_TRY(lwq_backend_attention(be, &aa, e));
-    s = sview(&af, 0, 3, n, H, vd, H * hd, hd, 1);
-    d = sview(&a, 0, 3, n, H, vd, H * vd, vd, 1);
+    s = lwq_fwd_sview(&af, 0, 3, n, H, vd, H * hd, hd, 1);
+    d = lwq_fwd_sview(&a, 0, 3, n, H, vd, H * vd, vd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(be, &a, &wo, NULL, &o, e));
@@ -390,8 +379,9 @@ static void topk(const float *v, int n, int k, int *out)
         out[s] = -1;
 }
 
-/* Keep only the experts of the topk_group groups with the best group score (0.0 elsewhere). */
-static void mask_groups(float *choice, int E, int ng, int tg, int v3, float *gscore, int *gsel)
+/* Keep only the experts of the topk_group groups with the best group score (`fill` elsewhere:
+ * 0.0, or -inf where the row says so). */
+static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill, float *gscore, int *gsel)
 {
     const int gs = E / ng;
     for (int g = 0; g < ng; g++) {
@@ -413,7 +403,7 @@ static void mask_groups(float *choice, int E, int ng, int tg, int v3, float *gsc
             keep = gsel[t] == g;
         if (!keep)
             for (int i = 0; i < gs; i++)
-                choice[g * gs + i] = 0.0f;
+                choice[g * gs + i] = fill;
     }
 }
 
@@ -478,7 +468,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         if (nan && j->bad[tid] == -1) /* group masking would hide a NaN behind 0.0 */
             j->bad[tid] = t;
         if (grouped && ng > 1)
-            mask_groups(choice, E, ng, tg, v3, gscore, gsel);
+            mask_groups(choice, E, ng, tg, v3, c->family->group_mask_inf ? -INFINITY : 0.0f, gscore, gsel);
         topk(choice, E, K, sel);
         float wsum = 0.0f;
         for (int s = 0; s < K; s++) {
