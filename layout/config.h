@@ -92,6 +92,12 @@ typedef struct lwq_model_config {
     double routed_scaling_factor;
     char scoring_func[16], topk_method[32];
 
+    /* DeepSeek sparse attention (family->dsa): the indexer's geometry, and which layers carry one
+     * (num_hidden_layers entries, owned; read with lwq_config_layer_has_indexer) */
+    int index_topk, index_n_heads;
+    int64_t index_head_dim;
+    unsigned char *layer_indexer;
+
     /* The mixer of each decoder layer (lwq_mixer_kind): family->attn, or family->linear where
      * layer_types says "linear_attention".  num_hidden_layers entries, owned; NULL (a config
      * built by hand) means family->attn everywhere: read it with lwq_config_layer_mixer. */
@@ -111,6 +117,12 @@ typedef struct lwq_model_config {
     size_t text_len;
 } lwq_model_config;
 
+/* Whether decoder layer `layer` has a DSA indexer (self_attn.indexer.*). */
+int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer);
+/* 0, or LWQ_EUNSUPPORTED when a sequence of `seq` tokens is longer than the model's index_topk:
+ * lwq's dense DeepSeek-sparse-attention forward is exact only while the indexer keeps every key.
+ * `what` names the option that set the length (--calib-seq, --data-seq). */
+int lwq_config_check_seq(const lwq_model_config *c, int64_t seq, const char *what, lwq_error *e);
 /* Whether the GQA q/k carry per-head RMSNorms: the row says always (qwen3), or "use_qk_norm"
  * does (glm4_moe; lwq_model_config.qk_norm). */
 int lwq_config_qk_norm(const lwq_model_config *c);

@@ -57,6 +57,9 @@ typedef enum lwq_router_kind {
     LWQ_ROUTER_SOFTMAX = 0, /* softmax over experts, top-k, renormalised when norm_topk_prob */
     LWQ_ROUTER_DEEPSEEK_V2, /* softmax, greedy or group_limited_greedy, routed_scaling_factor */
     LWQ_ROUTER_DEEPSEEK_V3, /* sigmoid + e_score_correction_bias, group top-k (noaux_tc) */
+    LWQ_ROUTER_SIGMOID_BIAS, /* MiniMax-M2: logits in the activation dtype, sigmoid, top-k of
+                                sigmoid + <moe>.e_score_correction_bias without groups, the chosen
+                                sigmoids / their sum; no routed_scaling_factor */
 } lwq_router_kind;
 
 /* How the routed experts' tensors are named. */
@@ -89,6 +92,12 @@ typedef struct lwq_family {
     int qk_norm;            /* per-head self_attn.{q,k}_norm before RoPE */
     int qk_norm_key;        /* ... only when "use_qk_norm" is true (glm4_moe); the config's
                                lwq_model_config.qk_norm says which a model has */
+    int qk_norm_full;       /* the q/k norms span the whole projection (heads x head_dim), one
+                               RMS over all heads (minimax_m2), not one per head */
+    int dsa;                /* DeepSeek sparse attention: MLA plus self_attn.indexer.{wq_b, wk,
+                               k_norm, weights_proj}; 1: on every layer (deepseek_v32), 2: on the
+                               "full" layers of indexer_types (glm_moe_dsa).  Computed dense: exact
+                               while a sequence is at most index_topk long (longer ones refused) */
     int rope_partial;       /* the GQA block rotates head_dim * partial_rotary_factor dims
                                (rotate-half over that slice, the rest passes; glm4_moe) */
     int mlp_bias;           /* "mlp_bias" adds gate/up/down biases */

@@ -27,6 +27,10 @@
  *   logits = x Wgate^T in f32 (transformers casts both to float32)
  *   V2: softmax, top-k ("greedy", or "group_limited_greedy": the topk_group groups with the
  *       best max score), renormalised when norm_topk_prob, times routed_scaling_factor.
+ * DeepSeek-V3.2 / GLM-5 (family->dsa): the DSA indexer's linears (self_attn.indexer.wq_b on the
+ *   q_b_proj input, wk and weights_proj on the layer input) are observed; the attention is the
+ *   dense one above, exact while a sequence is at most index_topk long (longer ones refused:
+ *   lwq_config_check_seq).
  *   V3: sigmoid scores s; choice c = s + e_score_correction_bias; the topk_group groups with the
  *       largest sum of their two best c; c of the other groups set to 0.0 (-inf for glm4_moe, as
  *       transformers 5 has it: family->group_mask_inf); top-k of c; weights
@@ -300,6 +304,18 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
         LWQ_TRY(lwq_backend_gemm(be, &x, &wqa, NULL, &qa, e));
         LWQ_TRY(lwq_backend_rmsnorm(be, &qa, &qan, lora_eps, &qa, e));
         LWQ_TRY(lwq_fwd_observe(obs, layer, mqb, &qa, &b->valid, e));
+        if (lwq_config_layer_has_indexer(c, layer)) {
+            /* the DSA indexer: with every key selected (b->seq <= index_topk, checked) it changes
+             * nothing in the attention; its linears are observed on the tensors they read */
+            LWQ_TRY(lwq_config_check_seq(c, b->seq, "--calib-seq / --data-seq", e));
+            char mi[LWQ_NAME_MAX];
+            snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.wq_b", pre, layer);
+            LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &qa, &b->valid, e));
+            snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.wk", pre, layer);
+            LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &x, &b->valid, e));
+            snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.weights_proj", pre, layer);
+            LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &x, &b->valid, e));
+        }
         LWQ_TRY(lwq_backend_gemm(be, &qa, &wqb, NULL, &q, e));
     } else {
         LWQ_TRY(lwq_fwd_observe(obs, layer, mq, &x, &b->valid, e));
@@ -421,8 +437,9 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     const route_job *j = ctx;
     const lwq_model_config *c = j->c;
     const int E = c->num_experts, K = c->num_experts_per_tok;
-    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
-    const int grouped = v3 || !strcmp(c->topk_method, "group_limited_greedy");
+    const int sb = c->family->router == LWQ_ROUTER_SIGMOID_BIAS;
+    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || sb; /* sigmoid + bias scoring */
+    const int grouped = !sb && (v3 || !strcmp(c->topk_method, "group_limited_greedy"));
     const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
     float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
     int *gsel = malloc((size_t)ng * sizeof(int)), sel[64];
@@ -482,13 +499,14 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             wsum += score[sel[s]];
         }
         if (c->norm_topk_prob) {
-            /* V3 adds 1e-20 to the denominator; V2 renormalises by the plain sum */
-            float den = v3 ? wsum + 1e-20f : wsum;
+            /* V3 adds 1e-20 to the denominator; V2 and MiniMax-M2 renormalise by the plain sum */
+            float den = v3 && !sb ? wsum + 1e-20f : wsum;
             for (int s = 0; s < K; s++)
                 wts[s] /= den;
         }
-        for (int s = 0; s < K; s++)
-            wts[s] *= (float)c->routed_scaling_factor;
+        if (!sb) /* MiniMax-M2 has no routed_scaling_factor */
+            for (int s = 0; s < K; s++)
+                wts[s] *= (float)c->routed_scaling_factor;
     }
     free(score);
     free(gsel);
@@ -533,20 +551,29 @@ int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const 
     const lwq_backend *be = m->be;
     const int64_t n = x->shape[0], D = c->hidden_size;
     const int E = c->num_experts;
-    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
+    const int sb = c->family->router == LWQ_ROUTER_SIGMOID_BIAS;
+    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || sb;
     char prefix[128], name[LWQ_NAME_MAX];
-    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
-    lwq_tensor wg, wb, logits;
+    int mixtral;
+    int64_t inter;
+    lwq_fwd_experts_names(c, layer, prefix, sizeof prefix, &mixtral, &inter);
+    lwq_tensor wg, wb, logits, la;
     snprintf(name, sizeof name, "%s.gate.weight", prefix);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, E, D, 0, &wg, e));
-    if (v3) {
-        snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", prefix);
+    if (v3) { /* DeepSeek keeps the bias on the gate, MiniMax-M2 on the MoE block */
+        snprintf(name, sizeof name, sb ? "%s.e_score_correction_bias" : "%s.gate.e_score_correction_bias", prefix);
         LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, E, 0, 0, &wb, e));
     }
     snprintf(name, sizeof name, "%s.gate", prefix);
     LWQ_TRY(lwq_fwd_observe(obs, layer, name, x, &b->valid, e));
     LWQ_TRY(lwq_fwd_tensor(m, LWQ_F32, n, E, &logits, e));
-    LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &logits, e));
+    if (sb) { /* transformers: F.linear in the weight's dtype, then .float() */
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, E, &la, e));
+        LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &la, e));
+        LWQ_TRY(lwq_backend_copy(be, &la, &logits, e));
+    } else {
+        LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &logits, e));
+    }
 
     float *hl = malloc(((size_t)(n * E) + 1) * sizeof(float));
     float *bias = malloc(((size_t)E + 1) * sizeof(float));
@@ -590,10 +617,12 @@ int lwq_fwd_deepseek_routed(lwq_model *m, int layer, const lwq_weights *w, const
                             lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
-    const int64_t n = x->shape[0], I = c->moe_intermediate_size;
+    const int64_t n = x->shape[0];
     const int K = c->num_experts_per_tok;
     char prefix[128];
-    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    int mixtral;
+    int64_t inter;
+    lwq_fwd_experts_names(c, layer, prefix, sizeof prefix, &mixtral, &inter);
     size_t nk = (size_t)(n * K) + 1;
     int32_t *idx = malloc(nk * sizeof(int32_t));
     float *wts = malloc(nk * sizeof(float));
@@ -605,7 +634,7 @@ int lwq_fwd_deepseek_routed(lwq_model *m, int layer, const lwq_weights *w, const
     }
     if ((rc = lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e)) < 0)
         goto out;
-    rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e);
+    rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, mixtral, inter, idx, wts, out, obs, e);
 out:
     free(idx);
     free(wts);

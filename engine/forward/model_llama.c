@@ -1,11 +1,12 @@
 /* engine/forward/model_llama.c — the GQA attention block (LWQ_MIXER_GQA) of llama / mistral
  * (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm before RoPE, head_dim
  * independent of hidden/heads), mixtral (plain attention), glm4_moe (q/k/v biases, optional q/k norm,
- * partial rotary): the family row says which.
+ * partial rotary), minimax_m2 (full-width q/k norm, partial rotary): the family row says which.
  *
  *   x = input_layernorm(h)
  *   q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)      observed: q_proj, k_proj, v_proj
  *   [qwen3, glm4_moe use_qk_norm] q, k = q_norm(q), k_norm(k) per head
+ *   [minimax_m2] q, k = q_norm(q), k_norm(k) over the whole row (all heads: one RMS)
  *   q, k = rope(q), rope(k)                                 observed: kv(k, v)
  *          [glm4_moe] the first head_dim * partial_rotary_factor dims of each head
  *   a = causal_gqa_attention(q, k, v)                       observed: o_proj
@@ -64,11 +65,12 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     LWQ_TRY(lwq_fwd_linear(m, w, layer, mv, KV * hd, D, need_bias, &wv, &bv, &hbv, e));
     /* qwen2 has no o_proj bias; llama's attention_bias covers o_proj too: take it when present */
     LWQ_TRY(lwq_fwd_linear(m, w, layer, mo, D, H * hd, 0, &wo, &bo, &hbo, e));
+    const int full_norm = c->family->qk_norm_full; /* minimax_m2: over all heads at once */
     if (has_qk_norm(c)) {
         snprintf(name, sizeof name, "model.layers.%d.self_attn.q_norm.weight", layer);
-        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &qn, e));
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, full_norm ? H * hd : hd, 0, 0, &qn, e));
         snprintf(name, sizeof name, "model.layers.%d.self_attn.k_norm.weight", layer);
-        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, hd, 0, 0, &kn, e));
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, full_norm ? KV * hd : hd, 0, 0, &kn, e));
     }
 
     const lwq_backend *be = m->be;
@@ -87,7 +89,10 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     LWQ_TRY(lwq_backend_gemm(be, &x, &wq, hbq ? &bq : NULL, &q, e));
     LWQ_TRY(lwq_backend_gemm(be, &x, &wk, hbk ? &bk : NULL, &k, e));
     LWQ_TRY(lwq_backend_gemm(be, &x, &wv, hbv ? &bv : NULL, &v, e));
-    if (has_qk_norm(c)) {
+    if (has_qk_norm(c) && full_norm) {
+        LWQ_TRY(lwq_backend_rmsnorm(be, &q, &qn, eps, &q, e));
+        LWQ_TRY(lwq_backend_rmsnorm(be, &k, &kn, eps, &k, e));
+    } else if (has_qk_norm(c)) {
         /* per head: view (n, heads*hd) as (n*heads, hd) */
         int64_t sq[2] = {n * H, hd}, sk[2] = {n * KV, hd};
         lwq_tensor qv = lwq_tensor_view(q.data, q.dtype, 2, sq), kv = lwq_tensor_view(k.data,
