@@ -3,6 +3,8 @@
  * config class would fill in may be absent; keys the forward cannot do without are required. */
 #include "layout/config.h"
 
+#include "layout/checkpoint.h"
+
 #include "core/file.h"
 
 #include <cjson/cJSON.h>
@@ -164,6 +166,36 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
 
+    /* mRoPE (Qwen3.5): per-axis sections of the rotary half-width.  Text positions are the same
+     * on every axis, so any section layout rotates as 1-D RoPE; a layout that does not cover the
+     * rotary half-width exactly is not the model the config describes. */
+    const cJSON *ms = get(params, "mrope_section");
+    if (!ms)
+        ms = get(scaling, "mrope_section");
+    if (ms) {
+        const char *where = get(params, "mrope_section") ? "rope_parameters" : "rope_scaling";
+        int64_t half = (int64_t)((double)c->head_dim * c->partial_rotary_factor) / 2, sum = 0;
+        int n = cJSON_IsArray(ms) ? cJSON_GetArraySize(ms) : -1;
+        const cJSON *it;
+        int ok = n >= 1 && n <= 4;
+        cJSON_ArrayForEach(it, ms)
+        {
+            if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) || it->valuedouble < 0 ||
+                it->valuedouble > 1e6)
+                ok = 0;
+            else
+                sum += (int64_t)it->valuedouble;
+        }
+        if (!ok)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: model_type '%s': \"%s%s.mrope_section\" must list 1 to "
+                            "4 non-negative integers", x->path, c->model_type, x->section, where);
+        if (sum != half)
+            return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: model_type '%s': \"%s%s.mrope_section\" sums to "
+                            "%lld, but the rotary half-width is %lld (head_dim %lld x "
+                            "partial_rotary_factor %g / 2)", x->path, c->model_type, x->section, where,
+                            (long long)sum, (long long)half, (long long)c->head_dim,
+                            c->partial_rotary_factor);
+    }
     c->rope_type = LWQ_ROPE_DEFAULT;
     c->rope_factor = 1.0;
     if (!s)
@@ -726,4 +758,23 @@ int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap)
     else
         return 0;
     return k >= 0 && (size_t)k < cap;
+}
+
+/* Declared in layout/checkpoint.h; here beside the name mapping (no file calls back into
+ * checkpoint.c for it). */
+int lwq_tensor_layer_index(const char *name)
+{
+    static const char pre[] = "model.layers.";
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return -1;
+    const char *p = name + sizeof pre - 1;
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+        return -1;
+    long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v >= LWQ_MAX_LAYERS)
+            return -1;
+    }
+    return *p == '.' ? (int)v : -1;
 }

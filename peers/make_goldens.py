@@ -37,7 +37,8 @@ FORMAT_SRCS = ("llama-f32", "llama-bf16", "qwen3_moe-f32", "qwen3_moe-bf16")
 FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
                {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")} | \
                {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
-               {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")}
+               {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")} | \
+               {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")}
 # issue 34: FP8 and NVFP4 on each family (peers/run.py group "families34"), added with --add
 # families34, and transformers' per-layer forward of their F32 sources (forward/)
 FAMILY_LABELS = {"fp8", "nvfp4", "nvfp4-as_modelopt_preset"}
@@ -234,7 +235,15 @@ and qwen3_moe, F32 and BF16, the `general/ptq/nvfp4_weight_only-kv_fp8_cast` rec
 and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied with their
 imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
 an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`).
-No case here is from a patched peer.
+Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
+**patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
+that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so
+`peers/modelopt_driver.py --patch torch-nvfp4` replaces that one function by
+`peers/torch_nvfp4.py`'s pure-torch copy of its arithmetic (block scale = amax / 6 fake-quantized
+to E4M3 against global_amax * (448 / 256) / 6 by Model Optimizer's own `scaled_e4m3_impl`,
+elements rounded to E2M1 with the kernel's boundaries), as Model Optimizer's own CPU test of
+Four-over-Six (tests/unit/torch/quantization/test_nvfp4_four_over_six.py) monkeypatches it; its
+MANIFEST entries say `"patch": "torch-nvfp4"`.  Every other case is unpatched.
 
 The issue-34 families (`peers/run.py` group `families34`; docs/FAMILIES.md): glm4_moe with its
 MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4 (peers/make_sources.py
