@@ -3,17 +3,23 @@ tests/data/peers, where tests/tools/test_peer_goldens.c checks lwq against them 
 
     peers/run.sh --only core,kv,algos      # makes .peers/work/{src,mo,...} and the BF16 bounds
     .peers/venvs/modelopt/bin/python peers/make_goldens.py
+    # issue 33: the qwen3_5 family only, the other cases kept as they are in MANIFEST.json
+    peers/run.sh --only qwen3_5,qwen3_5_w4a16,qwen3_5_patched,qwen3_5_recipes
+    .peers/venvs/modelopt/bin/python peers/make_goldens.py --family qwen3_5
 
-Writes tests/data/peers/{calib.jsonl, src/, modelopt/, lwq_recipes/, MANIFEST.json, README.md,
-SHA256SUMS}.  MANIFEST.json records, per case, the source, the golden, lwq's arguments and the
-scale tolerance (1e-5 for F32 sources, the derived bound for BF16 ones), plus the versions and
-the commands that made everything.
+Writes tests/data/peers/{calib.jsonl, src/, modelopt/, lwq_recipes/, layers/, MANIFEST.json,
+README.md, SHA256SUMS}.  MANIFEST.json records, per case, the source, the golden, lwq's arguments
+and the scale tolerance (1e-5 for F32 sources, the derived bound for BF16 ones), plus the
+versions and the commands that made everything.  --family qwen3_5 rewrites only the qwen3_5
+sources, cases and layer dumps (peers/layer_dump.py) and keeps every other case, bound and file.
 """
 
+import argparse
 import hashlib
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,21 +35,92 @@ LABELS = {"fp8", "nvfp4", "nvfp4-as_modelopt_preset"}
 EXTRA_CASES = {("llama-bf16", "nvfp4-kv_fp8"), ("qwen3_moe-f32", "nvfp4-kv_fp8"), ("qwen3_next-bf16", "fp8-kv_fp8"),
                ("deepseek_v3-f32", "fp8-kv_fp8"), ("qwen3_moe-f32", "fp8-mse"), ("llama-bf16", "fp8-mse")}
 
+# issue 33 (about 4 MB in all): the VLM wrappers in F32 and BF16 with the three --qformat presets
+# of the issue's "Must show", Four-over-Six (patched) in F32, the text-only forms in F32, and the
+# snapshot's qwen3_5* recipes (FP8 KV caches: kv_fp8 and kv_fp8_cast)
+QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("f32", "bf16")
+                 for q in ("fp8", "nvfp4", "w4a16_nvfp4")} | \
+    {("qwen3_5-f32", "nvfp4_four_over_six-patched"), ("qwen3_5_moe-f32", "nvfp4_four_over_six-patched"),
+     ("qwen3_5_text-f32", "nvfp4"),
+     ("qwen3_5_moe_text-f32", "nvfp4"), ("qwen3_5_moe_text-f32", "w4a16_nvfp4"),
+     ("qwen3_5-f32", "huggingface_qwen3_5_ptq_w4a16_nvfp4-fp8_attn-kv_fp8_cast"),
+     ("qwen3_5-bf16", "huggingface_qwen3_5_ptq_w4a16_nvfp4_mse-fp8_attn-kv_fp8_cast-patched"),
+     ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"),
+     ("qwen3_5_moe-bf16", "huggingface_qwen3_5_moe_ptq_w4a16_nvfp4-fp8_attn-kv_fp8_cast"),
+     ("qwen3_5_moe_text-f32", "huggingface_qwen3_5_moe_ptq_w4a16_nvfp4_mse-fp8_attn-kv_fp8_cast-patched")}
+LAYER_DUMPS = ("qwen3_5-f32", "qwen3_5_moe-f32", "qwen3_5_text-f32", "qwen3_5_moe_text-f32")
+RECIPES_AT = "@MODELOPT_RECIPES@"  # the test resolves it (tests/tools/test_peer_goldens.c)
+
+
+def is_qwen3_5(src):
+    return src.split("-")[0] in run.QWEN3_5
+
+
+def sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def recipe_files(name):
+    """The recipe file and every file it imports, relative to the recipe root, with their hashes:
+    the test checks that the recipe tree it is given is the one the golden was made from."""
+    import yaml
+
+    root = run.recipe_root()
+    todo, seen = [name], {}
+    while todo:
+        n = todo.pop()
+        rel = next((n + ext for ext in (".yaml", ".yml", "") if os.path.isfile(os.path.join(root, n + ext))), None)
+        if rel is None:
+            sys.exit(f"make_goldens: recipe {n} not under {root}")
+        if rel in seen:
+            continue
+        seen[rel] = sha256(os.path.join(root, rel))
+        for doc in yaml.safe_load_all(open(os.path.join(root, rel))):
+            if isinstance(doc, dict) and isinstance(doc.get("imports"), dict):
+                todo.extend(doc["imports"].values())
+    return dict(sorted(seen.items()))
+
+
+def wanted(c, family):
+    if family == "qwen3_5":
+        return (c.src, c.label) in QWEN3_5_CASES
+    if is_qwen3_5(c.src):
+        return False
+    if c.src.startswith("deepseek_v3-") and c.label == "nvfp4":
+        return False  # lwq's preset keeps the MLA projections in BF16 by design: nvfp4-as_modelopt_preset
+    return c.label in LABELS or (c.src, c.label) in EXTRA_CASES
+
 
 def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--family", choices=("all", "qwen3_5"), default="all",
+                    help="qwen3_5: rewrite only the qwen3_5 cases, keep the others")
+    a = ap.parse_args()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
     bounds = res["bounds"]
-    shutil.rmtree(DEST, ignore_errors=True)
-    os.makedirs(DEST)
-    shutil.copy(os.path.join(run.WORK, "calib.jsonl"), os.path.join(DEST, "calib.jsonl"))
-    os.makedirs(os.path.join(DEST, "lwq_recipes"))
-    shutil.copy(os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json"), os.path.join(DEST, "lwq_recipes"))
-    cases, versions = [], None
+    kept, old = [], None
+    if a.family == "qwen3_5":
+        old = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+        kept = [c for c in old["cases"] if not is_qwen3_5(c["src"][len("src/"):])]
+        bounds = {**{k: v for k, v in old["bf16_bounds"].items() if not is_qwen3_5(k)},
+                  **{k: v for k, v in bounds.items() if is_qwen3_5(k)}}
+        for sub in ("src", "modelopt"):
+            for d in os.listdir(os.path.join(DEST, sub)):
+                if is_qwen3_5(d):
+                    shutil.rmtree(os.path.join(DEST, sub, d))
+        shutil.rmtree(os.path.join(DEST, "layers"), ignore_errors=True)
+        if sha256(os.path.join(run.WORK, "calib.jsonl")) != sha256(os.path.join(DEST, "calib.jsonl")):
+            sys.exit("make_goldens: .peers/work/calib.jsonl differs from tests/data/peers/calib.jsonl")
+    else:
+        shutil.rmtree(DEST, ignore_errors=True)
+        os.makedirs(DEST)
+        shutil.copy(os.path.join(run.WORK, "calib.jsonl"), os.path.join(DEST, "calib.jsonl"))
+        os.makedirs(os.path.join(DEST, "lwq_recipes"))
+        shutil.copy(os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json"), os.path.join(DEST, "lwq_recipes"))
+    cases, versions = list(kept), None
     for c in run.cases():
-        if c.label not in LABELS and (c.src, c.label) not in EXTRA_CASES:
+        if not wanted(c, a.family if a.family == "qwen3_5" else "all"):
             continue
-        if c.src.startswith("deepseek_v3-") and c.label == "nvfp4":
-            continue  # lwq's preset keeps the MLA projections in BF16 by design: nvfp4-as_modelopt_preset
         mo = c.mo_dir()
         if not os.path.exists(os.path.join(mo, "PEERS_RUN.json")):
             sys.exit(f"make_goldens: {mo} is missing: run peers/run.sh --only core,kv,algos first")
@@ -64,18 +141,36 @@ def main():
                 shutil.copy(os.path.join(mo, f), os.path.join(DEST, gold))
         rj = json.load(open(os.path.join(mo, "PEERS_RUN.json")))
         versions = {k: rj[k] for k in ("modelopt", "torch", "transformers")}
-        args = [a.replace(os.path.join(HERE, "lwq_recipes") + "/", "@DATA@/lwq_recipes/") for a in c.lwq]
-        cases.append({"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
-                      "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
-                      "modelopt": {k: v for k, v in c.mo.items()}})
+        args = [x.replace(os.path.join(HERE, "lwq_recipes") + "/", "@DATA@/lwq_recipes/").replace(
+            run.recipe_root(), RECIPES_AT) for x in c.lwq]
+        case = {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
+                "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
+                "modelopt": {k: v for k, v in c.mo.items()}}
+        if is_qwen3_5(c.src):
+            case["group"] = c.group
+            if "recipe" in c.mo:
+                case["recipe_files"] = recipe_files(c.mo["recipe"])
+        cases.append(case)
+    if a.family == "qwen3_5" or any(is_qwen3_5(c["src"][len("src/"):]) for c in cases):
+        os.makedirs(os.path.join(DEST, "layers"), exist_ok=True)
+        for s in LAYER_DUMPS:
+            subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", s),
+                            os.path.join(DEST, "layers", s + ".safetensors"), "--calib",
+                            os.path.join(DEST, "calib.jsonl")], check=True)
+    used = {c["src"][len("src/"):] for c in cases}
+    bounds = {k: v for k, v in bounds.items() if k in used}
     manifest = {
         "what": "Model Optimizer's CPU exports of transformers-written tiny checkpoints, for "
-                "tests/tools/test_peer_goldens.c (issue 23)",
-        "versions": versions,
+                "tests/tools/test_peer_goldens.c (issues 23 and 33); transformers' layer-by-layer forward "
+                "of the qwen3_5 ones (layers/), for tests/engine/forward/test_forward_peer_layers.c",
+        "versions": versions or old["versions"],
         "commands": ["peers/setup.sh modelopt",
                      "peers/run.sh --only core,kv,algos   (peers/make_sources.py writes src/ and calib.jsonl; "
                      "peers/modelopt_driver.py the goldens)",
-                     ".peers/venvs/modelopt/bin/python peers/make_goldens.py"],
+                     ".peers/venvs/modelopt/bin/python peers/make_goldens.py",
+                     "peers/run.sh --only qwen3_5,qwen3_5_w4a16,qwen3_5_patched,qwen3_5_recipes",
+                     ".peers/venvs/modelopt/bin/python peers/make_goldens.py --family qwen3_5   "
+                     "(peers/layer_dump.py writes layers/)"],
         "calib": {"file": "calib.jsonl", "size": run.CALIB["size"], "seq": run.CALIB["seq"],
                   "batch": run.CALIB["batch"]},
         "bf16_bounds": bounds,
@@ -84,7 +179,8 @@ def main():
     with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
         json.dump(manifest, f, indent=1)
     with open(os.path.join(DEST, "README.md"), "w") as f:
-        f.write(README.format(**versions, n=len(cases)))
+        f.write(README.format(**(versions or old["versions"]), n=len(cases),
+                              n35=sum(is_qwen3_5(c["src"][len("src/"):]) for c in cases)))
     sums = []
     for d, _, files in os.walk(DEST):
         for fn in files:

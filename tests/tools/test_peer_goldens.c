@@ -1,4 +1,4 @@
-/* lwq against NVIDIA Model Optimizer's own exports (issue 23): goldens in tests/data/peers, quantized again by lwq and compared tensor by tensor. */
+/* lwq against NVIDIA Model Optimizer's own exports (issues 23, 33): goldens in tests/data/peers, quantized again by lwq and compared tensor by tensor. */
 /*
  * tests/data/peers holds tiny checkpoints written by transformers, the shared calibration ids and
  * what Model Optimizer 0.47.0 exported from them on the CPU (peers/make_goldens.py; MANIFEST.json
@@ -8,9 +8,20 @@
  * the case's tolerance, configs equal in meaning); one_changed_byte_of_a_golden_fails shows the
  * comparison catches an edited golden, and SHA256SUMS pins every byte besides (a last-bit change
  * of an input_scale is within tolerance).  No torch needed.
+ *
+ * The qwen3_5 cases (issue 33: cases with a "group") run one Criterion test per group.  A case
+ * lwq refuses is skipped, and only when lwq itself says it refuses: exit 2 with "unknown
+ * model_type 'M'" for the source's own model_type, "--qformat Q is not supported" for the case's
+ * own --qformat, or (recipe cases) a refusal naming the recipe file.  Any other failure of lwq is
+ * a failure, and a group with a difference fails whatever else it skipped, so the skips go away by
+ * themselves when lwq learns the family or the format.  Recipe cases read Model Optimizer's own
+ * recipe tree ($LWQ_MODELOPT_RECIPES, else the peers venv's modelopt_recipes; the files are not
+ * copied here) after checking it holds the files the golden was made from (MANIFEST.json
+ * recipe_files, by sha256); without one they are skipped, naming what is missing.
  */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
+#include <glob.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -55,12 +66,33 @@ static int int_of(const cJSON *o, const char *k)
     return x->valueint;
 }
 
-/* lwq quantize the source of case c (MANIFEST.json) into out, as Model Optimizer did (same ids). */
-static void quantize_case(const cJSON *m, const cJSON *c, const char *out)
+/* Model Optimizer's recipe tree (modelopt_recipes/): $LWQ_MODELOPT_RECIPES, else the one in the
+ * peers venv (peers/setup.sh); NULL when neither is there. */
+static const char *modelopt_recipes(void)
+{
+    static char path[1024];
+    const char *env = getenv("LWQ_MODELOPT_RECIPES");
+    if (env && *env)
+        return env;
+    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
+    char pat[1100];
+    snprintf(pat, sizeof pat, "%.*s.peers/venvs/modelopt/lib/python3*/site-packages/modelopt_recipes", (int)(cut - me),
+             me);
+    glob_t g;
+    int found = glob(pat, GLOB_ONLYDIR, NULL, &g) == 0 && g.gl_pathc > 0;
+    if (found)
+        snprintf(path, sizeof path, "%s", g.gl_pathv[0]);
+    globfree(&g);
+    return found ? path : NULL;
+}
+
+/* lwq quantize the source of case c (MANIFEST.json) into out, as Model Optimizer did (same ids);
+ * lwq's exit status (its output in out.log). */
+static int quantize_case_rc(const cJSON *m, const cJSON *c, const char *out)
 {
     const cJSON *cal = cJSON_GetObjectItem(m, "calib");
     const char *name = str_of(c, "name");
-    char args[1024] = "";
+    char args[2048] = "";
     const cJSON *lwq = cJSON_GetObjectItem(c, "lwq");
     cr_assert(cJSON_IsArray(lwq), "MANIFEST.json: %s: lwq missing", name);
     for (const cJSON *a = lwq->child; a; a = a->next) {
@@ -69,14 +101,22 @@ static void quantize_case(const cJSON *m, const cJSON *c, const char *out)
         const char *v = a->valuestring;
         if (!strncmp(v, "@DATA@/", 7)) /* a file of tests/data/peers (a recipe) */
             snprintf(args + n, sizeof args - n, " '%s/%s'", data_root(), v + 7);
+        else if (!strcmp(v, "@MODELOPT_RECIPES@")) /* checked by recipes_present */
+            snprintf(args + n, sizeof args - n, " '%s'", modelopt_recipes());
         else
             snprintf(args + n, sizeof args - n, " '%s'", v);
+        cr_assert_lt(strlen(args), sizeof args - 1, "%s: lwq arguments too long", name);
     }
-    int rc = lwqt_sh("'%s' quantize '%s/%s' -o '%s' --calib '%s/%s' --calib-size %d --calib-seq %d --batch-size %d "
-                     "--quiet%s > '%s.log' 2>&1",
-                     lwqt_bin(), data_root(), str_of(c, "src"), out, data_root(), str_of(cal, "file"),
-                     int_of(cal, "size"), int_of(cal, "seq"), int_of(cal, "batch"), args, out);
-    cr_assert_eq(rc, 0, "%s: lwq quantize failed (exit %d), see %s.log", name, rc, out);
+    return lwqt_sh("'%s' quantize '%s/%s' -o '%s' --calib '%s/%s' --calib-size %d --calib-seq %d --batch-size %d "
+                   "--quiet%s > '%s.log' 2>&1",
+                   lwqt_bin(), data_root(), str_of(c, "src"), out, data_root(), str_of(cal, "file"),
+                   int_of(cal, "size"), int_of(cal, "seq"), int_of(cal, "batch"), args, out);
+}
+
+static void quantize_case(const cJSON *m, const cJSON *c, const char *out)
+{
+    int rc = quantize_case_rc(m, c, out);
+    cr_assert_eq(rc, 0, "%s: lwq quantize failed (exit %d), see %s.log", str_of(c, "name"), rc, out);
 }
 
 static double rtol_of(const cJSON *c)
@@ -138,6 +178,144 @@ static void run_arch(const char *arch)
     cr_assert_eq(failed, 0, "%d of %d %s case(s) differ from Model Optimizer's output (printed above)", failed, ran,
                  arch);
     lwqt_rmtree(tmp);
+}
+
+/* ---- the qwen3_5 family (issue 33) ---------------------------------------------------------------- */
+
+/* The model_type of the case's source (config.json), into mt. */
+static void source_model_type(const cJSON *c, char *mt, size_t cap)
+{
+    char p[1200], *s = NULL;
+    lwq_error e = {0};
+    snprintf(p, sizeof p, "%s/%s/config.json", data_root(), str_of(c, "src"));
+    cr_assert_eq(lwq_file_read_all(p, 1u << 20, &s, NULL, &e), 0, "%s", e.msg);
+    cJSON *j = cJSON_Parse(s);
+    free(s);
+    const cJSON *x = cJSON_GetObjectItem(j, "model_type");
+    cr_assert(cJSON_IsString(x), "%s: no model_type", p);
+    snprintf(mt, cap, "%s", x->valuestring);
+    cJSON_Delete(j);
+}
+
+/* The value after `flag` in the case's lwq arguments, or NULL. */
+static const char *lwq_arg(const cJSON *c, const char *flag)
+{
+    const cJSON *a = cJSON_GetObjectItem(c, "lwq")->child;
+    for (; a && a->next; a = a->next)
+        if (!strcmp(a->valuestring, flag))
+            return a->next->valuestring;
+    return NULL;
+}
+
+/* Whether `line` is lwq refusing one of the case's recipe files ("lwq: FILE:..." with FILE a
+ * recipe_files entry without its .yaml / .yml: the recipe or a file it imports). */
+static int refuses_recipe(const cJSON *c, const char *line)
+{
+    const cJSON *files = cJSON_GetObjectItem(c, "recipe_files");
+    if (!cJSON_IsObject(files) || strncmp(line, "lwq: ", 5))
+        return 0;
+    for (const cJSON *f = files->child; f; f = f->next) {
+        size_t n = strlen(f->string);
+        if (n > 5 && !strcmp(f->string + n - 5, ".yaml"))
+            n -= 5;
+        else if (n > 4 && !strcmp(f->string + n - 4, ".yml"))
+            n -= 4;
+        if (!strncmp(line + 5, f->string, n) && line[5 + n] == ':')
+            return 1;
+    }
+    return 0;
+}
+
+/* Whether lwq's log (out.log) holds one of the refusals that make a case wait for lwq (the file
+ * header); why gets the refusal's line. */
+static int lwq_refused(const cJSON *c, const char *out, char *why, size_t cap)
+{
+    char p[600], *log = NULL, want[2][300];
+    lwq_error e = {0};
+    snprintf(p, sizeof p, "%s.log", out);
+    cr_assert_eq(lwq_file_read_all(p, 1u << 20, &log, NULL, &e), 0, "%s", e.msg);
+    char mt[128];
+    source_model_type(c, mt, sizeof mt);
+    const char *q = lwq_arg(c, "--qformat");
+    snprintf(want[0], sizeof want[0], "unknown model_type '%s'", mt);
+    snprintf(want[1], sizeof want[1], "--qformat %s is not supported", q ? q : "\001");
+    int hit = 0;
+    for (char *line = strtok(log, "\n"); line && !hit; line = strtok(NULL, "\n"))
+        if (strstr(line, want[0]) || strstr(line, want[1]) || refuses_recipe(c, line)) {
+            snprintf(why, cap, "%s", line);
+            hit = 1;
+        }
+    free(log);
+    return hit;
+}
+
+/* The recipe tree has the files the golden was made from (MANIFEST.json recipe_files). */
+static void recipes_match(const cJSON *c, const char *root)
+{
+    const cJSON *files = cJSON_GetObjectItem(c, "recipe_files");
+    cr_assert(cJSON_IsObject(files) && files->child, "MANIFEST.json: %s: recipe_files missing", str_of(c, "name"));
+    for (const cJSON *f = files->child; f; f = f->next) {
+        cr_assert(cJSON_IsString(f) && !strchr(f->string, '\'') && !strstr(f->string, ".."), "bad recipe_files");
+        cr_assert_eq(lwqt_sh("cd '%s' && echo '%s  %s' | sha256sum --quiet --strict -c - >/dev/null 2>&1", root,
+                             f->valuestring, f->string),
+                     0, "%s: %s/%s is not the file the golden was made from (sha256 %s): another Model Optimizer?",
+                     str_of(c, "name"), root, f->string, f->valuestring);
+    }
+}
+
+/* Every case of `group`: quantize, compare; fail on any difference or unexplained failure, then
+ * skip when some case waits for lwq (printed, with lwq's refusal). */
+static void run_group(const char *group)
+{
+    cJSON *m = manifest();
+    const cJSON *cases = cJSON_GetObjectItem(m, "cases");
+    char tmp[256], skipped[4096] = "";
+    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens");
+    int ran = 0, failed = 0, waits = 0, total = 0;
+    for (const cJSON *c = cases->child; c; c = c->next) {
+        const cJSON *g = cJSON_GetObjectItem(c, "group");
+        if (!cJSON_IsString(g) || strcmp(g->valuestring, group))
+            continue;
+        total++;
+        const char *name = str_of(c, "name");
+        if (cJSON_GetObjectItem(c, "recipe_files")) {
+            const char *root = modelopt_recipes();
+            if (!root) {
+                printf("goldens: %-28s skipped: no Model Optimizer recipe tree ($LWQ_MODELOPT_RECIPES or "
+                       ".peers/venvs/modelopt from peers/setup.sh modelopt)\n", name);
+                size_t n = strlen(skipped);
+                snprintf(skipped + n, sizeof skipped - n, " %s (no recipe tree);", name);
+                waits++;
+                continue;
+            }
+            recipes_match(c, root);
+        }
+        char out[512], golden[1100], why[512];
+        snprintf(out, sizeof out, "%s/%d", tmp, total);
+        int rc = quantize_case_rc(m, c, out);
+        if (rc != 0) {
+            cr_assert(rc == 2 && lwq_refused(c, out, why, sizeof why),
+                      "%s: lwq quantize failed (exit %d), not a refusal of this model_type, qformat or recipe: see "
+                      "%s.log", name, rc, out);
+            printf("goldens: %-28s waits for lwq: %s\n", name, why);
+            size_t n = strlen(skipped);
+            snprintf(skipped + n, sizeof skipped - n, " %s;", name);
+            waits++;
+            continue;
+        }
+        snprintf(golden, sizeof golden, "%s/%s", data_root(), str_of(c, "golden"));
+        pc_result r;
+        failed += compare_case(c, out, golden, &r) > 0;
+        ran++;
+    }
+    cJSON_Delete(m);
+    cr_assert_gt(total, 0, "no golden case of group %s in MANIFEST.json", group);
+    cr_assert_eq(failed, 0, "%d of %d %s case(s) differ from Model Optimizer's output (printed above)", failed, ran,
+                 group);
+    lwqt_rmtree(tmp);
+    fflush(stdout);
+    if (waits)
+        cr_skip_test("%d of %d %s case(s) wait for lwq (%d compared equal):%s", waits, total, group, ran, skipped);
 }
 
 /* XOR one byte of tensor `tensor` of dir/model.safetensors (byte `at` of its data) with `mask`. */
@@ -242,3 +420,12 @@ Test(peer_goldens, qwen3_moe, .timeout = 300) { run_arch("qwen3_moe"); }
 Test(peer_goldens, mixtral, .timeout = 300) { run_arch("mixtral"); }
 Test(peer_goldens, deepseek_v3, .timeout = 300) { run_arch("deepseek_v3"); }
 Test(peer_goldens, qwen3_next, .timeout = 300) { run_arch("qwen3_next"); }
+
+/* issue 33: Qwen3.5 / 3.6 VLM wrappers and text forms, FP8 / NVFP4 max and an FP8 KV cache */
+Test(peer_goldens, qwen3_5, .timeout = 300) { run_group("qwen3_5"); }
+/* weight-only NVFP4 (W4A16_NVFP4: no input_scale) */
+Test(peer_goldens, qwen3_5_w4a16, .timeout = 300) { run_group("qwen3_5_w4a16"); }
+/* Four-over-Six, Model Optimizer patched (its static NVFP4 fake quant is Triton: peers/torch_nvfp4.py) */
+Test(peer_goldens, qwen3_5_four_over_six_patched, .timeout = 300) { run_group("qwen3_5_patched"); }
+/* the huggingface/qwen3_5* recipes of Model Optimizer 0.47 (the mse ones patched) */
+Test(peer_goldens, qwen3_5_recipes, .timeout = 300) { run_group("qwen3_5_recipes"); }
