@@ -60,4 +60,31 @@ int lwq_ranks_allgather(const lwq_ranks *rk, const void *mine, size_t bytes, voi
 int lwq_ranks_gather_blobs(lwq_ranks *rk, int root, const void *mine, uint64_t n, void **blobs, uint64_t *sizes,
                            lwq_error *e);
 
+/* ---- the job's first agreement: what every rank was asked to do -------------------------------
+ * A rank that leaves before its first collective (it printed a recipe, a plan or its usage, ran
+ * another command, or refused its command line) would leave the others waiting in theirs for
+ * ever; ranks whose options differ would meet in different collectives (MPI_ERR_TRUNCATE).  So
+ * every lwq process a launcher starts first calls lwq_ranks_agree_job, whatever its command and
+ * options, with what it was asked to do: its command ("lwq quantize", "lwq quantize
+ * --print-recipe", "lwq plan", "lwq verify", ...) and its options as (key, value) pairs, a flag's
+ * value "" (a later pair of the same key replaces an earlier one, as a later option overrides).
+ * Its collectives are of fixed size (the statuses, then a hash and a length per rank); only when
+ * the descriptions differ are they exchanged, to name the difference. */
+typedef struct lwq_ranks_job {
+    char *command;
+    char **key, **val;
+    int n, cap;
+    int oom; /* an allocation failed: the agreement reports it */
+} lwq_ranks_job;
+
+void lwq_ranks_job_command(lwq_ranks_job *j, const char *command);
+void lwq_ranks_job_add(lwq_ranks_job *j, const char *key, const char *val);
+void lwq_ranks_job_free(lwq_ranks_job *j);
+/* Every rank's status (0 or a negative LWQ_E* code with e's message) and job.  0 when every rank
+ * succeeded and every job equals rank 0's; otherwise every rank returns the same error and
+ * rk->agreed is set: "rank N: <its message>" for the lowest failing rank, else "rank N was
+ * started as `C`, rank 0 as `D`..." or "rank N differs from rank 0 in: KEY (rank N: V, rank 0:
+ * W), ..." for the lowest rank that differs. */
+int lwq_ranks_agree_job(lwq_ranks *rk, int status, const lwq_ranks_job *j, lwq_error *e);
+
 #endif

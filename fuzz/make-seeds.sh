@@ -254,6 +254,15 @@ pack "$OUT/calib/ids_only" "calib.jsonl=$C/ids.jsonl"
 pack "$OUT/calib/text_file" "calib.txt=$C/paragraphs.txt"
 pack "$OUT/calib/directory" "a.jsonl=$C/all_keys.jsonl" "b.txt=$C/paragraphs.txt" "c.jsonl=$C/ids.jsonl"
 
+# ---- hf_ptq command lines (the translator of tools/hfptq_args.c): one argument per line -------
+fresh hfptq
+H=$OUT/hfptq
+printf -- '--pyt_ckpt_path\nm\n--export_path\no\n--qformat\nnvfp4\n--kv_cache_qformat\nfp8\n--calib_size\n512\n--calib_seq\n256\n--batch_size\n4' >"$H/hf_ptq_nvfp4"
+printf -- '--model\nm\n--export_path\no\n--auto_quantize_bits\n6\n--qformat=nvfp4_w4a4_weight_mse_fp8_sweep,fp8\n--auto_quantize_method\nkl_div\n--auto_quantize_score_size\n64\n--auto_quantize_cost_model\nweight\n--auto_quantize_checkpoint\nck' >"$H/auto_quantize"
+printf -- '--pyt_ckpt_path=m\n--recipe=r.yaml\n--qformat\nfp8\n--kv_cache_qformat=none\n--auto_quantize_bits=5\n--trust_remote_code\n--attn_implementation\neager\n--skip_generate\n--offload_folder\nx\n--sparsity_fmt\ndense\n--max_gpu_memory_gb\n40\n--max_cpu_memory_gb=100' >"$H/recipe_and_noeffect"
+printf -- 'm\n-o\no\n--qformat\nnvfp4_experts-fp8_attn\n--calib\nc.jsonl\n--device\ncpu\n--quiet' >"$H/lwq_own"
+printf -- '--model\nm\n--qformat\nint4_awq\n--use_fsdp2\n--dataset\na,b' >"$H/refused"
+
 # ---- dictionaries: the names each parser looks for (its string literals), fuzz/dict/<harness>.dict
 mkdir -p fuzz/dict
 dict() { # dict HARNESS SOURCE_FILE_NAME... [-- EXTRA_ENTRY...]
@@ -281,6 +290,9 @@ dict recipe_yaml recipe_yaml.c recipe_qcfg.c recipe_attrs.c yaml_doc.c -- 'impor
 dict manifest manifest.c -- '"0123456789abcdef"' 'true' 'false' 'null' '1e20' '-1'
 dict qdir eval_qdir.c checkpoint.c safetensors.c dtype.c arch.c -- '==> ' ' <==' 'model-layer-00000.safetensors'
 dict calib dataset.c -- '==> ' ' <==' '.txt' '.jsonl' '\u0000' '\ud800'
+# (the flags too: the literal pattern above skips names starting with --)
+# shellcheck disable=SC2046
+dict hfptq hfptq_args.c -- '=' ',' 'nvfp4,fp8' '-o' $(grep -ohE '"--[a-z0-9_-]+"' tools/hfptq_args.c | tr -d '"' | sort -u)
 dict tokenizer tokenizer.c tokenizer_model.c tokenizer_pretok.c tokenizer_text.c -- '==> ' ' <==' 'text' \
     '\u2581' '\u0120' '<0x0A>' '(?i:' '\\p{L}'
 

@@ -82,6 +82,11 @@ int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e)
     return lwq_backend_cuda_probe(e);
 }
 int lwq_backend_cuda_device_count(void) { return 0; }
+int lwq_backend_cuda_auto(lwq_error *e)
+{
+    (void)e;
+    return 0;
+}
 #endif
 
 int lwq_backend_alloc(const lwq_backend *be, size_t bytes, void **out, lwq_error *e)

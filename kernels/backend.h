@@ -127,6 +127,11 @@ int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e);
 /* Number of CUDA devices: 0 without CUDA support, without a driver (then without loading the
  * module or any CUDA library: lwq_cuda_driver_present), or when the module cannot be loaded. */
 int lwq_backend_cuda_device_count(void);
+/* --device auto: 1 to run on CUDA (a device is there), 0 on the CPU.  When LWQ_CUDA_MODULE names
+ * a module, the user chose that file: one that cannot be loaded (missing, truncated, not a module,
+ * a library it needs missing) is that error (LWQ_EDEVICE, naming the file), not a quiet CPU run;
+ * a module that loads but finds no device still means the CPU. */
+int lwq_backend_cuda_auto(lwq_error *e);
 /* The number of CUDA devices (> 0), or LWQ_EDEVICE / LWQ_EUNSUPPORTED with the real reason in e,
  * in the order they are met: built without CUDA, the CUDA module missing (the paths looked in), a
  * library it needs missing (named), no driver, a driver too old for the runtime the module was

@@ -6,8 +6,13 @@
 
 #ifdef LWQ_HAVE_CUDA
 #include <dlfcn.h>
+#include <elf.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -60,8 +65,114 @@ static void missing_library(const char *why, char *out, size_t cap)
     out[n] = 0;
 }
 
+#if defined(__x86_64__)
+#define HOST_MACHINE EM_X86_64
+#define HOST_MACHINE_NAME "x86-64"
+#elif defined(__aarch64__)
+#define HOST_MACHINE EM_AARCH64
+#define HOST_MACHINE_NAME "AArch64"
+#endif
+
+/* [off, off + n) lies within a file of `size` bytes (no overflow). */
+static int within(uint64_t off, uint64_t n, uint64_t size) { return off <= size && n <= size - off; }
+
+static int bad(lwq_error *e, const char *path, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int bad(lwq_error *e, const char *path, const char *fmt, ...)
+{
+    char why[400];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(why, sizeof why, fmt, ap);
+    va_end(ap);
+    return lwq_errf(e, LWQ_EDEVICE, "cuda: cannot load the CUDA module %s: %s", path, why);
+}
+
+/* The module file checked before dlopen maps it: the dynamic loader maps every PT_LOAD segment
+ * and touches it (relocations), so a truncated file (a partial copy or install) would kill lwq
+ * with SIGBUS inside dlopen instead of an error.  Checked: a regular file, an ELF header of a
+ * 64-bit little-endian shared object for this machine, and the program headers, the section
+ * headers and every PT_LOAD segment's file bytes within the file.  (A file that changes between
+ * this check and dlopen is not covered: the module is lwq's own install, not an input.) */
+static int check_elf(const char *path, lwq_error *e)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+    if (fd < 0)
+        return bad(e, path, "%s", strerror(errno));
+    struct stat st;
+    Elf64_Ehdr h;
+    int rc = 0;
+    if (fstat(fd, &st) != 0) {
+        rc = bad(e, path, "%s", strerror(errno));
+        goto out;
+    }
+    if (!S_ISREG(st.st_mode)) {
+        rc = bad(e, path, "not a regular file");
+        goto out;
+    }
+    uint64_t size = (uint64_t)st.st_size;
+    if (size < sizeof h || pread(fd, &h, sizeof h, 0) != (ssize_t)sizeof h) {
+        rc = bad(e, path, "%llu bytes, too short for an ELF header (a partial copy?)", (unsigned long long)size);
+        goto out;
+    }
+    if (memcmp(h.e_ident, ELFMAG, SELFMAG)) {
+        rc = bad(e, path, "not an ELF file (no ELF magic)");
+        goto out;
+    }
+    if (h.e_ident[EI_CLASS] != ELFCLASS64 || h.e_ident[EI_DATA] != ELFDATA2LSB) {
+        rc = bad(e, path, "not a 64-bit little-endian ELF file (class %d, data %d)", h.e_ident[EI_CLASS], h.e_ident[EI_DATA]);
+        goto out;
+    }
+    if (h.e_type != ET_DYN) {
+        rc = bad(e, path, "ELF type %u, not a shared object", (unsigned)h.e_type);
+        goto out;
+    }
+#ifdef HOST_MACHINE
+    if (h.e_machine != HOST_MACHINE) {
+        rc = bad(e, path, "built for ELF machine %u, this is " HOST_MACHINE_NAME " (%u)", (unsigned)h.e_machine,
+                 (unsigned)HOST_MACHINE);
+        goto out;
+    }
+#endif
+    if (h.e_phnum == 0 || h.e_phnum == PN_XNUM || h.e_phentsize != sizeof(Elf64_Phdr) ||
+        !within(h.e_phoff, (uint64_t)h.e_phnum * sizeof(Elf64_Phdr), size)) {
+        rc = bad(e, path, "its %u program headers (at byte %llu) are not within its %llu bytes (truncated?)",
+                 (unsigned)h.e_phnum, (unsigned long long)h.e_phoff, (unsigned long long)size);
+        goto out;
+    }
+    if (h.e_shoff != 0 && (h.e_shentsize != sizeof(Elf64_Shdr) ||
+                           !within(h.e_shoff, (uint64_t)(h.e_shnum ? h.e_shnum : 1) * sizeof(Elf64_Shdr), size))) {
+        rc = bad(e, path, "its section headers (%u at byte %llu) are not within its %llu bytes (truncated?)",
+                 (unsigned)h.e_shnum, (unsigned long long)h.e_shoff, (unsigned long long)size);
+        goto out;
+    }
+    Elf64_Phdr ph[64];
+    for (unsigned i = 0; i < h.e_phnum && rc == 0; i += 64) {
+        unsigned n = h.e_phnum - i < 64 ? h.e_phnum - i : 64;
+        size_t len = n * sizeof(Elf64_Phdr);
+        if (pread(fd, ph, len, (off_t)(h.e_phoff + i * sizeof(Elf64_Phdr))) != (ssize_t)len) {
+            rc = bad(e, path, "cannot read its program headers: %s", strerror(errno));
+            break;
+        }
+        for (unsigned k = 0; k < n; k++)
+            if ((ph[k].p_type == PT_LOAD || ph[k].p_type == PT_DYNAMIC) &&
+                !within(ph[k].p_offset, ph[k].p_filesz, size)) {
+                rc = bad(e, path, "its program header %u (%s) needs bytes %llu to %llu, the file has %llu (truncated: a "
+                         "partial copy or install?)", i + k, ph[k].p_type == PT_LOAD ? "PT_LOAD" : "PT_DYNAMIC",
+                         (unsigned long long)ph[k].p_offset, (unsigned long long)(ph[k].p_offset + ph[k].p_filesz),
+                         (unsigned long long)size);
+                break;
+            }
+    }
+out:
+    close(fd);
+    return rc;
+}
+
 static int try_open(const char *path, lwq_error *e)
 {
+    int crc = check_elf(path, e);
+    if (crc < 0)
+        return crc;
     void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     if (!h) {
         const char *why = dlerror();
@@ -175,6 +286,14 @@ int lwq_backend_cuda_device_count(void)
         return 0;
     int n = lwq_backend_cuda_probe(NULL);
     return n > 0 ? n : 0;
+}
+
+int lwq_backend_cuda_auto(lwq_error *e)
+{
+    const char *env = getenv("LWQ_CUDA_MODULE");
+    if (env && *env && !lwq_cuda_module_load(e))
+        return e && e->code ? e->code : LWQ_EDEVICE;
+    return lwq_backend_cuda_device_count() > 0;
 }
 
 int lwq_backend_cuda_create(lwq_backend *be, int device, lwq_error *e)

@@ -1,6 +1,7 @@
 /* layout/arch.c — per-architecture layer plans and the checkpoint check (contract in arch.h).
  * Names and shapes follow transformers' modeling_<type>.py for each model_type (and
- * spec/ARCHITECTURES.md); a new architecture is one more plan_* function here. */
+ * spec/ARCHITECTURES.md).  Every choice comes from the family row (layout/family.h): a new family
+ * is a row there, plus a plan_* function here only for a block no row has yet. */
 #include "layout/arch.h"
 
 #include "layout/srcfmt.h"
@@ -118,19 +119,19 @@ static void plan_gqa_attention(builder *b)
     const lwq_model_config *c = b->c;
     int64_t h = c->hidden_size, hd = c->head_dim;
     int64_t qo = (int64_t)c->num_attention_heads * hd, kvo = (int64_t)c->num_key_value_heads * hd;
+    const lwq_family *f = c->family;
     int qkv_bias = c->attention_bias, o_bias = c->attention_bias;
-    if (c->arch == LWQ_ARCH_QWEN2)
+    if (f->bias == LWQ_BIAS_QKV)
         o_bias = 0; /* Qwen2: biases on q/k/v only */
-    if (c->arch == LWQ_ARCH_MIXTRAL || c->arch == LWQ_ARCH_QWEN3_NEXT)
+    if (f->bias == LWQ_BIAS_NEVER)
         qkv_bias = o_bias = 0; /* no bias option in these attention classes */
-    int64_t q_out = c->arch == LWQ_ARCH_QWEN3_NEXT ? 2 * qo : qo; /* q and its output gate */
+    int64_t q_out = f->attn == LWQ_MIXER_GATED_GQA ? 2 * qo : qo; /* q and its output gate */
     int g = new_group(b);
     linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, q_out, h, g, 0, qkv_bias);
     linear(b, "self_attn.k_proj", LWQ_ROLE_K, -1, kvo, h, g, 0, qkv_bias);
     linear(b, "self_attn.v_proj", LWQ_ROLE_V, -1, kvo, h, g, 0, qkv_bias);
     linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, qo, -1, 0, o_bias);
-    if (c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE ||
-        c->arch == LWQ_ARCH_QWEN3_NEXT) {
+    if (f->qk_norm) {
         tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.q_norm.weight");
         tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.k_norm.weight");
     }
@@ -194,7 +195,7 @@ static void plan_linear_attention(builder *b)
 static void plan_dense_mlp(builder *b, int64_t inter)
 {
     int64_t h = b->c->hidden_size;
-    int bias = b->c->arch == LWQ_ARCH_LLAMA && b->c->mlp_bias;
+    int bias = b->c->family->mlp_bias && b->c->mlp_bias;
     int g = new_group(b);
     linear(b, "mlp.gate_proj", LWQ_ROLE_GATE, -1, inter, h, g, 0, bias);
     linear(b, "mlp.up_proj", LWQ_ROLE_UP, -1, inter, h, g, 0, bias);
@@ -207,7 +208,8 @@ static void plan_moe(builder *b)
     int64_t h = c->hidden_size, mi = c->moe_intermediate_size;
     int E = c->num_experts;
     char m[96];
-    if (c->arch == LWQ_ARCH_MIXTRAL) {
+    const lwq_family *f = c->family;
+    if (f->experts == LWQ_EXPERTS_MIXTRAL) {
         linear(b, "block_sparse_moe.gate", LWQ_ROLE_ROUTER, -1, E, h, -1, 1, 0);
         for (int e = 0; e < E; e++) {
             int g = new_group(b);
@@ -221,7 +223,7 @@ static void plan_moe(builder *b)
         return;
     }
     linear(b, "mlp.gate", LWQ_ROLE_ROUTER, -1, E, h, -1, 1, 0);
-    if (c->arch == LWQ_ARCH_DEEPSEEK_V3)
+    if (f->router == LWQ_ROUTER_DEEPSEEK_V3)
         tensor(b, LWQ_TK_PARAM, 0, 1, E, 0, 0, "mlp.gate.e_score_correction_bias");
     for (int e = 0; e < E; e++) {
         int g = new_group(b);
@@ -232,15 +234,14 @@ static void plan_moe(builder *b)
         snprintf(m, sizeof m, "mlp.experts.%d.down_proj", e);
         linear(b, m, LWQ_ROLE_EXPERT_DOWN, e, h, mi, -1, 0, 0);
     }
-    if ((c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) &&
-        c->n_shared_experts > 0) {
+    if (f->shared == LWQ_SHARED_DEEPSEEK && c->n_shared_experts > 0) {
         int64_t si = mi * c->n_shared_experts;
         int g = new_group(b);
         linear(b, "mlp.shared_experts.gate_proj", LWQ_ROLE_SHARED_GATE, -1, si, h, g, 0, 0);
         linear(b, "mlp.shared_experts.up_proj", LWQ_ROLE_SHARED_UP, -1, si, h, g, 0, 0);
         linear(b, "mlp.shared_experts.down_proj", LWQ_ROLE_SHARED_DOWN, -1, h, si, -1, 0, 0);
     }
-    if (c->arch == LWQ_ARCH_QWEN3_NEXT && c->shared_expert_intermediate_size > 0) {
+    if (f->shared == LWQ_SHARED_GATED && c->shared_expert_intermediate_size > 0) {
         int64_t si = c->shared_expert_intermediate_size;
         int g = new_group(b);
         linear(b, "mlp.shared_expert.gate_proj", LWQ_ROLE_SHARED_GATE, -1, si, h, g, 0, 0);
@@ -255,22 +256,27 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     memset(out, 0, sizeof *out);
     if (layer < 0 || layer >= c->num_hidden_layers)
         return lwq_errf(e, LWQ_EINVAL, "layer %d is outside 0..%d", layer, c->num_hidden_layers - 1);
-    if ((unsigned)c->arch >= LWQ_ARCH_COUNT)
+    if (!c->family)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "no layer plan for model_type '%s'", c->model_type);
     builder b = {.l = out, .c = c};
     snprintf(b.pre, sizeof b.pre, "%smodel.layers.%d.", c->weight_prefix, layer);
     out->layer = layer;
     out->is_moe = lwq_config_layer_is_moe(c, layer);
-    out->is_mla = c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3;
-    out->is_linear_attn = c->layer_is_linear ? c->layer_is_linear[layer] : 0;
+    out->mixer = lwq_config_layer_mixer(c, layer);
+    out->is_mla = out->mixer == LWQ_MIXER_MLA;
+    out->is_linear_attn = !lwq_mixer_is_attention(out->mixer);
 
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
-    if (out->is_mla)
-        plan_mla_attention(&b);
-    else if (out->is_linear_attn)
-        plan_linear_attention(&b);
-    else
-        plan_gqa_attention(&b);
+    switch (out->mixer) {
+    case LWQ_MIXER_MLA: plan_mla_attention(&b); break;
+    case LWQ_MIXER_GDN: plan_linear_attention(&b); break;
+    case LWQ_MIXER_GQA:
+    case LWQ_MIXER_GATED_GQA: plan_gqa_attention(&b); break;
+    default:
+        lwq_arch_layer_free(out);
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s': layer %d has no mixer lwq plans",
+                        c->model_type, layer);
+    }
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "post_attention_layernorm.weight");
     if (out->is_moe)
         plan_moe(&b);
@@ -294,7 +300,7 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
     /* Tied models usually omit lm_head; some save the shared matrix under both names. */
     tensor(&b, LWQ_TK_LM_HEAD, c->tie_word_embeddings, 2, c->vocab_size, c->hidden_size, 0,
            "lm_head.weight");
-    if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+    if (c->family && c->family->mtp) {
         /* Qwen's Multi-Token-Prediction block, optional (not part of the forward; it passes
          * through unquantized): fusion projection, its norms and one full-attention MoE layer. */
         int first = out->ntensors;

@@ -99,7 +99,8 @@ typedef struct lwq_arch_tensor {
 
 typedef struct lwq_arch_layer {
     int layer;                    /* decoder layer index, -1 for the tail plan */
-    int is_moe, is_mla, is_linear_attn;
+    lwq_mixer_kind mixer;         /* what the layer's token mixer is (layout/family.h) */
+    int is_moe, is_mla, is_linear_attn; /* is_linear_attn: a mixer other than softmax attention */
     int ntensors;
     lwq_arch_tensor *tensors;     /* in plan order: attention, norms, mlp */
     int nlinears;

@@ -15,53 +15,6 @@
 
 #define CONFIG_MAX_BYTES (16u << 20)
 
-static const struct {
-    const char *name;
-    lwq_arch_id arch;
-} model_types[] = {
-    {"llama", LWQ_ARCH_LLAMA},         {"mistral", LWQ_ARCH_LLAMA},
-    {"qwen2", LWQ_ARCH_QWEN2},         {"qwen3", LWQ_ARCH_QWEN3},
-    {"qwen3_moe", LWQ_ARCH_QWEN3_MOE}, {"mixtral", LWQ_ARCH_MIXTRAL},
-    {"deepseek_v2", LWQ_ARCH_DEEPSEEK_V2}, {"deepseek_v3", LWQ_ARCH_DEEPSEEK_V3},
-    {"kimi_k2", LWQ_ARCH_DEEPSEEK_V3}, {"qwen3_next", LWQ_ARCH_QWEN3_NEXT},
-};
-
-/* Wrapper configs whose text model is a supported causal LM under "text_config". */
-static const struct {
-    const char *name, *prefix;
-} wrappers[] = {
-    {"kimi_k25", "language_model."},
-};
-
-const char *lwq_supported_model_types(void)
-{
-    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "qwen3_next (and kimi_k25 via its text_config)";
-}
-
-const char *lwq_arch_name(lwq_arch_id a)
-{
-    static const char *names[LWQ_ARCH_COUNT] = {
-        [LWQ_ARCH_LLAMA] = "llama",         [LWQ_ARCH_QWEN2] = "qwen2",
-        [LWQ_ARCH_QWEN3] = "qwen3",         [LWQ_ARCH_QWEN3_MOE] = "qwen3_moe",
-        [LWQ_ARCH_MIXTRAL] = "mixtral",     [LWQ_ARCH_DEEPSEEK_V2] = "deepseek_v2",
-        [LWQ_ARCH_DEEPSEEK_V3] = "deepseek_v3", [LWQ_ARCH_QWEN3_NEXT] = "qwen3_next",
-    };
-    return (unsigned)a < LWQ_ARCH_COUNT ? names[a] : "?";
-}
-
-int lwq_arch_from_model_type(const char *mt, lwq_arch_id *out, lwq_error *e)
-{
-    for (size_t i = 0; i < sizeof model_types / sizeof model_types[0]; i++) {
-        if (!strcmp(mt, model_types[i].name)) {
-            *out = model_types[i].arch;
-            return 0;
-        }
-    }
-    return lwq_errf(e, LWQ_EUNSUPPORTED, "unknown model_type '%s' (supported: %s)", mt,
-                    lwq_supported_model_types());
-}
-
 /* ---- typed key access: JSON null counts as absent (HF writes "rope_scaling": null) ------------ */
 
 static const cJSON *get(const cJSON *o, const char *key)
@@ -194,7 +147,7 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (scaling && !cJSON_IsObject(scaling))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%srope_scaling\" must be an object", x->path,
                         x->section);
-    double def_theta = c->arch == LWQ_ARCH_MIXTRAL ? 1e6 : 10000.0;
+    double def_theta = c->family->rope_theta;
     if (get(o, "rope_theta"))
         LWQ_TRY(get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
     else
@@ -203,7 +156,7 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rope_theta must be positive", x->path);
 
     const cJSON *s = scaling ? scaling : params;
-    double def_partial = c->arch == LWQ_ARCH_QWEN3_NEXT ? 0.25 : 1.0;
+    double def_partial = c->family->partial_rotary;
     if (get(o, "partial_rotary_factor"))
         LWQ_TRY(get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     else
@@ -253,7 +206,8 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     const int big = 1 << 16;
     const int64_t bigdim = INT64_C(1) << 22;
     int64_t v;
-    if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) {
+    const lwq_family *f = c->family;
+    if (f->keys == LWQ_KEYS_DEEPSEEK) {
         LWQ_TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
         LWQ_TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
     } else {
@@ -270,15 +224,17 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: num_experts_per_tok %d exceeds the %d experts",
                         x->path, c->num_experts_per_tok, c->num_experts);
-    if (c->arch == LWQ_ARCH_MIXTRAL) {
+    if (f->keys == LWQ_KEYS_MIXTRAL) {
         c->moe_intermediate_size = c->intermediate_size; /* Mixtral experts use intermediate_size */
-        c->norm_topk_prob = 1;                           /* always renormalises */
     } else {
         LWQ_TRY(get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
         c->moe_intermediate_size = v;
-        LWQ_TRY(get_bool(x, o, "norm_topk_prob", c->arch == LWQ_ARCH_DEEPSEEK_V3, &c->norm_topk_prob));
     }
-    if (c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_QWEN3_NEXT) {
+    if (f->norm_topk_fixed)
+        c->norm_topk_prob = 1; /* the router always renormalises */
+    else
+        LWQ_TRY(get_bool(x, o, "norm_topk_prob", f->norm_topk_default, &c->norm_topk_prob));
+    if (f->moe == LWQ_MOE_SPARSE_STEP) {
         LWQ_TRY(get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
         const cJSON *ml = get(o, "mlp_only_layers");
         if (ml) {
@@ -303,7 +259,7 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
         }
         LWQ_TRY(get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
         c->shared_expert_intermediate_size = v;
-        if (c->arch == LWQ_ARCH_QWEN3_NEXT && v > 0)
+        if (f->shared == LWQ_SHARED_GATED && v > 0)
             c->n_shared_experts = 1;
     } else {
         c->decoder_sparse_step = 1;
@@ -319,7 +275,7 @@ static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
     LWQ_TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
     LWQ_TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
-    int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
     LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
     LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
     LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
@@ -357,10 +313,22 @@ static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
         return lwq_errf(x->e, LWQ_EFORMAT,
                         "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
                         x->path, c->linear_num_value_heads, c->linear_num_key_heads);
+    return 0;
+}
+
+/* The mixer of every decoder layer: the family's full-attention mixer, and where the family has
+ * linear-attention layers, layer_types (or every full_attention_interval-th layer full). */
+static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    const lwq_family *f = c->family;
     int n = c->num_hidden_layers;
-    c->layer_is_linear = calloc((size_t)n + 1, 1);
-    if (!c->layer_is_linear)
+    c->layer_mixer = calloc((size_t)n + 1, 1);
+    if (!c->layer_mixer)
         return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
+    for (int i = 0; i < n; i++)
+        c->layer_mixer[i] = (unsigned char)f->attn;
+    if (f->linear == LWQ_MIXER_NONE)
+        return 0;
     const cJSON *lt = get(o, "layer_types");
     if (lt) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n)
@@ -369,7 +337,7 @@ static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
         for (int i = 0; i < n; i++) {
             const cJSON *t = cJSON_GetArrayItem(lt, i);
             if (cJSON_IsString(t) && !strcmp(t->valuestring, "linear_attention"))
-                c->layer_is_linear[i] = 1;
+                c->layer_mixer[i] = (unsigned char)f->linear;
             else if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention"))
                 return lwq_errf(x->e, LWQ_EFORMAT,
                                 "%s: layer_types[%d] is not \"linear_attention\" or "
@@ -380,7 +348,8 @@ static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
         int every = 4; /* the default; get_i32 sets it */
         LWQ_TRY(get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
         for (int i = 0; i < n; i++)
-            c->layer_is_linear[i] = (i + 1) % every != 0;
+            if ((i + 1) % every != 0)
+                c->layer_mixer[i] = (unsigned char)f->linear;
     }
     return 0;
 }
@@ -389,9 +358,8 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int64_t bigdim = INT64_C(1) << 22;
     int64_t v;
-    int moe = c->arch == LWQ_ARCH_QWEN3_MOE || c->arch == LWQ_ARCH_MIXTRAL ||
-              c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3 ||
-              c->arch == LWQ_ARCH_QWEN3_NEXT;
+    const lwq_family *f = c->family;
+    int moe = f->moe != LWQ_MOE_NONE;
 
     LWQ_TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
     LWQ_TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
@@ -402,18 +370,18 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
     /* MoE models without dense layers may omit intermediate_size; checked below when needed.
      * Mixtral's experts are intermediate_size wide, so there it is required and at least 1. */
-    int dense_opt = moe && c->arch != LWQ_ARCH_MIXTRAL;
+    int dense_opt = moe && f->keys != LWQ_KEYS_MIXTRAL;
     LWQ_TRY(get_int(x, o, "intermediate_size", !dense_opt, 0, dense_opt ? 0 : 1, bigdim,
                 &c->intermediate_size));
     LWQ_TRY(get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
                 &c->max_position_embeddings));
-    double def_eps = (c->arch == LWQ_ARCH_MIXTRAL) ? 1e-5 : 1e-6;
+    double def_eps = f->rms_norm_eps;
     LWQ_TRY(get_num(x, o, "rms_norm_eps", def_eps, &c->rms_norm_eps));
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rms_norm_eps must be in (0, 1)", x->path);
     LWQ_TRY(get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
-    LWQ_TRY(get_bool(x, o, "attention_bias", c->arch == LWQ_ARCH_QWEN2, &c->attention_bias));
-    if (c->arch == LWQ_ARCH_QWEN2)
+    LWQ_TRY(get_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
+    if (f->bias == LWQ_BIAS_QKV)
         c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
     LWQ_TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
     LWQ_TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
@@ -429,7 +397,7 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (get(o, "head_dim")) {
         LWQ_TRY(get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
         c->head_dim = v;
-    } else if (c->arch != LWQ_ARCH_DEEPSEEK_V2 && c->arch != LWQ_ARCH_DEEPSEEK_V3) {
+    } else if (f->attn != LWQ_MIXER_MLA) {
         if (c->hidden_size % c->num_attention_heads != 0)
             return lwq_errf(x->e, LWQ_EFORMAT,
                             "%s: no head_dim and hidden_size %lld is not a multiple of "
@@ -441,10 +409,11 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
 
     if (moe)
         LWQ_TRY(parse_moe(x, o, c));
-    if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3)
+    if (f->attn == LWQ_MIXER_MLA)
         LWQ_TRY(parse_mla(x, o, c));
-    if (c->arch == LWQ_ARCH_QWEN3_NEXT)
+    if (f->linear == LWQ_MIXER_GDN)
         LWQ_TRY(parse_linear_attn(x, o, c));
+    LWQ_TRY(parse_layer_mixers(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
             return lwq_errf(x->e, LWQ_EFORMAT,
@@ -459,7 +428,7 @@ void lwq_config_free(lwq_model_config *c)
     if (!c)
         return;
     free(c->mlp_only_layers);
-    free(c->layer_is_linear);
+    free(c->layer_mixer);
     cJSON_Delete(c->raw);
     free(c->text);
     memset(c, 0, sizeof *c);
@@ -493,9 +462,8 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: required key \"model_type\" is missing", path);
         goto fail;
     }
-    for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++) {
-        if (strcmp(c->model_type, wrappers[i].name))
-            continue;
+    const lwq_family_wrapper *wr = lwq_family_find_wrapper(c->model_type);
+    if (wr) {
         const cJSON *tc = get(o, "text_config");
         if (!tc || !cJSON_IsObject(tc)) {
             rc = lwq_errf(e, LWQ_EFORMAT, "%s: model_type '%s' needs a \"text_config\" object",
@@ -504,13 +472,12 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         }
         o = tc;
         x.section = "text_config.";
-        snprintf(c->weight_prefix, sizeof c->weight_prefix, "%s", wrappers[i].prefix);
+        snprintf(c->weight_prefix, sizeof c->weight_prefix, "%s", wr->prefix);
         if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
             goto fail;
-        break;
     }
     lwq_error sub = {0};
-    if (lwq_arch_from_model_type(c->model_type, &c->arch, &sub) != 0) {
+    if (lwq_family_lookup(c->model_type, &c->family, &sub) != 0) {
         rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s", path, sub.msg);
         goto fail;
     }
@@ -543,18 +510,25 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
 {
     if (c->num_experts <= 0 || layer < 0)
         return 0;
-    switch (c->arch) {
-    case LWQ_ARCH_MIXTRAL: return 1;
-    case LWQ_ARCH_QWEN3_MOE:
-    case LWQ_ARCH_QWEN3_NEXT:
+    switch (c->family ? c->family->moe : LWQ_MOE_NONE) {
+    case LWQ_MOE_ALL: return 1;
+    case LWQ_MOE_SPARSE_STEP:
         for (int i = 0; i < c->n_mlp_only_layers; i++)
             if (c->mlp_only_layers[i] == layer)
                 return 0;
         return (layer + 1) % (c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1) == 0;
-    case LWQ_ARCH_DEEPSEEK_V2:
-    case LWQ_ARCH_DEEPSEEK_V3:
+    case LWQ_MOE_FIRST_K:
         return layer >= c->first_k_dense_replace &&
                layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
     default: return 0;
     }
+}
+
+lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)
+{
+    if (layer < 0 || layer >= c->num_hidden_layers)
+        return LWQ_MIXER_NONE;
+    if (c->layer_mixer)
+        return (lwq_mixer_kind)c->layer_mixer[layer];
+    return c->family ? c->family->attn : LWQ_MIXER_NONE;
 }

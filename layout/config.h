@@ -14,20 +14,9 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
+#include "layout/family.h"
 
 struct cJSON;
-
-typedef enum lwq_arch_id {
-    LWQ_ARCH_LLAMA = 0, /* llama, mistral */
-    LWQ_ARCH_QWEN2,
-    LWQ_ARCH_QWEN3,
-    LWQ_ARCH_QWEN3_MOE,
-    LWQ_ARCH_MIXTRAL,
-    LWQ_ARCH_DEEPSEEK_V2,
-    LWQ_ARCH_DEEPSEEK_V3,
-    LWQ_ARCH_QWEN3_NEXT,
-    LWQ_ARCH_COUNT
-} lwq_arch_id;
 
 typedef enum lwq_rope_type {
     LWQ_ROPE_DEFAULT = 0,
@@ -40,7 +29,7 @@ typedef enum lwq_rope_type {
 
 typedef struct lwq_model_config {
     char model_type[64];      /* as written in config.json */
-    lwq_arch_id arch;
+    const lwq_family *family; /* the row of model_type (layout/family.h): what the layers hold */
     lwq_dtype dtype;          /* torch_dtype / dtype; BF16 when absent */
     int dtype_explicit;       /* 0 when the config names no dtype (then use the tensors') */
 
@@ -84,8 +73,10 @@ typedef struct lwq_model_config {
     double routed_scaling_factor;
     char scoring_func[16], topk_method[32];
 
-    /* Qwen3-Next hybrid attention: layer_is_linear[i] = 1 for a Gated DeltaNet layer */
-    unsigned char *layer_is_linear; /* num_hidden_layers entries, owned; NULL for other archs */
+    /* The mixer of each decoder layer (lwq_mixer_kind): family->attn, or family->linear where
+     * layer_types says "linear_attention".  num_hidden_layers entries, owned; NULL (a config
+     * built by hand) means family->attn everywhere: read it with lwq_config_layer_mixer. */
+    unsigned char *layer_mixer;
     int linear_num_key_heads, linear_num_value_heads;
     int64_t linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
@@ -103,13 +94,9 @@ typedef struct lwq_model_config {
 int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e);
 int lwq_config_parse(const char *path_for_errors, const char *json, lwq_model_config *c, lwq_error *e);
 void lwq_config_free(lwq_model_config *c);
-/* Name -> arch id; unknown names give LWQ_EUNSUPPORTED with the list of supported ones. */
-int lwq_arch_from_model_type(const char *model_type, lwq_arch_id *out, lwq_error *e);
-/* "llama, mistral, qwen2, ..." */
-const char *lwq_supported_model_types(void);
 /* Whether decoder layer i has a routed-expert MoE block. */
 int lwq_config_layer_is_moe(const lwq_model_config *c, int layer);
-/* Short name of an arch id ("llama", "qwen3_moe", ...). */
-const char *lwq_arch_name(lwq_arch_id a);
+/* The mixer of decoder layer i. */
+lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer);
 
 #endif

@@ -338,7 +338,7 @@ int main(int argc, char **argv)
     lwq_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
     strcpy(cfg.model_type, "qwen3_moe");
-    cfg.arch = LWQ_ARCH_QWEN3_MOE;
+    cfg.family = lwq_family_find("qwen3_moe");
     cfg.dtype = LWQ_BF16;
     cfg.hidden_size = 2048;
     cfg.intermediate_size = 6144;

@@ -54,7 +54,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const lwq_model_config *c = &s.ck.cfg;
-    if (c->arch != LWQ_ARCH_QWEN3_NEXT) {
+    if (c->family->linear != LWQ_MIXER_GDN) {
         fprintf(stderr, "%s is not a qwen3_next checkpoint\n", argv[1]);
         return 1;
     }
@@ -88,9 +88,10 @@ int main(int argc, char **argv)
     }
     int lin = -1, full = -1;
     for (int L = 0; L < c->num_hidden_layers; L++) {
-        if (c->layer_is_linear[L] && lin < 0)
+        int is_lin = lwq_config_layer_mixer(c, L) == LWQ_MIXER_GDN;
+        if (is_lin && lin < 0)
             lin = L;
-        if (!c->layer_is_linear[L] && full < 0)
+        if (!is_lin && full < 0)
             full = L;
     }
     printf("qwen3_next hidden %lld, linear attention %d key / %d value heads (%lld x %lld), %d heads "

@@ -141,7 +141,7 @@ static void print_text(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
     const lwq_model_config *g = &c->cfg;
     char b1[32], b2[32], b3[32];
     printf("model       %s\n", c->dir);
-    printf("arch        %s (model_type %s%s%s), config dtype %s\n", lwq_arch_name(g->arch),
+    printf("arch        %s (model_type %s%s%s), config dtype %s\n", lwq_family_name(g->family),
            g->model_type, g->weight_prefix[0] ? ", weights under " : "", g->weight_prefix,
            g->dtype_explicit ? lwq_dtype_name(g->dtype) : "not given");
     printf("dims        hidden %lld, intermediate %lld, heads %d (kv %d, head_dim %lld), vocab %lld%s\n",
@@ -198,7 +198,7 @@ static void print_text(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
                d ? "" : "; config.json declares no quantization_config");
     }
     if (r->n == 0) {
-        printf("check       ok: every tensor matches the %s plan%s\n", lwq_arch_name(g->arch),
+        printf("check       ok: every tensor matches the %s plan%s\n", lwq_family_name(g->family),
                r->quantized_nvfp4 + r->quantized_fp8 ? " (quantized linears with their packed shapes and scales)" : "");
         return;
     }
@@ -218,7 +218,7 @@ static void print_json(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "dir", c->dir);
     cJSON_AddStringToObject(o, "model_type", g->model_type);
-    cJSON_AddStringToObject(o, "arch", lwq_arch_name(g->arch));
+    cJSON_AddStringToObject(o, "arch", lwq_family_name(g->family));
     cJSON_AddStringToObject(o, "weight_prefix", g->weight_prefix);
     if (g->dtype_explicit)
         cJSON_AddStringToObject(o, "dtype", lwq_dtype_name(g->dtype));

@@ -24,6 +24,7 @@
 #include "tools/commands.h"
 #include "tools/hfptq_args.h"
 #include "tools/quantize_batch.h"
+#include "tools/tool_util.h"
 
 static void usage(FILE *fp, const char *cmd)
 {
@@ -53,7 +54,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --auto-quantize-bits B   at most B bits per weight over the decoder layers' linears (scales\n"
             "                       included, as lwq eval counts them)\n"
             "  --auto-quantize-gb G     at most G GB (1e9 bytes) of tensors written\n"
-            "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, none (default all three)\n"
+            "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, none (default all three);\n"
+            "                       only those: without none every searched group is quantized\n"
             "  --auto-quantize-score S  layer (default): each group alone quantized, the error it adds to its\n"
             "                       layer's output (relative), times how much the later layers grow such an\n"
             "                       error; kl: that output carried to the logits, KL to the source\n"
@@ -123,17 +125,22 @@ static void usage(FILE *fp, const char *cmd)
 typedef struct qargs {
     const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv, *aq_formats, *aq_score,
         *aq_scores;
-    int print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
+    int help, print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
     double aq_bits, aq_gb;
     uint8_t aq_fmt[3];        /* candidate formats, by lwq_qformat */
     double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;
 
+/* Where the command line's refusals go: stderr, or under a launcher with several ranks a buffer
+ * whose text becomes this rank's status at the job's first agreement (run_cmd), so every rank
+ * learns it as "rank N: ..." and none is left waiting for one that left. */
+static FILE *perr;
+
 static int need(int i, int argc, char **argv)
 {
     if (i + 1 >= argc) {
-        fprintf(stderr, "lwq: %s needs a value\n", argv[i]);
+        fprintf(perr, "lwq: %s needs a value\n", argv[i]);
         return 0;
     }
     return 1;
@@ -145,7 +152,7 @@ static int parse_int(const char *opt, const char *s, int lo, int hi, int *out)
     errno = 0;
     long v = strtol(s, &end, 10);
     if (errno || *end || v < lo || v > hi) {
-        fprintf(stderr, "lwq: %s %s: expected an integer in [%d, %d]\n", opt, s, lo, hi);
+        fprintf(perr, "lwq: %s %s: expected an integer in [%d, %d]\n", opt, s, lo, hi);
         return 0;
     }
     *out = (int)v;
@@ -158,7 +165,7 @@ static int parse_gb(const char *opt, const char *s, double *out)
     errno = 0;
     double v = strtod(s, &end);
     if (errno || *end || !(v > 0) || v > 1e6) {
-        fprintf(stderr, "lwq: %s %s: expected a positive number of GB\n", opt, s);
+        fprintf(perr, "lwq: %s %s: expected a positive number of GB\n", opt, s);
         return 0;
     }
     *out = v;
@@ -171,7 +178,7 @@ static int parse_bits(const char *opt, const char *s, double *out)
     errno = 0;
     double v = strtod(s, &end);
     if (errno || *end || !(v > 0) || v > 64) {
-        fprintf(stderr, "lwq: %s %s: expected bits per weight in (0, 64]\n", opt, s);
+        fprintf(perr, "lwq: %s %s: expected bits per weight in (0, 64]\n", opt, s);
         return 0;
     }
     *out = v;
@@ -187,7 +194,7 @@ static int parse_device(const char *what, const char *d, lwq_device_choice *out)
     else if (!strcmp(d, "cuda"))
         *out = LWQ_DEVICE_CUDA;
     else {
-        fprintf(stderr, "lwq: %s %s: expected auto, cpu or cuda\n", what, d);
+        fprintf(perr, "lwq: %s %s: expected auto, cpu or cuda\n", what, d);
         return -1;
     }
     return 0;
@@ -199,14 +206,14 @@ static int parse_formats(const char *list, uint8_t f[3])
     memset(f, 0, 3);
     char buf[128];
     if (strlen(list) >= sizeof buf) {
-        fprintf(stderr, "lwq: --auto-quantize-formats %s: too long\n", list);
+        fprintf(perr, "lwq: --auto-quantize-formats %s: too long\n", list);
         return -1;
     }
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         lwq_qformat q;
         if (lwq_qformat_parse(t, &q) != 0) {
-            fprintf(stderr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, none)\n", t);
+            fprintf(perr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, none)\n", t);
             return -1;
         }
         f[q] = 1;
@@ -214,7 +221,21 @@ static int parse_formats(const char *list, uint8_t f[3])
     return 0;
 }
 
-static int parse_args(int argc, char **argv, int is_plan, qargs *a)
+/* What the job's first agreement compares (core/ranks.h, lwq_ranks_agree_job): each option as
+ * given, but not --threads (it changes no byte) nor --quiet / --log-json (rank 0 alone honours
+ * them). */
+static void job_note(lwq_ranks_job *job, char **argv, int start, int i)
+{
+    const char *k = argv[start];
+    if (!strcmp(k, "--threads") || !strcmp(k, "--quiet") || !strcmp(k, "--log-json"))
+        return;
+    if (k[0] != '-')
+        lwq_ranks_job_add(job, "MODEL_DIR", k);
+    else
+        lwq_ranks_job_add(job, !strcmp(k, "--output") ? "-o" : k, i > start ? argv[i] : "");
+}
+
+static int parse_args(int argc, char **argv, int is_plan, qargs *a, lwq_ranks_job *job)
 {
     memset(a, 0, sizeof *a);
     a->qformat = "nvfp4";
@@ -230,9 +251,10 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
     for (int i = 1; i < argc; i++) {
         const char *s = argv[i];
         if (!strcmp(s, "-h") || !strcmp(s, "--help")) {
-            usage(stdout, argv[0]);
-            exit(LWQ_EXIT_OK);
+            a->help = 1; /* printed once every rank is known to have asked for it (run_cmd) */
+            return 0;
         }
+        int start = i;
 #define VAL() (need(i, argc, argv) ? argv[++i] : NULL)
         if (!strcmp(s, "-o") || !strcmp(s, "--output")) {
             if (!(a->out = VAL()))
@@ -264,7 +286,7 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
             errno = 0;
             a->damp = strtod(v, &end);
             if (errno || *end || !(a->damp > 0.0 && a->damp <= 10.0)) {
-                fprintf(stderr, "lwq: --gptq-damp %s: expected a number in (0, 10]\n", v);
+                fprintf(perr, "lwq: --gptq-damp %s: expected a number in (0, 10]\n", v);
                 return -1;
             }
         } else if (!strcmp(s, "--gptq-act-order")) {
@@ -342,37 +364,38 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a)
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->aq_score_size))
                 return -1;
         } else if (s[0] == '-') {
-            fprintf(stderr, "lwq: unknown option %s (lwq %s --help)\n", s, argv[0]);
+            fprintf(perr, "lwq: unknown option %s (lwq %s --help)\n", s, argv[0]);
             return -1;
         } else if (!a->model) {
             a->model = s;
         } else {
-            fprintf(stderr, "lwq: unexpected argument %s\n", s);
+            fprintf(perr, "lwq: unexpected argument %s\n", s);
             return -1;
         }
 #undef VAL
+        job_note(job, argv, start, i);
     }
     if (!a->model && !a->print_recipe) {
-        fprintf(stderr, "lwq: %s needs MODEL_DIR (lwq %s --help)\n", argv[0], argv[0]);
+        fprintf(perr, "lwq: %s needs MODEL_DIR (lwq %s --help)\n", argv[0], argv[0]);
         return -1;
     }
     if (!is_plan && !a->out && !a->print_recipe && !a->o.dry_read) {
-        fprintf(stderr, "lwq: quantize needs -o OUT_DIR\n");
+        fprintf(perr, "lwq: quantize needs -o OUT_DIR\n");
         return -1;
     }
     int aq = a->aq_bits > 0 || a->aq_gb > 0;
     if (!aq && (a->aq_formats || a->aq_score || a->aq_score_size || a->aq_scores)) {
-        fprintf(stderr, "lwq: --auto-quantize-formats / -score / -score-size / -scores need a budget: "
+        fprintf(perr, "lwq: --auto-quantize-formats / -score / -score-size / -scores need a budget: "
                         "--auto-quantize-bits B or --auto-quantize-gb G\n");
         return -1;
     }
     if (aq && (is_plan || a->print_recipe)) {
-        fprintf(stderr, "lwq: %s does not run the auto-quantize search (it runs with lwq quantize -o OUT)\n",
+        fprintf(perr, "lwq: %s does not run the auto-quantize search (it runs with lwq quantize -o OUT)\n",
                 is_plan ? "lwq plan" : "--print-recipe");
         return -1;
     }
     if (a->aq_bits > 0 && a->aq_gb > 0) {
-        fprintf(stderr, "lwq: give one budget: --auto-quantize-bits or --auto-quantize-gb\n");
+        fprintf(perr, "lwq: give one budget: --auto-quantize-bits or --auto-quantize-gb\n");
         return -1;
     }
     return 0;
@@ -499,7 +522,6 @@ static int load_calib(qargs *a, lwq_calib_set *cs, lwq_error *e)
     return 0;
 }
 
-static int run_translated(int argc, char **argv, int is_plan, const char *notes);
 static int quantize_ranks(qargs *a, lwq_ranks *rk, lwq_error *e, int *quiet_err);
 
 static void on_signal(int sig)
@@ -513,95 +535,95 @@ static void on_signal(int sig)
     signal(SIGTERM, SIG_DFL);
 }
 
-static int run_cmd(int argc0, char **argv0, int is_plan)
+/* This rank's refusal of its command line as an error, from what it wrote to perr: one message a
+ * line, without their "lwq: ". */
+static int refusal(const char *text, lwq_error *e)
 {
-    lwq_hfptq_argv hf;
-    char *notes = NULL;
-    size_t nlen = 0;
-    FILE *nf = open_memstream(&notes, &nlen);
-    if (!nf) {
-        fprintf(stderr, "lwq: out of memory\n");
-        return LWQ_EXIT_ERR;
+    char m[LWQ_ERRMSG_MAX];
+    size_t k = 0;
+    m[0] = 0;
+    for (const char *p = text ? text : ""; *p && k < sizeof m;) {
+        if (!strncmp(p, "lwq: ", 5))
+            p += 5;
+        size_t n = strcspn(p, "\n");
+        if (n)
+            k += (size_t)snprintf(m + k, sizeof m - k, "%s%.*s", k ? "; " : "", (int)n, p);
+        p += n + (p[n] == '\n');
     }
-    int rc = lwq_hfptq_translate(argc0, argv0, &hf, nf, stderr);
-    fclose(nf);
-    rc = rc ? LWQ_EXIT_ERR : run_translated(hf.argc, hf.argv, is_plan, notes);
-    lwq_hfptq_free(&hf);
-    free(notes);
-    return rc;
+    return lwq_errf(e, LWQ_EINVAL, "%s", m[0] ? m : "its command line was refused");
 }
 
-static int run_translated(int argc, char **argv, int is_plan, const char *notes)
+static int run_translated(qargs *a, lwq_ranks *rk, int is_plan, lwq_recipe *r, lwq_error *e, int *quiet_err);
+
+static int run_cmd(int argc0, char **argv0, int is_plan)
 {
-    qargs a;
-    if (parse_args(argc, argv, is_plan, &a) != 0)
-        return LWQ_EXIT_ERR;
-    fputs(notes, stderr); /* what hf_ptq's flags became, once the command line is known good */
-    if (a.o.quiet)
-        lwq_log_set_level(LWQ_LOG_WARN);
-    /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
-    if (lwq_sys_fault_from_env() < 0) {
-        fprintf(stderr, "lwq: LWQ_SYS_CRASH_STEP / LWQ_SYS_CRASH_MODE are malformed\n");
-        return LWQ_EXIT_ERR;
-    }
-    lwq_error e = {0};
-    lwq_recipe r;
-    if (build_recipe(&a, &r, &e) != 0) {
-        fprintf(stderr, "lwq: %s\n", e.msg);
-        lwq_recipe_free(&r);
-        return LWQ_EXIT_ERR;
-    }
-    if (a.print_recipe) {
-        char *s = lwq_recipe_to_json(&r);
-        printf("%s\n", s ? s : "{}");
-        free(s);
-        lwq_recipe_free(&r);
-        return LWQ_EXIT_OK;
-    }
-    /* the ranks of an MPI job (core/ranks.h) before anything is said: rank 0 speaks for the job */
     lwq_ranks rk;
     memset(&rk, 0, sizeof rk);
     rk.size = rk.local_size = 1;
-    int quiet_err = 0, rc = is_plan ? 0 : lwq_ranks_init(NULL, NULL, &rk, &e);
-    if (rc == 0 && rk.rank > 0) {
-        a.o.quiet = 1;
-        lwq_log_set_level(LWQ_LOG_ERROR);
+    lwq_error e = {0};
+    /* The ranks of an MPI job (core/ranks.h) first agree on what each was asked to do, before any
+     * can leave: one that would print and exit (--print-recipe, --help, lwq plan) or refuse its
+     * command line would leave the others waiting for ever in their first collective, and ranks
+     * with other options would meet in other collectives.  A build without MPI cannot wait on
+     * anyone: it starts its ranks where the run starts (and refuses there). */
+    int job_first = lwq_ranks_built_with_mpi() && lwq_ranks_launched();
+    if (job_first && lwq_ranks_init(NULL, NULL, &rk, &e) != 0) {
+        fprintf(stderr, "lwq: %s\n", e.msg);
+        lwq_ranks_finalize(&rk);
+        return LWQ_EXIT_ERR;
     }
-    lwq_calib_set cs;
-    int have_cs = rc == 0 && (rc = load_calib(&a, &cs, &e)) == 0;
+    char *errtext = NULL, *notes = NULL;
+    size_t errlen = 0, nlen = 0;
+    perr = rk.size > 1 ? open_memstream(&errtext, &errlen) : NULL;
+    if (!perr)
+        perr = stderr;
+    FILE *nf = open_memstream(&notes, &nlen);
+    lwq_hfptq_argv hf;
+    memset(&hf, 0, sizeof hf);
+    qargs a;
+    memset(&a, 0, sizeof a);
+    lwq_ranks_job job;
+    memset(&job, 0, sizeof job);
+    lwq_recipe r;
+    memset(&r, 0, sizeof r);
+    /* refused: the command line (its message is in perr), or a step with its message in e */
+    int refused = !nf || lwq_hfptq_translate(argc0, argv0, &hf, nf, perr) != 0 ||
+                  parse_args(hf.argc, hf.argv, is_plan, &a, &job) != 0;
+    if (nf)
+        fclose(nf);
+    int rc = refused ? LWQ_EINVAL : 0;
+    lwq_ranks_job_command(&job, a.help ? (is_plan ? "lwq plan --help" : "lwq quantize --help")
+                                : a.print_recipe ? "lwq quantize --print-recipe" : is_plan ? "lwq plan" : "lwq quantize");
+    /* crash-test hook: LWQ_SYS_CRASH_STEP=k kills the process at its (k+1)-th mutating file step */
+    if (rc == 0 && !a.help && lwq_sys_fault_from_env() < 0)
+        rc = lwq_errf(&e, LWQ_EINVAL, "LWQ_SYS_CRASH_STEP / LWQ_SYS_CRASH_MODE are malformed");
+    if (rc == 0 && !a.help)
+        rc = build_recipe(&a, &r, &e);
+    if (perr != stderr) {
+        fclose(perr);
+        if (refused)
+            refusal(errtext, &e);
+    }
+    perr = stderr;
+    free(errtext);
+    if (rk.size > 1)
+        rc = lwq_ranks_agree_job(&rk, rc, &job, &e);
+    lwq_ranks_job_free(&job);
+    int quiet_err = refused && rk.size <= 1; /* said already, on stderr */
     if (rc == 0) {
-        a.o.model_dir = a.model;
-        a.o.out_dir = a.out;
-        a.o.recipe = &r;
-        a.o.calib = &cs;
-        if (a.o.batch_size == 0) /* hf_ptq's default: the largest batch that fits */
-            rc = lwq_pick_batch_size(&a.o, &e);
-    }
-    if (rk.size > 1) /* every rank got this far: one of them failing is everyone's error */
-        rc = lwq_ranks_agree(&rk, rc, &e);
-    if (rc != 0) {
-        /* reported below */
-    } else if (is_plan) {
-        lwq_mem_plan p;
-        if ((rc = lwq_quantize_plan(&a.o, &p, &e)) == 0) {
-            lwq_mem_plan_print(&p, &a.o);
-            if (a.o.max_cpu_gb > 0 && (double)p.host_peak > a.o.max_cpu_gb * 1e9)
-                printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
-                       a.o.max_cpu_gb);
-            else if (a.o.max_gpu_gb > 0 && (double)p.gpu_peak > a.o.max_gpu_gb * 1e9)
-                printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
-                       a.o.max_gpu_gb);
-            else
-                printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
-                       (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
+        if (rk.rank == 0)
+            fputs(notes ? notes : "", stderr); /* what hf_ptq's flags became, once the command line is known good */
+        if (a.help) {
+            if (rk.rank == 0)
+                usage(stdout, hf.argv[0]);
+        } else {
+            rc = run_translated(&a, &rk, is_plan, &r, &e, &quiet_err);
         }
-    } else {
-        rc = quantize_ranks(&a, &rk, &e, &quiet_err);
     }
     quiet_err |= rc && rk.agreed && rk.rank > 0;
-    if (have_cs)
-        lwq_calib_set_free(&cs);
     lwq_recipe_free(&r);
+    lwq_hfptq_free(&hf);
+    free(notes);
     if (rc && !quiet_err)
         fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
     /* an error every rank has: no rank leaves before rank 0 has said it (a launcher ends the job
@@ -611,9 +633,66 @@ static int run_translated(int argc, char **argv, int is_plan, const char *notes)
         lwq_ranks_barrier(&rk, NULL);
     }
     lwq_ranks_finalize(&rk);
-    if (rc)
-        return LWQ_EXIT_ERR;
-    return LWQ_EXIT_OK;
+    return rc ? LWQ_EXIT_ERR : LWQ_EXIT_OK;
+}
+
+/* The command, its line agreed by every rank. */
+static int run_translated(qargs *a, lwq_ranks *rk, int is_plan, lwq_recipe *r, lwq_error *e, int *quiet_err)
+{
+    if (a->o.quiet)
+        lwq_log_set_level(LWQ_LOG_WARN);
+    if (a->print_recipe) {
+        if (rk->rank == 0) {
+            char *s = lwq_recipe_to_json(r);
+            printf("%s\n", s ? s : "{}");
+            free(s);
+        }
+        return 0;
+    }
+    /* the ranks of an MPI job (core/ranks.h) before anything is said: rank 0 speaks for the job */
+    int rc = 0;
+    if (!lwq_ranks_built_with_mpi() && !is_plan && (rc = lwq_ranks_init(NULL, NULL, rk, e)) != 0)
+        return rc;
+    if (rk->rank > 0) {
+        a->o.quiet = 1;
+        lwq_log_set_level(LWQ_LOG_ERROR);
+    }
+    lwq_calib_set cs;
+    int have_cs = (rc = load_calib(a, &cs, e)) == 0;
+    if (rc == 0) {
+        a->o.model_dir = a->model;
+        a->o.out_dir = a->out;
+        a->o.recipe = r;
+        a->o.calib = &cs;
+        if (a->o.batch_size == 0) /* hf_ptq's default: the largest batch that fits */
+            rc = lwq_pick_batch_size(&a->o, e);
+    }
+    if (rk->size > 1) /* every rank got this far: one of them failing is everyone's error */
+        rc = lwq_ranks_agree(rk, rc, e);
+    if (rc != 0) {
+        /* reported by run_cmd */
+    } else if (is_plan) {
+        lwq_mem_plan p;
+        if ((rc = lwq_quantize_plan(&a->o, &p, e)) == 0 && rk->rank == 0) {
+            lwq_mem_plan_print(&p, &a->o);
+            if (a->o.max_cpu_gb > 0 && (double)p.host_peak > a->o.max_cpu_gb * 1e9)
+                printf("does not fit: host peak %.3f GB > --max-cpu-memory-gb %.3f\n", (double)p.host_peak / 1e9,
+                       a->o.max_cpu_gb);
+            else if (a->o.max_gpu_gb > 0 && (double)p.gpu_peak > a->o.max_gpu_gb * 1e9)
+                printf("does not fit: GPU peak %.3f GB > --max-gpu-memory-gb %.3f\n", (double)p.gpu_peak / 1e9,
+                       a->o.max_gpu_gb);
+            else
+                printf("fits: host %.3f GB, GPU %.3f GB, output %.3f GB\n", (double)p.host_peak / 1e9,
+                       (double)p.gpu_peak / 1e9, (double)p.output_bytes / 1e9);
+        }
+        if (rk->size > 1)
+            rc = lwq_ranks_agree(rk, rc, e);
+    } else {
+        rc = quantize_ranks(a, rk, e, quiet_err);
+    }
+    if (have_cs)
+        lwq_calib_set_free(&cs);
+    return rc;
 }
 
 /* CPUs this process may run on (an MPI launcher's binding, a cgroup or taskset narrow it). */
@@ -689,6 +768,8 @@ int lwq_cmd_plan(int argc, char **argv)
     /* lwq plan --eval SRC [QUANT_DIR] [eval options]: the plan of an eval run (tools/cmd_eval.c) */
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--eval")) {
+            if (lwq_tool_job_alone("lwq plan --eval") != 0)
+                return LWQ_EXIT_ERR;
             char **v = calloc((size_t)argc + 2, sizeof *v);
             if (!v)
                 return LWQ_EXIT_ERR;

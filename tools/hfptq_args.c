@@ -108,13 +108,49 @@ static const struct {
                                                               "weight cost model)"},
 };
 
+/* The translation writes at most a few words per argument (a --qformat A,B with
+ * --auto_quantize_bits: 7), so both arrays grow as words are added, up to a bound no real
+ * command line reaches: what is written decides the size, not an estimate per argument. */
+#define HFPTQ_MAX_WORDS (1 << 24)
+
+static int grow(lwq_hfptq_argv *a)
+{
+    if (a->argc + 1 < a->cap) /* room for the word and the NULL after it */
+        return 0;
+    if (a->cap >= HFPTQ_MAX_WORDS)
+        return -1;
+    int cap = a->cap ? a->cap * 2 : 64;
+    char **v = realloc(a->argv, (size_t)cap * sizeof *v);
+    if (!v)
+        return -1;
+    a->argv = v;
+    char **o = realloc(a->owned, (size_t)cap * sizeof *o);
+    if (!o)
+        return -1;
+    a->owned = o;
+    a->cap = cap;
+    return 0;
+}
+
+/* argv word s, not owned (an argument as given); argv stays NULL-terminated. */
+static int pass(lwq_hfptq_argv *a, char *s)
+{
+    if (grow(a))
+        return -1;
+    a->argv[a->argc++] = s;
+    a->argv[a->argc] = NULL;
+    return 0;
+}
+
+/* A copy of s as the next word (nowned <= argc, so grow() covers owned too). */
 static int keep(lwq_hfptq_argv *a, const char *s)
 {
-    char *d = strdup(s);
-    if (!d)
+    char *d;
+    if (grow(a) || !(d = strdup(s)))
         return -1;
     a->owned[a->nowned++] = d;
     a->argv[a->argc++] = d;
+    a->argv[a->argc] = NULL;
     return 0;
 }
 
@@ -224,15 +260,8 @@ static int kv_format(lwq_hfptq_argv *a, const char *v, FILE *err)
 int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, FILE *err)
 {
     memset(a, 0, sizeof *a);
-    /* at most 6 lwq words per argument, plus the hf_ptq defaults */
-    size_t cap = (size_t)argc * 6 + 16;
-    a->argv = calloc(cap, sizeof *a->argv);
-    a->owned = calloc(cap, sizeof *a->owned);
-    if (!a->argv || !a->owned) {
-        fprintf(err, "lwq: out of memory\n");
-        return -1;
-    }
-    a->argv[a->argc++] = argv[0];
+    if (pass(a, argv[0]))
+        goto oom;
     int hf = 0, has_dataset = 0, has_recipe = 0, has_qformat = 0, has_out = 0, has_size = 0, has_seq = 0, has_batch = 0,
         has_aq = 0, has_score_size = 0;
     for (int i = 1; i < argc; i++) {
@@ -268,7 +297,8 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
         const char *eq, *s = argv[i];
         int k = find_flag(s, &eq);
         if (k < 0) {
-            a->argv[a->argc++] = argv[i];
+            if (pass(a, argv[i]))
+                goto oom;
             continue;
         }
         const char *v = eq;

@@ -18,6 +18,7 @@ typedef struct lwq_hfptq_argv {
     char **argv;              /* argv[0] is the command name, as given */
     char **owned;             /* strings this module allocated */
     int nowned;
+    int cap;                  /* words allocated in argv and owned (both grow together) */
 } lwq_hfptq_argv;
 
 /* 0: out holds lwq's arguments (notes were printed to `notes`); -1: refused, message printed to

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "tools/commands.h"
+#include "tools/tool_util.h"
 
 static int lwq_cmd_version(int argc, char **argv)
 {
@@ -38,6 +39,15 @@ static void usage(FILE *fp)
 
 int main(int argc, char **argv)
 {
+    /* Under an MPI launcher every rank meets the others first, whatever it was asked to do: an
+     * `lwq quantize` rank (which meets them in tools/cmd_quantize.c) must not wait for ever for
+     * one that runs another command and leaves.  "lwq plan --eval" meets them in lwq_cmd_plan. */
+    if (argc < 2 || (strcmp(argv[1], "quantize") && strcmp(argv[1], "plan"))) {
+        char what[128];
+        snprintf(what, sizeof what, "lwq%s%.100s", argc < 2 ? "" : " ", argc < 2 ? "" : argv[1]);
+        if (lwq_tool_job_alone(what) != 0)
+            return LWQ_EXIT_ERR;
+    }
     if (argc < 2) {
         usage(stderr);
         return LWQ_EXIT_ERR;

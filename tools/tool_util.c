@@ -6,7 +6,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <string.h>
 #include <unistd.h>
+
+#include "core/ranks.h"
 
 int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
@@ -65,3 +68,27 @@ int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error 
     return 0;
 }
 
+
+int lwq_tool_job_alone(const char *command)
+{
+    if (!lwq_ranks_built_with_mpi() || !lwq_ranks_launched())
+        return 0;
+    lwq_ranks rk;
+    lwq_ranks_job job;
+    lwq_error e = {0};
+    memset(&job, 0, sizeof job);
+    int rc = lwq_ranks_init(NULL, NULL, &rk, &e);
+    if (rc == 0) {
+        lwq_ranks_job_command(&job, command);
+        rc = lwq_ranks_agree_job(&rk, 0, &job, &e);
+    }
+    lwq_ranks_job_free(&job);
+    if (rc && (rk.rank == 0 || !rk.agreed))
+        fprintf(stderr, "lwq: %s\n", e.msg[0] ? e.msg : lwq_strerror(rc));
+    if (rc && rk.agreed) { /* no rank leaves before rank 0 has said it */
+        fflush(stderr);
+        lwq_ranks_barrier(&rk, NULL);
+    }
+    lwq_ranks_finalize(&rk);
+    return rc ? 2 : 0;
+}

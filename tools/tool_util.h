@@ -14,5 +14,11 @@ int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, i
 const char *lwq_tool_bytes(uint64_t b, char *buf, size_t cap);
 /* Write `n` bytes to `path` (create/truncate). */
 int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error *e);
+/* A command that runs in one process each, started by an MPI launcher (core/ranks.h): its ranks
+ * first meet in the job's first agreement (lwq_ranks_agree_job), where a rank of another command
+ * (an `lwq quantize` waiting for its ranks) learns it, naming the rank; then MPI is finalized
+ * and each runs alone, as without a launcher.  0: go on; LWQ_EXIT_ERR: the job is refused
+ * (rank 0 said why).  Nothing without a launcher or in a build without MPI (which cannot wait). */
+int lwq_tool_job_alone(const char *command);
 
 #endif

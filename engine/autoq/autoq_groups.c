@@ -88,7 +88,7 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
                 return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", p->layer);
             }
             for (int f = 0; f < LWQ_AQ_FORMATS; f++)
-                g->allowed[f] = f == LWQ_QFMT_NONE || want[f];
+                g->allowed[f] = want[f] != 0;
         }
         lwq_aq_group *g = &a->g[slot[k]];
         g->lin[g->n++] = i;
@@ -97,7 +97,36 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
             g->allowed[f] &= (uint8_t)can_take(l, (lwq_qformat)f);
         a->group_of[i] = slot[k];
     }
+    /* the list means what it says: a group that can take none of its formats is refused, not
+     * quietly left in the source dtype */
+    for (int k = 0; k < a->ngroups; k++) {
+        const lwq_aq_group *g = &a->g[k];
+        if (g->allowed[LWQ_QFMT_NONE] || g->allowed[LWQ_QFMT_NVFP4] || g->allowed[LWQ_QFMT_FP8])
+            continue;
+        const lwq_arch_linear *bad = &p->linears[g->lin[0]];
+        for (int m = 0; m < g->n; m++)
+            if (!can_take(&p->linears[g->lin[m]], LWQ_QFMT_NVFP4)) {
+                bad = &p->linears[g->lin[m]];
+                break;
+            }
+        char list[32];
+        lwq_aq_formats_str(want, list, sizeof list);
+        int rc = lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group can take none of --auto-quantize-formats %s: NVFP4 "
+                          "needs in-features divisible by 16, and %s has %lld%s; add fp8 or none to the formats",
+                          p->layer, lwq_aq_kind_name(g->kind), list, bad->name, (long long)bad->in_features,
+                          bad->role == LWQ_ROLE_LIN_CONV ? " (a conv1d)" : "");
+        lwq_aq_layer_free(a);
+        return rc;
+    }
     return 0;
+}
+
+void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",
+             want[LWQ_QFMT_NONE] ? ",none" : "");
+    if (buf[0] == ',')
+        memmove(buf, buf + 1, strlen(buf));
 }
 
 void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qformat *fmt, lwq_quant_choice *out)

@@ -16,7 +16,8 @@
  * recipe's choice, and a chosen format keeps the base
  * recipe's calibration settings for the module (algorithm, FP8 scale sweep, a fixed input amax).
  * A group may take format f only when every member can: NVFP4 needs in-features % 16 == 0 and is
- * not written for a conv1d; "none" is always possible.
+ * not written for a conv1d; "none" only when it is among the formats asked for (a group that can
+ * take none of them is an error naming it: the list means what it says).
  *
  * Byte cost of a group in format f = the bytes lwq quantize writes for its members' weights and
  * scales (weight, weight_scale, weight_scale_2, input_scale), read off the tensors lwq_qlayer_run
@@ -50,7 +51,7 @@ typedef struct lwq_aq_group {
     lwq_aq_kind kind;
     int n;                     /* members */
     int *lin;                  /* (n) linear indexes into the layer plan, ascending */
-    uint8_t allowed[LWQ_AQ_FORMATS]; /* may take format f (NONE always) */
+    uint8_t allowed[LWQ_AQ_FORMATS]; /* may take format f (NONE: when asked for); at least one */
     uint64_t elements;         /* weight elements of the members */
 } lwq_aq_group;
 
@@ -62,12 +63,14 @@ typedef struct lwq_aq_layer {
     lwq_quant_choice *base;    /* (plan->nlinears) the base recipe's choice of each linear */
 } lwq_aq_layer;
 
-/* The groups of layer plan p under base recipe r, restricted to the formats in want[f] (want[NONE]
- * is implied).  A linear the base recipe enables with a split weight/input choice is an error
+/* The groups of layer plan p under base recipe r, restricted to the formats in want[f] (NONE
+ * included only when want[NONE]); a group that can take none of them is an error naming it.  A linear the base recipe enables with a split weight/input choice is an error
  * naming it (lwq writes W4A4 and W8A8 only). */
 int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r,
                       const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e);
 void lwq_aq_layer_free(lwq_aq_layer *a);
+/* "nvfp4,fp8,none" for the formats in want (in that order), as --auto-quantize-formats spells it. */
+void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap);
 
 /* The choice of every linear of the layer when group k takes fmt[k] (fmt: (ngroups)): the base
  * choice with its format replaced; linears in no group keep their base choice (routers: NONE). */

@@ -455,6 +455,10 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     for (int L = 0; L < r->N; L++)
         if ((rc = lwq_arch_layer_plan(&r->ck.cfg, L, &r->plans[L], e)) != 0)
             return rc;
+    /* a named CUDA module that cannot be loaded is an error before anything is written, not a
+     * CPU search (kernels/backend.h) */
+    if (o->q.device == LWQ_DEVICE_AUTO && (rc = lwq_backend_cuda_auto(e)) < 0)
+        return rc;
     /* the memory plan before anything is written: a refused run leaves nothing behind */
     aq_plan ap;
     if ((rc = plan_pass1(o, &r->ck, r->plans, &ap, e)) != 0 || (rc = check_plan(o, &ap, e)) != 0)

@@ -63,8 +63,12 @@ static int setup(lwq_aq_ctx *c, lwq_error *e)
         if ((rc = lwq_arch_layer_plan(&c->ck.cfg, L, &c->plans[L], e)) != 0)
             return rc;
     lwq_device_choice d = o->q.device;
-    if (d == LWQ_DEVICE_AUTO)
-        d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    if (d == LWQ_DEVICE_AUTO) {
+        int cuda = lwq_backend_cuda_auto(e);
+        if (cuda < 0)
+            return cuda;
+        d = cuda ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    }
     rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&c->be, 0, e) : lwq_backend_cpu_create(&c->be, o->q.threads, e);
     if (rc)
         return rc;

@@ -35,6 +35,18 @@ void lwq_aq_solution_free(lwq_aq_solution *sol)
     memset(sol, 0, sizeof *sol);
 }
 
+/* The least budget to print for a refusal: `bytes` in units of `per` bytes (bits per weight:
+ * elements / 8; GB: 1e9), rounded UP to 1/`digits` and raised further until that printed number,
+ * given back, passes the check below (floor(value * per) >= bytes): rounded to nearest, half of
+ * the refusals printed a number that is refused again. */
+static double least_printed(uint64_t bytes, double per, double digits)
+{
+    double v = ceil((double)bytes / per * digits) / digits;
+    for (int i = 0; i < 4 && floor(v * per) < (double)bytes; i++)
+        v = (round(v * digits) + 1) / digits;
+    return v;
+}
+
 int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solution *sol, lwq_error *e)
 {
     memset(sol, 0, sizeof *sol);
@@ -79,14 +91,17 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
     double want = o->bits > 0 ? floor(o->bits * (double)elements / 8.0) : floor(o->gb * 1e9);
     int rc = 0;
     if (want < (double)(o->bits > 0 ? least : least + other)) {
+        char list[32];
+        lwq_aq_formats_str(o->formats, list, sizeof list);
         if (o->bits > 0)
             rc = lwq_errf(e, LWQ_EINVAL, "--auto-quantize-bits %g is below the smallest mix this model and recipe "
-                          "allow: %.4f bits per weight (every group in its cheapest candidate format; routers and "
-                          "the linears the recipe leaves unquantized at their source size)", o->bits,
-                          8.0 * (double)least / (double)elements);
+                          "allow with --auto-quantize-formats %s: %.4f bits per weight (every group in its cheapest "
+                          "of those formats; routers and the linears the recipe leaves unquantized at their source "
+                          "size)", o->bits, list, least_printed(least, (double)elements / 8.0, 1e4));
         else
             rc = lwq_errf(e, LWQ_EINVAL, "--auto-quantize-gb %g is below the smallest mix this model and recipe "
-                          "allow: %.6f GB", o->gb, (double)(least + other) / 1e9);
+                          "allow with --auto-quantize-formats %s: %.6f GB", o->gb, list,
+                          least_printed(least + other, 1e9, 1e6));
     } else {
         budget = want - (double)fixed > 1.8e19 ? UINT64_MAX : (uint64_t)(want - (double)fixed);
         lwq_mckp_result res;

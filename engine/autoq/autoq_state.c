@@ -197,7 +197,7 @@ static int parse_group(const cJSON *go, lwq_aq_gscore *g)
             return -1;
         g->allowed[f] = 1;
     }
-    return g->allowed[LWQ_QFMT_NONE] ? 0 : -1;
+    return g->allowed[LWQ_QFMT_NONE] || g->allowed[LWQ_QFMT_NVFP4] || g->allowed[LWQ_QFMT_FP8] ? 0 : -1;
 }
 
 static int parse_layer(const cJSON *l, int L, lwq_aq_lrec *r)

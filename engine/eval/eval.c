@@ -139,15 +139,19 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
             return rc;
         if (o->weights_only)
             v->cand[c].kv_fp8 = 0; /* the KV cache runs in the activation dtype */
-        if (v->cand[c].kv_fp8 && (v->ck.cfg.arch == LWQ_ARCH_DEEPSEEK_V2 || v->ck.cfg.arch == LWQ_ARCH_DEEPSEEK_V3))
+        if (v->cand[c].kv_fp8 && v->ck.cfg.family->attn == LWQ_MIXER_MLA)
             return lwq_errf(e, LWQ_EUNSUPPORTED, "candidate %s: an FP8 KV cache of multi-head latent attention (the "
                             "serving engine caches the latent) is not emulated; use --kv-cache none", cd->name);
     }
     if (v->in_memory && !o->calib)
         return lwq_errf(e, LWQ_EINVAL, "candidates built from a recipe need calibration data");
     lwq_device_choice d = o->device;
-    if (d == LWQ_DEVICE_AUTO)
-        d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    if (d == LWQ_DEVICE_AUTO) {
+        int cuda = lwq_backend_cuda_auto(e);
+        if (cuda < 0)
+            return cuda;
+        d = cuda ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    }
     rc = d == LWQ_DEVICE_CUDA ? lwq_backend_cuda_create(&v->be, 0, e) : lwq_backend_cpu_create(&v->be, o->threads, e);
     if (rc)
         return rc;

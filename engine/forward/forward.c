@@ -1,8 +1,10 @@
-/* engine/forward/forward.c — the public forward (engine/forward/forward.h): the one switch on the architecture,
- * model setup (common config checks, RoPE table), embedding, the decoder layer through the
- * architecture's entry, and the head.  The architectures: model_llama.c (llama, mistral, qwen2,
- * qwen3, qwen3_moe, mixtral; routed experts in model_moe.c), model_deepseek.c (deepseek_v2,
- * deepseek_v3, kimi_k2), model_qwen3next.c (qwen3_next).  Their toolkit: fwd_common.c. */
+/* engine/forward/forward.c — the public forward (engine/forward/forward.h): model setup (common
+ * config checks, RoPE table), embedding, a decoder layer composed from the config's family row
+ * (layout/family.h; forward_internal.h says how), and the head.  The blocks: model_llama.c (GQA
+ * attention), model_moe.c (softmax-routed experts), model_deepseek.c (MLA attention, DeepSeek
+ * routing and shared experts), model_qwen3next.c (gated attention, gated DeltaNet, the (1 + w)
+ * norms, the gated shared expert).  Their toolkit: fwd_common.c.  Nothing here looks at
+ * model_type: a family is a row of layout/family.c. */
 #include "engine/forward/forward.h"
 
 #include <inttypes.h>
@@ -13,32 +15,11 @@
 
 #include "engine/forward/forward_internal.h"
 
-/* ---- THE architecture switch ------------------------------------------------------------------
- * The only place the forward looks at the architecture.  Adding one = a plan entry
- * (layout/arch.c), a forward file defining its lwq_fwd_arch (engine/forward/model_*.c), and a case here. */
-
-static const lwq_fwd_arch *arch_of(const lwq_model_config *c)
-{
-    switch (c->arch) {
-    case LWQ_ARCH_LLAMA:
-    case LWQ_ARCH_QWEN2:
-    case LWQ_ARCH_QWEN3:
-    case LWQ_ARCH_QWEN3_MOE:
-    case LWQ_ARCH_MIXTRAL:
-        return &lwq_fwd_arch_llama;
-    case LWQ_ARCH_DEEPSEEK_V2:
-    case LWQ_ARCH_DEEPSEEK_V3:
-        return &lwq_fwd_arch_deepseek;
-    case LWQ_ARCH_QWEN3_NEXT:
-        return &lwq_fwd_arch_qwen3next;
-    default:
-        return NULL;
-    }
-}
+/* ---- the composition ----------------------------------------------------------------------- */
 
 int lwq_fwd_is_mla(const lwq_model_config *c)
 {
-    return arch_of(c) == &lwq_fwd_arch_deepseek;
+    return c->family && c->family->attn == LWQ_MIXER_MLA;
 }
 
 const char *lwq_forward_supported(void)
@@ -47,41 +28,142 @@ const char *lwq_forward_supported(void)
            "qwen3_next";
 }
 
+/* Rotary and geometry checks of the mixer kinds the model runs, before the common checks. */
+static int check_mixer(const lwq_model_config *c, lwq_mixer_kind k, lwq_error *e)
+{
+    switch (k) {
+    case LWQ_MIXER_GQA: return lwq_fwd_check_full_rotary(c, e);
+    case LWQ_MIXER_MLA: return lwq_fwd_check_full_rotary(c, e);
+    case LWQ_MIXER_GATED_GQA:
+    case LWQ_MIXER_GDN: return lwq_fwd_qwen3next_check(c, e);
+    default:
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s' has no forward in lwq (supported: "
+                        "%s)", c->model_type, lwq_forward_supported());
+    }
+}
+
+int lwq_fwd_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                        lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    lwq_mixer_kind k = lwq_config_layer_mixer(m->cfg, layer);
+    switch (k) {
+    case LWQ_MIXER_GQA: return lwq_fwd_attention_block(m, layer, w, b, h, obs, e);
+    case LWQ_MIXER_MLA: return lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e);
+    case LWQ_MIXER_GATED_GQA:
+    case LWQ_MIXER_GDN: return lwq_fwd_qwen3next_mixer_block(m, layer, w, b, h, obs, e);
+    default:
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d: mixer kind %d has no forward", layer,
+                        (int)k);
+    }
+}
+
+int lwq_fwd_post_norm(lwq_model *m, int layer, const lwq_weights *w, const lwq_tensor *h,
+                      lwq_tensor *x, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    if (c->family->norm == LWQ_NORM_RMS_1P)
+        return lwq_fwd_norm_1p_layer(m, layer, w, "post_attention_layernorm", h, x, e);
+    char name[LWQ_NAME_MAX];
+    lwq_tensor ln2;
+    snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, c->hidden_size, 0, 0, &ln2, e));
+    return lwq_backend_rmsnorm(m->be, h, &ln2, (float)c->rms_norm_eps, x, e);
+}
+
+int lwq_fwd_has_shared(const lwq_model_config *c)
+{
+    switch (c->family->shared) {
+    case LWQ_SHARED_DEEPSEEK: return c->n_shared_experts > 0;
+    case LWQ_SHARED_GATED: return c->shared_expert_intermediate_size > 0;
+    default: return 0;
+    }
+}
+
+int lwq_fwd_shared_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                         const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e)
+{
+    switch (m->cfg->family->shared) {
+    case LWQ_SHARED_DEEPSEEK: return lwq_fwd_deepseek_shared(m, layer, w, b, x, sh, obs, e);
+    case LWQ_SHARED_GATED: return lwq_fwd_qwen3next_shared(m, layer, w, b, x, sh, obs, e);
+    default: return lwq_errf(e, LWQ_EINVAL, "layer %d: the model has no shared experts", layer);
+    }
+}
+
+/* out = routed experts (+ shared experts), each term in the act dtype and their sum rounded once
+ * (lwq_backend_add), as transformers adds the two act-dtype tensors; or the dense SwiGLU MLP. */
+static int mlp_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                     const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    if (!lwq_model_layer_is_moe(m, layer)) {
+        char name[LWQ_NAME_MAX];
+        snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
+        return lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
+                                  c->intermediate_size, x, &b->valid, NULL, NULL, out, obs, e);
+    }
+    if (c->family->router == LWQ_ROUTER_SOFTMAX)
+        LWQ_TRY(lwq_fwd_moe_block(m, layer, w, b, x, out, obs, e));
+    else
+        LWQ_TRY(lwq_fwd_deepseek_routed(m, layer, w, b, x, out, obs, e));
+    if (!lwq_fwd_has_shared(c))
+        return 0;
+    lwq_tensor sh;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, x->shape[0], c->hidden_size, &sh, e));
+    LWQ_TRY(lwq_fwd_shared_block(m, layer, w, b, x, &sh, obs, e));
+    return lwq_backend_add(m->be, out, &sh, e);
+}
+
+static int layer_forward(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                         lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
+{
+    const int64_t n = h->shape[0], D = m->cfg->hidden_size;
+    lwq_tensor x, out;
+    LWQ_TRY(lwq_fwd_mixer_block(m, layer, w, b, h, obs, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
+    LWQ_TRY(lwq_fwd_post_norm(m, layer, w, h, &x, e));
+    LWQ_TRY(mlp_block(m, layer, w, b, &x, &out, obs, e));
+    return lwq_backend_add(m->be, h, &out, e);
+}
+
 /* ---- model ----------------------------------------------------------------------------------- */
 
 int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *be, lwq_dtype act,
                    lwq_error *e)
 {
     memset(m, 0, sizeof *m);
-    const lwq_fwd_arch *a = arch_of(c);
-    if (!a)
+    const lwq_family *f = c->family;
+    if (!f)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s' has no forward in lwq (supported: "
                         "%s)", c->model_type, lwq_forward_supported());
     if (!lwq_dtype_is_act(act))
         return lwq_errf(e, LWQ_EINVAL, "forward: activation dtype %s is not F32, BF16 or F16",
                         lwq_dtype_name(act));
-    LWQ_TRY(a->check_rope(c, e));
+    /* the full-attention mixer owns the rotary table; a linear mixer adds its own checks */
+    const int mla = f->attn == LWQ_MIXER_MLA;
+    LWQ_TRY(check_mixer(c, f->attn, e));
+    if (f->linear != LWQ_MIXER_NONE && f->linear != f->attn)
+        LWQ_TRY(check_mixer(c, f->linear, e));
     if (c->hidden_size <= 0 || c->num_attention_heads <= 0 || c->num_key_value_heads <= 0 ||
         c->num_attention_heads % c->num_key_value_heads || c->head_dim <= 0 ||
-        (c->head_dim % 2 && !a->odd_head_dim) ||
+        (c->head_dim % 2 && !mla) /* MLA rotates only its rope part */ ||
         c->vocab_size <= 0 || c->num_hidden_layers <= 0 || c->head_dim > 4096 ||
         c->num_attention_heads > 4096)
         return lwq_errf(e, LWQ_EINVAL, "config (%s): bad geometry: hidden %" PRId64 ", heads %d, "
                         "kv_heads %d, head_dim %" PRId64 ", vocab %" PRId64 ", layers %d",
                         c->model_type, c->hidden_size, c->num_attention_heads,
                         c->num_key_value_heads, c->head_dim, c->vocab_size, c->num_hidden_layers);
-    if (a->has_experts(c) &&
+    if (f->moe != LWQ_MOE_NONE && (f->keys == LWQ_KEYS_MIXTRAL || c->num_experts > 0) &&
         (c->num_experts <= 0 || c->num_experts > 4096 || c->num_experts_per_tok <= 0 ||
          c->num_experts_per_tok > c->num_experts || c->num_experts_per_tok > 64))
         return lwq_errf(e, LWQ_EINVAL, "config (%s): %d experts with %d per token is not usable",
                         c->model_type, c->num_experts, c->num_experts_per_tok);
-    if (a->check)
-        LWQ_TRY(a->check(c, e));
+    if (mla)
+        LWQ_TRY(lwq_fwd_mla_check(c, e));
     m->cfg = c;
     m->be = be;
     m->act = act;
-    m->arch = a;
-    int64_t half = a->rope_half ? a->rope_half(c) : c->head_dim / 2;
+    int64_t half = mla ? c->qk_rope_head_dim / 2 : c->head_dim / 2;
     float *inv = (float *)malloc((size_t)half * sizeof(float));
     m->arena = lwq_fwd_arena_new();
     int rc = 0;
@@ -89,7 +171,7 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
         rc = lwq_errf(e, LWQ_ENOMEM, "forward: no memory for the model tables");
         goto out;
     }
-    rc = a->inv_freq ? a->inv_freq(c, inv, &m->attn_scaling, e) : lwq_rope_inv_freq(c, inv, &m->attn_scaling, e);
+    rc = mla ? lwq_fwd_mla_inv_freq(c, inv, &m->attn_scaling, e) : lwq_rope_inv_freq(c, inv, &m->attn_scaling, e);
     if (rc < 0)
         goto out;
     int64_t shape[1] = {half};
@@ -156,7 +238,7 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
     LWQ_TRY(check_h(m, h, b->batch * b->seq, "layer forward", e));
     lwq_fwd_arena_reset(m);
     LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
-    LWQ_TRY(m->arch->layer(m, layer, w, b, h, obs, e));
+    LWQ_TRY(layer_forward(m, layer, w, b, h, obs, e));
     /* the device flags errors it can only see while running (a MoE gather row out of range);
      * synchronize() reports them, so a layer never ends with one unread */
     return lwq_backend_synchronize(m->be, e);
@@ -176,8 +258,8 @@ int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor
     if (rc == 1) /* tied and absent: transformers reuses the embedding matrix */
         LWQ_TRY(lwq_fwd_weight(m, w, -1, "model.embed_tokens.weight", 2, c->vocab_size,
                                c->hidden_size, 0, &head, e));
-    if (m->arch->final_norm)
-        LWQ_TRY(m->arch->final_norm(m, h, &norm, h, e));
+    if (c->family->norm == LWQ_NORM_RMS_1P)
+        LWQ_TRY(lwq_fwd_rmsnorm_1p(m, h, &norm, h, e));
     else
         LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &norm, (float)c->rms_norm_eps, h, e));
     return lwq_backend_gemm(m->be, h, &head, NULL, logits, e);

@@ -93,7 +93,6 @@ typedef struct lwq_model {
                                  qk_rope_head_dim/2) */
     float attn_scaling;       /* RoPE cos/sin factor (1 for default and llama3) */
     struct lwq_arena *arena;  /* per-forward scratch, reused across calls */
-    const struct lwq_fwd_arch *arch; /* the architecture's forward (engine/forward/forward_internal.h) */
 } lwq_model;
 
 /* Supported model_type list for messages: "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral,

@@ -1,7 +1,6 @@
 /* engine/forward/forward_internal.h — inside the forward.  Calls go one way:
- *   forward.c (the public API and the one switch on the architecture)
- *     -> model_llama.c, model_deepseek.c, model_qwen3next.c (one lwq_fwd_arch each)
- *     -> model_moe.c (routed experts, used by all three families) and model_llama.c's attention
+ *   forward.c (the public API and the composition of a layer from the family row)
+ *     -> model_llama.c, model_deepseek.c, model_qwen3next.c, model_moe.c (the blocks)
  *     -> fwd_common.c (the toolkit: arena, weights, observers, batches, RoPE, shared blocks).
  * Not public. */
 #ifndef LWQ_ENGINE_FORWARD_INTERNAL_H
@@ -11,43 +10,25 @@
 
 #define LWQ_NAME_MAX 256
 
-/* ---- the architecture table ------------------------------------------------------------------ */
+/* ---- the composition (forward.c) -------------------------------------------------------------
+ * A decoder layer is composed from the config's family row (layout/family.h):
+ *   h += mixer(input_layernorm(h))        lwq_fwd_mixer_block: by the layer's mixer kind
+ *   x  = post_attention_layernorm(h)      lwq_fwd_post_norm: by the family's norm kind
+ *   out = mlp(x)                          dense SwiGLU, or routed experts (by router kind) plus
+ *                                         the shared experts (by shared kind)
+ *   h += out
+ * Expert streaming (fwd_stream.c) runs the same pieces, the routed experts in groups. */
 
-/* A routed-experts block: out (n, hidden) from x (n, hidden). */
-typedef int (*lwq_fwd_moe_fn)(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                              const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
-                              lwq_error *e);
-
-/* What lwq_model_init and the layer loop need from an architecture family.  One per forward
- * file; engine/forward/forward.c maps model types to them in its one switch. */
-typedef struct lwq_fwd_arch {
-    /* rotary and family geometry checks, before the common geometry check */
-    int (*check_rope)(const lwq_model_config *c, lwq_error *e);
-    int odd_head_dim;          /* head_dim may be odd (MLA rotates only its rope part) */
-    /* the config declares routed experts (their counts are then checked) */
-    int (*has_experts)(const lwq_model_config *c);
-    /* further checks after the common ones; NULL: none */
-    int (*check)(const lwq_model_config *c, lwq_error *e);
-    /* rotary table: half its width and its inverse frequencies; NULL: head_dim / 2 and
-     * lwq_rope_inv_freq */
-    int64_t (*rope_half)(const lwq_model_config *c);
-    int (*inv_freq)(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e);
-    /* one decoder layer in place on h (arena reset before, device synchronized after, by
-     * lwq_model_layer_forward) */
-    int (*layer)(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b, lwq_tensor *h,
-                 const lwq_observer *obs, lwq_error *e);
-    /* the final norm before lm_head; NULL: RMSNorm with rms_norm_eps.  y may alias x. */
-    int (*final_norm)(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, lwq_tensor *y,
-                      lwq_error *e);
-} lwq_fwd_arch;
-
-extern const lwq_fwd_arch lwq_fwd_arch_llama;      /* model_llama.c */
-extern const lwq_fwd_arch lwq_fwd_arch_deepseek;   /* model_deepseek.c */
-extern const lwq_fwd_arch lwq_fwd_arch_qwen3next;  /* model_qwen3next.c */
-
-/* Whether the config's forward is DeepSeek's multi-head latent attention family (deepseek_v2,
- * deepseek_v3, kimi_k2), from the switch in forward.c (for expert streaming, fwd_stream.c). */
-int lwq_fwd_is_mla(const lwq_model_config *c);
+int lwq_fwd_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                        lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+/* x (n, hidden) = post_attention_layernorm(h). */
+int lwq_fwd_post_norm(lwq_model *m, int layer, const lwq_weights *w, const lwq_tensor *h,
+                      lwq_tensor *x, lwq_error *e);
+/* Whether MoE layers of this config add shared experts to the routed sum. */
+int lwq_fwd_has_shared(const lwq_model_config *c);
+/* sh (n, hidden) = the shared experts' term of x (lwq_fwd_has_shared). */
+int lwq_fwd_shared_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                         const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e);
 
 /* ---- the toolkit (fwd_common.c) -------------------------------------------------------------- */
 
@@ -97,10 +78,10 @@ int lwq_fwd_swiglu_mlp_tok(lwq_model *m, int layer, const lwq_weights *w, const 
                            const lwq_tensor *x, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
                            lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
 
-/* h += mlp(post_attention_layernorm(h)): `moe` on routed-expert layers, else the dense SwiGLU
- * MLP model.layers.L.mlp. */
-int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                      lwq_tensor *h, lwq_fwd_moe_fn moe, const lwq_observer *obs, lwq_error *e);
+/* The routed experts' tensor prefix of `layer` (fwd_common.c) ("model.layers.L.mlp" or ".block_sparse_moe"),
+ * whether they carry Mixtral's w1/w3/w2 names, and their width. */
+void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
+                           int *mixtral_names, int64_t *inter);
 
 /* A set of routed experts: `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
  * mixtral_names), inter wide, for E in [e0, e0 + count). */
@@ -132,13 +113,13 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
                     const lwq_tensor *x, const lwq_fwd_experts *ex, const lwq_fwd_routed *r,
                     lwq_tensor *out, int32_t *vrows, const lwq_observer *obs, lwq_error *e);
 
-/* ---- the Llama family (model_llama.c) and routed experts (model_moe.c) ----------------------- */
+/* ---- the blocks ----------------------------------------------------------------------------- */
 
-/* h += self_attn(input_layernorm(h)). */
+/* h += self_attn(input_layernorm(h)): GQA attention (model_llama.c). */
 int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
 
-/* out (n, hidden) = routed experts of x (n, hidden). */
+/* out (n, hidden) = routed experts of x (n, hidden): softmax top-k router (model_moe.c). */
 int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                       const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
 
@@ -153,13 +134,17 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
 
 /* ---- DeepSeek (model_deepseek.c) ---- */
 
+/* Geometry and routing checks of an MLA config; its rotary table (qk_rope_head_dim / 2 wide,
+ * yarn included). */
+int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e);
+int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e);
 /* h += mla_attention(input_layernorm(h)). */
 int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                                 lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
-/* out (n, hidden) = routed experts (V2 softmax / V3 sigmoid group routing) + shared experts. */
-int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
-                               lwq_error *e);
+/* out (n, hidden) = routed experts (V2 softmax / V3 sigmoid group routing). */
+int lwq_fwd_deepseek_routed(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                            lwq_error *e);
 
 /* The DeepSeek router alone: top-k experts and weights (n, K) on the host for x's real tokens
  * (observes the gate input).  Expert streaming runs it with the dense part (engine/forward/fwd_stream.h). */
@@ -172,17 +157,19 @@ int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const
 
 /* ---- Qwen3-Next (model_qwen3next.c) ---- */
 
-/* A qwen3_next layer up to its MLP: h += attention (full or Gated DeltaNet) of the input norm;
- * x (n, hidden) = post_attention_layernorm(h).  Expert streaming runs it with the dense part. */
-int lwq_fwd_qwen3next_attn(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                           lwq_tensor *h, lwq_tensor *x, const lwq_observer *obs, lwq_error *e);
+/* Partial default RoPE and a valid linear-attention geometry. */
+int lwq_fwd_qwen3next_check(const lwq_model_config *c, lwq_error *e);
+/* h += mixer(rms1p(h, input_layernorm)): gated full attention or gated DeltaNet (the layer's
+ * mixer kind). */
+int lwq_fwd_qwen3next_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                                  lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+/* x (n, hidden) = rms1p(h, model.layers.L.`which`). */
+int lwq_fwd_norm_1p_layer(lwq_model *m, int layer, const lwq_weights *w, const char *which,
+                          const lwq_tensor *h, lwq_tensor *x, lwq_error *e);
 /* sg (n, hidden) = sigmoid(shared_expert_gate(x)) * shared_expert(x), rounded to the act dtype:
  * the term the MoE block adds to its routed sum (shared_expert_intermediate_size > 0). */
 int lwq_fwd_qwen3next_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                              const lwq_tensor *x, lwq_tensor *sg, const lwq_observer *obs, lwq_error *e);
-/* One whole qwen3_next decoder layer in place on h (model_qwen3next.c). */
-int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
 
 /* Qwen3-Next's RMSNorm (zero-centred weight): y = x * rsqrt(mean(x^2) + eps) * (1 + w) in f32,
  * rounded once to y's dtype.  x, y: (rows, d), y may alias x; w: (d). */

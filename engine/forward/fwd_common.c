@@ -364,7 +364,7 @@ static int swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char 
     snprintf(mu, sizeof mu, "%s.%s", prefix, up);
     snprintf(md, sizeof md, "%s.%s", prefix, down);
     /* llama's mlp_bias adds biases to all three; otherwise a bias is used when present */
-    const int need_bias = m->cfg->mlp_bias && m->cfg->arch == LWQ_ARCH_LLAMA;
+    const int need_bias = m->cfg->mlp_bias && m->cfg->family->mlp_bias;
     lwq_tensor wg, wu, wd, bg, bu, bd, gs, us;
     int hbg, hbu, hbd;
     LWQ_TRY(lwq_fwd_linear(m, w, layer, mg, inter, D, need_bias, &wg, &bg, &hbg, e));
@@ -387,26 +387,13 @@ static int swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char 
     return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);
 }
 
-int lwq_fwd_ffn_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                      lwq_tensor *h, lwq_fwd_moe_fn moe, const lwq_observer *obs, lwq_error *e)
+void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
+                           int *mixtral_names, int64_t *inter)
 {
-    const lwq_model_config *c = m->cfg;
-    char name[LWQ_NAME_MAX];
-    lwq_tensor ln2, x, out;
-    int64_t n = h->shape[0], D = c->hidden_size;
-    snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", layer);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln2, e));
-    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
-    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
-    LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &ln2, (float)c->rms_norm_eps, &x, e));
-    if (lwq_model_layer_is_moe(m, layer)) {
-        LWQ_TRY(moe(m, layer, w, b, &x, &out, obs, e));
-    } else {
-        snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
-        LWQ_TRY(lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
-                                   c->intermediate_size, &x, &b->valid, NULL, NULL, &out, obs, e));
-    }
-    return lwq_backend_add(m->be, h, &out, e);
+    *mixtral_names = c->family->experts == LWQ_EXPERTS_MIXTRAL;
+    *inter = c->family->keys == LWQ_KEYS_MIXTRAL ? c->intermediate_size : c->moe_intermediate_size;
+    snprintf(prefix, cap, *mixtral_names ? "model.layers.%d.block_sparse_moe" : "model.layers.%d.mlp",
+             layer);
 }
 
 /* ---- routed experts, shared by model_moe.c and fwd_stream.c ---------------------------------- */

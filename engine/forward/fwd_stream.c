@@ -13,8 +13,10 @@ int lwq_fwd_stream_supported(const lwq_model *m, int layer, lwq_error *e)
     const lwq_model_config *c = m->cfg;
     if (!lwq_model_layer_is_moe(m, layer))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d has no routed experts", layer);
-    if (c->arch != LWQ_ARCH_QWEN3_MOE && c->arch != LWQ_ARCH_MIXTRAL && c->arch != LWQ_ARCH_QWEN3_NEXT &&
-        !lwq_fwd_is_mla(c))
+    /* every routed-expert block the family table has streams; the check stays for a block added
+     * later without a streamed form */
+    if (c->family->router != LWQ_ROUTER_SOFTMAX && c->family->router != LWQ_ROUTER_DEEPSEEK_V2 &&
+        c->family->router != LWQ_ROUTER_DEEPSEEK_V3)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming is implemented for qwen3_moe, mixtral, qwen3_next, "
                         "deepseek_v2, deepseek_v3 and kimi_k2, not for %s: run without --expert-group, with a "
                         "budget that holds a whole layer", c->model_type);
@@ -23,9 +25,7 @@ int lwq_fwd_stream_supported(const lwq_model *m, int layer, lwq_error *e)
 
 int lwq_fwd_stream_has_shared(const lwq_model *m)
 {
-    const lwq_model_config *c = m->cfg;
-    return (lwq_fwd_is_mla(c) && c->n_shared_experts > 0) ||
-           (c->arch == LWQ_ARCH_QWEN3_NEXT && c->shared_expert_intermediate_size > 0);
+    return lwq_fwd_has_shared(m->cfg);
 }
 
 static int count_experts(lwq_model *m, int layer, const lwq_batch *b, const int32_t *idx, const lwq_observer *obs,
@@ -33,10 +33,7 @@ static int count_experts(lwq_model *m, int layer, const lwq_batch *b, const int3
 
 static void moe_names(const lwq_model *m, int layer, char *prefix, size_t cap, int *mixtral, int64_t *I)
 {
-    const lwq_model_config *c = m->cfg;
-    *mixtral = c->arch == LWQ_ARCH_MIXTRAL;
-    *I = *mixtral ? c->intermediate_size : c->moe_intermediate_size;
-    snprintf(prefix, cap, *mixtral ? "model.layers.%d.block_sparse_moe" : "model.layers.%d.mlp", layer);
+    lwq_fwd_experts_names(m->cfg, layer, prefix, cap, mixtral, I);
 }
 
 int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
@@ -50,38 +47,29 @@ int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lw
     if (n != b->batch * b->seq || x->shape[0] != n || h->shape[1] != D || x->shape[1] != D)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: streamed forward on (%" PRId64 ", %" PRId64 ") rows, batch "
                         "has %" PRId64, layer, h->shape[0], h->shape[1], b->batch * b->seq);
-    const int mla = lwq_fwd_is_mla(c);
+    const int deepseek = c->family->router != LWQ_ROUTER_SOFTMAX;
     if (lwq_fwd_stream_has_shared(m) && (!shared || shared->shape[0] != n || shared->shape[1] != D))
         return lwq_errf(e, LWQ_EINVAL, "layer %d: the shared experts' output needs a (%" PRId64 ", %" PRId64
                         ") tensor", layer, n, D);
-    const int next = c->arch == LWQ_ARCH_QWEN3_NEXT;
     lwq_fwd_arena_reset(m);
     LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
-    if (next) /* attention and both norms (zero-centred), x = the MoE input */
-        LWQ_TRY(lwq_fwd_qwen3next_attn(m, layer, w, b, h, x, obs, e));
-    else if (mla)
-        LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
-    else
-        LWQ_TRY(lwq_fwd_attention_block(m, layer, w, b, h, obs, e));
+    /* the layer as forward.c composes it, up to the routed experts */
+    LWQ_TRY(lwq_fwd_mixer_block(m, layer, w, b, h, obs, e));
+    LWQ_TRY(lwq_fwd_post_norm(m, layer, w, h, x, e));
     char name[LWQ_NAME_MAX], prefix[128];
     int mixtral;
     int64_t I;
     moe_names(m, layer, prefix, sizeof prefix, &mixtral, &I);
-    lwq_tensor ln2, wg, logits, ti, tw;
-    if (!next) {
-        snprintf(name, sizeof name, "model.layers.%d.post_attention_layernorm.weight", layer);
-        LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln2, e));
-        LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &ln2, (float)c->rms_norm_eps, x, e));
-    }
-    if (mla) { /* DeepSeek routing, then the shared experts (dense part) */
+    lwq_tensor wg, logits, ti, tw;
+    if (deepseek) { /* DeepSeek routing, then the shared experts (dense part) */
         LWQ_TRY(lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e));
         if (lwq_fwd_stream_has_shared(m))
-            LWQ_TRY(lwq_fwd_deepseek_shared(m, layer, w, b, x, shared, obs, e));
+            LWQ_TRY(lwq_fwd_shared_block(m, layer, w, b, x, shared, obs, e));
         LWQ_TRY(lwq_backend_synchronize(m->be, e));
         return count_experts(m, layer, b, idx, obs, e);
     }
     /* the router, as lwq_fwd_moe_block runs it */
-    const lwq_route_mode mode = (mixtral || c->norm_topk_prob) ? LWQ_ROUTE_SOFTMAX_TOPK_NORM : LWQ_ROUTE_SOFTMAX_TOPK;
+    const lwq_route_mode mode = c->norm_topk_prob ? LWQ_ROUTE_SOFTMAX_TOPK_NORM : LWQ_ROUTE_SOFTMAX_TOPK;
     snprintf(name, sizeof name, "%s.gate.weight", prefix);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, E, D, 0, &wg, e));
     snprintf(name, sizeof name, "%s.gate", prefix);
@@ -93,8 +81,8 @@ int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lw
     LWQ_TRY(lwq_backend_moe_route(m->be, &logits, K, mode, m->act, &ti, &tw, e));
     LWQ_TRY(lwq_backend_download(m->be, idx, ti.data, (size_t)(n * K) * 4, e));
     LWQ_TRY(lwq_backend_download(m->be, wts, tw.data, (size_t)(n * K) * 4, e));
-    if (next && lwq_fwd_stream_has_shared(m)) /* the gated shared expert (dense part) */
-        LWQ_TRY(lwq_fwd_qwen3next_shared(m, layer, w, b, x, shared, obs, e));
+    if (lwq_fwd_stream_has_shared(m)) /* the gated shared expert (dense part) */
+        LWQ_TRY(lwq_fwd_shared_block(m, layer, w, b, x, shared, obs, e));
     LWQ_TRY(lwq_backend_synchronize(m->be, e)); /* the dense part's device errors (see below) */
     return count_experts(m, layer, b, idx, obs, e);
 }

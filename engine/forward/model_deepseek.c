@@ -51,7 +51,7 @@
 #include "engine/forward/forward_internal.h"
 
 /* Geometry and routing checks of an MLA config (lwq_model_init, after the common checks). */
-static int mla_check(const lwq_model_config *c, lwq_error *e)
+int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
 {
     if (c->kv_lora_rank <= 0 || c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 ||
         c->qk_nope_head_dim < 0 || c->v_head_dim <= 0 || c->q_lora_rank < 0 ||
@@ -69,14 +69,14 @@ static int mla_check(const lwq_model_config *c, lwq_error *e)
         if (c->num_experts % ng || tg > ng)
             return lwq_errf(e, LWQ_EINVAL, "config (%s): %d experts in n_group %d groups with "
                             "topk_group %d is not usable", c->model_type, c->num_experts, ng, tg);
-        if (c->arch == LWQ_ARCH_DEEPSEEK_V2 && strcmp(c->topk_method, "greedy") &&
+        if (c->family->router == LWQ_ROUTER_DEEPSEEK_V2 && strcmp(c->topk_method, "greedy") &&
             strcmp(c->topk_method, "group_limited_greedy"))
             return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): topk_method \"%s\" is not "
                             "supported (greedy, group_limited_greedy)", c->model_type,
                             c->topk_method);
         /* every token must be able to find k experts inside its chosen groups */
         if ((int64_t)tg * (c->num_experts / ng) < c->num_experts_per_tok &&
-            (c->arch == LWQ_ARCH_DEEPSEEK_V3 || !strcmp(c->topk_method, "group_limited_greedy")))
+            (c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || !strcmp(c->topk_method, "group_limited_greedy")))
             return lwq_errf(e, LWQ_EINVAL, "config (%s): topk_group %d groups of %d experts hold "
                             "fewer than num_experts_per_tok %d", c->model_type, tg,
                             c->num_experts / ng, c->num_experts_per_tok);
@@ -141,7 +141,7 @@ static double yarn_factor(const lwq_model_config *c)
 
 /* RoPE table of the rope part (qk_rope_head_dim/2 entries) with default or yarn scaling;
  * *attn_scaling is the yarn cos/sin factor. */
-static int mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
+int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
 {
     const int64_t dim = c->qk_rope_head_dim, half = dim / 2;
     const float base = (float)c->rope_theta;
@@ -431,7 +431,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     const route_job *j = ctx;
     const lwq_model_config *c = j->c;
     const int E = c->num_experts, K = c->num_experts_per_tok;
-    const int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
     const int grouped = v3 || !strcmp(c->topk_method, "group_limited_greedy");
     const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
     float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
@@ -543,7 +543,7 @@ int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const 
     const lwq_backend *be = m->be;
     const int64_t n = x->shape[0], D = c->hidden_size;
     const int E = c->num_experts;
-    const int v3 = c->arch == LWQ_ARCH_DEEPSEEK_V3;
+    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
     char prefix[128], name[LWQ_NAME_MAX];
     snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
     lwq_tensor wg, wb, logits;
@@ -595,12 +595,12 @@ int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const
                               NULL, sh, obs, e);
 }
 
-int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
-                               lwq_error *e)
+int lwq_fwd_deepseek_routed(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs,
+                            lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
-    const int64_t n = x->shape[0], D = c->hidden_size, I = c->moe_intermediate_size;
+    const int64_t n = x->shape[0], I = c->moe_intermediate_size;
     const int K = c->num_experts_per_tok;
     char prefix[128];
     snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
@@ -615,42 +615,9 @@ int lwq_fwd_deepseek_moe_block(lwq_model *m, int layer, const lwq_weights *w, co
     }
     if ((rc = lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e)) < 0)
         goto out;
-    lwq_tensor sh;
-    if ((rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e)) < 0)
-        goto out;
-    if (c->n_shared_experts > 0) {
-        if ((rc = lwq_fwd_tensor(m, m->act, n, D, &sh, e)) < 0 ||
-            (rc = lwq_fwd_deepseek_shared(m, layer, w, b, x, &sh, obs, e)) < 0 ||
-            (rc = lwq_backend_add(m->be, out, &sh, e)) < 0)
-            goto out;
-    }
+    rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e);
 out:
     free(idx);
     free(wts);
     return rc < 0 ? rc : 0;
 }
-
-/* ---- the layer and the table ------------------------------------------------------------------ */
-
-static int deepseek_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                          lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
-{
-    LWQ_TRY(lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e));
-    return lwq_fwd_ffn_block(m, layer, w, b, h, lwq_fwd_deepseek_moe_block, obs, e);
-}
-
-static int deepseek_has_experts(const lwq_model_config *c) { return c->num_experts > 0; }
-
-/* MLA rotates only the qk_rope_head_dim part of each head */
-static int64_t mla_rope_half(const lwq_model_config *c) { return c->qk_rope_head_dim / 2; }
-
-const lwq_fwd_arch lwq_fwd_arch_deepseek = {
-    .check_rope = lwq_fwd_check_full_rotary,
-    .odd_head_dim = 1,
-    .has_experts = deepseek_has_experts,
-    .check = mla_check,
-    .rope_half = mla_rope_half,
-    .inv_freq = mla_inv_freq,
-    .layer = deepseek_layer,
-    .final_norm = NULL,
-};

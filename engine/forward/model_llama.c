@@ -1,7 +1,6 @@
-/* engine/forward/model_llama.c — the Llama family's forward (lwq_fwd_arch_llama): llama / mistral
+/* engine/forward/model_llama.c — the GQA attention block (LWQ_MIXER_GQA) of llama / mistral
  * (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm before RoPE, head_dim
- * independent of hidden/heads), mixtral (plain attention).  A layer is this attention block, then
- * the dense SwiGLU MLP (fwd_common.c) or the routed experts (model_moe.c).
+ * independent of hidden/heads), mixtral (plain attention): the family row says which.
  *
  *   x = input_layernorm(h)
  *   q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)      observed: q_proj, k_proj, v_proj
@@ -18,10 +17,7 @@
 
 #include "engine/forward/forward_internal.h"
 
-static int has_qk_norm(const lwq_model_config *c)
-{
-    return c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE;
-}
+static int has_qk_norm(const lwq_model_config *c) { return c->family->qk_norm; }
 
 int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
@@ -29,7 +25,8 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     const lwq_model_config *c = m->cfg;
     const int64_t n = h->shape[0], D = c->hidden_size, hd = c->head_dim;
     const int H = c->num_attention_heads, KV = c->num_key_value_heads;
-    const int need_bias = c->arch == LWQ_ARCH_QWEN2 || c->attention_bias;
+    /* qwen2's q/k/v biases: the config parser sets attention_bias for them */
+    const int need_bias = c->family->bias == LWQ_BIAS_QKV || c->attention_bias;
     const float eps = (float)c->rms_norm_eps;
     char name[LWQ_NAME_MAX], mq[LWQ_NAME_MAX], mk[LWQ_NAME_MAX], mv[LWQ_NAME_MAX],
         mo[LWQ_NAME_MAX];
@@ -91,30 +88,3 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     LWQ_TRY(lwq_backend_gemm(be, &a, &wo, hbo ? &bo : NULL, &o, e));
     return lwq_backend_add(be, h, &o, e);
 }
-
-/* ---- the layer and the table ------------------------------------------------------------------ */
-
-/* h += attention; h += MLP: the dense SwiGLU, or on MoE layers (qwen3_moe, mixtral) the routed
- * experts of model_moe.c. */
-static int llama_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                       lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
-{
-    LWQ_TRY(lwq_fwd_attention_block(m, layer, w, b, h, obs, e));
-    return lwq_fwd_ffn_block(m, layer, w, b, h, lwq_fwd_moe_block, obs, e);
-}
-
-static int llama_has_experts(const lwq_model_config *c)
-{
-    return c->arch == LWQ_ARCH_MIXTRAL || (c->arch == LWQ_ARCH_QWEN3_MOE && c->num_experts > 0);
-}
-
-const lwq_fwd_arch lwq_fwd_arch_llama = {
-    .check_rope = lwq_fwd_check_full_rotary,
-    .odd_head_dim = 0,
-    .has_experts = llama_has_experts,
-    .check = NULL,
-    .rope_half = NULL,
-    .inv_freq = NULL,
-    .layer = llama_layer,
-    .final_norm = NULL,
-};

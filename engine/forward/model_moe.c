@@ -103,15 +103,14 @@ int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
                       const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
-    const int mixtral = c->arch == LWQ_ARCH_MIXTRAL;
     const int64_t n = x->shape[0], D = c->hidden_size;
     const int E = c->num_experts, K = c->num_experts_per_tok;
-    const int64_t I = mixtral ? c->intermediate_size : c->moe_intermediate_size;
-    const lwq_route_mode mode = (mixtral || c->norm_topk_prob) ? LWQ_ROUTE_SOFTMAX_TOPK_NORM
-                                                               : LWQ_ROUTE_SOFTMAX_TOPK;
+    int mixtral;
+    int64_t I;
     char prefix[128], name[LWQ_NAME_MAX];
-    snprintf(prefix, sizeof prefix, mixtral ? "model.layers.%d.block_sparse_moe"
-                                            : "model.layers.%d.mlp", layer);
+    lwq_fwd_experts_names(c, layer, prefix, sizeof prefix, &mixtral, &I);
+    /* norm_topk_prob is set where the family always renormalises (mixtral) */
+    const lwq_route_mode mode = c->norm_topk_prob ? LWQ_ROUTE_SOFTMAX_TOPK_NORM : LWQ_ROUTE_SOFTMAX_TOPK;
     lwq_tensor wg, logits, idx, wts;
     snprintf(name, sizeof name, "%s.gate.weight", prefix);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, E, D, 0, &wg, e));

@@ -583,30 +583,30 @@ int lwq_fwd_qwen3next_shared(lwq_model *m, int layer, const lwq_weights *w, cons
     return rc;
 }
 
-/* out = routed experts + sigmoid gate x shared expert, each term rounded to the act dtype and
- * their sum rounded once (lwq_backend_add), as transformers adds the two act-dtype tensors. */
-static int moe(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-               const lwq_tensor *x, lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+/* ---- the mixer block -------------------------------------------------------------------------- */
+
+int lwq_fwd_norm_1p_layer(lwq_model *m, int layer, const lwq_weights *w, const char *which,
+                          const lwq_tensor *h, lwq_tensor *x, lwq_error *e)
 {
-    const lwq_model_config *c = m->cfg;
-    LWQ_TRY(lwq_fwd_moe_block(m, layer, w, b, x, out, obs, e));
-    if (c->shared_expert_intermediate_size <= 0)
-        return 0;
-    lwq_tensor sg;
-    LWQ_TRY(lwq_fwd_tensor(m, m->act, x->shape[0], c->hidden_size, &sg, e));
-    LWQ_TRY(lwq_fwd_qwen3next_shared(m, layer, w, b, x, &sg, obs, e));
-    return lwq_backend_add(m->be, out, &sg, e);
+    const int64_t n = h->shape[0], D = m->cfg->hidden_size;
+    float *hx = fbuf(n * D);
+    if (!hx)
+        return lwq_errf(e, LWQ_ENOMEM, "layer %d: no host memory for %" PRId64 " rows", layer, n);
+    int rc = norm_hidden(m, layer, w, which, h, hx, e);
+    if (rc == 0)
+        rc = store(m, hx, x, e);
+    free(hx);
+    return rc < 0 ? rc : 0;
 }
 
-/* ---- the layer --------------------------------------------------------------------------------- */
-
-int lwq_fwd_qwen3next_attn(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                           lwq_tensor *h, lwq_tensor *x, const lwq_observer *obs, lwq_error *e)
+int lwq_fwd_qwen3next_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                                  lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
     const int64_t n = h->shape[0], D = c->hidden_size;
-    const int linear = c->layer_is_linear && c->layer_is_linear[layer];
-    lwq_tensor out;
+    const int linear = lwq_config_layer_mixer(c, layer) == LWQ_MIXER_GDN;
+    lwq_tensor x, out;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
     float *hx = fbuf(n * D);
     if (!hx)
@@ -617,45 +617,19 @@ int lwq_fwd_qwen3next_attn(lwq_model *m, int layer, const lwq_weights *w, const 
             if (!b->valid_host[t])
                 memset(hx + t * D, 0, (size_t)D * sizeof(float));
     if (rc == 0)
-        rc = store(m, hx, x, e);
+        rc = store(m, hx, &x, e);
+    free(hx);
     if (rc == 0)
-        rc = linear ? linear_attention(m, layer, w, b, x, &out, obs, e)
-                    : full_attention(m, layer, w, b, x, &out, obs, e);
+        rc = linear ? linear_attention(m, layer, w, b, &x, &out, obs, e)
+                    : full_attention(m, layer, w, b, &x, &out, obs, e);
     if (rc == 0)
         rc = lwq_backend_add(m->be, h, &out, e);
-    if (rc == 0)
-        rc = norm_hidden(m, layer, w, "post_attention_layernorm", h, hx, e);
-    if (rc == 0)
-        rc = store(m, hx, x, e);
-    free(hx);
     return rc < 0 ? rc : 0;
 }
 
-int lwq_fwd_qwen3next_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
-                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e)
-{
-    const lwq_model_config *c = m->cfg;
-    const int64_t n = h->shape[0], D = c->hidden_size;
-    lwq_tensor x, out;
-    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
-    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
-    LWQ_TRY(lwq_fwd_qwen3next_attn(m, layer, w, b, h, &x, obs, e));
-    if (lwq_model_layer_is_moe(m, layer)) {
-        LWQ_TRY(moe(m, layer, w, b, &x, &out, obs, e));
-    } else {
-        char name[LWQ_NAME_MAX];
-        snprintf(name, sizeof name, "model.layers.%d.mlp", layer);
-        LWQ_TRY(lwq_fwd_swiglu_mlp(m, layer, w, name, "gate_proj", "up_proj", "down_proj",
-                                   c->intermediate_size, &x, &b->valid, NULL, NULL, &out, obs, e));
-    }
-    return lwq_backend_add(m->be, h, &out, e);
-}
-
-/* ---- the table -------------------------------------------------------------------------------- */
-
 /* Partial rotary; the linear-attention geometry (dims > 0, value heads a multiple of key heads)
  * was checked by the config parser. */
-static int qwen3next_check_rope(const lwq_model_config *c, lwq_error *e)
+int lwq_fwd_qwen3next_check(const lwq_model_config *c, lwq_error *e)
 {
     int64_t half = (int64_t)((double)c->head_dim * c->partial_rotary_factor) / 2;
     if (half < 1 || c->rope_type != LWQ_ROPE_DEFAULT || c->linear_num_key_heads <= 0 ||
@@ -666,16 +640,3 @@ static int qwen3next_check_rope(const lwq_model_config *c, lwq_error *e)
                         c->partial_rotary_factor);
     return 0;
 }
-
-static int qwen3next_has_experts(const lwq_model_config *c) { return c->num_experts > 0; }
-
-const lwq_fwd_arch lwq_fwd_arch_qwen3next = {
-    .check_rope = qwen3next_check_rope,
-    .odd_head_dim = 0,
-    .has_experts = qwen3next_has_experts,
-    .check = NULL,
-    .rope_half = NULL,
-    .inv_freq = NULL,
-    .layer = lwq_fwd_qwen3next_layer,
-    .final_norm = lwq_fwd_rmsnorm_1p,
-};

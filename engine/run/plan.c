@@ -249,7 +249,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         /* qwen3_next: q_proj's gate half, and the Gated DeltaNet's f32 host arrays (projections,
          * conv input and output, z, core output, b and a; model_qwen3next.c) */
         int64_t host_lin = 0;
-        if (c->arch == LWQ_ARCH_QWEN3_NEXT) {
+        if (c->family->linear == LWQ_MIXER_GDN) {
             int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
             int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
             host_lin = (2 * kd + 2 * vd) + 2 * (2 * kd + vd) + 2 * vd + 4 * (int64_t)c->linear_num_value_heads;

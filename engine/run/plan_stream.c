@@ -78,8 +78,8 @@ int lwq_plan_stream(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_mem_plan
         return rc;
     int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
     /* x and the running sum (+ DeepSeek's shared-expert output): one boundary each; the routing */
-    int shared = ((c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) && c->n_shared_experts > 0) ||
-                 (c->arch == LWQ_ARCH_QWEN3_NEXT && c->shared_expert_intermediate_size > 0);
+    int shared = (c->family->shared == LWQ_SHARED_DEEPSEEK && c->n_shared_experts > 0) ||
+                 (c->family->shared == LWQ_SHARED_GATED && c->shared_expert_intermediate_size > 0);
     p->stream_bytes = o->dry_read ? 0
                                   : p->boundary_bytes / 2 * (uint64_t)(2 + shared) +
                                         (uint64_t)p->calib_rows * (uint64_t)c->num_experts_per_tok * 8;

@@ -113,8 +113,12 @@ static int build_plans(lwq_run *r, lwq_error *e)
 static int make_backend(lwq_run *r, lwq_error *e)
 {
     lwq_device_choice d = r->o->device;
-    if (d == LWQ_DEVICE_AUTO)
-        d = lwq_backend_cuda_device_count() > 0 ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    if (d == LWQ_DEVICE_AUTO) {
+        int cuda = lwq_backend_cuda_auto(e);
+        if (cuda < 0)
+            return cuda;
+        d = cuda ? LWQ_DEVICE_CUDA : LWQ_DEVICE_CPU;
+    }
     /* one GPU per rank: the rank's place on its node picks it */
     int ngpu = d == LWQ_DEVICE_CUDA && !r->o->backend ? lwq_backend_cuda_device_count() : 0;
     int dev = ngpu > 0 ? r->rk->local_rank % ngpu : 0;

@@ -223,7 +223,7 @@ static void moe_alone_vs_batched(lwq_dtype act)
     lwq_model_config cfg;
     memset(&cfg, 0, sizeof cfg);
     strcpy(cfg.model_type, "qwen3_moe");
-    cfg.arch = LWQ_ARCH_QWEN3_MOE;
+    cfg.family = lwq_family_find("qwen3_moe");
     cfg.dtype = LWQ_BF16;
     cfg.hidden_size = MOE_D;
     cfg.intermediate_size = 96;

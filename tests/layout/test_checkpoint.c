@@ -19,7 +19,7 @@ static int64_t expected_layer_elems(const lwq_model_config *c, int l)
 {
     int64_t h = c->hidden_size, H = c->num_attention_heads, kv = c->num_key_value_heads;
     int64_t hd = c->head_dim, n = 2 * h; /* input + post-attention norms */
-    if (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3) {
+    if (c->family->attn == LWQ_MIXER_MLA) {
         int64_t qk = c->qk_nope_head_dim + c->qk_rope_head_dim;
         n += c->q_lora_rank ? h * c->q_lora_rank + c->q_lora_rank + c->q_lora_rank * H * qk
                             : h * H * qk;
@@ -30,14 +30,14 @@ static int64_t expected_layer_elems(const lwq_model_config *c, int l)
         n += h * H * hd + 2 * h * kv * hd + H * hd * h;
         if (c->attention_bias)
             n += H * hd + 2 * kv * hd;
-        if (c->arch == LWQ_ARCH_QWEN3 || c->arch == LWQ_ARCH_QWEN3_MOE)
+        if (c->family->qk_norm)
             n += 2 * hd;
     }
     if (lwq_config_layer_is_moe(c, l)) {
         n += (int64_t)c->num_experts * 3 * h * c->moe_intermediate_size + c->num_experts * h;
-        if (c->arch == LWQ_ARCH_DEEPSEEK_V3)
+        if (c->family->router == LWQ_ROUTER_DEEPSEEK_V3)
             n += c->num_experts;
-        if (c->n_shared_experts && (c->arch == LWQ_ARCH_DEEPSEEK_V2 || c->arch == LWQ_ARCH_DEEPSEEK_V3))
+        if (c->n_shared_experts && c->family->shared == LWQ_SHARED_DEEPSEEK)
             n += 3 * h * c->moe_intermediate_size * c->n_shared_experts;
     } else {
         n += 3 * h * c->intermediate_size;

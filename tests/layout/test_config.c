@@ -38,7 +38,7 @@ Test(config, llama_transformers4_fixture)
 {
     lwq_model_config c;
     load_fixture("cai-tiny-llama/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_LLAMA);
+    cr_assert_str_eq(lwq_family_name(c.family), "llama");
     cr_assert_eq(c.hidden_size, 8);
     cr_assert_eq(c.num_hidden_layers, 2);
     cr_assert_eq(c.num_key_value_heads, 1);
@@ -68,7 +68,7 @@ Test(config, qwen3_moe_transformers5_spellings)
 {
     lwq_model_config c;
     load_fixture("agilerl-tiny-qwen3-moe/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_QWEN3_MOE);
+    cr_assert_str_eq(lwq_family_name(c.family), "qwen3_moe");
     cr_assert_eq(c.num_experts, 4, "num_local_experts is the transformers-5 spelling");
     cr_assert_eq(c.num_experts_per_tok, 2);
     cr_assert_eq(c.moe_intermediate_size, 32);
@@ -94,7 +94,7 @@ Test(config, qwen2_always_has_qkv_bias)
 {
     lwq_model_config c;
     load_fixture("cai-tiny-qwen2/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_QWEN2);
+    cr_assert_str_eq(lwq_family_name(c.family), "qwen2");
     cr_assert_eq(c.attention_bias, 1);
     lwq_config_free(&c);
 }
@@ -103,7 +103,7 @@ Test(config, mixtral_experts_use_intermediate_size)
 {
     lwq_model_config c;
     load_fixture("cai-tiny-mixtral/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_MIXTRAL);
+    cr_assert_str_eq(lwq_family_name(c.family), "mixtral");
     cr_assert_eq(c.num_experts, 4);
     cr_assert_eq(c.moe_intermediate_size, 12);
     cr_assert_eq(c.norm_topk_prob, 1);
@@ -114,7 +114,7 @@ Test(config, deepseek_v2_fixture)
 {
     lwq_model_config c;
     load_fixture("cai-tiny-deepseek-v2/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_DEEPSEEK_V2);
+    cr_assert_str_eq(lwq_family_name(c.family), "deepseek_v2");
     cr_assert_eq(c.q_lora_rank, 0, "q_lora_rank null means a plain q_proj");
     cr_assert_eq(c.kv_lora_rank, 5);
     cr_assert_eq(c.head_dim, 10);
@@ -131,7 +131,7 @@ Test(config, published_deepseek_v3_yarn)
 {
     lwq_model_config c;
     load_fixture("published-nvfp4/nvidia--DeepSeek-V3.1-NVFP4/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_DEEPSEEK_V3);
+    cr_assert_str_eq(lwq_family_name(c.family), "deepseek_v3");
     cr_assert_eq(c.rope_type, LWQ_ROPE_YARN, "\"type\": \"yarn\" (old spelling of rope_type)");
     cr_assert_float_eq(c.rope_factor, 40.0, 1e-12);
     cr_assert_eq(c.rope_original_max_position, 4096);
@@ -151,7 +151,7 @@ Test(config, published_kimi_wrapper_reads_text_config)
 {
     lwq_model_config c;
     load_fixture("published-nvfp4/nvidia--Kimi-K2.6-NVFP4/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_DEEPSEEK_V3);
+    cr_assert_str_eq(lwq_family_name(c.family), "deepseek_v3");
     cr_assert_str_eq(c.model_type, "deepseek_v3");
     cr_assert_str_eq(c.weight_prefix, "language_model.");
     cr_assert_eq(c.num_experts, 384);
@@ -172,18 +172,18 @@ Test(config, published_dense_and_moe)
     cr_assert_eq(c.num_hidden_layers, 94);
     lwq_config_free(&c);
     load_fixture("published-nvfp4/Qwen--Qwen3-32B-FP8-Static-PerTensor/config.json", &c);
-    cr_assert_eq(c.arch, LWQ_ARCH_QWEN3);
+    cr_assert_str_eq(lwq_family_name(c.family), "qwen3");
     cr_assert_eq(c.head_dim, 128);
     lwq_config_free(&c);
 }
 
 Test(config, kimi_k2_is_deepseek_v3)
 {
-    lwq_arch_id a;
-    cr_assert_eq(lwq_arch_from_model_type("kimi_k2", &a, NULL), 0);
-    cr_assert_eq(a, LWQ_ARCH_DEEPSEEK_V3);
-    cr_assert_eq(lwq_arch_from_model_type("mistral", &a, NULL), 0);
-    cr_assert_eq(a, LWQ_ARCH_LLAMA);
+    const lwq_family *a;
+    cr_assert_eq(lwq_family_lookup("kimi_k2", &a, NULL), 0);
+    cr_assert_str_eq(a->name, "deepseek_v3");
+    cr_assert_eq(lwq_family_lookup("mistral", &a, NULL), 0);
+    cr_assert_str_eq(a->name, "llama");
 }
 
 #define BASE "\"hidden_size\":64,\"num_hidden_layers\":4,\"num_attention_heads\":4,\"vocab_size\":10"
@@ -200,9 +200,9 @@ Test(config, qwen3_next_layer_types)
                        "\"partial_rotary_factor\":0.25}}",
                        &c, &e),
                  0, "%s", e.msg);
-    cr_assert_eq(c.arch, LWQ_ARCH_QWEN3_NEXT);
-    cr_assert_eq(c.layer_is_linear[0], 1);
-    cr_assert_eq(c.layer_is_linear[3], 0, "full_attention_interval 4: every 4th layer is full");
+    cr_assert_str_eq(lwq_family_name(c.family), "qwen3_next");
+    cr_assert_eq((int)lwq_config_layer_mixer(&c, 0) == LWQ_MIXER_GDN, 1);
+    cr_assert_eq((int)lwq_config_layer_mixer(&c, 3) == LWQ_MIXER_GDN, 0, "full_attention_interval 4: every 4th layer is full");
     cr_assert_float_eq(c.partial_rotary_factor, 0.25, 1e-12);
     cr_assert_float_eq(c.rope_theta, 1e7, 1e-3);
     cr_assert_eq(c.n_shared_experts, 1);
@@ -216,8 +216,8 @@ Test(config, qwen3_next_layer_types)
                        "\"linear_attention\"]}",
                        &c, &e),
                  0, "%s", e.msg);
-    cr_assert_eq(c.layer_is_linear[0], 0);
-    cr_assert_eq(c.layer_is_linear[1], 1);
+    cr_assert_eq((int)lwq_config_layer_mixer(&c, 0) == LWQ_MIXER_GDN, 0);
+    cr_assert_eq((int)lwq_config_layer_mixer(&c, 1) == LWQ_MIXER_GDN, 1);
     lwq_config_free(&c);
 }
 

@@ -148,8 +148,8 @@ Test(autoq_e2e, gb_budget_and_format_list_are_honoured)
     cr_assert_leq(json_num("f/auto_quantize.json", "written", "bits_per_weight"), 10);
     /* below the least possible: refused, naming it */
     cr_assert_eq(aq(NULL, "x", "--auto-quantize-bits 4"), 2);
-    cr_assert_eq(lwqt_sh("grep -q 'below the smallest mix this model and recipe allow: 4.5' %s",
-                         lwqt_path("stderr.txt")), 0);
+    cr_assert_eq(lwqt_sh("grep -q 'below the smallest mix this model and recipe allow with "
+                         "--auto-quantize-formats nvfp4,fp8,none: 4.5' %s", lwqt_path("stderr.txt")), 0);
     cr_assert_eq(aq(NULL, "x2", "--auto-quantize-bits 6 --auto-quantize-gb 1"), 2);
     /* over the memory budget: refused by pass 1's plan before anything is written */
     cr_assert_eq(aq(NULL, "x4", "--auto-quantize-bits 6 --max-cpu-memory-gb 0.001"), 2);

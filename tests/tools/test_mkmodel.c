@@ -289,10 +289,10 @@ Test(mkmodel, qwen3_next_round_trip_with_mtp)
     lwq_ckpt c;
     lwq_error e = {0};
     cr_assert_eq(lwq_ckpt_open(out, &c, &e), 0, "%s", e.msg);
-    cr_assert_eq(c.cfg.arch, LWQ_ARCH_QWEN3_NEXT);
+    cr_assert_str_eq(lwq_family_name(c.cfg.family), "qwen3_next");
     cr_assert_eq(c.cfg.linear_conv_kernel_dim, 3);
     for (int i = 0; i < 4; i++)
-        cr_assert_eq(c.cfg.layer_is_linear[i], i % 2 == 0, "layer %d", i);
+        cr_assert_eq(lwq_config_layer_mixer(&c.cfg, i) == LWQ_MIXER_GDN, i % 2 == 0, "layer %d", i);
     lwq_arch_report r;
     cr_assert_eq(lwq_arch_check(&c, &r, &e), 0, "no missing or mis-shaped tensor");
     cr_assert_eq(r.count[LWQ_ISSUE_UNEXPECTED], 0, "the MTP block is known to the tail plan");

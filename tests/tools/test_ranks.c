@@ -181,8 +181,137 @@ Test(ranks, ranks_with_different_inputs_are_refused_naming_the_rank)
                          CALIB " --calib-size 12 > o.log 2>&1",
                          dir, mpiexec, lwqt_bin(), lwqt_bin()),
                  2);
+    cr_assert(strstr(log_of("o"), "rank 1 differs from rank 0 in: --calib-size (rank 1: 12, rank 0: 16)"), "%s",
+              log_of("o"));
+    cr_assert_neq(lwqt_sh("ls '%s/o' 2>/dev/null | grep -q safetensors", dir), 0, "a shard was written");
+}
+
+/* The same command line in two working directories whose calibration files of the same name
+ * differ: the options agree, the inputs do not; refused, naming the rank and the calibration. */
+Test(ranks, ranks_with_the_same_options_but_other_inputs_are_refused_naming_the_input)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    cr_assert_eq(lwqt_sh("cd '%s' && mkdir a b && for i in $(seq 16); do echo \"{\\\"input_ids\\\": [$(seq -s, $i "
+                         "$((i + 31)))]}\"; done > a/c.jsonl && sed 's/\\[1,/[2,/' a/c.jsonl > b/c.jsonl && "
+                         "! cmp -s a/c.jsonl b/c.jsonl", dir),
+                 0);
+    cr_assert_eq(lwqt_sh("cd '%s' && timeout -k 5 120 '%s' -n 1 -wdir a '%s' quantize '%s/llama' -o '%s/o' --calib "
+                         "c.jsonl " CALIB " : -n 1 -wdir b '%s' quantize '%s/llama' -o '%s/o' --calib c.jsonl " CALIB
+                         " > o.log 2>&1",
+                         dir, mpiexec, lwqt_bin(), dir, dir, lwqt_bin(), dir, dir),
+                 2, "%s", log_of("o"));
     cr_assert(strstr(log_of("o"), "rank 1 differs from rank 0 in: calibration tokens"), "%s", log_of("o"));
     cr_assert_neq(lwqt_sh("ls '%s/o' 2>/dev/null | grep -q safetensors", dir), 0, "a shard was written");
+}
+
+/* Issue 36, findings 6 and 7: `mpiexec -n 1 lwq LEFT : -n 1 lwq RIGHT` (in dir, output o.log)
+ * under a timeout: a job whose ranks wait for ever is a failure of the test, not a hung test.
+ * Returns the job's exit status. */
+static int mpmd(const char *left, const char *right)
+{
+    int rc = lwqt_sh("cd '%s' && timeout -k 5 60 '%s' -n 1 '%s' %s : -n 1 '%s' %s > o.log 2>&1", dir, mpiexec, lwqt_bin(),
+                     left, lwqt_bin(), right);
+    cr_assert(rc != 124 && rc != 137, "the job hung (killed after 60 s): %s", log_of("o"));
+    return rc;
+}
+
+/* 0 when nothing was written where the job's output would go */
+static int nothing_written(void)
+{
+    return lwqt_sh("[ ! -e '%s/o' ] && [ ! -e '%s/o.layerwise_resume' ]", dir, dir);
+}
+
+/* A rank started with --print-recipe printed and left before MPI started; the other waited in
+ * its first agreement for ever.  Now the job fails at once, naming the rank and what it was asked. */
+Test(ranks, a_rank_that_prints_the_recipe_does_not_leave_the_others_waiting)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("quantize llama -o o " CALIB, "quantize llama -o o " CALIB " --print-recipe");
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(strstr(l, "rank 1 was started as `lwq quantize --print-recipe`, rank 0 as `lwq quantize`"), "%s", l);
+    cr_assert_eq(nothing_written(), 0, "the refused job wrote into o: %s", l);
+}
+
+/* The same with `lwq plan` on rank 0: rank 0 planned and left, rank 1 waited. */
+Test(ranks, a_rank_started_as_plan_does_not_leave_the_others_waiting)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("plan llama " CALIB, "quantize llama -o o " CALIB);
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(strstr(l, "rank 1 was started as `lwq quantize`, rank 0 as `lwq plan`"), "%s", l);
+    cr_assert_eq(nothing_written(), 0, "the refused job wrote into o: %s", l);
+}
+
+/* A rank that asked for the usage printed it and left (exit 0). */
+Test(ranks, a_rank_that_asks_for_help_does_not_leave_the_others_waiting)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("quantize llama -o o " CALIB, "quantize --help");
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(strstr(l, "rank 1 was started as `lwq quantize --help`, rank 0 as `lwq quantize`"), "%s", l);
+}
+
+/* A rank of another lwq command (one that never started MPI: inspect, exit 0) left the quantize
+ * rank waiting. */
+Test(ranks, a_rank_of_another_command_does_not_leave_the_others_waiting)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("inspect llama", "quantize llama -o o " CALIB);
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(strstr(l, "rank 1 was started as `lwq quantize`, rank 0 as `lwq inspect`"), "%s", l);
+    cr_assert_eq(nothing_written(), 0, "the refused job wrote into o: %s", l);
+}
+
+/* A rank whose command line is refused: the job fails with that rank's message, naming it (before,
+ * it left before MPI started and the message did not say which rank). */
+Test(ranks, a_rank_that_refuses_its_command_line_is_named)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("quantize llama -o o " CALIB, "quantize llama -o o " CALIB " --auto-quantize-bits 6 "
+                  "--auto-quantize-formats nvfp4,int3");
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(strstr(l, "rank 1: --auto-quantize-formats: unknown format \"int3\""), "%s", l);
+    cr_assert_eq(nothing_written(), 0, "the refused job wrote into o: %s", l);
+}
+
+/* Finding 7: one rank with an auto-quantize budget, one without: they met in different collectives
+ * (Open MPI: MPI_ERR_TRUNCATE).  Now the first agreement names the rank and the option. */
+Test(ranks, ranks_with_different_auto_quantize_options_are_refused_naming_the_option)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("quantize llama -o o " CALIB, "quantize llama -o o " CALIB " --auto-quantize-bits 6");
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(!strstr(l, "MPI_ERR"), "%s", l);
+    cr_assert(strstr(l, "rank 1 differs from rank 0 in: --auto-quantize-bits (rank 1: 6, rank 0: not given)"), "%s", l);
+    cr_assert_eq(nothing_written(), 0, "the refused job wrote into o: %s", l);
+}
+
+/* The budget on rank 0 this time, with a second option: every option that differs is named. */
+Test(ranks, every_auto_quantize_option_that_differs_is_named)
+{
+    need_mpi();
+    mkmodel("llama", "--arch llama");
+    int rc = mpmd("quantize llama -o o " CALIB " --auto-quantize-gb 0.001 --auto-quantize-score kl",
+                  "quantize llama -o o " CALIB);
+    const char *l = log_of("o");
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, l);
+    cr_assert(!strstr(l, "MPI_ERR"), "%s", l);
+    cr_assert(strstr(l, "rank 1 differs from rank 0 in: --auto-quantize-gb (rank 1: not given, rank 0: 0.001), "
+                        "--auto-quantize-score (rank 1: not given, rank 0: kl)"), "%s", l);
+    cr_assert_eq(nothing_written(), 0, "the refused job wrote into o: %s", l);
 }
 
 /* One job per output: rank 0 holds the run lock for the whole job. */

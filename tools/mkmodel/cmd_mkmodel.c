@@ -326,7 +326,7 @@ static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_
 {
     m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
     m->std = p->kind == LWQ_TK_NORM ? 0.02f : wstd;
-    if (cfg->arch == LWQ_ARCH_QWEN3_NEXT)
+    if (cfg->family->linear == LWQ_MIXER_GDN)
         lwq_mkmodel_qwen3next_dist(p, &m->mean, &m->std);
 }
 

@@ -91,11 +91,14 @@ Test(autoq_groups, nvfp4_only_where_every_member_takes_it)
     cr_assert_eq(A.ngroups, 2);
     cr_assert(A.g[0].allowed[LWQ_QFMT_NVFP4] && A.g[0].allowed[LWQ_QFMT_FP8] && A.g[0].allowed[LWQ_QFMT_NONE]);
     cr_assert(!A.g[1].allowed[LWQ_QFMT_NVFP4] && A.g[1].allowed[LWQ_QFMT_FP8]);
-    /* the formats given restrict it further; none is always there */
-    const uint8_t fp8only[3] = {0, 0, 1};
+    /* the formats given restrict it further, none included (issue 36, finding 9) */
+    const uint8_t fp8only[3] = {0, 0, 1}, nvfp4only[3] = {0, 1, 0};
     lwq_aq_layer_free(&A);
+    cr_assert_eq(lwq_aq_layer_init(&A, &p, &r, nvfp4only, &e), LWQ_EINVAL, "down_proj (172 in) takes no NVFP4");
+    cr_assert(strstr(e.msg, "the down group can take none of --auto-quantize-formats nvfp4") &&
+              strstr(e.msg, "m.down_proj has 172"), "%s", e.msg);
     cr_assert_eq(lwq_aq_layer_init(&A, &p, &r, fp8only, &e), 0);
-    cr_assert(!A.g[0].allowed[LWQ_QFMT_NVFP4] && A.g[0].allowed[LWQ_QFMT_NONE]);
+    cr_assert(!A.g[0].allowed[LWQ_QFMT_NVFP4] && !A.g[0].allowed[LWQ_QFMT_NONE] && A.g[0].allowed[LWQ_QFMT_FP8]);
     /* choices: the base's settings with the group's format */
     lwq_qformat f[2] = {LWQ_QFMT_FP8, LWQ_QFMT_NONE};
     lwq_quant_choice c[3];

@@ -358,7 +358,7 @@ static void layer_case(const char *config)
     lwq_error e = {0};
     lwq_model_config c;
     cr_assert_eq(lwq_config_parse("config.json", config, &c, &e), 0, "%s", e.msg);
-    v2 = c.arch == LWQ_ARCH_DEEPSEEK_V2;
+    v2 = c.family->router == LWQ_ROUTER_DEEPSEEK_V2;
     wset *w = calloc(1, sizeof *w);
     make_layer(&c, 1, w);
     lwq_weights lw = {get, w};

@@ -104,14 +104,15 @@ Test(forward_fixtures, unsupported_model_type_is_refused_with_the_list)
     char dir[1024];
     cr_assert_eq(fwd_fixture_open(&f, fwd_fixture_dir("cai-tiny-llama", dir, sizeof dir), NULL, &e),
                  0, "%s", e.msg);
-    /* every parsed model_type now has a forward: stand in an architecture id without one */
-    f.ck.cfg.arch = LWQ_ARCH_COUNT;
+    /* every parsed model_type now has a forward: stand in a config without a family row */
+    const lwq_family *fam = f.ck.cfg.family;
+    f.ck.cfg.family = NULL;
     snprintf(f.ck.cfg.model_type, sizeof f.ck.cfg.model_type, "gpt2");
     lwq_model m;
     cr_assert_eq(lwq_model_init(&m, &f.ck.cfg, &be, LWQ_F32, &e), LWQ_EUNSUPPORTED);
     cr_assert(strstr(e.msg, "model_type 'gpt2' has no forward in lwq (supported: llama, "
                             "mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2"), "%s", e.msg);
-    f.ck.cfg.arch = LWQ_ARCH_LLAMA;
+    f.ck.cfg.family = fam;
     fwd_fixture_free(&f);
     lwq_backend_destroy(&be);
 }

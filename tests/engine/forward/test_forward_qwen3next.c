@@ -339,7 +339,7 @@ static void run(const char *dtype, lwq_dtype act, int layer, double bound)
     cr_assert_eq(lwq_backend_cpu_create(&be, 2, &e), 0);
     cr_assert_eq(fwd_fixture_open(&f, lwqt_path("m"), NULL, &e), 0, "%s", e.msg);
     const lwq_model_config *c = &f.ck.cfg;
-    cr_assert_eq(c->layer_is_linear[layer], layer != 3);
+    cr_assert_eq(lwq_config_layer_mixer(c, layer) == LWQ_MIXER_GDN, layer != 3);
     lwq_model m;
     cr_assert_eq(lwq_model_init(&m, c, &be, act, &e), 0, "%s", e.msg);
     const int64_t B = 2, T = 11, D = c->hidden_size, lens[2] = {11, 7};

@@ -1,0 +1,85 @@
+/* layout/family.c — the family table (contract in family.h).  Each row follows transformers'
+ * configuration and modeling classes of its model_type (spec/ARCHITECTURES.md). */
+#include "layout/family.h"
+
+#include <stddef.h>
+#include <string.h>
+
+/* Designated initialisers: a field a row does not name is 0 (NONE / KEY / RMS / HF / QWEN). */
+static const lwq_family families[] = {
+    {.model_type = "llama", .name = "llama", .attn = LWQ_MIXER_GQA, .mlp_bias = 1,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    {.model_type = "mistral", .name = "llama", .attn = LWQ_MIXER_GQA, .mlp_bias = 1,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    {.model_type = "qwen2", .name = "qwen2", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_QKV,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    {.model_type = "qwen3", .name = "qwen3", .attn = LWQ_MIXER_GQA, .qk_norm = 1,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    {.model_type = "qwen3_moe", .name = "qwen3_moe", .attn = LWQ_MIXER_GQA, .qk_norm = 1,
+     .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
+     .experts = LWQ_EXPERTS_HF, .rope_theta = 10000.0, .rms_norm_eps = 1e-6,
+     .partial_rotary = 1.0},
+    {.model_type = "mixtral", .name = "mixtral", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_NEVER,
+     .moe = LWQ_MOE_ALL, .keys = LWQ_KEYS_MIXTRAL, .router = LWQ_ROUTER_SOFTMAX,
+     .experts = LWQ_EXPERTS_MIXTRAL, .norm_topk_fixed = 1, .rope_theta = 1e6,
+     .rms_norm_eps = 1e-5, .partial_rotary = 1.0},
+    {.model_type = "deepseek_v2", .name = "deepseek_v2", .attn = LWQ_MIXER_MLA,
+     .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V2,
+     .shared = LWQ_SHARED_DEEPSEEK, .rope_theta = 10000.0, .rms_norm_eps = 1e-6,
+     .partial_rotary = 1.0},
+    {.model_type = "deepseek_v3", .name = "deepseek_v3", .attn = LWQ_MIXER_MLA,
+     .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
+     .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
+     .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    {.model_type = "kimi_k2", .name = "deepseek_v3", .attn = LWQ_MIXER_MLA,
+     .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
+     .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
+     .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    {.model_type = "qwen3_next", .name = "qwen3_next", .attn = LWQ_MIXER_GATED_GQA,
+     .linear = LWQ_MIXER_GDN, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
+     .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
+     .experts = LWQ_EXPERTS_HF, .shared = LWQ_SHARED_GATED, .rope_theta = 10000.0,
+     .rms_norm_eps = 1e-6, .partial_rotary = 0.25, .mtp = 1},
+};
+
+static const lwq_family_wrapper wrappers[] = {
+    {"kimi_k25", "language_model."},
+};
+
+const char *lwq_supported_model_types(void)
+{
+    /* every row's model_type in table order (tests/layout/test_family.c checks it) */
+    return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
+           "qwen3_next (and kimi_k25 via its text_config)";
+}
+
+const lwq_family *lwq_family_find(const char *mt)
+{
+    for (size_t i = 0; mt && i < sizeof families / sizeof families[0]; i++)
+        if (!strcmp(mt, families[i].model_type))
+            return &families[i];
+    return NULL;
+}
+
+int lwq_family_lookup(const char *mt, const lwq_family **out, lwq_error *e)
+{
+    if ((*out = lwq_family_find(mt)) != NULL)
+        return 0;
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "unknown model_type '%s' (supported: %s)", mt,
+                    lwq_supported_model_types());
+}
+
+const char *lwq_family_name(const lwq_family *f) { return f ? f->name : "?"; }
+
+int lwq_mixer_is_attention(lwq_mixer_kind k)
+{
+    return k == LWQ_MIXER_GQA || k == LWQ_MIXER_GATED_GQA || k == LWQ_MIXER_MLA;
+}
+
+const lwq_family_wrapper *lwq_family_find_wrapper(const char *mt)
+{
+    for (size_t i = 0; i < sizeof wrappers / sizeof wrappers[0]; i++)
+        if (!strcmp(mt, wrappers[i].model_type))
+            return &wrappers[i];
+    return NULL;
+}
