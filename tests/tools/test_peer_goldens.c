@@ -318,6 +318,48 @@ static void run_group(const char *group)
         cr_skip_test("%d of %d %s case(s) wait for lwq (%d compared equal):%s", waits, total, group, ran, skipped);
 }
 
+/* The skips are lwq's refusals of this case's own model_type, qformat or recipe, nothing else: a
+ * log line per kind, for a case of src/qwen3_5-f32 with --qformat w4a16_nvfp4 and one with a
+ * recipe importing huggingface/qwen3_5/ptq/a.quant_cfg. */
+Test(peer_goldens, only_lwq_refusals_skip)
+{
+    cJSON *q = cJSON_Parse("{\"name\": \"t\", \"src\": \"src/qwen3_5-f32\", \"lwq\": [\"--qformat\", \"w4a16_nvfp4\"]}");
+    cJSON *r = cJSON_Parse("{\"name\": \"t\", \"src\": \"src/qwen3_5-f32\", \"lwq\": [\"--recipe\", "
+                           "\"huggingface/qwen3_5_moe/ptq/b\"], \"recipe_files\": {\"huggingface/qwen3_5_moe/ptq/b.yaml\": "
+                           "\"0\", \"huggingface/qwen3_5/ptq/a.quant_cfg.yaml\": \"0\"}}");
+    const struct {
+        const cJSON *c;
+        const char *line;
+        int refused;
+    } cases[] = {
+        {q, "lwq: x/config.json: unknown model_type 'qwen3_5' (supported: llama)", 1},
+        {q, "lwq: x/config.json: unknown model_type 'qwen3_5_moe' (supported: llama)", 0},
+        {q, "lwq: --qformat w4a16_nvfp4 is not supported: weight-only NVFP4", 1},
+        {q, "lwq: --qformat nvfp4_four_over_six is not supported: 4-over-6", 0},
+        {q, "lwq: model.language_model.layers.1.mlp.experts.gate_up_proj: shape [8, 32, 32], expected [8, 64, 32]", 0},
+        {r, "lwq: huggingface/qwen3_5/ptq/a.quant_cfg:39: quant_cfg entry '*' is not supported", 1},
+        {r, "lwq: huggingface/qwen3_5_moe/ptq/b:12: algorithm x is not supported", 1},
+        {r, "lwq: huggingface/qwen3_5/ptq/c:1: not one of the recipe's files", 0},
+        {r, "lwq: out/model.safetensors: write failed", 0},
+    };
+    char tmp[256], out[300], why[512];
+    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-refusals");
+    snprintf(out, sizeof out, "%s/o", tmp);
+    for (size_t k = 0; k < sizeof cases / sizeof cases[0]; k++) {
+        char log[320];
+        snprintf(log, sizeof log, "%s.log", out);
+        FILE *fp = fopen(log, "w");
+        cr_assert_not_null(fp, "%s", log);
+        fprintf(fp, "lwq: reading\n%s\n", cases[k].line);
+        cr_assert_eq(fclose(fp), 0);
+        cr_assert_eq(lwq_refused(cases[k].c, out, why, sizeof why), cases[k].refused, "%s: refused should be %d",
+                     cases[k].line, cases[k].refused);
+    }
+    cJSON_Delete(q);
+    cJSON_Delete(r);
+    lwqt_rmtree(tmp);
+}
+
 /* XOR one byte of tensor `tensor` of dir/model.safetensors (byte `at` of its data) with `mask`. */
 static void flip_byte(const char *dir, const char *tensor, uint64_t at, unsigned mask)
 {
