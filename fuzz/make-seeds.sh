@@ -254,6 +254,25 @@ pack "$OUT/calib/ids_only" "calib.jsonl=$C/ids.jsonl"
 pack "$OUT/calib/text_file" "calib.txt=$C/paragraphs.txt"
 pack "$OUT/calib/directory" "a.jsonl=$C/all_keys.jsonl" "b.txt=$C/paragraphs.txt" "c.jsonl=$C/ids.jsonl"
 
+# ---- auto-quantize scores files (fuzz_scores: checked against qdir-src/llama, which is m_llama) -----
+fresh scores
+aqs() { # aqs NAME OUT [options]: OUT's scores.json as NAME
+    local name=$1 out=$2
+    shift 2
+    quant m_llama "$out" "$@" >/dev/null 2>&1 || true
+    cp "$W/$out.layerwise_resume/auto_quantize/scores.json" "$OUT/scores/$name.json"
+}
+aqs complete_layer aq_a --auto-quantize-bits 6
+aqs complete_kl aq_b --auto-quantize-bits 6 --auto-quantize-score kl
+aqs complete_nvfp4_none aq_c --auto-quantize-bits 6 --auto-quantize-formats nvfp4,none
+# killed in pass 1: before the first layer's commit, and after it
+for k in 20 25; do
+    rm -rf "$W/aq_d" "$W/aq_d.layerwise_resume"
+    LWQ_SYS_CRASH_STEP=$k LWQ_SYS_CRASH_MODE=kill bash -c '"$@"; exit $?' _ "$LWQ" quantize "$W/m_llama" \
+        -o "$W/aq_d" --calib-size 4 --calib-seq 16 --quiet --auto-quantize-bits 6 >/dev/null 2>&1 || true
+    cp "$W/aq_d.layerwise_resume/auto_quantize/scores.json" "$OUT/scores/killed_step_$k.json"
+done
+
 # ---- hf_ptq command lines (the translator of tools/hfptq_args.c): one argument per line -------
 fresh hfptq
 H=$OUT/hfptq
@@ -287,6 +306,8 @@ dict config config.c -- 'null' 'true' 'false' '1e308' '-1' '4096' '"text_config"
 dict recipe_json recipe.c recipe_attrs.c -- '[!' '[a-z]' '*.' 'true' 'false' 'null' '1e-50'
 dict recipe_yaml recipe_yaml.c recipe_qcfg.c recipe_attrs.c yaml_doc.c -- 'imports:' '$import:' \
     'quant_cfg:' 'quantizer_name:' 'cfg:' '- ' ': ' '---' '[' ']' '{' '}' '&a' '*a' '!!str' '(4, 3)' '(2, 1)'
+dict scores autoq_state.c -- '"0123456789abcdef"' 'true' 'false' 'null' '1e308' '-1' 'nvfp4' 'fp8' 'none' \
+    'state-0.bin' 'state-1.bin'
 dict manifest manifest.c -- '"0123456789abcdef"' 'true' 'false' 'null' '1e20' '-1'
 dict qdir eval_qdir.c checkpoint.c safetensors.c dtype.c arch.c -- '==> ' ' <==' 'model-layer-00000.safetensors'
 dict calib dataset.c -- '==> ' ' <==' '.txt' '.jsonl' '\u0000' '\ud800'

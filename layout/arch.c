@@ -15,7 +15,7 @@ typedef struct builder {
     lwq_arch_layer *l;
     int tcap, lcap;
     const lwq_model_config *c;
-    char pre[LWQ_ARCH_NAME_MAX]; /* "model.layers.7." with the weight prefix */
+    char pre[LWQ_ARCH_NAME_MAX]; /* canonical "model.layers.7." (cfg.names maps each name) */
     int oom;
 } builder;
 
@@ -61,11 +61,13 @@ static lwq_arch_tensor *tensor(builder *b, lwq_tensor_kind kind, int optional, i
     }
     lwq_arch_tensor *t = &l->tensors[l->ntensors++];
     memset(t, 0, sizeof *t);
-    size_t n = (size_t)snprintf(t->name, sizeof t->name, "%s", b->pre);
+    char canon[LWQ_ARCH_NAME_MAX];
+    size_t n = (size_t)snprintf(canon, sizeof canon, "%s", b->pre);
     va_list ap;
     va_start(ap, fmt);
-    vsnprintf(t->name + n, sizeof t->name - n, fmt, ap);
+    vsnprintf(canon + n, sizeof canon - n, fmt, ap);
     va_end(ap);
+    lwq_names_full(&b->c->names, canon, t->name, sizeof t->name);
     t->kind = kind;
     t->optional = optional;
     t->ndim = ndim;
@@ -96,7 +98,9 @@ static void linear(builder *b, const char *module, lwq_linear_role role, int exp
     int li = l->nlinears++;
     lwq_arch_linear *m = &l->linears[li];
     memset(m, 0, sizeof *m);
-    snprintf(m->name, sizeof m->name, "%s%s", b->pre, module);
+    char canon[LWQ_ARCH_NAME_MAX + 96];
+    snprintf(canon, sizeof canon, "%s%s", b->pre, module);
+    lwq_names_full(&b->c->names, canon, m->name, sizeof m->name);
     m->role = role;
     m->expert = expert;
     m->out_features = out;
@@ -172,10 +176,22 @@ static void plan_linear_attention(builder *b)
     int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
     int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
     int64_t nv = c->linear_num_value_heads;
-    /* in_proj_qkvz and in_proj_ba read the same input but are separate GEMMs in vLLM, so they
-     * are not a fused group. */
-    linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
-    linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
+    if (b->l->mixer == LWQ_MIXER_GDN_SPLIT) {
+        /* Qwen3.5's split projections: vLLM merges in_proj_qkv + in_proj_z and in_proj_b +
+         * in_proj_a into one GEMM each, and Model Optimizer 0.47 exports qkv and z with one
+         * input and one weight global scale: two fused groups */
+        int g = new_group(b);
+        linear(b, "linear_attn.in_proj_qkv", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + vd, h, g, 0, 0);
+        linear(b, "linear_attn.in_proj_z", LWQ_ROLE_LIN_QKVZ, -1, vd, h, g, 0, 0);
+        g = new_group(b);
+        linear(b, "linear_attn.in_proj_b", LWQ_ROLE_LIN_BA, -1, nv, h, g, 0, 0);
+        linear(b, "linear_attn.in_proj_a", LWQ_ROLE_LIN_BA, -1, nv, h, g, 0, 0);
+    } else {
+        /* in_proj_qkvz and in_proj_ba read the same input but are separate GEMMs in vLLM, so
+         * they are not a fused group. */
+        linear(b, "linear_attn.in_proj_qkvz", LWQ_ROLE_LIN_QKVZ, -1, 2 * kd + 2 * vd, h, -1, 0, 0);
+        linear(b, "linear_attn.in_proj_ba", LWQ_ROLE_LIN_BA, -1, 2 * nv, h, -1, 0, 0);
+    }
     /* The depthwise causal conv reads q/k/v (2 kd + vd channels) and is quantizable like a linear
      * (the production recipe runs it FP8 W8A8): its weight keeps the source's 3-D shape. */
     linear(b, "linear_attn.conv1d", LWQ_ROLE_LIN_CONV, -1, 2 * kd + vd, c->linear_conv_kernel_dim,
@@ -259,7 +275,7 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     if (!c->family)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "no layer plan for model_type '%s'", c->model_type);
     builder b = {.l = out, .c = c};
-    snprintf(b.pre, sizeof b.pre, "%smodel.layers.%d.", c->weight_prefix, layer);
+    snprintf(b.pre, sizeof b.pre, "model.layers.%d.", layer);
     out->layer = layer;
     out->is_moe = lwq_config_layer_is_moe(c, layer);
     out->mixer = lwq_config_layer_mixer(c, layer);
@@ -269,7 +285,8 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
     switch (out->mixer) {
     case LWQ_MIXER_MLA: plan_mla_attention(&b); break;
-    case LWQ_MIXER_GDN: plan_linear_attention(&b); break;
+    case LWQ_MIXER_GDN:
+    case LWQ_MIXER_GDN_SPLIT: plan_linear_attention(&b); break;
     case LWQ_MIXER_GQA:
     case LWQ_MIXER_GATED_GQA: plan_gqa_attention(&b); break;
     default:
@@ -294,7 +311,7 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
     memset(out, 0, sizeof *out);
     builder b = {.l = out, .c = c};
     out->layer = -1;
-    snprintf(b.pre, sizeof b.pre, "%s", c->weight_prefix);
+    b.pre[0] = 0;
     tensor(&b, LWQ_TK_EMBED, 0, 2, c->vocab_size, c->hidden_size, 0, "model.embed_tokens.weight");
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "model.norm.weight");
     /* Tied models usually omit lm_head; some save the shared matrix under both names. */
@@ -308,7 +325,7 @@ int lwq_arch_tail_plan(const lwq_model_config *c, lwq_arch_layer *out, lwq_error
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_embedding.weight");
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.pre_fc_norm_hidden.weight");
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "mtp.norm.weight");
-        snprintf(b.pre, sizeof b.pre, "%smtp.layers.0.", c->weight_prefix);
+        snprintf(b.pre, sizeof b.pre, "mtp.layers.0.");
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
         plan_gqa_attention(&b);
         tensor(&b, LWQ_TK_NORM, 1, 1, c->hidden_size, 0, 0, "post_attention_layernorm.weight");
@@ -516,6 +533,16 @@ static int is_quant_tensor(const lwq_ckpt *c, const lwq_arch_layer *plan, const 
     return 0;
 }
 
+/* Whether tail tensor `name` belongs to the wrapper's own modules (counted). */
+static int is_passthrough(const lwq_ckpt *c, const lwq_arch_layer *plan, const char *name, lwq_arch_report *r)
+{
+    const char *p = c->cfg.passthrough;
+    if (plan->layer >= 0 || !p || strncmp(name, p, strlen(p)))
+        return 0;
+    r->passthrough++;
+    return 1;
+}
+
 /* Compare one plan with the checkpoint tensors listed in `have`. */
 static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_ckpt_layer *have,
                       lwq_arch_report *r, lwq_error *e)
@@ -567,7 +594,8 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
         if ((strlen(name) >= sizeof key.name ||
              !bsearch(&kp, sorted, (size_t)plan->ntensors, sizeof *sorted, cmp_tensor_ptr)) &&
             !lwq_srcfmt_is_aux(c, name) && /* FP8 scale_inv / MXFP4 halves: dequantized away */
-            !is_quant_tensor(c, plan, &c->tensors[have->idx[i]], r))
+            !is_quant_tensor(c, plan, &c->tensors[have->idx[i]], r) &&
+            !is_passthrough(c, plan, name, r))
             rc = issue(r, LWQ_ISSUE_UNEXPECTED, plan->layer, name, "passes through unquantized", e);
     }
     free(sorted);
@@ -582,7 +610,9 @@ int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
     for (int l = 0; rc == 0 && l < c->nlayers; l++) {
         if (l >= cfg->num_hidden_layers) {
             char name[LWQ_ARCH_NAME_MAX], det[96];
-            snprintf(name, sizeof name, "%smodel.layers.%d.*", cfg->weight_prefix, l);
+            char canon[64];
+            snprintf(canon, sizeof canon, "model.layers.%d.*", l);
+            lwq_names_full(&cfg->names, canon, name, sizeof name);
             snprintf(det, sizeof det, "%d tensors beyond num_hidden_layers %d pass through",
                      c->layers[l].n, cfg->num_hidden_layers);
             rc = issue(r, LWQ_ISSUE_EXTRA_LAYER, l, name, det, e);

@@ -145,6 +145,8 @@ typedef struct lwq_arch_report {
      * quantized, each with its scales checked (below), and the KV cache's scalars. */
     int quantized_nvfp4, quantized_fp8;
     int kv_scales;                /* k_scale / v_scale F32 scalars */
+    int passthrough;              /* tensors of the wrapper's own modules (cfg.passthrough: a
+                                     vision tower), copied unquantized; not "unexpected" */
     char first_quantized[LWQ_ARCH_NAME_MAX]; /* the first such linear's weight, for messages */
 } lwq_arch_report;
 

@@ -305,13 +305,13 @@ static int cmp_tensor_name(const void *a, const void *b)
 static int build_layers(lwq_ckpt *c, lwq_error *e)
 {
     qsort(c->tensors, (size_t)c->ntensors, sizeof *c->tensors, cmp_tensor_name);
-    size_t plen = strlen(c->cfg.weight_prefix);
     int maxl = -1;
     for (int i = 0; i < c->ntensors; i++) {
         lwq_ckpt_tensor *t = &c->tensors[i];
         int l = -1;
-        if (!strncmp(t->name, c->cfg.weight_prefix, plen))
-            l = lwq_tensor_layer_index(t->name + plen);
+        char canon[600];
+        if (lwq_names_canon(&c->cfg.names, t->name, canon, sizeof canon))
+            l = lwq_tensor_layer_index(canon);
         t->layer = l;
         if (l > maxl)
             maxl = l;
@@ -342,8 +342,8 @@ static int build_layers(lwq_ckpt *c, lwq_error *e)
         if (l >= c->nlayers || c->layers[l].n == 0)
             return lwq_errf(e, LWQ_EFORMAT,
                             "%s: config.json declares %d decoder layers, but no tensor belongs to "
-                            "layer %d (expected names %smodel.layers.%d.*)",
-                            c->dir, c->cfg.num_hidden_layers, l, c->cfg.weight_prefix, l);
+                            "layer %d (expected names %slayers.%d.*)",
+                            c->dir, c->cfg.num_hidden_layers, l, c->cfg.names.root, l);
     }
     return 0;
 }

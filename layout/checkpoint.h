@@ -67,7 +67,7 @@ const lwq_ckpt_tensor *lwq_ckpt_find_in(const lwq_ckpt *c, const char *module, c
 /* Whether t holds one F32 value (no dimension, or every dimension 1). */
 int lwq_ckpt_is_f32_scalar(const lwq_ckpt_tensor *t);
 /* Decoder-layer index parsed from a name starting "model.layers.<i>." (decimal, no sign, no
- * leading zeros, i < LWQ_MAX_LAYERS), or -1.  Callers strip cfg.weight_prefix first. */
+ * leading zeros, i < LWQ_MAX_LAYERS), or -1.  Callers map the name to its canonical form first (lwq_names_canon). */
 int lwq_tensor_layer_index(const char *name);
 /* Join dir and a file name from an index after checking it stays inside dir; out has `cap`. */
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e);

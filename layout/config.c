@@ -257,12 +257,14 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
                 c->mlp_only_layers[c->n_mlp_only_layers++] = (int)it->valuedouble;
             }
         }
+    } else {
+        c->decoder_sparse_step = 1;
+    }
+    if (f->moe == LWQ_MOE_SPARSE_STEP || f->shared == LWQ_SHARED_GATED) {
         LWQ_TRY(get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
         c->shared_expert_intermediate_size = v;
         if (f->shared == LWQ_SHARED_GATED && v > 0)
             c->n_shared_experts = 1;
-    } else {
-        c->decoder_sparse_step = 1;
     }
     return 0;
 }
@@ -339,10 +341,13 @@ static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
             if (cJSON_IsString(t) && !strcmp(t->valuestring, "linear_attention"))
                 c->layer_mixer[i] = (unsigned char)f->linear;
             else if (!cJSON_IsString(t) || strcmp(t->valuestring, "full_attention"))
-                return lwq_errf(x->e, LWQ_EFORMAT,
-                                "%s: layer_types[%d] is not \"linear_attention\" or "
-                                "\"full_attention\"",
-                                x->path, i);
+                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                                "%s: model_type '%s': \"%slayer_types\"[%d] = %s%s%s is not a layer "
+                                "type lwq implements (\"linear_attention\", \"full_attention\")",
+                                x->path, c->model_type, x->section, i,
+                                cJSON_IsString(t) ? "\"" : "",
+                                cJSON_IsString(t) ? t->valuestring : "a non-string",
+                                cJSON_IsString(t) ? "\"" : "");
         }
     } else {
         int every = 4; /* the default; get_i32 sets it */
@@ -362,6 +367,10 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     int moe = f->moe != LWQ_MOE_NONE;
 
     LWQ_TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
+    if (!c->dtype_explicit && c->text_config) { /* a wrapper names the dtype of the whole model */
+        ctx top = {x->path, "", x->e};
+        LWQ_TRY(parse_dtype(&top, c->raw, &c->dtype, &c->dtype_explicit));
+    }
     LWQ_TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
     LWQ_TRY(get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
     LWQ_TRY(get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
@@ -411,7 +420,7 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         LWQ_TRY(parse_moe(x, o, c));
     if (f->attn == LWQ_MIXER_MLA)
         LWQ_TRY(parse_mla(x, o, c));
-    if (f->linear == LWQ_MIXER_GDN)
+    if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
     LWQ_TRY(parse_layer_mixers(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
@@ -462,6 +471,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: required key \"model_type\" is missing", path);
         goto fail;
     }
+    snprintf(c->names.root, sizeof c->names.root, "model.");
     const lwq_family_wrapper *wr = lwq_family_find_wrapper(c->model_type);
     if (wr) {
         const cJSON *tc = get(o, "text_config");
@@ -472,7 +482,10 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         }
         o = tc;
         x.section = "text_config.";
-        snprintf(c->weight_prefix, sizeof c->weight_prefix, "%s", wr->prefix);
+        c->text_config = 1;
+        snprintf(c->names.root, sizeof c->names.root, "%s", wr->root);
+        snprintf(c->names.head, sizeof c->names.head, "%s", wr->head);
+        c->passthrough = wr->passthrough;
         if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
             goto fail;
     }
@@ -531,4 +544,28 @@ lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)
     if (c->layer_mixer)
         return (lwq_mixer_kind)c->layer_mixer[layer];
     return c->family ? c->family->attn : LWQ_MIXER_NONE;
+}
+
+size_t lwq_names_full(const lwq_names *n, const char *canon, char *out, size_t cap)
+{
+    if (!n || !n->root[0])
+        return (size_t)snprintf(out, cap, "%s", canon);
+    if (!strncmp(canon, "model.", 6))
+        return (size_t)snprintf(out, cap, "%s%s", n->root, canon + 6);
+    return (size_t)snprintf(out, cap, "%s%s", n->head, canon);
+}
+
+int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap)
+{
+    size_t r = n && n->root[0] ? strlen(n->root) : 0, h = n ? strlen(n->head) : 0;
+    int k;
+    if (!r)
+        k = snprintf(out, cap, "%s", full);
+    else if (!strncmp(full, n->root, r))
+        k = snprintf(out, cap, "model.%s", full + r);
+    else if (!strncmp(full, n->head, h))
+        k = snprintf(out, cap, "%s", full + h);
+    else
+        return 0;
+    return k >= 0 && (size_t)k < cap;
 }

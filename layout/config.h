@@ -27,6 +27,24 @@ typedef enum lwq_rope_type {
 
 #define LWQ_MAX_LAYERS 4096
 
+/* Where a checkpoint keeps the text model.  Every part of lwq names tensors canonically, as a
+ * plain causal LM does ("model.layers.3.mlp.gate_proj.weight", "model.norm.weight",
+ * "lm_head.weight"); lwq_names_full maps a canonical name to the checkpoint's: "model." becomes
+ * `root` ("model." for plain causal LMs, "model.language_model." for Qwen3.5's VLM wrappers,
+ * "language_model.model." for kimi_k25), any other name gets `head` before it ("" or
+ * "language_model."). */
+typedef struct lwq_names {
+    char root[40];
+    char head[32];
+} lwq_names;
+
+/* out = the checkpoint's name of `canon` (n NULL: canon itself); the length it needs, as snprintf
+ * returns it (>= cap: truncated). */
+size_t lwq_names_full(const lwq_names *n, const char *canon, char *out, size_t cap);
+/* out = the canonical name of the checkpoint's `full`; 0 when `full` is not under the mapping
+ * (or out is too small), else 1. */
+int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap);
+
 typedef struct lwq_model_config {
     char model_type[64];      /* as written in config.json */
     const lwq_family *family; /* the row of model_type (layout/family.h): what the layers hold */
@@ -81,9 +99,11 @@ typedef struct lwq_model_config {
     int64_t linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
 
-    /* Weight names start with this prefix before "model." (multimodal wrappers such as
-     * kimi_k25 keep the text model under "language_model."); "" for plain causal LMs. */
-    char weight_prefix[32];
+    /* Where the checkpoint keeps the text model (lwq_names_full). */
+    lwq_names names;
+    int text_config;          /* the text model's keys are under "text_config" (a wrapper) */
+    const char *passthrough;  /* the wrapper's own modules ("model.visual."): copied unquantized
+                                 and excluded as a whole (layout/family.h), or NULL; static */
 
     struct cJSON *raw;        /* the whole config.json, owned */
     char *text;               /* its bytes as read (the exporter keeps them), owned */

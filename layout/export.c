@@ -7,20 +7,30 @@
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(const char *const *)a, *(const char *const *)b); }
 
-static const char *algo_of(lwq_qformat f) { return f == LWQ_QFMT_NVFP4 ? "NVFP4" : "FP8"; }
+/* What a module is written as: its lwq_qformat, or KIND_W4A16 for weight-only NVFP4. */
+enum { KIND_NONE = LWQ_QFMT_NONE, KIND_NVFP4 = LWQ_QFMT_NVFP4, KIND_FP8 = LWQ_QFMT_FP8, KIND_W4A16, NKINDS };
+_Static_assert((int)KIND_W4A16 > (int)LWQ_QFMT_NVFP4 && (int)KIND_W4A16 > (int)LWQ_QFMT_FP8, "kinds extend lwq_qformat");
 
-/* The single format used by all quantized modules, LWQ_QFMT_NONE when none is quantized, or -1
- * when several are (MIXED_PRECISION). */
+static int kind_of(const lwq_export_module *m)
+{
+    return m->format == LWQ_QFMT_NVFP4 && m->weight_only ? KIND_W4A16 : (int)m->format;
+}
+
+static const char *algo_of(int k) { return k == KIND_NVFP4 ? "NVFP4" : k == KIND_W4A16 ? "W4A16_NVFP4" : "FP8"; }
+static int grouped(int k) { return k == KIND_NVFP4 || k == KIND_W4A16; } /* group_size 16 */
+
+/* The single kind used by all quantized modules, KIND_NONE when none is quantized, or -1 when
+ * several are (MIXED_PRECISION). */
 static int overall_format(const lwq_export_quant *q)
 {
-    int f = LWQ_QFMT_NONE;
+    int f = KIND_NONE;
     for (int i = 0; i < q->nmods; i++) {
-        lwq_qformat m = q->mods[i].format;
-        if (m == LWQ_QFMT_NONE)
+        int m = kind_of(&q->mods[i]);
+        if (m == KIND_NONE)
             continue;
-        if (f == LWQ_QFMT_NONE)
-            f = (int)m;
-        else if (f != (int)m)
+        if (f == KIND_NONE)
+            f = m;
+        else if (f != m)
             return -1;
     }
     return f;
@@ -37,7 +47,7 @@ static cJSON *exclude_list(const lwq_export_quant *q)
         return NULL;
     int k = 0;
     char lm[96];
-    snprintf(lm, sizeof lm, "%slm_head", q->prefix ? q->prefix : "");
+    lwq_names_full(q->names, "lm_head", lm, sizeof lm);
     v[k++] = lm;
     for (int i = 0; i < q->nextra; i++)
         v[k++] = q->extra_excludes[i];
@@ -65,13 +75,13 @@ static cJSON *quantized_layers(const lwq_export_quant *q)
     qsort(v, (size_t)k, sizeof *v, cmp_str);
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < k; i++) {
-        lwq_qformat f = LWQ_QFMT_NONE;
+        int f = KIND_NONE;
         for (int j = 0; j < q->nmods; j++)
             if (q->mods[j].name == v[i])
-                f = q->mods[j].format;
+                f = kind_of(&q->mods[j]);
         cJSON *l = cJSON_AddObjectToObject(o, v[i]);
         cJSON_AddStringToObject(l, "quant_algo", algo_of(f));
-        if (f == LWQ_QFMT_NVFP4)
+        if (grouped(f))
             cJSON_AddNumberToObject(l, "group_size", 16);
     }
     free(v);
@@ -89,9 +99,13 @@ static int check_modules(const lwq_export_quant *q, lwq_error *e)
 {
     if (overall_format(q) == LWQ_QFMT_NONE)
         return lwq_errf(e, LWQ_EINVAL, "export: no module is quantized; nothing to describe");
-    for (int i = 0; i < q->nmods; i++)
+    for (int i = 0; i < q->nmods; i++) {
         if (!q->mods[i].name || !q->mods[i].name[0])
             return lwq_errf(e, LWQ_EINVAL, "export: module %d has no name", i);
+        if (q->mods[i].weight_only && q->mods[i].format != LWQ_QFMT_NVFP4)
+            return lwq_errf(e, LWQ_EINVAL, "export: %s is weight-only %s; only NVFP4 has a weight-only form",
+                            q->mods[i].name, lwq_qformat_name(q->mods[i].format));
+    }
     return 0;
 }
 
@@ -114,12 +128,12 @@ int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error 
     cJSON *root = cJSON_CreateObject();
     add_producer(root);
     cJSON *qz = cJSON_AddObjectToObject(root, "quantization");
-    cJSON_AddStringToObject(qz, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of((lwq_qformat)f));
+    cJSON_AddStringToObject(qz, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of(f));
     if (q->kv == LWQ_KV_NONE)
         cJSON_AddNullToObject(qz, "kv_cache_quant_algo");
     else
         cJSON_AddStringToObject(qz, "kv_cache_quant_algo", "FP8");
-    if (f == LWQ_QFMT_NVFP4)
+    if (f >= 0 && grouped(f))
         cJSON_AddNumberToObject(qz, "group_size", 16);
     cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q));
     if (f < 0)
@@ -127,21 +141,23 @@ int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error 
     return finish(root, out, e);
 }
 
-static cJSON *group_details(lwq_qformat f)
+static cJSON *group_details(int f)
 {
     cJSON *g = cJSON_CreateObject();
-    int bits = f == LWQ_QFMT_NVFP4 ? 4 : 8;
-    cJSON *ia = cJSON_AddObjectToObject(g, "input_activations");
-    cJSON_AddBoolToObject(ia, "dynamic", 0);
-    cJSON_AddNumberToObject(ia, "num_bits", bits);
-    cJSON_AddStringToObject(ia, "type", "float");
-    if (f == LWQ_QFMT_NVFP4)
-        cJSON_AddNumberToObject(ia, "group_size", 16);
+    int bits = grouped(f) ? 4 : 8;
+    if (f != KIND_W4A16) {
+        cJSON *ia = cJSON_AddObjectToObject(g, "input_activations");
+        cJSON_AddBoolToObject(ia, "dynamic", 0);
+        cJSON_AddNumberToObject(ia, "num_bits", bits);
+        cJSON_AddStringToObject(ia, "type", "float");
+        if (f == KIND_NVFP4)
+            cJSON_AddNumberToObject(ia, "group_size", 16);
+    }
     cJSON *w = cJSON_AddObjectToObject(g, "weights");
     cJSON_AddBoolToObject(w, "dynamic", 0);
     cJSON_AddNumberToObject(w, "num_bits", bits);
     cJSON_AddStringToObject(w, "type", "float");
-    if (f == LWQ_QFMT_NVFP4)
+    if (grouped(f))
         cJSON_AddNumberToObject(w, "group_size", 16);
     return g;
 }
@@ -152,15 +168,15 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
     cJSON *qc = cJSON_CreateObject();
     cJSON *groups = cJSON_AddObjectToObject(qc, "config_groups");
     if (f >= 0) {
-        cJSON *g = group_details((lwq_qformat)f);
+        cJSON *g = group_details(f);
         cJSON *t = cJSON_AddArrayToObject(g, "targets");
         cJSON_AddItemToArray(t, cJSON_CreateString("Linear"));
         cJSON_AddItemToObject(groups, "group_0", g);
     } else {
         /* one group per distinct format, targets = the sorted module names in it */
-        static const lwq_qformat order[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8};
+        static const int order[] = {KIND_NVFP4, KIND_FP8, KIND_W4A16};
         int gi = 0;
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < 3; k++) {
             const char **v = malloc((size_t)q->nmods * sizeof *v);
             if (!v) {
                 cJSON_Delete(qc);
@@ -168,7 +184,7 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
             }
             int n = 0;
             for (int i = 0; i < q->nmods; i++)
-                if (q->mods[i].format == order[k])
+                if (kind_of(&q->mods[i]) == order[k])
                     v[n++] = q->mods[i].name;
             if (n) {
                 qsort(v, (size_t)n, sizeof *v, cmp_str);
@@ -185,7 +201,7 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
         cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
     }
     cJSON_AddItemToObject(qc, "ignore", exclude_list(q));
-    cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of((lwq_qformat)f));
+    cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of(f));
     if (q->kv != LWQ_KV_NONE) {
         cJSON *kv = cJSON_AddObjectToObject(qc, "kv_cache_scheme");
         cJSON_AddBoolToObject(kv, "dynamic", 0);

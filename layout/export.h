@@ -8,8 +8,9 @@
  *     with any "quantization_config" member replaced by lwq's (config_groups, ignore,
  *     quant_algo, kv_cache_scheme object, producer, quant_method "modelopt"), appended last;
  *   - model.safetensors.index.json.
- * One format for all quantized linears gives quant_algo NVFP4 or FP8; more than one gives
- * MIXED_PRECISION with a quantized_layers map.  Exclusions are explicit module names (never
+ * One format for all quantized linears gives quant_algo NVFP4, FP8 or W4A16_NVFP4 (weight-only
+ * NVFP4, whose config group has no input_activations, as Model Optimizer 0.47 writes it); more
+ * than one gives MIXED_PRECISION with a quantized_layers map.  Exclusions are explicit module names (never
  * globs, so an exclusion can never match a quantized module), sorted, always with lm_head.
  * Output is deterministic: same inputs, same bytes. */
 #ifndef LWQ_LAYOUT_EXPORT_H
@@ -19,6 +20,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
+#include "layout/config.h"
 #include "layout/recipe.h"
 
 struct cJSON;
@@ -26,6 +28,7 @@ struct cJSON;
 typedef struct lwq_export_module {
     const char *name;         /* "model.layers.3.self_attn.q_proj" */
     lwq_qformat format;
+    int weight_only;          /* with NVFP4: W4A16_NVFP4 (no input_activations, no input_scale) */
 } lwq_export_module;
 
 typedef struct lwq_export_quant {
@@ -34,8 +37,8 @@ typedef struct lwq_export_quant {
     const char *const *extra_excludes; /* beyond lm_head, e.g. MTP layers "model.layers.61*" */
     int nextra;
     lwq_kv_mode kv;
-    const char *prefix;                /* weight-name prefix of wrapped models ("language_model.")
-                                          for the lm_head entry, or NULL */
+    const lwq_names *names;            /* where the checkpoint keeps the text model (the lm_head
+                                          entry: "language_model.lm_head" for kimi_k25), or NULL */
 } lwq_export_quant;
 
 #define LWQ_PRODUCER_NAME "modelopt"

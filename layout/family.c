@@ -40,17 +40,36 @@ static const lwq_family families[] = {
      .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
      .experts = LWQ_EXPERTS_HF, .shared = LWQ_SHARED_GATED, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-6, .partial_rotary = 0.25, .mtp = 1},
+    /* Qwen3.5 / 3.6 / 3.8 text models (Qwen3_5ForCausalLM; under "text_config" of the
+     * qwen3_5 VLM wrapper): qwen3_next's blocks with split DeltaNet projections, every layer
+     * dense.  mRoPE (mrope_section) is text-only here: the three position ids are equal and it
+     * is 1-D RoPE. */
+    {.model_type = "qwen3_5_text", .name = "qwen3_5", .attn = LWQ_MIXER_GATED_GQA,
+     .linear = LWQ_MIXER_GDN_SPLIT, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 0.25, .mtp = 1},
+    /* ... and their MoE: every layer routed (softmax top-k, always renormalised) plus the gated
+     * shared expert (Qwen3_5MoeSparseMoeBlock) */
+    {.model_type = "qwen3_5_moe_text", .name = "qwen3_5_moe", .attn = LWQ_MIXER_GATED_GQA,
+     .linear = LWQ_MIXER_GDN_SPLIT, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
+     .moe = LWQ_MOE_ALL, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
+     .experts = LWQ_EXPERTS_HF, .shared = LWQ_SHARED_GATED, .norm_topk_fixed = 1,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 0.25, .mtp = 1},
 };
 
 static const lwq_family_wrapper wrappers[] = {
-    {"kimi_k25", "language_model."},
+    {"kimi_k25", "language_model.model.", "language_model.", NULL},
+    /* Qwen3_5[Moe]ForConditionalGeneration: the text model under model.language_model, lm_head
+     * and mtp.* at the top, the vision tower model.visual.* */
+    {"qwen3_5", "model.language_model.", "", "model.visual."},
+    {"qwen3_5_moe", "model.language_model.", "", "model.visual."},
 };
 
 const char *lwq_supported_model_types(void)
 {
     /* every row's model_type in table order (tests/layout/test_family.c checks it) */
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "qwen3_next (and kimi_k25 via its text_config)";
+           "qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
+           "text_config)";
 }
 
 const lwq_family *lwq_family_find(const char *mt)
@@ -70,6 +89,8 @@ int lwq_family_lookup(const char *mt, const lwq_family **out, lwq_error *e)
 }
 
 const char *lwq_family_name(const lwq_family *f) { return f ? f->name : "?"; }
+
+int lwq_mixer_is_gdn(lwq_mixer_kind k) { return k == LWQ_MIXER_GDN || k == LWQ_MIXER_GDN_SPLIT; }
 
 int lwq_mixer_is_attention(lwq_mixer_kind k)
 {

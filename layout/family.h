@@ -28,6 +28,8 @@ typedef enum lwq_mixer_kind {
     LWQ_MIXER_MLA,       /* DeepSeek multi-head latent attention (q_a/q_b or q_proj, kv_a, kv_b) */
     LWQ_MIXER_GDN,       /* gated DeltaNet, linear_attn.in_proj_qkvz / in_proj_ba interleaved per
                             key head (Qwen3-Next) */
+    LWQ_MIXER_GDN_SPLIT, /* the same gated DeltaNet with split projections in_proj_qkv ([q, k, v]),
+                            in_proj_z, in_proj_b, in_proj_a (Qwen3.5) */
 } lwq_mixer_kind;
 
 /* When the config sets q/k/v (and o) biases. */
@@ -108,13 +110,20 @@ int lwq_family_lookup(const char *model_type, const lwq_family **out, lwq_error 
 const char *lwq_supported_model_types(void);
 /* The row's short family name ("llama", "qwen3_moe", ...); "?" for NULL. */
 const char *lwq_family_name(const lwq_family *f);
+/* Whether mixer kind k is a gated DeltaNet (either projection layout). */
+int lwq_mixer_is_gdn(lwq_mixer_kind k);
 /* Whether mixer kind k is softmax attention over a KV cache (GQA, gated GQA, MLA). */
 int lwq_mixer_is_attention(lwq_mixer_kind k);
 
 /* Wrapper configs whose text model is a row of the table under "text_config": the wrapper's
- * model_type and the prefix its weight names carry before "model.". */
+ * model_type and where its weights keep the text model (layout/config.h lwq_names: what "model."
+ * becomes, what other names carry before them). */
 typedef struct lwq_family_wrapper {
-    const char *model_type, *prefix;
+    const char *model_type, *root, *head;
+    /* the wrapper's own modules (a vision tower), outside the text model: every tensor whose name
+     * starts with this passes through unquantized and is excluded as "<prefix without the dot>*",
+     * as Model Optimizer excludes it (NULL: none) */
+    const char *passthrough;
 } lwq_family_wrapper;
 const lwq_family_wrapper *lwq_family_find_wrapper(const char *model_type);
 

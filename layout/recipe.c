@@ -14,6 +14,11 @@ static const char *const qformat_names[] = {"none", "nvfp4", "fp8"};
 static const char *const algo_names[] = {"max", "mse", "local_hessian", "gptq"};
 static const char *const kv_names[] = {"none", "fp8", "fp8_cast"};
 
+const char *lwq_choice_format_name(const lwq_quant_choice *c)
+{
+    return c->format == LWQ_QFMT_NVFP4 && c->weight_only ? "w4a16_nvfp4" : lwq_qformat_name(c->format);
+}
+
 const char *lwq_qformat_name(lwq_qformat f) { return (unsigned)f < 3 ? qformat_names[f] : "?"; }
 const char *lwq_algo_name(lwq_calib_algo a) { return (unsigned)a < 4 ? algo_names[a] : "?"; }
 const char *lwq_kv_mode_name(lwq_kv_mode k) { return (unsigned)k < 3 ? kv_names[k] : "?"; }
@@ -176,6 +181,11 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
         c.format = wf;
         c.has_input_amax = wf != LWQ_QFMT_NONE && in.has_amax;
         c.input_amax = (float)in.amax;
+    } else if (wf == LWQ_QFMT_NVFP4 && xf == LWQ_QFMT_NONE) {
+        /* W4A16: Model Optimizer's get_quantization_format calls an NVFP4 weight quantizer with
+         * no enabled input quantizer w4a16_nvfp4 and exports the weights as for NVFP4 */
+        c.format = LWQ_QFMT_NVFP4;
+        c.weight_only = 1;
     } else {
         c.split = 1;
     }
@@ -221,7 +231,8 @@ int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_er
 {
     return lwq_errf(e, LWQ_EUNSUPPORTED,
                     "%s: the recipe makes its weight quantizer %s and its input quantizer %s; lwq writes "
-                    "W4A4 NVFP4 and W8A8 FP8 only (weight and input in one format, or neither quantized)",
+                    "W4A4 NVFP4, W8A8 FP8 and weight-only NVFP4 (W4A16) only (weight and input in one "
+                    "format, NVFP4 weights alone, or neither quantized)",
                     module, c->weight_format == LWQ_QFMT_NONE ? "disabled" : lwq_qformat_name(c->weight_format),
                     c->input_format == LWQ_QFMT_NONE ? "disabled" : lwq_qformat_name(c->input_format));
 }
@@ -505,11 +516,17 @@ static const struct {
      "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
      MLA_PROJ_OFF "]}"},
     {"qwen3next_production", QWEN3NEXT_PRODUCTION},
+    /* Model Optimizer's W4A16_NVFP4_CFG (hf_ptq --qformat w4a16_nvfp4): every weight quantizer
+     * NVFP4, no input quantizer, default_disabled_quantizers (routers, conv1d, in_proj_a/b) */
+    {"w4a16_nvfp4", "{\"name\":\"w4a16_nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"},"
+                    "{\"match\":\"*\",\"quantizer\":\"input\",\"enable\":false}," ROUTERS_OFF "," LINEAR_ATTN_OFF
+                    "]}"},
 };
 
 const char *lwq_recipe_preset_names(void)
 {
-    return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn, qwen3next_production";
+    return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn, qwen3next_production, "
+           "w4a16_nvfp4";
 }
 
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)

@@ -13,9 +13,11 @@
  *
  * A rule may narrow itself to one quantizer of the module, as Model Optimizer's quant_cfg does:
  * "quantizer": "weight" or "input" (absent: both).  The weight and the input quantizer of a
- * linear are resolved separately; lwq writes W4A4 NVFP4 and W8A8 FP8 only, so when the two end in
- * different formats (one enabled and one not included) the choice says so (`split`) and the
- * engine refuses the module by name.  "quantizer": "kv" rules select attention modules and set
+ * linear are resolved separately.  lwq writes W4A4 NVFP4, W8A8 FP8 and weight-only NVFP4 (W4A16:
+ * weight NVFP4, input quantizer disabled; the choice says `weight_only`, no input_scale is
+ * written); any other pair of different formats (FP8 weights alone, an input quantizer alone,
+ * NVFP4 weights with FP8 inputs) the choice says so (`split`) and the engine refuses the module
+ * by name.  "quantizer": "kv" rules select attention modules and set
  * {"kv_cache": mode} or "enable" for their k/v cache quantizers; with such rules every attention
  * module must resolve to the recipe's "kv_cache" (lwq writes one KV cache mode per model).
  * layout/recipe_yaml.h turns Model Optimizer's recipe YAML into these rules.
@@ -87,13 +89,15 @@ typedef struct lwq_quant_choice {
     double gptq_damp;         /* the recipe's, for algo gptq */
     int gptq_act_order;
     int split;                /* weight and input quantizers disagree: not writable (format NONE) */
+    int weight_only;          /* format NVFP4 with the input quantizer disabled: W4A16_NVFP4, the
+                                 weights as NVFP4 writes them and no input_scale */
     lwq_qformat weight_format, input_format;  /* with split: what each resolved to */
     int has_input_amax;       /* the input amax is fixed to input_amax (not calibrated) */
     float input_amax;
 } lwq_quant_choice;
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
- * qwen3next_production (recipe.c says what each holds).
+ * qwen3next_production, w4a16_nvfp4 (recipe.c says what each holds).
  * The NVFP4 presets keep MLA q/kv projections unquantized, as NVIDIA's published DeepSeek and
  * Kimi checkpoints do (o_proj, dense/shared MLPs and routed experts are quantized by nvfp4);
  * nvfp4 and fp8 keep qwen3_next's linear_attn.conv1d and in_proj_ba unquantized, as Model
@@ -123,6 +127,8 @@ int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_er
 int lwq_glob_match(const char *pattern, const char *name);
 
 const char *lwq_qformat_name(lwq_qformat f);     /* "nvfp4", "fp8", "none" */
+/* What a choice writes: lwq_qformat_name, or "w4a16_nvfp4" for weight-only NVFP4. */
+const char *lwq_choice_format_name(const lwq_quant_choice *c);
 const char *lwq_algo_name(lwq_calib_algo a);     /* "max", "mse", "local_hessian", "gptq" */
 /* 1 when some rule or the default selects gptq (the run then calibrates sequentially). */
 int lwq_recipe_uses_gptq(const lwq_recipe *r);

@@ -9,6 +9,7 @@ A_log, dt_bias, DeepSeek's e_score_correction_bias) gets noise on top of transfo
 changes the statistics.
 
     python peers/make_sources.py OUT_DIR [--archs llama,qwen3,...] [--size tiny|speed]
+    python peers/make_sources.py /tmp/speed --size speed --archs qwen3_5_moe   # ~1.3 GB, BF16 only
     python peers/make_sources.py --calib FILE.jsonl --vocab V --samples N --seq L [--seed S]
 
 Run in the modelopt venv (peers/setup.sh): its transformers writes the sources.
@@ -117,6 +118,25 @@ def speed_config():
         rope_parameters={"rope_type": "default", "rope_theta": 1000000.0})
 
 
+def speed_qwen3_5_moe_config():
+    """A Qwen3.5-MoE-shaped VLM of about 1.3 GB in BF16 for the timing of issue 33 (written under
+    /tmp, not committed): 12 layers in the published 3 x linear_attention + 1 x full_attention
+    pattern, hidden 1024, 32 experts of 512 (top 4) and a 512-wide gated shared expert, a one-block
+    vision tower and an MTP block, experts fused 3-D on disk as in qwen3_5_moe-*."""
+    text = dict(vocab_size=32000, hidden_size=1024, num_hidden_layers=12, max_position_embeddings=4096,
+                rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.02, num_attention_heads=8,
+                num_key_value_heads=2, head_dim=128,
+                layer_types=["linear_attention"] * 3 + ["full_attention"] + ["linear_attention"] * 3 +
+                ["full_attention"] + ["linear_attention"] * 3 + ["full_attention"],
+                linear_conv_kernel_dim=4, linear_key_head_dim=128, linear_value_head_dim=128, linear_num_key_heads=4,
+                linear_num_value_heads=8, moe_intermediate_size=512, shared_expert_intermediate_size=512,
+                num_experts=32, num_experts_per_tok=4, mtp_num_hidden_layers=1,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000000.0, "partial_rotary_factor": 0.25,
+                                 "mrope_section": [6, 5, 5], "mrope_interleaved": True})
+    vision = dict(QWEN3_5_VISION, hidden_size=64, intermediate_size=64, num_heads=2, out_hidden_size=1024)
+    return transformers.Qwen3_5MoeConfig(text_config=text, vision_config=vision, tie_word_embeddings=False)
+
+
 def perturb_1d(model, gen):
     """Noise on every 1-D parameter and buffer, so norms and biases are not the identity."""
     with torch.no_grad():
@@ -164,7 +184,7 @@ def add_tensors(d, extra, dtype):
     save_file(t, p, metadata={"format": "pt"})
 
 
-def write_model(cfg, out_dir, seed, save_kwargs=None):
+def write_model(cfg, out_dir, seed, save_kwargs=None, dtypes=("f32", "bf16")):
     save_kwargs = save_kwargs or {}
     torch.manual_seed(seed)
     gen = torch.Generator().manual_seed(seed + 1)
@@ -176,9 +196,13 @@ def write_model(cfg, out_dir, seed, save_kwargs=None):
     mtp = mtp_tensors(model, gen) if getattr(cfg.get_text_config(), "mtp_num_hidden_layers", 0) and \
         hasattr(model.model, "language_model") else None
     for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        if tag not in dtypes:
+            continue
         d = f"{out_dir}-{tag}"
         if dtype == torch.float32:
             model.save_pretrained(d, **save_kwargs)
+        elif "f32" not in dtypes:  # BF16 only (the speed model): the same rounding, no F32 copy on disk
+            model.to(dtype).save_pretrained(d, **save_kwargs)
         else:
             # loaded back the way a BF16 checkpoint is loaded, so that tensors transformers keeps
             # in F32 (DeepSeek-V3's e_score_correction_bias: _keep_in_fp32_modules_strict) stay F32
@@ -221,7 +245,11 @@ def main():
     if not a.out:
         ap.error("OUT_DIR or --calib is required")
     if a.size == "speed":
-        write_model(speed_config(), os.path.join(a.out, "qwen3_moe-speed"), a.seed)
+        if a.archs == "qwen3_5_moe":
+            write_model(speed_qwen3_5_moe_config(), os.path.join(a.out, "qwen3_5_moe-speed"), a.seed,
+                        {"save_original_format": False}, dtypes=("bf16",))
+        else:
+            write_model(speed_config(), os.path.join(a.out, "qwen3_moe-speed"), a.seed)
         return
     cfgs = {k: (v, {}) for k, v in tiny_configs().items()}
     cfgs.update(qwen3_5_configs())

@@ -101,6 +101,16 @@ def cases():
                                 ["--qformat", "nvfp4", "--kv-cache", "none", "--algo", "gptq"]))
             out.append(Case("algos", src, "fp8-mse", dict(qformat="fp8", kv="none", algorithm='{"method": "mse"}'),
                             ["--qformat", "fp8", "--kv-cache", "none", "--algo", "mse"]))
+            # the formats of Model Optimizer 0.47's published recipes (issue 33): weight-only NVFP4
+            out.append(Case("formats", src, "w4a16_nvfp4", *preset("w4a16_nvfp4")))
+    for src in ("qwen3_moe-f32", "qwen3_moe-bf16", "llama-f32"):
+        # the published recipes of those formats, as lwq reads them
+        for r in ("general/ptq/nvfp4_weight_only-kv_fp8_cast", "general/ptq/nvfp4_weight_only-kv_fp16",
+                  "general/ptq/nvfp4_default-kv_nvfp4_cast"):
+            out.append(Case("formats", src, r.replace("/", "_"), dict(recipe=r),
+                            ["--recipe", r, "--recipe-root", recipe_root()]))
+        # Four-over-Six: Model Optimizer's static NVFP4 fake quant is a Triton kernel (CUDA only)
+        out.append(Case("formats", src, "nvfp4_four_over_six", *preset("nvfp4_four_over_six")))
     for src in ("qwen3_moe-f32", "qwen3_moe-bf16"):
         for name in sorted(os.listdir(os.path.join(recipe_root(), "general", "ptq"))):
             r = "general/ptq/" + name.rsplit(".", 1)[0]
@@ -248,7 +258,7 @@ def fmt_rel(w):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, "
+    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
                     "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")

@@ -54,7 +54,7 @@ int main(int argc, char **argv)
         return 1;
     }
     const lwq_model_config *c = &s.ck.cfg;
-    if (c->family->linear != LWQ_MIXER_GDN) {
+    if (!lwq_mixer_is_gdn(c->family->linear)) {
         fprintf(stderr, "%s is not a qwen3_next checkpoint\n", argv[1]);
         return 1;
     }
@@ -88,7 +88,7 @@ int main(int argc, char **argv)
     }
     int lin = -1, full = -1;
     for (int L = 0; L < c->num_hidden_layers; L++) {
-        int is_lin = lwq_config_layer_mixer(c, L) == LWQ_MIXER_GDN;
+        int is_lin = lwq_mixer_is_gdn(lwq_config_layer_mixer(c, L));
         if (is_lin && lin < 0)
             lin = L;
         if (!is_lin && full < 0)

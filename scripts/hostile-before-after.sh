@@ -1,19 +1,161 @@
 #!/usr/bin/env bash
-# Issue 28's before/after record (docs/HOSTILE.md): each hostile-input test of today's tree, built
-# and run in the tree just before the commit that fixed its finding, then in today's build.
+# The before/after records of docs/HOSTILE.md: each hostile-input test of today's tree, built and
+# run in the tree just before the commit that fixed its finding (it must fail there), then in
+# today's build (it must pass).
 #
-#   scripts/hostile-before-after.sh [WORKDIR]     (default /tmp/lwq-before-after; about 40 min
-#                                                  on 2 cores, most of it the three builds)
+#   scripts/hostile-before-after.sh round3 [WORKDIR] [FINDING...]   (e.g. round3 /tmp/ba 1 11)
+#       issue 36: the rows of tests/tools/hostile/round3.tsv (finding, test file, criterion
+#       filters separated by spaces, fixing commit), all of them or only the FINDINGs named.  For
+#       each fixing commit: a detached worktree at its parent, today's tests/helpers/ and the rows'
+#       test files copied in, lwq and the tests built without CUDA (Release, ccache when there is
+#       one), each filter run with LWQ_BIN at that tree's lwq: every test it selects must fail.
+#       Then the same in today's tree (./build-cpu, -DLWQ_CUDA=OFF): every one must pass.  Prints
+#       a table; exit 1 when a row is not "fails before, passes after".  A build of lwq is a few
+#       minutes on the shared 2-core machine, so name FINDINGs to check a few rows.
+#   scripts/hostile-before-after.sh [round2] [WORKDIR]
+#       issue 28's record (about 40 min on 2 cores, most of it the three builds); see round2().
 #
+# WORKDIR defaults to /tmp/lwq-before-after; logs land in WORKDIR/res/.
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 2
+SRC=$PWD
+ROUND=round2
+case ${1:-} in round2 | round3) ROUND=$1; shift ;; esac
+W=/tmp/lwq-before-after
+case ${1:-} in '' | [0-9]*) ;; *) W=$1; shift ;; esac
+mkdir -p "$W/res"
+export CCACHE_BASEDIR=$W LWQ_FIXTURES=${LWQ_FIXTURES:-$SRC/../shared/fixtures}
+LAUNCHER=
+command -v ccache >/dev/null && LAUNCHER=-DCMAKE_C_COMPILER_LAUNCHER=ccache
+H=tests/tools/hostile
+
+# ---- round 3 (issue 36) ---------------------------------------------------------------------------
+
+# r3_run TREE NAME FILTER: run test NAME of TREE's build-cpu with one criterion filter; prints
+# "TESTED FAILING PASSING" and leaves the log in $W/res/r3-<tree>-<name>-<n>.log
+r3_run() {
+    local t=$1 x=$2 f=$3 log
+    log=$W/res/r3-$(basename "$t")-$x-$(printf '%s' "$f" | tr -c 'A-Za-z0-9_' _).log
+    (cd "$t/build-cpu" && LWQ_BIN=$t/build-cpu/lwq timeout 1800 "./$x" --jobs 1 --short-filename --filter "$f" \
+        >"$log" 2>&1)
+    local syn
+    syn=$(grep -a 'Synthesis' "$log" | tail -1)
+    local n p fl
+    n=$(printf '%s' "$syn" | sed -n 's/.*Tested: \([0-9]*\).*/\1/p')
+    p=$(printf '%s' "$syn" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+    fl=$(( ${n:-0} - ${p:-0} ))
+    echo "${n:-0} $fl ${p:-0} $log"
+}
+
+# the first failed assertion of a log on one line: its message, and the last "lwq: " line of it
+# (what the binary said) when there is one; cut short, no '|'
+r3_first_failure() {
+    awk '/Assertion Failed/ && !done { on = 1; next }
+         on && /^\[(FAIL|PASS)\]/ { done = 1; on = 0 }
+         on { sub(/^\[----\] +/, ""); if ($0 == "") next
+              if (msg == "") msg = $0; else if (msg ~ /:$/ || (more > 0 && more < 3)) { msg = msg " " $0; more++ }
+              if (match($0, /lwq: .*/)) last = substr($0, RSTART) }
+         END { m = substr(msg, 1, 140); if (last != "" && index(msg, last) == 0) m = m " ... " substr(last, 1, 200)
+               gsub(/\|/, "/", m); print m }' "$1"
+}
+
+# r3_build TREE TARGET...: configure TREE/build-cpu without CUDA and build the targets
+r3_build() {
+    local t=$1 n
+    n=$(basename "$t")
+    shift
+    cmake -S "$t" -B "$t/build-cpu" -DCMAKE_BUILD_TYPE=Release -DLWQ_CUDA=OFF $LAUNCHER >"$W/res/r3-$n.cmake.log" 2>&1 ||
+        { echo "r3: configure of $t failed ($W/res/r3-$n.cmake.log)" >&2; return 1; }
+    cmake --build "$t/build-cpu" -j2 --target "$@" >"$W/res/r3-$n.build.log" 2>&1 ||
+        { echo "r3: build of $* in $t failed ($W/res/r3-$n.build.log)" >&2; return 1; }
+}
+
+round3() {
+    set -f # the filters are criterion's globs, not the shell's
+    local tsv=$SRC/$H/round3.tsv rows=() want=" $* " line
+    while IFS= read -r line; do
+        case $line in finding* | '' | '#'*) continue ;; esac
+        local fnd=${line%%$'\t'*}
+        [ $# -eq 0 ] || [[ $want == *" $fnd "* ]] && rows+=("$line")
+    done <"$tsv"
+    [ ${#rows[@]} -gt 0 ] || { echo "r3: no row of $tsv matches: $*" >&2; return 2; }
+    local commits files
+    commits=$(for l in "${rows[@]}"; do printf '%s\n' "$l" | cut -f4; done | awk '!seen[$0]++')
+    files=$(for l in "${rows[@]}"; do printf '%s\n' "$l" | cut -f2; done | sort -u)
+    declare -A before after
+    local c t f x tg filt
+    # today's tree first: a test that does not pass today says nothing about the old one
+    tg=lwq_cli
+    for f in $files; do tg="$tg $(basename "$f" .c)"; done
+    # shellcheck disable=SC2086
+    r3_build "$SRC" $tg || return 1
+    for l in "${rows[@]}"; do
+        x=$(basename "$(printf '%s' "$l" | cut -f2)" .c)
+        for filt in $(printf '%s' "$l" | cut -f3); do
+            after[$filt]=$(r3_run "$SRC" "$x" "$filt")
+        done
+    done
+    for c in $commits; do
+        t=$W/r3-$c
+        [ -d "$t" ] || git worktree add --detach "$t" "$c^" >/dev/null 2>&1 ||
+            { echo "r3: cannot make a worktree at $c^" >&2; return 1; }
+        mkdir -p "$t/tests/helpers"
+        cp -r "$SRC/tests/helpers/." "$t/tests/helpers/"
+        tg=lwq_cli
+        for l in "${rows[@]}"; do
+            [ "$(printf '%s' "$l" | cut -f4)" = "$c" ] || continue
+            f=$(printf '%s' "$l" | cut -f2)
+            mkdir -p "$t/$(dirname "$f")"
+            cp "$SRC/$f" "$t/$f"
+            tg="$tg $(basename "$f" .c)"
+        done
+        # shellcheck disable=SC2086
+        r3_build "$t" $(printf '%s\n' $tg | awk '!seen[$0]++') || continue
+        for l in "${rows[@]}"; do
+            [ "$(printf '%s' "$l" | cut -f4)" = "$c" ] || continue
+            x=$(basename "$(printf '%s' "$l" | cut -f2)" .c)
+            for filt in $(printf '%s' "$l" | cut -f3); do
+                before[$c:$filt]=$(r3_run "$t" "$x" "$filt")
+            done
+        done
+    done
+    local bad=0 b a bn bf an ap verdict
+    echo
+    echo "| finding | filter | fixing commit | before (tests failing / selected: first message) | after (passing / selected) | |"
+    echo "|---|---|---|---|---|---|"
+    for l in "${rows[@]}"; do
+        c=$(printf '%s' "$l" | cut -f4)
+        for filt in $(printf '%s' "$l" | cut -f3); do
+            b=${before[$c:$filt]:-"0 0 0 -"}
+            a=${after[$filt]:-"0 0 0 -"}
+            read -r bn bf _ blog <<<"$b"
+            read -r an _ ap _ <<<"$a"
+            verdict=ok
+            if [ "$bn" -eq 0 ] || [ "$bf" -ne "$bn" ] || [ "$an" -eq 0 ] || [ "$ap" -ne "$an" ]; then
+                verdict=WRONG
+                bad=1
+            fi
+            local msg=""
+            [ "$blog" != - ] && [ -f "$blog" ] && msg=$(r3_first_failure "$blog")
+            echo "| ${l%%$'\t'*} | $filt | $c | $bf / $bn: $msg | $ap / $an | $verdict |"
+        done
+    done
+    echo
+    echo "logs: $W/res (r3-*)"
+    return $bad
+}
+
+if [ "$ROUND" = round3 ]; then
+    round3 "$@"
+    exit $?
+fi
+
+# ---- round 2 (issue 28) ---------------------------------------------------------------------------
 # For each pre-fix tree it makes a detached worktree at the fixing commit's parent, copies today's
 # test files in (and, for the oldest tree, only the two test helpers it can compile), builds lwq
-# and those tests without CUDA (ccache), and runs every test; the logs land in WORKDIR/res/.  The
-# "after" column is the same tests in ./build, ./build-cpu (-DLWQ_CUDA=OFF) and ./build-asan.
-set -uo pipefail
-cd "$(dirname "$0")/.."
-SRC=$PWD
-W=${1:-/tmp/lwq-before-after}
-mkdir -p "$W/res"
+# and those tests without CUDA (ccache), and runs every test.  The "after" column is the same tests
+# in ./build, ./build-cpu (-DLWQ_CUDA=OFF) and ./build-asan.
+round2() {
 export CCACHE_BASEDIR=$W LWQ_FIXTURES=${LWQ_FIXTURES:-$SRC/../shared/fixtures}
 
 H=tests/tools/hostile
@@ -39,7 +181,7 @@ tree() {
 build() {
     local n=$1 t=$W/$1 b=$2 o=$3
     shift 3
-    cmake -S "$t" -B "$t/$b" -DCMAKE_BUILD_TYPE=Release -DCMAKE_C_COMPILER_LAUNCHER=ccache $o >"$W/res/$n-$b.cmake.log" 2>&1
+    cmake -S "$t" -B "$t/$b" -DCMAKE_BUILD_TYPE=Release $LAUNCHER $o >"$W/res/$n-$b.cmake.log" 2>&1
     for x in "$@"; do
         cmake --build "$t/$b" -j2 --target "$x" >"$W/res/$n-$b-$x.build.log" 2>&1 || echo "build of $x in $n/$b failed"
     done
@@ -107,3 +249,6 @@ for b in build build-cpu build-asan; do
     done
 done
 echo "logs: $W/res"
+}
+
+round2

@@ -333,6 +333,23 @@ static int parse_ids(const char *line, const char *a, const char *ae, size_t voc
     return 0;
 }
 
+/* Image and video inputs (a VLM processor's outputs, or a media field beside the text) are refused
+ * by name: lwq calibrates the text model alone, with text positions (for Qwen3.5's mRoPE the three
+ * position ids are then equal, which is what the forward computes), so such a line would be
+ * calibrated as something it is not. */
+static int refuse_media(const cJSON *o, const char *where, lwq_error *e)
+{
+    static const char *const keys[] = {"pixel_values", "pixel_values_videos", "image_grid_thw",
+                                       "video_grid_thw", "mm_token_type_ids", "image", "images",
+                                       "video", "videos"};
+    for (size_t i = 0; cJSON_IsObject(o) && i < sizeof keys / sizeof keys[0]; i++)
+        if (cJSON_GetObjectItemCaseSensitive(o, keys[i]))
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: \"%s\": image and video calibration inputs are "
+                            "not supported (lwq calibrates the text model only, on text positions)",
+                            where, keys[i]);
+    return 0;
+}
+
 /* 1: the line's ids were taken (or the line was refused: < 0); 0: not an input_ids line. */
 static int ids_line(collect *c, const char *s, size_t n, const char *where, lwq_error *e)
 {
@@ -385,7 +402,10 @@ static int ids_line(collect *c, const char *s, size_t n, const char *where, lwq_
                         at > head + 2 ? at - 2 + (size_t)(ve - vs) : at);
     }
     free(rest);
+    int media = refuse_media(o, where, e);
     cJSON_Delete(o);
+    if (media)
+        return media;
     size_t vocab = c->tok ? lwq_tokenizer_vocab_size(c->tok) : (size_t)INT32_MAX;
     size_t keep = c->o->seq_len, count = 0, most = (size_t)(ve - vs) / 2 + 1; /* ids in the array, at most */
     size_t cap = keep < most ? keep : most;
@@ -421,6 +441,7 @@ static int jsonl_line(collect *c, const char *s, size_t n, const char *where, lw
     const cJSON *v;
     if (!cJSON_IsObject(j)) {
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: expected a JSON object", where);
+    } else if ((rc = refuse_media(j, where, e)) != 0) {
     } else if ((v = present(j, "input_ids"))) {
         text = 0;
         rc = cJSON_IsArray(v) ? add_id_array(c, v, where, e)

@@ -136,13 +136,27 @@ static const char *declared_quant(const lwq_ckpt *c)
     return cJSON_IsString(a) ? a->valuestring : NULL;
 }
 
+/* Where the text model's weights are, as one prefix: "" for a plain causal LM, what every name
+ * carries first when one prefix covers them all ("language_model." of kimi_k25), else the layer
+ * root ("model.language_model." of the Qwen3.5 VLM wrappers). */
+static const char *weight_prefix(const lwq_model_config *g)
+{
+    static _Thread_local char buf[80];
+    if (!strcmp(g->names.root, "model.") && !g->names.head[0])
+        return "";
+    snprintf(buf, sizeof buf, "%smodel.", g->names.head);
+    if (!strcmp(buf, g->names.root))
+        return g->names.head;
+    return g->names.root;
+}
+
 static void print_text(const lwq_ckpt *c, const summary *s, const lwq_arch_report *r)
 {
     const lwq_model_config *g = &c->cfg;
     char b1[32], b2[32], b3[32];
     printf("model       %s\n", c->dir);
     printf("arch        %s (model_type %s%s%s), config dtype %s\n", lwq_family_name(g->family),
-           g->model_type, g->weight_prefix[0] ? ", weights under " : "", g->weight_prefix,
+           g->model_type, weight_prefix(g)[0] ? ", weights under " : "", weight_prefix(g),
            g->dtype_explicit ? lwq_dtype_name(g->dtype) : "not given");
     printf("dims        hidden %lld, intermediate %lld, heads %d (kv %d, head_dim %lld), vocab %lld%s\n",
            (long long)g->hidden_size, (long long)g->intermediate_size, g->num_attention_heads,
@@ -219,7 +233,7 @@ static void print_json(const lwq_ckpt *c, const summary *s, const lwq_arch_repor
     cJSON_AddStringToObject(o, "dir", c->dir);
     cJSON_AddStringToObject(o, "model_type", g->model_type);
     cJSON_AddStringToObject(o, "arch", lwq_family_name(g->family));
-    cJSON_AddStringToObject(o, "weight_prefix", g->weight_prefix);
+    cJSON_AddStringToObject(o, "weight_prefix", weight_prefix(g));
     if (g->dtype_explicit)
         cJSON_AddStringToObject(o, "dtype", lwq_dtype_name(g->dtype));
     else

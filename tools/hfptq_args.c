@@ -18,12 +18,12 @@ static const struct {
     {"nvfp4_w4a4_weight_local_hessian", {"--qformat", "nvfp4", "--algo", "local_hessian"}},
     {"nvfp4_experts-fp8_attn", {"--qformat", "nvfp4_experts-fp8_attn"}},
     {"qwen3next_production", {"--qformat", "qwen3next_production"}},
+    {"w4a16_nvfp4", {"--qformat", "w4a16_nvfp4"}},
 };
 
 static const char AWQ[] = "AWQ searches pre-quantization scales over the whole model, which lwq does not write per "
                           "layer";
 static const char MX[] = "MX formats (power-of-two block scales) are not written by lwq";
-static const char W4A16[] = "weight-only NVFP4 (W4A16) is not written by lwq";
 static const char MAMBA[] = "Mamba mixer layers are not supported by lwq";
 
 static const struct {
@@ -48,8 +48,8 @@ static const struct {
     {"mxint8", MX},
     {"mxfp4_mlp_weight_only", MX},
     {"w4a8_mxfp4_fp8", MX},
-    {"nvfp4_mlp_weight_only", W4A16},
-    {"w4a16_nvfp4", W4A16},
+    {"nvfp4_mlp_weight_only", "its weight-only NVFP4 uses blocks of 32 (numerics nvfp4_bs32); lwq writes NVFP4 with "
+                              "blocks of 16 (w4a16_nvfp4)"},
     {"w4a8_nvfp4_fp8", "NVFP4 weights with FP8 activations (W4A8) are not written by lwq"},
     {"nvfp4_fp8_mha", "FP8 attention BMM and softmax quantizers are not written by lwq"},
     {"nvfp4_four_over_six", "4-over-6 NVFP4 block scaling is not written by lwq"},
@@ -64,7 +64,7 @@ const char *lwq_hfptq_qformat_help(void)
 {
     return "nvfp4, fp8, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
            "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
-           "nvfp4_experts-fp8_attn, qwen3next_production";
+           "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4)";
 }
 
 enum { F_MODEL, F_EXPORT, F_QFORMAT, F_KV, F_CALIB_SIZE, F_CALIB_SEQ, F_BATCH, F_DATASET, F_GPU, F_CPU, F_NOEFFECT,

@@ -2,7 +2,8 @@
  *   autoq_score.c   pass 1: set-up, resume state, the depth loop
  *   autoq_layer.c   pass 1 on one layer: calibration, quantization, probe, per-group replays
  *   autoq_kl.c      the kl score's streams through the later layers and their head
- *   autoq_state.c   pass 1's resume state: fingerprint, scores.json, state files
+ *   autoq_state.c   pass 1's resume state: fingerprint, scores.json, state files; the records
+ *                   checked against the model
  *   autoq_solve.c   scores -> knapsack -> the chosen formats, the recipe, the report
  *   autoq_run.c     the command: pass 1, solve, pass 2, report
  *   autoq_recipe.c  the chosen formats as lwq JSON and Model Optimizer YAML
@@ -81,6 +82,14 @@ int lwq_aq_scores_save(const char *path, const lwq_aq_scores *s, lwq_error *e);
  * k the one the manifest does not name; its name, size and checksum go into s. */
 int lwq_aq_state_write(const char *dir, lwq_aq_scores *s, const void *const *parts, const uint64_t *bytes, int nparts,
                        lwq_error *e);
+/* Every committed record of s against the model: its groups rebuilt from the plans, the base
+ * recipe and the formats (kind, first module, members, elements, candidate formats), and every
+ * byte count the solve uses recomputed exactly from the checkpoint's table (each group's cost per
+ * format, the layer's fixed and other bytes and linear elements, the tail).  LWQ_ESTATE naming
+ * `file`, the layer, the group and both values at the first difference.  The file is untrusted:
+ * this is what keeps an edited or foreign one from writing past the budget. */
+int lwq_aq_scores_check(const lwq_autoq_opts *o, const lwq_ckpt *ck, const struct lwq_arch_layer *plans,
+                        const lwq_aq_scores *s, const char *file, lwq_error *e);
 /* The committed state file, checked against the manifest, into the buffers. */
 int lwq_aq_state_read(const char *dir, const lwq_aq_scores *s, void *const *parts, const uint64_t *bytes, int nparts,
                       lwq_error *e);

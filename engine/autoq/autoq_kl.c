@@ -82,7 +82,7 @@ int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e)
         rc = lwq_backend_tensor_alloc(&c->be, LWQ_F32, 2, shape, &lg, e);
     if (rc == 0)
         rc = lwq_layersrc_read(&c->ck, -1, &tail, e);
-    lwq_layer_weights_init(&tw, &c->be, &tail, NULL, c->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&tw, &c->be, &tail, NULL, &c->ck.cfg.names);
     lwq_emul_reset(&c->em);
     const unsigned char *src = c->bnd[c->cur]; /* the source after the last layer */
     for (int b = 0; b < c->sc.nb && rc == 0; b++) {

@@ -124,8 +124,8 @@ static int replay(lwq_aq_ctx *c, int L, const lwq_aq_group *g, const lwq_tlist *
     if ((rc = lwq_qlayer_view_make(p, &t, 0, 0, &c->em, &view, e)) == 0) {
         lwq_layer_weights lw;
         lwq_emul_weights ew;
-        lwq_layer_weights_init(&lw, &c->be, &t, &view.overlay, c->ck.cfg.weight_prefix);
-        lwq_emul_weights_init(&ew, &c->em, &lw.w, c->ck.cfg.weight_prefix);
+        lwq_layer_weights_init(&lw, &c->be, &t, &view.overlay, &c->ck.cfg.names);
+        lwq_emul_weights_init(&ew, &c->em, &lw.w, &c->ck.cfg.names);
         if (c->use_memo)
             lwq_memo_replay(&c->memo);
         lwq_tensor h = lwq_eval_bset_view(&c->sc, b, &c->work);
@@ -268,12 +268,12 @@ int lwq_aq_layer_process(lwq_aq_ctx *c, int L, const lwq_tlist *src, lwq_aq_lrec
     if (!want || !fmt || !ch || !rec->g)
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", L);
     if (rc == 0 && (rc = lwq_stats_init(&st, p, &c->be, p->is_moe ? c->ck.cfg.num_experts : 0, o->q.include_padding,
-                                        o->q.all_experts, want, c->ck.cfg.weight_prefix, e)) == 0)
+                                        o->q.all_experts, want, &c->ck.cfg.names, e)) == 0)
         st_open = 1;
     lwq_layer_weights lw;
     lwq_emul_weights ew;
-    lwq_layer_weights_init(&lw, &c->be, src, NULL, c->ck.cfg.weight_prefix);
-    lwq_emul_weights_init(&ew, &c->em, &lw.w, c->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &c->be, src, NULL, &c->ck.cfg.names);
+    lwq_emul_weights_init(&ew, &c->em, &lw.w, &c->ck.cfg.names);
     lwq_emul_reset(&c->em);
     double t = lwq_aq_cpu_now();
     if (rc == 0)

@@ -100,6 +100,9 @@ static int open_scores(const lwq_autoq_opts *o, const aq_paths *p, const lwq_ckp
     if (s->nlayers != ck->cfg.num_hidden_layers || s->score != o->score)
         return lwq_errf(e, LWQ_ESTATE, "%s: %d layers, score %s; this run has %d layers, score %s", from, s->nlayers,
                         lwq_aq_score_name(s->score), ck->cfg.num_hidden_layers, lwq_aq_score_name(o->score));
+    /* the file is untrusted: its records against the model before anything uses or copies them */
+    if ((rc = lwq_aq_scores_check(o, ck, plans, s, from, e)) != 0)
+        return rc;
     /* a copy in this output's resume directory: a rerun needs nothing outside it */
     return from != p->scores ? lwq_aq_scores_save(p->scores, s, e) : 0;
 }
@@ -468,8 +471,11 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
         return rc;
     if ((rc = open_scores(o, p, &r->ck, r->plans, &r->s, e)) != 0)
         return rc;
+    /* pass 1's own records are checked too (open_scores checked what a file brought): the solve
+     * trusts these byte counts, so they must be the model's */
     if (!r->s.complete) {
-        if ((rc = lwq_aq_pass1(o, p->dir, &r->s, e)) != 0)
+        if ((rc = lwq_aq_pass1(o, p->dir, &r->s, e)) != 0 ||
+            (rc = lwq_aq_scores_check(o, &r->ck, r->plans, &r->s, p->scores, e)) != 0)
             return rc;
     } else if (!o->q.quiet) {
         LWQ_INFO("auto-quantize: the scores of %s are complete; solving for this budget", p->scores);

@@ -154,24 +154,6 @@ static void ctx_free(lwq_aq_ctx *c)
         fclose(c->jlog);
 }
 
-static int check_record(lwq_aq_ctx *c, int L, const lwq_aq_lrec *r, lwq_error *e)
-{
-    lwq_aq_layer A;
-    int rc = lwq_aq_layer_groups(c, L, &A, e);
-    if (rc)
-        return rc;
-    int same = A.ngroups == r->ngroups;
-    for (int k = 0; same && k < A.ngroups; k++) {
-        const lwq_aq_group *g = &A.g[k];
-        same = g->kind == r->g[k].kind && g->n == r->g[k].nmembers && g->elements == r->g[k].elements &&
-               !strcmp(c->plans[L].linears[g->lin[0]].name, r->g[k].first) &&
-               !memcmp(g->allowed, r->g[k].allowed, sizeof g->allowed);
-    }
-    lwq_aq_layer_free(&A);
-    return same ? 0 : lwq_errf(e, LWQ_ESTATE, "%s/%s: layer %d's groups differ from this model's (damaged resume "
-                               "state: remove the resume directory to start over)", c->dir, LWQ_AQ_MANIFEST, L);
-}
-
 /* Streams the committed layers made (kl score): one per group and quantized format. */
 static int count_streams(const lwq_aq_scores *s, int layers)
 {
@@ -206,10 +188,7 @@ static int initial_state(lwq_aq_ctx *c, lwq_error *e)
 {
     lwq_aq_scores *s = c->s;
     int rc = 0;
-    for (int L = 0; L < s->committed && rc == 0; L++)
-        rc = check_record(c, L, &s->rec[L], e);
-    if (rc)
-        return rc;
+    /* the committed records were checked against the model (lwq_aq_scores_check, autoq_run.c) */
     if (s->committed > 0) {
         int want = c->o->score == LWQ_AQ_SCORE_KL ? count_streams(s, s->committed) : 0;
         if (want != s->nstreams)
@@ -232,7 +211,7 @@ static int initial_state(lwq_aq_ctx *c, lwq_error *e)
     if ((rc = lwq_layersrc_read(&c->ck, -1, &tail, e)) != 0)
         return rc;
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &c->be, &tail, NULL, c->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &c->be, &tail, NULL, &c->ck.cfg.names);
     const lwq_eval_bset *sets[2] = {&c->sc, &c->rest};
     unsigned char *dst[2] = {c->bnd[c->cur], c->bnd[c->cur] + c->score_bytes};
     for (int k = 0; k < 2 && rc == 0; k++)

@@ -1,5 +1,6 @@
 /* engine/autoq/autoq_state.c — pass 1's resume state: its fingerprint, scores.json and the
- * alternating state files (engine/autoq/autoq_internal.h).
+ * alternating state files (engine/autoq/autoq_internal.h), and scores.json's records checked
+ * against the model (lwq_aq_scores_check, at the end).
  *
  * Commit of layer L, each step durable before the next (io/durable.h):
  *   1. the state after L (the calibration boundary entering L + 1, then the kl streams) into the
@@ -17,12 +18,14 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "core/dtype.h"
 #include "core/file.h"
 #include "core/hash.h"
 #include "engine/autoq/autoq_internal.h"
 #include "engine/quant/qlayer.h"
 #include "engine/run/fingerprint.h"
 #include "io/durable.h"
+#include "layout/srcfmt.h"
 
 #define SCORES_MAX_BYTES (64u << 20)
 #define AQ_VERSION 1
@@ -370,4 +373,197 @@ int lwq_aq_state_read(const char *dir, const lwq_aq_scores *s, void *const *part
     }
     free(buf);
     return 0;
+}
+
+/* ---- the records checked against the model -------------------------------------------------
+ *
+ * A scores file is untrusted input (--auto-quantize-scores FILE, or the resume directory's own):
+ * a record whose groups are shifted, or whose byte costs are edited, would make the knapsack
+ * meet the budget on paper and write more.  So every committed layer's groups are rebuilt from
+ * the model's plan, the base recipe and the formats (lwq_aq_layer_init) and compared one by one,
+ * and every byte count the solve uses is recomputed here from shapes alone and compared:
+ *   NVFP4   weight (out, in/2) U8 + weight_scale (out, in/16) E4M3 + weight_scale_2 + input_scale
+ *           (F32 scalars): out*in*9/16 + 8 bytes per linear (engine/quant/qlayer.c, emit_nvfp4);
+ *   FP8     weight out*in E4M3 + weight_scale + input_scale: out*in + 8 (emit_fp8; a conv1d's
+ *           [channels, 1, kernel] is channels*kernel);
+ *   none    the source weight as the quantizer reads it: its bytes in the checkpoint, or for an
+ *           FP8-block / MXFP4 source tensor out*in in the dequantized dtype (layout/srcfmt.h);
+ *   a layer's fixed bytes (linears in no group, at the base recipe's format), its other bytes
+ *           (every other tensor of its shard: the source's after dequantization, plus the FP8
+ *           k/v scales), its linear elements, and the tail's bytes.
+ * They are exact, and cheap (the checkpoint's table, no tensor read).  The check also runs on the
+ * records pass 1 just made, so a change to what lwq writes that this file does not follow fails
+ * every search at once instead of mis-sizing some. */
+
+/* Bytes of source tensor `name` as the quantizer receives it (dequantized when packed), 0 when
+ * the checkpoint has no such tensor; *aux = 1 for a tensor that only serves another's
+ * dequantization (dropped from the layer). */
+static uint64_t src_bytes(const lwq_ckpt *ck, const lwq_srcfmt *sf, const char *name, int *aux)
+{
+    *aux = 0;
+    char base[LWQ_ARCH_NAME_MAX + 32];
+    if (lwq_srcfmt_is_aux(ck, name)) {
+        *aux = 1;
+        /* the X_blocks half stands for X; X_scales and X_scale_inv vanish */
+        if (!lwq_srcfmt_strip_suffix(name, LWQ_SRCFMT_BLOCKS, base, sizeof base))
+            return 0;
+        int nd;
+        int64_t sh[LWQ_ST_MAX_DIMS];
+        if (!lwq_srcfmt_packed_shape(ck, base, &nd, sh))
+            return 0;
+        uint64_t n = 1;
+        for (int i = 0; i < nd; i++)
+            n *= (uint64_t)sh[i];
+        *aux = 0;
+        return n * lwq_dtype_size(sf->out);
+    }
+    const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
+    if (!t) {
+        int nd;
+        int64_t sh[LWQ_ST_MAX_DIMS];
+        if (!lwq_srcfmt_packed_shape(ck, name, &nd, sh))
+            return 0;
+        uint64_t n = 1;
+        for (int i = 0; i < nd; i++)
+            n *= (uint64_t)sh[i];
+        return n * lwq_dtype_size(sf->out);
+    }
+    if (t->dtype == LWQ_F8_E4M3 && sf->kind == LWQ_SRCFMT_FP8_BLOCK) {
+        snprintf(base, sizeof base, "%s" LWQ_SRCFMT_SCALE_INV, name);
+        if (lwq_ckpt_find(ck, base)) {
+            uint64_t n = 1;
+            for (int i = 0; i < t->ndim; i++)
+                n *= (uint64_t)t->shape[i];
+            return n * lwq_dtype_size(sf->out);
+        }
+    }
+    return t->nbytes;
+}
+
+static uint64_t weight_src_bytes(const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_linear *l)
+{
+    char name[LWQ_ARCH_NAME_MAX + 16];
+    int aux;
+    snprintf(name, sizeof name, "%s.weight", l->name);
+    return src_bytes(ck, sf, name, &aux);
+}
+
+/* What lwq writes for linear l's weight and scales in format f. */
+static uint64_t linear_cost(const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_linear *l, lwq_qformat f)
+{
+    uint64_t n = (uint64_t)l->out_features * (uint64_t)l->in_features;
+    if (f == LWQ_QFMT_NVFP4)
+        return n / 2 + n / 16 + 8;
+    if (f == LWQ_QFMT_FP8)
+        return n + 8;
+    return weight_src_bytes(ck, sf, l);
+}
+
+static int mismatch(lwq_error *e, const char *file, int L, const char *what, uint64_t found, uint64_t want)
+{
+    return lwq_errf(e, LWQ_ESTATE, "%s: layer %d: %s is %" PRIu64 " in the file, %" PRIu64 " for this model and "
+                    "recipe (the scores do not belong to this model, or were edited: remove the file, or the resume "
+                    "directory it is in, to score again)", file, L, what, found, want);
+}
+
+static int check_layer(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_layer *p,
+                       const lwq_aq_lrec *r, int L, const char *file, lwq_error *e)
+{
+    lwq_aq_layer A;
+    int rc = lwq_aq_layer_init(&A, p, o->q.recipe, o->formats, e);
+    if (rc)
+        return rc;
+    char what[LWQ_ARCH_NAME_MAX + 96];
+    if (A.ngroups != r->ngroups)
+        rc = mismatch(e, file, L, "the number of search groups", (uint64_t)r->ngroups, (uint64_t)A.ngroups);
+    for (int k = 0; rc == 0 && k < A.ngroups; k++) {
+        const lwq_aq_group *g = &A.g[k];
+        const lwq_aq_gscore *h = &r->g[k];
+        const char *first = p->linears[g->lin[0]].name;
+        if (h->kind != g->kind || strcmp(h->first, first)) {
+            rc = lwq_errf(e, LWQ_ESTATE, "%s: layer %d: search group %d is %s (first module %s) in the file, %s (%s) "
+                          "in this model (the scores do not belong to this model, or were edited: remove the file, "
+                          "or the resume directory it is in, to score again)", file, L, k, lwq_aq_kind_name(h->kind),
+                          h->first, lwq_aq_kind_name(g->kind), first);
+            break;
+        }
+        snprintf(what, sizeof what, "group %s (%s): its modules", lwq_aq_kind_name(g->kind), first);
+        if (h->nmembers != g->n) {
+            rc = mismatch(e, file, L, what, (uint64_t)h->nmembers, (uint64_t)g->n);
+            break;
+        }
+        snprintf(what, sizeof what, "group %s (%s): its weight elements", lwq_aq_kind_name(g->kind), first);
+        if (h->elements != g->elements) {
+            rc = mismatch(e, file, L, what, h->elements, g->elements);
+            break;
+        }
+        for (int f = 0; rc == 0 && f < LWQ_AQ_FORMATS; f++) {
+            const char *fn = lwq_qformat_name((lwq_qformat)f);
+            snprintf(what, sizeof what, "group %s (%s): candidate %s", lwq_aq_kind_name(g->kind), first, fn);
+            if (h->allowed[f] != g->allowed[f]) {
+                rc = mismatch(e, file, L, what, h->allowed[f], g->allowed[f]);
+                break;
+            }
+            if (!g->allowed[f])
+                continue;
+            uint64_t want = 0;
+            for (int m = 0; m < g->n; m++)
+                want += linear_cost(ck, sf, &p->linears[g->lin[m]], (lwq_qformat)f);
+            snprintf(what, sizeof what, "group %s (%s): the bytes of %s", lwq_aq_kind_name(g->kind), first, fn);
+            if (h->cost[f] != want)
+                rc = mismatch(e, file, L, what, h->cost[f], want);
+        }
+    }
+    /* what no choice changes */
+    uint64_t fixed = 0, lin_src = 0, elements = 0, layer_src = 0;
+    int has_attn = 0;
+    for (int i = 0; rc == 0 && i < p->nlinears; i++) {
+        const lwq_arch_linear *l = &p->linears[i];
+        elements += (uint64_t)l->out_features * (uint64_t)l->in_features;
+        lin_src += weight_src_bytes(ck, sf, l);
+        if (A.group_of[i] < 0)
+            fixed += weight_src_bytes(ck, sf, l) ? linear_cost(ck, sf, l, A.base[i].format) : 0;
+        has_attn |= l->role == LWQ_ROLE_K || l->role == LWQ_ROLE_KV_A;
+    }
+    if (rc == 0 && L < ck->nlayers)
+        for (int k = 0; k < ck->layers[L].n; k++) {
+            int aux;
+            uint64_t b = src_bytes(ck, sf, ck->tensors[ck->layers[L].idx[k]].name, &aux);
+            layer_src += aux ? 0 : b;
+        }
+    uint64_t other = layer_src - lin_src + (o->q.recipe->kv == LWQ_KV_FP8 && has_attn ? 8 : 0);
+    if (rc == 0 && r->linear_elements != elements)
+        rc = mismatch(e, file, L, "the linear weight elements", r->linear_elements, elements);
+    if (rc == 0 && r->fixed_bytes != fixed)
+        rc = mismatch(e, file, L, "the bytes of the linears in no search group", r->fixed_bytes, fixed);
+    if (rc == 0 && r->other_bytes != other)
+        rc = mismatch(e, file, L, "the bytes of the layer's other tensors", r->other_bytes, other);
+    lwq_aq_layer_free(&A);
+    return rc;
+}
+
+int lwq_aq_scores_check(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans,
+                        const lwq_aq_scores *s, const char *file, lwq_error *e)
+{
+    lwq_srcfmt sf;
+    int rc = lwq_srcfmt_from_config(&ck->cfg, &sf, e);
+    if (rc)
+        return rc;
+    if (s->nlayers != ck->cfg.num_hidden_layers || s->committed < 0 || s->committed > s->nlayers)
+        return lwq_errf(e, LWQ_ESTATE, "%s: %d of %d layers committed; this model has %d layers", file, s->committed,
+                        s->nlayers, ck->cfg.num_hidden_layers);
+    for (int L = 0; L < s->committed && rc == 0; L++)
+        rc = check_layer(o, ck, &sf, &plans[L], &s->rec[L], L, file, e);
+    if (rc == 0 && s->committed > 0) { /* pass 1 counts the tail when it starts */
+        uint64_t tail = 0;
+        for (int i = 0; i < ck->ntensors; i++)
+            if (ck->tensors[i].layer < 0 || ck->tensors[i].layer >= ck->cfg.num_hidden_layers)
+                tail += ck->tensors[i].nbytes;
+        if (tail != s->tail_bytes)
+            rc = lwq_errf(e, LWQ_ESTATE, "%s: the tensors outside the decoder layers are %" PRIu64 " bytes in the "
+                          "file, %" PRIu64 " in this model (the scores do not belong to this model, or were edited: "
+                          "remove the file, or the resume directory it is in, to score again)", file, s->tail_bytes,
+                          tail);
+    }
+    return rc;
 }

@@ -39,7 +39,7 @@ static int stream_embed(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_eval_bset
                         lwq_error *e)
 {
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &v->be, tail, NULL, v->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &v->be, tail, NULL, &v->ck.cfg.names);
     int rc = 0;
     for (int b = 0; b < bs->nb && rc == 0; b++) {
         lwq_tensor h = lwq_eval_bset_view(bs, b, &v->work);
@@ -372,7 +372,7 @@ static int cal_stats_init(lwq_eval_ctx *v, int L, cal_stats *cs, lwq_error *e)
         if (cs->own[c] >= 0)
             continue;
         if ((rc = lwq_stats_init(&cs->st[c], p, &v->be, p->is_moe ? v->ck.cfg.num_experts : 0,
-                                 v->o->include_padding, v->o->all_experts, want[c], v->ck.cfg.weight_prefix, e)) == 0)
+                                 v->o->include_padding, v->o->all_experts, want[c], &v->ck.cfg.names, e)) == 0)
             cs->own[c] = c;
     }
     for (int c = 0; want && c < n; c++)
@@ -421,12 +421,12 @@ static int cand_layer(lwq_eval_ctx *v, int c, int L, const lwq_tlist *src, const
     if (rc == 0) {
         lwq_layer_weights lw;
         lwq_emul_weights cw;
-        lwq_layer_weights_init(&lw, &v->be, &qt, &view.overlay, v->ck.cfg.weight_prefix);
-        lwq_emul_weights_init(&cw, &s->em, &lw.w, v->ck.cfg.weight_prefix);
+        lwq_layer_weights_init(&lw, &v->be, &qt, &view.overlay, &v->ck.cfg.names);
+        lwq_emul_weights_init(&cw, &s->em, &lw.w, &v->ck.cfg.names);
         lwq_eval_experts X;
         int moe = p->is_moe && v->ck.cfg.num_experts > 0;
         if (moe)
-            rc = lwq_eval_experts_init(&X, p, v->ck.cfg.num_experts, v->ck.cfg.weight_prefix, &v->be, &s->em.be,
+            rc = lwq_eval_experts_init(&X, p, v->ck.cfg.num_experts, &v->ck.cfg.names, &v->be, &s->em.be,
                                        v->act, wsrc, &cw.w, e);
         if (rc == 0)
             rc = stream_layer(v, s, &v->data, L, &cw.w, moe ? &X.obs : NULL, e);
@@ -489,7 +489,7 @@ static int depth_loop(lwq_eval_ctx *v, lwq_error *e)
         if ((rc = lwq_layersrc_views(&v->ck, L, v->ranges[L], slot, &src, e)) != 0)
             break;
         lwq_layer_weights lw;
-        lwq_layer_weights_init(&lw, &v->be, &src, NULL, v->ck.cfg.weight_prefix);
+        lwq_layer_weights_init(&lw, &v->be, &src, NULL, &v->ck.cfg.names);
         cal_stats cs;
         int st_open = 0;
         if (v->in_memory) {

@@ -389,18 +389,18 @@ static int emul_get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)
     if (rc)
         return rc;
     char full[640];
-    snprintf(full, sizeof full, "%s%s", c->prefix, name);
+    lwq_names_full(c->names, name, full, sizeof full);
     lwq_emul_linear *l = lwq_emul_find_weight(c->em, full);
     if (l)
         l->dev_weight = out->data;
     return 0;
 }
 
-void lwq_emul_weights_init(lwq_emul_weights *ew, lwq_emul *em, const lwq_weights *inner, const char *prefix)
+void lwq_emul_weights_init(lwq_emul_weights *ew, lwq_emul *em, const lwq_weights *inner, const lwq_names *names)
 {
     ew->inner = inner;
     ew->em = em;
-    ew->prefix = prefix;
+    ew->names = names;
     ew->w.get = emul_get;
     ew->w.ctx = ew;
 }

@@ -81,14 +81,14 @@ int lwq_emul_add(lwq_emul *em, const char *module, lwq_qformat fmt, float input_
 lwq_emul_linear *lwq_emul_find_weight(lwq_emul *em, const char *name);
 
 /* The weight lookup of an emulated stream: inner's tensors, noting the device pointer of each
- * registered linear's weight as the forward fetches it, so the wrapper knows its GEMMs.  prefix:
- * cfg.weight_prefix (the registered module names carry it, the forward's names do not). */
+ * registered linear's weight as the forward fetches it, so the wrapper knows its GEMMs.  names:
+ * cfg.names (the registered module names are the checkpoint's, the forward's canonical). */
 typedef struct lwq_emul_weights {
     const lwq_weights *inner;
     lwq_emul *em;
-    const char *prefix;
+    const lwq_names *names;
     lwq_weights w;           /* pass to the forward; points into this struct */
 } lwq_emul_weights;
-void lwq_emul_weights_init(lwq_emul_weights *ew, lwq_emul *em, const lwq_weights *inner, const char *prefix);
+void lwq_emul_weights_init(lwq_emul_weights *ew, lwq_emul *em, const lwq_weights *inner, const lwq_names *names);
 
 #endif

@@ -20,11 +20,10 @@ static int find(const lwq_arch_layer *p, int expert, lwq_linear_role role)
     return -1;
 }
 
-static int fetch(const lwq_weights *w, const char *prefix, const char *module, lwq_tensor *t, lwq_error *e)
+static int fetch(const lwq_weights *w, const lwq_names *names, const char *module, lwq_tensor *t, lwq_error *e)
 {
-    char n[640];
-    size_t pl = strlen(prefix);
-    snprintf(n, sizeof n, "%s.weight", strncmp(module, prefix, pl) ? module : module + pl);
+    char n[640], canon[600];
+    snprintf(n, sizeof n, "%s.weight", lwq_names_canon(names, module, canon, sizeof canon) ? canon : module);
     int rc = w->get(w->ctx, n, t, e);
     return rc == LWQ_ENOENT ? lwq_errf(e, LWQ_ENOENT, "tensor %s is missing", n) : rc;
 }
@@ -72,7 +71,7 @@ static int on_input(void *ctx, int layer, const char *module, const lwq_tensor *
     (void)tok;
     (void)valid; /* an expert's rows are the real tokens routed to it */
     char full[640];
-    snprintf(full, sizeof full, "%s%s", X->prefix, module);
+    lwq_names_full(X->names, module, full, sizeof full);
     const lwq_arch_layer *p = X->plan;
     int gi = -1;
     for (int i = 0; i < p->nlinears && gi < 0; i++)
@@ -85,12 +84,12 @@ static int on_input(void *ctx, int layer, const char *module, const lwq_tensor *
         return lwq_errf(e, LWQ_EINVAL, "%s: expert %d has no up/down projection in the layer plan", full, ex);
     lwq_tensor sg, su, sd, qg, qu, qd;
     int rc;
-    if ((rc = fetch(X->wsrc, X->prefix, p->linears[gi].name, &sg, e)) != 0 ||
-        (rc = fetch(X->wsrc, X->prefix, p->linears[ui].name, &su, e)) != 0 ||
-        (rc = fetch(X->wsrc, X->prefix, p->linears[di].name, &sd, e)) != 0 ||
-        (rc = fetch(X->wq, X->prefix, p->linears[gi].name, &qg, e)) != 0 ||
-        (rc = fetch(X->wq, X->prefix, p->linears[ui].name, &qu, e)) != 0 ||
-        (rc = fetch(X->wq, X->prefix, p->linears[di].name, &qd, e)) != 0)
+    if ((rc = fetch(X->wsrc, X->names, p->linears[gi].name, &sg, e)) != 0 ||
+        (rc = fetch(X->wsrc, X->names, p->linears[ui].name, &su, e)) != 0 ||
+        (rc = fetch(X->wsrc, X->names, p->linears[di].name, &sd, e)) != 0 ||
+        (rc = fetch(X->wq, X->names, p->linears[gi].name, &qg, e)) != 0 ||
+        (rc = fetch(X->wq, X->names, p->linears[ui].name, &qu, e)) != 0 ||
+        (rc = fetch(X->wq, X->names, p->linears[di].name, &qd, e)) != 0)
         return rc;
     int64_t n = x->shape[0], D = sd.shape[0];
     float *ys = malloc((size_t)(n * D) * sizeof *ys + 1), *yq = malloc((size_t)(n * D) * sizeof *yq + 1);
@@ -115,14 +114,14 @@ static int on_input(void *ctx, int layer, const char *module, const lwq_tensor *
     return rc;
 }
 
-int lwq_eval_experts_init(lwq_eval_experts *X, const lwq_arch_layer *plan, int n_experts, const char *prefix,
+int lwq_eval_experts_init(lwq_eval_experts *X, const lwq_arch_layer *plan, int n_experts, const lwq_names *names,
                           const lwq_backend *src_be, const lwq_backend *q_be, lwq_dtype act, const lwq_weights *wsrc,
                           const lwq_weights *wq, lwq_error *e)
 {
     memset(X, 0, sizeof *X);
     X->plan = plan;
     X->n = n_experts;
-    X->prefix = prefix ? prefix : "";
+    X->names = names;
     X->src_be = src_be;
     X->q_be = q_be;
     X->act = act;

@@ -10,7 +10,7 @@
 typedef struct lwq_eval_experts {
     const lwq_arch_layer *plan;
     int n;                        /* routed experts */
-    const char *prefix;           /* cfg.weight_prefix */
+    const lwq_names *names;       /* cfg.names */
     const lwq_backend *src_be, *q_be;
     lwq_dtype act;
     const lwq_weights *wsrc, *wq; /* the layer's source and candidate weights */
@@ -19,7 +19,7 @@ typedef struct lwq_eval_experts {
     lwq_observer obs;             /* pass to the candidate's layer forward */
 } lwq_eval_experts;
 
-int lwq_eval_experts_init(lwq_eval_experts *X, const lwq_arch_layer *plan, int n_experts, const char *prefix,
+int lwq_eval_experts_init(lwq_eval_experts *X, const lwq_arch_layer *plan, int n_experts, const lwq_names *names,
                           const lwq_backend *src_be, const lwq_backend *q_be, lwq_dtype act, const lwq_weights *wsrc,
                           const lwq_weights *wq, lwq_error *e);
 /* The LWQ_EVAL_WORST experts with the largest relative error (tokens > 0), largest first. */

@@ -107,12 +107,12 @@ int lwq_eval_head(lwq_eval_ctx *v, lwq_error *e)
         rc = lwq_backend_tensor_alloc(&v->be, LWQ_F32, 2, shape, &lg, e);
     if (rc == 0)
         rc = lwq_layersrc_read(&v->ck, -1, &src_tail, e);
-    lwq_layer_weights_init(&src_w, &v->be, &src_tail, NULL, v->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&src_w, &v->be, &src_tail, NULL, &v->ck.cfg.names);
     for (int c = 0; c < o->ncand && qw; c++) {
         if (rc == 0 && !o->cand[c].recipe)
             rc = lwq_qdir_read_layer(&v->cand[c].qd, -1, &qtails[c], e);
         lwq_layer_weights_init(&qw[c], &v->be, o->cand[c].recipe ? &src_tail : &qtails[c], NULL,
-                               v->ck.cfg.weight_prefix);
+                               &v->ck.cfg.names);
         lwq_emul_reset(&v->cand[c].em); /* no quantized linear in the head */
     }
     double nll_src = 0;

@@ -25,7 +25,7 @@ int lwq_fwd_is_mla(const lwq_model_config *c)
 const char *lwq_forward_supported(void)
 {
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "qwen3_next";
+           "qwen3_next, qwen3_5_text, qwen3_5_moe_text";
 }
 
 /* Rotary and geometry checks of the mixer kinds the model runs, before the common checks. */
@@ -35,7 +35,8 @@ static int check_mixer(const lwq_model_config *c, lwq_mixer_kind k, lwq_error *e
     case LWQ_MIXER_GQA: return lwq_fwd_check_full_rotary(c, e);
     case LWQ_MIXER_MLA: return lwq_fwd_check_full_rotary(c, e);
     case LWQ_MIXER_GATED_GQA:
-    case LWQ_MIXER_GDN: return lwq_fwd_qwen3next_check(c, e);
+    case LWQ_MIXER_GDN:
+    case LWQ_MIXER_GDN_SPLIT: return lwq_fwd_qwen3next_check(c, e);
     default:
         return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s' has no forward in lwq (supported: "
                         "%s)", c->model_type, lwq_forward_supported());
@@ -50,7 +51,8 @@ int lwq_fwd_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq
     case LWQ_MIXER_GQA: return lwq_fwd_attention_block(m, layer, w, b, h, obs, e);
     case LWQ_MIXER_MLA: return lwq_fwd_mla_attention_block(m, layer, w, b, h, obs, e);
     case LWQ_MIXER_GATED_GQA:
-    case LWQ_MIXER_GDN: return lwq_fwd_qwen3next_mixer_block(m, layer, w, b, h, obs, e);
+    case LWQ_MIXER_GDN:
+    case LWQ_MIXER_GDN_SPLIT: return lwq_fwd_qwen3next_mixer_block(m, layer, w, b, h, obs, e);
     default:
         return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d: mixer kind %d has no forward", layer,
                         (int)k);

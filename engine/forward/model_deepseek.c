@@ -109,7 +109,7 @@ static void yarn_extra(const lwq_model_config *c, double *attention_factor, int 
     *has_mscales = c->rope_mscale != 0.0 && c->rope_mscale_all_dim != 0.0;
     const cJSON *root = c->raw, *tc = root ? cJSON_GetObjectItemCaseSensitive(root, "text_config")
                                            : NULL;
-    if (c->weight_prefix[0] && cJSON_IsObject(tc))
+    if (c->text_config && cJSON_IsObject(tc))
         root = tc;
     const cJSON *rs = root ? cJSON_GetObjectItemCaseSensitive(root, "rope_scaling") : NULL;
     if (!cJSON_IsObject(rs))

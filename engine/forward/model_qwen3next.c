@@ -429,17 +429,33 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
     const int64_t kd = nk * dk, vd = nv * dv, C = 2 * kd + vd, P = 2 * kd + 2 * vd;
     const int K = c->linear_conv_kernel_dim;
     const lwq_dtype dt = m->act;
+    /* split: Qwen3.5's in_proj_qkv (C = [q, k, v]) and in_proj_z (vd), in_proj_b and in_proj_a
+     * (nv each), already in the order the core reads; else Qwen3-Next's per-key-head interleaved
+     * in_proj_qkvz (P) and in_proj_ba (2 nv) */
+    const int split = lwq_config_layer_mixer(c, layer) == LWQ_MIXER_GDN_SPLIT;
     char mqkvz[LWQ_NAME_MAX], mba[LWQ_NAME_MAX], mconv[LWQ_NAME_MAX], mout[LWQ_NAME_MAX],
-        nm[LWQ_NAME_MAX];
-    snprintf(mqkvz, sizeof mqkvz, "model.layers.%d.linear_attn.in_proj_qkvz", layer);
-    snprintf(mba, sizeof mba, "model.layers.%d.linear_attn.in_proj_ba", layer);
+        nm[LWQ_NAME_MAX], mz[LWQ_NAME_MAX], ma[LWQ_NAME_MAX];
+    snprintf(mqkvz, sizeof mqkvz, split ? "model.layers.%d.linear_attn.in_proj_qkv"
+                                        : "model.layers.%d.linear_attn.in_proj_qkvz", layer);
+    snprintf(mba, sizeof mba, split ? "model.layers.%d.linear_attn.in_proj_b"
+                                    : "model.layers.%d.linear_attn.in_proj_ba", layer);
+    snprintf(mz, sizeof mz, "model.layers.%d.linear_attn.in_proj_z", layer);
+    snprintf(ma, sizeof ma, "model.layers.%d.linear_attn.in_proj_a", layer);
+    /* rows of the two projections as the GEMMs write them */
+    const int64_t P1 = split ? C : P, B1 = split ? nv : 2 * (int64_t)nv;
     snprintf(mconv, sizeof mconv, "model.layers.%d.linear_attn.conv1d", layer);
     snprintf(mout, sizeof mout, "model.layers.%d.linear_attn.out_proj", layer);
-    lwq_tensor wqkvz, wba, wout, wconv, qkvz, ba, mixed, core;
+    lwq_tensor wqkvz, wba, wz, wa, wout, wconv, qkvz, ba, zt, at, mixed, core;
     snprintf(nm, sizeof nm, "%s.weight", mqkvz);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, P, D, 0, &wqkvz, e));
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, P1, D, 0, &wqkvz, e));
     snprintf(nm, sizeof nm, "%s.weight", mba);
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, 2 * (int64_t)nv, D, 0, &wba, e));
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, B1, D, 0, &wba, e));
+    if (split) {
+        snprintf(nm, sizeof nm, "%s.weight", mz);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, vd, D, 0, &wz, e));
+        snprintf(nm, sizeof nm, "%s.weight", ma);
+        LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, nv, D, 0, &wa, e));
+    }
     snprintf(nm, sizeof nm, "%s.weight", mout);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, D, vd, 0, &wout, e));
     /* conv1d.weight is 3-D [C, 1, K]: lwq_fwd_weight checks 1-D/2-D only */
@@ -458,19 +474,29 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
                         PRId64 "])", layer, nm, C, K, m->be->ops->name,
                         lwq_dtype_name(wconv.dtype), wconv.ndim, wconv.shape[0],
                         wconv.ndim > 1 ? wconv.shape[1] : 0, wconv.ndim > 2 ? wconv.shape[2] : 0);
-    LWQ_TRY(lwq_fwd_tensor(m, dt, n, P, &qkvz, e));
-    LWQ_TRY(lwq_fwd_tensor(m, dt, n, 2 * (int64_t)nv, &ba, e));
+    LWQ_TRY(lwq_fwd_tensor(m, dt, n, P1, &qkvz, e));
+    LWQ_TRY(lwq_fwd_tensor(m, dt, n, B1, &ba, e));
     LWQ_TRY(lwq_fwd_tensor(m, dt, n, C, &mixed, e));
     LWQ_TRY(lwq_fwd_tensor(m, dt, n, vd, &core, e));
 
     LWQ_TRY(lwq_fwd_observe(obs, layer, mqkvz, x, &b->valid, e));
+    if (split)
+        LWQ_TRY(lwq_fwd_observe(obs, layer, mz, x, &b->valid, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mba, x, &b->valid, e));
+    if (split)
+        LWQ_TRY(lwq_fwd_observe(obs, layer, ma, x, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(m->be, x, &wqkvz, NULL, &qkvz, e));
     LWQ_TRY(lwq_backend_gemm(m->be, x, &wba, NULL, &ba, e));
+    if (split) {
+        LWQ_TRY(lwq_fwd_tensor(m, dt, n, vd, &zt, e));
+        LWQ_TRY(lwq_fwd_tensor(m, dt, n, nv, &at, e));
+        LWQ_TRY(lwq_backend_gemm(m->be, x, &wz, NULL, &zt, e));
+        LWQ_TRY(lwq_backend_gemm(m->be, x, &wa, NULL, &at, e));
+    }
 
     gdn_job j = {.b = b, .seq = b->seq, .C = C, .kd = kd, .vd = vd, .dk = dk, .dv = dv, .nv = nv,
                  .r = r, .K = K, .dt = dt, .eps = (float)c->rms_norm_eps};
-    float *hp = fbuf(n * P), *hba = fbuf(n * 2 * nv), *hm = fbuf(n * C), *hc = fbuf(n * C),
+    float *hp = fbuf(n * P1), *hba = fbuf(n * B1), *hm = fbuf(n * C), *hc = fbuf(n * C),
           *hz = fbuf(n * vd), *hb = fbuf(n * nv), *ha = fbuf(n * nv), *hy = fbuf(n * vd),
           *wc = fbuf(C * K), *alog = NULL, *dtb = NULL, *wn = NULL;
     int T = lwq_parallel_threads();
@@ -488,9 +514,16 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", layer);
     if ((rc = weight_host(m, w, layer, nm, 1, dv, 0, &wn, e)) < 0 ||
-        (rc = fetch(m, &wconv, C * K, wc, e)) < 0 || (rc = fetch(m, &qkvz, n * P, hp, e)) < 0 ||
-        (rc = fetch(m, &ba, n * 2 * nv, hba, e)) < 0)
+        (rc = fetch(m, &wconv, C * K, wc, e)) < 0 || (rc = fetch(m, &qkvz, n * P1, hp, e)) < 0 ||
+        (rc = fetch(m, &ba, n * B1, hba, e)) < 0)
         goto out;
+    if (split) { /* already [q, k, v]; z, b, a as they come */
+        memcpy(hm, hp, (size_t)(n * C) * sizeof(float));
+        memcpy(hb, hba, (size_t)(n * nv) * sizeof(float));
+        if ((rc = fetch(m, &zt, n * vd, hz, e)) < 0 || (rc = fetch(m, &at, n * nv, ha, e)) < 0)
+            goto out;
+        goto ungrouped;
+    }
     /* un-group the projections: per key head g, qkvz holds [q_g, k_g, v_g (r heads), z_g] and
      * ba holds [b_g (r), a_g (r)] */
     const int64_t gw = 2 * dk + 2 * r * dv;
@@ -509,6 +542,7 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
             }
         }
     }
+ungrouped:
     if ((rc = store(m, hm, &mixed, e)) < 0 ||
         (rc = lwq_fwd_observe(obs, layer, mconv, &mixed, &b->valid, e)) < 0)
         goto out;
@@ -604,7 +638,7 @@ int lwq_fwd_qwen3next_mixer_block(lwq_model *m, int layer, const lwq_weights *w,
 {
     const lwq_model_config *c = m->cfg;
     const int64_t n = h->shape[0], D = c->hidden_size;
-    const int linear = lwq_config_layer_mixer(c, layer) == LWQ_MIXER_GDN;
+    const int linear = lwq_mixer_is_gdn(lwq_config_layer_mixer(c, layer));
     lwq_tensor x, out;
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));

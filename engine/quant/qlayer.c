@@ -74,12 +74,13 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
             continue;
         for (int j = 0; j < plan->nlinears; j++) {
             const lwq_arch_linear *m = &plan->linears[j];
-            if (m->group == l->group && choice[j].format != choice[i].format)
+            if (m->group == l->group && (choice[j].format != choice[i].format ||
+                                         choice[j].weight_only != choice[i].weight_only))
                 return lwq_errf(e, LWQ_EINVAL,
                                 "%s is %s but %s, which serving engines fuse with it, is %s; a fused group "
                                 "must be quantized in one format",
-                                l->name, lwq_qformat_name(choice[i].format), m->name,
-                                lwq_qformat_name(choice[j].format));
+                                l->name, lwq_choice_format_name(&choice[i]), m->name,
+                                lwq_choice_format_name(&choice[j]));
         }
     }
     return 0;
@@ -190,8 +191,7 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
         goto fail;
     if (rc == LWQ_QUANT_ZERO_TENSOR)
         rep->zero_weights += first;
-    rc = lwq_quant_input_scale(in_amax, LWQ_QUANT_NVFP4, l->name, &is, e);
-    if (rc < 0)
+    if (!c->weight_only && (rc = lwq_quant_input_scale(in_amax, LWQ_QUANT_NVFP4, l->name, &is, e)) < 0)
         goto fail;
     free(bamax);
     free(h);
@@ -210,7 +210,7 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
     if (!first)
         return 0;
     snprintf(name, sizeof name, "%s.weight_scale_2", l->name);
-    if ((rc = lwq_tlist_add_scalar(out, name, ws2, e)) < 0)
+    if ((rc = lwq_tlist_add_scalar(out, name, ws2, e)) < 0 || c->weight_only)
         return rc;
     snprintf(name, sizeof name, "%s.input_scale", l->name);
     return lwq_tlist_add_scalar(out, name, is, e);
@@ -295,7 +295,8 @@ static int input_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choi
             in_amax[i] = choice[i].input_amax;
             continue;
         }
-        if (choice[i].format == LWQ_QFMT_NONE || (only && !only[i]))
+        /* weight-only NVFP4 (W4A16) has no input quantizer: nothing to calibrate, no input_scale */
+        if (choice[i].format == LWQ_QFMT_NONE || choice[i].weight_only || (only && !only[i]))
             continue;
         if (l->expert < 0) {
             if (st->in_rows[i] > 0 && in_amax[i] > 0)
@@ -586,7 +587,7 @@ int lwq_qlayer_finish_inputs(const lwq_arch_layer *plan, const lwq_quant_choice 
     for (int i = 0; i < n; i++) {
         const lwq_arch_linear *l = &plan->linears[i];
         lwq_qformat f = choice[i].format;
-        if (f == LWQ_QFMT_NONE || l->expert < 0)
+        if (f == LWQ_QFMT_NONE || choice[i].weight_only || l->expert < 0)
             continue;
         char name[LWQ_ARCH_NAME_MAX + 32];
         snprintf(name, sizeof name, "%s.input_scale", l->name);

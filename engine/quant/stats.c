@@ -217,8 +217,8 @@ static int on_linear(void *ctx, int layer, const char *module, const lwq_tensor 
 {
     lwq_layer_stats *s = ctx;
     char full[512];
-    if (s->prefix) {
-        snprintf(full, sizeof full, "%s%s", s->prefix, module);
+    if (s->names) {
+        lwq_names_full(s->names, module, full, sizeof full);
         module = full;
     }
     int i = lwq_stats_find(s, module);
@@ -341,10 +341,10 @@ void lwq_stats_free(lwq_layer_stats *s)
 }
 
 int lwq_stats_init(lwq_layer_stats *s, const lwq_arch_layer *plan, const lwq_backend *be, int n_experts,
-                   int include_padding, int all_experts, const uint8_t *want_hessian, const char *prefix, lwq_error *e)
+                   int include_padding, int all_experts, const uint8_t *want_hessian, const lwq_names *names, lwq_error *e)
 {
     memset(s, 0, sizeof *s);
-    s->prefix = prefix && prefix[0] ? prefix : NULL;
+    s->names = names;
     s->plan = plan;
     s->be = be;
     s->include_padding = include_padding;

@@ -25,7 +25,7 @@ typedef struct lwq_layer_stats {
     const lwq_arch_layer *plan;
     const lwq_backend *be;
     int include_padding;
-    const char *prefix;     /* cfg.weight_prefix, prepended to the forward's module names */
+    const lwq_names *names; /* cfg.names: maps the forward's module names to the plan's */
     int n;                  /* = plan->nlinears */
     int *by_name;           /* linear indexes sorted by module name (lookup) */
     float *in_amax;         /* (n) */
@@ -60,7 +60,7 @@ enum { LWQ_STATS_H_NONE = 0, LWQ_STATS_H_BLOCK = 1, LWQ_STATS_H_FULL = 2 };
  * LWQ_STATS_H_FULL for GPTQ linears (may be NULL: none). */
 int lwq_stats_init(lwq_layer_stats *s, const lwq_arch_layer *plan, const lwq_backend *be,
                    int n_experts, int include_padding, int all_experts, const uint8_t *want_hessian,
-                   const char *prefix, lwq_error *e);
+                   const lwq_names *names, lwq_error *e);
 void lwq_stats_free(lwq_layer_stats *s);
 /* Index of the linear named `module` in the plan, or -1. */
 int lwq_stats_find(const lwq_layer_stats *s, const char *module);

@@ -249,7 +249,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         /* qwen3_next: q_proj's gate half, and the Gated DeltaNet's f32 host arrays (projections,
          * conv input and output, z, core output, b and a; model_qwen3next.c) */
         int64_t host_lin = 0;
-        if (c->family->linear == LWQ_MIXER_GDN) {
+        if (lwq_mixer_is_gdn(c->family->linear)) {
             int64_t kd = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
             int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
             host_lin = (2 * kd + 2 * vd) + 2 * (2 * kd + vd) + 2 * vd + 4 * (int64_t)c->linear_num_value_heads;
@@ -273,7 +273,7 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         } else {
             /* the embedding matrix as the device holds it (a packed one dequantized) */
             char name[256];
-            snprintf(name, sizeof name, "%smodel.embed_tokens.weight", c->weight_prefix);
+            lwq_names_full(&c->names, "model.embed_tokens.weight", name, sizeof name);
             const lwq_ckpt_tensor *t = lwq_ckpt_find(ck, name);
             uint64_t emb = (uint64_t)c->vocab_size * (uint64_t)c->hidden_size * act;
             if (t && (t->dtype == LWQ_F32 || t->dtype == LWQ_BF16 || t->dtype == LWQ_F16))

@@ -91,7 +91,7 @@ int lwq_quantize_run(const lwq_quantize_opts *o, lwq_error *e)
     int nothing = 0, rc = lwq_run_setup(&r, &nothing, e);
     if (rc == 0 && nothing) {
         if (!o->quiet)
-            LWQ_INFO("%s is complete (all %d layers committed); nothing to do", r.out_dir, r.nlayers);
+            LWQ_INFO("nothing to do: %s is complete (all %d layers)", r.out_dir, r.nlayers);
         lwq_run_free(&r);
         return 0;
     }
@@ -247,7 +247,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     int rc = lwq_run_stats_init(r, L, &st, e);
     if (rc)
         return rc;
-    lwq_layer_weights_init(&lw, &r->be, src, NULL, r->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &r->be, src, NULL, &r->ck.cfg.names);
     lwq_layer_weights_use_slab(&lw, &r->wslab);
     double t = lwq_now();
     if (!no_output)
@@ -278,7 +278,7 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
         t = lwq_now();
         lwq_layer_weights_free(&lw);
         if ((rc = lwq_run_qdq_overlay(r, L, out, src, &ov, e)) == 0) {
-            lwq_layer_weights_init(&lw, &r->be, src, &ov, r->ck.cfg.weight_prefix);
+            lwq_layer_weights_init(&lw, &r->be, src, &ov, &r->ck.cfg.names);
             lwq_layer_weights_use_slab(&lw, &r->wslab);
             LWQ_TRACE_BEGIN("forward qdq", L);
             rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, nxt, NULL, e);

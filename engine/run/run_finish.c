@@ -86,8 +86,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
         total += r->plans[L].nlinears;
     lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
-     * embedding */
-    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 2, sizeof *extra);
+     * embedding; +1: a VLM wrapper's vision tower */
+    char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
     int nextra = 0, k = 0, rc = 0;
     if (!mods || !extra) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
@@ -96,11 +96,13 @@ static int write_configs(lwq_run *r, lwq_error *e)
     for (int L = 0; L < r->nlayers; L++)
         for (int i = 0; i < r->plans[L].nlinears; i++) {
             mods[k].name = r->plans[L].linears[i].name;
-            mods[k++].format = r->choice[L][i].format;
+            mods[k].format = r->choice[L][i].format;
+            mods[k++].weight_only = r->choice[L][i].weight_only;
         }
     for (int L = r->nlayers; L < r->ck.nlayers; L++) {
-        char g[96];
-        snprintf(g, sizeof g, "%smodel.layers.%d*", r->ck.cfg.weight_prefix, L);
+        char g[96], canon[48];
+        snprintf(canon, sizeof canon, "model.layers.%d*", L);
+        lwq_names_full(&r->ck.cfg.names, canon, g, sizeof g);
         if (!(extra[nextra++] = strdup(g))) {
             rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
             goto out;
@@ -108,11 +110,27 @@ static int write_configs(lwq_run *r, lwq_error *e)
     }
     {
         char mtp[64];
-        size_t np = (size_t)snprintf(mtp, sizeof mtp, "%smtp.", r->ck.cfg.weight_prefix);
+        size_t np = lwq_names_full(&r->ck.cfg.names, "mtp.", mtp, sizeof mtp);
         for (int i = 0; i < r->ck.tail.n; i++)
             if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, mtp, np)) {
                 mtp[np - 1] = '*'; /* "mtp*": a prefix glob at the dot boundary */
                 if (!(extra[nextra++] = strdup(mtp))) {
+                    rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                    goto out;
+                }
+                break;
+            }
+    }
+    /* a wrapper's own modules (the vision tower "model.visual."): Model Optimizer keeps them
+     * unquantized and excludes them as one prefix glob, "model.visual*" */
+    if (r->ck.cfg.passthrough) {
+        const char *p = r->ck.cfg.passthrough;
+        size_t np = strlen(p);
+        for (int i = 0; i < r->ck.tail.n; i++)
+            if (!strncmp(r->ck.tensors[r->ck.tail.idx[i]].name, p, np)) {
+                char g[64];
+                snprintf(g, sizeof g, "%.*s*", (int)(np && p[np - 1] == '.' ? np - 1 : np), p);
+                if (!(extra[nextra++] = strdup(g))) {
                     rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
                     goto out;
                 }
@@ -133,7 +151,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
             break;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, r->ck.cfg.weight_prefix};
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)

@@ -44,7 +44,7 @@ int lwq_run_embed(lwq_run *r, unsigned char *dst, lwq_error *e)
     /* only the embedding matrix: lm_head, as large, is not needed to embed */
     lwq_tlist tail = {0};
     char name[128];
-    snprintf(name, sizeof name, "%smodel.embed_tokens.weight", r->ck.cfg.weight_prefix);
+    lwq_names_full(&r->ck.cfg.names, "model.embed_tokens.weight", name, sizeof name);
     const lwq_ckpt_tensor *t = lwq_ckpt_find(&r->ck, name);
     int rc = 0;
     if (t && t->dtype != LWQ_F8_E4M3 && t->dtype != LWQ_U8) {
@@ -63,7 +63,7 @@ int lwq_run_embed(lwq_run *r, unsigned char *dst, lwq_error *e)
         return rc;
     }
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &r->be, &tail, NULL, &r->ck.cfg.names);
     for (int b = r->b0; b < r->b1 && rc == 0; b++) {
         lwq_tensor h = lwq_run_work_view(r, b);
         if ((rc = lwq_model_embed(&r->model, &lw.w, r->tokens[b], &h, e)) == 0)
@@ -88,7 +88,7 @@ int lwq_run_stats_init(lwq_run *r, int L, lwq_layer_stats *st, lwq_error *e)
     const lwq_arch_layer *p = &r->plans[L];
     uint8_t *wh = hessian_wanted(r, L);
     int rc = wh ? lwq_stats_init(st, p, &r->be, p->is_moe ? r->ck.cfg.num_experts : 0, r->o->include_padding,
-                                 r->o->all_experts, wh, r->ck.cfg.weight_prefix, e)
+                                 r->o->all_experts, wh, &r->ck.cfg.names, e)
                 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     free(wh);
     return rc;

@@ -25,12 +25,12 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
     for (int L = 0; L < N && rc == 0; L++) {
         if ((rc = lwq_layersrc_read(&r->ck, L, &src[L], e)) == 0)
             rc = lwq_run_stats_init(r, L, &st[L], e);
-        lwq_layer_weights_init(&lw[L], &r->be, &src[L], NULL, r->ck.cfg.weight_prefix);
+        lwq_layer_weights_init(&lw[L], &r->be, &src[L], NULL, &r->ck.cfg.names);
     }
     if (rc == 0)
         rc = lwq_layersrc_read(&r->ck, -1, &tail, e);
     lwq_layer_weights tw;
-    lwq_layer_weights_init(&tw, &r->be, &tail, NULL, r->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&tw, &r->be, &tail, NULL, &r->ck.cfg.names);
     int passes = r->o->qdq_next ? N : 1;
     for (int pass = 0; pass < passes && rc == 0; pass++) {
         for (int b = r->b0; b < r->b1 && rc == 0; b++) {
@@ -52,7 +52,7 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
             if (rc == 0 && r->o->qdq_next) {
                 lwq_layer_weights_free(&lw[L]);
                 if ((rc = lwq_run_qdq_overlay(r, L, &out[L], &src[L], &ov[L], e)) == 0)
-                    lwq_layer_weights_init(&lw[L], &r->be, &src[L], &ov[L], r->ck.cfg.weight_prefix);
+                    lwq_layer_weights_init(&lw[L], &r->be, &src[L], &ov[L], &r->ck.cfg.names);
             }
             if (rc == 0) {
                 int nE = r->plans[L].is_moe ? r->ck.cfg.num_experts : 0;

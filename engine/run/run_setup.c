@@ -317,46 +317,109 @@ int lwq_run_fingerprint(lwq_run *r, lwq_error *e)
     return rc;
 }
 
-/* Files of out_dir: 0 when empty/absent, else checks that each is a shard of this run (or a temp
- * file of one), which are removed (a run that died before its first commit); anything else is
- * foreign and refused. */
-static int clear_own_leftovers(lwq_run *r, lwq_error *e)
+/* What an entry of out_dir is to this run: a file of an unfinished attempt of it (a shard or the
+ * tail with its fingerprint, or the temp file of one), or anything else. */
+static int own_file(lwq_run *r, const char *name, const char *path)
 {
-    DIR *d = opendir(r->out_dir);
-    if (!d)
+    size_t n = strlen(name);
+    /* the shards and the tail carry the run's fingerprint in their metadata */
+    int shard = !strncmp(name, LWQ_OUT_SHARD_PREFIX, sizeof LWQ_OUT_SHARD_PREFIX - 1) || !strncmp(name, "model-tail.", 11);
+    if (shard && n > 16 && !strcmp(name + n - 4, ".tmp"))
+        return 1; /* an unfinished durable write */
+    if (!shard)
+        return 0;
+    lwq_st_file f;
+    lwq_error ig = {0};
+    if (lwq_out_st_open(path, &f, &ig) != 0)
+        return 0;
+    const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
+    int ours = fp && !strcmp(fp, r->fp_hex);
+    lwq_st_free(&f);
+    return ours;
+}
+
+static int outputs_present(lwq_run *r);
+
+/* Without a manifest: is out_dir this run's finished output?  Every layer's shard and the tail
+ * are there and carry this run's fingerprint, and the index and configs are there.  Their bytes
+ * cannot be checked (the checksums were in the manifest): `lwq verify` checks the rest.  1 when
+ * whole, else 0 with `why` saying what is missing. */
+static int finished_without_manifest(lwq_run *r, char *why, size_t cap)
+{
+    for (int L = -1; L < r->nlayers; L++) {
+        char name[40], p[PATH_MAX];
+        if (L < 0)
+            snprintf(name, sizeof name, "%s", LWQ_OUT_TAIL);
+        else
+            lwq_shard_name(L, name);
+        lwq_error ig = {0};
+        if (lwq_pathf(&ig, p, sizeof p, "%s/%s", r->out_dir, name) != 0)
+            return snprintf(why, cap, "a path is too long"), 0;
+        if (access(p, F_OK) != 0)
+            return snprintf(why, cap, "%s is missing", name), 0;
+        if (!own_file(r, name, p))
+            return snprintf(why, cap, "%s is not this run's (another fingerprint, or not a readable shard)", name), 0;
+    }
+    if (!outputs_present(r))
+        return snprintf(why, cap, "%s, %s or %s is missing", LWQ_OUT_INDEX, LWQ_OUT_CONFIG, LWQ_OUT_HF_QUANT_CONFIG), 0;
+    return 1;
+}
+
+/* The fresh start's decision on out_dir, made before anything in it is touched:
+ *  - empty or absent: 0;
+ *  - only files of an unfinished attempt of this run (a run whose resume directory is gone before
+ *    its first commit, or was removed): they are removed, and 0;
+ *  - anything else there: nothing is removed.  When it is this run's finished output
+ *    (finished_without_manifest) *complete is set and 0 returned: nothing to do; otherwise
+ *    LWQ_ESTATE naming the first such file (in name order).
+ * Deciding first matters: removing as the directory is walked deleted a finished output's shards
+ * before its config.json was met and refused (issue 36, finding 1). */
+static int clear_own_leftovers(lwq_run *r, int *complete, lwq_error *e)
+{
+    *complete = 0;
+    struct dirent **v = NULL;
+    int n = scandir(r->out_dir, &v, NULL, alphasort);
+    if (n < 0)
         return errno == ENOENT ? 0 : lwq_errsys(e, -errno, "%s: cannot list", r->out_dir);
-    struct dirent *de;
-    int rc = 0, removed = 0;
-    while ((de = readdir(d)) && rc == 0) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+    char *mine = calloc((size_t)(n ? n : 1), 1);
+    int rc = mine ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory listing %s", r->out_dir), other = -1;
+    char p[PATH_MAX];
+    for (int i = 0; i < n && rc == 0; i++) { /* first the decision */
+        const char *name = v[i]->d_name;
+        if (!strcmp(name, ".") || !strcmp(name, ".."))
             continue;
-        char p[PATH_MAX];
-        if ((rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, de->d_name)) != 0)
-            break;
-        size_t n = strlen(de->d_name);
-        int ours = 0;
-        /* the shards and the tail carry the run's fingerprint in their metadata */
-        int shard = !strncmp(de->d_name, LWQ_OUT_SHARD_PREFIX, sizeof LWQ_OUT_SHARD_PREFIX - 1) || !strncmp(de->d_name, "model-tail.", 11);
-        if (shard && n > 16 && !strcmp(de->d_name + n - 4, ".tmp")) {
-            ours = 1; /* an unfinished durable write */
-        } else if (shard) {
-            lwq_st_file f;
-            lwq_error ig = {0};
-            if (lwq_out_st_open(p, &f, &ig) == 0) {
-                const char *fp = lwq_st_meta(&f, "lwq_fingerprint");
-                ours = fp && !strcmp(fp, r->fp_hex);
-                lwq_st_free(&f);
-            }
-        }
-        if (!ours)
+        if ((rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, name)) == 0 && !(mine[i] = (char)own_file(r, name, p)) &&
+            other < 0)
+            other = i;
+    }
+    if (rc == 0 && other >= 0) {
+        char why[200];
+        if (finished_without_manifest(r, why, sizeof why)) {
+            *complete = 1;
+            if (!r->o->quiet)
+                LWQ_INFO("%s is this run's finished output (all %d layer shards and the tail carry its fingerprint; "
+                         "no resume manifest at %s, so their checksums are not checked: lwq verify checks the rest)",
+                         r->out_dir, r->nlayers, r->manifest_path);
+        } else {
             rc = lwq_errf(e, LWQ_ESTATE, "%s holds %s, which is not from this run; refusing to overwrite another "
-                          "run's or foreign files (choose an empty output directory)", r->out_dir, de->d_name);
-        else if ((rc = lwq_sys()->unlink(p)) == 0 || rc == -ENOENT)
+                          "run's or foreign files, and nothing was removed (not this run's finished output either: %s; "
+                          "no resume manifest at %s). Choose an empty output directory", r->out_dir, v[other]->d_name,
+                          why, r->manifest_path);
+        }
+    }
+    int removed = 0;
+    for (int i = 0; i < n && rc == 0 && other < 0; i++) { /* then, only an unfinished attempt's files */
+        if (!mine[i] || (rc = lwq_pathf(e, p, sizeof p, "%s/%s", r->out_dir, v[i]->d_name)) != 0)
+            continue;
+        if ((rc = lwq_sys()->unlink(p)) == 0 || rc == -ENOENT)
             removed++, rc = 0;
         else
             rc = lwq_errsys(e, rc, "%s: cannot remove an uncommitted shard of an earlier attempt", p);
     }
-    closedir(d);
+    for (int i = 0; i < n; i++)
+        free(v[i]);
+    free(v);
+    free(mine);
     if (rc == 0 && removed)
         rc = lwq_durable_fsync_dir(r->out_dir, e);
     if (rc == 0 && removed)
@@ -409,9 +472,12 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
 
     rc = lwq_manifest_load(r->manifest_path, &r->man, e);
     if (rc == LWQ_ENOENT) {
-        if ((rc = clear_own_leftovers(r, e)) != 0) {
-            /* refused (foreign files): leave no lock file or resume directory behind */
+        int complete = 0;
+        if ((rc = clear_own_leftovers(r, &complete, e)) != 0 || complete) {
+            /* refused (foreign files), or a finished output left alone: no lock file or resume
+             * directory left behind */
             lwq_runlock_remove(&r->lock, r->resume_dir, made_resume);
+            *nothing_to_do = complete;
             return rc;
         }
         if ((rc = lwq_manifest_init(&r->man, &r->fp, r->nlayers, e)) != 0 ||

@@ -288,7 +288,7 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
         return rc;
     }
     lwq_layer_weights lw;
-    lwq_layer_weights_init(&lw, &r->be, &src, NULL, r->ck.cfg.weight_prefix);
+    lwq_layer_weights_init(&lw, &r->be, &src, NULL, &r->ck.cfg.names);
     t = lwq_now();
     LWQ_TRACE_BEGIN(u == 0 ? "forward dense" : "forward experts", sl->L);
     for (int b = r->b0; b < r->b1 && rc == 0; b++) {

@@ -98,9 +98,9 @@ static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e
 {
     lwq_layer_weights *lw = ctx;
     char full[512];
-    if (lw->prefix) {
-        if ((size_t)snprintf(full, sizeof full, "%s%s", lw->prefix, name) >= sizeof full)
-            return lwq_errf(e, LWQ_EINVAL, "tensor name %s%s is too long", lw->prefix, name);
+    if (lw->names) {
+        if (lwq_names_full(lw->names, name, full, sizeof full) >= sizeof full)
+            return lwq_errf(e, LWQ_EINVAL, "tensor name %s is too long", name);
         name = full;
     }
     const lwq_htensor *t = lw->overlay ? lwq_tlist_find(lw->overlay, name) : NULL;
@@ -149,10 +149,10 @@ static int get_weight(void *ctx, const char *name, lwq_tensor *out, lwq_error *e
 }
 
 void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src, const lwq_tlist *overlay,
-                            const char *prefix)
+                            const lwq_names *names)
 {
     memset(lw, 0, sizeof *lw);
-    lw->prefix = prefix && prefix[0] ? prefix : NULL;
+    lw->names = names;
     lw->be = be;
     lw->src = src;
     lw->overlay = overlay;

@@ -36,7 +36,7 @@ typedef struct lwq_layer_weights {
     const lwq_backend *be;
     const lwq_tlist *src;      /* sorted */
     const lwq_tlist *overlay;  /* sorted, or NULL */
-    const char *prefix;        /* cfg.weight_prefix: the forward asks for "model.layers..." names,
+    const lwq_names *names;    /* cfg.names: the forward asks for canonical "model.layers..." names,
                                   wrapped checkpoints store "language_model.model.layers..." */
     lwq_tlist dev;             /* device copies (CUDA), data = device pointers */
     lwq_name_index idx;        /* name -> index in dev */
@@ -47,7 +47,7 @@ typedef struct lwq_layer_weights {
 } lwq_layer_weights;
 
 void lwq_layer_weights_init(lwq_layer_weights *lw, const lwq_backend *be, const lwq_tlist *src,
-                            const lwq_tlist *overlay, const char *prefix);
+                            const lwq_tlist *overlay, const lwq_names *names);
 /* Take the copies from `slab` (one user at a time; ignored when it is in use): see devslab.h. */
 void lwq_layer_weights_use_slab(lwq_layer_weights *lw, lwq_devslab *slab);
 /* The device copy the forward made of host tensor w (same name and host data), or NULL: lets the

@@ -153,7 +153,8 @@ Test(config, published_kimi_wrapper_reads_text_config)
     load_fixture("published-nvfp4/nvidia--Kimi-K2.6-NVFP4/config.json", &c);
     cr_assert_str_eq(lwq_family_name(c.family), "deepseek_v3");
     cr_assert_str_eq(c.model_type, "deepseek_v3");
-    cr_assert_str_eq(c.weight_prefix, "language_model.");
+    cr_assert_str_eq(c.names.root, "language_model.model.");
+    cr_assert_str_eq(c.names.head, "language_model.");
     cr_assert_eq(c.num_experts, 384);
     cr_assert_eq(c.vocab_size, 163840);
     cr_assert_eq(c.first_k_dense_replace, 1);

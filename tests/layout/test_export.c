@@ -8,10 +8,10 @@
 #include "layout/export.h"
 
 static const lwq_export_module moe_nvfp4[] = {
-    {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4},
-    {"model.layers.0.mlp.gate", LWQ_QFMT_NONE},
-    {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4},
-    {"model.layers.1.mlp.gate", LWQ_QFMT_NONE},
+    {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0},
+    {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+    {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0},
+    {"model.layers.1.mlp.gate", LWQ_QFMT_NONE, 0},
 };
 
 static cJSON *parse_ok(const char *s)
@@ -147,9 +147,9 @@ Test(export, config_json_refuses_a_source_that_is_not_an_object)
 Test(export, two_formats_give_mixed_precision)
 {
     static const lwq_export_module m[] = {
-        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8},
-        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4},
-        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE},
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0},
+        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
     };
     lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST, NULL};
     char *s;
@@ -169,9 +169,67 @@ Test(export, two_formats_give_mixed_precision)
     free(s);
 }
 
+/* Model Optimizer 0.47 (convert_hf_config.py) writes W4A16_NVFP4's config group with weights only */
+Test(export, weight_only_nvfp4_is_w4a16_nvfp4_without_input_activations)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 1},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+    };
+    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
+    cJSON *j = parse_ok(s);
+    cJSON *qz = cJSON_GetObjectItem(j, "quantization");
+    cr_assert_str_eq(cJSON_GetObjectItem(qz, "quant_algo")->valuestring, "W4A16_NVFP4");
+    cr_assert_eq(cJSON_GetObjectItem(qz, "group_size")->valueint, 16);
+    cJSON_Delete(j);
+    free(s);
+    cr_assert_eq(lwq_export_config_json("{}", 2, &q, &s, &e), 0, "%s", e.msg);
+    j = parse_ok(s);
+    cJSON *g = cJSON_GetObjectItem(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization_config"),
+                                                       "config_groups"), "group_0");
+    cr_assert_null(cJSON_GetObjectItem(g, "input_activations"));
+    cJSON *w = cJSON_GetObjectItem(g, "weights");
+    cr_assert_eq(cJSON_GetObjectItem(w, "num_bits")->valueint, 4);
+    cr_assert_eq(cJSON_GetObjectItem(w, "group_size")->valueint, 16);
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(export, weight_only_nvfp4_beside_nvfp4_is_mixed_precision)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0},
+        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
+    };
+    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL};
+    char *s;
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
+    cJSON *j = parse_ok(s);
+    cJSON *ql = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization"), "quantized_layers");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ql, "model.layers.0.mlp.up_proj"), "quant_algo")->valuestring,
+                     "W4A16_NVFP4");
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ql, "model.layers.0.self_attn.q_proj"),
+                                         "quant_algo")->valuestring, "NVFP4");
+    cJSON_Delete(j);
+    free(s);
+}
+
+Test(export, weight_only_fp8_is_refused)
+{
+    static const lwq_export_module m[] = {{"model.layers.0.mlp.up_proj", LWQ_QFMT_FP8, 1}};
+    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_NONE, NULL};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_lt(lwq_export_hf_quant_config(&q, &s, &e), 0);
+    cr_assert(strstr(e.msg, "model.layers.0.mlp.up_proj is weight-only fp8"), "%s", e.msg);
+}
+
 Test(export, nothing_quantized_is_refused)
 {
-    static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE}};
+    static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0}};
     lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST, NULL};
     char *s;
     lwq_error e = {0};

@@ -163,10 +163,37 @@ Test(recipe_yaml, weight_and_input_in_different_formats_are_refused_by_module)
     cr_assert(c.split && c.format == LWQ_QFMT_NONE);
     lwq_recipe_split_error(&c, "model.layers.0.mlp.up_proj", &e);
     cr_assert_str_eq(e.msg, "model.layers.0.mlp.up_proj: the recipe makes its weight quantizer nvfp4 and its input "
-                            "quantizer fp8; lwq writes W4A4 NVFP4 and W8A8 FP8 only (weight and input in one format, "
-                            "or neither quantized)");
+                            "quantizer fp8; lwq writes W4A4 NVFP4, W8A8 FP8 and weight-only NVFP4 (W4A16) only "
+                            "(weight and input in one format, NVFP4 weights alone, or neither quantized)");
+    lwq_recipe_free(&r);
+}
+
+Test(recipe_yaml, nvfp4_weights_without_an_input_quantizer_are_weight_only_nvfp4)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(NULL,
+                           "    - {quantizer_name: '*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                           "    - {quantizer_name: '*mlp*input_quantizer', cfg: {$import: nvfp4}}\n",
+                           &r, &run, &e), 0, "%s", e.msg);
     lwq_quant_choice w = pick(&r, "model.layers.0.self_attn.q_proj");
-    cr_assert(w.split && w.weight_format == LWQ_QFMT_NVFP4 && w.input_format == LWQ_QFMT_NONE, "weight-only");
+    cr_assert(!w.split && w.weight_only && w.format == LWQ_QFMT_NVFP4, "W4A16");
+    cr_assert_str_eq(lwq_choice_format_name(&w), "w4a16_nvfp4");
+    lwq_quant_choice m = pick(&r, "model.layers.0.mlp.up_proj");
+    cr_assert(!m.split && !m.weight_only && m.format == LWQ_QFMT_NVFP4, "W4A4 where the input is quantized too");
+    lwq_recipe_free(&r);
+}
+
+Test(recipe_yaml, fp8_weights_without_an_input_quantizer_are_refused)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(NULL, "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n", &r, &run, &e), 0,
+                 "%s", e.msg);
+    lwq_quant_choice w = pick(&r, "model.layers.0.self_attn.q_proj");
+    cr_assert(w.split && !w.weight_only && w.weight_format == LWQ_QFMT_FP8 && w.input_format == LWQ_QFMT_NONE);
     lwq_recipe_free(&r);
 }
 

@@ -48,24 +48,26 @@ REFUSES(refuses_int8_smoothquant, "lwq: --qformat int8_smoothquant is not suppor
                                   "the previous layer (INT8), a format per-layer export cannot write (supported: "
                                   "nvfp4, fp8, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep "
                                   "(= nvfp4 --algo mse --fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 "
-                                  "--algo local_hessian), nvfp4_experts-fp8_attn, qwen3next_production)\n",
+                                  "--algo local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4))\n",
         "--qformat", "int8_smoothquant")
 REFUSES(refuses_awq_qformats, "lwq: --qformat nvfp4_awq_lite is not supported: AWQ searches pre-quantization scales "
                               "over the whole model, which lwq does not write per layer (supported: nvfp4, fp8, "
                               "nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo "
                               "mse --fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo "
-                              "local_hessian), nvfp4_experts-fp8_attn, qwen3next_production)\n",
+                              "local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4))\n",
         "--qformat", "nvfp4_awq_lite")
-REFUSES(refuses_weight_only_qformats, "lwq: --qformat w4a16_nvfp4 is not supported: weight-only NVFP4 (W4A16) is not "
-                                      "written by lwq (supported: nvfp4, fp8, nvfp4_experts_only, nvfp4_mlp_only, "
-                                      "nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse --fp8-scale-sweep), "
-                                      "nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
-                                      "nvfp4_experts-fp8_attn, qwen3next_production)\n",
-        "--qformat", "w4a16_nvfp4")
+REFUSES(refuses_nvfp4_with_blocks_of_32, "lwq: --qformat nvfp4_mlp_weight_only is not supported: its weight-only "
+                                         "NVFP4 uses blocks of 32 (numerics nvfp4_bs32); lwq writes NVFP4 with blocks "
+                                         "of 16 (w4a16_nvfp4) (supported: nvfp4, fp8, nvfp4_experts_only, "
+                                         "nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
+                                         "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo "
+                                         "local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 "
+                                         "(weight-only NVFP4))\n",
+        "--qformat", "nvfp4_mlp_weight_only")
 REFUSES(refuses_unknown_qformats, "lwq: --qformat nvfp5: unknown (supported: nvfp4, fp8, nvfp4_experts_only, "
                                   "nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
                                   "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
-                                  "nvfp4_experts-fp8_attn, qwen3next_production)\n", "--qformat", "nvfp5")
+                                  "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4))\n", "--qformat", "nvfp5")
 REFUSES(refuses_nvfp4_kv_cache, "lwq: --kv_cache_qformat nvfp4_cast is not supported: an NVFP4 KV cache is not "
                                 "written by lwq (supported: none, fp8, fp8_cast)\n", "--kv_cache_qformat", "nvfp4_cast")
 REFUSES(refuses_affine_kv_cache, "lwq: --kv_cache_qformat fp8_affine is not supported: affine (biased) KV cache "
@@ -113,6 +115,15 @@ Test(hfptq_cli, modelopt_sweep_preset_is_nvfp4_with_the_sweep)
     cr_assert(strstr(x, "\"method\":\t\"mse\"") && strstr(x, "\"fp8_scale_sweep\":\ttrue"), "%s", x);
     free(x);
     free(y);
+}
+
+Test(hfptq_cli, w4a16_nvfp4_is_nvfp4_weights_with_the_input_quantizer_off)
+{
+    const char *a[] = {"quantize", "--print-recipe", "--qformat", "w4a16_nvfp4", NULL};
+    cr_assert_eq(lwqt_run(a), 0);
+    char *x = lwqt_out();
+    cr_assert(strstr(x, "\"name\":\t\"w4a16_nvfp4\"") && strstr(x, "\"quantizer\":\t\"input\""), "%s", x);
+    free(x);
 }
 
 /* AutoQuantize: --auto_quantize_bits with the candidates of --qformat; the gradient method and the

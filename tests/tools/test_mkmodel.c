@@ -317,6 +317,6 @@ Test(mkmodel, mtp_is_refused_for_other_architectures)
     const char *a[] = {"mkmodel", lwqt_path("m"), "--arch", "llama", "--mtp", NULL};
     cr_assert_eq(lwqt_run(a), 2);
     char *err = lwqt_err();
-    cr_assert(strstr(err, "--mtp is for --arch qwen3_next only"), "%s", err);
+    cr_assert(strstr(err, "--mtp is for --arch qwen3_next and qwen3_5* only"), "%s", err);
     free(err);
 }

@@ -280,7 +280,7 @@ Test(recipe_yaml_e2e, a_module_with_split_formats_is_refused_by_name)
     cr_assert_eq(lwqt_run(q), 2);
     char *err = lwqt_err();
     cr_assert(strstr(err, "lwq: model.layers.0.mlp.gate_proj: the recipe makes its weight quantizer nvfp4 and its "
-                          "input quantizer fp8; lwq writes W4A4 NVFP4 and W8A8 FP8 only"), "%s", err);
+                          "input quantizer fp8; lwq writes W4A4 NVFP4, W8A8 FP8 and weight-only NVFP4 (W4A16) only"), "%s", err);
     free(err);
 }
 

@@ -70,7 +70,9 @@ static void usage(FILE *fp)
             "generation_config.json.  Same flags -> same bytes.\n"
             "\n"
             "  --arch A              llama | qwen3 | qwen3_moe | mixtral | deepseek_v3 |\n"
-            "                        deepseek_v2 | qwen3_next\n"
+            "                        deepseek_v2 | qwen3_next | qwen3_5 | qwen3_5_moe\n"
+            "                        (qwen3_5*: the VLM wrapper, text model under\n"
+            "                        text_config, a stand-in vision tower model.visual.*)\n"
             "                        (default llama)\n"
             "  --source-format F     bf16 | fp8 | mxfp4 (default bf16): fp8 stores every layer\n"
             "                        linear but the routers as F8_E4M3 + 128x128 weight_scale_inv\n"
@@ -193,6 +195,10 @@ static const char *arch_class(const char *a)
         return "DeepseekV2ForCausalLM";
     if (!strcmp(a, "qwen3_next"))
         return "Qwen3NextForCausalLM";
+    if (!strcmp(a, "qwen3_5"))
+        return "Qwen3_5ForConditionalGeneration";
+    if (!strcmp(a, "qwen3_5_moe"))
+        return "Qwen3_5MoeForConditionalGeneration";
     return NULL;
 }
 
@@ -206,7 +212,11 @@ static char *config_json(const mk_opts *o)
     cJSON *c = cJSON_CreateObject();
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch_class(o->arch)));
-    cJSON_AddStringToObject(c, "model_type", o->arch);
+    /* Qwen3.5: the VLM wrapper's text model under text_config (built flat here, wrapped below) */
+    const int q35 = !strncmp(o->arch, "qwen3_5", 7);
+    char inner[32];
+    snprintf(inner, sizeof inner, "%s_text", o->arch);
+    cJSON_AddStringToObject(c, "model_type", q35 ? inner : o->arch);
     cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
     cJSON_AddNumberToObject(c, "intermediate_size", (double)o->inter);
     cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->layers);
@@ -232,7 +242,7 @@ static char *config_json(const mk_opts *o)
         cJSON_AddNumberToObject(c, "decoder_sparse_step", 1);
         cJSON_AddItemToObject(c, "mlp_only_layers", cJSON_CreateArray());
         cJSON_AddBoolToObject(c, "norm_topk_prob", 1);
-    } else if (!strcmp(o->arch, "qwen3_next")) {
+    } else if (!strcmp(o->arch, "qwen3_next") || q35) {
         lwq_mkmodel_qwen3next_config(c, &o->qn, o->layers, o->experts, o->topk, o->moe_inter);
     } else if (!strcmp(o->arch, "mixtral")) {
         cJSON_AddNumberToObject(c, "num_local_experts", (double)o->experts);
@@ -242,7 +252,18 @@ static char *config_json(const mk_opts *o)
                               o->topk, o->moe_inter);
     }
     lwq_mkmodel_src_config(c, o->src);
-    cJSON_AddStringToObject(c, "transformers_version", "4.51.0");
+    if (q35) {
+        cJSON *w = cJSON_CreateObject();
+        cJSON_AddItemToArray(cJSON_AddArrayToObject(w, "architectures"),
+                             cJSON_CreateString(arch_class(o->arch)));
+        cJSON_AddStringToObject(w, "model_type", o->arch);
+        cJSON_DeleteItemFromObject(c, "architectures");
+        cJSON_AddItemToObject(w, "text_config", c);
+        cJSON_AddBoolToObject(w, "tie_word_embeddings", o->tie);
+        cJSON_AddStringToObject(w, "dtype", torch_dtype(o->dtype));
+        c = w;
+    }
+    cJSON_AddStringToObject(c, "transformers_version", q35 ? "5.14.1" : "4.51.0");
     char *s = cJSON_Print(c);
     cJSON_Delete(c);
     return s;
@@ -326,7 +347,7 @@ static void tensor_dist(const lwq_model_config *cfg, float wstd, const lwq_arch_
 {
     m->mean = p->kind == LWQ_TK_NORM ? 1.0f : 0.0f;
     m->std = p->kind == LWQ_TK_NORM ? 0.02f : wstd;
-    if (cfg->family->linear == LWQ_MIXER_GDN)
+    if (lwq_mixer_is_gdn(cfg->family->linear))
         lwq_mkmodel_qwen3next_dist(p, &m->mean, &m->std);
 }
 
@@ -418,6 +439,35 @@ static int build_tensors(const lwq_model_config *cfg, mk_src_format src, int mtp
     }
     if (!t)
         return lwq_errf(e, LWQ_ENOMEM, "out of memory for the tensor list");
+    if (cfg->passthrough) {
+        /* a stand-in for the wrapper's vision tower: tensors no plan knows, which a run copies
+         * through unquantized (two linears and a bias, hidden-wide at the merger's output) */
+        static const struct {
+            const char *name;
+            int ndim;
+            int64_t d0, d1;
+        } vis[] = {{"blocks.0.attn.qkv.weight", 2, 96, 32},
+                   {"blocks.0.attn.qkv.bias", 1, 96, 0},
+                   {"merger.linear_fc2.weight", 2, -1, 128}};
+        mk_tensor *nt = realloc(t, (size_t)(n + 3) * sizeof *t);
+        if (!nt) {
+            free(t);
+            return lwq_errf(e, LWQ_ENOMEM, "out of memory for the tensor list");
+        }
+        t = nt;
+        for (size_t i = 0; i < 3; i++) {
+            mk_tensor *m = &t[n++];
+            memset(m, 0, sizeof *m);
+            snprintf(m->name, sizeof m->name, "%s%s", cfg->passthrough, vis[i].name);
+            m->ndim = vis[i].ndim;
+            m->shape[0] = vis[i].d0 < 0 ? cfg->hidden_size : vis[i].d0;
+            m->shape[1] = vis[i].d1;
+            m->std = wstd;
+            m->dtype = cfg->dtype;
+            m->nbytes = (uint64_t)m->shape[0] * (uint64_t)(m->ndim == 2 ? m->shape[1] : 1) *
+                        lwq_dtype_size(cfg->dtype);
+        }
+    }
     *out = t;
     *nout = n;
     return 0;
@@ -532,7 +582,7 @@ static int parse_opts(int argc, char **argv, mk_opts *o)
     o->out = argv[optind];
     if (!arch_class(o->arch)) {
         fprintf(stderr, "lwq mkmodel: --arch must be llama, qwen3, qwen3_moe, mixtral, deepseek_v3, "
-                        "deepseek_v2 or qwen3_next, got '%s'\n", o->arch);
+                        "deepseek_v2, qwen3_next, qwen3_5 or qwen3_5_moe, got '%s'\n", o->arch);
         return -1;
     }
     if (!o->kv_heads)

@@ -28,8 +28,8 @@ int lwq_mkmodel_qwen3next_option(mk_qn_opts *q, int c, const char *arg)
 int lwq_mkmodel_qwen3next_finish(mk_qn_opts *q, const char *arch, int64_t head_dim,
                                  int64_t moe_inter)
 {
-    if (q->mtp && strcmp(arch, "qwen3_next")) {
-        fprintf(stderr, "lwq mkmodel: --mtp is for --arch qwen3_next only\n");
+    if (q->mtp && strcmp(arch, "qwen3_next") && strncmp(arch, "qwen3_5", 7)) {
+        fprintf(stderr, "lwq mkmodel: --mtp is for --arch qwen3_next and qwen3_5* only\n");
         return -1;
     }
     if (!q->lin_k_heads)

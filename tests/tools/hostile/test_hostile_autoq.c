@@ -125,3 +125,121 @@ Test(hostile_autoq, a_group_no_listed_format_fits_is_refused)
               strstr(err, "model.layers.0.self_attn.q_proj has 72"), "%s", err);
     free(err);
 }
+
+/* ---- finding 8: a scores file is checked against the model before the solve ---------------- */
+
+typedef enum { ED_FP8_CHEAP, ED_SHIFT, ED_ELEMENTS, ED_OTHER } edit_kind;
+
+/* Rewrite the scores file `rel` (in the temp dir): fp8 costs set to the nvfp4 ones, layer 0's
+ * group records shifted by one, every layer's linear elements doubled, or its other bytes 0. */
+static void edit_scores(const char *rel, edit_kind k)
+{
+    cJSON *j = lwqt_json(lwqt_path(rel));
+    cJSON *ls = cJSON_GetObjectItem(j, "layers");
+    cr_assert(cJSON_IsArray(ls) && cJSON_GetArraySize(ls) > 0, "%s: no layers", rel);
+    cJSON *l;
+    cJSON_ArrayForEach(l, ls) {
+        cJSON *gs = cJSON_GetObjectItem(l, "groups");
+        if (k == ED_ELEMENTS || k == ED_OTHER) {
+            const char *key = k == ED_ELEMENTS ? "linear_elements" : "other_bytes";
+            double v = cJSON_GetObjectItem(l, key)->valuedouble;
+            cJSON_ReplaceItemInObject(l, key, cJSON_CreateNumber(k == ED_ELEMENTS ? 2 * v : 0));
+        } else if (k == ED_SHIFT) {
+            cr_assert(cJSON_GetArraySize(gs) >= 2);
+            cJSON_AddItemToArray(gs, cJSON_DetachItemFromArray(gs, 0)); /* qkv, o, ... -> o, ..., qkv */
+            break;
+        } else {
+            cJSON *g;
+            cJSON_ArrayForEach(g, gs) {
+                cJSON *fs = cJSON_GetObjectItem(g, "formats");
+                cJSON *nv = cJSON_GetObjectItem(fs, "nvfp4"), *f8 = cJSON_GetObjectItem(fs, "fp8");
+                if (nv && f8)
+                    cJSON_ReplaceItemInObject(f8, "bytes",
+                                              cJSON_CreateNumber(cJSON_GetObjectItem(nv, "bytes")->valuedouble));
+            }
+        }
+    }
+    char *txt = cJSON_Print(j);
+    cJSON_Delete(j);
+    FILE *fp = fopen(lwqt_path(rel), "w");
+    cr_assert_not_null(fp);
+    fputs(txt, fp);
+    fclose(fp);
+    free(txt);
+}
+
+/* exit 2 naming `file` and `what`; with exit 0, what the output holds is said (the bug: over the
+ * budget) */
+static void refused_naming(int rc, const char *out, const char *file, const char *what)
+{
+    char *err = lwqt_err();
+    if (rc == 0) {
+        char path[300];
+        snprintf(path, sizeof path, "%s/auto_quantize.json", out);
+        cJSON *j = lwqt_json(lwqt_path(path));
+        char *w = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "written"));
+        char *b = cJSON_PrintUnformatted(cJSON_GetObjectItem(j, "budget"));
+        cJSON_Delete(j);
+        cr_assert_fail("the edited scores were solved: exit 0, written %s for the budget %s", w, b);
+    }
+    cr_assert_eq(rc, 2, "exit %d: %s", rc, err);
+    cr_assert(strstr(err, file) && strstr(err, what), "stderr does not name %s and \"%s\": %s", file, what, err);
+    free(err);
+}
+
+/* a complete search's scores, copied to s.json */
+static void complete_scores(void)
+{
+    make_model();
+    cr_assert_eq(aq("a", "--auto-quantize-bits 6"), 0);
+    cr_assert_eq(lwqt_sh("cp %s %s", lwqt_path("a.layerwise_resume/auto_quantize/scores.json"), lwqt_path("s.json")),
+                 0);
+}
+
+Test(hostile_autoq, scores_file_with_edited_costs_is_refused)
+{
+    complete_scores();
+    edit_scores("s.json", ED_FP8_CHEAP);
+    char extra[400];
+    snprintf(extra, sizeof extra, "--auto-quantize-bits 5 --auto-quantize-scores %s", lwqt_path("s.json"));
+    refused_naming(aq("b", extra), "b", "s.json", "the bytes of fp8");
+}
+
+Test(hostile_autoq, scores_file_with_edited_elements_is_refused)
+{
+    complete_scores();
+    edit_scores("s.json", ED_ELEMENTS);
+    char extra[400];
+    snprintf(extra, sizeof extra, "--auto-quantize-bits 5 --auto-quantize-scores %s", lwqt_path("s.json"));
+    refused_naming(aq("b", extra), "b", "s.json", "the linear weight elements");
+}
+
+Test(hostile_autoq, scores_file_with_edited_other_bytes_is_refused)
+{
+    complete_scores();
+    edit_scores("s.json", ED_OTHER);
+    char extra[400];
+    snprintf(extra, sizeof extra, "--auto-quantize-gb 0.0002 --auto-quantize-scores %s", lwqt_path("s.json"));
+    refused_naming(aq("b", extra), "b", "s.json", "the bytes of the layer's other tensors");
+}
+
+/* The resume directory's own complete scores (pass 1 done, the solve refused a budget below the
+ * least), edited, then the same output with a budget it can meet. */
+static void own_scores(edit_kind k, const char *what)
+{
+    make_model();
+    cr_assert_eq(aq("c", "--auto-quantize-bits 1"), 2, "a budget below the least was not refused");
+    edit_scores("c.layerwise_resume/auto_quantize/scores.json", k);
+    int rc = aq("c", "--auto-quantize-bits 5");
+    refused_naming(rc, "c", "c.layerwise_resume/auto_quantize/scores.json", what);
+}
+
+Test(hostile_autoq, own_scores_with_edited_costs_are_refused)
+{
+    own_scores(ED_FP8_CHEAP, "the bytes of fp8");
+}
+
+Test(hostile_autoq, own_scores_with_a_shifted_group_list_are_refused)
+{
+    own_scores(ED_SHIFT, "search group 0 is o");
+}

@@ -1,0 +1,196 @@
+/* Qwen3.5 (qwen3_5 / qwen3_5_moe VLM wrappers, synthetic checkpoints from `lwq mkmodel`) end to
+ * end: the text model under model.language_model., split gated-DeltaNet projections quantized as
+ * fused groups, the vision tower and mtp.* copied through and excluded as Model Optimizer 0.47
+ * excludes them, expert streaming and resume byte-identical, inspect / plan / verify / eval; and
+ * the refusals: an unknown layer_types entry (before any weight is read, nothing written) and
+ * image calibration inputs. */
+#include <criterion/criterion.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "layout/safetensors.h"
+#include "tests/helpers/run.h"
+
+static char g_tmp[256];
+
+static void setup(void) { lwqt_tmpdir(g_tmp, sizeof g_tmp, "lwq-q35"); }
+static void teardown(void) { lwqt_rmtree(g_tmp); }
+
+TestSuite(qwen3_5, .init = setup, .fini = teardown, .timeout = 300);
+
+static void make_model(const char *name, const char *arch)
+{
+    cr_assert_eq(lwqt_sh("%s mkmodel %s/%s --arch %s --hidden 64 --layers 4 --heads 4 --kv-heads 2 "
+                         "--head-dim 16 --experts 4 --top-k 2 --moe-intermediate 32 "
+                         "--shared-intermediate 48 --linear-value-heads 4 --linear-value-dim 8 "
+                         "--vocab 300 --mtp --quiet",
+                         lwqt_bin(), g_tmp, name, arch),
+                 0, "mkmodel --arch %s failed", arch);
+}
+
+#define QARGS "--calib-size 6 --calib-seq 24 --batch-size 4 --threads 2 --quiet"
+
+static int quantize(const char *model, const char *out, const char *env, const char *extra)
+{
+    return lwqt_sh("%s %s quantize %s/%s -o %s/%s " QARGS " %s 2>>%s/stderr.txt", env ? env : "",
+                   lwqt_bin(), g_tmp, model, g_tmp, out, extra ? extra : "", g_tmp);
+}
+
+static int same_dirs(const char *a, const char *b)
+{
+    return lwqt_sh("diff -r %s/%s %s/%s >/dev/null 2>&1", g_tmp, a, g_tmp, b) == 0;
+}
+
+static char *slurp_rel(const char *rel)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_tmp, rel);
+    return lwqt_slurp(p);
+}
+
+/* The bytes of tensor `name` in the safetensors file `rel`, malloc'd; NULL when absent. */
+static void *tensor_bytes(const char *rel, const char *name, uint64_t *n)
+{
+    char p[512];
+    snprintf(p, sizeof p, "%s/%s", g_tmp, rel);
+    lwq_st_file f;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_st_open(p, &f, &e), 0, "%s", e.msg);
+    void *buf = NULL;
+    int i = lwq_st_find(&f, name);
+    if (i >= 0) {
+        const lwq_st_entry *t = &f.entries[i];
+        *n = t->end - t->begin;
+        buf = malloc(*n + 1);
+        cr_assert_eq(lwq_st_read(&f, f.data_start + t->begin, buf, *n, &e), 0, "%s", e.msg);
+    }
+    lwq_st_free(&f);
+    return buf;
+}
+
+Test(qwen3_5, moe_vlm_nvfp4_keeps_the_vision_tower_and_mtp_and_excludes_them)
+{
+    make_model("m", "qwen3_5_moe");
+    cr_assert_eq(quantize("m", "q", NULL, "--qformat nvfp4"), 0, "quantize failed");
+    char *hq = slurp_rel("q/hf_quant_config.json");
+    cr_assert(strstr(hq, "\"model.visual*\""), "%s", hq);
+    cr_assert(strstr(hq, "\"mtp*\""), "%s", hq);
+    cr_assert(strstr(hq, "\"model.language_model.embed_tokens\""), "%s", hq);
+    cr_assert(strstr(hq, "\"model.language_model.layers.0.linear_attn.in_proj_a\""), "%s", hq);
+    cr_assert(strstr(hq, "\"model.language_model.layers.0.linear_attn.in_proj_b\""), "%s", hq);
+    cr_assert(strstr(hq, "\"model.language_model.layers.0.linear_attn.conv1d\""), "%s", hq);
+    cr_assert(strstr(hq, "\"model.language_model.layers.0.mlp.shared_expert_gate\""), "%s", hq);
+    cr_assert(strstr(hq, "\"lm_head\""), "%s", hq);
+    cr_assert_null(strstr(hq, "linear_attn.in_proj_qkv\""), "in_proj_qkv is quantized: %s", hq);
+    free(hq);
+    /* the vision tower's tensor passes through byte for byte */
+    uint64_t na = 0, nb = 0;
+    void *a = tensor_bytes("m/model.safetensors", "model.visual.blocks.0.attn.qkv.weight", &na);
+    void *b = tensor_bytes("q/model-tail.safetensors", "model.visual.blocks.0.attn.qkv.weight", &nb);
+    cr_assert(a && b && na == nb && !memcmp(a, b, na), "model.visual.* not copied through");
+    free(a);
+    free(b);
+    /* in_proj_qkv and in_proj_z are one fused group: one weight global scale */
+    a = tensor_bytes("q/model-layer-00000.safetensors",
+                     "model.language_model.layers.0.linear_attn.in_proj_qkv.weight_scale_2", &na);
+    b = tensor_bytes("q/model-layer-00000.safetensors",
+                     "model.language_model.layers.0.linear_attn.in_proj_z.weight_scale_2", &nb);
+    cr_assert(a && b && na == 4 && nb == 4 && !memcmp(a, b, 4), "qkv and z scales differ");
+    free(a);
+    free(b);
+    cr_assert_eq(lwqt_sh("%s verify %s/q >/dev/null 2>&1", lwqt_bin(), g_tmp), 0, "verify failed");
+    cr_assert_eq(lwqt_sh("%s inspect %s/q 2>&1 | grep -q 'every tensor matches the qwen3_5_moe plan'",
+                         lwqt_bin(), g_tmp),
+                 0, "inspect of the output");
+}
+
+Test(qwen3_5, expert_streaming_is_byte_identical)
+{
+    make_model("m", "qwen3_5_moe");
+    cr_assert_eq(quantize("m", "a", NULL, "--qformat nvfp4"), 0);
+    cr_assert_eq(quantize("m", "b", NULL, "--qformat nvfp4 --expert-group 3"), 0);
+    cr_assert_eq(lwqt_sh("cd %s && for f in a/*.safetensors; do cmp -s $f b/${f#a/} || exit 1; done",
+                         g_tmp),
+                 0, "streamed shards differ");
+}
+
+Test(qwen3_5, resume_after_a_kill_is_byte_identical)
+{
+    make_model("m", "qwen3_5_moe");
+    cr_assert_eq(quantize("m", "ref", NULL, "--qformat fp8"), 0);
+    int rc = quantize("m", "out", "LWQ_SYS_CRASH_STEP=12 LWQ_SYS_CRASH_MODE=kill", "--qformat fp8");
+    cr_assert_eq(rc, 128 + SIGKILL, "exit %d, expected a SIGKILL at step 12", rc);
+    cr_assert_eq(quantize("m", "out", NULL, "--qformat fp8"), 0, "resume failed");
+    cr_assert(same_dirs("ref", "out"), "resumed output differs");
+}
+
+Test(qwen3_5, dense_vlm_inspect_plan_fp8_and_eval)
+{
+    make_model("m", "qwen3_5");
+    cr_assert_eq(lwqt_sh("%s inspect %s/m 2>&1 | grep -q 'weights under model.language_model.'",
+                         lwqt_bin(), g_tmp),
+                 0);
+    cr_assert_eq(lwqt_sh("%s inspect %s/m 2>&1 | grep -q 'every tensor matches the qwen3_5 plan'",
+                         lwqt_bin(), g_tmp),
+                 0);
+    cr_assert_eq(lwqt_sh("%s plan %s/m --qformat fp8 --calib-size 6 --calib-seq 24 >/dev/null 2>&1",
+                         lwqt_bin(), g_tmp),
+                 0, "plan failed");
+    cr_assert_eq(quantize("m", "q", NULL, "--qformat fp8"), 0);
+    cr_assert_eq(lwqt_sh("%s eval %s/m %s/q --data-size 2 --data-seq 16 --threads 2 --quiet "
+                         "--json %s/ev.json >/dev/null 2>&1",
+                         lwqt_bin(), g_tmp, g_tmp, g_tmp),
+                 0, "eval failed");
+    struct stat st;
+    char p[512];
+    snprintf(p, sizeof p, "%s/ev.json", g_tmp);
+    cr_assert(stat(p, &st) == 0 && st.st_size > 0, "eval wrote no report");
+}
+
+/* A config.json of the qwen3_5 wrapper whose layer_types holds `bad` at index 2. */
+static void write_bad_layer_types(const char *bad)
+{
+    make_model("m", "qwen3_5");
+    cr_assert_eq(lwqt_sh("cd %s/m && sed -i '0,/\"full_attention\"/s//\"%s\"/' config.json && "
+                         "grep -q '\"%s\"' config.json",
+                         g_tmp, bad, bad),
+                 0, "could not patch layer_types");
+}
+
+Test(qwen3_5, unknown_layer_type_is_refused_by_name_before_reading_and_writes_nothing)
+{
+    write_bad_layer_types("mamba");
+    /* the weights are unreadable: a refusal that read them would fail differently */
+    cr_assert_eq(lwqt_sh("cd %s/m && truncate -s 100 model.safetensors", g_tmp), 0);
+    cr_assert_eq(lwqt_sh("mkdir -p %s/out", g_tmp), 0);
+    int rc = quantize("m", "out", NULL, "--qformat nvfp4");
+    cr_assert_eq(rc, 2, "exit %d", rc);
+    cr_assert_eq(lwqt_sh("grep -q \"model_type 'qwen3_5_text'\" %s/stderr.txt && "
+                         "grep -q 'text_config.layer_types\"\\[3\\] = \"mamba\"' %s/stderr.txt",
+                         g_tmp, g_tmp),
+                 0, "the message names neither the model_type nor the key and value");
+    cr_assert_eq(lwqt_sh("test -z \"$(ls -A %s/out)\"", g_tmp), 0, "something was written");
+    cr_assert_neq(lwqt_sh("%s inspect %s/m >/dev/null 2>&1", lwqt_bin(), g_tmp), 0);
+}
+
+Test(qwen3_5, image_calibration_input_is_refused_by_name)
+{
+    make_model("m", "qwen3_5");
+    cr_assert_eq(lwqt_sh("printf '{\"input_ids\": [1,2,3,4,5,6,7,8], \"image_grid_thw\": [[1,2,2]]}\\n' "
+                         "> %s/c.jsonl",
+                         g_tmp),
+                 0);
+    char extra[600];
+    snprintf(extra, sizeof extra, "--qformat fp8 --calib %s/c.jsonl", g_tmp);
+    int rc = quantize("m", "out", NULL, extra);
+    cr_assert_eq(rc, 2, "exit %d", rc);
+    cr_assert_eq(lwqt_sh("grep -q '\"image_grid_thw\": image and video calibration inputs are not "
+                         "supported' %s/stderr.txt",
+                         g_tmp),
+                 0, "the refusal does not name the key");
+    cr_assert_neq(lwqt_sh("test -f %s/out/config.json", g_tmp), 0, "an output was written");
+}
