@@ -9,6 +9,12 @@
  *  4. Any failure before step c leaves the final name untouched (old content or absent) and
  *     removes the temp file; a failure of step d removes the final name as well, because its
  *     durability is unknown.  Callers commit (e.g. name the file in a manifest) only after 0.
+ *  5. lwq writes only files it made: a temp file is created with O_CREAT | O_EXCL
+ *     (lwq_durable_create), never opened, truncated or followed when something is at its path;
+ *     a leftover of lwq's own (a regular file with one link, of this user) is unlinked first,
+ *     anything else (a symbolic link, a FIFO, a file with another hard link, another user's) is
+ *     refused.  The one file lwq keeps and opens again, the run lock, passes the same checks
+ *     before it is touched (lwq_durable_open_own).
  *
  * Order inside lwq_durable_commit, one function per step:
  *   a. fsync(tmp fd)                 sys->fsync
@@ -26,6 +32,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "io/sys.h"
 
@@ -113,29 +120,80 @@ int lwq_durable_open_regular(const char *path, int flags, struct stat *st, lwq_e
     return lwq_file_open_regular_ops(&sys_file_ops, path, flags, st, e);
 }
 
+/* What is at `path` (lstat'ed into st) when lwq is about to make a file of its own there: 0 when
+ * it is a leftover lwq may remove (a regular file with one link, of this user: a temp file of an
+ * attempt that died before its rename), else LWQ_EINVAL naming it.  A file with another hard link
+ * is another file's name: writing it would write that file, wherever it is. */
+static int check_own(const char *path, const struct stat *st, const char *what, lwq_error *e)
+{
+    if (S_ISLNK(st->st_mode))
+        return lwq_errf(e, LWQ_EINVAL, "%s: %s is a symbolic link; lwq writes only files of its own there (remove it)",
+                        path, what);
+    if (!S_ISREG(st->st_mode))
+        return lwq_errf(e, LWQ_EINVAL, "%s: %s is not a regular file (a FIFO?); remove it", path, what);
+    if (st->st_nlink != 1)
+        return lwq_errf(e, LWQ_EINVAL, "%s: %s has %lu hard links (it is also another file); lwq writes only files of "
+                        "its own there (remove it)", path, what, (unsigned long)st->st_nlink);
+    if (st->st_uid != geteuid())
+        return lwq_errf(e, LWQ_EINVAL, "%s: %s belongs to another user (uid %lu); lwq writes only files of its own "
+                        "there (remove it)", path, what, (unsigned long)st->st_uid);
+    return 0;
+}
+
 int lwq_durable_create(const char *path, int flags, mode_t mode, const char *what, lwq_error *e)
 {
     const lwq_sys_table *s = lwq_sys();
-    int fd = s->open(path, flags | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
+    for (int attempt = 0; attempt < 8; attempt++) {
+        /* O_EXCL: the file is new, made by this call; nothing at the path is followed or opened */
+        int fd = s->open(path, (flags & O_ACCMODE) | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+        if (fd >= 0)
+            return fd;
+        if (fd != -EEXIST)
+            return lwq_errsys(e, fd, "create %s", path);
+        struct stat st;
+        if (lstat(path, &st) != 0) {
+            if (errno == ENOENT)
+                continue; /* gone meanwhile */
+            return lwq_errsys(e, -errno, "lstat %s", path);
+        }
+        int rc = check_own(path, &st, what, e);
+        if (rc)
+            return rc;
+        /* unlink removes a name; it never writes the file, even if that name changed meanwhile */
+        if ((rc = s->unlink(path)) < 0 && rc != -ENOENT)
+            return lwq_errsys(e, rc, "%s: cannot remove the stale %s", path, what);
+    }
+    return lwq_errf(e, LWQ_ESTATE, "%s: %s keeps reappearing; is another program writing there?", path, what);
+}
+
+int lwq_durable_open_own(const char *path, int flags, mode_t mode, uint64_t max_bytes, const char *what,
+                         lwq_error *e)
+{
+    const lwq_sys_table *s = lwq_sys();
+    /* no O_TRUNC: nothing is changed before the checks on what was opened */
+    int fd = s->open(path, (flags & O_ACCMODE) | O_CREAT | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC, mode);
     if (fd == -ELOOP)
         return lwq_errf(e, LWQ_EINVAL, "%s: %s is a symbolic link; lwq writes only files of its own there (remove it)",
                         path, what);
     if (fd == -ENXIO) /* a FIFO without a reader, opened for writing */
         return lwq_errf(e, LWQ_EINVAL, "%s: %s is not a regular file (a FIFO?); remove it", path, what);
     if (fd < 0)
-        return lwq_errsys(e, fd, "create %s", path);
+        return lwq_errsys(e, fd, "open %s", path);
     struct stat st;
     int rc = s->fstat(fd, &st);
-    if (rc < 0 || !S_ISREG(st.st_mode)) {
+    if (rc < 0) {
         s->close(fd);
-        return rc < 0 ? lwq_errsys(e, rc, "fstat %s", path)
-                      : lwq_errf(e, LWQ_EINVAL, "%s: %s is not a regular file; remove it", path, what);
+        return lwq_errsys(e, rc, "fstat %s", path);
     }
-    int fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0) {
-        rc = -errno;
+    if ((rc = check_own(path, &st, what, e)) == 0 && (uint64_t)st.st_size > max_bytes)
+        rc = lwq_errf(e, LWQ_EINVAL, "%s: %s holds %lld bytes, more than the %llu lwq writes there: not a file of "
+                      "lwq's (remove it)", path, what, (long long)st.st_size, (unsigned long long)max_bytes);
+    int fl;
+    if (rc == 0 && ((fl = fcntl(fd, F_GETFL)) < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) < 0))
+        rc = lwq_errsys(e, -errno, "fcntl %s", path);
+    if (rc) {
         s->close(fd);
-        return lwq_errsys(e, rc, "fcntl %s", path);
+        return rc;
     }
     return fd;
 }
@@ -182,7 +240,7 @@ int lwq_durable_open(lwq_durable_file *f, const char *path, lwq_error *e)
     memcpy(f->path, path, n + 1);
     memcpy(f->tmp, path, n);
     memcpy(f->tmp + n, ".tmp", 5);
-    int fd = lwq_durable_create(f->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644, "the temporary file", e);
+    int fd = lwq_durable_create(f->tmp, O_WRONLY, 0644, "the temporary file", e);
     if (fd < 0)
         return fd;
     f->fd = fd;
@@ -283,7 +341,9 @@ int lwq_durable_unlink(const char *path, lwq_error *e)
     return lwq_durable_fsync_parent(path, e);
 }
 
-int lwq_durable_mkdir(const char *path, int *created, lwq_error *e)
+/* mkdir + fsync of the parent; `follow`: whether a symbolic link to a directory at the path is
+ * taken for the directory (only for the ones the command line names). */
+static int mkdir_at(const char *path, int follow, int *created, lwq_error *e)
 {
     int rc = lwq_sys()->mkdir(path, 0755);
     if (created)
@@ -291,7 +351,18 @@ int lwq_durable_mkdir(const char *path, int *created, lwq_error *e)
     if (rc != 0 && rc != -EEXIST)
         return lwq_errsys(e, rc, "%s: cannot create directory", path);
     struct stat st;
-    if (rc != 0 && (stat(path, &st) != 0 || !S_ISDIR(st.st_mode)))
-        return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", path);
+    if (rc != 0) {
+        if (lstat(path, &st) != 0)
+            return lwq_errsys(e, -errno, "%s: cannot stat", path);
+        if (S_ISLNK(st.st_mode) && !follow)
+            return lwq_errf(e, LWQ_EINVAL, "%s is a symbolic link; lwq makes the directories below the output and "
+                            "resume directories itself and does not follow a link there (remove it)", path);
+        if ((S_ISLNK(st.st_mode) && stat(path, &st) != 0) || !S_ISDIR(st.st_mode))
+            return lwq_errf(e, LWQ_EINVAL, "%s exists and is not a directory", path);
+    }
     return lwq_durable_fsync_parent(path, e);
 }
+
+int lwq_durable_mkdir(const char *path, int *created, lwq_error *e) { return mkdir_at(path, 0, created, e); }
+
+int lwq_durable_mkdir_named(const char *path, int *created, lwq_error *e) { return mkdir_at(path, 1, created, e); }

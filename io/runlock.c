@@ -15,6 +15,9 @@
 #include "io/durable.h"
 #include "io/sys.h"
 
+/* The lock file holds "<pid>\n"; anything larger is not one lwq wrote. */
+#define LOCK_MAX_BYTES 64
+
 long lwq_runlock_holder(int fd)
 {
     struct stat st;
@@ -75,7 +78,8 @@ static int lock_file(const char *path, const char *resume_dir, lwq_error *e)
 {
     const lwq_sys_table *s = lwq_sys();
     for (int attempt = 0; attempt < 16; attempt++) {
-        int fd = lwq_durable_create(path, O_RDWR | O_CREAT, 0644, "the run lock", e);
+        /* the one file lwq opens again: checked before it is locked, truncated or written */
+        int fd = lwq_durable_open_own(path, O_RDWR, 0644, LOCK_MAX_BYTES, "the run lock", e);
         if (fd < 0)
             return fd;
         if (flock(fd, LOCK_EX | LOCK_NB) != 0) {

@@ -10,7 +10,11 @@
  * (LWQ_ESTATE) with the holder's pid: the kernel's record (/proc/locks), else the file's text.
  *
  * The lock file is created through the io/sys.h table (open, ftruncate, pwrite are fault-
- * injectable steps); it is not fsync'ed (after a crash there is nothing to hold).  A lock taken
+ * injectable steps); it is not fsync'ed (after a crash there is nothing to hold).  It is the one
+ * file lwq opens again rather than creates, so it is opened by lwq_durable_open_own and checked
+ * before it is locked, truncated or written: a symbolic link, a FIFO, a file with another hard
+ * link (its truncation would truncate that other file), another user's, or one larger than a pid
+ * is refused.  A lock taken
  * on a file that was unlinked meanwhile (lwq_runlock_remove) is dropped and taken again on the
  * file now at the path. */
 #ifndef LWQ_IO_RUNLOCK_H

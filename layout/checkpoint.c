@@ -17,23 +17,6 @@
 
 static const char INDEX_SUFFIX[] = ".safetensors.index.json";
 
-int lwq_tensor_layer_index(const char *name)
-{
-    static const char pre[] = "model.layers.";
-    if (strncmp(name, pre, sizeof pre - 1) != 0)
-        return -1;
-    const char *p = name + sizeof pre - 1;
-    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
-        return -1;
-    long v = 0;
-    for (; *p >= '0' && *p <= '9'; p++) {
-        v = v * 10 + (*p - '0');
-        if (v >= LWQ_MAX_LAYERS)
-            return -1;
-    }
-    return *p == '.' ? (int)v : -1;
-}
-
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e)
 {
     if (!fname[0] || !strcmp(fname, ".") || !strcmp(fname, "..") || strchr(fname, '/') ||
@@ -68,6 +51,9 @@ void lwq_ckpt_free(lwq_ckpt *c)
         lwq_st_free(&c->files[i]);
     free(c->files);
     free(c->tensors);
+    for (int i = 0; i < c->nowned; i++)
+        free(c->owned_names[i]);
+    free(c->owned_names);
     for (int i = 0; i < c->nlayers; i++)
         free(c->layers[i].idx);
     free(c->layers);
@@ -391,7 +377,7 @@ int lwq_ckpt_open_with_config(const char *dir, const char *config_path, lwq_ckpt
     }
     if (rc < 0)
         goto fail;
-    if ((rc = build_layers(c, e)) != 0)
+    if ((rc = lwq_ckpt_split_fused_experts(c, e)) != 0 || (rc = build_layers(c, e)) != 0)
         goto fail;
     return 0;
 fail:

@@ -51,6 +51,8 @@ typedef struct lwq_ckpt {
     lwq_ckpt_layer *layers;     /* nlayers entries */
     lwq_ckpt_layer tail;        /* layer == -1 */
     uint64_t total_bytes;
+    char **owned_names;         /* names of the per-expert tensors of fused experts (below) */
+    int nowned;
 } lwq_ckpt;
 
 int lwq_ckpt_open(const char *dir, lwq_ckpt *c, lwq_error *e);
@@ -69,6 +71,13 @@ int lwq_ckpt_is_f32_scalar(const lwq_ckpt_tensor *t);
 /* Decoder-layer index parsed from a name starting "model.layers.<i>." (decimal, no sign, no
  * leading zeros, i < LWQ_MAX_LAYERS), or -1.  Callers map the name to its canonical form first (lwq_names_canon). */
 int lwq_tensor_layer_index(const char *name);
+/* Fused 3-D experts (layout/ckpt_fused.c): for a family with HF-named routed experts, each
+ * decoder layer's mlp.experts.gate_up_proj [E, 2I, H] and mlp.experts.down_proj [E, H, I] are
+ * replaced in the table by the per-expert tensors mlp.experts.<e>.{gate,up,down}_proj.weight
+ * (contiguous byte ranges of them; gate = rows [0, I), up = rows [I, 2I)).  A shape other than
+ * the config's (num_experts, moe_intermediate_size, hidden_size) is LWQ_EFORMAT naming the
+ * tensor, the expected and the found shape; before any weight is read.  Run by lwq_ckpt_open. */
+int lwq_ckpt_split_fused_experts(lwq_ckpt *c, lwq_error *e);
 /* Join dir and a file name from an index after checking it stays inside dir; out has `cap`. */
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e);
 

@@ -3,6 +3,8 @@
  * config class would fill in may be absent; keys the forward cannot do without are required. */
 #include "layout/config.h"
 
+#include "layout/checkpoint.h"
+
 #include "core/file.h"
 
 #include <cjson/cJSON.h>
@@ -568,4 +570,23 @@ int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap)
     else
         return 0;
     return k >= 0 && (size_t)k < cap;
+}
+
+/* Declared in layout/checkpoint.h; here beside the name mapping (no file calls back into
+ * checkpoint.c for it). */
+int lwq_tensor_layer_index(const char *name)
+{
+    static const char pre[] = "model.layers.";
+    if (strncmp(name, pre, sizeof pre - 1) != 0)
+        return -1;
+    const char *p = name + sizeof pre - 1;
+    if (*p < '0' || *p > '9' || (p[0] == '0' && p[1] >= '0' && p[1] <= '9'))
+        return -1;
+    long v = 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        v = v * 10 + (*p - '0');
+        if (v >= LWQ_MAX_LAYERS)
+            return -1;
+    }
+    return *p == '.' ? (int)v : -1;
 }

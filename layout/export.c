@@ -132,7 +132,7 @@ int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error 
     if (q->kv == LWQ_KV_NONE)
         cJSON_AddNullToObject(qz, "kv_cache_quant_algo");
     else
-        cJSON_AddStringToObject(qz, "kv_cache_quant_algo", "FP8");
+        cJSON_AddStringToObject(qz, "kv_cache_quant_algo", q->kv == LWQ_KV_NVFP4_CAST ? "NVFP4" : "FP8");
     if (f >= 0 && grouped(f))
         cJSON_AddNumberToObject(qz, "group_size", 16);
     cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q));
@@ -202,7 +202,11 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
     }
     cJSON_AddItemToObject(qc, "ignore", exclude_list(q));
     cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of(f));
-    if (q->kv != LWQ_KV_NONE) {
+    if (q->kv == LWQ_KV_NVFP4_CAST) {
+        /* Model Optimizer 0.47 (convert_hf_quant_config_format) writes an object for FP8 only and
+         * the algorithm's name for any other KV cache */
+        cJSON_AddStringToObject(qc, "kv_cache_scheme", "NVFP4");
+    } else if (q->kv != LWQ_KV_NONE) {
         cJSON *kv = cJSON_AddObjectToObject(qc, "kv_cache_scheme");
         cJSON_AddBoolToObject(kv, "dynamic", 0);
         cJSON_AddNumberToObject(kv, "num_bits", 8);

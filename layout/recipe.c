@@ -12,7 +12,7 @@
 
 static const char *const qformat_names[] = {"none", "nvfp4", "fp8"};
 static const char *const algo_names[] = {"max", "mse", "local_hessian", "gptq"};
-static const char *const kv_names[] = {"none", "fp8", "fp8_cast"};
+static const char *const kv_names[] = {"none", "fp8", "fp8_cast", "nvfp4_cast"};
 
 const char *lwq_choice_format_name(const lwq_quant_choice *c)
 {
@@ -21,7 +21,7 @@ const char *lwq_choice_format_name(const lwq_quant_choice *c)
 
 const char *lwq_qformat_name(lwq_qformat f) { return (unsigned)f < 3 ? qformat_names[f] : "?"; }
 const char *lwq_algo_name(lwq_calib_algo a) { return (unsigned)a < 4 ? algo_names[a] : "?"; }
-const char *lwq_kv_mode_name(lwq_kv_mode k) { return (unsigned)k < 3 ? kv_names[k] : "?"; }
+const char *lwq_kv_mode_name(lwq_kv_mode k) { return (unsigned)k < 4 ? kv_names[k] : "?"; }
 
 static int lookup(const char *s, const char *const *names, int n)
 {
@@ -51,7 +51,7 @@ int lwq_algo_parse(const char *s, lwq_calib_algo *out)
 
 int lwq_kv_mode_parse(const char *s, lwq_kv_mode *out)
 {
-    int i = lookup(s, kv_names, 3);
+    int i = lookup(s, kv_names, 4);
     if (i < 0)
         return LWQ_EINVAL;
     *out = (lwq_kv_mode)i;

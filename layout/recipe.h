@@ -41,7 +41,9 @@
 typedef enum lwq_qformat { LWQ_QFMT_NONE = 0, LWQ_QFMT_NVFP4, LWQ_QFMT_FP8 } lwq_qformat;
 /* GPTQ rewrites the weight (kernels/gptq.h); the others only choose scales. */
 typedef enum lwq_calib_algo { LWQ_ALGO_MAX = 0, LWQ_ALGO_MSE, LWQ_ALGO_LOCAL_HESSIAN, LWQ_ALGO_GPTQ } lwq_calib_algo;
-typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST } lwq_kv_mode;
+/* FP8_CAST and NVFP4_CAST: the cache is cast with a constant amax (Model Optimizer's
+ * use_constant_amax); no k/v scales are calibrated or written. */
+typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST, LWQ_KV_NVFP4_CAST } lwq_kv_mode;
 
 /* The range of a fixed input amax (input_amax, Model Optimizer's constant_amax): its input scale,
  * amax / 2688 for NVFP4 (amax / 448 for FP8), must be a normal float, and amax a finite one.  A
@@ -132,7 +134,7 @@ const char *lwq_choice_format_name(const lwq_quant_choice *c);
 const char *lwq_algo_name(lwq_calib_algo a);     /* "max", "mse", "local_hessian", "gptq" */
 /* 1 when some rule or the default selects gptq (the run then calibrates sequentially). */
 int lwq_recipe_uses_gptq(const lwq_recipe *r);
-const char *lwq_kv_mode_name(lwq_kv_mode k);     /* "none", "fp8", "fp8_cast" */
+const char *lwq_kv_mode_name(lwq_kv_mode k);     /* "none", "fp8", "fp8_cast", "nvfp4_cast" */
 int lwq_qformat_parse(const char *s, lwq_qformat *out);
 int lwq_algo_parse(const char *s, lwq_calib_algo *out);
 int lwq_kv_mode_parse(const char *s, lwq_kv_mode *out);

@@ -193,9 +193,16 @@ static int check_sides(const lwq_mo_entry *en, const lwq_mo_algo *a, int w, int 
     if (in && en->kind == LWQ_MO_NVFP4_STATIC)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.block_sizes.type static on input "
                         "quantizers (calibrated NVFP4 activation blocks) is not supported", at, g);
-    if (kv && en->kind != LWQ_MO_FP8)
+    /* an NVFP4 KV cache in cast mode (kv_nvfp4_cast: dynamic blocks of 16, constant amax) exports
+     * no k/v scales and leaves every other tensor as it is; a calibrated one would export scales
+     * whose meaning lwq does not write */
+    if (kv && en->kind == LWQ_MO_NVFP4_DYNAMIC && !en->use_constant_amax)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.num_bits e2m1 on the k/v cache "
-                        "quantizers (an NVFP4 KV cache) is not supported", at, g);
+                        "quantizers without use_constant_amax (a calibrated NVFP4 KV cache) is not supported; "
+                        "the cast mode (use_constant_amax: true) is", at, g);
+    if (kv && en->kind == LWQ_MO_NVFP4_STATIC)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.num_bits e2m1 with static blocks on the "
+                        "k/v cache quantizers is not supported", at, g);
     return 0;
 }
 
@@ -243,7 +250,7 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, lwq_recip
         ir.has_input_amax = en->has_constant_amax;
         ir.input_amax = en->constant_amax;
         kr.has_kv = 1;
-        kr.kv = en->use_constant_amax ? LWQ_KV_FP8_CAST : LWQ_KV_FP8;
+        kr.kv = en->kind != LWQ_MO_FP8 ? LWQ_KV_NVFP4_CAST : en->use_constant_amax ? LWQ_KV_FP8_CAST : LWQ_KV_FP8;
     }
     if (en->has_enable) {
         wr.has_enable = ir.has_enable = kr.has_enable = 1;

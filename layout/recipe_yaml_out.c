@@ -144,7 +144,7 @@ char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int
             continue;
         int want = lwq_calib(c), is_static = c->format == LWQ_QFMT_NVFP4 && yaml_calib(c->format, 0, M, S) != want;
         static const char *const q[2] = {".weight_quantizer", ".input_quantizer"};
-        for (int k = 0; k < 2; k++) {
+        for (int k = 0; k < (c->weight_only ? 1 : 2); k++) { /* weight-only: the input stays disabled */
             char name[600];
             snprintf(name, sizeof name, "%s%s", m[i].glob, q[k]);
             put(&b, "    - quantizer_name: ");
@@ -159,7 +159,10 @@ char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int
             put(&b, "}\n");
         }
     }
-    if (kv != LWQ_KV_NONE)
+    if (kv == LWQ_KV_NVFP4_CAST)
+        put(&b, "    - quantizer_name: '*[kv]_bmm_quantizer'\n      cfg: {num_bits: e2m1, block_sizes: {-1: 16, type: "
+                "dynamic, scale_bits: e4m3}, use_constant_amax: true}\n");
+    else if (kv != LWQ_KV_NONE)
         put(&b, "    - quantizer_name: '*[kv]_bmm_quantizer'\n      cfg: {num_bits: e4m3, axis: null%s}\n",
             kv == LWQ_KV_FP8_CAST ? ", use_constant_amax: true" : "");
     if (b.oom) {

@@ -39,7 +39,9 @@ EXTRA_CASES = {("llama-bf16", "nvfp4-kv_fp8"), ("qwen3_moe-f32", "nvfp4-kv_fp8")
 # added with --add formats beside the goldens above
 FORMAT_SRCS = ("llama-f32", "llama-bf16", "qwen3_moe-f32", "qwen3_moe-bf16")
 FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
-               {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")}
+               {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")} | \
+               {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
+               {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")}
 RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 # issue 33 (about 4 MB in all): the VLM wrappers in F32 and BF16 with the three --qformat presets
@@ -322,9 +324,11 @@ design (perf/RESULTS.md, "Side by side with Model Optimizer 0.47").
 
 The formats of Model Optimizer 0.47's published recipes (issue 33, `peers/run.py` group
 `formats`): weight-only NVFP4 (`w4a16_nvfp4`, quant_algo W4A16_NVFP4, no input_scale) on llama
-and qwen3_moe, F32 and BF16, and the `general/ptq/nvfp4_weight_only-kv_fp8_cast` recipe read
-from its own YAML, copied with its imports into `modelopt_recipes/` (lwq runs it with
-`--recipe-root @DATA@/modelopt_recipes`).  No format case is from a patched peer.
+and qwen3_moe, F32 and BF16, the `general/ptq/nvfp4_weight_only-kv_fp8_cast` recipe
+and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied with their
+imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
+an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`).
+No format case is from a patched peer.
 
 Regenerate (needs the network once, for peers/setup.sh):
 

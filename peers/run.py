@@ -103,6 +103,8 @@ def cases():
                             ["--qformat", "fp8", "--kv-cache", "none", "--algo", "mse"]))
             # the formats of Model Optimizer 0.47's published recipes (issue 33): weight-only NVFP4
             out.append(Case("formats", src, "w4a16_nvfp4", *preset("w4a16_nvfp4")))
+            # an NVFP4 KV cache in cast mode (hf_ptq --kv_cache_qformat nvfp4_cast)
+            out.append(Case("formats", src, "nvfp4-kv_nvfp4_cast", *preset("nvfp4", "nvfp4_cast")))
     for src in ("qwen3_moe-f32", "qwen3_moe-bf16", "llama-f32"):
         # the published recipes of those formats, as lwq reads them
         for r in ("general/ptq/nvfp4_weight_only-kv_fp8_cast", "general/ptq/nvfp4_weight_only-kv_fp16",

@@ -40,7 +40,8 @@ static void usage(FILE *fp, const char *cmd)
             "  --recipe-root DIR    where imports and recipe names resolve (default $LWQ_RECIPE_ROOT, else the\n"
             "                       current directory)\n"
             "  --print-recipe       print the effective lwq recipe as JSON and exit\n"
-            "  --kv-cache M         none | fp8 | fp8_cast (default fp8_cast: FP8 cache, no calibrated scales)\n"
+            "  --kv-cache M         none | fp8 | fp8_cast | nvfp4_cast (default fp8_cast: FP8 cache, no\n"
+            "                       calibrated scales; nvfp4_cast: NVFP4 cache, likewise)\n"
             "  --algo A             max | mse | local_hessian | gptq (default: the recipe's, max for presets)\n"
             "  --fp8-scale-sweep    NVFP4 block scales by sweeping all 126 E4M3 values (with --algo mse)\n"
             "  --gptq-damp F        GPTQ dampening: F x mean Hessian diagonal added to it (default 0.01)\n"
@@ -458,7 +459,7 @@ static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
     if (a->sweep)
         r->fp8_scale_sweep = 1;
     if (a->kv && lwq_kv_mode_parse(a->kv, &r->kv) != 0)
-        return lwq_errf(e, LWQ_EINVAL, "--kv-cache %s: expected none, fp8 or fp8_cast", a->kv);
+        return lwq_errf(e, LWQ_EINVAL, "--kv-cache %s: expected none, fp8, fp8_cast or nvfp4_cast", a->kv);
     return 0;
 }
 

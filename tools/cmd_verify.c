@@ -188,12 +188,22 @@ static void check_module(vstate *v, const shard *sh, int ns, const char *m, cons
         problem(v, "config names quantized module %s but %s is in no shard", m, n);
         return;
     }
-    int nv = !strcmp(algo, "NVFP4");
+    /* W4A16_NVFP4 (weight-only): NVFP4's weight and weight scales, and no input_scale */
+    int wo = !strcmp(algo, "W4A16_NVFP4"), nv = wo || !strcmp(algo, "NVFP4");
+    if (!nv && strcmp(algo, "FP8")) {
+        problem(v, "%s: unknown quant_algo %s", m, algo);
+        return;
+    }
     if (w->dtype != (nv ? LWQ_U8 : LWQ_F8_E4M3))
         problem(v, "%s is %s, expected %s for %s", n, lwq_dtype_name(w->dtype), nv ? "U8" : "F8_E4M3", algo);
     static const char *const nv_s[] = {"weight_scale", "weight_scale_2", "input_scale"};
     static const char *const f8_s[] = {"weight_scale", "input_scale"};
-    for (int i = 0; i < (nv ? 3 : 2); i++) {
+    if (wo) {
+        snprintf(n, sizeof n, "%s.input_scale", m);
+        if (find_any(sh, ns, n))
+            problem(v, "%s is weight-only (W4A16_NVFP4) but %s is in a shard", m, n);
+    }
+    for (int i = 0; i < (wo ? 2 : nv ? 3 : 2); i++) {
         snprintf(n, sizeof n, "%s.%s", m, nv ? nv_s[i] : f8_s[i]);
         const lwq_st_entry *s = find_any(sh, ns, n);
         if (!s)
@@ -224,7 +234,8 @@ static void check_configs(vstate *v, const shard *sh, int ns)
         return;
     }
     int mixed = !strcmp(algo->valuestring, "MIXED_PRECISION");
-    if (!mixed && strcmp(algo->valuestring, "NVFP4") && strcmp(algo->valuestring, "FP8"))
+    if (!mixed && strcmp(algo->valuestring, "NVFP4") && strcmp(algo->valuestring, "FP8") &&
+        strcmp(algo->valuestring, "W4A16_NVFP4"))
         problem(v, "hf_quant_config.json: unknown quant_algo %s", algo->valuestring);
     /* every module with a weight_scale must be quantized per the config, every excluded one not */
     for (int i = 0; i < ns; i++) {
@@ -267,8 +278,9 @@ static void check_configs(vstate *v, const shard *sh, int ns)
     const cJSON *kv = cJSON_GetObjectItemCaseSensitive(qc, "kv_cache_scheme");
     if (!cJSON_IsObject(qc) || !cJSON_IsString(cJSON_GetObjectItemCaseSensitive(qc, "quant_method")))
         problem(v, "config.json: quantization_config with quant_method is missing");
-    else if (kv && !cJSON_IsObject(kv))
-        problem(v, "config.json: kv_cache_scheme must be an object");
+    else if (kv && !cJSON_IsObject(kv) && !(cJSON_IsString(kv) && !strcmp(kv->valuestring, "NVFP4")))
+        problem(v, "config.json: kv_cache_scheme must be an object (or \"NVFP4\", as Model Optimizer writes an "
+                   "NVFP4 cache)");
     cJSON_Delete(j);
 }
 

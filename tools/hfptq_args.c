@@ -243,17 +243,19 @@ static int aq_qformats(lwq_hfptq_argv *a, const char *v, FILE *err)
 
 static int kv_format(lwq_hfptq_argv *a, const char *v, FILE *err)
 {
-    if (!strcmp(v, "none") || !strcmp(v, "fp8") || !strcmp(v, "fp8_cast"))
+    if (!strcmp(v, "none") || !strcmp(v, "fp8") || !strcmp(v, "fp8_cast") || !strcmp(v, "nvfp4_cast"))
         return keep(a, "--kv-cache") || keep(a, v) ? -1 : 0;
-    if (!strcmp(v, "fp8_affine"))
-        fprintf(err, "lwq: --kv_cache_qformat fp8_affine is not supported: affine (biased) KV cache quantization is "
-                     "not written by lwq (supported: none, fp8, fp8_cast)\n");
-    else if (!strcmp(v, "nvfp4") || !strcmp(v, "nvfp4_affine") || !strcmp(v, "nvfp4_cast") ||
-             !strcmp(v, "nvfp4_rotate"))
-        fprintf(err, "lwq: --kv_cache_qformat %s is not supported: an NVFP4 KV cache is not written by lwq "
-                     "(supported: none, fp8, fp8_cast)\n", v);
+    if (!strcmp(v, "fp8_affine") || !strcmp(v, "nvfp4_affine"))
+        fprintf(err, "lwq: --kv_cache_qformat %s is not supported: affine (biased) KV cache quantization is "
+                     "not written by lwq (supported: none, fp8, fp8_cast, nvfp4_cast)\n", v);
+    else if (!strcmp(v, "nvfp4"))
+        fprintf(err, "lwq: --kv_cache_qformat nvfp4 is not supported: a calibrated NVFP4 KV cache is not written by "
+                     "lwq, its cast mode is (supported: none, fp8, fp8_cast, nvfp4_cast)\n");
+    else if (!strcmp(v, "nvfp4_rotate"))
+        fprintf(err, "lwq: --kv_cache_qformat nvfp4_rotate is not supported: rotated KV cache quantization is not "
+                     "written by lwq (supported: none, fp8, fp8_cast, nvfp4_cast)\n");
     else
-        fprintf(err, "lwq: --kv_cache_qformat %s: unknown (supported: none, fp8, fp8_cast)\n", v);
+        fprintf(err, "lwq: --kv_cache_qformat %s: unknown (supported: none, fp8, fp8_cast, nvfp4_cast)\n", v);
     return -1;
 }
 

@@ -138,6 +138,7 @@ void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qf
         out[i].format = fmt[a->group_of[i]];
         out[i].weight_format = out[i].input_format = out[i].format;
         out[i].split = 0;
+        out[i].weight_only = 0; /* the candidates are W4A4 NVFP4, W8A8 FP8 or none */
         if (out[i].format == LWQ_QFMT_NONE)
             out[i].has_input_amax = 0;
     }

@@ -466,8 +466,11 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     aq_plan ap;
     if ((rc = plan_pass1(o, &r->ck, r->plans, &ap, e)) != 0 || (rc = check_plan(o, &ap, e)) != 0)
         return rc;
-    if ((rc = lwq_durable_mkdir(p->out, NULL, e)) != 0 || (rc = lwq_durable_mkdir(p->resume, NULL, e)) != 0 ||
-        (rc = lwq_runlock_acquire(&r->lock, p->out, p->resume, e)) != 0 || (rc = lwq_durable_mkdir(p->dir, NULL, e)) != 0)
+    /* the two named on the command line (or the default beside OUT) may be links; auto_quantize/,
+     * made by lwq below the resume directory, must not be */
+    if ((rc = lwq_durable_mkdir_named(p->out, NULL, e)) != 0 || (rc = lwq_durable_mkdir_named(p->resume, NULL, e)) != 0 ||
+        (rc = lwq_runlock_acquire(&r->lock, p->out, p->resume, e)) != 0 ||
+        (rc = lwq_durable_mkdir(p->dir, NULL, e)) != 0)
         return rc;
     if ((rc = open_scores(o, p, &r->ck, r->plans, &r->s, e)) != 0)
         return rc;

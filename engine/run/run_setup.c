@@ -465,8 +465,8 @@ int lwq_run_prepare_output(lwq_run *r, int *nothing_to_do, lwq_error *e)
     /* one run per output: both directories exist and are locked before anything in them is
      * read, removed or written */
     int made_resume = 0;
-    if ((rc = lwq_durable_mkdir(r->out_dir, NULL, e)) != 0 ||
-        (rc = lwq_durable_mkdir(r->resume_dir, &made_resume, e)) != 0 ||
+    if ((rc = lwq_durable_mkdir_named(r->out_dir, NULL, e)) != 0 ||
+        (rc = lwq_durable_mkdir_named(r->resume_dir, &made_resume, e)) != 0 ||
         (rc = lwq_runlock_acquire(&r->lock, r->out_dir, r->resume_dir, e)) != 0)
         return rc;
 

@@ -16,7 +16,7 @@ int lwq_spill_open(lwq_spill *s, const char *dir, int layer, lwq_error *e)
     s->fd = -1;
     if ((size_t)snprintf(s->path, sizeof s->path, "%s/model-layer-%05d.spill", dir, layer) >= sizeof s->path)
         return lwq_errf(e, LWQ_EINVAL, "%s: path too long", dir);
-    int fd = lwq_durable_create(s->path, O_RDWR | O_CREAT | O_TRUNC, 0600, "the expert spill file", e);
+    int fd = lwq_durable_create(s->path, O_RDWR, 0600, "the expert spill file", e);
     if (fd < 0)
         return fd;
     s->fd = fd;

@@ -306,3 +306,41 @@ Test(durable, a_fifo_at_the_temporary_path_is_refused_without_waiting, .timeout 
     cr_assert(strstr(e.msg, tmp) && strstr(e.msg, "not a regular file"), "%s", e.msg);
     cr_assert_not(tu_exists(path));
 }
+
+/* issue 36, finding 3: a temp file opened with O_TRUNC wrote through a hard link planted there */
+Test(durable, a_hard_link_at_the_temporary_path_is_refused_and_its_other_file_untouched)
+{
+    char other[200];
+    snprintf(other, sizeof other, "%s/elsewhere", dir);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_durable_write_file(other, "keep", 4, &e), 0, "%s", e.msg);
+    cr_assert_eq(link(other, tmp), 0);
+    cr_assert_eq(lwq_durable_write_file(path, "data", 4, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, tmp) && strstr(e.msg, "hard links"), "%s", e.msg);
+    cr_assert(file_equals(other, "keep", 4), "the linked file was written through");
+    cr_assert_not(tu_exists(path));
+}
+
+/* the temp file of an attempt that died before its rename is lwq's own: removed, then made anew */
+Test(durable, a_stale_temporary_file_is_replaced)
+{
+    lwq_error e = {0};
+    cr_assert_eq(lwq_durable_write_file(tmp, "stale bytes, longer than the new", 32, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_durable_write_file(path, "data", 4, &e), 0, "%s", e.msg);
+    cr_assert(file_equals(path, "data", 4));
+    cr_assert_not(tu_exists(tmp));
+}
+
+/* issue 36, finding 4: an existing path was taken for the directory when stat() said directory,
+ * so a link there took lwq's writes elsewhere */
+Test(durable, mkdir_refuses_a_symlink_to_a_directory)
+{
+    char real[200], link_[200];
+    snprintf(real, sizeof real, "%s/real", dir);
+    snprintf(link_, sizeof link_, "%s/link", dir);
+    cr_assert_eq(mkdir(real, 0755), 0);
+    cr_assert_eq(symlink(real, link_), 0);
+    lwq_error e = {0};
+    cr_assert_eq(lwq_durable_mkdir(link_, NULL, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, link_) && strstr(e.msg, "symbolic link"), "%s", e.msg);
+}

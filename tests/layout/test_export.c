@@ -227,6 +227,26 @@ Test(export, weight_only_fp8_is_refused)
     cr_assert(strstr(e.msg, "model.layers.0.mlp.up_proj is weight-only fp8"), "%s", e.msg);
 }
 
+/* Model Optimizer 0.47 names an NVFP4 cache in both files, kv_cache_scheme as a string */
+Test(export, nvfp4_kv_cache_is_named_nvfp4)
+{
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NVFP4_CAST, NULL};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
+    cJSON *j = parse_ok(s);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization"), "kv_cache_quant_algo")->valuestring,
+                     "NVFP4");
+    cJSON_Delete(j);
+    free(s);
+    cr_assert_eq(lwq_export_config_json("{}", 2, &q, &s, &e), 0, "%s", e.msg);
+    j = parse_ok(s);
+    cJSON *ks = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization_config"), "kv_cache_scheme");
+    cr_assert(cJSON_IsString(ks) && !strcmp(ks->valuestring, "NVFP4"), "%s", s);
+    cJSON_Delete(j);
+    free(s);
+}
+
 Test(export, nothing_quantized_is_refused)
 {
     static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0}};

@@ -485,11 +485,28 @@ Test(recipe_yaml, refuses_static_weights_under_max)
             "dynamic)");
 }
 
-Test(recipe_yaml, refuses_an_nvfp4_kv_cache)
+Test(recipe_yaml, refuses_a_calibrated_nvfp4_kv_cache)
 {
     refused(NULL, "    - {quantizer_name: '*[kv]_bmm_quantizer', cfg: {$import: nvfp4}}\n",
-            "r.yaml:7: quant_cfg entry '*[kv]_bmm_quantizer': cfg.num_bits e2m1 on the k/v cache quantizers (an "
-            "NVFP4 KV cache) is not supported");
+            "r.yaml:7: quant_cfg entry '*[kv]_bmm_quantizer': cfg.num_bits e2m1 on the k/v cache quantizers without "
+            "use_constant_amax (a calibrated NVFP4 KV cache) is not supported; the cast mode (use_constant_amax: "
+            "true) is");
+}
+
+/* Model Optimizer's kv_nvfp4_cast unit: NVFP4 numerics with use_constant_amax */
+Test(recipe_yaml, an_nvfp4_kv_cache_in_cast_mode_is_nvfp4_cast)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(NULL,
+                           "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
+                           "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n"
+                           "    - {quantizer_name: '*[kv]_bmm_quantizer', cfg: {$import: nvfp4, use_constant_amax: true}}\n",
+                           &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.kv, LWQ_KV_NVFP4_CAST);
+    cr_assert_str_eq(lwq_kv_mode_name(r.kv), "nvfp4_cast");
+    lwq_recipe_free(&r);
 }
 
 Test(recipe_yaml, refuses_k_and_v_apart)

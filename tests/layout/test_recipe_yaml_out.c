@@ -67,6 +67,29 @@ Test(recipe_yaml_out, max_mix_with_a_fixed_input_amax_reads_back)
     roundtrip(LWQ_ALGO_MAX, 0, LWQ_KV_NONE, m, 4, probe, 4);
 }
 
+Test(recipe_yaml_out, weight_only_nvfp4_and_an_nvfp4_cast_cache_read_back)
+{
+    lwq_yaml_module m[2] = {
+        {"model.layers.0.mlp.down_proj", ch(LWQ_QFMT_NVFP4, LWQ_ALGO_MAX, 0)},
+        {"model.layers.0.self_attn.q_proj", ch(LWQ_QFMT_FP8, LWQ_ALGO_MAX, 0)},
+    };
+    m[0].c.weight_only = 1;
+    const char *probe[2] = {"model.layers.0.mlp.down_proj", "model.layers.0.self_attn.q_proj"};
+    roundtrip(LWQ_ALGO_MAX, 0, LWQ_KV_NVFP4_CAST, m, 2, probe, 2);
+    char why[256] = "";
+    char *y = lwq_recipe_yaml_render("w", LWQ_ALGO_MAX, 0, LWQ_KV_NONE, m, 1, why, sizeof why);
+    cr_assert_not_null(y, "%s", why);
+    lwqt_write_str("w.yaml", y);
+    free(y);
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_recipe_yaml_load(lwqt_path("w.yaml"), NULL, &r, &run, &e), 0, "%s", e.msg);
+    lwq_quant_choice c = lwq_recipe_resolve(&r, "model.layers.0.mlp.down_proj");
+    cr_assert(c.weight_only && c.format == LWQ_QFMT_NVFP4, "W4A16 reads back as %s", lwq_choice_format_name(&c));
+    lwq_recipe_free(&r);
+}
+
 Test(recipe_yaml_out, mse_static_and_dynamic_blocks_tell_the_algorithms_apart)
 {
     /* under mse + sweep: NVFP4 static blocks = mse + sweep, dynamic = max; FP8 = max */

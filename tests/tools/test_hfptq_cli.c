@@ -68,10 +68,11 @@ REFUSES(refuses_unknown_qformats, "lwq: --qformat nvfp5: unknown (supported: nvf
                                   "nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
                                   "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
                                   "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4))\n", "--qformat", "nvfp5")
-REFUSES(refuses_nvfp4_kv_cache, "lwq: --kv_cache_qformat nvfp4_cast is not supported: an NVFP4 KV cache is not "
-                                "written by lwq (supported: none, fp8, fp8_cast)\n", "--kv_cache_qformat", "nvfp4_cast")
+REFUSES(refuses_calibrated_nvfp4_kv_cache, "lwq: --kv_cache_qformat nvfp4 is not supported: a calibrated NVFP4 KV "
+                                           "cache is not written by lwq, its cast mode is (supported: none, fp8, "
+                                           "fp8_cast, nvfp4_cast)\n", "--kv_cache_qformat", "nvfp4")
 REFUSES(refuses_affine_kv_cache, "lwq: --kv_cache_qformat fp8_affine is not supported: affine (biased) KV cache "
-                                 "quantization is not written by lwq (supported: none, fp8, fp8_cast)\n",
+                                 "quantization is not written by lwq (supported: none, fp8, fp8_cast, nvfp4_cast)\n",
         "--kv_cache_qformat", "fp8_affine")
 REFUSES(refuses_hub_datasets, "lwq: --dataset nemotron-post-training-dataset-v2: not a local file or directory; lwq "
                               "reads no Hugging Face hub datasets: export it to .jsonl (one {\"text\": ...} or "
@@ -148,7 +149,8 @@ Test(hfptq_cli, auto_quantize_flags_are_translated_and_reported)
               "%s", rep);
     free(rep);
 }
-REFUSES(refuses_unknown_kv_formats, "lwq: --kv_cache_qformat int8: unknown (supported: none, fp8, fp8_cast)\n",
+REFUSES(refuses_unknown_kv_formats, "lwq: --kv_cache_qformat int8: unknown (supported: none, fp8, fp8_cast, "
+                                      "nvfp4_cast)\n",
         "--kv_cache_qformat", "int8")
 REFUSES(refuses_a_missing_value, "lwq: --calib_seq needs a value\n", "--calib_seq")
 REFUSES(refuses_a_value_on_a_switch, "lwq: --trust_remote_code takes no value\n", "--trust_remote_code=1")

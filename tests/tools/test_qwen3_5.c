@@ -2,8 +2,9 @@
  * end: the text model under model.language_model., split gated-DeltaNet projections quantized as
  * fused groups, the vision tower and mtp.* copied through and excluded as Model Optimizer 0.47
  * excludes them, expert streaming and resume byte-identical, inspect / plan / verify / eval; and
- * the refusals: an unknown layer_types entry (before any weight is read, nothing written) and
- * image calibration inputs. */
+ * fused 3-D experts on disk (mlp.experts.gate_up_proj / down_proj) quantized exactly as the same
+ * experts stored per expert; the refusals: an unknown layer_types entry and a fused expert tensor
+ * of the wrong shape (before any weight is read, nothing written), image calibration inputs. */
 #include <criterion/criterion.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "layout/checkpoint.h"
 #include "layout/safetensors.h"
 #include "tests/helpers/run.h"
 
@@ -193,4 +195,122 @@ Test(qwen3_5, image_calibration_input_is_refused_by_name)
                          g_tmp),
                  0, "the refusal does not name the key");
     cr_assert_neq(lwqt_sh("test -f %s/out/config.json", g_tmp), 0, "an output was written");
+}
+
+/* dst = src with each decoder layer's routed experts stored fused, as Qwen3.5-MoE checkpoints
+ * are published: mlp.experts.gate_up_proj [E, 2I, H] (gate rows, then up rows, per expert) and
+ * mlp.experts.down_proj [E, H, I].  bad: declare gate_up_proj [E, 4I, H/2] (same bytes). */
+static void fuse_checkpoint(const char *src, const char *dst, int bad)
+{
+    char sp[512], dp[512];
+    snprintf(sp, sizeof sp, "%s/%s", g_tmp, src);
+    snprintf(dp, sizeof dp, "%s/%s", g_tmp, dst);
+    cr_assert_eq(lwqt_sh("mkdir -p %s && cp %s/*.json %s/", dp, sp, dp), 0);
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(sp, &c, &e), 0, "%s", e.msg);
+    const int64_t E = c.cfg.num_experts, I = c.cfg.moe_intermediate_size, H = c.cfg.hidden_size;
+    const size_t es = lwq_dtype_size(c.cfg.dtype);
+    int L = c.cfg.num_hidden_layers, n = 0;
+    lwq_st_out_tensor *t = calloc((size_t)c.ntensors + 2 * (size_t)L, sizeof *t);
+    void **bufs = calloc((size_t)c.ntensors + 2 * (size_t)L, sizeof *bufs);
+    char (*names)[160] = calloc(2 * (size_t)L, sizeof *names);
+    cr_assert(t && bufs && names);
+    uint8_t **gu = calloc((size_t)L, sizeof *gu), **dn = calloc((size_t)L, sizeof *dn);
+    for (int i = 0; i < c.ntensors; i++) {
+        const lwq_ckpt_tensor *x = &c.tensors[i];
+        void *b = malloc(x->nbytes + 1);
+        cr_assert_eq(lwq_ckpt_read_tensor(&c, x, b, &e), 0, "%s", e.msg);
+        int layer, ex;
+        char kind[8];
+        if (sscanf(x->name, "model.language_model.layers.%d.mlp.experts.%d.%4[a-z]_proj.weight", &layer,
+                   &ex, kind) == 3 && layer >= 0 && layer < L) {
+            if (!gu[layer]) {
+                gu[layer] = malloc((size_t)(E * 2 * I * H) * es);
+                dn[layer] = malloc((size_t)(E * H * I) * es);
+            }
+            size_t blk = (size_t)(I * H) * es;
+            if (!strcmp(kind, "gate"))
+                memcpy(gu[layer] + (size_t)(2 * ex) * blk, b, blk);
+            else if (!strcmp(kind, "up"))
+                memcpy(gu[layer] + (size_t)(2 * ex + 1) * blk, b, blk);
+            else
+                memcpy(dn[layer] + (size_t)ex * blk, b, blk);
+            free(b);
+            continue;
+        }
+        bufs[n] = b;
+        t[n] = (lwq_st_out_tensor){x->name, x->dtype, x->ndim, {0}, b};
+        memcpy(t[n].shape, x->shape, sizeof x->shape);
+        n++;
+    }
+    for (int l = 0; l < L; l++) {
+        cr_assert_not_null(gu[l], "layer %d has no routed experts", l);
+        snprintf(names[2 * l], sizeof names[0], "model.language_model.layers.%d.mlp.experts.gate_up_proj", l);
+        snprintf(names[2 * l + 1], sizeof names[0], "model.language_model.layers.%d.mlp.experts.down_proj", l);
+        t[n] = (lwq_st_out_tensor){names[2 * l], c.cfg.dtype, 3, {E, bad ? 4 * I : 2 * I, bad ? H / 2 : H}, gu[l]};
+        bufs[n++] = gu[l];
+        t[n] = (lwq_st_out_tensor){names[2 * l + 1], c.cfg.dtype, 3, {E, H, I}, dn[l]};
+        bufs[n++] = dn[l];
+    }
+    /* the writer wants the tensors sorted by name */
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && strcmp(t[j - 1].name, t[j].name) > 0; j--) {
+            lwq_st_out_tensor tmp = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = tmp;
+        }
+    char fp[600];
+    snprintf(fp, sizeof fp, "%s/model.safetensors", dp);
+    lwq_st_kv meta = {"format", "pt"};
+    cr_assert_eq(lwq_st_write_file(fp, t, n, &meta, 1, &e), 0, "%s", e.msg);
+    for (int i = 0; i < n; i++)
+        free(bufs[i]);
+    free(bufs);
+    free(t);
+    free(names);
+    free(gu);
+    free(dn);
+    lwq_ckpt_free(&c);
+}
+
+Test(qwen3_5, fused_3d_experts_quantize_as_the_same_experts_stored_per_expert)
+{
+    make_model("m", "qwen3_5_moe");
+    fuse_checkpoint("m", "f", 0);
+    cr_assert_eq(lwqt_sh("%s inspect %s/f 2>&1 | grep -q 'every tensor matches the qwen3_5_moe plan'",
+                         lwqt_bin(), g_tmp),
+                 0, "the fused checkpoint does not match the plan");
+    cr_assert_eq(quantize("m", "a", NULL, "--qformat nvfp4"), 0);
+    cr_assert_eq(quantize("f", "b", NULL, "--qformat nvfp4 --expert-group 2"), 0);
+    /* same tensors, same bytes (the shards' fingerprints name their sources and differ) */
+    int rc = lwqt_sh("%s diff %s/a %s/b > %s/diff.txt 2>&1", lwqt_bin(), g_tmp, g_tmp, g_tmp);
+    char *d = slurp_rel("diff.txt");
+    /* only the fingerprint metadata (it hashes the source files) may differ */
+    cr_assert_eq(rc, 1, "%s", d);
+    cr_assert(strstr(d, "different: 2 tensor/metadata differences") && strstr(d, "0 config differences"),
+              "%s", d);
+    cr_assert_eq(lwqt_sh("test $(grep -c lwq_fingerprint %s/diff.txt) -eq 2", g_tmp), 0, "%s", d);
+    free(d);
+    uint64_t na = 0, nb = 0;
+    const char *w = "model.language_model.layers.1.mlp.experts.3.up_proj.weight";
+    void *a = tensor_bytes("a/model-layer-00001.safetensors", w, &na);
+    void *b = tensor_bytes("b/model-layer-00001.safetensors", w, &nb);
+    cr_assert(a && b && na == nb && !memcmp(a, b, na), "%s differs", w);
+    free(a);
+    free(b);
+}
+
+Test(qwen3_5, fused_expert_tensor_of_the_wrong_shape_is_refused_naming_it)
+{
+    make_model("m", "qwen3_5_moe");
+    fuse_checkpoint("m", "f", 1);
+    cr_assert_eq(lwqt_sh("mkdir -p %s/out", g_tmp), 0);
+    int rc = quantize("f", "out", NULL, "--qformat nvfp4");
+    cr_assert_eq(rc, 2, "exit %d", rc);
+    cr_assert_eq(lwqt_sh("grep -q 'tensor model.language_model.layers.0.mlp.experts.gate_up_proj has "
+                         "shape \\[4, 128, 32\\], expected \\[4, 64, 64\\]' %s/stderr.txt",
+                         g_tmp),
+                 0, "the refusal does not name the tensor and both shapes");
+    cr_assert_eq(lwqt_sh("test -z \"$(ls -A %s/out)\"", g_tmp), 0, "something was written");
 }

@@ -112,6 +112,32 @@ Test(runlock, lock_held_by_a_killed_process_is_free)
     close(ready[1]);
 }
 
+/* issue 36, finding 3: the lock file was opened and truncated through a hard link planted there */
+Test(runlock, a_hard_linked_lock_file_is_refused_and_its_other_file_untouched)
+{
+    cr_assert_eq(mkdir(tp("out"), 0755), 0);
+    cr_assert_eq(mkdir(tp("res"), 0755), 0);
+    cr_assert_eq(lwqt_sh("echo precious > %s/victim && ln %s/victim %s/res/lock", g_tmp, g_tmp, g_tmp), 0);
+    lwq_runlock l;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_runlock_acquire(&l, tp("out"), tp("res"), &e), LWQ_EINVAL, "a hard-linked lock file was taken");
+    cr_assert(strstr(e.msg, tp("res/lock")) && strstr(e.msg, "hard links"), "%s", e.msg);
+    cr_assert_eq(lwqt_sh("grep -qx precious %s/victim", g_tmp), 0, "the linked file was written through");
+}
+
+/* A lock file holds a pid: a larger file at its name is not one lwq wrote, and is not truncated. */
+Test(runlock, a_lock_file_larger_than_a_pid_is_refused_and_kept)
+{
+    cr_assert_eq(mkdir(tp("out"), 0755), 0);
+    cr_assert_eq(mkdir(tp("res"), 0755), 0);
+    cr_assert_eq(lwqt_sh("seq 1 100 > %s/res/lock", g_tmp), 0);
+    lwq_runlock l;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_runlock_acquire(&l, tp("out"), tp("res"), &e), LWQ_EINVAL, "a 292-byte lock file was taken");
+    cr_assert(strstr(e.msg, "292 bytes"), "%s", e.msg);
+    cr_assert_eq(lwqt_sh("test $(wc -l < %s/res/lock) = 100", g_tmp), 0, "the file was changed");
+}
+
 /* ---- the binary ------------------------------------------------------------------------------ */
 
 #define QARGS "--calib-size 16 --calib-seq 64 --quiet"

@@ -118,3 +118,139 @@ Test(hostile_outdir, a_finished_output_with_a_foreign_file_is_left_alone)
     unchanged("o");
 }
 
+/* ---- finding 3: hard links at paths lwq creates ------------------------------------------------ */
+
+/* victim: a file outside the output, hard-linked at `planted` (a path of the temp dir) */
+static void plant_link(const char *planted)
+{
+    lwqt_write_str("victim", "precious bytes of another file\n");
+    cr_assert_eq(link(lwqt_path("victim"), lwqt_path(planted)), 0, "link %s: %s", planted, strerror(errno));
+}
+
+/* The run was refused naming the planted path, and victim still holds its bytes. */
+static void victim_untouched(int rc, const char *planted)
+{
+    char *v = lwqt_slurp(lwqt_path("victim"));
+    char *err = lwqt_err();
+    cr_assert_str_eq(v, "precious bytes of another file\n", "the file hard-linked at %s was written through (exit %d); "
+                     "stderr: %s", planted, rc, err);
+    cr_assert_eq(rc, 2, "exit %d, expected 2 (refused); stderr: %s", rc, err);
+    cr_assert(strstr(err, lwqt_path(planted)), "the refusal does not name %s: %s", planted, err);
+    free(err);
+    free(v);
+}
+
+Test(hostile_outdir, a_hard_link_at_the_manifest_temporary_is_not_written_through)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/manifest.json.tmp");
+    victim_untouched(quantize("o", "--quiet"), "o.layerwise_resume/manifest.json.tmp");
+}
+
+Test(hostile_outdir, a_hard_link_as_the_run_lock_is_not_written_through)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/lock");
+    victim_untouched(quantize("o", "--quiet"), "o.layerwise_resume/lock");
+}
+
+Test(hostile_outdir, a_hard_link_at_a_boundary_temporary_is_not_written_through)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/boundary-1.bin.tmp");
+    victim_untouched(quantize("o", "--quiet"), "o.layerwise_resume/boundary-1.bin.tmp");
+}
+
+Test(hostile_outdir, a_hard_link_at_the_expert_spill_file_is_not_written_through)
+{
+    cr_assert_eq(lwqt_sh("%s mkmodel %s --arch qwen3_moe --hidden 128 --layers 2 --heads 4 --kv-heads 2 --experts 8 "
+                         "--top-k 2 --vocab 512 --quiet", lwqt_bin(), lwqt_path("m")), 0, "mkmodel");
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    plant_link("o.layerwise_resume/model-layer-00000.spill");
+    victim_untouched(quantize("o", "--quiet --expert-group 3"), "o.layerwise_resume/model-layer-00000.spill");
+}
+
+/* Layers committed after a run of m into o that crashed at its (k+1)-th file step (0 when none
+ * or no manifest; 3, all of them, when it completed). */
+static int committed_after_crash(int k)
+{
+    lwqt_sh("rm -rf %s %s.layerwise_resume", lwqt_path("o"), lwqt_path("o"));
+    char env[64];
+    snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d ", k);
+    int rc = lwqt_sh("%s %s quantize %s -o %s " QARGS " --quiet >/dev/null 2>&1", env, lwqt_bin(), lwqt_path("m"),
+                     lwqt_path("o"));
+    if (rc == 0)
+        return 3;
+    char *t = NULL;
+    FILE *f = fopen(lwqt_path("o.layerwise_resume/manifest.json"), "r");
+    if (!f)
+        return 0;
+    fclose(f);
+    t = lwqt_slurp(lwqt_path("o.layerwise_resume/manifest.json"));
+    cJSON *j = cJSON_Parse(t);
+    free(t);
+    const cJSON *c = cJSON_GetObjectItemCaseSensitive(j, "committed");
+    int n = cJSON_IsNumber(c) ? c->valueint : 0;
+    cJSON_Delete(j);
+    return n;
+}
+
+/* A resumed run opens the next shard's temporary file without any cleanup before it. */
+Test(hostile_outdir, a_hard_link_at_a_shard_temporary_on_resume_is_not_written_through)
+{
+    make_model();
+    int lo = 0, hi = 400; /* committed_after_crash(lo) == 0, (hi) >= 1: the first crash after layer 0's commit */
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (committed_after_crash(mid) >= 1)
+            hi = mid;
+        else
+            lo = mid;
+    }
+    cr_assert_eq(committed_after_crash(hi), 1, "crash step %d leaves other than 1 layer committed", hi);
+    lwqt_sh("rm -f %s/*.tmp", lwqt_path("o"));
+    plant_link("o/model-layer-00001.safetensors.tmp");
+    victim_untouched(quantize("o", "--quiet"), "o/model-layer-00001.safetensors.tmp");
+}
+
+/* ---- finding 4: symlinked directories below the resume directory ------------------------------- */
+
+Test(hostile_outdir, a_symlinked_auto_quantize_directory_is_refused)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    cr_assert_eq(mkdir(lwqt_path("elsewhere"), 0755), 0);
+    cr_assert_eq(symlink(lwqt_path("elsewhere"), lwqt_path("o.layerwise_resume/auto_quantize")), 0);
+    int rc = quantize("o", "--quiet --auto-quantize-bits 6");
+    int written = lwqt_sh("test -z \"$(ls -A %s)\"", lwqt_path("elsewhere"));
+    char *err = lwqt_err();
+    cr_assert_eq(written, 0, "the search wrote into the link's target (exit %d): %s", rc, err);
+    cr_assert_eq(rc, 2, "exit %d, expected 2; stderr: %s", rc, err);
+    cr_assert(strstr(err, lwqt_path("o.layerwise_resume/auto_quantize")) && strstr(err, "symbolic link"),
+              "the refusal does not name the link: %s", err);
+    free(err);
+}
+
+/* The control: the output and resume directories the command line names may be links to
+ * directories (the user's own choice, like any path given); only what lwq makes below them
+ * must be real. */
+Test(hostile_outdir, output_and_resume_directories_named_as_links_are_used)
+{
+    make_model();
+    cr_assert_eq(mkdir(lwqt_path("real_o"), 0755), 0);
+    cr_assert_eq(mkdir(lwqt_path("real_r"), 0755), 0);
+    cr_assert_eq(symlink(lwqt_path("real_o"), lwqt_path("o")), 0);
+    cr_assert_eq(symlink(lwqt_path("real_r"), lwqt_path("r")), 0);
+    char extra[600];
+    snprintf(extra, sizeof extra, "--quiet --resume-dir %s", lwqt_path("r"));
+    int rc = quantize("o", extra);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "exit %d; stderr: %s", rc, err);
+    free(err);
+    cr_assert_eq(lwqt_sh("test -s %s/config.json && test -s %s/manifest.json", lwqt_path("real_o"),
+                         lwqt_path("real_r")), 0);
+}
+

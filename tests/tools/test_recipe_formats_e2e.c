@@ -1,0 +1,105 @@
+/* The formats of Model Optimizer 0.47's published recipes end to end: weight-only NVFP4 (W4A16) and an NVFP4 KV cache in cast mode, quantized, described and verified (issue 33). */
+#include <criterion/criterion.h>
+
+#include "layout/checkpoint.h"
+#include "tests/helpers/run.h"
+
+TestSuite(recipe_formats, .init = lwqt_setup, .fini = lwqt_teardown);
+
+static void quantize(const char *out, const char *qformat, const char *kv)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_moe", "--layers", "2", "--experts", "4",
+                        "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    const char *a[] = {"quantize", lwqt_path("m"), "-o", out, "--qformat", qformat, "--kv-cache", kv,
+                       "--calib-size", "6", "--calib-seq", "24", "--quiet", NULL};
+    int rc = lwqt_run(a);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "quantize --qformat %s --kv-cache %s: %s", qformat, kv, err);
+    free(err);
+}
+
+static int count_suffix(const lwq_ckpt *c, const char *suffix)
+{
+    int n = 0;
+    size_t L = strlen(suffix);
+    for (int i = 0; i < c->ntensors; i++) {
+        size_t k = strlen(c->tensors[i].name);
+        n += k > L && !strcmp(c->tensors[i].name + k - L, suffix);
+    }
+    return n;
+}
+
+static void verify_ok(const char *dir)
+{
+    const char *v[] = {"verify", dir, NULL};
+    int rc = lwqt_run(v);
+    char *out = lwqt_out();
+    cr_assert_eq(rc, 0, "verify %s: %s", dir, out);
+    free(out);
+}
+
+Test(recipe_formats, w4a16_writes_nvfp4_weights_without_input_scales_and_verifies)
+{
+    char out[600];
+    snprintf(out, sizeof out, "%s", lwqt_path("o"));
+    quantize(out, "w4a16_nvfp4", "none");
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(out, &c, &e), 0, "%s", e.msg);
+    cr_assert_gt(count_suffix(&c, ".weight_scale_2"), 0, "no NVFP4 linear was written");
+    cr_assert_eq(count_suffix(&c, ".input_scale"), 0, "a weight-only output has input scales");
+    lwq_ckpt_free(&c);
+    char p[700];
+    snprintf(p, sizeof p, "%s/hf_quant_config.json", out);
+    char *hq = lwqt_slurp(p);
+    cr_assert(strstr(hq, "\"quant_algo\":\t\"W4A16_NVFP4\""), "%s", hq);
+    free(hq);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    char *cj = lwqt_slurp(p);
+    cr_assert(!strstr(cj, "input_activations"), "a weight-only config group has input_activations: %s", cj);
+    free(cj);
+    verify_ok(out);
+}
+
+/* verify reads quant_algo per module: a W4A4 NVFP4 linear without its input_scale is reported */
+Test(recipe_formats, verify_reports_a_w4a4_output_that_lost_an_input_scale)
+{
+    char out[600], p[700];
+    snprintf(out, sizeof out, "%s", lwqt_path("o"));
+    quantize(out, "w4a16_nvfp4", "none");
+    snprintf(p, sizeof p, "%s/hf_quant_config.json", out);
+    char *hq = lwqt_slurp(p);
+    char *at = strstr(hq, "W4A16_NVFP4");
+    cr_assert_not_null(at);
+    memmove(at, at + 6, strlen(at + 6) + 1); /* "W4A16_NVFP4" -> "NVFP4" */
+    lwqt_write_str("o/hf_quant_config.json", hq);
+    free(hq);
+    const char *v[] = {"verify", out, NULL};
+    cr_assert_eq(lwqt_run(v), 1);
+    char *o = lwqt_out();
+    cr_assert(strstr(o, "lacks model.layers.0.self_attn.q_proj.input_scale"), "%s", o);
+    free(o);
+}
+
+Test(recipe_formats, nvfp4_cast_kv_cache_writes_no_kv_scales_and_names_nvfp4)
+{
+    char out[600], p[700];
+    snprintf(out, sizeof out, "%s", lwqt_path("o"));
+    quantize(out, "nvfp4", "nvfp4_cast");
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(out, &c, &e), 0, "%s", e.msg);
+    cr_assert_eq(count_suffix(&c, ".k_scale") + count_suffix(&c, ".v_scale"), 0);
+    cr_assert_gt(count_suffix(&c, ".input_scale"), 0);
+    lwq_ckpt_free(&c);
+    snprintf(p, sizeof p, "%s/hf_quant_config.json", out);
+    char *hq = lwqt_slurp(p);
+    cr_assert(strstr(hq, "\"kv_cache_quant_algo\":\t\"NVFP4\""), "%s", hq);
+    free(hq);
+    snprintf(p, sizeof p, "%s/config.json", out);
+    char *cj = lwqt_slurp(p);
+    cr_assert(strstr(cj, "\"kv_cache_scheme\":\t\"NVFP4\"") || strstr(cj, "\"kv_cache_scheme\": \"NVFP4\""), "%s", cj);
+    free(cj);
+    verify_ok(out);
+}
