@@ -4,14 +4,17 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/file.h"
+#include "core/log.h"
 #include "io/durable.h"
 #include "io/sys.h"
 
@@ -57,19 +60,91 @@ static long pid_from_file(int fd)
     return p > 0 && (*end == '\n' || !*end) ? p : 0;
 }
 
-static int refuse(lwq_error *e, int fd, const char *what, const char *dir, int from_file)
+/* How long a lock held by a run that has exited is waited for.  The kernel closes a killed
+ * multi-threaded process's files only once its last thread is gone, which can be after its main
+ * thread is a zombie (~0.1-0.2 s measured after `timeout -s KILL`); the rerun of the identical
+ * command, which the resume promises, must not be refused for that moment. */
+#define WAIT_EXITED_MS 5000
+
+static long holder_pid(int fd, int from_file)
 {
     long pid = lwq_runlock_holder(fd);
-    if (!pid && from_file)
-        pid = pid_from_file(fd);
-    char who[48];
-    if (pid)
+    return pid || !from_file ? pid : pid_from_file(fd);
+}
+
+/* Whether process `pid` has exited: no such process, or a zombie (state Z, or X) in
+ * /proc/PID/stat.  0 for an unknown pid, this process, and a live one (a stopped one too). */
+static int holder_exited(long pid)
+{
+    if (pid <= 0 || pid == (long)getpid())
+        return 0;
+    if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+        return 1;
+    char p[64], buf[512];
+    snprintf(p, sizeof p, "/proc/%ld/stat", pid);
+    int fd = open(p, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return errno == ENOENT;
+    ssize_t n = read(fd, buf, sizeof buf - 1);
+    close(fd);
+    if (n <= 0)
+        return 0;
+    buf[n] = 0;
+    const char *rp = strrchr(buf, ')'); /* "PID (COMM) S ...": COMM may hold ')' and spaces */
+    return rp && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)(t.tv_sec - t0->tv_sec) + (double)(t.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+static int refuse(lwq_error *e, long pid, int exited, double waited, const char *what, const char *dir)
+{
+    char who[160];
+    if (pid && exited)
+        snprintf(who, sizeof who, "pid %ld, which has exited, still holds it after waiting %.1f s for the kernel to "
+                 "release it: another process may have inherited its descriptor", pid, waited);
+    else if (pid)
         snprintf(who, sizeof who, "pid %ld", pid);
     else
         snprintf(who, sizeof who, "pid unknown");
     return lwq_errf(e, LWQ_ESTATE,
                     "%s %s is in use by another lwq run (%s); one run per output: wait for it to finish or "
                     "stop it, then rerun", what, dir, who);
+}
+
+/* flock(fd, LOCK_EX | LOCK_NB), `path` naming fd.  A live holder is refused at once; one that has
+ * exited (gone, or a zombie) is waited for, polling, at most WAIT_EXITED_MS, saying so on stderr.
+ * The holder is looked up again at every poll, so a live run that takes the lock meanwhile is
+ * refused at once.  0 when locked, else a negative code with e set. */
+static int lock_or_wait(int fd, const char *path, const char *what, const char *dir, int from_file, lwq_error *e)
+{
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    long told = 0;
+    for (;;) {
+        if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
+            return lwq_errsys(e, -errno, "%s: cannot lock", path);
+        long pid = holder_pid(fd, from_file);
+        int exited = holder_exited(pid);
+        double waited = seconds_since(&t0);
+        if (!exited || waited * 1000 >= WAIT_EXITED_MS)
+            return refuse(e, pid, exited, waited, what, dir);
+        if (pid != told)
+            LWQ_WARN("%s %s is still locked by pid %ld, which has exited (a killed run whose files the kernel is "
+                     "closing?); waiting up to %d s for the kernel to release the lock", what, dir, pid,
+                     WAIT_EXITED_MS / 1000);
+        told = pid;
+        struct timespec d = {0, 20 * 1000 * 1000};
+        nanosleep(&d, NULL);
+    }
 }
 
 /* Open and flock the lock file at `path`; retried when the file it locked was unlinked (or
@@ -82,9 +157,8 @@ static int lock_file(const char *path, const char *resume_dir, lwq_error *e)
         int fd = lwq_durable_open_own(path, O_RDWR, 0644, LOCK_MAX_BYTES, "the run lock", e);
         if (fd < 0)
             return fd;
-        if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
-            int rc = errno == EWOULDBLOCK ? refuse(e, fd, "the resume directory", resume_dir, 1)
-                                          : lwq_errsys(e, -errno, "%s: cannot lock", path);
+        int rc = lock_or_wait(fd, path, "the resume directory", resume_dir, 1, e);
+        if (rc) {
             s->close(fd);
             return rc;
         }
@@ -122,9 +196,7 @@ int lwq_runlock_acquire(lwq_runlock *l, const char *out_dir, const char *resume_
         s->close(fd);
         return lwq_errsys(e, dfd, "%s: cannot open the output directory", out_dir);
     }
-    if (flock(dfd, LOCK_EX | LOCK_NB) != 0) {
-        rc = errno == EWOULDBLOCK ? refuse(e, dfd, "the output directory", out_dir, 0)
-                                  : lwq_errsys(e, -errno, "%s: cannot lock", out_dir);
+    if ((rc = lock_or_wait(dfd, out_dir, "the output directory", out_dir, 0, e)) != 0) {
         s->close(dfd);
         s->close(fd);
         return rc;

@@ -8,6 +8,9 @@
  * drops them when the holder exits or is killed (kill -9 included), so a dead run never blocks
  * the next one; the stale pid left in the file is only text.  A second run is refused at once
  * (LWQ_ESTATE) with the holder's pid: the kernel's record (/proc/locks), else the file's text.
+ * Only a holder that has exited (no such process, or a zombie) is waited for, a few seconds at
+ * most, saying so on stderr: the kernel drops a killed multi-threaded run's locks only once its
+ * last thread is gone, a moment after its main thread became a zombie.
  *
  * The lock file is created through the io/sys.h table (open, ftruncate, pwrite are fault-
  * injectable steps); it is not fsync'ed (after a crash there is nothing to hold).  It is the one

@@ -102,6 +102,19 @@ int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t col
 int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
                         const char *name, float *block_amax, lwq_error *err);
 
+/* Four-over-Six (Model Optimizer 0.47, `four_over_six: true` on a static NVFP4 weight
+ * quantizer): block scales normalised to LWQ_NVFP4_46_FP8MAX = 256 (layout/quant_formats.h).
+ * lwq_quant_nvfp4_mse46 is lwq_quant_nvfp4_mse with that normalisation and the candidates
+ * a_k = amax_b * mult[k] (1 <= nmult <= 39; the published recipe's [1.0, 1.5]: M = 6 or M = 4;
+ * mult NULL: lwq_mse_multiplier's 39);
+ * lwq_quant_nvfp4_static46 writes them (weight_scale_2 = global_amax / 1536).  CPU only: the
+ * engine runs them on the host whatever the device. */
+int lwq_quant_nvfp4_mse46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err);
+int lwq_quant_nvfp4_static46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax,
+                             float global_amax, const char *name, uint8_t *packed, uint8_t *scale, float *ws2,
+                             lwq_error *err);
+
 /* packed: (rows, cols/2), scale: (rows, cols/16) -> out: (rows, cols) of out_dt (F32, BF16 or F16),
  * out = e2m1 * (float(scale) * ws2), the product rounded once, then cast to out_dt. */
 int lwq_quant_nvfp4_dequant(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t rows, int64_t cols,

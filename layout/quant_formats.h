@@ -249,6 +249,25 @@ LWQ_HD uint8_t lwq_nvfp4_scale_static(float block_amax, float global_amax)
     return lwq_e4m3_from_f32(lwq_e4m3_clamp(s));
 }
 
+/* Four-over-Six (Model Optimizer 0.47: numeric_utils.fp8_max_for_normalization, E4M3_MAX_46):
+ * the static path normalises the block scales to fp8max = 256 instead of 448, so that a block
+ * amax raised by 1.5 (its M = 4 candidate) still fits E4M3: weight_scale_2 = global_amax /
+ * (6 * fp8max) (get_weights_scaling_factor_2_from_quantizer) and the scale byte
+ * e4m3(clamp(s * fp8max / (global_amax / 6))) (_cast_per_block_scale_to_fp8).  With fp8max = 448
+ * both are exactly lwq_nvfp4_ws2 / lwq_nvfp4_scale_static. */
+#define LWQ_NVFP4_46_FP8MAX 256.0f
+LWQ_HD float lwq_nvfp4_ws2_m(float global_amax, float fp8max)
+{
+    return LWQ_FDIV(global_amax, LWQ_FMUL(6.0f, fp8max)); /* 6 * 256 = 1536, exact */
+}
+LWQ_HD uint8_t lwq_nvfp4_scale_static_m(float block_amax, float global_amax, float fp8max)
+{
+    float s = LWQ_FDIV(block_amax, 6.0f);
+    s = s == 0.0f ? 1.0f : s;
+    s = LWQ_FDIV(LWQ_FMUL(s, fp8max), LWQ_FDIV(global_amax, 6.0f));
+    return lwq_e4m3_from_f32(lwq_e4m3_clamp(s));
+}
+
 /* The block amax that the static path maps back to scale byte `b` (FORMATS.md section 4:
  * global_amax * v / 448); what the scale sweep reports as its calibrated amax. */
 LWQ_HD float lwq_nvfp4_sweep_amax(uint8_t b, float global_amax)

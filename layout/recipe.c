@@ -157,7 +157,8 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
 {
     lwq_quant_choice c = {.format = LWQ_QFMT_NONE, .algo = r->algo, .fp8_scale_sweep = r->fp8_scale_sweep,
                           .gptq_damp = r->gptq_damp, .gptq_act_order = r->gptq_act_order,
-                          .weight_format = LWQ_QFMT_NONE, .input_format = LWQ_QFMT_NONE};
+                          .weight_format = LWQ_QFMT_NONE, .input_format = LWQ_QFMT_NONE, .mse_range = r->mse_range};
+    int f46 = 0;
     qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
@@ -165,8 +166,13 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
             continue;
         if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
             continue;
-        if (u->quantizer != LWQ_QSEL_INPUT)
+        if (u->quantizer != LWQ_QSEL_INPUT) {
             apply_state(&w, u);
+            if (u->has_format) /* a new format resets it, as a new cfg does in Model Optimizer */
+                f46 = 0;
+            if (u->has_f46)
+                f46 = u->f46;
+        }
         if (u->quantizer != LWQ_QSEL_WEIGHT)
             apply_state(&in, u);
         if (u->has_algo)
@@ -175,6 +181,7 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
             c.fp8_scale_sweep = u->sweep;
     }
     lwq_qformat wf = w.on ? w.fmt : LWQ_QFMT_NONE, xf = in.on ? in.fmt : LWQ_QFMT_NONE;
+    c.four_over_six = wf == LWQ_QFMT_NVFP4 && f46;
     c.weight_format = wf;
     c.input_format = xf;
     if (wf == xf) {
@@ -235,6 +242,31 @@ int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_er
                     "format, NVFP4 weights alone, or neither quantized)",
                     module, c->weight_format == LWQ_QFMT_NONE ? "disabled" : lwq_qformat_name(c->weight_format),
                     c->input_format == LWQ_QFMT_NONE ? "disabled" : lwq_qformat_name(c->input_format));
+}
+
+int lwq_recipe_mse_range(double start, double stop, double step)
+{
+    if (start == 0.25 && stop == 4.0 && step == 0.1)
+        return LWQ_MSE_RANGE_DEFAULT;
+    if (start == 1.0 && stop == 1.5 && step == 0.5)
+        return LWQ_MSE_RANGE_46;
+    return -1;
+}
+
+/* [start, stop, step] of a JSON array, as lwq_recipe_mse_range; -1 for anything else. */
+static int lwq_recipe_mse_range_of(const cJSON *a, int *rc)
+{
+    *rc = 0;
+    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
+        return -1;
+    double v[3];
+    for (int i = 0; i < 3; i++) {
+        const cJSON *x = cJSON_GetArrayItem(a, i);
+        if (!cJSON_IsNumber(x))
+            return -1;
+        v[i] = x->valuedouble;
+    }
+    return lwq_recipe_mse_range(v[0], v[1], v[2]);
 }
 
 /* ---- parsing ------------------------------------------------------------------------------ */
@@ -328,6 +360,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                                 LWQ_RECIPE_AMAX_MAX);
             u->input_amax = k->valuedouble;
             u->has_input_amax = 1;
+        } else if (!strcmp(key, "four_over_six")) {
+            if (!cJSON_IsBool(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].four_over_six must be true or false", path, idx);
+            u->f46 = cJSON_IsTrue(k);
+            u->has_f46 = 1;
         } else if (!strcmp(key, "mla_projection")) {
             if (!cJSON_IsBool(k))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].mla_projection must be true or false", path, idx);
@@ -347,6 +384,9 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
     if (u->has_input_amax && (u->quantizer != LWQ_QSEL_INPUT || !u->has_format))
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: input_amax needs \"quantizer\": \"input\" and a format", path,
                         idx);
+    if (u->has_f46 && (u->quantizer == LWQ_QSEL_INPUT || u->quantizer == LWQ_QSEL_KV))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: four_over_six concerns NVFP4 weights, not an \"%s\" rule",
+                        path, idx, u->quantizer == LWQ_QSEL_INPUT ? "input" : "kv");
     if (u->quantizer == LWQ_QSEL_INPUT && (u->has_algo || u->has_sweep))
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: algo and fp8_scale_sweep concern weights, not an "
                         "\"input\" rule", path, idx);
@@ -385,6 +425,15 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
                     if (!cJSON_IsNumber(a) || !(a->valuedouble > 0.0 && a->valuedouble <= 10.0))
                         return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.gptq_damp must be a number in (0, 10]", path);
                     r->gptq_damp = a->valuedouble;
+                } else if (!strcmp(a->string, "mse_multipliers")) {
+                    /* [start, stop, step]: Model Optimizer's start_multiplier, stop_multiplier,
+                     * step_size; lwq implements its default and the Four-over-Six preset's */
+                    int range = lwq_recipe_mse_range_of(a, &rc);
+                    if (range < 0)
+                        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: algorithm.mse_multipliers must be [0.25, 4.0, 0.1] "
+                                        "(the default) or [1.0, 1.5, 0.5] (nvfp4_four_over_six's); other amax "
+                                        "ranges are not implemented", path);
+                    r->mse_range = range;
                 } else if (!strcmp(a->string, "gptq_act_order")) {
                     if (!cJSON_IsBool(a))
                         return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.gptq_act_order must be true or false", path);
@@ -516,6 +565,13 @@ static const struct {
      "{\"match\":\"*.block_sparse_moe.experts.*\",\"format\":\"nvfp4\",\"algo\":\"mse\",\"fp8_scale_sweep\":true},"
      MLA_PROJ_OFF "]}"},
     {"qwen3next_production", QWEN3NEXT_PRODUCTION},
+    /* Model Optimizer's nvfp4_four_over_six preset (NVFP4_FOUR_OVER_SIX_CFG): W4A4 NVFP4 with the
+     * weights' block scales normalised to 256 and each block's amax searched over x1.0 (M = 6) and
+     * x1.5 (M = 4); default_disabled_quantizers.  MLA projections are quantized, as there. */
+    {"nvfp4_four_over_six",
+     "{\"name\":\"nvfp4_four_over_six\",\"algorithm\":{\"method\":\"mse\",\"mse_multipliers\":[1.0,1.5,0.5]},"
+     "\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\",\"four_over_six\":true}," ROUTERS_OFF "," LINEAR_ATTN_OFF
+     "]}"},
     /* Model Optimizer's W4A16_NVFP4_CFG (hf_ptq --qformat w4a16_nvfp4): every weight quantizer
      * NVFP4, no input quantizer, default_disabled_quantizers (routers, conv1d, in_proj_a/b) */
     {"w4a16_nvfp4", "{\"name\":\"w4a16_nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"},"
@@ -526,7 +582,7 @@ static const struct {
 const char *lwq_recipe_preset_names(void)
 {
     return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn, qwen3next_production, "
-           "w4a16_nvfp4";
+           "w4a16_nvfp4, nvfp4_four_over_six";
 }
 
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)
@@ -555,6 +611,12 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
     cJSON *alg = cJSON_AddObjectToObject(root, "algorithm");
     cJSON_AddStringToObject(alg, "method", lwq_algo_name(r->algo));
     cJSON_AddBoolToObject(alg, "fp8_scale_sweep", r->fp8_scale_sweep);
+    if (r->mse_range == LWQ_MSE_RANGE_46) { /* absent by default: other recipes keep their JSON */
+        cJSON *m = cJSON_AddArrayToObject(alg, "mse_multipliers");
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(1.0));
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(1.5));
+        cJSON_AddItemToArray(m, cJSON_CreateNumber(0.5));
+    }
     if (lwq_recipe_uses_gptq(r)) {
         cJSON_AddNumberToObject(alg, "gptq_damp", r->gptq_damp);
         cJSON_AddBoolToObject(alg, "gptq_act_order", r->gptq_act_order);
@@ -582,6 +644,8 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
             cJSON_AddBoolToObject(o, "fp8_scale_sweep", u->sweep);
         if (u->has_mla)
             cJSON_AddBoolToObject(o, "mla_projection", u->mla);
+        if (u->has_f46)
+            cJSON_AddBoolToObject(o, "four_over_six", u->f46);
         cJSON_AddItemToArray(rules, o);
     }
     char *s = cJSON_Print(root);

@@ -70,6 +70,8 @@ typedef struct lwq_recipe_rule {
     int enable;
     lwq_calib_algo algo;
     int sweep;
+    int has_f46, f46;         /* "four_over_six": on a weight rule (or one without quantizer):
+                                 Four-over-Six NVFP4 block scaling of static (mse) NVFP4 weights */
 } lwq_recipe_rule;
 
 typedef struct lwq_recipe {
@@ -79,9 +81,15 @@ typedef struct lwq_recipe {
     double gptq_damp;         /* GPTQ dampening, fraction of the mean Hessian diagonal */
     int gptq_act_order;       /* GPTQ visits columns by descending Hessian diagonal */
     lwq_kv_mode kv;           /* the model's KV cache mode (kv rules must agree per module) */
+    int mse_range;            /* the mse search's amax multipliers (Model Optimizer's start_multiplier,
+                                 stop_multiplier, step_size): LWQ_MSE_RANGE_* */
     int nrules;
     lwq_recipe_rule *rules;
 } lwq_recipe;
+
+/* The mse multiplier ranges lwq implements: Model Optimizer's default (0.25 to 4.0 by 0.1, 39
+ * candidates) and the nvfp4_four_over_six preset's (1.0 to 1.5 by 0.5: [1.0, 1.5]). */
+enum { LWQ_MSE_RANGE_DEFAULT = 0, LWQ_MSE_RANGE_46 = 1 };
 
 /* What a module gets. */
 typedef struct lwq_quant_choice {
@@ -96,6 +104,8 @@ typedef struct lwq_quant_choice {
     lwq_qformat weight_format, input_format;  /* with split: what each resolved to */
     int has_input_amax;       /* the input amax is fixed to input_amax (not calibrated) */
     float input_amax;
+    int four_over_six;        /* NVFP4 weights: block scales normalised to 256 (Four-over-Six) */
+    int mse_range;            /* the recipe's LWQ_MSE_RANGE_* */
 } lwq_quant_choice;
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
@@ -127,6 +137,9 @@ int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error 
 int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_error *e);
 
 int lwq_glob_match(const char *pattern, const char *name);
+/* LWQ_MSE_RANGE_* of Model Optimizer's (start_multiplier, stop_multiplier, step_size), or -1 when
+ * lwq does not implement that range. */
+int lwq_recipe_mse_range(double start, double stop, double step);
 
 const char *lwq_qformat_name(lwq_qformat f);     /* "nvfp4", "fp8", "none" */
 /* What a choice writes: lwq_qformat_name, or "w4a16_nvfp4" for weight-only NVFP4. */

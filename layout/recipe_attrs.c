@@ -61,6 +61,11 @@ static int parse_block_sizes(lwq_mo_entry *en, const lwq_ynode *b, int *is_stati
             if (!lwq_y_str(v) || (strcmp(v->str, "dynamic") && strcmp(v->str, "static")))
                 return ENTRY_ERR(LWQ_EFORMAT, "cfg.block_sizes.type %s: expected dynamic or static", t);
             *is_static = !strcmp(v->str, "static");
+        } else if (!strcmp(k, "four_over_six")) {
+            int b;
+            if (lwq_y_bool(v, &b))
+                return ENTRY_ERR(LWQ_EFORMAT, "cfg.block_sizes.four_over_six %s: expected true or false", t);
+            en->four_over_six = b;
         } else if (!strcmp(k, "scale_bits")) {
             if (exmy(v, &ex, &m) || ex != 4 || m != 3)
                 return ENTRY_ERR(LWQ_EUNSUPPORTED, "cfg.block_sizes.scale_bits %s is not supported (NVFP4 block "
@@ -68,7 +73,7 @@ static int parse_block_sizes(lwq_mo_entry *en, const lwq_ynode *b, int *is_stati
             have_scale = 1;
         } else {
             return ENTRY_ERR(LWQ_EUNSUPPORTED, "cfg.block_sizes.%s is not supported (NVFP4 is {-1: 16, type, "
-                             "scale_bits: e4m3})", k);
+                             "scale_bits: e4m3[, four_over_six]})", k);
         }
     }
     if (!have16)

@@ -183,6 +183,14 @@ static int check_sides(const lwq_mo_entry *en, const lwq_mo_algo *a, int w, int 
     if (w && en->has_constant_amax)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.constant_amax on weight quantizers "
                         "(a fixed weight amax) is not supported", at, g);
+    if (en->four_over_six && (in || kv))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.block_sizes.four_over_six on %s quantizers "
+                        "is not supported (Four-over-Six is implemented for static NVFP4 weights)", at, g,
+                        in ? "input" : "k/v cache");
+    if (w && en->four_over_six && (en->kind != LWQ_MO_NVFP4_STATIC || a->method != LWQ_ALGO_MSE || a->sweep))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.block_sizes.four_over_six is implemented "
+                        "for static NVFP4 weights under algorithm method mse without fp8_scale_sweep (Model "
+                        "Optimizer's nvfp4_four_over_six)", at, g);
     if (kv && en->has_constant_amax)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': cfg.constant_amax on the k/v cache "
                         "quantizers is not supported (use use_constant_amax: FP8 cast)", at, g);
@@ -247,6 +255,7 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, lwq_recip
         wr.has_format = ir.has_format = 1;
         wr.format = ir.format = f;
         weight_calib(en, a, &wr);
+        wr.has_f46 = wr.f46 = en->four_over_six; /* a cfg without it resets it (its format does) */
         ir.has_input_amax = en->has_constant_amax;
         ir.input_amax = en->constant_amax;
         kr.has_kv = 1;

@@ -28,6 +28,7 @@ typedef struct lwq_mo_entry {
     int has_cfg;
     lwq_mo_kind kind;         /* with has_cfg */
     int use_constant_amax;    /* cfg.use_constant_amax: true */
+    int four_over_six;        /* cfg.block_sizes.four_over_six: true (static NVFP4 weights only) */
     int has_constant_amax;    /* cfg.constant_amax: x */
     double constant_amax;
 } lwq_mo_entry;
@@ -37,6 +38,7 @@ typedef struct lwq_mo_algo {
     lwq_calib_algo method;
     int sweep;                /* fp8_scale_sweep (local_hessian: always 1) */
     const char *where;        /* for messages about static NVFP4 under max */
+    int mse_range;            /* start_multiplier / stop_multiplier / step_size: LWQ_MSE_RANGE_* */
 } lwq_mo_algo;
 
 /* Append the rules for entries[0..n) to r (r->name, algo, sweep set by the caller); sets r->kv. */

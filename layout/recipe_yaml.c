@@ -490,6 +490,7 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
 {
     a->method = LWQ_ALGO_MAX; /* Model Optimizer's default */
     a->sweep = 0;
+    a->mse_range = LWQ_MSE_RANGE_DEFAULT;
     if (!alg)
         return 0;
     if (lwq_y_is_null(alg))
@@ -500,6 +501,8 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
     if (alg->kind != LWQ_Y_MAP)
         return ERR(LWQ_EFORMAT, "%s:%d: quantize.algorithm must be a name or a mapping", f->rel, alg->line);
     const lwq_ynode *m = lwq_y_get(alg, "method"), *sw = NULL;
+    double range[3] = {0.25, 4.0, 0.1}; /* Model Optimizer's MseCalibConfig defaults */
+    int range_line = alg->line;
     if (!m)
         return ERR(LWQ_EFORMAT, "%s:%d: quantize.algorithm needs a method", f->rel, alg->line);
     int rc = parse_method(L, f, m, a);
@@ -515,6 +518,12 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
                 return ERR(LWQ_EFORMAT, "%s:%d: quantize.algorithm.fp8_scale_sweep must be true or false", f->rel,
                            v->line);
             sw = v;
+        } else if (!strcmp(k, "start_multiplier") || !strcmp(k, "stop_multiplier") || !strcmp(k, "step_size")) {
+            double x;
+            if (lwq_y_number(v, &x) || !isfinite(x))
+                return ERR(LWQ_EFORMAT, "%s:%d: quantize.algorithm.%s must be a number", f->rel, v->line, k);
+            range[!strcmp(k, "start_multiplier") ? 0 : !strcmp(k, "stop_multiplier") ? 1 : 2] = x;
+            range_line = v->line;
         } else if (!strcmp(k, "layerwise")) {
             rc = parse_layerwise(L, f, v, run);
         } else if (!strcmp(k, "skip_forward_without_activation_calib") && a->method == LWQ_ALGO_MAX) {
@@ -531,6 +540,14 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
     }
     if (rc)
         return rc;
+    a->mse_range = lwq_recipe_mse_range(range[0], range[1], range[2]);
+    if (a->mse_range < 0)
+        return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm start_multiplier %g, stop_multiplier %g, step_size %g "
+                   "are not implemented (lwq implements 0.25, 4.0, 0.1, the default, and 1.0, 1.5, 0.5, "
+                   "nvfp4_four_over_six's)", f->rel, range_line, range[0], range[1], range[2]);
+    if (a->mse_range != LWQ_MSE_RANGE_DEFAULT && a->method != LWQ_ALGO_MSE)
+        return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm start_multiplier / stop_multiplier / step_size need "
+                   "method mse", f->rel, range_line);
     if (a->method == LWQ_ALGO_MAX && a->sweep)
         return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm.fp8_scale_sweep needs method mse or local_hessian",
                    f->rel, sw->line);
@@ -606,7 +623,7 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
         rc = read_yfile(L, path, real, &f);
     if (!rc)
         rc = load_imports(L, f);
-    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path};
+    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT};
     const lwq_ynode *qcfg = NULL;
     if (!rc)
         rc = parse_top(L, f, &a, run, &qcfg);
@@ -618,6 +635,7 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
         snprintf(r->name, sizeof r->name, "%.*s", (int)(n < 63 ? n : 63), base);
         r->algo = a.method;
         r->fp8_scale_sweep = a.sweep;
+        r->mse_range = a.mse_range;
         r->gptq_damp = 0.01; /* lwq's default, as its JSON recipes have */
         rc = lwq_qcfg_compile(L->ents, L->n, &a, path, r, e);
     }

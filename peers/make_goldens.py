@@ -41,7 +41,8 @@ FORMAT_SRCS = ("llama-f32", "llama-bf16", "qwen3_moe-f32", "qwen3_moe-bf16")
 FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
                {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")} | \
                {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
-               {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")}
+               {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")} | \
+               {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")}
 RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 # issue 33 (about 4 MB in all): the VLM wrappers in F32 and BF16 with the three --qformat presets
@@ -72,6 +73,17 @@ KNOWN_DIFFERENCES = {
         "config.json quantization_config.config_groups differs",
         "config.json quantization_config.quantized_layers differs",
         "config.json quantization_config.ignore: lm_head is excluded only in A"],
+    # Four-over-Six on the split Gated DeltaNet: Model Optimizer's per-block 4/6 search shares the
+    # weight global_amax only within its name groups (q/k/v, gate/up: model_calib.py
+    # _collect_grouped_linears), so in_proj_z is searched against its own global amax, and only
+    # the export's shared-input resmooth gives in_proj_qkv and in_proj_z one weight_scale_2; lwq
+    # searches in_proj_z against the shared one (the same weight_scale_2, other 4/6 choices)
+    ("qwen3_5-f32", "nvfp4_four_over_six-patched"): [
+        "model.language_model.layers.0.linear_attn.in_proj_z.weight: 177 of 1024 bytes differ",
+        "model.language_model.layers.0.linear_attn.in_proj_z.weight_scale: 23 of 128 bytes differ"],
+    ("qwen3_5_moe-f32", "nvfp4_four_over_six-patched"): [
+        "model.language_model.layers.0.linear_attn.in_proj_z.weight: 217 of 1024 bytes differ",
+        "model.language_model.layers.0.linear_attn.in_proj_z.weight_scale: 28 of 128 bytes differ"],
 }
 LAYER_DUMPS = ("qwen3_5-f32", "qwen3_5_moe-f32", "qwen3_5_text-f32", "qwen3_5_moe_text-f32", "qwen3_next-f32",
                "qwen3_moe-f32")
@@ -328,7 +340,15 @@ and qwen3_moe, F32 and BF16, the `general/ptq/nvfp4_weight_only-kv_fp8_cast` rec
 and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied with their
 imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
 an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`).
-No format case is from a patched peer.
+Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
+**patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
+that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so
+`peers/modelopt_driver.py --patch torch-nvfp4` replaces that one function by
+`peers/torch_nvfp4.py`'s pure-torch copy of its arithmetic (block scale = amax / 6 fake-quantized
+to E4M3 against global_amax * (448 / 256) / 6 by Model Optimizer's own `scaled_e4m3_impl`,
+elements rounded to E2M1 with the kernel's boundaries), as Model Optimizer's own CPU test of
+Four-over-Six (tests/unit/torch/quantization/test_nvfp4_four_over_six.py) monkeypatches it; its
+MANIFEST entries say `"patch": "torch-nvfp4"`.  Every other format case is unpatched.
 
 Regenerate (needs the network once, for peers/setup.sh):
 
@@ -430,6 +450,13 @@ onto lwq's per-expert names (`experts.E.gate_proj`) agrees only while gate and u
 rule and no pattern names an expert index.
 
 Recorded differences (`known_differences` in MANIFEST.json; the case must differ exactly so):
+`qwen3_5-f32` and `qwen3_5_moe-f32 / nvfp4_four_over_six-patched`: every tensor byte-identical
+but layer 0's `linear_attn.in_proj_z.weight` and `.weight_scale` (23 of 128 and 28 of 128 block
+scales, by factors near 6/4: other 4/6 choices; `weight_scale_2` equal).  Model Optimizer's
+per-block search shares the weight global_amax only within its name groups (q/k/v, gate/up;
+`model_calib.py`, `_collect_grouped_linears`), so in_proj_z is searched against its own global
+amax; only the export's shared-input resmooth gives in_proj_qkv and in_proj_z one
+`weight_scale_2`.  lwq searches in_proj_z against the shared one.
 `qwen3_5_moe-f32 / nvfp4_experts_mse-fp8_rest-kv_fp8` (MIXED_PRECISION): every tensor is
 byte-identical, but Model Optimizer lists each layer's fused experts as one module
 (`quantized_layers` and the NVFP4 `config_groups` target `...mlp.experts`) and writes only

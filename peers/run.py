@@ -111,8 +111,11 @@ def cases():
                   "general/ptq/nvfp4_default-kv_nvfp4_cast"):
             out.append(Case("formats", src, r.replace("/", "_"), dict(recipe=r),
                             ["--recipe", r, "--recipe-root", recipe_root()]))
-        # Four-over-Six: Model Optimizer's static NVFP4 fake quant is a Triton kernel (CUDA only)
+        # Four-over-Six: Model Optimizer's static NVFP4 fake quant is a Triton kernel (CUDA only):
+        # unpatched it fails on the CPU; the patched peer (torch_nvfp4.py) runs it
         out.append(Case("formats", src, "nvfp4_four_over_six", *preset("nvfp4_four_over_six")))
+        mo, lw = preset("nvfp4_four_over_six")
+        out.append(Case("formats", src, "nvfp4_four_over_six-patched", dict(mo, patch="torch-nvfp4"), lw))
     for src in ("qwen3_moe-f32", "qwen3_moe-bf16"):
         for name in sorted(os.listdir(os.path.join(recipe_root(), "general", "ptq"))):
             r = "general/ptq/" + name.rsplit(".", 1)[0]

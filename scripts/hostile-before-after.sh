@@ -55,7 +55,7 @@ r3_first_failure() {
          on { sub(/^\[----\] +/, ""); if ($0 == "") next
               if (msg == "") msg = $0; else if (msg ~ /:$/ || (more > 0 && more < 3)) { msg = msg " " $0; more++ }
               if (match($0, /lwq: .*/)) last = substr($0, RSTART) }
-         END { m = substr(msg, 1, 140); if (last != "" && index(msg, last) == 0) m = m " ... " substr(last, 1, 200)
+         END { m = substr(msg, 1, 140); if (last != "" && (index(msg, last) == 0 || length(msg) > 140)) m = m " ... " substr(last, 1, 200)
                gsub(/\|/, "/", m); print m }' "$1"
 }
 

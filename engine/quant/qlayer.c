@@ -67,6 +67,14 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
         if (l->role == LWQ_ROLE_LIN_CONV && choice[i].format != LWQ_QFMT_FP8)
             return lwq_errf(e, LWQ_EINVAL, "%s is a depthwise conv1d; only per-tensor FP8 is supported for it, not %s",
                             l->name, lwq_qformat_name(choice[i].format));
+        if (choice[i].four_over_six && (choice[i].algo != LWQ_ALGO_MSE || choice[i].fp8_scale_sweep))
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: Four-over-Six NVFP4 is implemented with the mse multiplier search "
+                            "(Model Optimizer's nvfp4_four_over_six), not with %s%s", l->name,
+                            lwq_algo_name(choice[i].algo), choice[i].fp8_scale_sweep ? " + fp8_scale_sweep" : "");
+        if (choice[i].mse_range != LWQ_MSE_RANGE_DEFAULT && choice[i].algo == LWQ_ALGO_MSE &&
+            !choice[i].four_over_six)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the mse multipliers [1.0, 1.5] are implemented for Four-over-Six "
+                            "NVFP4 weights only, not for %s", l->name, lwq_choice_format_name(&choice[i]));
         if (choice[i].format == LWQ_QFMT_NVFP4 && l->in_features % 16 != 0)
             return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld is not a multiple of 16; NVFP4 needs blocks of 16",
                             l->name, (long long)l->in_features);
@@ -179,12 +187,22 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
                 if (rc >= 0)
                     rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
             }
+        } else if (c->four_over_six) {
+            /* Four-over-Six: the CPU kernels on the host, whatever the device (lwq_qlayer_check
+             * allows it with mse only) */
+            static const float m46[2] = {1.0f, 1.5f};
+            rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, global_amax,
+                                       c->mse_range == LWQ_MSE_RANGE_46 ? m46 : NULL,
+                                       c->mse_range == LWQ_MSE_RANGE_46 ? 2 : 0, l->name, bamax, e);
+            if (rc >= 0)
+                rc = lwq_quant_nvfp4_static46(w->data, w->dtype, rows, cols, bamax, global_amax, l->name, packed,
+                                              scale, &ws2, e);
         } else if (c->fp8_scale_sweep) {
             rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
         } else {
             rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, global_amax, l->name, bamax, e);
         }
-        if (rc >= 0)
+        if (rc >= 0 && !c->four_over_six)
             rc = lwq_qops_nvfp4_static(qo, w, rows, cols, bamax, global_amax, l->name, packed, scale, &ws2, e);
     }
     if (rc < 0)

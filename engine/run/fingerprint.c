@@ -77,8 +77,11 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
     for (int L = 0; L < nlayers; L++)
         for (int i = 0; i < plans[L].nlinears; i++) {
             const lwq_quant_choice *c = &choice[L][i];
-            /* weight-only NVFP4 sets bit 8 of the format word: other choices hash as they did */
-            int32_t v[5] = {(int32_t)c->format | (c->weight_only ? 0x100 : 0), 0, 0, 0, 0};
+            /* weight-only NVFP4 sets bit 8 of the format word, Four-over-Six bit 9, the mse range
+             * [1.0, 1.5] bit 10: other choices hash as they did */
+            int32_t v[5] = {(int32_t)c->format | (c->weight_only ? 0x100 : 0) | (c->four_over_six ? 0x200 : 0) |
+                                (c->mse_range ? 0x400 : 0),
+                            0, 0, 0, 0};
             float ia = 0;
             double damp = 0;
             if (c->format == LWQ_QFMT_FP8) /* FP8 reads max / gptq / anything else = the mse search */

@@ -240,6 +240,10 @@ typedef struct nvfp4_ctx {
     const float (*thr)[LWQ_E2M1_NTHR]; /* searches: E2M1 thresholds of each scale byte's divisor */
     uint8_t *packed, *scale;
     float *out_amax;          /* sweep */
+    float fp8max;             /* static path / mse: the block scales' normalisation max; 0 = 448
+                                 (lwq_nvfp4_scale_static), LWQ_NVFP4_46_FP8MAX for Four-over-Six */
+    const float *mult;        /* mse: the amax multipliers (NULL: lwq_mse_multiplier's 39) */
+    int nmult;
     _Atomic int64_t bad;      /* smallest flat index of a NaN/Inf element */
     _Atomic int64_t badamax;  /* smallest block index of a bad static block amax */
     _Atomic uint32_t over;    /* largest block amax (bits) above limit_bits */
@@ -298,8 +302,12 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
                         return;
                     }
                 memcpy(bam, ba, (size_t)ng * sizeof(float));
-                for (int g = 0; g < GROUP; g++)
-                    sb[g] = lwq_nvfp4_scale_static(bam[g], c->global_eff);
+                if (c->fp8max > 0.0f)
+                    for (int g = 0; g < GROUP; g++)
+                        sb[g] = lwq_nvfp4_scale_static_m(bam[g], c->global_eff, c->fp8max);
+                else
+                    for (int g = 0; g < GROUP; g++)
+                        sb[g] = lwq_nvfp4_scale_static(bam[g], c->global_eff);
             } else {
                 const float t6 = 6.0f * c->ws2;
                 for (int g = 0; g < GROUP; g++) { /* = lwq_nvfp4_scale_max(am[g], ws2), vectorized */
@@ -334,7 +342,7 @@ static int nvfp4_finish(nvfp4_ctx *c, const char *name, float given_global, int6
 }
 
 static int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax,
-                     float global_amax, const char *name, uint8_t *packed, uint8_t *scale, float *ws2,
+                     float global_amax, float fp8max, const char *name, uint8_t *packed, uint8_t *scale, float *ws2,
                      lwq_error *err)
 {
     int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
@@ -346,8 +354,9 @@ static int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, co
     int zero = lwq_quant_check_global(name, global_amax, INFINITY, &g, err);
     if (zero < 0)
         return zero;
-    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = lwq_nvfp4_ws2(g), .limit_bits = lwq_f32_bits(global_amax),
-                   .global_eff = g, .block_amax = block_amax, .packed = packed, .scale = scale};
+    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = fp8max > 0.0f ? lwq_nvfp4_ws2_m(g, fp8max) : lwq_nvfp4_ws2(g),
+                   .limit_bits = lwq_f32_bits(global_amax), .global_eff = g, .block_amax = block_amax,
+                   .packed = packed, .scale = scale, .fp8max = fp8max};
     nvfp4_ctx_init(&c);
     lwq_parallel_for(rows, min_chunk_rows(cols), nvfp4_rows, &c);
     rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
@@ -360,7 +369,7 @@ static int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, co
 int lwq_quant_nvfp4_max(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
                         const char *name, uint8_t *packed, uint8_t *scale, float *ws2, lwq_error *err)
 {
-    return nvfp4_run(w, dt, rows, cols, NULL, global_amax, name, packed, scale, ws2, err);
+    return nvfp4_run(w, dt, rows, cols, NULL, global_amax, 0.0f, name, packed, scale, ws2, err);
 }
 
 int lwq_quant_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax,
@@ -369,7 +378,16 @@ int lwq_quant_nvfp4_static(const void *w, lwq_dtype dt, int64_t rows, int64_t co
 {
     if (!block_amax)
         return lwq_errf(err, LWQ_EINVAL, "tensor %s: static NVFP4 needs per-block amax values", lwq_quant_name(name));
-    return nvfp4_run(w, dt, rows, cols, block_amax, global_amax, name, packed, scale, ws2, err);
+    return nvfp4_run(w, dt, rows, cols, block_amax, global_amax, 0.0f, name, packed, scale, ws2, err);
+}
+
+int lwq_quant_nvfp4_static46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax,
+                             float global_amax, const char *name, uint8_t *packed, uint8_t *scale, float *ws2,
+                             lwq_error *err)
+{
+    if (!block_amax)
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: static NVFP4 needs per-block amax values", lwq_quant_name(name));
+    return nvfp4_run(w, dt, rows, cols, block_amax, global_amax, LWQ_NVFP4_46_FP8MAX, name, packed, scale, ws2, err);
 }
 
 /* ---- NVFP4 scale sweep ---------------------------------------------------------------------- */
@@ -541,8 +559,9 @@ LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid
     nvfp4_ctx *c = vc;
     const int64_t nb = c->cols / BLK;
     float mult[LWQ_MSE_STEPS];
-    for (int k = 0; k < LWQ_MSE_STEPS; k++)
-        mult[k] = lwq_mse_multiplier(k);
+    const int nmult = c->mult ? c->nmult : LWQ_MSE_STEPS;
+    for (int k = 0; k < nmult; k++)
+        mult[k] = c->mult ? c->mult[k] : lwq_mse_multiplier(k);
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t b = 0; b < nb; b++) {
             int64_t off = r * c->cols + b * BLK;
@@ -564,9 +583,10 @@ LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid
             const float bamax = lwq_bits_f32(am);
             float best_a = bamax * mult[0], best_loss = 0.0f;
             int prev = -1;
-            for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+            for (int k = 0; k < nmult; k++) {
                 float a = bamax * mult[k];
-                int s = lwq_nvfp4_scale_static(a, c->global_eff);
+                int s = c->fp8max > 0.0f ? lwq_nvfp4_scale_static_m(a, c->global_eff, c->fp8max)
+                                         : lwq_nvfp4_scale_static(a, c->global_eff);
                 if (s == prev) /* same byte, same loss: a tie, which the first candidate wins */
                     continue;
                 prev = s;
@@ -583,8 +603,8 @@ LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid
     }
 }
 
-int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
-                        const char *name, float *block_amax, lwq_error *err)
+static int mse_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax, float fp8max,
+                   const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
 {
     int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
     if (rc < 0)
@@ -596,15 +616,36 @@ int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols,
     if (zero < 0)
         return zero;
     float thr[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
-    search_thresholds(lwq_nvfp4_ws2(g), thr);
-    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = lwq_nvfp4_ws2(g), .limit_bits = lwq_f32_bits(global_amax),
-                   .global_eff = g, .thr = (const float(*)[LWQ_E2M1_NTHR])thr, .out_amax = block_amax};
+    float ws2 = fp8max > 0.0f ? lwq_nvfp4_ws2_m(g, fp8max) : lwq_nvfp4_ws2(g);
+    search_thresholds(ws2, thr);
+    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = ws2, .limit_bits = lwq_f32_bits(global_amax),
+                   .global_eff = g, .thr = (const float(*)[LWQ_E2M1_NTHR])thr, .out_amax = block_amax,
+                   .fp8max = fp8max, .mult = mult, .nmult = nmult};
     nvfp4_ctx_init(&c);
     lwq_parallel_for(rows, min_chunk_rows(cols) / 8 + 1, mse_blocks_rows, &c);
     rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
     if (rc < 0)
         return rc;
     return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
+}
+
+int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                        const char *name, float *block_amax, lwq_error *err)
+{
+    return mse_run(w, dt, rows, cols, global_amax, 0.0f, NULL, 0, name, block_amax, err);
+}
+
+int lwq_quant_nvfp4_mse46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
+{
+    if (mult && (nmult < 1 || nmult > LWQ_MSE_STEPS))
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: %d amax candidates (1 to %d)", lwq_quant_name(name), nmult,
+                        LWQ_MSE_STEPS);
+    for (int k = 0; mult && k < nmult; k++)
+        if (!(mult[k] > 0.0f) || !isfinite(mult[k]))
+            return lwq_errf(err, LWQ_EINVAL, "tensor %s: amax candidate %d is %g (finite and > 0)",
+                            lwq_quant_name(name), k, (double)mult[k]);
+    return mse_run(w, dt, rows, cols, global_amax, LWQ_NVFP4_46_FP8MAX, mult, nmult, name, block_amax, err);
 }
 
 /* ---- NVFP4 dequant -------------------------------------------------------------------------- */

@@ -339,8 +339,7 @@ Test(recipe_yaml, accepts_skip_forward_without_activation_calib_on_max)
 
 Test(recipe_yaml, refuses_other_algorithm_settings)
 {
-    refused("  algorithm: {method: mse, step_size: 0.05}\n", "",
-            "r.yaml:4: quantize.algorithm.step_size is not supported");
+    refused("  algorithm: {method: mse, num_bins: 4}\n", "", "r.yaml:4: quantize.algorithm.num_bins is not supported");
 }
 
 Test(recipe_yaml, refuses_unknown_layerwise_settings)
@@ -507,6 +506,42 @@ Test(recipe_yaml, an_nvfp4_kv_cache_in_cast_mode_is_nvfp4_cast)
     cr_assert_eq(r.kv, LWQ_KV_NVFP4_CAST);
     cr_assert_str_eq(lwq_kv_mode_name(r.kv), "nvfp4_cast");
     lwq_recipe_free(&r);
+}
+
+#define F46_W "    - {quantizer_name: '*weight_quantizer', cfg: {num_bits: e2m1, block_sizes: {-1: 16, type: %s, " \
+              "scale_bits: e4m3, four_over_six: true}}}\n"
+#define F46_HEAD "  algorithm: {method: mse, fp8_scale_sweep: false, start_multiplier: 1.0, stop_multiplier: 1.5, " \
+                 "step_size: 0.5}\n"
+
+Test(recipe_yaml, four_over_six_static_weights_under_its_mse_range)
+{
+    char body[512];
+    snprintf(body, sizeof body, F46_W "    - {quantizer_name: '*input_quantizer', cfg: {$import: nvfp4}}\n", "static");
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(F46_HEAD, body, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.mse_range, LWQ_MSE_RANGE_46);
+    lwq_quant_choice c = pick(&r, "model.layers.0.mlp.up_proj");
+    cr_assert(c.format == LWQ_QFMT_NVFP4 && c.four_over_six && c.algo == LWQ_ALGO_MSE && !c.weight_only);
+    lwq_recipe_free(&r);
+}
+
+Test(recipe_yaml, refuses_four_over_six_on_dynamic_blocks)
+{
+    char body[512];
+    snprintf(body, sizeof body, F46_W, "dynamic");
+    refused(F46_HEAD, body, "r.yaml:7: quant_cfg entry '*weight_quantizer': cfg.block_sizes.four_over_six is "
+                            "implemented for static NVFP4 weights under algorithm method mse without fp8_scale_sweep "
+                            "(Model Optimizer's nvfp4_four_over_six)");
+}
+
+Test(recipe_yaml, refuses_an_mse_range_lwq_does_not_implement)
+{
+    refused("  algorithm: {method: mse, start_multiplier: 0.5}\n",
+            "    - {quantizer_name: '*weight_quantizer', cfg: {$import: nvfp4_static}}\n",
+            "r.yaml:4: quantize.algorithm start_multiplier 0.5, stop_multiplier 4, step_size 0.1 are not implemented "
+            "(lwq implements 0.25, 4.0, 0.1, the default, and 1.0, 1.5, 0.5, nvfp4_four_over_six's)");
 }
 
 Test(recipe_yaml, refuses_k_and_v_apart)

@@ -298,7 +298,8 @@ static void run_group(const char *group)
     lwqt_rmtree(tmp);
     fflush(stdout);
     if (waits)
-        cr_skip_test("%d of %d %s case(s) wait for lwq (%d compared equal):%s", waits, total, group, ran, skipped);
+        cr_skip_test("%d of %d %s case(s) wait for lwq: refused by lwq, or differing exactly as recorded in "
+                     "known_differences (%d compared equal):%s", waits, total, group, ran, skipped);
 }
 
 /* The skips are lwq's refusals of this case's own model_type, qformat or recipe, nothing else: a

@@ -103,3 +103,18 @@ Test(recipe_formats, nvfp4_cast_kv_cache_writes_no_kv_scales_and_names_nvfp4)
     free(cj);
     verify_ok(out);
 }
+
+/* Four-over-Six is Model Optimizer's mse search; with max calibration it is refused by module */
+Test(recipe_formats, four_over_six_without_mse_is_refused_naming_the_module)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "llama", "--layers", "1", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    lwqt_write_str("r.json", "{\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\",\"four_over_six\":true}]}");
+    const char *a[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("o"), "--recipe", lwqt_path("r.json"),
+                       "--calib-size", "4", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(a), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "model.layers.0.self_attn.q_proj: Four-over-Six NVFP4 is implemented with the mse "
+                          "multiplier search"), "%s", err);
+    free(err);
+}

@@ -254,3 +254,106 @@ Test(hostile_outdir, output_and_resume_directories_named_as_links_are_used)
                          lwqt_path("real_r")), 0);
 }
 
+
+/* ---- finding 11: the lock of a run that was just killed --------------------------------------- */
+
+/* A killed run as the kernel shows it for a moment: its pid a zombie, its locks not yet dropped
+ * (the kernel closes the files of a multi-threaded process after its main thread is a zombie).
+ * Here: a child P takes both locks as a run does (the lock file with its pid, then the output
+ * directory), forks C, which inherits them, and exits unreaped; C lets go `hold_ms` after lwq
+ * opens the lock file (inotify), so after lwq's first try at the lock, whatever the machine's
+ * speed.  Returns P, a zombie now; *c is C. */
+static pid_t zombie_holder(int hold_ms, pid_t *c)
+{
+    cr_assert_eq(mkdir(lwqt_path("o"), 0755), 0);
+    cr_assert_eq(mkdir(lwqt_path("o.layerwise_resume"), 0755), 0);
+    char lockp[512], outp[512];
+    snprintf(lockp, sizeof lockp, "%s", lwqt_path("o.layerwise_resume/lock"));
+    snprintf(outp, sizeof outp, "%s", lwqt_path("o"));
+    int ready[2];
+    cr_assert_eq(pipe(ready), 0);
+    pid_t p = fork();
+    cr_assert_geq(p, 0);
+    if (p == 0) {
+        int fd = open(lockp, O_RDWR | O_CREAT | O_CLOEXEC, 0644), dfd = open(outp, O_RDONLY | O_DIRECTORY);
+        char txt[32];
+        int n = snprintf(txt, sizeof txt, "%ld\n", (long)getpid());
+        if (fd < 0 || dfd < 0 || flock(fd, LOCK_EX | LOCK_NB) != 0 || ftruncate(fd, 0) != 0 ||
+            write(fd, txt, (size_t)n) != n || flock(dfd, LOCK_EX | LOCK_NB) != 0)
+            _exit(3);
+        pid_t k = fork();
+        if (k < 0)
+            _exit(4);
+        if (k == 0) {
+            int in = inotify_init1(IN_CLOEXEC);
+            if (in < 0 || inotify_add_watch(in, lockp, IN_OPEN) < 0)
+                _exit(5);
+            pid_t me = getpid();
+            if (write(ready[1], &me, sizeof me) != (ssize_t)sizeof me)
+                _exit(6);
+            struct pollfd pf = {.fd = in, .events = POLLIN};
+            if (poll(&pf, 1, 60000) == 1) /* lwq opened the lock file */
+                usleep((useconds_t)hold_ms * 1000);
+            _exit(0);
+        }
+        _exit(0); /* P: a zombie until the test reaps it */
+    }
+    pid_t k = 0;
+    cr_assert_eq(read(ready[0], &k, sizeof k), (ssize_t)sizeof k, "the holder did not start");
+    close(ready[0]);
+    close(ready[1]);
+    siginfo_t si;
+    memset(&si, 0, sizeof si);
+    cr_assert_eq(waitid(P_PID, (id_t)p, &si, WEXITED | WNOWAIT), 0); /* exited, not reaped */
+    cr_assert_eq(si.si_code, CLD_EXITED);
+    cr_assert_eq(si.si_status, 0, "the holder could not take the locks (%d)", si.si_status);
+    *c = k;
+    return p;
+}
+
+static void reap(pid_t p, pid_t c)
+{
+    kill(c, SIGKILL);
+    waitpid(p, NULL, 0);
+}
+
+static double seconds_since(const struct timespec *t0)
+{
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    return (double)(t1.tv_sec - t0->tv_sec) + (double)(t1.tv_nsec - t0->tv_nsec) / 1e9;
+}
+
+/* Before the fix: refused at once, "in use by another lwq run (pid P)", P a zombie. */
+Test(hostile_outdir, a_lock_an_exited_run_still_holds_is_waited_for)
+{
+    make_model();
+    pid_t c, p = zombie_holder(300, &c);
+    int rc = quantize("o", "--quiet");
+    reap(p, c);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "the rerun exited %d, expected 0 (after waiting for the release); stderr: %s", rc, err);
+    char want[64];
+    snprintf(want, sizeof want, "pid %ld, which has exited", (long)p);
+    cr_assert(strstr(err, want) && strstr(err, "waiting"), "stderr does not say it waits for pid %ld: %s", (long)p, err);
+    free(err);
+}
+
+/* A lock the exited run's pid keeps longer than the bounded wait: refused after it, saying so. */
+Test(hostile_outdir, a_lock_an_exited_run_keeps_past_the_wait_is_refused_after_it)
+{
+    make_model();
+    pid_t c, p = zombie_holder(30000, &c);
+    struct timespec t0;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    int rc = quantize("o", "--quiet");
+    double s = seconds_since(&t0);
+    reap(p, c);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 2, "exit %d, expected 2; stderr: %s", rc, err);
+    char want[64];
+    snprintf(want, sizeof want, "(pid %ld, which has exited", (long)p);
+    cr_assert(strstr(err, want) && strstr(err, "after waiting"), "the refusal does not say it waited: %s", err);
+    cr_assert_lt(s, 25.0, "the wait took %.1f s: not bounded", s);
+    free(err);
+}
