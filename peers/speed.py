@@ -25,7 +25,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 import run  # noqa: E402
 
-VENVS = os.path.join(ROOT, ".peers", "venvs")
+VENVS = os.environ.get("PEERS_VENVS", os.path.join(ROOT, ".peers", "venvs"))  # another tree's venvs, read-only
 
 
 def timed(cmd, log):

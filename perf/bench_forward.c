@@ -14,9 +14,19 @@
  *    cuBLAS BF16 peak on an 8192^3 product, the layer's GEMM shapes, and the layer (routed and
  *    all-experts), timed to a synchronize.
  *
+ * 0. The machine's measured peaks, per CPU-second of one thread: FP32 FMA (24 independent zmm FMA
+ *    chains), AVX512-BF16 vdpbf16ps (the same), AMX-BF16 TDPBF16PS (4 accumulator tiles), each
+ *    where the CPU has it.  Every lwq number below is set against the peak of the arithmetic its
+ *    path uses: the FMA paths against FP32 FMA, the amx path against AMX-BF16.
+ * Sections 2 and 3 run once per CPU GEMM path (avx512: the FMA path; amx where the CPU has it),
+ * forced with lwq_cpu_kernels_force, in the same process; 3 also times a dense qwen3 layer
+ * (the same attention, an MLP of 6144).
+ *
  * usage: bench_forward [threads] [iterations] [modes] [cuda]   (defaults: all cores, 3, 2; modes 1
- * runs only the routed layer, for profiling) */
+ * runs only the routed MoE and the dense layer; modes 0 only the routed MoE layer on the automatic
+ * path, without peaks or single GEMMs: for perf record) */
 #include <cblas.h>
+#include <immintrin.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +35,8 @@
 
 #include "core/parallel.h"
 #include "engine/forward/forward.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm_isa.h"
 
 static double clk(clockid_t id)
 {
@@ -259,6 +271,165 @@ static void bench_cuda(store *st, const lwq_model_config *cfg, const uint16_t *h
     lwq_backend_destroy(&g);
 }
 
+/* ---- peaks -------------------------------------------------------------------------------------- */
+
+static double thread_cpu(void) { return clk(CLOCK_THREAD_CPUTIME_ID); }
+
+#define NCHAIN 24
+__attribute__((target("avx512f,fma"))) static double peak_fma(void)
+{
+    const long it = 4000000;
+    __m512 a[NCHAIN], x = _mm512_set1_ps(1.0000001f), y = _mm512_set1_ps(0.9999999f);
+    for (int i = 0; i < NCHAIN; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    double t0 = thread_cpu();
+    for (long k = 0; k < it; k++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < NCHAIN; i++)
+            a[i] = _mm512_fmadd_ps(x, y, a[i]);
+        __asm__("" : "+v"(x));
+    }
+    double dt = thread_cpu() - t0;
+    float sink[16];
+    for (int i = 1; i < NCHAIN; i++)
+        a[0] = _mm512_add_ps(a[0], a[i]);
+    _mm512_storeu_ps(sink, a[0]);
+    return sink[0] == 0.123f ? 0 : it * NCHAIN * 32.0 / dt * 1e-9;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) static double peak_dpbf16(void)
+{
+    const long it = 4000000;
+    __m512 a[NCHAIN];
+    __m512bh x = (__m512bh)_mm512_set1_epi16(0x3f80), y = (__m512bh)_mm512_set1_epi16(0x3f00);
+    for (int i = 0; i < NCHAIN; i++)
+        a[i] = _mm512_set1_ps((float)i);
+    double t0 = thread_cpu();
+    for (long k = 0; k < it; k++) {
+#pragma GCC unroll 24
+        for (int i = 0; i < NCHAIN; i++)
+            a[i] = _mm512_dpbf16_ps(a[i], x, y);
+        __asm__("" : "+v"(x));
+    }
+    double dt = thread_cpu() - t0;
+    float sink[16];
+    for (int i = 1; i < NCHAIN; i++)
+        a[0] = _mm512_add_ps(a[0], a[i]);
+    _mm512_storeu_ps(sink, a[0]);
+    return sink[0] == 0.123f ? 0 : it * NCHAIN * 64.0 / dt * 1e-9;
+}
+
+__attribute__((target("amx-tile,amx-bf16"))) static double peak_amx(void)
+{
+    static uint16_t A[512] __attribute__((aligned(64))), B[512] __attribute__((aligned(64)));
+    static float C[256] __attribute__((aligned(64)));
+    struct { uint8_t palette, start; uint8_t rsv[14]; uint16_t colsb[16]; uint8_t rows[16]; } cfg;
+    memset(&cfg, 0, sizeof cfg);
+    cfg.palette = 1;
+    for (int i = 0; i < 8; i++) {
+        cfg.colsb[i] = 64;
+        cfg.rows[i] = 16;
+    }
+    for (int i = 0; i < 512; i++)
+        A[i] = 0x3f80, B[i] = 0x3f00;
+    const long it = 500000;
+    _tile_loadconfig(&cfg);
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    _tile_loadd(4, A, 64);
+    _tile_loadd(5, A, 64);
+    _tile_loadd(6, B, 64);
+    _tile_loadd(7, B, 64);
+    double t0 = thread_cpu();
+    for (long k = 0; k < it; k++) {
+        _tile_dpbf16ps(0, 4, 6);
+        _tile_dpbf16ps(1, 4, 7);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+    }
+    double dt = thread_cpu() - t0;
+    _tile_stored(0, C, 64);
+    _tile_release();
+    return C[0] == (float)it * 16.0f ? it * 4 * 16 * 16 * 32 * 2.0 / dt * 1e-9 : 0;
+}
+
+/* ---- layers -------------------------------------------------------------------------------------- */
+
+static void qwen3_config(lwq_model_config *cfg, int moe)
+{
+    memset(cfg, 0, sizeof *cfg);
+    strcpy(cfg->model_type, moe ? "qwen3_moe" : "qwen3");
+    cfg->family = lwq_family_find(cfg->model_type);
+    cfg->dtype = LWQ_BF16;
+    cfg->hidden_size = 2048;
+    cfg->intermediate_size = 6144;
+    cfg->num_hidden_layers = 1;
+    cfg->num_attention_heads = 32;
+    cfg->num_key_value_heads = 4;
+    cfg->head_dim = 128;
+    cfg->vocab_size = 1000;
+    cfg->rms_norm_eps = 1e-6;
+    cfg->rope_theta = 1e6;
+    if (moe) {
+        cfg->num_experts = 64;
+        cfg->num_experts_per_tok = 8;
+        cfg->moe_intermediate_size = 768;
+        cfg->norm_topk_prob = 1;
+        cfg->decoder_sparse_step = 1;
+    }
+}
+
+/* Best wall and CPU time of `iters` forwards of layer 0 on T tokens from h0; 0 or -1. */
+static int time_layer(const lwq_model_config *cfg, const lwq_backend *be, const lwq_weights *wts,
+                      const uint16_t *h0, int64_t T, const lwq_observer *obs, int iters, stamp *best)
+{
+    lwq_error e = {0};
+    lwq_model m;
+    lwq_batch b;
+    const int64_t D = cfg->hidden_size;
+    int64_t sh[2] = {T, D};
+    uint16_t *hb = malloc((size_t)(T * D) * 2);
+    if (!hb || lwq_model_init(&m, cfg, be, LWQ_BF16, &e) || lwq_batch_init(&b, be, 1, T, NULL, &e)) {
+        fprintf(stderr, "layer setup: %s\n", e.msg);
+        return -1;
+    }
+    lwq_tensor h = lwq_tensor_view(hb, LWQ_BF16, 2, sh);
+    *best = (stamp){1e30, 1e30};
+    for (int r = 0; r < iters; r++) {
+        memcpy(hb, h0, (size_t)(T * D) * 2);
+        stamp t0 = now2();
+        if (lwq_model_layer_forward(&m, 0, wts, &b, &h, obs, &e)) {
+            fprintf(stderr, "forward: %s\n", e.msg);
+            return -1;
+        }
+        keep_best(best, t0);
+    }
+    for (int64_t i = 0; i < T * D; i++)
+        if (!isfinite(lwq_bf16_to_f32(hb[i]))) {
+            fprintf(stderr, "non-finite layer output at %lld\n", (long long)i);
+            return -1;
+        }
+    lwq_batch_free(&b, be);
+    lwq_model_free(&m);
+    free(hb);
+    return 0;
+}
+
+static void attn_weights(store *st, const char *mlp_norm)
+{
+    const int64_t D = 2048, HD = 128;
+    add_w(st, "model.layers.0.input_layernorm.weight", D, 0, 0);
+    add_w(st, mlp_norm, D, 0, 0);
+    add_w(st, "model.layers.0.self_attn.q_proj.weight", 32 * HD, D, 0.04f);
+    add_w(st, "model.layers.0.self_attn.k_proj.weight", 4 * HD, D, 0.04f);
+    add_w(st, "model.layers.0.self_attn.v_proj.weight", 4 * HD, D, 0.04f);
+    add_w(st, "model.layers.0.self_attn.o_proj.weight", D, 32 * HD, 0.03f);
+    add_w(st, "model.layers.0.self_attn.q_norm.weight", HD, 0, 0);
+    add_w(st, "model.layers.0.self_attn.k_norm.weight", HD, 0, 0);
+}
+
 /* ---- main ------------------------------------------------------------------------------------- */
 
 int main(int argc, char **argv)
@@ -267,18 +438,33 @@ int main(int argc, char **argv)
     int iters = argc > 2 ? atoi(argv[2]) : 3;
     int modes = argc > 3 ? atoi(argv[3]) : 2;
     int cuda = argc > 4 && !strcmp(argv[4], "cuda");
-    if (iters < 1 || modes < 1 || modes > 2) {
-        fprintf(stderr, "usage: bench_forward [threads] [iterations >= 1] [modes 1|2]\n");
+    if (iters < 1 || modes < 0 || modes > 2) {
+        fprintf(stderr, "usage: bench_forward [threads] [iterations >= 1] [modes 0|1|2]\n");
         return 2;
     }
     lwq_error e = {0};
     lwq_backend be;
     lwq_backend_cpu_create(&be, threads, &e);
     threads = lwq_parallel_threads();
-    printf("threads: %d, iterations: %d\n", threads, iters);
+    printf("threads: %d, iterations: %d, automatic CPU GEMM path: %s\n", threads, iters,
+           lwq_backend_cpu_kernels());
 
-    /* 1. sgemm peak (measured again at the end; the best of both is the reference, because the
-     *    dev VM is shared and a busy neighbour only ever lowers a measurement) */
+    /* 0. peaks: best of 3 each */
+    __builtin_cpu_init();
+    double pk_fma = 0, pk_dp = 0, pk_amx = 0;
+    const int has_dp = __builtin_cpu_supports("avx512bf16"), has_amx = lwq_gemm_amx_usable();
+    for (int r = 0; r < 3 && modes > 0; r++) {
+        double f = peak_fma(), d = has_dp ? peak_dpbf16() : 0, a = has_amx ? peak_amx() : 0;
+        pk_fma = f > pk_fma ? f : pk_fma;
+        pk_dp = d > pk_dp ? d : pk_dp;
+        pk_amx = a > pk_amx ? a : pk_amx;
+    }
+    if (modes > 0)
+        printf("peak per CPU-second (1 thread): FP32 FMA %.1f GFLOP, AVX512-BF16 vdpbf16ps %.1f "
+               "GFLOP%s, AMX-BF16 %.1f GFLOP%s\n", pk_fma, pk_dp, has_dp ? "" : " (absent)", pk_amx,
+               has_amx ? "" : " (absent)");
+
+    /* 1. sgemm (the OpenBLAS reference, kept beside the measured FMA peak) */
     const int N = 2048;
     float *A = malloc((size_t)N * N * 4), *B = malloc((size_t)N * N * 4), *C = malloc((size_t)N * N * 4);
     for (int64_t i = 0; i < (int64_t)N * N; i++) {
@@ -286,85 +472,71 @@ int main(int argc, char **argv)
         B[i] = frand();
     }
     double peak_wall = 0, peak_cpu = 0;
-    sgemm_peak(A, B, C, N, threads, &peak_wall, &peak_cpu);
-    /* 2. lwq gemm on the layer's shapes */
+    if (modes > 0)
+        sgemm_peak(A, B, C, N, threads, &peak_wall, &peak_cpu);
+
+    const char *paths[2] = {"avx512", "amx"};
+    const double *pk[2] = {&pk_fma, &pk_amx};
+    const int npath = modes == 0 ? 0 : has_amx ? 2 : 1;
     struct { const char *what; int64_t n, in, out; } shapes[] = {
         {"q_proj     512x2048 -> 4096", 512, 2048, 4096},
         {"expert up   64x2048 -> 768", 64, 2048, 768},
         {"expert down 64x768 -> 2048", 64, 768, 2048},
         {"all-experts 512x2048 -> 768", 512, 2048, 768},
     };
-    stamp gemm_t[4];
-    double gemm_f[4];
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
-        int64_t n = shapes[s].n, in = shapes[s].in, out = shapes[s].out;
-        int64_t sx[2] = {n, in}, sw[2] = {out, in}, sy[2] = {n, out};
-        uint16_t *xb = malloc((size_t)(n * in) * 2), *wb = malloc((size_t)(out * in) * 2);
-        float *yb = malloc((size_t)(n * out) * 4);
-        fill_bf16(xb, n * in, 1.0f);
-        fill_bf16(wb, out * in, 0.05f);
-        lwq_tensor x = lwq_tensor_view(xb, LWQ_BF16, 2, sx), w = lwq_tensor_view(wb, LWQ_BF16, 2, sw),
-                   y = lwq_tensor_view(yb, LWQ_F32, 2, sy);
-        if (lwq_backend_gemm(&be, &x, &w, NULL, &y, &e)) {
-            fprintf(stderr, "gemm: %s\n", e.msg);
-            return 1;
-        }
-        for (int k = 0; k < 16; k++) { /* correctness before timing */
-            int64_t r = (k * 7919) % n, o = (k * 104729) % out;
-            double ref = 0, mag = 0;
-            for (int64_t i = 0; i < in; i++) {
-                double p = (double)lwq_bf16_to_f32(xb[r * in + i]) * lwq_bf16_to_f32(wb[o * in + i]);
-                ref += p;
-                mag += fabs(p);
-            }
-            if (fabs(yb[r * out + o] - ref) > 1e-5 * mag + 1e-6) {
-                fprintf(stderr, "gemm check failed at (%lld, %lld): %g vs %g\n", (long long)r,
-                        (long long)o, yb[r * out + o], ref);
+    enum { NS = sizeof shapes / sizeof shapes[0] };
+    stamp gemm_t[2][NS];
+    double gemm_f[NS];
+    /* 2. lwq gemm on the layer's shapes, per path */
+    for (int pth = 0; pth < npath; pth++) {
+        lwq_cpu_kernels_force(paths[pth]);
+        for (size_t s = 0; s < NS; s++) {
+            int64_t n = shapes[s].n, in = shapes[s].in, out = shapes[s].out;
+            int64_t sx[2] = {n, in}, sw[2] = {out, in}, sy[2] = {n, out};
+            uint16_t *xb = malloc((size_t)(n * in) * 2), *wb = malloc((size_t)(out * in) * 2);
+            float *yb = malloc((size_t)(n * out) * 4);
+            fill_bf16(xb, n * in, 1.0f);
+            fill_bf16(wb, out * in, 0.05f);
+            lwq_tensor x = lwq_tensor_view(xb, LWQ_BF16, 2, sx), w = lwq_tensor_view(wb, LWQ_BF16, 2, sw),
+                       y = lwq_tensor_view(yb, LWQ_F32, 2, sy);
+            if (lwq_backend_gemm(&be, &x, &w, NULL, &y, &e)) {
+                fprintf(stderr, "gemm: %s\n", e.msg);
                 return 1;
             }
+            for (int k = 0; k < 16; k++) { /* correctness before timing: the f32 summation bound */
+                int64_t r = (k * 7919) % n, o = (k * 104729) % out;
+                double ref = 0, mag = 0;
+                for (int64_t i = 0; i < in; i++) {
+                    double p = (double)lwq_bf16_to_f32(xb[r * in + i]) * lwq_bf16_to_f32(wb[o * in + i]);
+                    ref += p;
+                    mag += fabs(p);
+                }
+                if (fabs(yb[r * out + o] - ref) > (in + 2) * 0x1p-24 * mag + 1e-6) {
+                    fprintf(stderr, "%s gemm check failed at (%lld, %lld): %g vs %g\n", paths[pth],
+                            (long long)r, (long long)o, yb[r * out + o], ref);
+                    return 1;
+                }
+            }
+            stamp best = {1e30, 1e30};
+            for (int r = 0; r < 15; r++) { /* best of 15: the shared VM's neighbours only slow us */
+                stamp t0 = now2();
+                lwq_backend_gemm(&be, &x, &w, NULL, &y, &e);
+                keep_best(&best, t0);
+            }
+            gemm_t[pth][s] = best;
+            gemm_f[s] = 2.0 * n * in * out * 1e-9;
+            free(xb), free(wb), free(yb);
         }
-        stamp best = {1e30, 1e30};
-        for (int r = 0; r < 15; r++) { /* best of 15: the shared VM's neighbours only slow us */
-            stamp t0 = now2();
-            lwq_backend_gemm(&be, &x, &w, NULL, &y, &e);
-            keep_best(&best, t0);
-        }
-        gemm_t[s] = best;
-        gemm_f[s] = 2.0 * n * in * out * 1e-9;
-        free(xb), free(wb), free(yb);
     }
 
-    /* 3. qwen3_moe layer */
-    lwq_model_config cfg;
-    memset(&cfg, 0, sizeof cfg);
-    strcpy(cfg.model_type, "qwen3_moe");
-    cfg.family = lwq_family_find("qwen3_moe");
-    cfg.dtype = LWQ_BF16;
-    cfg.hidden_size = 2048;
-    cfg.intermediate_size = 6144;
-    cfg.num_hidden_layers = 1;
-    cfg.num_attention_heads = 32;
-    cfg.num_key_value_heads = 4;
-    cfg.head_dim = 128;
-    cfg.vocab_size = 1000;
-    cfg.rms_norm_eps = 1e-6;
-    cfg.rope_theta = 1e6;
-    cfg.num_experts = 64;
-    cfg.num_experts_per_tok = 8;
-    cfg.moe_intermediate_size = 768;
-    cfg.norm_topk_prob = 1;
-    cfg.decoder_sparse_step = 1;
-    const int64_t D = 2048, HD = 128, MI = 768;
-    store st = {0};
+    /* 3. layers: qwen3_moe (routed; all-experts + amax) and dense qwen3 */
+    const int64_t D = 2048, HD = 128, MI = 768, DI = 6144, T = 512;
+    lwq_model_config mcfg, dcfg;
+    qwen3_config(&mcfg, 1);
+    qwen3_config(&dcfg, 0);
+    store st = {0}, dst = {0};
     char nm[256];
-    add_w(&st, "model.layers.0.input_layernorm.weight", D, 0, 0);
-    add_w(&st, "model.layers.0.post_attention_layernorm.weight", D, 0, 0);
-    add_w(&st, "model.layers.0.self_attn.q_proj.weight", 32 * HD, D, 0.04f);
-    add_w(&st, "model.layers.0.self_attn.k_proj.weight", 4 * HD, D, 0.04f);
-    add_w(&st, "model.layers.0.self_attn.v_proj.weight", 4 * HD, D, 0.04f);
-    add_w(&st, "model.layers.0.self_attn.o_proj.weight", D, 32 * HD, 0.03f);
-    add_w(&st, "model.layers.0.self_attn.q_norm.weight", HD, 0, 0);
-    add_w(&st, "model.layers.0.self_attn.k_norm.weight", HD, 0, 0);
+    attn_weights(&st, "model.layers.0.post_attention_layernorm.weight");
     add_w(&st, "model.layers.0.mlp.gate.weight", 64, D, 0.05f);
     for (int x = 0; x < 64; x++) {
         snprintf(nm, sizeof nm, "model.layers.0.mlp.experts.%d.gate_proj.weight", x);
@@ -374,73 +546,78 @@ int main(int argc, char **argv)
         snprintf(nm, sizeof nm, "model.layers.0.mlp.experts.%d.down_proj.weight", x);
         add_w(&st, nm, D, MI, 0.04f);
     }
-    lwq_weights wts = {get_w, &st};
-    lwq_model m;
-    if (lwq_model_init(&m, &cfg, &be, LWQ_BF16, &e)) {
-        fprintf(stderr, "%s\n", e.msg);
-        return 1;
-    }
-    const int64_t T = 512;
-    lwq_batch b;
-    lwq_batch_init(&b, &be, 1, T, NULL, &e);
-    int64_t sh[2] = {T, D};
-    uint16_t *h0 = malloc((size_t)(T * D) * 2), *hb = malloc((size_t)(T * D) * 2);
+    attn_weights(&dst, "model.layers.0.post_attention_layernorm.weight");
+    add_w(&dst, "model.layers.0.mlp.gate_proj.weight", DI, D, 0.04f);
+    add_w(&dst, "model.layers.0.mlp.up_proj.weight", DI, D, 0.04f);
+    add_w(&dst, "model.layers.0.mlp.down_proj.weight", D, DI, 0.02f);
+    lwq_weights wts = {get_w, &st}, dwts = {get_w, &dst};
+    uint16_t *h0 = malloc((size_t)(T * D) * 2);
     fill_bf16(h0, T * D, 1.0f);
-    lwq_tensor h = lwq_tensor_view(hb, LWQ_BF16, 2, sh);
-    /* flops of the routed layer: attention projections + attention + router + 8 experts/token */
-    double flops = 2.0 * T * D * (32 * HD + 2 * 4 * HD) + 2.0 * T * 32 * HD * D +
-                   2.0 * 32 * HD * T * (T + 1) + 2.0 * T * D * 64 + 8 * 2.0 * T * 3 * D * MI;
+    /* flops: attention projections + attention + router + 8 experts/token (dense: the MLP) */
+    const double attn = 2.0 * T * D * (32 * HD + 2 * 4 * HD) + 2.0 * T * 32 * HD * D + 2.0 * 32 * HD * T * (T + 1);
+    const double layer_f[3] = {(attn + 2.0 * T * D * 64 + 8 * 2.0 * T * 3 * D * MI) * 1e-9,
+                               (attn + 2.0 * T * D * 64 + 72 * 2.0 * T * 3 * D * MI) * 1e-9,
+                               (attn + 2.0 * T * 3 * D * DI) * 1e-9};
+    const char *lname[3] = {"qwen3_moe routed", "qwen3_moe all-experts+amax", "qwen3 dense"};
+    stamp layer_t[2][3];
     amax_obs ao = {&be, 0, 0};
-    stamp layer_t[2];
-    double layer_f[2];
-    for (int mode = 0; mode < modes; mode++) {
-        lwq_observer obs = {&ao, obs_linear, NULL, NULL, mode, NULL};
-        stamp best = {1e30, 1e30};
-        for (int r = 0; r < iters; r++) {
-            memcpy(hb, h0, (size_t)(T * D) * 2);
-            stamp t0 = now2();
-            if (lwq_model_layer_forward(&m, 0, &wts, &b, &h, mode ? &obs : NULL, &e)) {
-                fprintf(stderr, "forward: %s\n", e.msg);
-                return 1;
-            }
-            keep_best(&best, t0);
-        }
-        for (int64_t i = 0; i < T * D; i++)
-            if (!isfinite(lwq_bf16_to_f32(hb[i]))) {
-                fprintf(stderr, "non-finite layer output at %lld\n", (long long)i);
-                return 1;
-            }
-        layer_t[mode] = best;
-        layer_f[mode] = (mode ? flops + 64 * 2.0 * T * 3 * D * MI : flops) * 1e-9;
+    lwq_observer obs = {&ao, obs_linear, NULL, NULL, 1, NULL};
+    if (modes == 0) { /* profiling: the routed MoE layer on the automatic path only */
+        stamp t;
+        if (time_layer(&mcfg, &be, &wts, h0, T, NULL, iters, &t))
+            return 1;
+        printf("qwen3_moe layer routed, %s: %.3f s wall, %.3f CPU-s, %.1f GFLOP/s\n",
+               lwq_backend_cpu_kernels(), t.wall, t.cpu, layer_f[0] / t.wall);
+        return 0;
     }
+    for (int pth = 0; pth < npath; pth++) {
+        lwq_cpu_kernels_force(paths[pth]);
+        for (int l = 0; l < 3; l++) {
+            if (l == 1 && modes < 2) {
+                layer_t[pth][l] = (stamp){0, 0};
+                continue;
+            }
+            if (time_layer(l == 2 ? &dcfg : &mcfg, &be, l == 2 ? &dwts : &wts, h0, T, l == 1 ? &obs : NULL,
+                           iters, &layer_t[pth][l]))
+                return 1;
+        }
+    }
+    lwq_cpu_kernels_force(NULL);
     sgemm_peak(A, B, C, N, threads, &peak_wall, &peak_cpu);
-    printf("\nreference: sgemm %.1f GFLOP per CPU-second (1 thread), %.1f GFLOP/s wall (%d "
+    printf("\nreference: openblas sgemm %.1f GFLOP per CPU-second (1 thread), %.1f GFLOP/s wall (%d "
            "threads); best of start and end\n", peak_cpu, peak_wall, threads);
-    printf("%-44s %9s %9s %10s\n", "", "GFLOP/s", "GF/CPU-s", "% of peak");
-    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++)
-        printf("lwq gemm bf16 %-30s %9.1f %9.1f %9.0f%%\n", shapes[s].what,
-               gemm_f[s] / gemm_t[s].wall, gemm_f[s] / gemm_t[s].cpu,
-               100.0 * gemm_f[s] / gemm_t[s].cpu / peak_cpu);
-    for (int mode = 0; mode < modes; mode++)
-        printf("qwen3_moe layer, 512 tokens, %-17s %9.1f %9.1f %9.0f%%   %.3f s wall = %.0f "
-               "tokens/s (%.0f tokens per CPU-second)\n", mode ? "all-experts+amax" : "routed",
-               layer_f[mode] / layer_t[mode].wall, layer_f[mode] / layer_t[mode].cpu,
-               100.0 * layer_f[mode] / layer_t[mode].cpu / peak_cpu, layer_t[mode].wall,
-               T / layer_t[mode].wall, T / layer_t[mode].cpu);
-    printf("(observer calls %d)\n", ao.calls);
+    printf("%-52s %9s %9s %10s\n", "", "GFLOP/s", "GF/CPU-s", "% of peak");
+    for (int pth = 0; pth < npath; pth++) {
+        printf("-- path %s (against the %s peak, %.1f GFLOP per CPU-second)\n", paths[pth],
+               pth ? "AMX-BF16" : "FP32 FMA", *pk[pth]);
+        for (size_t s = 0; s < NS; s++)
+            printf("%-6s gemm bf16 %-35s %9.1f %9.1f %9.0f%%\n", paths[pth], shapes[s].what,
+                   gemm_f[s] / gemm_t[pth][s].wall, gemm_f[s] / gemm_t[pth][s].cpu,
+                   100.0 * gemm_f[s] / gemm_t[pth][s].cpu / *pk[pth]);
+        for (int l = 0; l < 3; l++) {
+            stamp t = layer_t[pth][l];
+            if (t.wall <= 0)
+                continue;
+            printf("%-6s layer %-39s %9.1f %9.1f %9.0f%%   %.3f s wall = %.0f tokens/s (%.0f per "
+                   "CPU-second)\n", paths[pth], lname[l], layer_f[l] / t.wall, layer_f[l] / t.cpu,
+                   100.0 * layer_f[l] / t.cpu / *pk[pth], t.wall, T / t.wall, T / t.cpu);
+        }
+    }
+    printf("(512 tokens, one sequence; observer calls %d)\n", ao.calls);
     free(A), free(B), free(C);
     if (cuda) {
-        if (modes < 2)
-            layer_f[1] = layer_f[0] + 64 * 2.0 * T * 3 * D * MI * 1e-9;
-        bench_cuda(&st, &cfg, h0, T, iters, layer_f);
+        double lf[2] = {layer_f[0], layer_f[1]};
+        bench_cuda(&st, &mcfg, h0, T, iters, lf);
     }
-    lwq_batch_free(&b, &be);
-    lwq_model_free(&m);
     for (int i = 0; i < st.n; i++) {
         free(st.name[i]);
         free(st.t[i].data);
     }
-    free(h0), free(hb);
+    for (int i = 0; i < dst.n; i++) {
+        free(dst.name[i]);
+        free(dst.t[i].data);
+    }
+    free(h0);
     lwq_backend_destroy(&be);
     return 0;
 }

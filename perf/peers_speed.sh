@@ -9,7 +9,9 @@
 #
 # Environment: THREADS [nproc]: lwq runs with --threads THREADS (through a one-line wrapper
 # given to speed.py as LWQ_BIN), the two torch tools with OMP_NUM_THREADS=MKL_NUM_THREADS=THREADS
-# (torch's intra-op pool takes its size from OMP_NUM_THREADS); LWQ [build/lwq].
+# (torch's intra-op pool takes its size from OMP_NUM_THREADS); LWQ [build/lwq]; PEERS_VENVS
+# [.peers/venvs]: where the venvs are (another worktree's, used read-only); PEERS_WORK
+# [.peers/work]. llm-compressor's venv is needed only when --tools names it (the default does).
 # Needs peers/setup.sh modelopt llmcompressor and a built lwq.  Writes, beside speed.py's
 # .peers/work/speed/{table.md,speed.json}: load.tsv (the 1-minute load average every 5 s) and
 # table-load.md (speed.py's table plus the mean load over each row's run).
@@ -18,10 +20,17 @@ cd "$(dirname "$0")/.."
 die() { echo "peers_speed.sh: $*" >&2; exit 2; }
 THREADS=${THREADS:-$(nproc)}
 LWQ=$(realpath "${LWQ:-build/lwq}")
-PY=.peers/venvs/modelopt/bin/python
+VENVS=${PEERS_VENVS:-$PWD/.peers/venvs}
+export PEERS_VENVS=$VENVS
+PY=$VENVS/modelopt/bin/python
 [ -x "$LWQ" ] || die "no lwq binary at $LWQ (build it, or set LWQ)"
-[ -x "$PY" ] || die "no modelopt venv at .peers/venvs/modelopt: run peers/setup.sh modelopt llmcompressor"
-[ -x .peers/venvs/llmcompressor/bin/python ] || die "no llmcompressor venv: run peers/setup.sh llmcompressor"
+[ -x "$PY" ] || die "no modelopt venv at $VENVS/modelopt: run peers/setup.sh modelopt llmcompressor (or set PEERS_VENVS)"
+case " $* " in
+*" --tools "*) case "$*" in *llmcompressor*) NEED_LLMC=1 ;; *) NEED_LLMC=0 ;; esac ;;
+*) NEED_LLMC=1 ;;
+esac
+[ "$NEED_LLMC" = 0 ] || [ -x "$VENVS/llmcompressor/bin/python" ] ||
+    die "no llmcompressor venv at $VENVS/llmcompressor: run peers/setup.sh llmcompressor (or pass --tools lwq,modelopt)"
 [ -f peers/speed.py ] || die "no peers/speed.py in this tree"
 [ -x /usr/bin/time ] || die "no /usr/bin/time (apt-get install time)"
 WORK=${PEERS_WORK:-$PWD/.peers/work}/speed

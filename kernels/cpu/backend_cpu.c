@@ -9,6 +9,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm_isa.h"
 
 static int cpu_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
 {
@@ -495,6 +496,8 @@ static const lwq_backend_ops cpu_ops = {
     .synchronize = cpu_sync,
     .copy = cpu_copy_strided,
 };
+
+const char *lwq_backend_cpu_kernels(void) { return lwq_cpu_kernels_get()->name; }
 
 int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e)
 {

@@ -62,6 +62,11 @@ static inline void *lwq_cpu_scratch(int64_t count, size_t elem)
 
 int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
                  lwq_tensor *y, lwq_error *e);
+/* AMX-BF16 (gemm_amx.c): whether this CPU and OS run it (asks Linux for the tile state once per
+ * process), and y = x W^T (+ bias, f32) for BF16 x and BF16 w of any shape. */
+int lwq_gemm_amx_usable(void);
+int lwq_gemm_amx(const lwq_tensor *x, const lwq_tensor *w, const float *bias, lwq_tensor *y,
+                 lwq_error *e);
 int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e);
 
 #endif

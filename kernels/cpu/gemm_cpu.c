@@ -3,9 +3,11 @@
  * Every output element is computed by the fixed arithmetic of gemm_isa.h (16 fused lane sums in
  * k order, then a fixed tree), so a token's result depends on its own row and the weights only:
  * not on the batch size, the padding, which other tokens share the call (MoE experts see a
- * different set in every batch), the thread count, or the CPU model.  The AVX-512, AVX2 and
- * portable kernels give the same bits; the widest one this CPU runs is picked at the first call
- * (LWQ_CPU_KERNELS=avx512|avx2|portable overrides it, for tests and comparisons).
+ * different set in every batch) or the thread count.  The AVX-512, AVX2 and portable kernels give
+ * the same bits on every CPU; BF16 x BF16 products go through AMX tiles instead where the CPU and OS have AMX-BF16 (gemm_amx.c: 14x the FMA path's peak
+ * here, bits of their own), or through vdpbf16ps when forced (gemm_avx512bf16.c).  The fastest
+ * path this CPU runs is picked at the first call (LWQ_CPU_KERNELS=amx|avx512bf16|avx512|avx2|
+ * portable overrides it, for tests and comparisons; lwq_backend_cpu_kernels says which is in use).
  *
  * Work split: the outputs are cut into blocks of GEMM_NB weight rows and whole blocks go to the
  * threads of core/parallel; each thread walks the rows in slices of GEMM_RB, packs a slice into
@@ -26,13 +28,26 @@
 
 /* ---- kernel choice ------------------------------------------------------------------------- */
 
-static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512};
-static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2};
-static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref};
+static const lwq_cpu_kernels k_amx = {"amx", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 1};
+static const lwq_cpu_kernels k_avx512bf16 = {"avx512bf16", lwq_gemm_panel_avx512,
+                                             lwq_gemm_axpy_avx512, lwq_gemm_panel_avx512bf16, 0};
+static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 0};
+static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2, NULL, 0};
+static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref, NULL, 0};
 
 static const lwq_cpu_kernels *kernels_named(const char *name)
 {
     __builtin_cpu_init();
+    if (!strcmp(name, "amx"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+                       lwq_gemm_amx_usable()
+                   ? &k_amx
+                   : NULL;
+    if (!strcmp(name, "avx512bf16"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512bf16")
+                   ? &k_avx512bf16
+                   : NULL;
     if (!strcmp(name, "avx512"))
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") ? &k_avx512
                                                                                   : NULL;
@@ -49,6 +64,8 @@ static const lwq_cpu_kernels *kernels_auto(void)
 {
     const char *env = getenv("LWQ_CPU_KERNELS");
     const lwq_cpu_kernels *k = env && *env ? kernels_named(env) : NULL;
+    if (!k)
+        k = kernels_named("amx");
     if (!k)
         k = kernels_named("avx512");
     if (!k)
@@ -79,6 +96,7 @@ int lwq_cpu_kernels_force(const char *name)
 
 typedef struct gemm_job {
     const lwq_cpu_kernels *k;
+    lwq_gemm_panel_fn panel; /* k->panel, or k->panel_bf16 for BF16 x BF16 */
     const lwq_tensor *x, *w;
     lwq_tensor *y;
     const char *wt;    /* (out, 32) tail blocks or NULL */
@@ -101,14 +119,22 @@ static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
     float *row = xs + GEMM_RB * j->kp;
     const int64_t es = (int64_t)lwq_dtype_size(j->w->dtype);
     lwq_gemm_panel p;
+    const int dot = j->panel != j->k->panel;
+    uint16_t *xh = (uint16_t *)xs; /* the dot panel's BF16 rows: half of the f32 slice */
     p.x = xs;
+    p.xh = xh;
     p.ldx = j->kp;
     p.ldw = j->in * es;
     p.wkind = j->w->dtype == LWQ_BF16 ? 0 : j->w->dtype == LWQ_F16 ? 1 : 2;
     p.nfull = j->in / 32;
     for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_RB) {
         p.nr = j->n - r0 < GEMM_RB ? j->n - r0 : GEMM_RB;
-        for (int64_t r = 0; r < p.nr; r++) {
+        for (int64_t r = 0; r < p.nr && dot; r++) {
+            memcpy(xh + r * j->kp, (const uint16_t *)j->x->data + (r0 + r) * j->in,
+                   (size_t)j->in * 2);
+            memset(xh + r * j->kp + j->in, 0, (size_t)(j->kp - j->in) * 2);
+        }
+        for (int64_t r = 0; r < p.nr && !dot; r++) {
             const float *src = row;
             if (j->x->dtype == LWQ_F32)
                 src = (const float *)j->x->data + (r0 + r) * j->in;
@@ -123,7 +149,7 @@ static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
             p.nc = nc;
             p.ldy = nc;
             p.y = yt;
-            j->k->panel(&p, acc);
+            j->panel(&p, acc);
             for (int64_t r = 0; r < p.nr; r++) {
                 float *yr = yt + r * nc;
                 if (j->bias)
@@ -142,6 +168,8 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
     gemm_job j;
     memset(&j, 0, sizeof j);
     j.k = lwq_cpu_kernels_get();
+    j.panel = j.k->panel_bf16 && x->dtype == LWQ_BF16 && w->dtype == LWQ_BF16 ? j.k->panel_bf16
+                                                                              : j.k->panel;
     j.x = x;
     j.w = w;
     j.y = y;
@@ -151,6 +179,16 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
     j.kp = lwq_gemm_kp(j.in);
     if (j.n == 0 || j.out == 0)
         return 0;
+    if (j.k->amx && x->dtype == LWQ_BF16 && w->dtype == LWQ_BF16) {
+        float *bf = bias ? (float *)lwq_cpu_scratch(j.out, sizeof(float)) : NULL;
+        if (bias && !bf)
+            return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for a bias of %lld", (long long)j.out);
+        if (bias)
+            lwq_cpu_load_f32(bias->data, bias->dtype, 0, j.out, bf);
+        int rc = lwq_gemm_amx(x, w, bf, y, e);
+        free(bf);
+        return rc;
+    }
     const int64_t es = (int64_t)lwq_dtype_size(w->dtype), tail = j.in % 32;
     const int64_t nblocks = (j.out + GEMM_NB - 1) / GEMM_NB;
     const int threads = lwq_parallel_threads() < nblocks ? lwq_parallel_threads() : (int)nblocks;

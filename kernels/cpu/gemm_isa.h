@@ -8,7 +8,10 @@
  *   3. the lanes are summed as a fixed tree: t_i = l_i + l_(i+8) (i < 8), u_i = t_i + t_(i+4),
  *      v_i = u_i + u_(i+2), result = v_0 + v_1.
  * A row's result therefore depends only on that row of x and the weight row: not on the batch,
- * the padding, the other rows of the call, the thread count or the CPU.  The lane order (even and
+ * the padding, the other rows of the call, the thread count or the CPU.  The one exception to "or
+ * the CPU": BF16 activations x BF16 weights on a CPU with AVX512-BF16 take a pair's two products
+ * in one vdpbf16ps (gemm_avx512bf16.c), the same lanes and tree but that instruction's rounding;
+ * still independent of batch, rows and threads.  The lane order (even and
  * odd k of a block in two vectors) lets a BF16 weight widen with one shift or one mask per 16
  * values; x is packed once per call into that order (lwq_gemm_pack_row). */
 #ifndef LWQ_KERNELS_CPU_GEMM_ISA_H
@@ -24,6 +27,8 @@
 /* nr rows x nc outputs of y (f32, row stride ldy) over the whole k. */
 typedef struct lwq_gemm_panel {
     const float *x;   /* packed rows (lwq_gemm_pack_row), ldx floats apart */
+    const uint16_t *xh; /* the dot-product panel's rows instead: raw BF16, zero-padded to
+                           lwq_gemm_kp(k), ldx elements apart */
     int64_t ldx;
     const char *w;    /* weight row of the panel's first output; rows ldw bytes apart */
     int64_t ldw;
@@ -40,20 +45,29 @@ typedef void (*lwq_gemm_panel_fn)(const lwq_gemm_panel *p, float *accbuf);
 typedef void (*lwq_axpy_fn)(float a, const float *x, float *y, int64_t n);
 
 typedef struct lwq_cpu_kernels {
-    const char *name; /* "avx512", "avx2", "portable" */
+    const char *name; /* "amx", "avx512bf16", "avx512", "avx2", "portable" */
     lwq_gemm_panel_fn panel;
     lwq_axpy_fn axpy;
+    /* BF16 x BF16 products with a dot-product instruction (its own bits, see
+       gemm_avx512bf16.c), or NULL: then BF16 activations go through `panel` like the rest */
+    lwq_gemm_panel_fn panel_bf16;
+    int amx; /* 1: BF16 x BF16 products on AMX tiles instead (gemm_amx.c, bits of their own) */
 } lwq_cpu_kernels;
 
 void lwq_gemm_panel_avx512(const lwq_gemm_panel *p, float *accbuf);
 void lwq_gemm_panel_avx2(const lwq_gemm_panel *p, float *accbuf);
 void lwq_gemm_panel_ref(const lwq_gemm_panel *p, float *accbuf);
+void lwq_gemm_panel_avx512bf16(const lwq_gemm_panel *p, float *accbuf);
 void lwq_gemm_axpy_avx512(float a, const float *x, float *y, int64_t n);
 void lwq_gemm_axpy_avx2(float a, const float *x, float *y, int64_t n);
 void lwq_gemm_axpy_ref(float a, const float *x, float *y, int64_t n);
 
-/* The kernels in use: the widest this CPU runs, unless LWQ_CPU_KERNELS (avx512 | avx2 | portable)
- * or lwq_cpu_kernels_force chose others. */
+/* The kernels in use: the fastest this CPU runs (amx, then avx512, avx2, portable), unless
+ * LWQ_CPU_KERNELS (amx | avx512bf16 | avx512 | avx2 | portable) or lwq_cpu_kernels_force chose
+ * others.  avx512, avx2 and portable give the same bits everywhere; amx and avx512bf16 give bits
+ * of their own for BF16 x BF16 products (and the FMA paths' bits for every other dtype pair).
+ * avx512bf16 is never picked by itself: on the one CPU measured (a Sapphire Rapids VM) vdpbf16ps
+ * runs at half the FMA path's flop rate (perf/RESULTS.md). */
 const lwq_cpu_kernels *lwq_cpu_kernels_get(void);
 /* Use `name`'s kernels from now on (NULL: back to the automatic choice).  -1 when this CPU cannot
  * run them or the name is unknown; the choice is then unchanged. */

@@ -347,3 +347,78 @@ Test(config, mutated_configs_fail_cleanly)
     free(buf);
     cr_assert(ok > 0 && failed > 0, "ok %d failed %d", ok, failed);
 }
+
+#define Q35_TEXT                                                                                   \
+    "\"hidden_size\":64,\"num_hidden_layers\":4,\"num_attention_heads\":4,\"vocab_size\":10,"      \
+    "\"head_dim\":16,\"intermediate_size\":96,\"linear_num_key_heads\":2,"                          \
+    "\"linear_num_value_heads\":4,\"linear_key_head_dim\":8,\"linear_value_head_dim\":8,"           \
+    "\"layer_types\":[\"linear_attention\",\"linear_attention\",\"linear_attention\","             \
+    "\"full_attention\"]"
+
+Test(config, qwen3_5_vlm_wrapper)
+{
+    lwq_model_config c;
+    lwq_error e = {0};
+    cr_assert_eq(parse("{\"model_type\":\"qwen3_5\",\"dtype\":\"float32\",\"text_config\":{"
+                       "\"model_type\":\"qwen3_5_text\"," Q35_TEXT ",\"rope_parameters\":{"
+                       "\"rope_theta\":1e7,\"partial_rotary_factor\":0.25,\"mrope_section\":[1,1,0],"
+                       "\"mrope_interleaved\":true}},\"vision_config\":{\"depth\":1}}",
+                       &c, &e),
+                 0, "%s", e.msg);
+    cr_assert_str_eq(lwq_family_name(c.family), "qwen3_5");
+    cr_assert_str_eq(c.names.root, "model.language_model.");
+    cr_assert_str_eq(c.names.head, "");
+    cr_assert_str_eq(c.passthrough, "model.visual.");
+    cr_assert_eq(c.dtype, LWQ_F32, "the wrapper's dtype names the text model's");
+    cr_assert_eq((int)lwq_config_layer_mixer(&c, 0), LWQ_MIXER_GDN_SPLIT);
+    cr_assert_eq((int)lwq_config_layer_mixer(&c, 3), LWQ_MIXER_GATED_GQA);
+    cr_assert_eq(lwq_config_layer_is_moe(&c, 0), 0);
+    char full[128];
+    lwq_names_full(&c.names, "model.layers.2.mlp.up_proj.weight", full, sizeof full);
+    cr_assert_str_eq(full, "model.language_model.layers.2.mlp.up_proj.weight");
+    lwq_names_full(&c.names, "lm_head.weight", full, sizeof full);
+    cr_assert_str_eq(full, "lm_head.weight");
+    cr_assert(lwq_names_canon(&c.names, "model.language_model.norm.weight", full, sizeof full));
+    cr_assert_str_eq(full, "model.norm.weight");
+    lwq_config_free(&c);
+}
+
+Test(config, qwen3_5_moe_every_layer_routed_and_renormalised)
+{
+    lwq_model_config c;
+    lwq_error e = {0};
+    cr_assert_eq(parse("{\"model_type\":\"qwen3_5_moe_text\"," Q35_TEXT ",\"num_experts\":4,"
+                       "\"num_experts_per_tok\":2,\"moe_intermediate_size\":32,"
+                       "\"shared_expert_intermediate_size\":48}",
+                       &c, &e),
+                 0, "%s", e.msg);
+    for (int l = 0; l < 4; l++)
+        cr_assert(lwq_config_layer_is_moe(&c, l), "layer %d", l);
+    cr_assert_eq(c.norm_topk_prob, 1);
+    cr_assert_eq(c.n_shared_experts, 1);
+    cr_assert_eq(c.shared_expert_intermediate_size, 48);
+    cr_assert_float_eq(c.partial_rotary_factor, 0.25, 1e-12);
+    lwq_config_free(&c);
+}
+
+Test(config, qwen3_5_mrope_section_must_cover_the_rotary_half)
+{
+    expect_fail("{\"model_type\":\"qwen3_5_text\"," Q35_TEXT ",\"rope_parameters\":{"
+                "\"rope_theta\":1e7,\"partial_rotary_factor\":0.25,\"mrope_section\":[11,11,10]}}",
+                LWQ_EUNSUPPORTED, "\"rope_parameters.mrope_section\" sums to 32, but the rotary half-width is 2");
+    expect_fail("{\"model_type\":\"qwen3_5_text\"," Q35_TEXT ",\"rope_parameters\":{"
+                "\"mrope_section\":[1,\"x\"]}}",
+                LWQ_EFORMAT, "mrope_section\" must list 1 to 4 non-negative integers");
+}
+
+Test(config, unknown_layer_type_names_model_type_key_and_value)
+{
+    expect_fail("{\"model_type\":\"qwen3_5\",\"text_config\":{\"model_type\":\"qwen3_5_text\","
+                "\"hidden_size\":64,\"num_hidden_layers\":2,\"num_attention_heads\":4,\"vocab_size\":10,"
+                "\"head_dim\":16,\"intermediate_size\":96,\"linear_num_key_heads\":2,"
+                "\"linear_num_value_heads\":4,\"linear_key_head_dim\":8,\"linear_value_head_dim\":8,"
+                "\"layer_types\":[\"linear_attention\",\"sliding_attention\"]}}",
+                LWQ_EUNSUPPORTED,
+                "model_type 'qwen3_5_text': \"text_config.layer_types\"[1] = \"sliding_attention\" is not a "
+                "layer type lwq implements");
+}

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kernels/cpu/gemm_isa.h"
 #include "tests/helpers/run.h"
 
 static const int LENS[] = {13, 40, 5, 33, 21, 64, 9};
@@ -119,16 +120,42 @@ Test(batch_invariance_e2e, thread_count_does_not_change_the_bytes)
     assert_same_output("t1", "t3");
 }
 
-/* The AVX-512, AVX2 and portable kernels, forced through LWQ_CPU_KERNELS; a kernel this CPU cannot
- * run falls back to the automatic choice, which the comparison then covers twice. */
-Test(batch_invariance_e2e, cpu_kernels_do_not_change_the_bytes)
+/* The AVX-512, AVX2 and portable kernels (the FMA paths), forced through LWQ_CPU_KERNELS; a kernel
+ * this CPU cannot run falls back to the automatic choice, so the baseline is the portable one,
+ * which runs everywhere, and a fallback to a BF16 dot path (amx) is skipped, named. */
+Test(batch_invariance_e2e, fma_cpu_kernels_do_not_change_the_bytes)
 {
     make_model("bf16");
-    quantize("auto", "2", "2", NULL);
     quantize("portable", "3", "2", "portable");
-    quantize("avx2", "1", "2", "avx2");
-    quantize("avx512", "2", "1", "avx512");
-    assert_same_output("auto", "portable");
-    assert_same_output("auto", "avx2");
-    assert_same_output("auto", "avx512");
+    static const char *const fma[] = {"avx2", "avx512"};
+    for (int i = 0; i < 2; i++) {
+        if (lwq_cpu_kernels_force(fma[i]) != 0) {
+            cr_log_warn("kernels %s: this CPU cannot run them, skipped", fma[i]);
+            continue;
+        }
+        quantize(fma[i], i ? "2" : "1", i ? "1" : "2", fma[i]);
+        assert_same_output("portable", fma[i]);
+    }
+}
+
+/* A BF16 dot path (amx, avx512bf16) has bits of its own, but the same bits for any batch size and
+ * thread count; a path this CPU cannot run is skipped, named. */
+static void dot_path(const char *kern)
+{
+    if (lwq_cpu_kernels_force(kern) != 0) {
+        cr_log_warn("kernels %s: this CPU (or its OS) cannot run them, skipped", kern);
+        return;
+    }
+    make_model("bf16");
+    quantize("d1", "1", "2", kern);
+    quantize("d2", "2", "1", kern);
+    quantize("d3", "3", "2", kern);
+    assert_same_output("d1", "d2");
+    assert_same_output("d1", "d3");
+}
+
+Test(batch_invariance_e2e, amx_kernels_batch_sizes_and_threads_write_identical_bytes) { dot_path("amx"); }
+Test(batch_invariance_e2e, avx512bf16_kernels_batch_sizes_and_threads_write_identical_bytes)
+{
+    dot_path("avx512bf16");
 }
