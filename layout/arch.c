@@ -572,7 +572,9 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
             continue;
         }
         char module[LWQ_ARCH_NAME_MAX];
-        int kind = t && p->linear >= 0 && lwq_srcfmt_strip_suffix(p->name, ".weight", module, sizeof module)
+        /* an lm_head may be quantized too (weight-only NVFP4, recipes that ask for it) */
+        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD) &&
+                           lwq_srcfmt_strip_suffix(p->name, ".weight", module, sizeof module)
                        ? quant_kind(c, module, t)
                        : Q_NONE;
         if (kind) {

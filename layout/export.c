@@ -48,7 +48,11 @@ static cJSON *exclude_list(const lwq_export_quant *q)
     int k = 0;
     char lm[96];
     lwq_names_full(q->names, "lm_head", lm, sizeof lm);
-    v[k++] = lm;
+    int lm_quantized = 0; /* a recipe that quantizes lm_head lists it among the modules */
+    for (int i = 0; i < q->nmods; i++)
+        lm_quantized |= q->mods[i].format != LWQ_QFMT_NONE && !strcmp(q->mods[i].name, lm);
+    if (!lm_quantized)
+        v[k++] = lm;
     for (int i = 0; i < q->nextra; i++)
         v[k++] = q->extra_excludes[i];
     for (int i = 0; i < q->nmods; i++)

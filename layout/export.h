@@ -11,7 +11,8 @@
  * One format for all quantized linears gives quant_algo NVFP4, FP8 or W4A16_NVFP4 (weight-only
  * NVFP4, whose config group has no input_activations, as Model Optimizer 0.47 writes it); more
  * than one gives MIXED_PRECISION with a quantized_layers map.  Exclusions are explicit module names (never
- * globs, so an exclusion can never match a quantized module), sorted, always with lm_head.
+ * globs, so an exclusion can never match a quantized module), sorted, with lm_head unless it is
+ * one of the quantized modules (a recipe that quantizes it weight-only).
  * Output is deterministic: same inputs, same bytes. */
 #ifndef LWQ_LAYOUT_EXPORT_H
 #define LWQ_LAYOUT_EXPORT_H

@@ -444,6 +444,11 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
                 if (rc)
                     return rc;
             }
+        } else if (!strcmp(key, "lm_head")) {
+            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "w4a16_nvfp4") && strcmp(k->valuestring, "none")))
+                return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\" (weight-only NVFP4) or "
+                                "\"none\"; lwq quantizes no other lm_head", path);
+            r->lm_head = !strcmp(k->valuestring, "w4a16_nvfp4");
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &r->kv) != 0)
                 return lwq_errf(e, LWQ_EFORMAT, "%s: kv_cache must be \"none\", \"fp8\" or \"fp8_cast\"", path);
@@ -622,6 +627,8 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
         cJSON_AddBoolToObject(alg, "gptq_act_order", r->gptq_act_order);
     }
     cJSON_AddStringToObject(root, "kv_cache", lwq_kv_mode_name(r->kv));
+    if (r->lm_head) /* absent otherwise: other recipes keep their JSON */
+        cJSON_AddStringToObject(root, "lm_head", "w4a16_nvfp4");
     cJSON *rules = cJSON_AddArrayToObject(root, "rules");
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];

@@ -81,6 +81,8 @@ typedef struct lwq_recipe {
     double gptq_damp;         /* GPTQ dampening, fraction of the mean Hessian diagonal */
     int gptq_act_order;       /* GPTQ visits columns by descending Hessian diagonal */
     lwq_kv_mode kv;           /* the model's KV cache mode (kv rules must agree per module) */
+    int lm_head;              /* 1: lm_head is quantized weight-only (W4A16 NVFP4, dynamic blocks, max):
+                                 "lm_head": "w4a16_nvfp4"; 0: it stays in the source dtype */
     int mse_range;            /* the mse search's amax multipliers (Model Optimizer's start_multiplier,
                                  stop_multiplier, step_size): LWQ_MSE_RANGE_* */
     int nrules;

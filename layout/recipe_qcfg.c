@@ -314,9 +314,16 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
     }
     r->kv = on ? mode : LWQ_KV_NONE;
     lwq_quant_choice lm = lwq_recipe_resolve_module(r, "lm_head", 0);
+    /* weight-only NVFP4 with dynamic blocks (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
+     * '*lm_head*weight_quantizer' with nvfp4): lwq writes that; anything else it refuses */
+    if (lm.format == LWQ_QFMT_NVFP4 && lm.weight_only && !lm.four_over_six && lm.algo == LWQ_ALGO_MAX) {
+        r->lm_head = 1;
+        return 0;
+    }
     if (lm.format != LWQ_QFMT_NONE || lm.split)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head (%s), which lwq keeps in the source "
-                        "dtype; add {quantizer_name: '*lm_head*', enable: false}", path,
+                        "dtype unless it is weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', "
+                        "enable: false}", path,
                         lwq_qformat_name(lm.format != LWQ_QFMT_NONE ? lm.format
                                          : lm.weight_format != LWQ_QFMT_NONE ? lm.weight_format : lm.input_format));
     return 0;

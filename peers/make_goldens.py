@@ -37,7 +37,8 @@ FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
                {(s, "general_ptq_nvfp4_weight_only-kv_fp8_cast") for s in ("qwen3_moe-f32", "qwen3_moe-bf16")} | \
                {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
                {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")} | \
-               {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")}
+               {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")} | \
+               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")}
 RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 
@@ -97,7 +98,18 @@ def copy_case(c, bounds):
     args = [a.replace(os.path.join(HERE, "lwq_recipes") + "/", "@DATA@/lwq_recipes/") for a in c.lwq]
     if "--recipe-root" in args:  # a Model Optimizer recipe: its YAML travels with the goldens
         root = args[args.index("--recipe-root") + 1]
-        copy_recipe(c.mo["recipe"], root)
+        rec = c.mo["recipe"]
+        if os.path.isabs(rec):  # one of peers/recipes: under issue33/, its imports from the root
+            dst = os.path.join(DEST, RECIPES, "issue33", os.path.basename(rec))
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(rec, dst)
+            text = open(rec).read()
+            block = re.search(r"^imports:\n((?:[ \t]+\S.*\n)+)", text, re.M)
+            for line in (block.group(1).splitlines() if block else []):
+                copy_recipe(line.split(":", 1)[1].strip(), root)
+            args = [f"@DATA@/{RECIPES}/issue33/{os.path.basename(rec)}" if a == rec else a for a in args]
+        else:
+            copy_recipe(rec, root)
         args = [f"@DATA@/{RECIPES}" if a == root else a for a in args]
     return {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
@@ -199,7 +211,9 @@ The formats of Model Optimizer 0.47's published recipes (issue 33, `peers/run.py
 and qwen3_moe, F32 and BF16, the `general/ptq/nvfp4_weight_only-kv_fp8_cast` recipe
 and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied with their
 imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
-an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`).
+an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`),
+and a weight-only NVFP4 lm_head (`w4a16_nvfp4-lm_head`: `peers/recipes/w4a16_nvfp4-lm_head.yaml`,
+copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule).
 Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
 **patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
 that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so

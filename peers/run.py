@@ -107,6 +107,10 @@ def cases():
                   "general/ptq/nvfp4_default-kv_nvfp4_cast"):
             out.append(Case("formats", src, r.replace("/", "_"), dict(recipe=r),
                             ["--recipe", r, "--recipe-root", recipe_root()]))
+        # a weight-only lm_head (the qwen3_5 recipes' '*lm_head*weight_quantizer' rule)
+        r = os.path.join(HERE, "recipes", "w4a16_nvfp4-lm_head.yaml")
+        out.append(Case("formats", src, "w4a16_nvfp4-lm_head", dict(recipe=r),
+                        ["--recipe", r, "--recipe-root", recipe_root()]))
         # Four-over-Six: Model Optimizer's static NVFP4 fake quant is a Triton kernel (CUDA only):
         # unpatched it fails on the CPU; the patched peer (torch_nvfp4.py) runs it
         out.append(Case("formats", src, "nvfp4_four_over_six", *preset("nvfp4_four_over_six")))

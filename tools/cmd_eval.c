@@ -318,6 +318,9 @@ static int build_recipes(eargs *a, lwq_recipe *r, lwq_eval_candidate *c, int *n,
         if (rc == 0 && a->kv && lwq_kv_mode_parse(a->kv, &r[i].kv) != 0)
             rc = lwq_errf(e, LWQ_EINVAL, "--kv-cache %s: expected none, fp8 or fp8_cast", a->kv);
         /* the stream emulates an FP8 cache only: an NVFP4 one would be reported as unquantized */
+        if (rc == 0 && r[i].lm_head)
+            rc = lwq_errf(e, LWQ_EUNSUPPORTED, "candidate %s: a quantized lm_head is not emulated by lwq eval (the "
+                          "head runs in the source dtype)", c[i].name);
         if (rc == 0 && r[i].kv == LWQ_KV_NVFP4_CAST)
             rc = lwq_errf(e, LWQ_EUNSUPPORTED, "candidate %s: an NVFP4 KV cache is not emulated by lwq eval "
                           "(--kv-cache none evaluates the weights and activations alone)", c[i].name);

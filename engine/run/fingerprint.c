@@ -72,7 +72,7 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
      * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
     lwq_xxh64_init(&s, 0);
     lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
-    int32_t kv = (int32_t)o->recipe->kv;
+    int32_t kv = (int32_t)o->recipe->kv | (o->recipe->lm_head ? 0x100 : 0); /* a weight-only lm_head: bit 8 */
     lwq_xxh64_update(&s, &kv, sizeof kv);
     for (int L = 0; L < nlayers; L++)
         for (int i = 0; i < plans[L].nlinears; i++) {

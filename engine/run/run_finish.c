@@ -84,7 +84,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
     int total = 0;
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
-    lwq_export_module *mods = calloc((size_t)(total ? total : 1), sizeof *mods);
+    lwq_export_module *mods = calloc((size_t)total + 1, sizeof *mods); /* +1: a quantized lm_head */
+    char lm[96];
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
      * embedding; +1: a VLM wrapper's vision tower */
     char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
@@ -99,6 +100,12 @@ static int write_configs(lwq_run *r, lwq_error *e)
             mods[k].format = r->choice[L][i].format;
             mods[k++].weight_only = r->choice[L][i].weight_only;
         }
+    if (r->o->recipe->lm_head) { /* written weight-only by lwq_run_write_tail */
+        lwq_names_full(&r->ck.cfg.names, "lm_head", lm, sizeof lm);
+        mods[k].name = lm;
+        mods[k].format = LWQ_QFMT_NVFP4;
+        mods[k++].weight_only = 1;
+    }
     for (int L = r->nlayers; L < r->ck.nlayers; L++) {
         char g[96], canon[48];
         snprintf(canon, sizeof canon, "model.layers.%d*", L);

@@ -30,6 +30,7 @@
 #include "io/durable.h"
 #include "io/sys.h"
 #include "engine/source/layersrc.h"
+#include "kernels/quant.h"
 #include "layout/export.h"
 
 /* ---- shard serialization --------------------------------------------------------------------- */
@@ -576,7 +577,8 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
     if (tail_tensors(r, &idx, &n, &packed) != 0)
         return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
     free(idx);
-    if (packed) /* needs dequantization: written at the end, through memory */
+    /* needs dequantization, or a weight-only lm_head: written at the end, through memory */
+    if (packed || r->o->recipe->lm_head)
         return 0;
     char path[PATH_MAX];
     int rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir);
@@ -586,13 +588,62 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
     return lwq_writer_submit(r->wr, &job, e) < 0 ? e->code : 0;
 }
 
+/* lm_head.weight of the tail, replaced by its weight-only NVFP4 form (Model Optimizer 0.47's
+ * export of an lm_head whose weight quantizer alone is NVFP4: the packed weight, weight_scale,
+ * weight_scale_2 = amax / 2688, dynamic block scales, no input_scale). */
+static int quantize_lm_head(lwq_run *r, lwq_tlist *tail, lwq_error *e)
+{
+    char name[128];
+    lwq_names_full(&r->ck.cfg.names, "lm_head.weight", name, sizeof name);
+    int at = -1;
+    for (int i = 0; i < tail->n && at < 0; i++)
+        if (!strcmp(tail->v[i].name, name))
+            at = i;
+    if (at < 0)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head but the checkpoint has no %s (tied "
+                        "word embeddings?); lwq does not quantize a shared embedding", r->ck.dir, name);
+    const lwq_htensor *w = &tail->v[at];
+    if (w->ndim != 2 || w->shape[1] % 16 || (w->dtype != LWQ_BF16 && w->dtype != LWQ_F16 && w->dtype != LWQ_F32))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s must be a 2-D BF16/F16/F32 matrix whose width is a multiple of 16 "
+                        "for NVFP4, not %s with %d dimensions", r->ck.dir, name, lwq_dtype_name(w->dtype), w->ndim);
+    int64_t rows = w->shape[0], cols = w->shape[1];
+    uint8_t *packed = malloc((size_t)(rows * cols / 2) + 1), *scale = malloc((size_t)(rows * (cols / 16)) + 1);
+    float amax = 0, ws2 = 0;
+    int rc = packed && scale ? 0 : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+    if (rc == 0 && (rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e)) >= 0)
+        rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws2, e);
+    if (rc < 0) {
+        free(packed);
+        free(scale);
+        return rc;
+    }
+    char sn[160], s2[160];
+    snprintf(sn, sizeof sn, "%.*s_scale", (int)strlen(name), name);
+    snprintf(s2, sizeof s2, "%.*s_scale_2", (int)strlen(name), name);
+    int64_t ss[2] = {rows, cols / 16};
+    lwq_htensor *t = &tail->v[at];
+    if (t->owned)
+        free(t->data);
+    t->dtype = LWQ_U8;
+    t->shape[1] = cols / 2;
+    t->data = packed;
+    t->nbytes = (uint64_t)(rows * cols / 2);
+    t->owned = 1;
+    if ((rc = lwq_tlist_add(tail, sn, LWQ_F8_E4M3, 2, ss, scale, 1, e)) < 0)
+        return rc;
+    if ((rc = lwq_tlist_add_scalar(tail, s2, ws2, e)) < 0)
+        return rc;
+    lwq_tlist_sort(tail);
+    return 0;
+}
+
 int lwq_run_write_tail(lwq_run *r, lwq_error *e)
 {
     int *idx, n, packed;
     if (tail_tensors(r, &idx, &n, &packed) != 0)
         return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
     int rc;
-    if (!packed) {
+    if (!packed && !r->o->recipe->lm_head) {
         char path[PATH_MAX];
         lwq_durable_file f;
         if ((rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir)) == 0 &&
@@ -618,6 +669,8 @@ int lwq_run_write_tail(lwq_run *r, lwq_error *e)
         }
         lwq_tlist_free(&part);
     }
+    if (rc == 0 && r->o->recipe->lm_head)
+        rc = quantize_lm_head(r, &tail, e);
     uint64_t h, b;
     if (rc == 0)
         rc = write_tlist_file(r, LWQ_OUT_TAIL, &tail, &h, &b, e);

@@ -566,8 +566,32 @@ Test(recipe_yaml, refuses_quantizing_lm_head)
                  "    - $import: off\n"
                  "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
                  "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n",
-                 "r.yaml: the recipe quantizes lm_head (fp8), which lwq keeps in the source dtype; add "
-                 "{quantizer_name: '*lm_head*', enable: false}");
+                 "r.yaml: the recipe quantizes lm_head (fp8), which lwq keeps in the source dtype unless it is "
+                 "weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', enable: false}");
+}
+
+/* the huggingface/qwen3_5*\/ptq/w4a16_* recipes: '*lm_head*weight_quantizer' with nvfp4, last */
+Test(recipe_yaml, a_weight_only_nvfp4_lm_head_is_quantized)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
+                             "  quant_cfg:\n    - $import: off\n"
+                             "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                             "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4}}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.lm_head, 1);
+    char *j = lwq_recipe_to_json(&r);
+    cr_assert(strstr(j, "\"lm_head\":\t\"w4a16_nvfp4\""), "%s", j);
+    free(j);
+    lwq_recipe_free(&r);
+    refused_file("imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
+                 "    - $import: off\n"
+                 "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                 "    - {quantizer_name: '*lm_head*input_quantizer', cfg: {$import: nvfp4}}\n",
+                 "r.yaml: the recipe quantizes lm_head (nvfp4), which lwq keeps in the source dtype unless it is "
+                 "weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', enable: false}");
 }
 
 Test(recipe_yaml, refuses_entries_that_do_nothing_or_are_malformed)

@@ -118,3 +118,33 @@ Test(recipe_formats, four_over_six_without_mse_is_refused_naming_the_module)
                           "multiplier search"), "%s", err);
     free(err);
 }
+
+/* "lm_head": "w4a16_nvfp4": the tail's lm_head written weight-only, listed as quantized, not excluded */
+Test(recipe_formats, a_weight_only_lm_head_is_written_and_verifies)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "llama", "--layers", "1", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    lwqt_write_str("r.json", "{\"lm_head\":\"w4a16_nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"}]}");
+    char out[600], p[700];
+    snprintf(out, sizeof out, "%s", lwqt_path("o"));
+    const char *a[] = {"quantize", lwqt_path("m"), "-o", out, "--recipe", lwqt_path("r.json"), "--calib-size", "4",
+                       "--quiet", NULL};
+    int rc = lwqt_run(a);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    lwq_ckpt c;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(out, &c, &e), 0, "%s", e.msg);
+    const lwq_ckpt_tensor *w = lwq_ckpt_find(&c, "lm_head.weight");
+    cr_assert(w && w->dtype == LWQ_U8, "lm_head.weight is not NVFP4-packed");
+    cr_assert_not_null(lwq_ckpt_find(&c, "lm_head.weight_scale_2"));
+    cr_assert_null(lwq_ckpt_find(&c, "lm_head.input_scale"));
+    lwq_ckpt_free(&c);
+    snprintf(p, sizeof p, "%s/hf_quant_config.json", out);
+    char *hq = lwqt_slurp(p);
+    cr_assert(strstr(hq, "\"MIXED_PRECISION\"") && strstr(hq, "\"lm_head\":\t{") && !strstr(hq, "\"lm_head\",") &&
+              !strstr(hq, "\"lm_head\"\n"), "%s", hq);
+    free(hq);
+    verify_ok(out);
+}
