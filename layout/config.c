@@ -391,6 +391,75 @@ static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
     return 0;
 }
 
+/* The sliding window, as transformers 5.14's configuration and modeling classes of each model_type
+ * read it (family.h, lwq_window_rule; README "Sliding windows"). */
+static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    const lwq_window_rule rule = c->family->window;
+    const int n = c->num_hidden_layers;
+    c->sliding_first_layer = -1;
+    if (rule == LWQ_WINDOW_NEVER)
+        return 0;
+    int on = 1;
+    if (rule == LWQ_WINDOW_QWEN_GATED || rule == LWQ_WINDOW_QWEN_LAYERS)
+        LWQ_TRY(get_bool(x, o, "use_sliding_window", 0, &on));
+    if (!on) /* Qwen*Config: sliding_window = sliding_window if use_sliding_window else None */
+        return 0;
+    const cJSON *raw = o ? cJSON_GetObjectItemCaseSensitive(o, "sliding_window") : NULL;
+    if (raw && cJSON_IsNull(raw)) /* null: None, full attention */
+        return 0;
+    int64_t w;
+    LWQ_TRY(get_int(x, o, "sliding_window", 0, rule == LWQ_WINDOW_ALL ? 0 : 4096, 1, INT64_C(1) << 32, &w));
+    if (w == 0) /* mixtral without the key */
+        return 0;
+    snprintf(c->sliding_from, sizeof c->sliding_from, raw ? "\"%ssliding_window\": %lld" :
+             "no \"%ssliding_window\": %lld, transformers' default", x->section, (long long)w);
+    int from = 0;
+    const cJSON *lt = get(o, "layer_types");
+    if (rule == LWQ_WINDOW_QWEN_LAYERS && lt) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%slayer_types\" must list %d layer types", x->path, x->section, n);
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(lt, i);
+            int sw = cJSON_IsString(t) && !strcmp(t->valuestring, "sliding_attention");
+            if (!sw && !(cJSON_IsString(t) && !strcmp(t->valuestring, "full_attention")))
+                return lwq_errf(x->e, LWQ_EFORMAT, "%s: %slayer_types[%d] is not \"sliding_attention\" or "
+                                "\"full_attention\"", x->path, x->section, i);
+            if (sw && c->sliding_first_layer < 0)
+                c->sliding_first_layer = i;
+            c->sliding_layers += sw;
+        }
+    } else {
+        if (rule == LWQ_WINDOW_QWEN_LAYERS)
+            LWQ_TRY(get_i32(x, o, "max_window_layers", 0, 28, 0, LWQ_MAX_LAYERS, &from));
+        if (from < n) {
+            c->sliding_first_layer = from;
+            c->sliding_layers = n - from;
+        }
+    }
+    if (c->sliding_layers > 0)
+        c->sliding_window = w;
+    return 0;
+}
+
+int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64_t seq, const char *what,
+                         const char *option, lwq_error *e)
+{
+    if (c->sliding_window <= 0 || seq <= c->sliding_window)
+        return 0;
+    char layers[64];
+    if (c->sliding_layers == c->num_hidden_layers)
+        snprintf(layers, sizeof layers, "every layer");
+    else
+        snprintf(layers, sizeof layers, "%d of %d layers, the first %d", c->sliding_layers, c->num_hidden_layers,
+                 c->sliding_first_layer);
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "%s/config.json: %s of %lld tokens is longer than the sliding window of "
+                    "%lld tokens of this %s model (%s; %s): lwq computes full attention only, which beyond the window "
+                    "is not the model's; give %s %lld or less", model_dir, what, (long long)seq,
+                    (long long)c->sliding_window, c->model_type, c->sliding_from, layers, option,
+                    (long long)c->sliding_window);
+}
+
 static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int64_t bigdim = INT64_C(1) << 22;
@@ -455,6 +524,7 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
     LWQ_TRY(parse_layer_mixers(x, o, c));
+    LWQ_TRY(parse_window(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
             return lwq_errf(x->e, LWQ_EFORMAT,

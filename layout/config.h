@@ -99,6 +99,15 @@ typedef struct lwq_model_config {
     int64_t linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
 
+    /* Sliding-window attention as transformers reads the keys of this model_type
+     * (family->window): on `sliding_layers` layers, the first `sliding_first_layer`, a token
+     * attends to the last `sliding_window` tokens, itself included.  0: full attention on every
+     * layer (no window, or one switched off: use_sliding_window false, sliding_window null, or no
+     * layer at or past max_window_layers).  sliding_from says which key set it. */
+    int64_t sliding_window;
+    int sliding_first_layer, sliding_layers;
+    char sliding_from[96];
+
     /* Where the checkpoint keeps the text model (lwq_names_full). */
     lwq_names names;
     int text_config;          /* the text model's keys are under "text_config" (a wrapper) */
@@ -114,6 +123,12 @@ typedef struct lwq_model_config {
 int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e);
 int lwq_config_parse(const char *path_for_errors, const char *json, lwq_model_config *c, lwq_error *e);
 void lwq_config_free(lwq_model_config *c);
+/* 0 when a sequence of `seq` tokens sees the attention lwq computes, full causal attention: no
+ * layer has a sliding window shorter than it.  Else LWQ_EUNSUPPORTED naming the model directory's
+ * config.json, `what` ("a calibration sequence"), both lengths, the key and the model_type, and
+ * `option`, the one that shortens the sequences. */
+int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64_t seq, const char *what,
+                         const char *option, lwq_error *e);
 /* Whether decoder layer i has a routed-expert MoE block. */
 int lwq_config_layer_is_moe(const lwq_model_config *c, int layer);
 /* The mixer of decoder layer i. */

@@ -78,6 +78,19 @@ typedef enum lwq_expert_keys {
     LWQ_KEYS_DEEPSEEK, /* n_routed_experts, n_shared_experts, moe_intermediate_size */
 } lwq_expert_keys;
 
+/* Where the config turns on sliding-window attention, as transformers' configuration and
+ * modeling classes of the model_type read it (transformers 5.14; README "Sliding windows").  lwq
+ * computes full attention only, so a window shorter than a sequence is refused
+ * (lwq_config_check_seq). */
+typedef enum lwq_window_rule {
+    LWQ_WINDOW_NEVER = 0,  /* no sliding attention: a "sliding_window" key is ignored */
+    LWQ_WINDOW_ALL_4096,   /* mistral: "sliding_window" on every layer, 4096 when absent, null: off */
+    LWQ_WINDOW_ALL,        /* mixtral: "sliding_window" on every layer, off when absent or null */
+    LWQ_WINDOW_QWEN_GATED, /* qwen3_moe: only with "use_sliding_window": true (4096 when absent) */
+    LWQ_WINDOW_QWEN_LAYERS,/* qwen2, qwen3: the same, on the layers layer_types names
+                            * "sliding_attention", without layer_types from max_window_layers on */
+} lwq_window_rule;
+
 typedef struct lwq_family {
     const char *model_type; /* as config.json names it */
     const char *name;       /* the family it belongs to ("llama" for mistral) */
@@ -100,6 +113,7 @@ typedef struct lwq_family {
     double rope_theta, rms_norm_eps, partial_rotary;
     /* outside the decoder layers */
     int mtp;                /* an optional mtp.* block (passes through unquantized) */
+    lwq_window_rule window; /* sliding-window attention keys */
 } lwq_family;
 
 /* The row of model_type, or NULL. */

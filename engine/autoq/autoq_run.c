@@ -452,6 +452,10 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     if (rc)
         return rc;
     r->ck_open = 1;
+    /* full attention only: before pass 1 reads a weight or writes a score */
+    if ((rc = lwq_calib_set_check_window(o->q.calib, &r->ck.cfg, o->q.model_dir, "a calibration sequence",
+                                         "--calib-seq", e)) != 0)
+        return rc;
     r->N = r->ck.cfg.num_hidden_layers;
     if (!(r->plans = calloc((size_t)(r->N ? r->N : 1), sizeof *r->plans)))
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");

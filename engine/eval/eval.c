@@ -101,6 +101,11 @@ static int setup(lwq_eval_ctx *v, lwq_error *e)
     if (rc)
         return rc;
     v->ck_open = 1;
+    /* full attention only: a window shorter than a sequence is refused before any weight is read */
+    if ((rc = lwq_calib_set_check_window(o->data, &v->ck.cfg, o->model_dir, "an eval sequence", "--data-seq", e)) != 0 ||
+        (rc = lwq_calib_set_check_window(o->calib, &v->ck.cfg, o->model_dir, "a calibration sequence", "--calib-seq",
+                                         e)) != 0)
+        return rc;
     v->N = v->ck.cfg.num_hidden_layers;
     v->hidden = v->ck.cfg.hidden_size;
     v->act = v->ck.cfg.dtype;

@@ -9,8 +9,9 @@
  *   a = causal_gqa_attention(q, k, v)                       observed: o_proj
  *   h = h + a Wo^T (+bo)
  *
- * Mistral's sliding window is not applied: it only matters for sequences longer than the window
- * (4096 tokens for the models that use it), longer than calibration sequences. */
+ * Attention is full causal attention: a model with a sliding window is refused before it gets
+ * here when a sequence is longer than the window (layout/config.h, lwq_config_check_seq;
+ * README "Sliding windows"), so for every sequence that reaches it the two are the same. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>

@@ -28,6 +28,14 @@ typedef struct lwq_calib_set {
 } lwq_calib_set;
 
 void lwq_calib_set_free(lwq_calib_set *c);
+/* The longest sequence's length (0 for none or NULL). */
+int64_t lwq_calib_set_longest(const lwq_calib_set *c);
+/* The model's sliding window (layout/config.h) against the longest sequence of c: refused, before
+ * any weight is read, when lwq's full attention would not be the model's.  `what` names the set
+ * ("a calibration sequence"), `option` the option that shortens it. */
+struct lwq_model_config;
+int lwq_calib_set_check_window(const lwq_calib_set *c, const struct lwq_model_config *cfg, const char *model_dir,
+                               const char *what, const char *option, lwq_error *e);
 
 typedef enum lwq_device_choice { LWQ_DEVICE_AUTO = 0, LWQ_DEVICE_CPU, LWQ_DEVICE_CUDA } lwq_device_choice;
 

@@ -35,6 +35,20 @@ void lwq_calib_set_free(lwq_calib_set *c)
     memset(c, 0, sizeof *c);
 }
 
+int64_t lwq_calib_set_longest(const lwq_calib_set *c)
+{
+    int64_t m = 0;
+    for (int i = 0; c && i < c->n; i++)
+        m = c->len[i] > m ? c->len[i] : m;
+    return m;
+}
+
+int lwq_calib_set_check_window(const lwq_calib_set *c, const lwq_model_config *cfg, const char *model_dir,
+                               const char *what, const char *option, lwq_error *e)
+{
+    return lwq_config_check_seq(cfg, model_dir, lwq_calib_set_longest(c), what, option, e);
+}
+
 /* ---- the checkpoint, the plans, the backend ------------------------------------------------- */
 
 static int check_checkpoint(lwq_run *r, lwq_error *e)
@@ -147,6 +161,11 @@ static int open_model(lwq_run *r, lwq_error *e)
     if ((rc = lwq_ckpt_open(r->o->model_dir, &r->ck, e)) != 0)
         return rc;
     r->ck_open = 1;
+    /* full attention only: a window shorter than a calibration sequence is refused before any
+     * weight is read or anything is written */
+    if ((rc = lwq_calib_set_check_window(r->o->calib, &r->ck.cfg, r->o->model_dir, "a calibration sequence",
+                                         "--calib-seq", e)) != 0)
+        return rc;
     r->nlayers = r->ck.cfg.num_hidden_layers;
     r->hidden = r->ck.cfg.hidden_size;
     r->act = r->ck.cfg.dtype;
