@@ -553,6 +553,11 @@ static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
 int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64_t seq, const char *what,
                          const char *option, lwq_error *e)
 {
+    if (c->family && c->family->dsa && seq > c->index_topk)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s/config.json: %s of %lld tokens is longer than index_topk %d of "
+                        "this %s model: lwq computes DeepSeek sparse attention densely, which is exact only while "
+                        "the indexer keeps every key; give %s %d or less", model_dir, what, (long long)seq,
+                        c->index_topk, c->model_type, option, c->index_topk);
     if (c->sliding_window <= 0 || seq <= c->sliding_window)
         return 0;
     char layers[64];
@@ -774,17 +779,6 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
 int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer)
 {
     return c->layer_indexer && layer >= 0 && layer < c->num_hidden_layers && c->layer_indexer[layer];
-}
-
-int lwq_config_check_seq(const lwq_model_config *c, int64_t seq, const char *what, lwq_error *e)
-{
-    if (!c->family || !c->family->dsa || seq <= c->index_topk)
-        return 0;
-    return lwq_errf(e, LWQ_EUNSUPPORTED,
-                    "model_type '%s': a sequence of %lld tokens is longer than index_topk %d; lwq computes "
-                    "DeepSeek sparse attention densely, which is exact only while the indexer keeps every key: "
-                    "use %s %d or less",
-                    c->model_type, (long long)seq, c->index_topk, what, c->index_topk);
 }
 
 int lwq_config_qk_norm(const lwq_model_config *c)

@@ -128,10 +128,6 @@ typedef struct lwq_model_config {
 
 /* Whether decoder layer `layer` has a DSA indexer (self_attn.indexer.*). */
 int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer);
-/* 0, or LWQ_EUNSUPPORTED when a sequence of `seq` tokens is longer than the model's index_topk:
- * lwq's dense DeepSeek-sparse-attention forward is exact only while the indexer keeps every key.
- * `what` names the option that set the length (--calib-seq, --data-seq). */
-int lwq_config_check_seq(const lwq_model_config *c, int64_t seq, const char *what, lwq_error *e);
 /* Whether the GQA q/k carry per-head RMSNorms: the row says always (qwen3), or "use_qk_norm"
  * does (glm4_moe; lwq_model_config.qk_norm). */
 int lwq_config_qk_norm(const lwq_model_config *c);
@@ -143,7 +139,7 @@ int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e);
 int lwq_config_parse(const char *path_for_errors, const char *json, lwq_model_config *c, lwq_error *e);
 void lwq_config_free(lwq_model_config *c);
 /* 0 when a sequence of `seq` tokens sees the attention lwq computes, full causal attention: no
- * layer has a sliding window shorter than it.  Else LWQ_EUNSUPPORTED naming the model directory's
+ * layer has a sliding window shorter than it, and a DSA model's index_topk is not shorter.  Else LWQ_EUNSUPPORTED naming the model directory's
  * config.json, `what` ("a calibration sequence"), both lengths, the key and the model_type, and
  * `option`, the one that shortens the sequences. */
 int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64_t seq, const char *what,

@@ -23,8 +23,26 @@ import sys
 
 import torch
 import transformers
-from safetensors.torch import save_file
 from transformers import AutoConfig
+
+
+def save_safetensors(tensors, path, metadata):
+    """A safetensors file with its header's keys in sorted order (safetensors' own writer orders
+    __metadata__ as a hash map does, so the bytes would change from run to run)."""
+    header, blobs, off = {"__metadata__": dict(sorted(metadata.items()))}, [], 0
+    for name in sorted(tensors):
+        t = tensors[name].contiguous()
+        b = t.numpy().tobytes()
+        header[name] = {"dtype": {torch.float32: "F32", torch.int32: "I32"}[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [off, off + len(b)]}
+        blobs.append(b)
+        off += len(b)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h)
+        for b in blobs:
+            f.write(b)
 
 
 def text_model(model):
@@ -81,7 +99,7 @@ def main():
             "layer_types": json.dumps(list(getattr(tc, "layer_types", []) or [])),
             "transformers": transformers.__version__, "torch": torch.__version__,
             "writer": "peers/layer_dump.py", "class": type(model).__name__}
-    save_file(out, a.out, metadata=meta)
+    save_safetensors(out, a.out, meta)
     print(f"layer_dump: {a.out} ({n} layers, {ids.shape[0]} x {ids.shape[1]} tokens)")
 
 

@@ -307,7 +307,10 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
         if (lwq_config_layer_has_indexer(c, layer)) {
             /* the DSA indexer: with every key selected (b->seq <= index_topk, checked) it changes
              * nothing in the attention; its linears are observed on the tensors they read */
-            LWQ_TRY(lwq_config_check_seq(c, b->seq, "--calib-seq / --data-seq", e));
+            if (b->seq > c->index_topk)
+                return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d: a sequence of %lld tokens is longer than index_topk "
+                                "%d: the dense DSA attention is not the model's", layer, (long long)b->seq,
+                                c->index_topk);
             char mi[LWQ_NAME_MAX];
             snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.wq_b", pre, layer);
             LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &qa, &b->valid, e));

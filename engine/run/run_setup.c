@@ -614,9 +614,6 @@ int lwq_run_build_batches(lwq_run *r, lwq_error *e)
             lens[i] = c->len[s0 + i];
             seq = lens[i] > seq ? lens[i] : seq;
         }
-        int rc0 = lwq_config_check_seq(&r->ck.cfg, seq, "--calib-seq", e);
-        if (rc0)
-            return rc0;
         r->rows[b] = ns * seq;
         r->tokens[b] = malloc((size_t)r->rows[b] * sizeof(int32_t));
         if (!r->tokens[b])
