@@ -8,7 +8,17 @@ hf_ptq.py refuses to start without a GPU; this driver does the same three steps:
   2. ``mtq.quantize(model, cfg, forward_loop)`` with hf_ptq's own forward loop
      (``create_forward_loop(dataloader=...)``) over the shared calibration ids;
   3. ``export_hf_checkpoint(model, export_dir=OUT)``.
-The model is loaded as hf_ptq's get_model loads it: ``from_pretrained(dtype="auto")`` on the CPU.
+The model is loaded as hf_ptq's get_model loads it: the class config.json's ``architectures``
+names, ``from_pretrained(dtype="auto")`` on the CPU.  Two more of hf_ptq's steps (examples/hf_ptq at
+Model-Optimizer a2fbac7ba; the 0.47.0 wheel ships no examples):
+  * a VLM wrapper (``model.model.language_model``: Qwen3_5[Moe]ForConditionalGeneration) with
+    --qformat: only the language model is quantized and calibrated
+    (``extract_and_prepare_language_model_from_vl``: every other child of the ancestors gets
+    quantizers disabled; the forward loop runs the language model); with --recipe the whole
+    model is, as hf_ptq keeps the outer model for recipes;
+  * MTP weights (``load_mtp_weights``): tensors of the checkpoint with "mtp" in their name that
+    the model does not hold are passed to the export as ``extra_state_dict`` and their prefixes
+    set as ``model._mtp_layer_prefixes`` (the export adds ``PREFIX*`` to exclude_modules).
 
     python peers/modelopt_driver.py --src SRC --out OUT --calib ids.jsonl --qformat nvfp4 --kv fp8
     python peers/modelopt_driver.py --src SRC --out OUT --calib ids.jsonl --recipe general/ptq/fp8_default-kv_fp8
@@ -47,6 +57,63 @@ def load_ids(path, limit=None):
     if len({len(r) for r in rows}) != 1:
         sys.exit(f"modelopt_driver: {path}: rows of different lengths (the harness uses unpadded batches)")
     return torch.tensor(rows, dtype=torch.long)
+
+
+def language_model_of_vl(model):
+    """hf_ptq's extract_and_prepare_language_model_from_vl: the language model of a VLM wrapper,
+    every other child of its ancestors with quantizers disabled; the model itself otherwise."""
+    import modelopt.torch.quantization as mtq
+    from modelopt.torch.export.model_utils import get_language_model_from_vl
+
+    lineage = get_language_model_from_vl(model)
+    if lineage is None:
+        return model
+    lm = lineage.pop(-1)
+    memo = set(lineage) | {lm}
+    for anc in lineage:
+        for _, mod in anc.named_children():
+            if mod not in memo:
+                mtq.quantize(mod, {"quant_cfg": [{"quantizer_name": "*", "enable": False}], "algorithm": "max"},
+                             forward_loop=None)
+                memo.add(mod)
+    return lm
+
+
+def mtp_weights(model, src):
+    """hf_ptq's load_mtp_weights for a checkpoint of one or more .safetensors files: the tensors
+    whose name holds "mtp" (and the inlined layers num_hidden_layers.. of num_nextn_predict_layers);
+    those the model holds are loaded into it, the others returned for extra_state_dict."""
+    from safetensors.torch import safe_open
+
+    cfg = model.config
+    nextn = int(getattr(cfg, "num_nextn_predict_layers", 0) or 0)
+    inl = tuple(f"model.layers.{i}." for i in range(cfg.num_hidden_layers, cfg.num_hidden_layers + nextn)) \
+        if nextn else ()
+    tensors = {}
+    for fn in sorted(os.listdir(src)):
+        if fn.endswith(".safetensors"):
+            with safe_open(os.path.join(src, fn), framework="pt", device="cpu") as f:
+                for k in f.keys():  # noqa: SIM118
+                    if (inl and k.startswith(inl)) or "mtp" in k:
+                        tensors[k] = f.get_tensor(k)
+    if not tensors:
+        return [], {}
+    prefixes = {p[:-1] for p in inl}
+    for k in tensors:
+        if k.startswith(inl) and inl:
+            continue
+        parts = k.split(".")
+        if parts[0] != "model":
+            prefixes.add(parts[0])
+        for i, part in enumerate(parts):
+            if part == "layers" and i + 1 < len(parts) and parts[i + 1].isdigit():
+                prefixes.add(".".join(parts[:i + 2]))
+                break
+    state = model.state_dict()
+    held = {k: v for k, v in tensors.items() if k in state}
+    if held:
+        model.load_state_dict(held, strict=False)
+    return sorted(prefixes), {k: v for k, v in tensors.items() if k not in state}
 
 
 def build_cfg(a):
@@ -120,15 +187,19 @@ def run_job(a):
     import transformers
     from modelopt.torch.export import export_hf_checkpoint
     from modelopt.torch.utils.dataset_utils import create_forward_loop
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoConfig
 
     if not a.src or not a.out or not a.calib or (a.qformat is None) == (a.recipe is None):
         sys.exit("modelopt_driver: a job needs src, out, calib and one of qformat / recipe")
     t0 = time.time()
     cfg = build_cfg(a)
     dtype = "auto" if a.load_dtype == "auto" else getattr(torch, a.load_dtype)
-    model = AutoModelForCausalLM.from_pretrained(a.src, dtype=dtype, device_map="cpu")
+    arch = AutoConfig.from_pretrained(a.src).architectures[0]
+    model = getattr(transformers, arch).from_pretrained(a.src, dtype=dtype, device_map="cpu")
     model.eval()
+    target = model
+    if a.qformat:
+        target = language_model_of_vl(model)
 
     ids = load_ids(a.calib, a.calib_size)
     batches = [{"input_ids": ids[i:i + a.batch_size], "attention_mask": torch.ones_like(ids[i:i + a.batch_size])}
@@ -136,10 +207,15 @@ def run_job(a):
     forward_loop = create_forward_loop(dataloader=batches)
 
     t1 = time.time()
-    model = mtq.quantize(model, cfg, forward_loop=forward_loop)
+    quantized = mtq.quantize(target, cfg, forward_loop=forward_loop)
+    if target is model:
+        model = quantized
     t2 = time.time()
     with torch.no_grad():
-        export_hf_checkpoint(model, export_dir=a.out)
+        prefixes, extra = mtp_weights(model, a.src)
+        if prefixes:
+            model._mtp_layer_prefixes = prefixes
+        export_hf_checkpoint(model, export_dir=a.out, extra_state_dict=extra or None)
     t3 = time.time()
     job = {k: v for k, v in vars(a).items() if v is not None and k not in ("jobs", "threads")}
     run = {

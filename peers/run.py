@@ -33,6 +33,14 @@ PY = sys.executable
 CALIB = dict(size=16, seq=32, batch=4)
 ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"]
 MOE = {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"}
+# issue 34: GLM-4.5+, MiniMax-M2, DeepSeek-V3.2, GLM-5 (DSA), Mistral-Small-4 (peers/make_sources.py
+# families34_configs); the MLA ones' nvfp4 is Model Optimizer's preset through lwq's recipe, as deepseek_v3's
+FAMILIES34 = ["glm4_moe", "minimax_m2", "deepseek_v32", "glm_moe_dsa", "mistral4"]
+MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
+# issue 33: Qwen3.5 / 3.6 as published (VLM wrappers with model.visual.* and mtp.*; the MoE one's
+# experts fused 3-D on disk) and the text-only *ForCausalLM forms (peers/make_sources.py)
+QWEN3_5 = ["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"]
+QWEN3_5_RECIPES = {"qwen3_5": "huggingface/qwen3_5/ptq", "qwen3_5_moe": "huggingface/qwen3_5_moe/ptq"}
 F32_RTOL = 1e-5
 BF16_ULP = 2.0 ** -7  # one BF16 step, relative, at its widest (just above a power of two)
 
@@ -124,6 +132,55 @@ def cases():
             if "mse" in r or "gptq" in r:  # Triton inside Model Optimizer: the patched peer too
                 out.append(Case("patched", src, r.replace("/", "_") + "-patched", dict(recipe=r, patch="torch-nvfp4"),
                                 ["--recipe", r, "--recipe-root", recipe_root()]))
+    out += qwen3_5_cases()
+    out += families34_cases()
+    return out
+
+
+def qwen3_5_cases():
+    """Groups qwen3_5 (FP8 / NVFP4 max, FP8 KV for the BF16 bound), qwen3_5_w4a16 (weight-only
+    NVFP4), qwen3_5_patched (Four-over-Six: its static NVFP4 fake quant is Triton, so the patched
+    peer) and qwen3_5_recipes (the snapshot's huggingface/qwen3_5* recipes on the model_type they
+    target, text forms included; the mse ones patched)."""
+    out = []
+    for arch in QWEN3_5:
+        for dt in ("f32", "bf16"):
+            src = f"{arch}-{dt}"
+            out.append(Case("qwen3_5", src, "fp8", *preset("fp8")))
+            out.append(Case("qwen3_5", src, "nvfp4", *preset("nvfp4")))
+            out.append(Case("qwen3_5", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
+            out.append(Case("qwen3_5_w4a16", src, "w4a16_nvfp4", *preset("w4a16_nvfp4")))
+            mo, lw = preset("nvfp4_four_over_six")
+            out.append(Case("qwen3_5_patched", src, "nvfp4_four_over_six-patched", dict(mo, patch="torch-nvfp4"), lw))
+            family = "qwen3_5_moe" if "moe" in arch else "qwen3_5"
+            d = os.path.join(recipe_root(), QWEN3_5_RECIPES[family])
+            for name in sorted(os.listdir(d)):
+                if not name.endswith(".yaml") or name.endswith(".quant_cfg.yaml"):
+                    continue  # a quant_cfg snippet is imported by a recipe, not a recipe itself
+                r = QWEN3_5_RECIPES[family] + "/" + name[:-len(".yaml")]
+                mo = dict(recipe=r)
+                label = r.replace("/", "_")
+                if "mse" in r:
+                    mo["patch"] = "torch-nvfp4"
+                    label += "-patched"
+                out.append(Case("qwen3_5_recipes", src, label, mo, ["--recipe", r, "--recipe-root", recipe_root()]))
+    return out
+
+
+def families34_cases():
+    """Group families34: FP8 and NVFP4 (hf_ptq's --qformat, no KV cache) on each issue-34 family,
+    and fp8-kv_fp8 for the BF16 bound."""
+    out = []
+    for arch in FAMILIES34:
+        for dt in ("f32", "bf16"):
+            src = f"{arch}-{dt}"
+            out.append(Case("families34", src, "fp8", *preset("fp8")))
+            if arch in MLA34:
+                out.append(Case("families34", src, "nvfp4-as_modelopt_preset", dict(qformat="nvfp4", kv="none"),
+                                ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
+            else:
+                out.append(Case("families34", src, "nvfp4", *preset("nvfp4")))
+            out.append(Case("families34", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     return out
 
 
@@ -147,8 +204,12 @@ def last_line(path, grep=None):
 def ensure_sources():
     src = os.path.join(WORK, "src")
     calib = os.path.join(WORK, "calib.jsonl")
-    if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for a in ARCHS for d in ("f32", "bf16")):
-        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src], check=True)
+    missing = [a for a in ARCHS + QWEN3_5 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    if missing:
+        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing)], check=True)
+    missing34 = [a for a in FAMILIES34 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    if missing34:
+        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)
@@ -231,7 +292,8 @@ def fmt_rel(w):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats)")
+    ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
+                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

@@ -24,7 +24,10 @@ static const char *jstr(const cJSON *o, const char *k)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-static int known_algo(const char *a) { return !strcmp(a, "NVFP4") || !strcmp(a, "FP8") || !strcmp(a, "MIXED_PRECISION"); }
+static int known_algo(const char *a)
+{
+    return !strcmp(a, "NVFP4") || !strcmp(a, "FP8") || !strcmp(a, "W4A16_NVFP4") || !strcmp(a, "MIXED_PRECISION");
+}
 
 /* The quantization block: hf_quant_config.json's "quantization", else config.json's
  * quantization_config (quant_method "modelopt"). */
@@ -74,7 +77,7 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
     if (!algo)
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: no quant_algo", p);
     else if (!known_algo(algo))
-        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_algo \"%s\" is not emulated (NVFP4, FP8, MIXED_PRECISION are)", p,
+        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_algo \"%s\" is not emulated (NVFP4, FP8, W4A16_NVFP4, MIXED_PRECISION are)", p,
                       algo);
     if (rc == 0) {
         snprintf(q->quant_algo, sizeof q->quant_algo, "%s", algo);
@@ -110,9 +113,9 @@ static int read_declared(lwq_qdir *q, const char *dir, cJSON **mixed_layers, cJS
             rc = lwq_errf(e, LWQ_EFORMAT, "%s: MIXED_PRECISION without a quantized_layers object", p);
         for (const cJSON *it = ml ? ml->child : NULL; rc == 0 && it; it = it->next) {
             const char *a = jstr(it, "quant_algo");
-            if (!a || (strcmp(a, "NVFP4") && strcmp(a, "FP8")))
+            if (!a || (strcmp(a, "NVFP4") && strcmp(a, "FP8") && strcmp(a, "W4A16_NVFP4")))
                 rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quantized_layers.%s: quant_algo \"%s\" is not emulated (NVFP4, "
-                              "FP8 are)", p, it->string, a ? a : "(none)");
+                              "FP8, W4A16_NVFP4 are)", p, it->string, a ? a : "(none)");
         }
         *mixed_layers = ml;
     }
@@ -169,10 +172,15 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s is quantized (%s) but not listed in quantized_layers", dir, module,
                             fmt);
     }
-    if (strcmp(declared, fmt))
+    /* W4A16_NVFP4: NVFP4 weights, no input quantization (evaluated as the dequantized weights) */
+    int wo = !strcmp(declared, "W4A16_NVFP4") && !strcmp(fmt, "NVFP4");
+    if (strcmp(declared, fmt) && !wo)
         return lwq_errf(e, LWQ_EFORMAT, "%s: %s.weight is stored as %s but the config declares %s", dir, module, fmt,
                         declared);
-    if (!is || !lwq_ckpt_is_f32_scalar(is))
+    if (wo && is)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s is declared W4A16_NVFP4 (weight-only) but has an input_scale", dir,
+                        module);
+    if (!wo && (!is || !lwq_ckpt_is_f32_scalar(is)))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s.input_scale is %s; weight-only or dynamic activation "
                         "quantization is not emulated (a static F32 scalar input_scale is needed)", dir, module,
                         is ? "not an F32 scalar" : "missing");
@@ -445,7 +453,9 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
         if (!sc || (w->dtype != LWQ_U8 && w->dtype != LWQ_F8_E4M3))
             continue; /* unquantized: runs in the source dtype */
         lwq_qformat f = w->dtype == LWQ_U8 ? LWQ_QFMT_NVFP4 : LWQ_QFMT_FP8;
-        if (!is || (f == LWQ_QFMT_NVFP4 && !s2))
+        /* weight-only NVFP4 (W4A16: no input_scale, the directory's config checked that) */
+        int wo = f == LWQ_QFMT_NVFP4 && !is && s2;
+        if ((!is && !wo) || (f == LWQ_QFMT_NVFP4 && !s2))
             return lwq_errf(e, LWQ_EFORMAT, "%s: the scales of a %s linear are incomplete", l->name, lwq_qformat_name(f));
         /* a depthwise conv1d is no GEMM: its input quantization is not emulated, its FP8 weight
          * dequantizes like any other (weights only) */
@@ -459,7 +469,7 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
         int64_t shape[3] = {rows, conv ? 1 : cols, cols};
         /* every value is checked before anything is allocated: a NaN, zero or negative scale or
          * a NaN code would dequantize into NaN weights and a plausible-looking report */
-        float in_scale = scalar(is);
+        float in_scale = wo ? 1.0f : scalar(is);
         if (!(in_scale > 0) || in_scale > 3.4e38f)
             return lwq_errf(e, LWQ_ENUMERIC, "%s.input_scale is %g; it must be finite and > 0", l->name,
                             (double)in_scale);
@@ -478,7 +488,7 @@ int lwq_qlayer_view_make(const lwq_arch_layer *plan, const lwq_tlist *qt, int kv
         if ((rc = lwq_tlist_add(&v->overlay, w->name, LWQ_F32, conv ? 3 : 2, shape, buf, 1, e)) < 0)
             return rc;
         /* weights only: the GEMM wrapper does not know the linear, so its input is used as is */
-        if (!weights_only && (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
+        if (!weights_only && !wo && (rc = lwq_emul_add(em, l->name, f, in_scale, e)) < 0)
             return rc;
         v->quantized++;
         rc = 0;

@@ -462,6 +462,42 @@ Test(ops_cpu, amax_counts_only_valid_rows_and_propagates_nan)
     cr_assert_eq(m, 4.0f);
 }
 
+/* BF16 rows take a bits-only path: the same amax as the f32 path on the same values, rows longer
+ * than its 32-wide blocks and not a multiple of them, Inf kept, NaN propagated, padding ignored. */
+Test(ops_cpu, amax_bf16_equals_the_f32_amax)
+{
+    enum { R = 5, D = 77 };
+    uint16_t xb[R][D];
+    float xf[R][D];
+    uint8_t valid[R] = {1, 1, 0, 1, 1};
+    for (int r = 0; r < R; r++)
+        for (int c = 0; c < D; c++) {
+            xb[r][c] = lwq_f32_to_bf16((float)((r * 31 + c * 17) % 97 - 48) * 0.37f);
+            xf[r][c] = lwq_bf16_to_f32(xb[r][c]);
+        }
+    xb[2][5] = lwq_f32_to_bf16(-1000.0f); /* padding row: ignored */
+    xf[2][5] = -1000.0f;
+    xb[4][D - 1] = lwq_f32_to_bf16(-30.0f); /* the largest, in a row's scalar tail */
+    xf[4][D - 1] = -30.0f;
+    int64_t sx[2] = {R, D}, sv[1] = {R};
+    lwq_tensor tb = lwq_tensor_view(xb, LWQ_BF16, 2, sx), tf = lwq_tensor_view(xf, LWQ_F32, 2, sx);
+    lwq_tensor tv = lwq_tensor_view(valid, LWQ_U8, 1, sv);
+    lwq_error e = {0};
+    float mb, mf;
+    cr_assert_eq(lwq_backend_amax(&be, &tb, &tv, &mb, &e), 0);
+    cr_assert_eq(lwq_backend_amax(&be, &tf, &tv, &mf, &e), 0);
+    cr_assert_eq(mb, mf);
+    cr_assert_eq(mb, 30.0f);
+    cr_assert_eq(lwq_backend_amax(&be, &tb, NULL, &mb, &e), 0);
+    cr_assert_eq(mb, 1000.0f);
+    xb[1][40] = 0xff80; /* -Inf */
+    cr_assert_eq(lwq_backend_amax(&be, &tb, &tv, &mb, &e), 0);
+    cr_assert(isinf(mb) && mb > 0);
+    xb[3][3] = 0x7fc1; /* NaN */
+    cr_assert_eq(lwq_backend_amax(&be, &tb, &tv, &mb, &e), 0);
+    cr_assert(isnan(mb));
+}
+
 Test(ops_cpu, tensor_on_wrong_device_is_refused)
 {
     float x[2][2] = {{0}};

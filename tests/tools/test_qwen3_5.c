@@ -3,7 +3,7 @@
  * fused groups, the vision tower and mtp.* copied through and excluded as Model Optimizer 0.47
  * excludes them, expert streaming and resume byte-identical, inspect / plan / verify / eval; and
  * fused 3-D experts on disk (mlp.experts.gate_up_proj / down_proj) quantized exactly as the same
- * experts stored per expert; the refusals: an unknown layer_types entry and a fused expert tensor
+ * experts stored per expert; two MPI ranks and --auto-quantize-bits; the refusals: an unknown layer_types entry and a fused expert tensor
  * of the wrong shape (before any weight is read, nothing written), image calibration inputs. */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -313,4 +313,42 @@ Test(qwen3_5, fused_expert_tensor_of_the_wrong_shape_is_refused_naming_it)
                          g_tmp),
                  0, "the refusal does not name the tensor and both shapes");
     cr_assert_eq(lwqt_sh("test -z \"$(ls -A %s/out)\"", g_tmp), 0, "something was written");
+}
+
+Test(qwen3_5, two_ranks_write_the_bytes_of_one_process)
+{
+    const char *mpiexec = getenv("LWQ_MPIEXEC");
+    if (!mpiexec || !*mpiexec)
+        cr_skip_test("this lwq was built without MPI (LWQ_MPI=OFF or none found): no launcher to test with");
+    if (access(mpiexec, X_OK) != 0)
+        cr_skip_test("the MPI launcher this lwq was built with, %s, is not here", mpiexec);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 1);
+    setenv("OMPI_MCA_plm_rsh_agent", "", 1);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    make_model("m", "qwen3_5_moe");
+    cr_assert_eq(quantize("m", "one", NULL, "--qformat nvfp4"), 0);
+    char launch[600];
+    snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
+    cr_assert_eq(quantize("m", "two", launch, "--qformat nvfp4"), 0, "mpiexec -n 2 failed");
+    cr_assert(same_dirs("one", "two"), "two ranks wrote other bytes");
+}
+
+Test(qwen3_5, auto_quantize_bits_picks_a_mix_within_the_budget)
+{
+    make_model("m", "qwen3_5_moe");
+    cr_assert_eq(quantize("m", "q", NULL, "--auto-quantize-bits 6"), 0, "auto-quantize failed");
+    char *r = slurp_rel("q/auto_quantize.json");
+    cr_assert(strstr(r, "model.language_model.layers.0.linear_attn.in_proj_qkv"),
+              "the split DeltaNet projections are not a candidate group: %s", r);
+    free(r);
+    char p[512];
+    snprintf(p, sizeof p, "%s/q/auto_quantize.json", g_tmp);
+    cJSON *j = lwqt_json(p);
+    double bits = lwqt_num(cJSON_GetObjectItemCaseSensitive(j, "written"), "bits_per_weight");
+    cr_assert(bits <= 6.0 && bits > 4.0, "written %g bits per weight for a budget of 6", bits);
+    cJSON_Delete(j);
+    cr_assert_eq(lwqt_sh("%s verify %s/q >/dev/null 2>&1", lwqt_bin(), g_tmp), 0, "verify failed");
 }

@@ -307,6 +307,21 @@ Test(eval, refuses_weight_only_quantization)
     expect_refusal(a, "model.layers.1.mlp.down_proj.input_scale is missing", "weight-only");
 }
 
+/* W4A16_NVFP4 (issue 33): the dequantized weights, no activation quantization; an output
+ * declared so that still carries an input_scale is refused */
+Test(eval, weight_only_nvfp4_is_evaluated_as_its_weights)
+{
+    const char *m = mk("m", NULL);
+    const char *q[] = {"quantize", m, "-o", lwqt_path("q"), "--qformat", "w4a16_nvfp4", "--calib-size", "4",
+                       "--calib-seq", "16", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(q), 0, "%s", lwqt_slurp(lwqt_path("err.txt")));
+    const char *a[] = {"eval", m, lwqt_path("q"), "--data-size", "2", "--data-seq", "8", "--quiet", NULL};
+    int rc = lwqt_run(a);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+}
+
 Test(eval, plan_covers_every_stream)
 {
     const char *m = mk("m", NULL);
