@@ -129,18 +129,20 @@ static void plan_gqa_attention(builder *b)
         o_bias = 0; /* Qwen2: biases on q/k/v only */
     if (f->bias == LWQ_BIAS_NEVER)
         qkv_bias = o_bias = 0; /* no bias option in these attention classes */
+    if (f->bias == LWQ_BIAS_KEY_QKV)
+        o_bias = 0; /* glm4_moe: attention_bias sets q/k/v only */
     int64_t q_out = f->attn == LWQ_MIXER_GATED_GQA ? 2 * qo : qo; /* q and its output gate */
     int g = new_group(b);
     linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, q_out, h, g, 0, qkv_bias);
     linear(b, "self_attn.k_proj", LWQ_ROLE_K, -1, kvo, h, g, 0, qkv_bias);
     linear(b, "self_attn.v_proj", LWQ_ROLE_V, -1, kvo, h, g, 0, qkv_bias);
     linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, qo, -1, 0, o_bias);
-    if (f->qk_norm) {
-        tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.q_norm.weight");
-        tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.k_norm.weight");
+    if (lwq_config_qk_norm(c)) { /* per head, or over the whole projection (minimax_m2) */
+        tensor(b, LWQ_TK_NORM, 0, 1, f->qk_norm_full ? qo : hd, 0, 0, "self_attn.q_norm.weight");
+        tensor(b, LWQ_TK_NORM, 0, 1, f->qk_norm_full ? kvo : hd, 0, 0, "self_attn.k_norm.weight");
     }
     /* Older exports saved RoPE's inverse frequencies as a buffer. */
-    int64_t rot = (int64_t)((double)hd * c->partial_rotary_factor);
+    int64_t rot = lwq_config_rotary_dim(c);
     tensor(b, LWQ_TK_BUFFER, 1, 1, rot / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
 }
 
@@ -152,11 +154,24 @@ static void plan_mla_attention(builder *b)
     if (c->q_lora_rank > 0) {
         /* vLLM fuses q_a_proj and kv_a_proj_with_mqa into one GEMM (fused_qkv_a_proj). */
         int g = new_group(b);
+        /* the DSA indexer's linears: Model Optimizer 0.47 quantizes them as any linear, and its
+         * export fuses the linears that read one input: wk and weights_proj with q_a_proj and
+         * kv_a_proj_with_mqa (the layer's input), wq_b with q_b_proj (q_a_layernorm's output) */
+        const int idx = lwq_config_layer_has_indexer(c, b->l->layer);
+        int gb = idx ? new_group(b) : -1;
         linear(b, "self_attn.q_a_proj", LWQ_ROLE_Q_A, -1, c->q_lora_rank, h, g, 0, 0);
         tensor(b, LWQ_TK_NORM, 0, 1, c->q_lora_rank, 0, 0, "self_attn.q_a_layernorm.weight");
-        linear(b, "self_attn.q_b_proj", LWQ_ROLE_Q_B, -1, H * qk, c->q_lora_rank, -1, 0, 0);
+        linear(b, "self_attn.q_b_proj", LWQ_ROLE_Q_B, -1, H * qk, c->q_lora_rank, gb, 0, 0);
         linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
                c->kv_lora_rank + c->qk_rope_head_dim, h, g, 0, 0);
+        if (idx) {
+            linear(b, "self_attn.indexer.wq_b", LWQ_ROLE_IDX_Q_B, -1, (int64_t)c->index_n_heads * c->index_head_dim,
+                   c->q_lora_rank, gb, 0, 0);
+            linear(b, "self_attn.indexer.wk", LWQ_ROLE_IDX_K, -1, c->index_head_dim, h, g, 0, 0);
+            linear(b, "self_attn.indexer.weights_proj", LWQ_ROLE_IDX_WEIGHTS, -1, c->index_n_heads, h, g, 0, 0);
+            tensor(b, LWQ_TK_NORM, 0, 1, c->index_head_dim, 0, 0, "self_attn.indexer.k_norm.weight");
+            tensor(b, LWQ_TK_PARAM, 0, 1, c->index_head_dim, 0, 0, "self_attn.indexer.k_norm.bias");
+        }
     } else {
         linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, H * qk, h, -1, 0, 0);
         linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
@@ -227,6 +242,8 @@ static void plan_moe(builder *b)
     const lwq_family *f = c->family;
     if (f->experts == LWQ_EXPERTS_MIXTRAL) {
         linear(b, "block_sparse_moe.gate", LWQ_ROLE_ROUTER, -1, E, h, -1, 1, 0);
+        if (f->router == LWQ_ROUTER_SIGMOID_BIAS)
+            tensor(b, LWQ_TK_PARAM, 0, 1, E, 0, 0, "block_sparse_moe.e_score_correction_bias");
         for (int e = 0; e < E; e++) {
             int g = new_group(b);
             snprintf(m, sizeof m, "block_sparse_moe.experts.%d.w1", e);
@@ -369,7 +386,10 @@ int lwq_arch_is_mla_projection(const lwq_arch_layer *l, const lwq_arch_linear *m
     case LWQ_ROLE_Q_A:
     case LWQ_ROLE_Q_B:
     case LWQ_ROLE_KV_A:
-    case LWQ_ROLE_KV_B: return 1;
+    case LWQ_ROLE_KV_B:
+    case LWQ_ROLE_IDX_Q_B: /* grouped with q_b_proj / q_a_proj: kept with them under lwq's nvfp4 */
+    case LWQ_ROLE_IDX_K:
+    case LWQ_ROLE_IDX_WEIGHTS: return 1;
     default: return 0;
     }
 }

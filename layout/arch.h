@@ -65,6 +65,9 @@ typedef enum lwq_linear_role {
     LWQ_ROLE_LIN_OUT,       /* linear_attn.out_proj */
     LWQ_ROLE_LIN_CONV,      /* linear_attn.conv1d: depthwise [channels, 1, kernel] weight, treated
                                as a linear of out = channels, in = kernel (per-tensor FP8 only) */
+    LWQ_ROLE_IDX_Q_B,       /* DSA indexer: self_attn.indexer.wq_b (on q_b_proj's input) */
+    LWQ_ROLE_IDX_K,         /* self_attn.indexer.wk (on q_a_proj's input) */
+    LWQ_ROLE_IDX_WEIGHTS,   /* self_attn.indexer.weights_proj (on q_a_proj's input) */
     LWQ_ROLE_COUNT
 } lwq_linear_role;
 

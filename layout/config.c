@@ -233,6 +233,53 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     return 0;
 }
 
+/* DeepSeek's routing keys (every family with LWQ_KEYS_DEEPSEEK: deepseek_v2/v3, kimi_k2, glm4_moe):
+ * which layers are dense, the groups, the scaling, the MTP layer count. */
+static int parse_deepseek_routing(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
+    LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
+    LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
+    LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
+    LWQ_TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
+    LWQ_TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
+    LWQ_TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
+    LWQ_TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
+                sizeof c->scoring_func));
+    LWQ_TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
+                sizeof c->topk_method));
+    if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
+                        c->scoring_func);
+    if (c->topk_group > c->n_group)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: topk_group %d exceeds n_group %d", x->path,
+                        c->topk_group, c->n_group);
+    if (c->num_experts % c->n_group != 0)
+        return lwq_errf(x->e, LWQ_EFORMAT, "%s: n_routed_experts %d is not a multiple of n_group %d",
+                        x->path, c->num_experts, c->n_group);
+    return 0;
+}
+
+/* MiniMax-M2's routing: what transformers 5.14.1 computes is fixed (sigmoid, the correction bias,
+ * no scaling); keys of the published configs that would say otherwise are refused by name, as
+ * is a rotary_dim that disagrees with head_dim x partial_rotary_factor. */
+static int parse_sigmoid_router(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    char sf[16];
+    int bias = 1;
+    LWQ_TRY(get_str(x, o, "scoring_func", "sigmoid", sf, sizeof sf));
+    LWQ_TRY(get_bool(x, o, "use_routing_bias", 1, &bias));
+    if (strcmp(sf, "sigmoid") || !bias)
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                        "%s: model_type '%s': \"%s%s\" = %s%s%s is not what its router computes "
+                        "(sigmoid scores with the e_score_correction_bias)",
+                        x->path, c->model_type, x->section, strcmp(sf, "sigmoid") ? "scoring_func" : "use_routing_bias",
+                        strcmp(sf, "sigmoid") ? "\"" : "", strcmp(sf, "sigmoid") ? sf : "false",
+                        strcmp(sf, "sigmoid") ? "\"" : "");
+    c->routed_scaling_factor = 1.0;
+    return 0;
+}
+
 static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int big = 1 << 16;
@@ -242,6 +289,7 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (f->keys == LWQ_KEYS_DEEPSEEK) {
         LWQ_TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
         LWQ_TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
+        LWQ_TRY(parse_deepseek_routing(x, o, c));
     } else {
         /* transformers 4 qwen3_moe: num_experts; mixtral and transformers 5: num_local_experts */
         const char *key = get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
@@ -262,6 +310,8 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
         LWQ_TRY(get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
         c->moe_intermediate_size = v;
     }
+    if (f->router == LWQ_ROUTER_SIGMOID_BIAS)
+        LWQ_TRY(parse_sigmoid_router(x, o, c));
     if (f->norm_topk_fixed)
         c->norm_topk_prob = 1; /* the router always renormalises */
     else
@@ -309,27 +359,85 @@ static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
     LWQ_TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
     LWQ_TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
-    int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
-    LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
-    LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
-    LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
-    LWQ_TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
-    LWQ_TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
-    LWQ_TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
-    LWQ_TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
-                sizeof c->scoring_func));
-    LWQ_TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
-                sizeof c->topk_method));
-    if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
-        return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
-                        c->scoring_func);
-    if (c->topk_group > c->n_group)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: topk_group %d exceeds n_group %d", x->path,
-                        c->topk_group, c->n_group);
-    if (c->num_experts % c->n_group != 0)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: n_routed_experts %d is not a multiple of n_group %d",
-                        x->path, c->num_experts, c->n_group);
     c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim; /* the q/k head width */
+    return 0;
+}
+
+/* The DSA indexer's geometry and its layers: every layer (deepseek_v32), or glm_moe_dsa's
+ * indexer_types ("full" / "shared"), index_topk_pattern ("F" / "S" per layer) or the
+ * index_topk_freq / index_skip_topk_offset schedule, as transformers derives them.  mlp_layer_types,
+ * where present, must be what first_k_dense_replace gives. */
+static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
+{
+    const int n = c->num_hidden_layers;
+    LWQ_TRY(get_i32(x, o, "index_topk", 1, 0, 1, 1 << 30, &c->index_topk));
+    LWQ_TRY(get_i32(x, o, "index_n_heads", 1, 0, 1, 1 << 16, &c->index_n_heads));
+    LWQ_TRY(get_int(x, o, "index_head_dim", 1, 0, 1, 1 << 16, &c->index_head_dim));
+    if (c->q_lora_rank <= 0 || c->index_head_dim < c->qk_rope_head_dim)
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                        "%s: model_type '%s': the DSA indexer needs q_lora_rank > 0 (got %lld) and index_head_dim "
+                        "%lld >= qk_rope_head_dim %lld",
+                        x->path, c->model_type, (long long)c->q_lora_rank, (long long)c->index_head_dim,
+                        (long long)c->qk_rope_head_dim);
+    if (!(c->layer_indexer = calloc((size_t)n + 1, 1)))
+        return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
+    const cJSON *types = get(o, "indexer_types"), *pat = get(o, "index_topk_pattern");
+    for (int i = 0; i < n; i++)
+        c->layer_indexer[i] = 1;
+    if (c->family->dsa == 2 && types) {
+        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%sindexer_types\" must list %d layer types", x->path,
+                            x->section, n);
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(types, i);
+            int full = cJSON_IsString(t) && !strcmp(t->valuestring, "full");
+            if (!full && !(cJSON_IsString(t) && !strcmp(t->valuestring, "shared")))
+                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                                "%s: model_type '%s': \"%sindexer_types\"[%d] = %s%s%s is not an indexer type lwq "
+                                "implements (\"full\", \"shared\")",
+                                x->path, c->model_type, x->section, i, cJSON_IsString(t) ? "\"" : "",
+                                cJSON_IsString(t) ? t->valuestring : "a non-string", cJSON_IsString(t) ? "\"" : "");
+            c->layer_indexer[i] = (unsigned char)full;
+        }
+    } else if (c->family->dsa == 2 && pat) {
+        size_t len = cJSON_IsString(pat) ? strlen(pat->valuestring) : 0;
+        for (int i = 0; i < n; i++) {
+            char ch = i < (int)len ? pat->valuestring[i] : 0;
+            if (len != (size_t)n || (ch != 'F' && ch != 'S'))
+                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                                "%s: model_type '%s': \"%sindex_topk_pattern\" must be %d letters F or S, one per "
+                                "layer",
+                                x->path, c->model_type, x->section, n);
+            c->layer_indexer[i] = ch == 'F';
+        }
+    } else if (c->family->dsa == 2) {
+        int freq = 1, off = 2;
+        LWQ_TRY(get_i32(x, o, "index_topk_freq", 0, 1, 1, LWQ_MAX_LAYERS, &freq));
+        LWQ_TRY(get_i32(x, o, "index_skip_topk_offset", 0, 2, 0, LWQ_MAX_LAYERS, &off));
+        for (int i = 0; i < n; i++)
+            c->layer_indexer[i] = ((i - off + 1 > 0 ? i - off + 1 : 0) % freq) == 0;
+    }
+    if (!c->layer_indexer[0])
+        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                        "%s: model_type '%s': layer 0 shares the indexer selection of no earlier layer", x->path,
+                        c->model_type);
+    const cJSON *mt = get(o, "mlp_layer_types");
+    if (mt) {
+        if (!cJSON_IsArray(mt) || cJSON_GetArraySize(mt) != n)
+            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%smlp_layer_types\" must list %d layer types", x->path,
+                            x->section, n);
+        for (int i = 0; i < n; i++) {
+            const cJSON *t = cJSON_GetArrayItem(mt, i);
+            const char *want = lwq_config_layer_is_moe(c, i) ? "sparse" : "dense";
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, want))
+                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                                "%s: model_type '%s': \"%smlp_layer_types\"[%d] = %s%s%s, but first_k_dense_replace "
+                                "%d makes layer %d %s",
+                                x->path, c->model_type, x->section, i, cJSON_IsString(t) ? "\"" : "",
+                                cJSON_IsString(t) ? t->valuestring : "a non-string", cJSON_IsString(t) ? "\"" : "",
+                                c->first_k_dense_replace, i, want);
+        }
+    }
     return 0;
 }
 
@@ -445,6 +553,11 @@ static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
 int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64_t seq, const char *what,
                          const char *option, lwq_error *e)
 {
+    if (c->family && c->family->dsa && seq > c->index_topk)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s/config.json: %s of %lld tokens is longer than index_topk %d of "
+                        "this %s model: lwq computes DeepSeek sparse attention densely, which is exact only while "
+                        "the indexer keeps every key; give %s %d or less", model_dir, what, (long long)seq,
+                        c->index_topk, c->model_type, option, c->index_topk);
     if (c->sliding_window <= 0 || seq <= c->sliding_window)
         return 0;
     char layers[64];
@@ -493,6 +606,8 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     LWQ_TRY(get_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
     if (f->bias == LWQ_BIAS_QKV)
         c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
+    if (f->qk_norm_key)
+        LWQ_TRY(get_bool(x, o, "use_qk_norm", 0, &c->qk_norm));
     LWQ_TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
     LWQ_TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
     if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
@@ -516,11 +631,32 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     LWQ_TRY(parse_rope(x, o, c));
+    if (f->rope_partial) {
+        /* transformers: int(head_dim * partial_rotary_factor) dims rotate, paired half with half */
+        int64_t rot = lwq_config_rotary_dim(c);
+        if (get(o, "rotary_dim")) { /* MiniMax's own key, ignored by transformers: it must agree */
+            LWQ_TRY(get_int(x, o, "rotary_dim", 1, 0, 0, 1 << 16, &v));
+            if (v != rot)
+                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                                "%s: model_type '%s': \"%srotary_dim\" = %lld disagrees with head_dim %lld x "
+                                "partial_rotary_factor %g = %lld, which transformers rotates",
+                                x->path, c->model_type, x->section, (long long)v, (long long)c->head_dim,
+                                c->partial_rotary_factor, (long long)rot);
+        }
+        if (rot < 2 || rot % 2)
+            return lwq_errf(x->e, LWQ_EUNSUPPORTED,
+                            "%s: model_type '%s': \"%spartial_rotary_factor\" = %g gives %lld rotary dims "
+                            "of head_dim %lld (lwq needs an even number, at least 2)",
+                            x->path, c->model_type, x->section, c->partial_rotary_factor, (long long)rot,
+                            (long long)c->head_dim);
+    }
 
     if (moe)
         LWQ_TRY(parse_moe(x, o, c));
     if (f->attn == LWQ_MIXER_MLA)
         LWQ_TRY(parse_mla(x, o, c));
+    if (f->dsa)
+        LWQ_TRY(parse_dsa(x, o, c));
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
     LWQ_TRY(parse_layer_mixers(x, o, c));
@@ -540,6 +676,7 @@ void lwq_config_free(lwq_model_config *c)
         return;
     free(c->mlp_only_layers);
     free(c->layer_mixer);
+    free(c->layer_indexer);
     cJSON_Delete(c->raw);
     free(c->text);
     memset(c, 0, sizeof *c);
@@ -637,6 +774,21 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
                layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
     default: return 0;
     }
+}
+
+int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer)
+{
+    return c->layer_indexer && layer >= 0 && layer < c->num_hidden_layers && c->layer_indexer[layer];
+}
+
+int lwq_config_qk_norm(const lwq_model_config *c)
+{
+    return (c->family && c->family->qk_norm) || c->qk_norm;
+}
+
+int64_t lwq_config_rotary_dim(const lwq_model_config *c)
+{
+    return (int64_t)((double)c->head_dim * c->partial_rotary_factor);
 }
 
 lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)

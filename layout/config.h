@@ -62,6 +62,7 @@ typedef struct lwq_model_config {
     double rms_norm_eps;
     int tie_word_embeddings;
     int attention_bias;       /* q/k/v biases (qwen2 always; llama "attention_bias") */
+    int qk_norm;              /* "use_qk_norm" where the row reads it (lwq_config_qk_norm) */
     int mlp_bias;             /* llama "mlp_bias": gate/up/down biases */
     char hidden_act[32];      /* "silu" when absent; anything else is refused */
 
@@ -91,6 +92,12 @@ typedef struct lwq_model_config {
     double routed_scaling_factor;
     char scoring_func[16], topk_method[32];
 
+    /* DeepSeek sparse attention (family->dsa): the indexer's geometry, and which layers carry one
+     * (num_hidden_layers entries, owned; read with lwq_config_layer_has_indexer) */
+    int index_topk, index_n_heads;
+    int64_t index_head_dim;
+    unsigned char *layer_indexer;
+
     /* The mixer of each decoder layer (lwq_mixer_kind): family->attn, or family->linear where
      * layer_types says "linear_attention".  num_hidden_layers entries, owned; NULL (a config
      * built by hand) means family->attn everywhere: read it with lwq_config_layer_mixer. */
@@ -119,12 +126,20 @@ typedef struct lwq_model_config {
     size_t text_len;
 } lwq_model_config;
 
+/* Whether decoder layer `layer` has a DSA indexer (self_attn.indexer.*). */
+int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer);
+/* Whether the GQA q/k carry per-head RMSNorms: the row says always (qwen3), or "use_qk_norm"
+ * does (glm4_moe; lwq_model_config.qk_norm). */
+int lwq_config_qk_norm(const lwq_model_config *c);
+/* The rotary dims of a GQA head: int(head_dim * partial_rotary_factor), as transformers. */
+int64_t lwq_config_rotary_dim(const lwq_model_config *c);
+
 /* Parse config.json at `path`.  Input is bounded (a config over 16 MiB is refused). */
 int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e);
 int lwq_config_parse(const char *path_for_errors, const char *json, lwq_model_config *c, lwq_error *e);
 void lwq_config_free(lwq_model_config *c);
 /* 0 when a sequence of `seq` tokens sees the attention lwq computes, full causal attention: no
- * layer has a sliding window shorter than it.  Else LWQ_EUNSUPPORTED naming the model directory's
+ * layer has a sliding window shorter than it, and a DSA model's index_topk is not shorter.  Else LWQ_EUNSUPPORTED naming the model directory's
  * config.json, `what` ("a calibration sequence"), both lengths, the key and the model_type, and
  * `option`, the one that shortens the sequences. */
 int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64_t seq, const char *what,

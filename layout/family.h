@@ -37,6 +37,7 @@ typedef enum lwq_bias_rule {
     LWQ_BIAS_KEY = 0, /* "attention_bias" (default false) sets q/k/v and o */
     LWQ_BIAS_QKV,     /* q/k/v always, o never (qwen2) */
     LWQ_BIAS_NEVER,   /* the attention class has no bias option */
+    LWQ_BIAS_KEY_QKV, /* "attention_bias" (default false) sets q/k/v; o never (glm4_moe) */
 } lwq_bias_rule;
 
 typedef enum lwq_norm_kind {
@@ -56,6 +57,9 @@ typedef enum lwq_router_kind {
     LWQ_ROUTER_SOFTMAX = 0, /* softmax over experts, top-k, renormalised when norm_topk_prob */
     LWQ_ROUTER_DEEPSEEK_V2, /* softmax, greedy or group_limited_greedy, routed_scaling_factor */
     LWQ_ROUTER_DEEPSEEK_V3, /* sigmoid + e_score_correction_bias, group top-k (noaux_tc) */
+    LWQ_ROUTER_SIGMOID_BIAS, /* MiniMax-M2: logits in the activation dtype, sigmoid, top-k of
+                                sigmoid + <moe>.e_score_correction_bias without groups, the chosen
+                                sigmoids / their sum; no routed_scaling_factor */
 } lwq_router_kind;
 
 /* How the routed experts' tensors are named. */
@@ -99,6 +103,16 @@ typedef struct lwq_family {
     lwq_mixer_kind linear;  /* "linear_attention" layers of layer_types; NONE: no such layers */
     lwq_bias_rule bias;
     int qk_norm;            /* per-head self_attn.{q,k}_norm before RoPE */
+    int qk_norm_key;        /* ... only when "use_qk_norm" is true (glm4_moe); the config's
+                               lwq_model_config.qk_norm says which a model has */
+    int qk_norm_full;       /* the q/k norms span the whole projection (heads x head_dim), one
+                               RMS over all heads (minimax_m2), not one per head */
+    int dsa;                /* DeepSeek sparse attention: MLA plus self_attn.indexer.{wq_b, wk,
+                               k_norm, weights_proj}; 1: on every layer (deepseek_v32), 2: on the
+                               "full" layers of indexer_types (glm_moe_dsa).  Computed dense: exact
+                               while a sequence is at most index_topk long (longer ones refused) */
+    int rope_partial;       /* the GQA block rotates head_dim * partial_rotary_factor dims
+                               (rotate-half over that slice, the rest passes; glm4_moe) */
     int mlp_bias;           /* "mlp_bias" adds gate/up/down biases */
     lwq_norm_kind norm;     /* every RMSNorm of the model (layers and final) */
     /* MLP */
@@ -109,6 +123,8 @@ typedef struct lwq_family {
     lwq_shared_kind shared;
     int norm_topk_default;  /* norm_topk_prob when the key is absent */
     int norm_topk_fixed;    /* the router always renormalises, whatever the key says */
+    int group_mask_inf;     /* DeepSeek-V3 routing: experts outside the topk_group groups get a
+                               choice score of -inf (transformers 5's glm4_moe), not 0.0 */
     /* defaults */
     double rope_theta, rms_norm_eps, partial_rotary;
     /* outside the decoder layers */

@@ -234,6 +234,33 @@ int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error 
                     attn_module, r->name, lwq_kv_mode_name(k), lwq_kv_mode_name(r->kv));
 }
 
+/* Model Optimizer quantizes an nn.Embedding's table when a rule names it (the Nemotron-3 Nano W4A16
+ * recipe: '*embeddings*weight_quantizer' with nvfp4); lwq keeps every embedding in the source dtype,
+ * so a rule that names an embedding and turns a weight format on is refused rather than ignored.
+ * '*embed_vision*' is the vision branch's projection, which lwq passes through, not an embedding. */
+int lwq_recipe_check_embedding(const lwq_recipe *r, const char *path, lwq_error *e)
+{
+    for (int i = 0; i < r->nrules; i++) {
+        const lwq_recipe_rule *u = &r->rules[i];
+        if (!u->match || !strstr(u->match, "embed") || strstr(u->match, "embed_vision"))
+            continue;
+        if (u->quantizer != LWQ_QSEL_BOTH && u->quantizer != LWQ_QSEL_WEIGHT)
+            continue;
+        int on = u->has_enable ? u->enable : u->has_format;
+        if (on && u->has_format && u->format != LWQ_QFMT_NONE)
+            return lwq_errf(e, LWQ_EUNSUPPORTED,
+                            "%s: rule %d ('%s') quantizes an embedding's weight (%s); lwq keeps the embeddings "
+                            "in the source dtype and does not write a quantized one (drop the rule, or "
+                            "{quantizer_name: '%s', enable: false})",
+                            path, i, u->match, lwq_qformat_name(u->format), u->match);
+        if (on && !u->has_format)
+            return lwq_errf(e, LWQ_EUNSUPPORTED,
+                            "%s: rule %d ('%s') enables an embedding's weight quantizer; lwq keeps the embeddings "
+                            "in the source dtype and does not write a quantized one", path, i, u->match);
+    }
+    return 0;
+}
+
 int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_error *e)
 {
     return lwq_errf(e, LWQ_EUNSUPPORTED,
@@ -483,6 +510,8 @@ int lwq_recipe_parse(const char *path, const char *json, lwq_recipe *r, lwq_erro
         return lwq_errf(e, LWQ_EFORMAT, "%s: invalid JSON near byte %ld", path,
                         (long)(cJSON_GetErrorPtr() ? cJSON_GetErrorPtr() - json : 0));
     int rc = parse_tree(path, root, r, e);
+    if (rc == 0)
+        rc = lwq_recipe_check_embedding(r, path, e);
     cJSON_Delete(root);
     if (rc)
         lwq_recipe_free(r);

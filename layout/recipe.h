@@ -141,6 +141,9 @@ int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_er
 int lwq_glob_match(const char *pattern, const char *name);
 /* LWQ_MSE_RANGE_* of Model Optimizer's (start_multiplier, stop_multiplier, step_size), or -1 when
  * lwq does not implement that range. */
+/* A rule that names an embedding ("embed" in its glob, the vision branch's '*embed_vision*' aside)
+ * and turns a weight format on: refused, naming the rule (lwq never quantizes an embedding). */
+int lwq_recipe_check_embedding(const lwq_recipe *r, const char *path, lwq_error *e);
 int lwq_recipe_mse_range(double start, double stop, double step);
 
 const char *lwq_qformat_name(lwq_qformat f);     /* "nvfp4", "fp8", "none" */

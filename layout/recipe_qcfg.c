@@ -313,6 +313,9 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
             on = u->enable;
     }
     r->kv = on ? mode : LWQ_KV_NONE;
+    int rc = lwq_recipe_check_embedding(r, path, e);
+    if (rc)
+        return rc;
     lwq_quant_choice lm = lwq_recipe_resolve_module(r, "lm_head", 0);
     /* weight-only NVFP4 with dynamic blocks (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
      * '*lm_head*weight_quantizer' with nvfp4): lwq writes that; anything else it refuses */

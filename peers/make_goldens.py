@@ -273,16 +273,64 @@ def add_formats():
     print(f"make_goldens: {len(new)} format cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# issue 34: FP8 and NVFP4 on each family (peers/run.py group "families34"), added with --add
+# families34, and transformers' per-layer forward of their F32 sources (forward/)
+FAMILY_LABELS = {"fp8", "nvfp4", "nvfp4-as_modelopt_preset"}
+FORWARD_SEQS = 4  # calibration rows in each forward dump
+FAMILIES34_COMMAND = ("peers/run.sh --only families34; "
+                      ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add families34")
+
+
+def forward34():
+    """transformers' own forward, layer by layer (peers/layer_dump.py), of each issue-34 family's F32
+    source, into DEST/forward/<src>.safetensors; their MANIFEST entries."""
+    out = []
+    os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
+    for arch in run.FAMILIES34:
+        src = f"{arch}-f32"
+        rel = os.path.join("forward", src + ".safetensors")
+        subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
+                        os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                        "--seqs", str(FORWARD_SEQS)], check=True)
+        out.append({"src": f"src/{src}", "dump": rel, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL})
+    return out
+
+
+def add_families34():
+    """--add families34: the families34 goldens and forward dumps beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k.split("-")[0] in run.FAMILIES34:
+            bounds.setdefault(k, b)
+    new = [copy_case(c, bounds) for c in run.cases() if c.group == "families34" and c.label in FAMILY_LABELS]
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    man["forward"] = forward34()
+    if FAMILIES34_COMMAND not in man["commands"]:
+        man["commands"].append(FAMILIES34_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5"), help="add one group's goldens to those in tests/data/peers")
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34"),
+                    help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
         return add_formats()
+    if a.add == "families34":
+        return add_families34()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
@@ -296,6 +344,10 @@ def main():
     for c in run.cases():
         if c.group == "formats":
             if (c.src, c.label) in FORMAT_CASES:
+                cases.append(copy_case(c, bounds))
+            continue
+        if c.group == "families34":
+            if c.label in FAMILY_LABELS:
                 cases.append(copy_case(c, bounds))
             continue
         if is_qwen3_5(c.src):
@@ -363,6 +415,13 @@ to E4M3 against global_amax * (448 / 256) / 6 by Model Optimizer's own `scaled_e
 elements rounded to E2M1 with the kernel's boundaries), as Model Optimizer's own CPU test of
 Four-over-Six (tests/unit/torch/quantization/test_nvfp4_four_over_six.py) monkeypatches it; its
 MANIFEST entries say `"patch": "torch-nvfp4"`.  Every other format case is unpatched.
+
+The issue-34 families (`peers/run.py` group `families34`; docs/FAMILIES.md): glm4_moe with its
+MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, FP8 and NVFP4 through hf_ptq's
+--qformat, F32 and BF16 (the MLA ones' NVFP4 as `nvfp4-as_modelopt_preset`).  Their tests are
+skipped only while lwq itself refuses the source's model_type.  `forward/<src>.safetensors`:
+transformers' forward of their F32 sources layer by layer (MANIFEST.json `forward`), matched by
+tests/engine/forward/test_forward_peer_dumps.c to `tol`; added with `--add families34`.
 
 Regenerate (needs the network once, for peers/setup.sh):
 

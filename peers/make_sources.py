@@ -228,6 +228,118 @@ def write_calib(path, vocab, samples, seq, seed):
     print(f"make_sources: {path} ({samples} x {seq} ids below {vocab})")
 
 
+# ---- issue 34: the MLA / sparse-attention-indexer / router families ----------------------------------
+
+def families34_configs():
+    """name -> (config, model class).  Hidden 32 (two NVFP4 blocks), 2 layers, vocab 64:
+      glm4_moe     GQA with q/k/v bias and per-head q/k RMSNorm, partial rotary 0.5 (rotate_half);
+                   layer 0 dense (first_k_dense_replace), layer 1 DeepSeek-V3 routing (sigmoid + bias,
+                   2 groups, top-1 group) + one shared expert; one MTP layer (model.layers.2.*,
+                   added after save_pretrained: glm_mtp_tensors)
+      minimax_m2   GQA with full-width q/k RMSNorm, partial rotary 0.5; every layer MoE, sigmoid +
+                   e_score_correction_bias top-2 without groups, Mixtral names (block_sparse_moe.experts.N.w1/w2/w3)
+      deepseek_v32 DeepSeek-V3 MLA + the DSA indexer (wq_b, wk, k_norm LayerNorm, weights_proj), index_topk
+                   32 = the calibration length: every key selected, the attention exactly dense
+      glm_moe_dsa  the same with the indexer's interleaved RoPE and indexer_types "FS": layer 1 reuses
+                   layer 0's selection and holds no indexer
+      mistral4     MLA with a softmax router (1 group), a shared expert, YaRN rope (factor 32 = 256 / 8) and the
+                   Llama-4 query scale; original_max_position_embeddings 8, so that the scale 1 + 0.1 ln(1 + floor(pos/8))
+                   changes within a 32-token calibration sequence"""
+    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2, max_position_embeddings=256,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.05,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    rope = {"rope_type": "default", "rope_theta": 10000.0}
+    mla = dict(intermediate_size=32, moe_intermediate_size=16, num_attention_heads=4, num_key_value_heads=4,
+               q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16,
+               n_routed_experts=8, n_shared_experts=1, num_experts_per_tok=2, norm_topk_prob=True)
+    dsa = dict(mla, first_k_dense_replace=1, routed_scaling_factor=2.5, index_topk=32, index_head_dim=32,
+               index_n_heads=2, rope_parameters=rope)
+    return {
+        "glm4_moe": (transformers.Glm4MoeConfig(
+            **common, intermediate_size=32, moe_intermediate_size=16, num_attention_heads=4, num_key_value_heads=2,
+            head_dim=16, attention_bias=True, use_qk_norm=True, n_routed_experts=8, n_shared_experts=1,
+            num_experts_per_tok=2, n_group=2, topk_group=1, first_k_dense_replace=1, routed_scaling_factor=2.5,
+            norm_topk_prob=True, num_nextn_predict_layers=1, rope_parameters=dict(rope, partial_rotary_factor=0.5)),
+            transformers.Glm4MoeForCausalLM),
+        "minimax_m2": (transformers.MiniMaxM2Config(
+            **common, intermediate_size=16, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+            num_local_experts=8, num_experts_per_tok=2, rope_parameters=dict(rope, partial_rotary_factor=0.5)),
+            transformers.MiniMaxM2ForCausalLM),
+        "deepseek_v32": (transformers.DeepseekV32Config(**common, **dsa, n_group=2, topk_group=1),
+                         transformers.DeepseekV32ForCausalLM),
+        "glm_moe_dsa": (transformers.GlmMoeDsaConfig(**common, **dsa, n_group=1, topk_group=1, index_topk_pattern="FS"),
+                        transformers.GlmMoeDsaForCausalLM),
+        # not in transformers' AutoModelForCausalLM table: the class itself
+        "mistral4": (transformers.Mistral4Config(
+            **common, **mla, n_group=1, topk_group=1, first_k_dense_replace=0, routed_scaling_factor=1.0,
+            rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 32.0,
+                             "original_max_position_embeddings": 8, "max_position_embeddings": 256,
+                             "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                             "llama_4_scaling_beta": 0.1}),
+            transformers.Mistral4ForCausalLM),
+    }
+
+
+def glm_mtp_tensors(model, gen):
+    """GLM-4.5's MTP block as its checkpoints carry it, inlined after the decoder layers
+    (model.layers.{num_hidden_layers}.: eh_proj [H, 2H], enorm, hnorm, shared_head.norm and one MoE
+    decoder layer; GLM-4.6 has no shared_head.head / embed_tokens there).  transformers builds no
+    module for it (Glm4MoePreTrainedModel ignores those keys on load), so the tensors are made here,
+    random with a fixed seed, in F32."""
+    cfg = model.config
+    n, h = cfg.num_hidden_layers, cfg.hidden_size
+    layer = type(model.model.layers[n - 1])(cfg, n)
+    pre = f"model.layers.{n}."
+    out = {pre + "eh_proj.weight": torch.randn((h, 2 * h), generator=gen) * 0.05}
+    for k in ("enorm", "hnorm", "shared_head.norm"):
+        out[pre + k + ".weight"] = 1 + torch.randn((h,), generator=gen) * 0.1
+    sd = layer.state_dict()
+    # on disk per expert, as the published checkpoints hold them (and transformers writes its own
+    # layers): experts.E.{gate,up,down}_proj.weight from the fused [E, 2I, H] / [E, H, I] parameters
+    gate_up, down = sd.pop("mlp.experts.gate_up_proj"), sd.pop("mlp.experts.down_proj")
+    inter = gate_up.shape[1] // 2
+    for e in range(gate_up.shape[0]):
+        sd[f"mlp.experts.{e}.gate_proj.weight"] = gate_up[e, :inter]
+        sd[f"mlp.experts.{e}.up_proj.weight"] = gate_up[e, inter:]
+        sd[f"mlp.experts.{e}.down_proj.weight"] = down[e]
+    for k, t in sd.items():
+        if t.ndim == 1 and k.endswith("norm.weight"):
+            out[pre + k] = 1 + torch.randn(t.shape, generator=gen) * 0.1
+        else:
+            out[pre + k] = (torch.randn(t.shape, generator=gen) * (0.1 if t.ndim == 1 else 0.05)).contiguous()
+    return out
+
+
+def write_family(name, cfg, cls, out_dir, seed):
+    """write_model for the issue-34 families: the model class given (mistral4 has no
+    AutoModelForCausalLM entry), glm4_moe's MTP layer appended to model.safetensors."""
+    from safetensors.torch import load_file, save_file
+    torch.manual_seed(seed)
+    gen = torch.Generator().manual_seed(seed + 1)
+    model = cls._from_config(cfg, dtype=torch.float32)
+    perturb_1d(model, gen)
+    model.eval()
+    mtp = glm_mtp_tensors(model, gen) if name == "glm4_moe" else None
+    for dtype, tag in ((torch.float32, "f32"), (torch.bfloat16, "bf16")):
+        d = f"{out_dir}-{tag}"
+        if dtype == torch.float32:
+            model.save_pretrained(d)
+        else:
+            cls.from_pretrained(f"{out_dir}-f32", dtype=dtype).save_pretrained(d)
+        if mtp is not None:
+            p = os.path.join(d, "model.safetensors")
+            t = load_file(p)
+            # e_score_correction_bias stays F32 as the layers transformers writes keep it
+            t.update({k: v if k.endswith("e_score_correction_bias") else v.to(dtype) for k, v in mtp.items()})
+            save_file(t, p, metadata={"format": "pt"})
+        with open(os.path.join(d, "PEERS_SOURCE.json"), "w") as f:
+            json.dump({"seed": seed, "dtype": tag, "transformers": transformers.__version__,
+                       "torch": torch.__version__, "writer": "peers/make_sources.py", "class": cls.__name__,
+                       "mtp": "model.layers.2.* added after save_pretrained (glm_mtp_tensors)" if mtp else None},
+                      f, indent=1)
+        print(f"make_sources: {d}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("out", nargs="?")
@@ -253,7 +365,11 @@ def main():
         return
     cfgs = {k: (v, {}) for k, v in tiny_configs().items()}
     cfgs.update(qwen3_5_configs())
+    fam = families34_configs()
     for arch in a.archs.split(","):
+        if arch in fam:  # the seed from the family's place in its table, whatever --archs asks for
+            write_family(arch, *fam[arch], os.path.join(a.out, arch), a.seed + 3400 + 100 * list(fam).index(arch))
+            continue
         if arch not in cfgs:
             sys.exit(f"make_sources: unknown architecture {arch!r} (have {', '.join(cfgs)})")
         # the seed is the architecture's place in the table, whatever --archs asks for: the

@@ -33,6 +33,10 @@ PY = sys.executable
 CALIB = dict(size=16, seq=32, batch=4)
 ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"]
 MOE = {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"}
+# issue 34: GLM-4.5+, MiniMax-M2, DeepSeek-V3.2, GLM-5 (DSA), Mistral-Small-4 (peers/make_sources.py
+# families34_configs); the MLA ones' nvfp4 is Model Optimizer's preset through lwq's recipe, as deepseek_v3's
+FAMILIES34 = ["glm4_moe", "minimax_m2", "deepseek_v32", "glm_moe_dsa", "mistral4"]
+MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
 # issue 33: Qwen3.5 / 3.6 as published (VLM wrappers with model.visual.* and mtp.*; the MoE one's
 # experts fused 3-D on disk) and the text-only *ForCausalLM forms (peers/make_sources.py)
 QWEN3_5 = ["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"]
@@ -129,6 +133,7 @@ def cases():
                 out.append(Case("patched", src, r.replace("/", "_") + "-patched", dict(recipe=r, patch="torch-nvfp4"),
                                 ["--recipe", r, "--recipe-root", recipe_root()]))
     out += qwen3_5_cases()
+    out += families34_cases()
     return out
 
 
@@ -162,6 +167,23 @@ def qwen3_5_cases():
     return out
 
 
+def families34_cases():
+    """Group families34: FP8 and NVFP4 (hf_ptq's --qformat, no KV cache) on each issue-34 family,
+    and fp8-kv_fp8 for the BF16 bound."""
+    out = []
+    for arch in FAMILIES34:
+        for dt in ("f32", "bf16"):
+            src = f"{arch}-{dt}"
+            out.append(Case("families34", src, "fp8", *preset("fp8")))
+            if arch in MLA34:
+                out.append(Case("families34", src, "nvfp4-as_modelopt_preset", dict(qformat="nvfp4", kv="none"),
+                                ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
+            else:
+                out.append(Case("families34", src, "nvfp4", *preset("nvfp4")))
+            out.append(Case("families34", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
+    return out
+
+
 # ---- running -------------------------------------------------------------------------------------
 
 def sh(cmd, log):
@@ -185,6 +207,9 @@ def ensure_sources():
     missing = [a for a in ARCHS + QWEN3_5 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if missing:
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing)], check=True)
+    missing34 = [a for a in FAMILIES34 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    if missing34:
+        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)

@@ -18,6 +18,7 @@ static int kind_of(lwq_linear_role r)
     switch (r) {
     case LWQ_ROLE_Q: case LWQ_ROLE_K: case LWQ_ROLE_V:
     case LWQ_ROLE_Q_A: case LWQ_ROLE_Q_B: case LWQ_ROLE_KV_A: case LWQ_ROLE_KV_B:
+    case LWQ_ROLE_IDX_Q_B: case LWQ_ROLE_IDX_K: case LWQ_ROLE_IDX_WEIGHTS:
         return LWQ_AQ_QKV;
     case LWQ_ROLE_O:
         return LWQ_AQ_O;

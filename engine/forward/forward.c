@@ -32,7 +32,7 @@ const char *lwq_forward_supported(void)
 static int check_mixer(const lwq_model_config *c, lwq_mixer_kind k, lwq_error *e)
 {
     switch (k) {
-    case LWQ_MIXER_GQA: return lwq_fwd_check_full_rotary(c, e);
+    case LWQ_MIXER_GQA: return lwq_fwd_check_gqa_rotary(c, e);
     case LWQ_MIXER_MLA: return lwq_fwd_check_full_rotary(c, e);
     case LWQ_MIXER_GATED_GQA:
     case LWQ_MIXER_GDN:
@@ -162,10 +162,12 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
                         c->model_type, c->num_experts, c->num_experts_per_tok);
     if (mla)
         LWQ_TRY(lwq_fwd_mla_check(c, e));
+    if (f->router == LWQ_ROUTER_DEEPSEEK_V2 || f->router == LWQ_ROUTER_DEEPSEEK_V3)
+        LWQ_TRY(lwq_fwd_deepseek_routing_check(c, e));
     m->cfg = c;
     m->be = be;
     m->act = act;
-    int64_t half = mla ? c->qk_rope_head_dim / 2 : c->head_dim / 2;
+    int64_t half = mla ? c->qk_rope_head_dim / 2 : lwq_fwd_gqa_rotary_dim(c) / 2;
     float *inv = (float *)malloc((size_t)half * sizeof(float));
     m->arena = lwq_fwd_arena_new();
     int rc = 0;

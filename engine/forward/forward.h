@@ -130,7 +130,8 @@ int lwq_model_forward(lwq_model *m, const lwq_weights *w, const int32_t *tokens,
                       const lwq_batch *b, lwq_tensor *logits, const lwq_observer *obs,
                       lwq_error *e);
 
-/* The RoPE inverse frequencies transformers computes (f32) for this config: (head_dim/2). */
+/* The RoPE inverse frequencies transformers computes (f32) for this config: (rotary dims / 2;
+ * head_dim unless the row has partial rotary). */
 int lwq_rope_inv_freq(const lwq_model_config *cfg, float *inv_freq, float *attn_scaling,
                       lwq_error *e);
 

@@ -64,6 +64,14 @@ int lwq_fwd_linear(lwq_model *m, const lwq_weights *w, int layer, const char *mo
 
 /* LWQ_EUNSUPPORTED unless partial_rotary_factor is 0 (unset) or 1. */
 int lwq_fwd_check_full_rotary(const lwq_model_config *c, lwq_error *e);
+/* The dims a GQA head rotates: head_dim, or int(head_dim * partial_rotary_factor) where the row
+ * has partial rotary (family->rope_partial); LWQ_EUNSUPPORTED unless even and >= 2. */
+int64_t lwq_fwd_gqa_rotary_dim(const lwq_model_config *c);
+int lwq_fwd_check_gqa_rotary(const lwq_model_config *c, lwq_error *e);
+
+/* A strided view of `base` starting `off` elements in (ndim <= 3 dims and strides). */
+lwq_tensor lwq_fwd_sview(const lwq_tensor *base, int64_t off, int ndim, int64_t d0, int64_t d1,
+                         int64_t d2, int64_t s0, int64_t s1, int64_t s2);
 
 /* out = down(silu(gate(x)) * up(x)) with the linears named `prefix`.{gate,up,down}.weight.
  * g/u are (rows, inter) scratch (may be NULL: taken from the arena).  Observes the inputs when
@@ -134,9 +142,11 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
 
 /* ---- DeepSeek (model_deepseek.c) ---- */
 
-/* Geometry and routing checks of an MLA config; its rotary table (qk_rope_head_dim / 2 wide,
+/* Geometry checks of an MLA config; its rotary table (qk_rope_head_dim / 2 wide,
  * yarn included). */
 int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e);
+/* Groups, topk_group and topk_method of a DeepSeek-routed config (V2 / V3 router, MLA or not). */
+int lwq_fwd_deepseek_routing_check(const lwq_model_config *c, lwq_error *e);
 int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e);
 /* h += mla_attention(input_layernorm(h)). */
 int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,

@@ -260,7 +260,7 @@ int lwq_model_layer_is_moe(const lwq_model *m, int layer)
 
 int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling, lwq_error *e)
 {
-    const int64_t d = c->head_dim, half = d / 2;
+    const int64_t d = lwq_fwd_gqa_rotary_dim(c), half = d / 2;
     const float base = (float)c->rope_theta;
     if (!(c->rope_theta > 0.0))
         return lwq_errf(e, LWQ_EINVAL, "config: rope_theta %g must be > 0", c->rope_theta);
@@ -304,6 +304,40 @@ int lwq_rope_inv_freq(const lwq_model_config *c, float *inv, float *attn_scaling
                         "forward of %s (default, linear, llama3 are)", (int)c->rope_type,
                         c->model_type);
     }
+}
+
+int64_t lwq_fwd_gqa_rotary_dim(const lwq_model_config *c)
+{
+    return c->family && c->family->rope_partial ? lwq_config_rotary_dim(c) : c->head_dim;
+}
+
+int lwq_fwd_check_gqa_rotary(const lwq_model_config *c, lwq_error *e)
+{
+    if (!c->family || !c->family->rope_partial)
+        return lwq_fwd_check_full_rotary(c, e);
+    int64_t rot = lwq_fwd_gqa_rotary_dim(c);
+    if (rot < 2 || rot % 2 || rot > c->head_dim)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): partial_rotary_factor %g gives %" PRId64
+                        " rotary dims of head_dim %" PRId64 " (an even number, at least 2, is needed)",
+                        c->model_type, c->partial_rotary_factor, rot, c->head_dim);
+    return 0;
+}
+
+lwq_tensor lwq_fwd_sview(const lwq_tensor *base, int64_t off, int ndim, int64_t d0, int64_t d1,
+                         int64_t d2, int64_t s0, int64_t s1, int64_t s2)
+{
+    lwq_tensor t;
+    memset(&t, 0, sizeof t);
+    t.dtype = base->dtype;
+    t.device = base->device;
+    t.ndim = ndim;
+    t.data = (char *)base->data + (size_t)off * lwq_dtype_size(base->dtype);
+    int64_t d[3] = {d0, d1, d2}, s[3] = {s0, s1, s2};
+    for (int i = 0; i < ndim; i++) {
+        t.shape[i] = d[i];
+        t.stride[i] = s[i];
+    }
+    return t;
 }
 
 int lwq_fwd_check_full_rotary(const lwq_model_config *c, lwq_error *e)

@@ -27,8 +27,13 @@
  *   logits = x Wgate^T in f32 (transformers casts both to float32)
  *   V2: softmax, top-k ("greedy", or "group_limited_greedy": the topk_group groups with the
  *       best max score), renormalised when norm_topk_prob, times routed_scaling_factor.
+ * DeepSeek-V3.2 / GLM-5 (family->dsa): the DSA indexer's linears (self_attn.indexer.wq_b on the
+ *   q_b_proj input, wk and weights_proj on the layer input) are observed; the attention is the
+ *   dense one above, exact while a sequence is at most index_topk long (longer ones refused:
+ *   lwq_config_check_seq).
  *   V3: sigmoid scores s; choice c = s + e_score_correction_bias; the topk_group groups with the
- *       largest sum of their two best c; c of the other groups set to 0.0; top-k of c; weights
+ *       largest sum of their two best c; c of the other groups set to 0.0 (-inf for glm4_moe, as
+ *       transformers 5 has it: family->group_mask_inf); top-k of c; weights
  *       are the unbiased s of the chosen experts, / (sum + 1e-20) when norm_topk_prob, times
  *       routed_scaling_factor.
  *   Weights stay f32; each weight x expert-output product and each partial sum is rounded to the
@@ -50,7 +55,7 @@
 #include "core/parallel.h"
 #include "engine/forward/forward_internal.h"
 
-/* Geometry and routing checks of an MLA config (lwq_model_init, after the common checks). */
+/* Geometry checks of an MLA config (lwq_model_init, after the common checks). */
 int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
 {
     if (c->kv_lora_rank <= 0 || c->qk_rope_head_dim <= 0 || c->qk_rope_head_dim % 2 ||
@@ -64,6 +69,12 @@ int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
     if (c->attention_bias)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "config (%s): attention_bias is not supported with "
                         "MLA (no published DeepSeek checkpoint uses it)", c->model_type);
+    return 0;
+}
+
+/* Routing checks of a DeepSeek-routed config, MLA or not (lwq_model_init). */
+int lwq_fwd_deepseek_routing_check(const lwq_model_config *c, lwq_error *e)
+{
     if (c->num_experts > 0) {
         int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
         if (c->num_experts % ng || tg > ng)
@@ -213,24 +224,6 @@ static float mla_softmax_scale(const lwq_model_config *c)
 
 /* ---- attention -------------------------------------------------------------------------------- */
 
-/* A strided view of `base` starting `off` elements in. */
-static lwq_tensor sview(const lwq_tensor *base, int64_t off, int ndim, int64_t d0, int64_t d1,
-                        int64_t d2, int64_t s0, int64_t s1, int64_t s2)
-{
-    lwq_tensor t;
-    memset(&t, 0, sizeof t);
-    t.dtype = base->dtype;
-    t.device = base->device;
-    t.ndim = ndim;
-    t.data = (char *)base->data + (size_t)off * lwq_dtype_size(base->dtype);
-    int64_t d[3] = {d0, d1, d2}, s[3] = {s0, s1, s2};
-    for (int i = 0; i < ndim; i++) {
-        t.shape[i] = d[i];
-        t.stride[i] = s[i];
-    }
-    return t;
-}
-
 /* dst (rows, groups*rope) contiguous <- the rope parts of src, de-interleaved per group:
  * dst[r, g, j] = src[r, g*gstride + off + 2j] and dst[r, g, half + j] = src[..., off + 2j + 1]. */
 static int deinterleave(const lwq_backend *be, const lwq_tensor *src, int64_t ld, int64_t groups,
@@ -238,8 +231,8 @@ static int deinterleave(const lwq_backend *be, const lwq_tensor *src, int64_t ld
 {
     const int64_t n = src->shape[0], half = rope / 2;
     for (int odd = 0; odd < 2; odd++) {
-        lwq_tensor s = sview(src, off + odd, 3, n, groups, half, ld, gstride, 2);
-        lwq_tensor d = sview(dst, odd * half, 3, n, groups, half, groups * rope, rope, 1);
+        lwq_tensor s = lwq_fwd_sview(src, off + odd, 3, n, groups, half, ld, gstride, 2);
+        lwq_tensor d = lwq_fwd_sview(dst, odd * half, 3, n, groups, half, groups * rope, rope, 1);
         LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
     }
     return 0;
@@ -311,6 +304,21 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
         LWQ_TRY(lwq_backend_gemm(be, &x, &wqa, NULL, &qa, e));
         LWQ_TRY(lwq_backend_rmsnorm(be, &qa, &qan, lora_eps, &qa, e));
         LWQ_TRY(lwq_fwd_observe(obs, layer, mqb, &qa, &b->valid, e));
+        if (lwq_config_layer_has_indexer(c, layer)) {
+            /* the DSA indexer: with every key selected (b->seq <= index_topk, checked) it changes
+             * nothing in the attention; its linears are observed on the tensors they read */
+            if (b->seq > c->index_topk)
+                return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d: a sequence of %lld tokens is longer than index_topk "
+                                "%d: the dense DSA attention is not the model's", layer, (long long)b->seq,
+                                c->index_topk);
+            char mi[LWQ_NAME_MAX];
+            snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.wq_b", pre, layer);
+            LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &qa, &b->valid, e));
+            snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.wk", pre, layer);
+            LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &x, &b->valid, e));
+            snprintf(mi, sizeof mi, "%s.%d.self_attn.indexer.weights_proj", pre, layer);
+            LWQ_TRY(lwq_fwd_observe(obs, layer, mi, &x, &b->valid, e));
+        }
         LWQ_TRY(lwq_backend_gemm(be, &qa, &wqb, NULL, &q, e));
     } else {
         LWQ_TRY(lwq_fwd_observe(obs, layer, mq, &x, &b->valid, e));
@@ -318,7 +326,7 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     }
     LWQ_TRY(lwq_fwd_observe(obs, layer, mkva, &x, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(be, &x, &wkva, NULL, &kva, e));
-    lwq_tensor lsrc = sview(&kva, 0, 2, n, kvr, 0, kvr + rope, 1, 0);
+    lwq_tensor lsrc = lwq_fwd_sview(&kva, 0, 2, n, kvr, 0, kvr + rope, 1, 0);
     LWQ_TRY(lwq_backend_copy(be, &lsrc, &lat, e));
     LWQ_TRY(lwq_backend_rmsnorm(be, &lat, &kvan, lora_eps, &lat, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mkvb, &lat, &b->valid, e));
@@ -338,20 +346,20 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     if (hd > vd)
         LWQ_TRY(lwq_backend_memset0(be, vf.data, (size_t)(n * H * hd) * lwq_dtype_size(act), e));
     lwq_tensor s, d;
-    s = sview(&q, 0, 3, n, H, nope, H * qk, qk, 1);
-    d = sview(&qf, 0, 3, n, H, nope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&q, 0, 3, n, H, nope, H * qk, qk, 1);
+    d = lwq_fwd_sview(&qf, 0, 3, n, H, nope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&qrot, 0, 3, n, H, rope, H * rope, rope, 1);
-    d = sview(&qf, nope, 3, n, H, rope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&qrot, 0, 3, n, H, rope, H * rope, rope, 1);
+    d = lwq_fwd_sview(&qf, nope, 3, n, H, rope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&kvb, 0, 3, n, H, nope, H * (nope + vd), nope + vd, 1);
-    d = sview(&kf, 0, 3, n, H, nope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&kvb, 0, 3, n, H, nope, H * (nope + vd), nope + vd, 1);
+    d = lwq_fwd_sview(&kf, 0, 3, n, H, nope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&krot, 0, 3, n, H, rope, rope, 0, 1); /* shared by all heads */
-    d = sview(&kf, nope, 3, n, H, rope, H * hd, hd, 1);
+    s = lwq_fwd_sview(&krot, 0, 3, n, H, rope, rope, 0, 1); /* shared by all heads */
+    d = lwq_fwd_sview(&kf, nope, 3, n, H, rope, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
-    s = sview(&kvb, nope, 3, n, H, vd, H * (nope + vd), nope + vd, 1);
-    d = sview(&vf, 0, 3, n, H, vd, H * hd, hd, 1);
+    s = lwq_fwd_sview(&kvb, nope, 3, n, H, vd, H * (nope + vd), nope + vd, 1);
+    d = lwq_fwd_sview(&vf, 0, 3, n, H, vd, H * hd, hd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
 
     if (obs && obs->kv)
@@ -359,8 +367,8 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     lwq_attn_args aa = {&qf, &kf, &vf, &af, &b->valid, b->batch, b->seq, (int)H, (int)H, hd,
                         mla_softmax_scale(c)};
     LWQ_TRY(lwq_backend_attention(be, &aa, e));
-    s = sview(&af, 0, 3, n, H, vd, H * hd, hd, 1);
-    d = sview(&a, 0, 3, n, H, vd, H * vd, vd, 1);
+    s = lwq_fwd_sview(&af, 0, 3, n, H, vd, H * hd, hd, 1);
+    d = lwq_fwd_sview(&a, 0, 3, n, H, vd, H * vd, vd, 1);
     LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(be, &a, &wo, NULL, &o, e));
@@ -390,8 +398,9 @@ static void topk(const float *v, int n, int k, int *out)
         out[s] = -1;
 }
 
-/* Keep only the experts of the topk_group groups with the best group score (0.0 elsewhere). */
-static void mask_groups(float *choice, int E, int ng, int tg, int v3, float *gscore, int *gsel)
+/* Keep only the experts of the topk_group groups with the best group score (`fill` elsewhere:
+ * 0.0, or -inf where the row says so). */
+static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill, float *gscore, int *gsel)
 {
     const int gs = E / ng;
     for (int g = 0; g < ng; g++) {
@@ -413,7 +422,7 @@ static void mask_groups(float *choice, int E, int ng, int tg, int v3, float *gsc
             keep = gsel[t] == g;
         if (!keep)
             for (int i = 0; i < gs; i++)
-                choice[g * gs + i] = 0.0f;
+                choice[g * gs + i] = fill;
     }
 }
 
@@ -431,8 +440,9 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     const route_job *j = ctx;
     const lwq_model_config *c = j->c;
     const int E = c->num_experts, K = c->num_experts_per_tok;
-    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
-    const int grouped = v3 || !strcmp(c->topk_method, "group_limited_greedy");
+    const int sb = c->family->router == LWQ_ROUTER_SIGMOID_BIAS;
+    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || sb; /* sigmoid + bias scoring */
+    const int grouped = !sb && (v3 || !strcmp(c->topk_method, "group_limited_greedy"));
     const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
     float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
     int *gsel = malloc((size_t)ng * sizeof(int)), sel[64];
@@ -478,7 +488,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         if (nan && j->bad[tid] == -1) /* group masking would hide a NaN behind 0.0 */
             j->bad[tid] = t;
         if (grouped && ng > 1)
-            mask_groups(choice, E, ng, tg, v3, gscore, gsel);
+            mask_groups(choice, E, ng, tg, v3, c->family->group_mask_inf ? -INFINITY : 0.0f, gscore, gsel);
         topk(choice, E, K, sel);
         float wsum = 0.0f;
         for (int s = 0; s < K; s++) {
@@ -492,13 +502,14 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             wsum += score[sel[s]];
         }
         if (c->norm_topk_prob) {
-            /* V3 adds 1e-20 to the denominator; V2 renormalises by the plain sum */
-            float den = v3 ? wsum + 1e-20f : wsum;
+            /* V3 adds 1e-20 to the denominator; V2 and MiniMax-M2 renormalise by the plain sum */
+            float den = v3 && !sb ? wsum + 1e-20f : wsum;
             for (int s = 0; s < K; s++)
                 wts[s] /= den;
         }
-        for (int s = 0; s < K; s++)
-            wts[s] *= (float)c->routed_scaling_factor;
+        if (!sb) /* MiniMax-M2 has no routed_scaling_factor */
+            for (int s = 0; s < K; s++)
+                wts[s] *= (float)c->routed_scaling_factor;
     }
     free(score);
     free(gsel);
@@ -543,20 +554,29 @@ int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const 
     const lwq_backend *be = m->be;
     const int64_t n = x->shape[0], D = c->hidden_size;
     const int E = c->num_experts;
-    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
+    const int sb = c->family->router == LWQ_ROUTER_SIGMOID_BIAS;
+    const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || sb;
     char prefix[128], name[LWQ_NAME_MAX];
-    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
-    lwq_tensor wg, wb, logits;
+    int mixtral;
+    int64_t inter;
+    lwq_fwd_experts_names(c, layer, prefix, sizeof prefix, &mixtral, &inter);
+    lwq_tensor wg, wb, logits, la;
     snprintf(name, sizeof name, "%s.gate.weight", prefix);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 2, E, D, 0, &wg, e));
-    if (v3) {
-        snprintf(name, sizeof name, "%s.gate.e_score_correction_bias", prefix);
+    if (v3) { /* DeepSeek keeps the bias on the gate, MiniMax-M2 on the MoE block */
+        snprintf(name, sizeof name, sb ? "%s.e_score_correction_bias" : "%s.gate.e_score_correction_bias", prefix);
         LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, E, 0, 0, &wb, e));
     }
     snprintf(name, sizeof name, "%s.gate", prefix);
     LWQ_TRY(lwq_fwd_observe(obs, layer, name, x, &b->valid, e));
     LWQ_TRY(lwq_fwd_tensor(m, LWQ_F32, n, E, &logits, e));
-    LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &logits, e));
+    if (sb) { /* transformers: F.linear in the weight's dtype, then .float() */
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, E, &la, e));
+        LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &la, e));
+        LWQ_TRY(lwq_backend_copy(be, &la, &logits, e));
+    } else {
+        LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &logits, e));
+    }
 
     float *hl = malloc(((size_t)(n * E) + 1) * sizeof(float));
     float *bias = malloc(((size_t)E + 1) * sizeof(float));
@@ -600,10 +620,12 @@ int lwq_fwd_deepseek_routed(lwq_model *m, int layer, const lwq_weights *w, const
                             lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
-    const int64_t n = x->shape[0], I = c->moe_intermediate_size;
+    const int64_t n = x->shape[0];
     const int K = c->num_experts_per_tok;
     char prefix[128];
-    snprintf(prefix, sizeof prefix, "model.layers.%d.mlp", layer);
+    int mixtral;
+    int64_t inter;
+    lwq_fwd_experts_names(c, layer, prefix, sizeof prefix, &mixtral, &inter);
     size_t nk = (size_t)(n * K) + 1;
     int32_t *idx = malloc(nk * sizeof(int32_t));
     float *wts = malloc(nk * sizeof(float));
@@ -615,7 +637,7 @@ int lwq_fwd_deepseek_routed(lwq_model *m, int layer, const lwq_weights *w, const
     }
     if ((rc = lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e)) < 0)
         goto out;
-    rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, 0, I, idx, wts, out, obs, e);
+    rc = lwq_fwd_moe_experts(m, layer, w, b, x, prefix, mixtral, inter, idx, wts, out, obs, e);
 out:
     free(idx);
     free(wts);

@@ -241,3 +241,13 @@ Test(recipe, bad_recipes_name_the_key)
         cr_assert(strstr(e.msg, cases[i].want) && strstr(e.msg, "r.json"), "case %zu: %s", i, e.msg);
     }
 }
+
+/* an lwq recipe rule that quantizes the embedding table: refused naming the rule (lwq keeps it) */
+Test(recipe, a_rule_quantizing_the_embedding_is_refused)
+{
+    lwq_recipe r;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*embed_tokens*\",\"format\":\"fp8\"}]}", &r, &e),
+                 LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "t.json: rule 0 ('*embed_tokens*') quantizes an embedding's weight (fp8)"), "%s", e.msg);
+}

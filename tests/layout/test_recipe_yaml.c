@@ -594,6 +594,36 @@ Test(recipe_yaml, a_weight_only_nvfp4_lm_head_is_quantized)
                  "weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', enable: false}");
 }
 
+/* the NVIDIA-Nemotron-3-Nano-4B nvfp4_w4a16 recipe's '*embeddings*weight_quantizer' with nvfp4: lwq keeps
+ * embeddings in the source dtype, so the rule is refused rather than ignored */
+Test(recipe_yaml, a_rule_quantizing_an_embedding_is_refused)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
+                             "  quant_cfg:\n    - $import: off\n"
+                             "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                             "    - {quantizer_name: '*embeddings*weight_quantizer', enable: true, cfg: {$import: nvfp4}}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), LWQ_EUNSUPPORTED, "accepted");
+    cr_assert(strstr(e.msg, "r.yaml: rule ") && strstr(e.msg, "*embeddings*") &&
+              strstr(e.msg, "quantizes an embedding's weight (nvfp4)"), "%s", e.msg);
+}
+
+/* a rule that switches an embedding's quantizer off is what lwq does anyway: accepted */
+Test(recipe_yaml, a_rule_disabling_an_embedding_is_accepted)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
+                             "  quant_cfg:\n    - $import: off\n"
+                             "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                             "    - {quantizer_name: '*embed_tokens*', enable: false}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    lwq_recipe_free(&r);
+}
+
 Test(recipe_yaml, refuses_entries_that_do_nothing_or_are_malformed)
 {
     refused(NULL, "    - {quantizer_name: '*mlp*'}\n",

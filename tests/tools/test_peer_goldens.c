@@ -455,3 +455,40 @@ Test(peer_goldens, qwen3_5_w4a16, .timeout = 300) { run_group("qwen3_5_w4a16"); 
 Test(peer_goldens, qwen3_5_four_over_six_patched, .timeout = 300) { run_group("qwen3_5_patched"); }
 /* the huggingface/qwen3_5* recipes of Model Optimizer 0.47 (the mse ones patched) */
 Test(peer_goldens, qwen3_5_recipes, .timeout = 300) { run_group("qwen3_5_recipes"); }
+
+/* 1 when lwq itself refuses the model_type of data_root()/src (lwq inspect exits 2 saying
+ * "unknown model_type '<model_type>'"), 0 when it inspects it; anything else fails the test. */
+static int lwq_refuses_model_type(const char *src, const char *model_type)
+{
+    char tmp[256], log[300], *text = NULL, want[128];
+    lwq_error e = {0};
+    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-inspect");
+    snprintf(log, sizeof log, "%s/inspect.log", tmp);
+    int rc = lwqt_sh("'%s' inspect '%s/%s' > '%s' 2>&1", lwqt_bin(), data_root(), src, log);
+    cr_assert_eq(lwq_file_read_all(log, 1u << 20, &text, NULL, &e), 0, "%s", e.msg);
+    snprintf(want, sizeof want, "unknown model_type '%s'", model_type);
+    int refused = rc == 2 && strstr(text, want) != NULL;
+    cr_assert(rc == 0 || refused, "lwq inspect %s failed (exit %d) other than by refusing model_type %s: %s", src, rc,
+              model_type, text);
+    free(text);
+    lwqt_rmtree(tmp);
+    return refused;
+}
+
+/* A family lwq does not implement yet (issue 34): its goldens run once lwq inspects the source;
+ * until then the test is skipped, and only for that refusal. */
+static void run_family(const char *arch)
+{
+    char src[128];
+    snprintf(src, sizeof src, "src/%s-f32", arch);
+    if (lwq_refuses_model_type(src, arch))
+        cr_skip_test("lwq refuses model_type %s (unknown model_type): its goldens wait for issue 34", arch);
+    run_arch(arch);
+}
+
+/* issue 34's families: skipped while lwq refuses their model_type (run_family) */
+Test(peer_goldens, glm4_moe, .timeout = 300) { run_family("glm4_moe"); }
+Test(peer_goldens, minimax_m2, .timeout = 300) { run_family("minimax_m2"); }
+Test(peer_goldens, deepseek_v32, .timeout = 300) { run_family("deepseek_v32"); }
+Test(peer_goldens, glm_moe_dsa, .timeout = 300) { run_family("glm_moe_dsa"); }
+Test(peer_goldens, mistral4, .timeout = 300) { run_family("mistral4"); }
