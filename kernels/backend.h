@@ -123,6 +123,10 @@ int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
 /* The CPU GEMM path in use ("avx512bf16", "avx512", "avx2" or "portable"; kernels/cpu/gemm_isa.h):
  * the run logs it, because BF16 x BF16 products on the avx512bf16 path have bits of their own. */
 const char *lwq_backend_cpu_kernels(void);
+/* What the CPU path's bytes depend on: "fma" for the FMA paths (avx512, avx2, portable: the same
+ * bits on every CPU), else the BF16 dot path's name ("amx", "avx512bf16"), whose BF16 x BF16
+ * products are summed in an order of its own.  The run's fingerprint carries it (engine/run). */
+const char *lwq_backend_cpu_bytes(void);
 /* The CUDA backend on `device` (its own stream and cuBLAS handle), from the CUDA module, which
  * this loads (kernels/cuda_module.h).  LWQ_EUNSUPPORTED when the build has no CUDA; LWQ_EDEVICE
  * with the reason of lwq_backend_cuda_probe when no usable device is present. */

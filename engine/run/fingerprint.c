@@ -2,6 +2,7 @@
 #include "engine/run/fingerprint.h"
 
 #include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -10,6 +11,7 @@
 #include "core/hash.h"
 #include "io/durable.h"
 #include "io/sys.h"
+#include "kernels/backend.h"
 
 static int cmp_path(const void *a, const void *b)
 {
@@ -123,7 +125,15 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
     f->part[LWQ_FP_BATCHING] = lwq_xxh64(batching, sizeof batching, 0);
     int64_t opts[2] = {o->all_experts, o->qdq_next};
     f->part[LWQ_FP_OPTIONS] = lwq_xxh64(opts, sizeof opts, 0);
-    f->part[LWQ_FP_BACKEND] = lwq_xxh64(bn, strlen(bn), 0);
+    /* the CPU's BF16 dot paths (amx, avx512bf16) sum BF16 x BF16 products in an order of their
+     * own, so a BF16 model's forward, and its input scales, differ from the FMA paths': there the
+     * path is part of the identity, so that a resume or a rank on another path is refused instead
+     * of mixing two kinds of layers.  F32 models and the FMA paths keep the bare backend name
+     * (one set of bytes on every CPU, as before). */
+    const char *cls = !strcmp(bn, "cpu") && ck->cfg.dtype != LWQ_F32 ? lwq_backend_cpu_bytes() : "fma";
+    char bk[64];
+    snprintf(bk, sizeof bk, strcmp(cls, "fma") ? "%s+%s" : "%s", bn, cls);
+    f->part[LWQ_FP_BACKEND] = lwq_xxh64(bk, strlen(bk), 0);
     /* format 2: Hessians are fixed-point sums of per-sequence partials (core/fixsum.h); the
      * GPTQ and local_hessian bytes of format 1 can differ, so its resume state is not mixed in */
     const char *ver = "lwq-format-2";

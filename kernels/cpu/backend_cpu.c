@@ -538,6 +538,12 @@ static const lwq_backend_ops cpu_ops = {
 
 const char *lwq_backend_cpu_kernels(void) { return lwq_cpu_kernels_get()->name; }
 
+const char *lwq_backend_cpu_bytes(void)
+{
+    const lwq_cpu_kernels *k = lwq_cpu_kernels_get();
+    return k->amx || k->panel_bf16 ? k->name : "fma";
+}
+
 int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e)
 {
     (void)e;

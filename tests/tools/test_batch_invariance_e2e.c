@@ -1,4 +1,4 @@
-/* lwq quantize writes the same bytes for any --batch-size, --threads and CPU kernel (issue 14).
+/* lwq quantize writes the same bytes for any --batch-size, --threads and CPU kernel (issue 14); a run names its CPU path where the bytes depend on it.
  *
  * A qwen3_moe model from `lwq mkmodel` (no fixtures needed) is calibrated on seven samples of
  * different lengths (5..64 tokens), so batches are left-padded and every expert sees a different
@@ -158,4 +158,52 @@ Test(batch_invariance_e2e, amx_kernels_batch_sizes_and_threads_write_identical_b
 Test(batch_invariance_e2e, avx512bf16_kernels_batch_sizes_and_threads_write_identical_bytes)
 {
     dot_path("avx512bf16");
+}
+
+/* lwq quantize m -o <out> with LWQ_CPU_KERNELS=<kern>: its exit status (stderr in lwqt_err) */
+static int quantize_rc(const char *out, const char *kern)
+{
+    char m[512], o[512], c[512];
+    snprintf(m, sizeof m, "%s", lwqt_path("m"));
+    snprintf(o, sizeof o, "%s", lwqt_path(out));
+    snprintf(c, sizeof c, "%s", lwqt_path("calib.jsonl"));
+    const char *a[] = {"quantize", m, "-o", o, "--calib", c, "--calib-size", "7", "--calib-seq", "64",
+                       "--qformat", "nvfp4", "--kv-cache", "fp8", "--device", "cpu", NULL};
+    setenv("LWQ_CPU_KERNELS", kern, 1);
+    int rc = lwqt_run(a);
+    unsetenv("LWQ_CPU_KERNELS");
+    return rc;
+}
+
+static const char *a_dot_path(void)
+{
+    return lwq_cpu_kernels_force("amx") == 0 ? "amx" : lwq_cpu_kernels_force("avx512bf16") == 0 ? "avx512bf16" : NULL;
+}
+
+/* A BF16 model's layers from a dot path and from the FMA paths differ, so the run's identity names
+ * the path: the same output rerun on the other path is refused (a resume or a rank there would mix
+ * two kinds of layers), not taken for complete */
+Test(batch_invariance_e2e, a_bf16_output_rerun_on_another_cpu_path_is_refused)
+{
+    const char *dot = a_dot_path();
+    if (!dot)
+        cr_skip_test("neither amx nor avx512bf16 runs on this CPU (or its OS): no second CPU path to try");
+    make_model("bf16");
+    cr_assert_eq(quantize_rc("o", dot), 0, "%s: %s", dot, lwqt_err());
+    cr_assert_eq(quantize_rc("o", "portable"), 2, "the %s output was taken as portable's: %s", dot, lwqt_err());
+    cr_assert(strstr(lwqt_err(), "changed: backend"), "%s", lwqt_err());
+    cr_assert_eq(quantize_rc("o", dot), 0, "%s", lwqt_err());
+    cr_assert(strstr(lwqt_err(), "nothing to do"), "%s", lwqt_err());
+}
+
+/* An F32 model never takes the BF16 dot products: its bytes and identity are the same on every path */
+Test(batch_invariance_e2e, an_f32_output_is_the_same_run_on_every_cpu_path)
+{
+    const char *dot = a_dot_path();
+    if (!dot)
+        cr_skip_test("neither amx nor avx512bf16 runs on this CPU (or its OS): no second CPU path to try");
+    make_model("f32");
+    cr_assert_eq(quantize_rc("o", dot), 0, "%s: %s", dot, lwqt_err());
+    cr_assert_eq(quantize_rc("o", "portable"), 0, "%s", lwqt_err());
+    cr_assert(strstr(lwqt_err(), "nothing to do"), "%s", lwqt_err());
 }
