@@ -601,11 +601,11 @@ Test(recipe_yaml, a_rule_quantizing_an_embedding_is_refused)
     lwq_recipe r;
     lwq_recipe_run run;
     lwq_error e = {0};
-    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
-                             "  quant_cfg:\n    - $import: off\n"
-                             "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
-                             "    - {quantizer_name: '*embeddings*weight_quantizer', enable: true, cfg: {$import: nvfp4}}\n");
-    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), LWQ_EUNSUPPORTED, "accepted");
+    cr_assert_eq(load_body(NULL,
+                           "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                           "    - {quantizer_name: '*embeddings*weight_quantizer', enable: true, cfg: {$import: nvfp4}}\n",
+                           &r, &run, &e),
+                 LWQ_EUNSUPPORTED, "accepted");
     cr_assert(strstr(e.msg, "r.yaml: rule ") && strstr(e.msg, "*embeddings*") &&
               strstr(e.msg, "quantizes an embedding's weight (nvfp4)"), "%s", e.msg);
 }
@@ -616,11 +616,11 @@ Test(recipe_yaml, a_rule_disabling_an_embedding_is_accepted)
     lwq_recipe r;
     lwq_recipe_run run;
     lwq_error e = {0};
-    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
-                             "  quant_cfg:\n    - $import: off\n"
-                             "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
-                             "    - {quantizer_name: '*embed_tokens*', enable: false}\n");
-    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(load_body(NULL,
+                           "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                           "    - {quantizer_name: '*embed_tokens*', enable: false}\n",
+                           &r, &run, &e),
+                 0, "%s", e.msg);
     lwq_recipe_free(&r);
 }
 
