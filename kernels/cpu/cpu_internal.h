@@ -60,6 +60,20 @@ static inline void *lwq_cpu_scratch(int64_t count, size_t elem)
     return aligned_alloc(64, bytes);
 }
 
+/* The calling thread's kept scratch of `slot` (scratch_cpu.c): at least count x elem bytes,
+ * 64-byte aligned, reused by the next call on this thread with that slot (never free it; its
+ * contents are undefined on entry).  NULL on failure or overflow.  The hot ops (GEMM, attention)
+ * use it instead of lwq_cpu_scratch so a forward allocates nothing per call. */
+enum {
+    LWQ_SCRATCH_GEMM,      /* gemm: the threads' tiles and packed slices */
+    LWQ_SCRATCH_GEMM_AUX,  /* gemm: the weight tails or the f32 bias */
+    LWQ_SCRATCH_GEMM_AUX2, /* gemm: the other of the two */
+    LWQ_SCRATCH_ATTN,      /* attention: the threads' tiles */
+    LWQ_SCRATCH_ATTN_SEQ,  /* attention: per-sequence first keys */
+    LWQ_SCRATCH_SLOTS
+};
+void *lwq_cpu_scratch_slot(int slot, int64_t count, size_t elem);
+
 int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
                  lwq_tensor *y, lwq_error *e);
 /* AMX-BF16 (gemm_amx.c): whether this CPU and OS run it (asks Linux for the tile state once per

@@ -130,3 +130,26 @@ Test(gemm_bf16dot, f32_activations_keep_the_fma_bits, .init = be_open, .fini = b
         cr_log_warn("neither amx nor avx512bf16 runs here: nothing compared");
     free(x), free(ya), free(yb), free(w);
 }
+
+/* AMX packs at most 256 tokens (about 1 MiB) per slice: rows of a 300-row call on both sides of
+ * the slice boundary, and in the partial last weight block (out 40), have the bits they have alone. */
+Test(gemm_bf16dot, amx_rows_across_token_slices_same_bits, .init = be_open, .fini = be_close)
+{
+    if (lwq_cpu_kernels_force("amx") != 0) {
+        cr_log_warn("kernels amx: this CPU (or its OS) cannot run them, skipped");
+        return;
+    }
+    const int64_t n = 300, k = 2048, out = 40;
+    uint16_t *x = malloc((size_t)(n * k) * 2), *w = malloc((size_t)(out * k) * 2);
+    float *all = malloc((size_t)(n * out) * 4), *one = malloc((size_t)out * 4);
+    fill_bf16(x, n * k, 21);
+    fill_bf16(w, out * k, 22);
+    gemm(x, w, NULL, n, k, out, 2, all);
+    static const int64_t rows[] = {0, 15, 16, 255, 256, 257, 287, 288, 299};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        gemm(x + rows[i] * k, w, NULL, 1, k, out, 2, one);
+        cr_assert(memcmp(one, all + rows[i] * out, (size_t)out * 4) == 0,
+                  "row %lld of 300 differs from the row alone", (long long)rows[i]);
+    }
+    free(x), free(w), free(all), free(one);
+}
