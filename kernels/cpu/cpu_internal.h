@@ -47,29 +47,17 @@ static inline void lwq_cpu_store_f32(void *dst, lwq_dtype dt, int64_t off, int64
     }
 }
 
-/* Aligned scratch for one call; NULL on failure or when bytes would overflow.  Here, not in
- * backend_cpu.c, so that the op files below the backend's table do not call back up into it. */
-static inline void *lwq_cpu_scratch(int64_t count, size_t elem)
-{
-    if (count < 0 || (count > 0 && (uint64_t)count > (SIZE_MAX - 64) / elem))
-        return NULL;
-    size_t bytes = (size_t)count * elem;
-    bytes = (bytes + 63) & ~(size_t)63;
-    if (bytes == 0)
-        bytes = 64;
-    return aligned_alloc(64, bytes);
-}
-
 /* The calling thread's kept scratch of `slot` (scratch_cpu.c): at least count x elem bytes,
  * 64-byte aligned, reused by the next call on this thread with that slot (never free it; its
- * contents are undefined on entry).  NULL on failure or overflow.  The hot ops (GEMM, attention)
- * use it instead of lwq_cpu_scratch so a forward allocates nothing per call. */
+ * contents are undefined on entry).  NULL on failure or overflow.  The ops use it instead of a
+ * per-call allocation, so a forward allocates nothing per op call. */
 enum {
     LWQ_SCRATCH_GEMM,      /* gemm: the threads' tiles and packed slices */
     LWQ_SCRATCH_GEMM_AUX,  /* gemm: the weight tails or the f32 bias */
     LWQ_SCRATCH_GEMM_AUX2, /* gemm: the other of the two */
     LWQ_SCRATCH_ATTN,      /* attention: the threads' tiles */
     LWQ_SCRATCH_ATTN_SEQ,  /* attention: per-sequence first keys */
+    LWQ_SCRATCH_ROWS,      /* the row ops (rmsnorm, rope, moe_route): the threads' rows */
     LWQ_SCRATCH_SLOTS
 };
 void *lwq_cpu_scratch_slot(int slot, int64_t count, size_t elem);
