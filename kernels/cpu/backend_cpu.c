@@ -534,6 +534,7 @@ static const lwq_backend_ops cpu_ops = {
     .amax = cpu_amax,
     .synchronize = cpu_sync,
     .copy = cpu_copy_strided,
+    .gemm_grouped = lwq_cpu_gemm_grouped,
 };
 
 const char *lwq_backend_cpu_kernels(void) { return lwq_cpu_kernels_get()->name; }

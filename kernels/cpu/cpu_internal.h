@@ -69,6 +69,10 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
 int lwq_gemm_amx_usable(void);
 int lwq_gemm_amx(const lwq_tensor *x, const lwq_tensor *w, const float *bias, lwq_tensor *y,
                  lwq_error *e);
+/* count BF16 products without bias in one scheduled loop (gemm_amx.c), each with lwq_gemm_amx's
+ * bits; and the backend's op, which takes that path where it can and lwq_cpu_gemm otherwise. */
+int lwq_gemm_amx_grouped(const lwq_gemm_group *g, int count, lwq_error *e);
+int lwq_cpu_gemm_grouped(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e);
 int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e);
 
 #endif

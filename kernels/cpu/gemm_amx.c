@@ -227,14 +227,8 @@ static void store_c(const amx_job *j, const float *cs, int64_t row, int64_t nt, 
     }
 }
 
-static void amx_blocks(void *ctx, int64_t b, int64_t e, int tid)
+static void tiles_on(void)
 {
-    const amx_job *j = (const amx_job *)ctx;
-    char *mine = j->scratch + (int64_t)tid * j->per_thread;
-    float *cs = (float *)mine;                         /* 2 x 2 C tiles: 1024 floats */
-    float *yt = cs + 1024;                             /* (16, AMX_NB) outputs of a token tile */
-    uint16_t *wp = (uint16_t *)(yt + 16 * AMX_NB);     /* the packed weight block */
-    uint16_t *xp = wp + 2 * j->nkb * 512;              /* the packed token slice */
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -243,69 +237,190 @@ static void amx_blocks(void *ctx, int64_t b, int64_t e, int tid)
         cfg.rows[i] = 16;
     }
     _tile_loadconfig(&cfg);
-    for (int64_t r0 = 0; r0 < j->n; r0 += j->rb) {
-        const int64_t nr = j->n - r0 < j->rb ? j->n - r0 : j->rb, ng = (nr + 15) / 16;
-        pack_x(j, r0, nr, xp);
-        for (int64_t blk = b; blk < e; blk++) {
-            const int64_t o0 = blk * AMX_NB, nc = j->out - o0 < AMX_NB ? j->out - o0 : AMX_NB;
-            const int no = nc > 16 ? 2 : 1;
-            pack_w(j, o0, nc, wp);
-            amx_pf pf = {NULL, 0, 0, 0};
-            if (blk + 1 < e) {
-                pf.w = (const char *)(j->w + (o0 + AMX_NB) * j->in);
-                pf.rows = j->out - o0 - AMX_NB < AMX_NB ? j->out - o0 - AMX_NB : AMX_NB;
-                pf.per_kb = (int)((pf.rows + (ng + 1) / 2 - 1) / ((ng + 1) / 2));
-            }
-            for (int64_t g = 0; g < ng; g += 2) {
-                const uint16_t *xg = xp + g * j->nkb * 512;
-                const int two = g + 1 < ng;
-                if (no == 2 && two)
-                    amx_block(2, 2, j, wp, xg, cs, &pf);
-                else if (no == 2)
-                    amx_block(2, 1, j, wp, xg, cs, &pf);
-                else if (two)
-                    amx_block(1, 2, j, wp, xg, cs, &pf);
-                else
-                    amx_block(1, 1, j, wp, xg, cs, &pf);
-                for (int gg = 0; gg < 1 + two; gg++) {
-                    const int64_t t0 = (g + gg) * 16, nt = nr - t0 < 16 ? nr - t0 : 16;
-                    store_c(j, cs + gg * 512, r0 + t0, nt, o0, nc, yt);
-                }
-            }
+}
+
+/* The thread's scratch: 2 x 2 C tiles (1024 floats), the (16, AMX_NB) outputs of a token tile,
+ * the packed weight block, the packed token slice. */
+typedef struct amx_mine {
+    float *cs, *yt;
+    uint16_t *wp, *xp;
+} amx_mine;
+
+static amx_mine mine_of(char *base, int64_t nkb)
+{
+    amx_mine t;
+    t.cs = (float *)base;
+    t.yt = t.cs + 1024;
+    t.wp = (uint16_t *)(t.yt + 16 * AMX_NB);
+    t.xp = t.wp + 2 * nkb * 512;
+    return t;
+}
+
+/* Output block blk against the packed slice of tokens [r0, r0 + nr) (t.xp); prefetches block
+ * blk + 1 of the same weights when `next`. */
+static void run_block(const amx_job *j, int64_t r0, int64_t nr, int64_t blk, int next,
+                      const amx_mine *t)
+{
+    const int64_t ng = (nr + 15) / 16;
+    const int64_t o0 = blk * AMX_NB, nc = j->out - o0 < AMX_NB ? j->out - o0 : AMX_NB;
+    const int no = nc > 16 ? 2 : 1;
+    pack_w(j, o0, nc, t->wp);
+    amx_pf pf = {NULL, 0, 0, 0};
+    if (next && o0 + AMX_NB < j->out) {
+        pf.w = (const char *)(j->w + (o0 + AMX_NB) * j->in);
+        pf.rows = j->out - o0 - AMX_NB < AMX_NB ? j->out - o0 - AMX_NB : AMX_NB;
+        pf.per_kb = (int)((pf.rows + (ng + 1) / 2 - 1) / ((ng + 1) / 2));
+    }
+    for (int64_t g = 0; g < ng; g += 2) {
+        const uint16_t *xg = t->xp + g * j->nkb * 512;
+        const int two = g + 1 < ng;
+        if (no == 2 && two)
+            amx_block(2, 2, j, t->wp, xg, t->cs, &pf);
+        else if (no == 2)
+            amx_block(2, 1, j, t->wp, xg, t->cs, &pf);
+        else if (two)
+            amx_block(1, 2, j, t->wp, xg, t->cs, &pf);
+        else
+            amx_block(1, 1, j, t->wp, xg, t->cs, &pf);
+        for (int gg = 0; gg < 1 + two; gg++) {
+            const int64_t t0 = (g + gg) * 16, nt = nr - t0 < 16 ? nr - t0 : 16;
+            store_c(j, t->cs + gg * 512, r0 + t0, nt, o0, nc, t->yt);
         }
     }
+}
+
+static void amx_blocks(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const amx_job *j = (const amx_job *)ctx;
+    const amx_mine t = mine_of(j->scratch + (int64_t)tid * j->per_thread, j->nkb);
+    tiles_on();
+    for (int64_t r0 = 0; r0 < j->n; r0 += j->rb) {
+        const int64_t nr = j->n - r0 < j->rb ? j->n - r0 : j->rb;
+        pack_x(j, r0, nr, t.xp);
+        for (int64_t blk = b; blk < e; blk++)
+            run_block(j, r0, nr, blk, blk + 1 < e, &t);
+    }
     _tile_release();
+}
+
+/* Set j up for y = x W^T (+ bias); the bytes of scratch one thread needs, or -1 when k is too
+ * long. */
+static int64_t job_init(amx_job *j, const lwq_tensor *x, const lwq_tensor *w, const float *bias,
+                        lwq_tensor *y)
+{
+    memset(j, 0, sizeof *j);
+    j->x = (const uint16_t *)x->data;
+    j->w = (const uint16_t *)w->data;
+    j->bias = bias;
+    j->y = y->data;
+    j->ydt = y->dtype;
+    j->n = x->shape[0];
+    j->in = x->shape[1];
+    j->out = w->shape[0];
+    j->nfull = j->in / 32;
+    j->nkb = (j->in + 31) / 32;
+    /* the slice and the weight block stay in L2 while the block's tiles pass */
+    j->rb = AMX_SLICE_BYTES / (j->nkb * 64) / 32 * 32;
+    j->rb = j->rb < 32 ? 32 : j->rb > AMX_RB ? AMX_RB : j->rb;
+    if (j->nkb > (INT64_MAX / 4 - 65536) / ((AMX_RB / 16 + 2) * 1024) / 64)
+        return -1;
+    int64_t bytes = (1024 + 16 * AMX_NB) * 4 + (2 + j->rb / 16) * j->nkb * 1024;
+    return (bytes + 63) / 64 * 64;
 }
 
 int lwq_gemm_amx(const lwq_tensor *x, const lwq_tensor *w, const float *bias, lwq_tensor *y,
                  lwq_error *e)
 {
     amx_job j;
-    memset(&j, 0, sizeof j);
-    j.x = (const uint16_t *)x->data;
-    j.w = (const uint16_t *)w->data;
-    j.bias = bias;
-    j.y = y->data;
-    j.ydt = y->dtype;
-    j.n = x->shape[0];
-    j.in = x->shape[1];
-    j.out = w->shape[0];
-    j.nfull = j.in / 32;
-    j.nkb = (j.in + 31) / 32;
+    const int64_t per = job_init(&j, x, w, bias, y);
+    if (per < 0)
+        return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long", (long long)j.in);
     const int64_t nblocks = (j.out + AMX_NB - 1) / AMX_NB;
     const int threads = lwq_parallel_threads() < nblocks ? lwq_parallel_threads() : (int)nblocks;
-    /* the slice and the weight block stay in L2 while the block's tiles pass */
-    j.rb = AMX_SLICE_BYTES / (j.nkb * 64) / 32 * 32;
-    j.rb = j.rb < 32 ? 32 : j.rb > AMX_RB ? AMX_RB : j.rb;
-    if (j.nkb > (INT64_MAX / 4 - 65536) / ((AMX_RB / 16 + 2) * 1024) / threads)
+    if (per > INT64_MAX / threads)
         return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long", (long long)j.in);
-    j.per_thread = (1024 + 16 * AMX_NB) * 4 + (2 + j.rb / 16) * j.nkb * 1024;
-    j.per_thread = (j.per_thread + 63) / 64 * 64;
+    j.per_thread = per;
     j.scratch = (char *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM, j.per_thread * threads, 1);
     if (!j.scratch)
         return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' AMX tiles (%lld bytes each)",
                         threads, (long long)j.per_thread);
     lwq_parallel_for(nblocks, 1, amx_blocks, &j);
+    return 0;
+}
+
+/* ---- grouped: many products (a MoE layer's experts) in one loop -------------------------------
+ * Work items are (group, token slice, output block), group after group, slices before blocks;
+ * the static split gives each thread a contiguous run of them, so a thread packs each slice it
+ * meets once and the threads stay busy across group boundaries (no fork and join per expert).
+ * Each element is computed exactly as lwq_gemm_amx computes it. */
+
+typedef struct amx_grouped {
+    amx_job *jobs;
+    const int64_t *first; /* (count + 1): each group's first item */
+    int count;
+    char *scratch;
+    int64_t per_thread;
+} amx_grouped;
+
+static void grouped_items(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const amx_grouped *G = (const amx_grouped *)ctx;
+    char *base = G->scratch + (int64_t)tid * G->per_thread;
+    int grp = 0, packed_grp = -1;
+    int64_t packed_r0 = -1;
+    while (G->first[grp + 1] <= b)
+        grp++;
+    tiles_on();
+    for (int64_t it = b; it < e; it++) {
+        while (G->first[grp + 1] <= it)
+            grp++;
+        const amx_job *j = &G->jobs[grp];
+        const amx_mine t = mine_of(base, j->nkb);
+        const int64_t nblocks = (j->out + AMX_NB - 1) / AMX_NB, local = it - G->first[grp];
+        const int64_t r0 = local / nblocks * j->rb, blk = local % nblocks;
+        const int64_t nr = j->n - r0 < j->rb ? j->n - r0 : j->rb;
+        if (grp != packed_grp || r0 != packed_r0) {
+            pack_x(j, r0, nr, t.xp);
+            packed_grp = grp;
+            packed_r0 = r0;
+        }
+        run_block(j, r0, nr, blk, it + 1 < e && blk + 1 < nblocks, &t);
+    }
+    _tile_release();
+}
+
+int lwq_gemm_amx_grouped(const lwq_gemm_group *g, int count, lwq_error *e)
+{
+    if (count <= 0)
+        return 0;
+    amx_job *jobs = (amx_job *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX, count, sizeof(amx_job));
+    int64_t *first = (int64_t *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX2, (int64_t)count + 1,
+                                                     sizeof(int64_t));
+    if (!jobs || !first)
+        return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for the plan of %d grouped products", count);
+    amx_grouped G = {jobs, first, count, NULL, 0};
+    first[0] = 0;
+    for (int i = 0; i < count; i++) {
+        const int64_t per = job_init(&jobs[i], g[i].x, g[i].w, NULL, g[i].y);
+        if (per < 0)
+            return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long",
+                            (long long)jobs[i].in);
+        const int64_t nblocks = (jobs[i].out + AMX_NB - 1) / AMX_NB;
+        const int64_t slices = (jobs[i].n + jobs[i].rb - 1) / jobs[i].rb;
+        first[i + 1] = first[i] + nblocks * slices;
+        G.per_thread = per > G.per_thread ? per : G.per_thread;
+    }
+    if (first[count] == 0)
+        return 0;
+    const int threads = lwq_parallel_threads() < first[count] ? lwq_parallel_threads()
+                                                              : (int)first[count];
+    if (G.per_thread > INT64_MAX / threads)
+        return lwq_errf(e, LWQ_EINVAL, "gemm: grouped rows are too long");
+    G.scratch = (char *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM, G.per_thread * threads, 1);
+    if (!G.scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' AMX tiles (%lld bytes each)",
+                        threads, (long long)G.per_thread);
+    lwq_parallel_for(first[count], 1, grouped_items, &G);
     return 0;
 }
 

@@ -229,3 +229,18 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
 out:
     return rc;
 }
+
+int lwq_cpu_gemm_grouped(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e)
+{
+    const lwq_cpu_kernels *k = lwq_cpu_kernels_get();
+    int amx = k->amx;
+    for (int i = 0; i < count && amx; i++)
+        amx = g[i].x->dtype == LWQ_BF16 && g[i].w->dtype == LWQ_BF16 && !g[i].bias;
+    if (amx)
+        return lwq_gemm_amx_grouped(g, count, e);
+    /* the FMA paths (and biases) one product at a time: the same bits either way */
+    for (int i = 0; i < count; i++)
+        if (lwq_tensor_numel(g[i].y) > 0)
+            LWQ_TRY(lwq_cpu_gemm(ctx, g[i].x, g[i].w, g[i].bias, g[i].y, e));
+    return 0;
+}
