@@ -65,15 +65,6 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # must give exactly these notes (tests/tools/test_peer_goldens.c), so it fails on any other
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
 KNOWN_DIFFERENCES = {
-    # MIXED_PRECISION with fused experts: Model Optimizer lists each layer's fused experts as one
-    # module (quantized_layers / config_groups targets "...mlp.experts") and exclude_modules holds
-    # only the MTP wildcards; lwq lists every expert's gate/up/down and its whole exclusion list
-    ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"): [
-        "hf_quant_config.json quantization.exclude_modules: lm_head is excluded only in A",
-        "hf_quant_config.json quantization.quantized_layers differs",
-        "config.json quantization_config.config_groups differs",
-        "config.json quantization_config.quantized_layers differs",
-        "config.json quantization_config.ignore: lm_head is excluded only in A"],
     # Four-over-Six on the split Gated DeltaNet: Model Optimizer's per-block 4/6 search shares the
     # weight global_amax only within its name groups (q/k/v, gate/up: model_calib.py
     # _collect_grouped_linears), so in_proj_z is searched against its own global amax, and only
@@ -128,6 +119,12 @@ def sums_and_size():
     with open(os.path.join(DEST, "SHA256SUMS"), "w") as f:
         f.writelines(sorted(sums, key=lambda s: s.split("  ", 1)[1]))
     return sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(DEST) for fn in fs)
+
+
+def recipe_name(rec):
+    """A case's recipe as named under DEST/modelopt_recipes: one of peers/recipes (an absolute
+    path) is issue33/<its stem> there (copy_case)."""
+    return "issue33/" + os.path.basename(rec).rsplit(".", 1)[0] if os.path.isabs(rec) else rec
 
 
 def recipe_files(name):
@@ -238,13 +235,13 @@ def copy_case(c, bounds):
         args = [f"@DATA@/{RECIPES}" if a == root else a for a in args]
     case = {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
-            "modelopt": {k: v for k, v in c.mo.items()}}
+            "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
     if is_qwen3_5(c.src):
         # the group is the Criterion test that runs the case (tests/tools/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
         if "recipe" in c.mo:
-            case["recipe_files"] = recipe_files(c.mo["recipe"])
+            case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
         if (c.src, c.label) in KNOWN_DIFFERENCES:
             case["known_differences"] = KNOWN_DIFFERENCES[(c.src, c.label)]
     return case
@@ -318,19 +315,53 @@ def add_families34():
     print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+MIXED_COMMAND = ("peers/run.sh --only mixed; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed")
+
+
+def add_mixed():
+    """--add mixed: the mixed group's goldens (peers/run.py mixed_cases) beside the others, whose
+    sources they share; every case's known_differences refreshed from KNOWN_DIFFERENCES."""
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = man["bf16_bounds"]
+    new = []
+    for c in run.mixed_cases():
+        if not os.path.isdir(os.path.join(DEST, "src", c.src)):
+            sys.exit(f"make_goldens: {c.src} is not among the goldens' sources (add its group first)")
+        case = copy_case(c, bounds)
+        case["group"] = "mixed"
+        case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
+        new.append(case)
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    for c in man["cases"]:
+        key = (c["src"][len("src/"):], c["name"].split("/", 1)[1])
+        c.pop("known_differences", None)
+        if key in KNOWN_DIFFERENCES:
+            c["known_differences"] = KNOWN_DIFFERENCES[key]
+    if MIXED_COMMAND not in man["commands"]:
+        man["commands"].append(MIXED_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} mixed cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "mixed"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
         return add_formats()
     if a.add == "families34":
         return add_families34()
+    if a.add == "mixed":
+        return add_mixed()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
@@ -530,17 +561,30 @@ per-block search shares the weight global_amax only within its name groups (q/k/
 `model_calib.py`, `_collect_grouped_linears`), so in_proj_z is searched against its own global
 amax; only the export's shared-input resmooth gives in_proj_qkv and in_proj_z one
 `weight_scale_2`.  lwq searches in_proj_z against the shared one.
-`qwen3_5_moe-f32 / nvfp4_experts_mse-fp8_rest-kv_fp8` (MIXED_PRECISION): every tensor is
-byte-identical, but Model Optimizer lists each layer's fused experts as one module
-(`quantized_layers` and the NVFP4 `config_groups` target `...mlp.experts`) and writes only
-`mtp*`, `mtp.layers.0*` in `exclude_modules`, where lwq lists every expert's gate/up/down and its
-whole exclusion list (lm_head, embed_tokens, routers, ..., `model.visual*`, `mtp*`).
 
 `layers/`: transformers' own forward of the F32 qwen3_5 sources (and of qwen3_next-f32 and
 qwen3_moe-f32, families lwq already has) on the first two calibration sequences, per decoder
 layer: `hidden.0` the embedding output, `hidden.{{i+1}}` layer i's output (peers/layer_dump.py,
 forward hooks on transformers' decoder layers).  tests/engine/forward/test_forward_peer_layers.c
 feeds each lwq layer transformers' input and compares with its output (F32, 1e-5).
+
+## MIXED_PRECISION (`peers/run.py` group `mixed`)
+
+`peers/recipes/nvfp4_experts-fp8_rest.yaml` (copied to `modelopt_recipes/issue33/`): NVFP4 on
+the routed experts, FP8 on every other linear, max calibration, on the MoE families whose
+experts transformers 5.14 holds as **one fused module** in memory (`Qwen3MoeExperts`,
+`DeepseekV3Experts`, ...), whether the checkpoint stores them per expert (qwen3_moe,
+qwen3_5_moe_text, deepseek_v3, qwen3_next, glm4_moe, deepseek_v32, glm_moe_dsa) or fused 3-D
+(qwen3_5_moe).  Model Optimizer 0.47 (`quant_utils.py` `get_quant_config` /
+`process_layer_quant_config`) lists the modules that own quantizers: each layer's experts
+**once**, `...mlp.experts` (`NVFP4`, group_size 16, also as the NVFP4 `config_groups` target),
+although the tensors are written per expert; and a MIXED_PRECISION config has no exclusion list
+of its own: `exclude_modules` (config.json `ignore`) holds only the MTP prefixes that
+`_add_mtp_exclusions` adds (`mtp*`, `mtp.layers.0*`; glm4_moe's `model.layers.2*`), and none at
+all without MTP (the key is absent).  lwq writes the same (layout/export.h; an empty
+`exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 are not among them:
+their hub names say `block_sparse_moe`, and the recipe's `*mlp.experts.*` glob meets
+transformers' in-memory `mlp.experts` in Model Optimizer but the hub names in lwq.
 """
 
 if __name__ == "__main__":
