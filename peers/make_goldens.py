@@ -315,20 +315,25 @@ def add_families34():
     print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
-MIXED_COMMAND = ("peers/run.sh --only mixed; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed")
+MIXED_COMMAND = ("peers/run.sh --only mixed,autoq; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed")
 
 
 def add_mixed():
-    """--add mixed: the mixed group's goldens (peers/run.py mixed_cases) beside the others, whose
-    sources they share; every case's known_differences refreshed from KNOWN_DIFFERENCES."""
+    """--add mixed: the mixed and autoq groups' goldens (peers/run.py mixed_cases, autoq_cases)
+    beside the others, whose sources they share; every case's known_differences refreshed from
+    KNOWN_DIFFERENCES."""
     man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
     bounds = man["bf16_bounds"]
     new = []
-    for c in run.mixed_cases():
+    for c in run.mixed_cases() + run.autoq_cases():
         if not os.path.isdir(os.path.join(DEST, "src", c.src)):
             sys.exit(f"make_goldens: {c.src} is not among the goldens' sources (add its group first)")
+        if c.group == "autoq":  # lwq runs the search; the mix it chose, which Model Optimizer exported
+            dst = os.path.join(DEST, RECIPES, recipe_name(c.mo["recipe"]) + ".yaml")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(c.mo["recipe"], dst)
         case = copy_case(c, bounds)
-        case["group"] = "mixed"
+        case["group"] = c.group
         case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
         new.append(case)
     names = {c["name"] for c in new}
@@ -344,7 +349,7 @@ def add_mixed():
         json.dump(man, f, indent=1)
     write_readme(man)
     size = sums_and_size()
-    print(f"make_goldens: {len(new)} mixed cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+    print(f"make_goldens: {len(new)} mixed / autoq cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
@@ -585,6 +590,18 @@ all without MTP (the key is absent).  lwq writes the same (layout/export.h; an e
 `exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 are not among them:
 their hub names say `block_sparse_moe`, and the recipe's `*mlp.experts.*` glob meets
 transformers' in-memory `mlp.experts` in Model Optimizer but the hub names in lwq.
+
+## Auto-quantize with weight-only NVFP4 (`peers/run.py` group `autoq`)
+
+lwq's `--auto-quantize-bits 6 --auto-quantize-formats fp8,w4a16_nvfp4` (base `--qformat fp8`,
+the formats of Model Optimizer's `qwen3_6_moe/auto_quantize` recipes) on `qwen3_moe-f32` and
+`qwen3_5_moe-f32`.  Model Optimizer's own search does not run on the CPU (its dynamic NVFP4
+block fake quant asserts `amax must be a CUDA tensor`), so the golden is Model Optimizer's export
+of the mix lwq chose: lwq's `OUT/auto_quantize_recipe.yaml`, kept as
+`peers/recipes/autoq-fp8_w4a16_nvfp4-6bits-<src>.yaml` (and under `modelopt_recipes/issue33/`),
+run through `peers/modelopt_driver.py --recipe`.  The case runs the search itself and compares its
+output with that export: the same fixed assignment (W4A16_NVFP4 and FP8 modules in one
+MIXED_PRECISION checkpoint, no input_scale on the W4A16 ones), written by both.
 """
 
 if __name__ == "__main__":

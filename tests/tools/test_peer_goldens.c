@@ -460,6 +460,10 @@ Test(peer_goldens, qwen3_5_recipes, .timeout = 300) { run_group("qwen3_5_recipes
  * 3-D on disk): quantized_layers names "...mlp.experts" once per layer, exclude_modules only the
  * MTP blocks, as Model Optimizer writes them (issue 33) */
 Test(peer_goldens, mixed_precision_fused_experts, .timeout = 300) { run_group("mixed"); }
+/* --auto-quantize-bits with weight-only NVFP4 among the candidates (fp8,w4a16_nvfp4: the
+ * qwen3_6_moe auto_quantize recipes' formats): the search's output against Model Optimizer's
+ * export of the mix it chose (its own search needs CUDA) */
+Test(peer_goldens, auto_quantize_w4a16_candidate, .timeout = 300) { run_group("autoq"); }
 
 /* 1 when lwq itself refuses the model_type of data_root()/src (lwq inspect exits 2 saying
  * "unknown model_type '<model_type>'"), 0 when it inspects it; anything else fails the test. */
