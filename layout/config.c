@@ -4,6 +4,7 @@
 #include "layout/config.h"
 
 #include "layout/checkpoint.h"
+#include "layout/config_keys.h"
 
 #include "core/file.h"
 
@@ -25,11 +26,7 @@ static const cJSON *get(const cJSON *o, const char *key)
     return (v && !cJSON_IsNull(v)) ? v : NULL;
 }
 
-typedef struct ctx {
-    const char *path;
-    const char *section; /* "" or "text_config." */
-    lwq_error *e;
-} ctx;
+typedef lwq_cfg_ctx ctx;
 
 /* An integer key in [lo, hi]; `req` makes absence an error, else *out = def. */
 static int get_int(const ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo,
@@ -107,6 +104,30 @@ static int get_str(const ctx *x, const cJSON *o, const char *key, const char *de
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%s%s\" is too long", x->path, x->section, key);
     snprintf(out, cap, "%s", s);
     return 0;
+}
+
+/* config_keys.h: the readers above, for the family parsers in files of their own */
+const cJSON *lwq_cfg_get(const cJSON *o, const char *key) { return get(o, key); }
+int lwq_cfg_int(const ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo, int64_t hi,
+                int64_t *out)
+{
+    return get_int(x, o, key, req, def, lo, hi, out);
+}
+int lwq_cfg_i32(const ctx *x, const cJSON *o, const char *key, int req, int def, int lo, int hi, int *out)
+{
+    return get_i32(x, o, key, req, def, lo, hi, out);
+}
+int lwq_cfg_num(const ctx *x, const cJSON *o, const char *key, double def, double *out)
+{
+    return get_num(x, o, key, def, out);
+}
+int lwq_cfg_bool(const ctx *x, const cJSON *o, const char *key, int def, int *out)
+{
+    return get_bool(x, o, key, def, out);
+}
+int lwq_cfg_str(const ctx *x, const cJSON *o, const char *key, const char *def, char *out, size_t cap)
+{
+    return get_str(x, o, key, def, out, cap);
 }
 
 static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
@@ -286,6 +307,8 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     const int64_t bigdim = INT64_C(1) << 22;
     int64_t v;
     const lwq_family *f = c->family;
+    if (f->keys == LWQ_KEYS_KIMI)
+        return lwq_cfg_parse_kimi_moe(x, o, c);
     if (f->keys == LWQ_KEYS_DEEPSEEK) {
         LWQ_TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
         LWQ_TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
@@ -659,7 +682,10 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         LWQ_TRY(parse_dsa(x, o, c));
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
-    LWQ_TRY(parse_layer_mixers(x, o, c));
+    if (f->linear == LWQ_MIXER_KDA)
+        LWQ_TRY(lwq_cfg_parse_kimi_layers(x, o, c));
+    else
+        LWQ_TRY(parse_layer_mixers(x, o, c));
     LWQ_TRY(parse_window(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
@@ -676,6 +702,7 @@ void lwq_config_free(lwq_model_config *c)
         return;
     free(c->mlp_only_layers);
     free(c->layer_mixer);
+    free(c->layer_moe);
     free(c->layer_indexer);
     cJSON_Delete(c->raw);
     free(c->text);
@@ -762,6 +789,8 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
 {
     if (c->num_experts <= 0 || layer < 0)
         return 0;
+    if (c->layer_moe) /* a per-layer list (kimi_linear's mlp_layer_types) */
+        return layer < c->num_hidden_layers && c->layer_moe[layer];
     switch (c->family ? c->family->moe : LWQ_MOE_NONE) {
     case LWQ_MOE_ALL: return 1;
     case LWQ_MOE_SPARSE_STEP:
