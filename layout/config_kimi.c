@@ -17,7 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/config_keys.h"
+#include "layout/config_internal.h"
 
 /* Which of two spellings of one key the config uses (`a` when neither): both present with
  * different values is an error naming both. */
