@@ -36,8 +36,10 @@ static int overall_format(const lwq_export_quant *q)
     return f;
 }
 
-/* Sorted exclusion list: lm_head, extras, every unquantized decoder linear. */
-static cJSON *exclude_list(const lwq_export_quant *q)
+/* The exclusion list (export.h): with one format f, lm_head (unless quantized), the extras and
+ * every unquantized decoder linear, sorted; with several (f < 0), none of them; then the MTP
+ * prefixes in their order. */
+static cJSON *exclude_list(const lwq_export_quant *q, int f)
 {
     int n = 1 + q->nextra;
     for (int i = 0; i < q->nmods; i++)
@@ -51,19 +53,28 @@ static cJSON *exclude_list(const lwq_export_quant *q)
     int lm_quantized = 0; /* a recipe that quantizes lm_head lists it among the modules */
     for (int i = 0; i < q->nmods; i++)
         lm_quantized |= q->mods[i].format != LWQ_QFMT_NONE && !strcmp(q->mods[i].name, lm);
-    if (!lm_quantized)
-        v[k++] = lm;
-    for (int i = 0; i < q->nextra; i++)
-        v[k++] = q->extra_excludes[i];
-    for (int i = 0; i < q->nmods; i++)
-        if (q->mods[i].format == LWQ_QFMT_NONE)
-            v[k++] = q->mods[i].name;
+    if (f >= 0) {
+        if (!lm_quantized)
+            v[k++] = lm;
+        for (int i = 0; i < q->nextra; i++)
+            v[k++] = q->extra_excludes[i];
+        for (int i = 0; i < q->nmods; i++)
+            if (q->mods[i].format == LWQ_QFMT_NONE)
+                v[k++] = q->mods[i].name;
+    }
     qsort(v, (size_t)k, sizeof *v, cmp_str);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; a && i < k; i++)
         if (i == 0 || strcmp(v[i], v[i - 1]))
             cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
     free(v);
+    for (int i = 0; a && i < q->nalways; i++) {
+        int seen = 0;
+        for (const cJSON *x = a->child; x && !seen; x = x->next)
+            seen = !strcmp(x->valuestring, q->always[i]);
+        if (!seen)
+            cJSON_AddItemToArray(a, cJSON_CreateString(q->always[i]));
+    }
     return a;
 }
 
@@ -139,7 +150,11 @@ int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error 
         cJSON_AddStringToObject(qz, "kv_cache_quant_algo", q->kv == LWQ_KV_NVFP4_CAST ? "NVFP4" : "FP8");
     if (f >= 0 && grouped(f))
         cJSON_AddNumberToObject(qz, "group_size", 16);
-    cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q));
+    cJSON *ex = exclude_list(q, f);
+    if (f < 0 && ex && !ex->child)
+        cJSON_Delete(ex); /* Model Optimizer writes the key only when it has something to list */
+    else
+        cJSON_AddItemToObject(qz, "exclude_modules", ex);
     if (f < 0)
         cJSON_AddItemToObject(qz, "quantized_layers", quantized_layers(q));
     return finish(root, out, e);
@@ -204,7 +219,7 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
         }
         cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
     }
-    cJSON_AddItemToObject(qc, "ignore", exclude_list(q));
+    cJSON_AddItemToObject(qc, "ignore", exclude_list(q, f));
     cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of(f));
     if (q->kv == LWQ_KV_NVFP4_CAST) {
         /* Model Optimizer 0.47 (convert_hf_quant_config_format) writes an object for FP8 only and

@@ -10,9 +10,17 @@
  *   - model.safetensors.index.json.
  * One format for all quantized linears gives quant_algo NVFP4, FP8 or W4A16_NVFP4 (weight-only
  * NVFP4, whose config group has no input_activations, as Model Optimizer 0.47 writes it); more
- * than one gives MIXED_PRECISION with a quantized_layers map.  Exclusions are explicit module names (never
- * globs, so an exclusion can never match a quantized module), sorted, with lm_head unless it is
- * one of the quantized modules (a recipe that quantizes it weight-only).
+ * than one gives MIXED_PRECISION with a quantized_layers map.
+ *
+ * The exclusion list (exclude_modules, config.json's ignore) follows Model Optimizer 0.47's
+ * export: get_quant_config gives every module that carries quantizers a format and, only when all
+ * quantized modules share one format (process_layer_quant_config), lists the unquantized ones
+ * (lm_head unless it is quantized, the embedding, the vision tower as "model.visual*", every
+ * unquantized decoder linear: here sorted explicit names beside the extra globs); a
+ * MIXED_PRECISION export lists none of them (quantized_layers says what is quantized).  Then, in
+ * both cases, _add_mtp_exclusions appends the MTP prefixes (`always`).  A MIXED_PRECISION export
+ * with no MTP prefix has no exclude_modules key in hf_quant_config.json (config.json: "ignore": []),
+ * as Model Optimizer's.
  * Output is deterministic: same inputs, same bytes. */
 #ifndef LWQ_LAYOUT_EXPORT_H
 #define LWQ_LAYOUT_EXPORT_H
@@ -35,11 +43,15 @@ typedef struct lwq_export_module {
 typedef struct lwq_export_quant {
     const lwq_export_module *mods;
     int nmods;
-    const char *const *extra_excludes; /* beyond lm_head, e.g. MTP layers "model.layers.61*" */
+    const char *const *extra_excludes; /* unquantized modules beyond lm_head and the decoder linears:
+                                          the embedding, "model.visual*" (one format only) */
     int nextra;
     lwq_kv_mode kv;
     const lwq_names *names;            /* where the checkpoint keeps the text model (the lm_head
                                           entry: "language_model.lm_head" for kimi_k25), or NULL */
+    const char *const *always;         /* MTP prefixes ("model.layers.61*", "mtp*"), listed whatever
+                                          the format */
+    int nalways;
 } lwq_export_quant;
 
 #define LWQ_PRODUCER_NAME "modelopt"

@@ -162,7 +162,7 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
     qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
-        if (u->quantizer == LWQ_QSEL_KV || !lwq_glob_match(u->match, module))
+        if (u->quantizer == LWQ_QSEL_KV || u->quantizer >= LWQ_QSEL_OUTPUT || !lwq_glob_match(u->match, module))
             continue;
         if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
             continue;
@@ -221,6 +221,23 @@ lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module)
     if (!any)
         return r->kv;
     return on ? mode : LWQ_KV_NONE;
+}
+
+static const char *const qsel_names[] = {"", "weight", "input", "kv", "output", "q_bmm", "softmax"};
+_Static_assert(sizeof qsel_names / sizeof qsel_names[0] == LWQ_QSEL_SOFTMAX + 1, "one name per lwq_qsel");
+
+int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, lwq_qsel kind, lwq_error *e)
+{
+    int on = -1; /* the rule that last enabled it, while enabled */
+    for (int i = 0; i < r->nrules; i++) {
+        const lwq_recipe_rule *u = &r->rules[i];
+        if (u->quantizer == kind && u->has_enable && lwq_glob_match(u->match, module))
+            on = u->enable ? i : -1;
+    }
+    if (on < 0)
+        return 0;
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: recipe \"%s\" rule %d ('%s') leaves its %s quantizer enabled, which "
+                    "lwq does not write", module, r->name, on, r->rules[on].match, qsel_names[kind]);
 }
 
 int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error *e)
@@ -368,11 +385,10 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
             u->sweep = cJSON_IsTrue(k);
             u->has_sweep = 1;
         } else if (!strcmp(key, "quantizer")) {
-            static const char *const sel[] = {"weight", "input", "kv"};
-            int q = cJSON_IsString(k) ? lookup(k->valuestring, sel, 3) : -1;
+            int q = cJSON_IsString(k) ? lookup(k->valuestring, qsel_names + 1, LWQ_QSEL_SOFTMAX) : -1;
             if (q < 0)
-                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].quantizer must be \"weight\", \"input\" or \"kv\"",
-                                path, idx);
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].quantizer must be \"weight\", \"input\", \"kv\", "
+                                "\"output\", \"q_bmm\" or \"softmax\"", path, idx);
             u->quantizer = (lwq_qsel)(q + 1);
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &u->kv) != 0)
@@ -406,6 +422,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
     if (u->quantizer == LWQ_QSEL_KV && (u->has_format || u->has_algo || u->has_sweep || u->has_mla))
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: a \"quantizer\": \"kv\" rule takes only match, kv_cache and "
                         "enable", path, idx);
+    if (u->quantizer >= LWQ_QSEL_OUTPUT && (u->has_format || u->has_algo || u->has_sweep || u->has_mla ||
+                                            u->has_kv || u->has_input_amax || u->has_f46 || !u->has_enable))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: a \"quantizer\": \"%s\" rule takes only match and enable "
+                        "(lwq writes no such quantizer; the rule can only say whether Model Optimizer's would be on)",
+                        path, idx, qsel_names[u->quantizer]);
     if (u->quantizer != LWQ_QSEL_KV && u->has_kv)
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: kv_cache needs \"quantizer\": \"kv\"", path, idx);
     if (u->has_input_amax && (u->quantizer != LWQ_QSEL_INPUT || !u->has_format))
@@ -472,10 +493,15 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
                     return rc;
             }
         } else if (!strcmp(key, "lm_head")) {
-            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "w4a16_nvfp4") && strcmp(k->valuestring, "none")))
-                return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\" (weight-only NVFP4) or "
-                                "\"none\"; lwq quantizes no other lm_head", path);
-            r->lm_head = !strcmp(k->valuestring, "w4a16_nvfp4");
+            int m = -1;
+            for (int i = LWQ_LMHEAD_NONE; cJSON_IsString(k) && i <= LWQ_LMHEAD_SWEEP && m < 0; i++)
+                if (!strcmp(k->valuestring, lwq_lm_head_name(i)))
+                    m = i;
+            if (m < 0)
+                return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\", \"w4a16_nvfp4-mse\", "
+                                "\"w4a16_nvfp4-fp8_scale_sweep\" (weight-only NVFP4) or \"none\"; lwq quantizes no "
+                                "other lm_head", path);
+            r->lm_head = m;
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &r->kv) != 0)
                 return lwq_errf(e, LWQ_EFORMAT, "%s: kv_cache must be \"none\", \"fp8\" or \"fp8_cast\"", path);
@@ -628,6 +654,12 @@ int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)
     return lwq_errf(e, LWQ_EINVAL, "unknown --qformat \"%s\" (presets: %s)", name, lwq_recipe_preset_names());
 }
 
+const char *lwq_lm_head_name(int lm_head)
+{
+    static const char *const n[] = {"none", "w4a16_nvfp4", "w4a16_nvfp4-mse", "w4a16_nvfp4-fp8_scale_sweep"};
+    return lm_head >= LWQ_LMHEAD_NONE && lm_head <= LWQ_LMHEAD_SWEEP ? n[lm_head] : "?";
+}
+
 int lwq_recipe_uses_gptq(const lwq_recipe *r)
 {
     int any = r->algo == LWQ_ALGO_GPTQ;
@@ -657,15 +689,14 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
     }
     cJSON_AddStringToObject(root, "kv_cache", lwq_kv_mode_name(r->kv));
     if (r->lm_head) /* absent otherwise: other recipes keep their JSON */
-        cJSON_AddStringToObject(root, "lm_head", "w4a16_nvfp4");
+        cJSON_AddStringToObject(root, "lm_head", lwq_lm_head_name(r->lm_head));
     cJSON *rules = cJSON_AddArrayToObject(root, "rules");
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "match", u->match);
-        static const char *const sel[] = {"", "weight", "input", "kv"};
         if (u->quantizer != LWQ_QSEL_BOTH)
-            cJSON_AddStringToObject(o, "quantizer", sel[u->quantizer]);
+            cJSON_AddStringToObject(o, "quantizer", qsel_names[u->quantizer]);
         if (u->has_kv)
             cJSON_AddStringToObject(o, "kv_cache", lwq_kv_mode_name(u->kv));
         if (u->has_format)

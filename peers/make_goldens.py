@@ -64,16 +64,17 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # Differences between lwq and Model Optimizer that are recorded, not hidden: the case's comparison
 # must give exactly these notes (tests/tools/test_peer_goldens.c), so it fails on any other
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
+FUSED_EXPERTS_LISTED = [
+    "hf_quant_config.json quantization.quantized_layers differs",
+    "config.json quantization_config.config_groups differs",
+    "config.json quantization_config.quantized_layers differs"]
 KNOWN_DIFFERENCES = {
     # MIXED_PRECISION with fused experts: Model Optimizer lists each layer's fused experts as one
-    # module (quantized_layers / config_groups targets "...mlp.experts") and exclude_modules holds
-    # only the MTP wildcards; lwq lists every expert's gate/up/down and its whole exclusion list
-    ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"): [
-        "hf_quant_config.json quantization.exclude_modules: lm_head is excluded only in A",
-        "hf_quant_config.json quantization.quantized_layers differs",
-        "config.json quantization_config.config_groups differs",
-        "config.json quantization_config.quantized_layers differs",
-        "config.json quantization_config.ignore: lm_head is excluded only in A"],
+    # module (quantized_layers / config_groups targets "...mlp.experts"); lwq lists every expert's
+    # gate/up/down (the exclusion lists agree: MTP prefixes only)
+    ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"): FUSED_EXPERTS_LISTED,
+    ("qwen3_5_moe-bf16", "huggingface_qwen3_5_moe_ptq_w4a16_nvfp4-fp8_attn-kv_fp8_cast"): FUSED_EXPERTS_LISTED,
+    ("qwen3_5_moe_text-f32", "huggingface_qwen3_5_moe_ptq_w4a16_nvfp4_mse-fp8_attn-kv_fp8_cast-patched"): FUSED_EXPERTS_LISTED,
     # Four-over-Six on the split Gated DeltaNet: Model Optimizer's per-block 4/6 search shares the
     # weight global_amax only within its name groups (q/k/v, gate/up: model_calib.py
     # _collect_grouped_linears), so in_proj_z is searched against its own global amax, and only
@@ -530,11 +531,21 @@ per-block search shares the weight global_amax only within its name groups (q/k/
 `model_calib.py`, `_collect_grouped_linears`), so in_proj_z is searched against its own global
 amax; only the export's shared-input resmooth gives in_proj_qkv and in_proj_z one
 `weight_scale_2`.  lwq searches in_proj_z against the shared one.
-`qwen3_5_moe-f32 / nvfp4_experts_mse-fp8_rest-kv_fp8` (MIXED_PRECISION): every tensor is
-byte-identical, but Model Optimizer lists each layer's fused experts as one module
-(`quantized_layers` and the NVFP4 `config_groups` target `...mlp.experts`) and writes only
-`mtp*`, `mtp.layers.0*` in `exclude_modules`, where lwq lists every expert's gate/up/down and its
-whole exclusion list (lm_head, embed_tokens, routers, ..., `model.visual*`, `mtp*`).
+The three `qwen3_5_moe*` recipe cases (MIXED_PRECISION: `nvfp4_experts_mse-fp8_rest-kv_fp8`,
+`w4a16_nvfp4-fp8_attn-kv_fp8_cast`, `w4a16_nvfp4_mse-fp8_attn-kv_fp8_cast`): every tensor is
+byte-identical, and so are the exclusion lists (MTP prefixes only, as below), but Model
+Optimizer lists each layer's fused experts as one module (`quantized_layers` and the
+`config_groups` targets name `...mlp.experts`), where lwq lists every expert's gate/up/down.
+
+Why a MIXED_PRECISION export excludes nothing but MTP (Model Optimizer 0.47,
+`torch/export/quant_utils.py`): `get_quant_config` gives every module that carries quantizers
+(each QuantModule: linears, `nn.Embedding`, the conv1d, fused experts; plus the structurally
+found MoE routers) a format, and `process_layer_quant_config` writes `exclude_modules` (the
+unquantized ones, summarised by prefix wildcards) only when every quantized module has the same
+format; with several it writes `quantized_layers` alone.  `unified_export_hf.py`
+`_add_mtp_exclusions` then appends each MTP prefix + `*` in either case, so a MIXED_PRECISION
+export without MTP has no `exclude_modules` at all (`qwen3_5_moe_text-f32`; config.json:
+`"ignore": []`).  lwq writes the same (layout/export.h).
 
 `layers/`: transformers' own forward of the F32 qwen3_5 sources (and of qwen3_next-f32 and
 qwen3_moe-f32, families lwq already has) on the first two calibration sequences, per decoder

@@ -74,7 +74,10 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
      * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
     lwq_xxh64_init(&s, 0);
     lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
-    int32_t kv = (int32_t)o->recipe->kv | (o->recipe->lm_head ? 0x100 : 0); /* a weight-only lm_head: bit 8 */
+    /* a weight-only lm_head: bit 8; its static searches (LWQ_LMHEAD_MSE, _SWEEP) in bits 9-10, 0 for
+     * the dynamic one, so that runs from before them keep their fingerprints */
+    int32_t kv = (int32_t)o->recipe->kv | (o->recipe->lm_head ? 0x100 : 0) |
+                 (o->recipe->lm_head > LWQ_LMHEAD_MAX ? (o->recipe->lm_head - LWQ_LMHEAD_MAX) << 9 : 0);
     lwq_xxh64_update(&s, &kv, sizeof kv);
     for (int L = 0; L < nlayers; L++)
         for (int i = 0; i < plans[L].nlinears; i++) {

@@ -128,6 +128,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
                 break;
             }
     }
+    int nmtp = nextra; /* extra[0, nmtp): the MTP prefixes, which every export lists */
     /* a wrapper's own modules (the vision tower "model.visual."): Model Optimizer keeps them
      * unquantized and excludes them as one prefix glob, "model.visual*" */
     if (r->ck.cfg.passthrough) {
@@ -158,7 +159,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
             break;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names};
+    lwq_export_quant q = {mods, k, (const char *const *)extra + nmtp, nextra - nmtp, r->o->recipe->kv,
+                          &r->ck.cfg.names, (const char *const *)extra, nmtp};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)

@@ -590,7 +590,9 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
 
 /* lm_head.weight of the tail, replaced by its weight-only NVFP4 form (Model Optimizer 0.47's
  * export of an lm_head whose weight quantizer alone is NVFP4: the packed weight, weight_scale,
- * weight_scale_2 = amax / 2688, dynamic block scales, no input_scale). */
+ * weight_scale_2 = amax / 2688, no input_scale): dynamic block scales (LWQ_LMHEAD_MAX), or static
+ * ones searched as a decoder linear's are (engine/quant/qlayer.c: the FP8 scale sweep without a
+ * Hessian, or the mse search, against the tensor's own amax; on the host, whatever the device). */
 static int quantize_lm_head(lwq_run *r, lwq_tlist *tail, lwq_error *e)
 {
     char name[128];
@@ -610,8 +612,19 @@ static int quantize_lm_head(lwq_run *r, lwq_tlist *tail, lwq_error *e)
     uint8_t *packed = malloc((size_t)(rows * cols / 2) + 1), *scale = malloc((size_t)(rows * (cols / 16)) + 1);
     float amax = 0, ws2 = 0;
     int rc = packed && scale ? 0 : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
-    if (rc == 0 && (rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e)) >= 0)
-        rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws2, e);
+    int mode = r->o->recipe->lm_head;
+    float *bamax = NULL;
+    if (rc == 0 && mode != LWQ_LMHEAD_MAX && !(bamax = malloc((size_t)(rows * (cols / 16)) * sizeof *bamax)))
+        rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+    if (rc == 0 && (rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e)) >= 0) {
+        if (mode == LWQ_LMHEAD_MAX)
+            rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws2, e);
+        else if ((rc = mode == LWQ_LMHEAD_SWEEP
+                           ? lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, amax, NULL, name, bamax, NULL, e)
+                           : lwq_quant_nvfp4_mse(w->data, w->dtype, rows, cols, amax, name, bamax, e)) >= 0)
+            rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, amax, name, packed, scale, &ws2, e);
+    }
+    free(bamax);
     if (rc < 0) {
         free(packed);
         free(scale);

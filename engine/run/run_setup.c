@@ -111,11 +111,27 @@ static int build_plans(lwq_run *r, lwq_error *e)
                 char *dot = strrchr(attn, '.');
                 if (dot)
                     *dot = 0;
-                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0)
+                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0 ||
+                    (rc = lwq_recipe_check_unwritten(r->o->recipe, attn, LWQ_QSEL_QBMM, e)) != 0 ||
+                    (rc = lwq_recipe_check_unwritten(r->o->recipe, attn, LWQ_QSEL_SOFTMAX, e)) != 0)
                     return rc;
             }
+            /* routers: transformers 5's are no nn.Linear, Model Optimizer gives them no quantizer */
+            if (!p->linears[i].is_router &&
+                (rc = lwq_recipe_check_unwritten(r->o->recipe, p->linears[i].name, LWQ_QSEL_OUTPUT, e)) != 0)
+                return rc;
         }
         if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
+            return rc;
+    }
+    /* lm_head (a linear) and the token embedding (Model Optimizer wraps nn.Embedding too) have
+     * output quantizers as well */
+    static const char *const ends[] = {"lm_head", "model.embed_tokens"};
+    for (int i = 0; i < 2; i++) {
+        char m[LWQ_ARCH_NAME_MAX];
+        lwq_names_full(&r->ck.cfg.names, ends[i], m, sizeof m);
+        int rc = lwq_recipe_check_unwritten(r->o->recipe, m, LWQ_QSEL_OUTPUT, e);
+        if (rc)
             return rc;
     }
     if (!quantized)

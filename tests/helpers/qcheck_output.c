@@ -235,10 +235,16 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
         cr_assert(cJSON_IsString(kva) && !strcmp(kva->valuestring, "FP8"), "kv_cache_quant_algo must be \"FP8\"");
     if (nv && !f8)
         cr_assert_eq(cJSON_GetObjectItem(q, "group_size")->valueint, 16);
-    check_excludes("hf_quant_config.json exclude_modules", cJSON_GetObjectItem(q, "exclude_modules"), m, nm);
-    /* Model Optimizer lists the token embedding (a disabled quantized module there) */
-    cr_assert(excluded(cJSON_GetObjectItem(q, "exclude_modules"), "model.embed_tokens"),
-              "hf_quant_config.json exclude_modules does not list model.embed_tokens");
+    if (nv && f8) {
+        /* Model Optimizer's MIXED_PRECISION export lists no exclusion (but MTP prefixes, which
+         * these models lack): quantized_layers says what is quantized */
+        cr_assert_null(cJSON_GetObjectItem(q, "exclude_modules"), "MIXED_PRECISION: exclude_modules must be absent");
+    } else {
+        check_excludes("hf_quant_config.json exclude_modules", cJSON_GetObjectItem(q, "exclude_modules"), m, nm);
+        /* Model Optimizer lists the token embedding (a disabled quantized module there) */
+        cr_assert(excluded(cJSON_GetObjectItem(q, "exclude_modules"), "model.embed_tokens"),
+                  "hf_quant_config.json exclude_modules does not list model.embed_tokens");
+    }
     if (nv && f8) {
         cJSON *ql = cJSON_GetObjectItem(q, "quantized_layers");
         cr_assert(cJSON_IsObject(ql), "MIXED_PRECISION needs quantized_layers");
@@ -265,9 +271,14 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
     cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_method")->valuestring, "modelopt");
     cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_algo")->valuestring, algo);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(qc, "producer"), "name")->valuestring, "modelopt");
-    check_excludes("config.json quantization_config.ignore", cJSON_GetObjectItem(qc, "ignore"), m, nm);
-    cr_assert(excluded(cJSON_GetObjectItem(qc, "ignore"), "model.embed_tokens"),
-              "config.json quantization_config.ignore does not list model.embed_tokens");
+    if (nv && f8) {
+        const cJSON *ig = cJSON_GetObjectItem(qc, "ignore");
+        cr_assert(cJSON_IsArray(ig) && !ig->child, "MIXED_PRECISION: config.json ignore must be []");
+    } else {
+        check_excludes("config.json quantization_config.ignore", cJSON_GetObjectItem(qc, "ignore"), m, nm);
+        cr_assert(excluded(cJSON_GetObjectItem(qc, "ignore"), "model.embed_tokens"),
+                  "config.json quantization_config.ignore does not list model.embed_tokens");
+    }
     cJSON *kvs = cJSON_GetObjectItem(qc, "kv_cache_scheme");
     if (kv == QC_KV_NONE) {
         cr_assert(!kvs || cJSON_IsNull(kvs), "kv_cache_scheme present without a KV-cache format");

@@ -23,7 +23,7 @@ static cJSON *parse_ok(const char *s)
 
 Test(export, nvfp4_hf_quant_config_matches_formats_md)
 {
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8_CAST, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8_CAST, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
@@ -45,7 +45,7 @@ Test(export, nvfp4_hf_quant_config_matches_formats_md)
 
 Test(export, kv_none_keeps_null_key)
 {
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
     cJSON *j = parse_ok(s);
@@ -59,7 +59,7 @@ Test(export, config_json_keeps_source_and_adds_quantization_config)
 {
     const char *src = "{\"model_type\":\"qwen3_moe\",\"hidden_size\":64,"
                       "\"quantization_config\":{\"stale\":1}}";
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_FP8, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_config_json(src, strlen(src), &q, &s, &e), 0, "%s", e.msg);
@@ -93,7 +93,7 @@ Test(export, config_json_keeps_the_source_text)
     const char *want = "{\n  \"attention_dropout\": 0.0,\n  \"note\": \"a } \\\" , [\",\n"
                        "  \"rope_parameters\": {\"rope_theta\": 10000.0, \"x\": [1e-06, 2.50]},\n"
                        "  \"router_jitter_noise\": 0.0,\n  \"quantization_config\": {";
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_config_json(src, strlen(src), &q, &s, &e), 0, "%s", e.msg);
@@ -116,7 +116,7 @@ Test(export, config_json_replaces_every_quantization_config_member)
         "{\"quantization_config\": null}",
         "{}",
     };
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     for (size_t t = 0; t < sizeof srcs / sizeof srcs[0]; t++) {
         char *s;
         lwq_error e = {0};
@@ -136,7 +136,7 @@ Test(export, config_json_replaces_every_quantization_config_member)
 
 Test(export, config_json_refuses_a_source_that_is_not_an_object)
 {
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s = NULL;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_config_json("[1, 2]", 6, &q, &s, &e), LWQ_EINVAL);
@@ -151,7 +151,7 @@ Test(export, two_formats_give_mixed_precision)
         {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0},
         {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
     };
-    lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST, NULL};
+    lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST, NULL, NULL, 0};
     char *s;
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
     cJSON *j = parse_ok(s);
@@ -169,6 +169,59 @@ Test(export, two_formats_give_mixed_precision)
     free(s);
 }
 
+/* Model Optimizer 0.47 (quant_utils.py process_layer_quant_config) writes exclude_modules only when
+ * one format is used; a MIXED_PRECISION export lists only the MTP prefixes (_add_mtp_exclusions) */
+Test(export, mixed_precision_excludes_only_the_mtp_prefixes)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0},
+        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+    };
+    const char *const extra[] = {"model.embed_tokens", "model.visual*"}, *const mtp[] = {"mtp*"};
+    lwq_export_quant q = {m, 3, extra, 2, LWQ_KV_NONE, NULL, mtp, 1};
+    char *s;
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
+    cJSON *j = parse_ok(s);
+    cJSON *ex = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization"), "exclude_modules");
+    cr_assert(cJSON_GetArraySize(ex) == 1 && !strcmp(ex->child->valuestring, "mtp*"), "%s", s);
+    cJSON_Delete(j);
+    free(s);
+    q.nalways = 0; /* no MTP: no exclude_modules at all, and config.json's ignore is [] */
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
+    j = parse_ok(s);
+    cr_assert_null(cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization"), "exclude_modules"), "%s", s);
+    cJSON_Delete(j);
+    free(s);
+    cr_assert_eq(lwq_export_config_json("{}", 2, &q, &s, NULL), 0);
+    j = parse_ok(s);
+    cJSON *ig = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization_config"), "ignore");
+    cr_assert(cJSON_IsArray(ig) && cJSON_GetArraySize(ig) == 0, "%s", s);
+    cJSON_Delete(j);
+    free(s);
+}
+
+/* with one format every unquantized module is listed, and the MTP prefixes after them */
+Test(export, one_format_excludes_the_unquantized_then_the_mtp_prefixes)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+    };
+    const char *const extra[] = {"model.embed_tokens"}, *const mtp[] = {"mtp*"};
+    lwq_export_quant q = {m, 2, extra, 1, LWQ_KV_NONE, NULL, mtp, 1};
+    char *s;
+    cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
+    cJSON *j = parse_ok(s);
+    cJSON *ex = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "quantization"), "exclude_modules");
+    static const char *const want[] = {"lm_head", "model.embed_tokens", "model.layers.0.mlp.gate", "mtp*"};
+    cr_assert_eq(cJSON_GetArraySize(ex), 4, "%s", s);
+    for (int i = 0; i < 4; i++)
+        cr_assert_str_eq(cJSON_GetArrayItem(ex, i)->valuestring, want[i]);
+    cJSON_Delete(j);
+    free(s);
+}
+
 /* Model Optimizer 0.47 (convert_hf_config.py) writes W4A16_NVFP4's config group with weights only */
 Test(export, weight_only_nvfp4_is_w4a16_nvfp4_without_input_activations)
 {
@@ -176,7 +229,7 @@ Test(export, weight_only_nvfp4_is_w4a16_nvfp4_without_input_activations)
         {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 1},
         {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
     };
-    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
@@ -204,7 +257,7 @@ Test(export, weight_only_nvfp4_beside_nvfp4_is_mixed_precision)
         {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0},
         {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
     };
-    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, NULL), 0);
     cJSON *j = parse_ok(s);
@@ -220,7 +273,7 @@ Test(export, weight_only_nvfp4_beside_nvfp4_is_mixed_precision)
 Test(export, weight_only_fp8_is_refused)
 {
     static const lwq_export_module m[] = {{"model.layers.0.mlp.up_proj", LWQ_QFMT_FP8, 1}};
-    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_NONE, NULL};
+    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_lt(lwq_export_hf_quant_config(&q, &s, &e), 0);
@@ -230,7 +283,7 @@ Test(export, weight_only_fp8_is_refused)
 /* Model Optimizer 0.47 names an NVFP4 cache in both files, kv_cache_scheme as a string */
 Test(export, nvfp4_kv_cache_is_named_nvfp4)
 {
-    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NVFP4_CAST, NULL};
+    lwq_export_quant q = {moe_nvfp4, 4, NULL, 0, LWQ_KV_NVFP4_CAST, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_eq(lwq_export_hf_quant_config(&q, &s, &e), 0, "%s", e.msg);
@@ -250,7 +303,7 @@ Test(export, nvfp4_kv_cache_is_named_nvfp4)
 Test(export, nothing_quantized_is_refused)
 {
     static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0}};
-    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST, NULL};
+    lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
     cr_assert_lt(lwq_export_hf_quant_config(&q, &s, &e), 0);
