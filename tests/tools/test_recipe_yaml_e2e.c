@@ -1,5 +1,6 @@
 /* Model Optimizer recipe YAML end to end: the equivalents of lwq's presets write byte-identical outputs; the layerwise article's hf_ptq command line runs unchanged. */
 #include <criterion/criterion.h>
+#include <unistd.h>
 
 #include "layout/safetensors.h"
 #include "tests/helpers/run.h"
@@ -282,6 +283,41 @@ Test(recipe_yaml_e2e, a_module_with_split_formats_is_refused_by_name)
     cr_assert(strstr(err, "lwq: model.layers.0.mlp.gate_proj: the recipe makes its weight quantizer nvfp4 and its "
                           "input quantizer fp8; lwq writes W4A4 NVFP4, W8A8 FP8 and weight-only NVFP4 (W4A16) only"), "%s", err);
     free(err);
+}
+
+/* An entry that enables every quantizer also enables Model Optimizer's output quantizers, which
+ * lwq does not write: the run is refused by module and rule, before anything is written */
+Test(recipe_yaml_e2e, a_module_left_with_an_output_quantizer_is_refused_by_name)
+{
+    make("m", "llama");
+    FILE *fp = fopen(lwqt_path("r.yaml"), "w");
+    fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  fp8: configs/numerics/fp8\n"
+                "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n    - $import: off\n"
+                "    - {quantizer_name: '*mlp*', cfg: {$import: fp8}}\n");
+    fclose(fp);
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("o"), "--recipe", lwqt_path("r.yaml"),
+                       "--recipe-root", root(), "--calib-size", "4", NULL};
+    cr_assert_eq(lwqt_run(q), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "lwq: model.layers.0.mlp.gate_proj: recipe \"r\" rule "), "%s", err);
+    cr_assert(strstr(err, "('*mlp*') leaves its output quantizer enabled, which lwq does not write"), "%s", err);
+    free(err);
+    cr_assert_neq(access(lwqt_path("o/config.json"), F_OK), 0, "nothing is written");
+}
+
+/* ... and one that disables them again after is what Model Optimizer runs: accepted */
+Test(recipe_yaml_e2e, output_quantizers_disabled_again_run)
+{
+    make("m", "llama");
+    FILE *fp = fopen(lwqt_path("r.yaml"), "w");
+    fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  fp8: configs/numerics/fp8\n"
+                "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n    - $import: off\n"
+                "    - {quantizer_name: '*mlp*', cfg: {$import: fp8}}\n"
+                "    - {quantizer_name: '*output_quantizer', enable: false}\n");
+    fclose(fp);
+    const char *y[] = {"--recipe", lwqt_path("r.yaml"), "--recipe-root", root(), NULL};
+    quantize("m", "o", y);
+    cr_assert_eq(access(lwqt_path("o/config.json"), F_OK), 0);
 }
 
 /* The command line confirms a recipe's checkpoint_dir with --resume-dir (without it the run is
