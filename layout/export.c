@@ -78,21 +78,50 @@ static cJSON *exclude_list(const lwq_export_quant *q, int f)
     return a;
 }
 
+static const char *listed(const lwq_export_module *m) { return m->listed ? m->listed : m->name; }
+
+const cJSON *lwq_export_layer_entry(const cJSON *quantized_layers, const char *module)
+{
+    char m[512];
+    if (!cJSON_IsObject(quantized_layers) || snprintf(m, sizeof m, "%s", module) >= (int)sizeof m)
+        return NULL;
+    for (;;) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(quantized_layers, m);
+        if (x)
+            return x;
+        char *dot = strrchr(m, '.');
+        if (!dot)
+            return NULL;
+        *dot = 0;
+    }
+}
+
+/* The sorted distinct listed names of the quantized modules of kind k (any kind: k < 0), in v. */
+static int listed_names(const lwq_export_quant *q, int k, const char **v)
+{
+    int n = 0;
+    for (int i = 0; i < q->nmods; i++)
+        if (q->mods[i].format != LWQ_QFMT_NONE && (k < 0 || kind_of(&q->mods[i]) == k))
+            v[n++] = listed(&q->mods[i]);
+    qsort(v, (size_t)n, sizeof *v, cmp_str);
+    int u = 0;
+    for (int i = 0; i < n; i++)
+        if (u == 0 || strcmp(v[i], v[u - 1]))
+            v[u++] = v[i];
+    return u;
+}
+
 static cJSON *quantized_layers(const lwq_export_quant *q)
 {
-    const char **v = malloc((size_t)(q->nmods ? q->nmods : 1) * sizeof *v);
+    const char **v = malloc((size_t)(q->nmods > 0 ? q->nmods : 1) * sizeof *v);
     if (!v)
         return NULL;
-    int k = 0;
-    for (int i = 0; i < q->nmods; i++)
-        if (q->mods[i].format != LWQ_QFMT_NONE)
-            v[k++] = q->mods[i].name;
-    qsort(v, (size_t)k, sizeof *v, cmp_str);
+    int k = listed_names(q, -1, v);
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < k; i++) {
         int f = KIND_NONE;
-        for (int j = 0; j < q->nmods; j++)
-            if (q->mods[j].name == v[i])
+        for (int j = 0; j < q->nmods && f == KIND_NONE; j++)
+            if (q->mods[j].format != LWQ_QFMT_NONE && !strcmp(listed(&q->mods[j]), v[i]))
                 f = kind_of(&q->mods[j]);
         cJSON *l = cJSON_AddObjectToObject(o, v[i]);
         cJSON_AddStringToObject(l, "quant_algo", algo_of(f));
@@ -120,6 +149,11 @@ static int check_modules(const lwq_export_quant *q, lwq_error *e)
         if (q->mods[i].weight_only && q->mods[i].format != LWQ_QFMT_NVFP4)
             return lwq_errf(e, LWQ_EINVAL, "export: %s is weight-only %s; only NVFP4 has a weight-only form",
                             q->mods[i].name, lwq_qformat_name(q->mods[i].format));
+        for (int j = 0; q->mods[i].listed && j < i; j++)
+            if (q->mods[j].listed && !strcmp(q->mods[i].listed, q->mods[j].listed) &&
+                kind_of(&q->mods[i]) != kind_of(&q->mods[j]))
+                return lwq_errf(e, LWQ_EINVAL, "export: %s and %s are listed as one module, %s, but have different "
+                                "formats", q->mods[j].name, q->mods[i].name, q->mods[i].listed);
     }
     return 0;
 }
@@ -192,31 +226,32 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
         cJSON_AddItemToArray(t, cJSON_CreateString("Linear"));
         cJSON_AddItemToObject(groups, "group_0", g);
     } else {
-        /* one group per distinct format, targets = the sorted module names in it */
-        static const int order[] = {KIND_NVFP4, KIND_FP8, KIND_W4A16};
-        int gi = 0;
-        for (int k = 0; k < 3; k++) {
-            const char **v = malloc((size_t)q->nmods * sizeof *v);
-            if (!v) {
-                cJSON_Delete(qc);
-                return NULL;
-            }
-            int n = 0;
-            for (int i = 0; i < q->nmods; i++)
-                if (kind_of(&q->mods[i]) == order[k])
-                    v[n++] = q->mods[i].name;
-            if (n) {
-                qsort(v, (size_t)n, sizeof *v, cmp_str);
-                cJSON *g = group_details(order[k]);
-                cJSON *t = cJSON_AddArrayToObject(g, "targets");
-                for (int i = 0; i < n; i++)
-                    cJSON_AddItemToArray(t, cJSON_CreateString(v[i]));
-                char key[24];
-                snprintf(key, sizeof key, "group_%d", gi++);
-                cJSON_AddItemToObject(groups, key, g);
-            }
-            free(v);
+        /* one group per distinct format, in the order the modules first show it; targets = the
+         * sorted listed names in it */
+        int order[NKINDS], nk = 0;
+        for (int i = 0; i < q->nmods; i++) {
+            int k = kind_of(&q->mods[i]), seen = k == KIND_NONE;
+            for (int j = 0; j < nk && !seen; j++)
+                seen = order[j] == k;
+            if (!seen)
+                order[nk++] = k;
         }
+        const char **v = malloc((size_t)(q->nmods > 0 ? q->nmods : 1) * sizeof *v);
+        if (!v) {
+            cJSON_Delete(qc);
+            return NULL;
+        }
+        for (int k = 0; k < nk; k++) {
+            int n = listed_names(q, order[k], v);
+            cJSON *g = group_details(order[k]);
+            cJSON *t = cJSON_AddArrayToObject(g, "targets");
+            for (int i = 0; i < n; i++)
+                cJSON_AddItemToArray(t, cJSON_CreateString(v[i]));
+            char key[24];
+            snprintf(key, sizeof key, "group_%d", k);
+            cJSON_AddItemToObject(groups, key, g);
+        }
+        free(v);
         cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
     }
     cJSON_AddItemToObject(qc, "ignore", exclude_list(q, f));

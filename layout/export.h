@@ -10,7 +10,9 @@
  *   - model.safetensors.index.json.
  * One format for all quantized linears gives quant_algo NVFP4, FP8 or W4A16_NVFP4 (weight-only
  * NVFP4, whose config group has no input_activations, as Model Optimizer 0.47 writes it); more
- * than one gives MIXED_PRECISION with a quantized_layers map.
+ * than one gives MIXED_PRECISION with a quantized_layers map (one entry per listed module) and one
+ * config group per format, numbered in the order the modules first show it (Model Optimizer groups
+ * quantized_layers, which follows named_modules(), in first-seen order).
  *
  * The exclusion list (exclude_modules, config.json's ignore) follows Model Optimizer 0.47's
  * export: get_quant_config gives every module that carries quantizers a format and, only when all
@@ -38,6 +40,10 @@ typedef struct lwq_export_module {
     const char *name;         /* "model.layers.3.self_attn.q_proj" */
     lwq_qformat format;
     int weight_only;          /* with NVFP4: W4A16_NVFP4 (no input_activations, no input_scale) */
+    const char *listed;       /* the module Model Optimizer lists it as in quantized_layers and the
+                                 config_groups targets (a fused experts module
+                                 "model.layers.3.mlp.experts"; every module listed so must have one
+                                 format), or NULL: name */
 } lwq_export_module;
 
 typedef struct lwq_export_quant {
@@ -56,6 +62,10 @@ typedef struct lwq_export_quant {
 
 #define LWQ_PRODUCER_NAME "modelopt"
 #define LWQ_PRODUCER_VERSION "0.33.0+lwq." LWQ_VERSION
+
+/* The quantized_layers entry of `module` (a MIXED_PRECISION export's): its own, or its nearest
+ * ancestor's (a fused experts module lists its experts' projections), or NULL. */
+const struct cJSON *lwq_export_layer_entry(const struct cJSON *quantized_layers, const char *module);
 
 /* Both return a malloc'd JSON text in *out. */
 int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error *e);

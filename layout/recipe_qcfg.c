@@ -275,6 +275,8 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, const int
         goto out;
 
     lwq_recipe_rule wr = {0}, ir = {0}, kr = {0};
+    wr.has_embed = ir.has_embed = kr.has_embed = en->embedding_only;
+    wr.embed = ir.embed = kr.embed = en->embedding_only;
     wr.quantizer = LWQ_QSEL_WEIGHT;
     ir.quantizer = LWQ_QSEL_INPUT;
     kr.quantizer = LWQ_QSEL_KV;
@@ -299,12 +301,14 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, const int
     } else if (!(rc = push_all(r, cap, &w, &wr, e))) {
         rc = push_all(r, cap, &in, &ir, e);
     }
-    if (!rc)
+    /* an nn.Embedding has weight, input and output quantizers only: no k/v or attention ones */
+    if (!rc && !en->embedding_only)
         rc = push_all(r, cap, &k, &kr, e);
     for (int i = 0; rc == 0 && i < NUNWRITTEN; i++) {
-        if (!want_unwritten[i])
+        if (!want_unwritten[i] || (en->embedding_only && unwritten[i].sel != LWQ_QSEL_OUTPUT))
             continue;
-        lwq_recipe_rule ur = {.quantizer = unwritten[i].sel, .has_enable = 1, .enable = enabling};
+        lwq_recipe_rule ur = {.quantizer = unwritten[i].sel, .has_enable = 1, .enable = enabling,
+                              .has_embed = en->embedding_only, .embed = en->embedding_only};
         if ((rc = gs_make(&o, en, unwritten[i].suffix, e)) == 0)
             rc = push_all(r, cap, &o, &ur, e);
         gs_free(&o);
@@ -364,9 +368,9 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
             on = u->enable;
     }
     r->kv = on ? mode : LWQ_KV_NONE;
-    int rc = lwq_recipe_check_embedding(r, path, e);
-    if (rc)
-        return rc;
+    /* Model Optimizer's quant_cfg reaches the token embedding's weight quantizer too (nn.Embedding
+     * is a QuantModule in 0.47): the engine resolves it with the embedding's name */
+    r->embed_rules = 1;
     lwq_quant_choice lm = lwq_recipe_resolve_module(r, "lm_head", 0);
     /* weight-only NVFP4 (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
      * '*lm_head*weight_quantizer' with nvfp4, or nvfp4_static under mse + fp8_scale_sweep): lwq

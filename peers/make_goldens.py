@@ -43,7 +43,8 @@ FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
                {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
                {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")} | \
                {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")} | \
-               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")}
+               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")} | \
+               {(s, "w4a16_nvfp4-embed") for s in ("llama-f32", "qwen3_moe-bf16")}
 RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 # issue 33 (about 4 MB in all): the VLM wrappers in F32 and BF16 with the three --qformat presets
@@ -64,17 +65,7 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # Differences between lwq and Model Optimizer that are recorded, not hidden: the case's comparison
 # must give exactly these notes (tests/tools/test_peer_goldens.c), so it fails on any other
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
-FUSED_EXPERTS_LISTED = [
-    "hf_quant_config.json quantization.quantized_layers differs",
-    "config.json quantization_config.config_groups differs",
-    "config.json quantization_config.quantized_layers differs"]
 KNOWN_DIFFERENCES = {
-    # MIXED_PRECISION with fused experts: Model Optimizer lists each layer's fused experts as one
-    # module (quantized_layers / config_groups targets "...mlp.experts"); lwq lists every expert's
-    # gate/up/down (the exclusion lists agree: MTP prefixes only)
-    ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"): FUSED_EXPERTS_LISTED,
-    ("qwen3_5_moe-bf16", "huggingface_qwen3_5_moe_ptq_w4a16_nvfp4-fp8_attn-kv_fp8_cast"): FUSED_EXPERTS_LISTED,
-    ("qwen3_5_moe_text-f32", "huggingface_qwen3_5_moe_ptq_w4a16_nvfp4_mse-fp8_attn-kv_fp8_cast-patched"): FUSED_EXPERTS_LISTED,
     # Four-over-Six on the split Gated DeltaNet: Model Optimizer's per-block 4/6 search shares the
     # weight global_amax only within its name groups (q/k/v, gate/up: model_calib.py
     # _collect_grouped_linears), so in_proj_z is searched against its own global amax, and only
@@ -406,7 +397,11 @@ and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied w
 imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
 an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`),
 and a weight-only NVFP4 lm_head (`w4a16_nvfp4-lm_head`: `peers/recipes/w4a16_nvfp4-lm_head.yaml`,
-copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule).
+copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule),
+and a weight-only NVFP4 token embedding (`w4a16_nvfp4-embed`: `peers/recipes/w4a16_nvfp4-embed.yaml`,
+the Nemotron-3-Nano W4A16 recipe's `*embeddings*weight_quantizer` rule on `*embed_tokens*`:
+Model Optimizer 0.47 wraps nn.Embedding as a QuantEmbedding and exports `model.embed_tokens.weight`
+packed, with `weight_scale` and `weight_scale_2`, and leaves it out of `exclude_modules`).
 Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
 **patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
 that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so
@@ -531,11 +526,12 @@ per-block search shares the weight global_amax only within its name groups (q/k/
 `model_calib.py`, `_collect_grouped_linears`), so in_proj_z is searched against its own global
 amax; only the export's shared-input resmooth gives in_proj_qkv and in_proj_z one
 `weight_scale_2`.  lwq searches in_proj_z against the shared one.
-The three `qwen3_5_moe*` recipe cases (MIXED_PRECISION: `nvfp4_experts_mse-fp8_rest-kv_fp8`,
-`w4a16_nvfp4-fp8_attn-kv_fp8_cast`, `w4a16_nvfp4_mse-fp8_attn-kv_fp8_cast`): every tensor is
-byte-identical, and so are the exclusion lists (MTP prefixes only, as below), but Model
+The `qwen3_5_moe*` recipe cases (MIXED_PRECISION) compare equal, configs included: Model
 Optimizer lists each layer's fused experts as one module (`quantized_layers` and the
-`config_groups` targets name `...mlp.experts`), where lwq lists every expert's gate/up/down.
+`config_groups` targets name `...mlp.experts`, one format for all its experts, while the tensors
+are per expert), and so does lwq for the families whose transformers experts are fused
+(layout/family.h `fused_experts`); the config groups are numbered in the order the modules first
+show their format (Model Optimizer's `quantized_layers` follows `named_modules()`).
 
 Why a MIXED_PRECISION export excludes nothing but MTP (Model Optimizer 0.47,
 `torch/export/quant_utils.py`): `get_quant_config` gives every module that carries quantizers

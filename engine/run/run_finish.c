@@ -79,13 +79,29 @@ out:
     return rc;
 }
 
+/* m->listed = the fused experts module of routed expert linear l ("model.layers.3.mlp.experts" for
+ * "model.layers.3.mlp.experts.7.gate_proj"), malloc'd. */
+static int experts_module(const lwq_run *r, const lwq_arch_linear *l, lwq_export_module *m, lwq_error *e)
+{
+    char needle[40];
+    snprintf(needle, sizeof needle, ".experts.%d.", l->expert);
+    const char *at = strstr(l->name, needle);
+    if (!at)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: routed expert %d of a fused-experts family is not named "
+                        "<moe>.experts.%d.<projection> (%s)", l->name, l->expert, l->expert, r->ck.dir);
+    if (!(m->listed = strndup(l->name, (size_t)(at - l->name) + strlen(".experts"))))
+        return lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+    return 0;
+}
+
 static int write_configs(lwq_run *r, lwq_error *e)
 {
     int total = 0;
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
-    lwq_export_module *mods = calloc((size_t)total + 1, sizeof *mods); /* +1: a quantized lm_head */
-    char lm[96];
+    /* +2: a quantized lm_head, a quantized embedding */
+    lwq_export_module *mods = calloc((size_t)total + 2, sizeof *mods);
+    char lm[96], em[LWQ_ARCH_NAME_MAX];
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
      * embedding; +1: a VLM wrapper's vision tower */
     char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
@@ -94,12 +110,36 @@ static int write_configs(lwq_run *r, lwq_error *e)
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
         goto out;
     }
-    for (int L = 0; L < r->nlayers; L++)
-        for (int i = 0; i < r->plans[L].nlinears; i++) {
-            mods[k].name = r->plans[L].linears[i].name;
-            mods[k].format = r->choice[L][i].format;
-            mods[k++].weight_only = r->choice[L][i].weight_only;
+    /* in Model Optimizer's module order: the embedding, the layers, lm_head (the config groups are
+     * numbered by first appearance) */
+    if (r->embed) { /* written weight-only by lwq_run_write_tail; not excluded then */
+        lwq_names_full(&r->ck.cfg.names, "model.embed_tokens", em, sizeof em);
+        mods[k].name = em;
+        mods[k].format = LWQ_QFMT_NVFP4;
+        mods[k++].weight_only = 1;
+    }
+    const lwq_family *fam = r->ck.cfg.family;
+    for (int L = 0; L < r->nlayers; L++) {
+        const lwq_arch_layer *p = &r->plans[L];
+        /* a fused experts module is listed once when its experts share one format (a recipe of
+         * Model Optimizer's cannot tell them apart); else each expert's projections are */
+        int fused = fam && fam->fused_experts, kind = -1;
+        for (int i = 0; fused && i < p->nlinears; i++) {
+            if (p->linears[i].expert < 0)
+                continue;
+            int ki = r->choice[L][i].format * 2 + r->choice[L][i].weight_only;
+            fused = kind < 0 || kind == ki;
+            kind = ki;
         }
+        for (int i = 0; i < p->nlinears; i++) {
+            mods[k].name = p->linears[i].name;
+            mods[k].format = r->choice[L][i].format;
+            mods[k].weight_only = r->choice[L][i].weight_only;
+            if (fused && p->linears[i].expert >= 0 && (rc = experts_module(r, &p->linears[i], &mods[k], e)) != 0)
+                goto out;
+            k++;
+        }
+    }
     if (r->o->recipe->lm_head) { /* written weight-only by lwq_run_write_tail */
         lwq_names_full(&r->ck.cfg.names, "lm_head", lm, sizeof lm);
         mods[k].name = lm;
@@ -148,7 +188,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
     /* Model Optimizer lists the token embedding too: export_hf_checkpoint excludes every module
      * it wrapped with quantizers and left disabled, and it wraps nn.Embedding (disabled by its
      * default_disabled_quantizers unit, parent_class nn.Embedding) */
-    for (int i = 0; i < r->ck.tail.n; i++) {
+    for (int i = 0; !r->embed && i < r->ck.tail.n; i++) {
         const char *t = r->ck.tensors[r->ck.tail.idx[i]].name;
         size_t n = strlen(t), suf = strlen("embed_tokens.weight");
         if (n >= suf && !strcmp(t + n - suf, "embed_tokens.weight") && (n == suf || t[n - suf - 1] == '.')) {
@@ -168,6 +208,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
     free(hq);
     free(cj);
 out:
+    for (int i = 0; mods && i < k; i++)
+        free((char *)mods[i].listed);
     for (int i = 0; i < nextra; i++)
         free(extra[i]);
     free(extra);

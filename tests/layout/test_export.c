@@ -8,10 +8,10 @@
 #include "layout/export.h"
 
 static const lwq_export_module moe_nvfp4[] = {
-    {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0},
-    {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
-    {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0},
-    {"model.layers.1.mlp.gate", LWQ_QFMT_NONE, 0},
+    {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0, NULL},
+    {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0, NULL},
+    {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0, NULL},
+    {"model.layers.1.mlp.gate", LWQ_QFMT_NONE, 0, NULL},
 };
 
 static cJSON *parse_ok(const char *s)
@@ -147,9 +147,9 @@ Test(export, config_json_refuses_a_source_that_is_not_an_object)
 Test(export, two_formats_give_mixed_precision)
 {
     static const lwq_export_module m[] = {
-        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0},
-        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0},
-        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0, NULL},
+        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 0, NULL},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0, NULL},
     };
     lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_FP8_CAST, NULL, NULL, 0};
     char *s;
@@ -174,9 +174,9 @@ Test(export, two_formats_give_mixed_precision)
 Test(export, mixed_precision_excludes_only_the_mtp_prefixes)
 {
     static const lwq_export_module m[] = {
-        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0},
-        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
-        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0, NULL},
+        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1, NULL},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0, NULL},
     };
     const char *const extra[] = {"model.embed_tokens", "model.visual*"}, *const mtp[] = {"mtp*"};
     lwq_export_quant q = {m, 3, extra, 2, LWQ_KV_NONE, NULL, mtp, 1};
@@ -205,8 +205,8 @@ Test(export, mixed_precision_excludes_only_the_mtp_prefixes)
 Test(export, one_format_excludes_the_unquantized_then_the_mtp_prefixes)
 {
     static const lwq_export_module m[] = {
-        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
-        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1, NULL},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0, NULL},
     };
     const char *const extra[] = {"model.embed_tokens"}, *const mtp[] = {"mtp*"};
     lwq_export_quant q = {m, 2, extra, 1, LWQ_KV_NONE, NULL, mtp, 1};
@@ -222,12 +222,60 @@ Test(export, one_format_excludes_the_unquantized_then_the_mtp_prefixes)
     free(s);
 }
 
+/* a fused experts module is one entry of quantized_layers and of the config group targets (Model
+ * Optimizer 0.47 lists transformers' fused experts so), and the groups are numbered in the order
+ * the modules first show their format */
+Test(export, fused_experts_are_listed_once_and_groups_follow_module_order)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0, NULL},
+        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 1, "model.layers.0.mlp.experts"},
+        {"model.layers.0.mlp.experts.1.up_proj", LWQ_QFMT_NVFP4, 1, "model.layers.0.mlp.experts"},
+    };
+    lwq_export_quant q = {m, 3, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
+    char *s;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_export_config_json("{}", 2, &q, &s, &e), 0, "%s", e.msg);
+    cJSON *j = parse_ok(s);
+    cJSON *qc = cJSON_GetObjectItem(j, "quantization_config");
+    cJSON *ql = cJSON_GetObjectItem(qc, "quantized_layers");
+    cr_assert_eq(cJSON_GetArraySize(ql), 2, "%s", s);
+    cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(ql, "model.layers.0.mlp.experts"), "quant_algo")->valuestring,
+                     "W4A16_NVFP4");
+    cJSON *g = cJSON_GetObjectItem(qc, "config_groups");
+    cJSON *t0 = cJSON_GetObjectItem(cJSON_GetObjectItem(g, "group_0"), "targets");
+    cJSON *t1 = cJSON_GetObjectItem(cJSON_GetObjectItem(g, "group_1"), "targets");
+    cr_assert(cJSON_GetArraySize(t0) == 1 && !strcmp(t0->child->valuestring, "model.layers.0.self_attn.q_proj"),
+              "the first module's format is group_0: %s", s);
+    cr_assert(cJSON_GetArraySize(t1) == 1 && !strcmp(t1->child->valuestring, "model.layers.0.mlp.experts"), "%s", s);
+    cr_assert_eq(lwq_export_layer_entry(ql, "model.layers.0.mlp.experts.1.up_proj"),
+                 cJSON_GetObjectItem(ql, "model.layers.0.mlp.experts"), "an expert's entry is its module's");
+    cr_assert_null(lwq_export_layer_entry(ql, "model.layers.1.mlp.up_proj"));
+    cJSON_Delete(j);
+    free(s);
+}
+
+/* modules listed as one must share a format */
+Test(export, one_listed_module_of_two_formats_is_an_error)
+{
+    static const lwq_export_module m[] = {
+        {"model.layers.0.mlp.experts.0.up_proj", LWQ_QFMT_NVFP4, 1, "model.layers.0.mlp.experts"},
+        {"model.layers.0.mlp.experts.1.up_proj", LWQ_QFMT_FP8, 0, "model.layers.0.mlp.experts"},
+    };
+    lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
+    char *s = NULL;
+    lwq_error e = {0};
+    cr_assert_neq(lwq_export_hf_quant_config(&q, &s, &e), 0);
+    cr_assert(strstr(e.msg, "are listed as one module, model.layers.0.mlp.experts, but have different formats"),
+              "%s", e.msg);
+}
+
 /* Model Optimizer 0.47 (convert_hf_config.py) writes W4A16_NVFP4's config group with weights only */
 Test(export, weight_only_nvfp4_is_w4a16_nvfp4_without_input_activations)
 {
     static const lwq_export_module m[] = {
-        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 1},
-        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0},
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 1, NULL},
+        {"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0, NULL},
     };
     lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
@@ -254,8 +302,8 @@ Test(export, weight_only_nvfp4_is_w4a16_nvfp4_without_input_activations)
 Test(export, weight_only_nvfp4_beside_nvfp4_is_mixed_precision)
 {
     static const lwq_export_module m[] = {
-        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0},
-        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1},
+        {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0, NULL},
+        {"model.layers.0.mlp.up_proj", LWQ_QFMT_NVFP4, 1, NULL},
     };
     lwq_export_quant q = {m, 2, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
@@ -272,7 +320,7 @@ Test(export, weight_only_nvfp4_beside_nvfp4_is_mixed_precision)
 
 Test(export, weight_only_fp8_is_refused)
 {
-    static const lwq_export_module m[] = {{"model.layers.0.mlp.up_proj", LWQ_QFMT_FP8, 1}};
+    static const lwq_export_module m[] = {{"model.layers.0.mlp.up_proj", LWQ_QFMT_FP8, 1, NULL}};
     lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_NONE, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
@@ -302,7 +350,7 @@ Test(export, nvfp4_kv_cache_is_named_nvfp4)
 
 Test(export, nothing_quantized_is_refused)
 {
-    static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0}};
+    static const lwq_export_module m[] = {{"model.layers.0.mlp.gate", LWQ_QFMT_NONE, 0, NULL}};
     lwq_export_quant q = {m, 1, NULL, 0, LWQ_KV_FP8_CAST, NULL, NULL, 0};
     char *s;
     lwq_error e = {0};
