@@ -1,6 +1,7 @@
 #include "layout/export.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,11 +37,24 @@ static int overall_format(const lwq_export_quant *q)
     return f;
 }
 
-/* The exclusion list (export.h): with one format f, lm_head (unless quantized), the extras and
- * every unquantized decoder linear, sorted; with several (f < 0), none of them; then the MTP
- * prefixes in their order. */
-static cJSON *exclude_list(const lwq_export_quant *q, int f)
+/* Sorted exclusion list: lm_head, extras, every unquantized decoder linear; for MIXED_PRECISION
+ * (mixed) only the MTP blocks, as Model Optimizer writes it (export.h). */
+static cJSON *exclude_list(const lwq_export_quant *q, int mixed)
 {
+    if (mixed) {
+        int n = q->nextra_mtp < 0 ? 0 : q->nextra_mtp < q->nextra ? q->nextra_mtp : q->nextra;
+        const char **v = malloc((size_t)(n ? n : 1) * sizeof *v);
+        cJSON *a = v ? cJSON_CreateArray() : NULL;
+        for (int i = 0; a && i < n; i++)
+            v[i] = q->extra_excludes[i];
+        if (a)
+            qsort(v, (size_t)n, sizeof *v, cmp_str);
+        for (int i = 0; a && i < n; i++)
+            if (i == 0 || strcmp(v[i], v[i - 1]))
+                cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
+        free(v);
+        return a;
+    }
     int n = 1 + q->nextra;
     for (int i = 0; i < q->nmods; i++)
         n += q->mods[i].format == LWQ_QFMT_NONE;
@@ -53,83 +67,108 @@ static cJSON *exclude_list(const lwq_export_quant *q, int f)
     int lm_quantized = 0; /* a recipe that quantizes lm_head lists it among the modules */
     for (int i = 0; i < q->nmods; i++)
         lm_quantized |= q->mods[i].format != LWQ_QFMT_NONE && !strcmp(q->mods[i].name, lm);
-    if (f >= 0) {
-        if (!lm_quantized)
-            v[k++] = lm;
-        for (int i = 0; i < q->nextra; i++)
-            v[k++] = q->extra_excludes[i];
-        for (int i = 0; i < q->nmods; i++)
-            if (q->mods[i].format == LWQ_QFMT_NONE)
-                v[k++] = q->mods[i].name;
-    }
+    if (!lm_quantized)
+        v[k++] = lm;
+    for (int i = 0; i < q->nextra; i++)
+        v[k++] = q->extra_excludes[i];
+    for (int i = 0; i < q->nmods; i++)
+        if (q->mods[i].format == LWQ_QFMT_NONE)
+            v[k++] = q->mods[i].name;
     qsort(v, (size_t)k, sizeof *v, cmp_str);
     cJSON *a = cJSON_CreateArray();
     for (int i = 0; a && i < k; i++)
         if (i == 0 || strcmp(v[i], v[i - 1]))
             cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
     free(v);
-    for (int i = 0; a && i < q->nalways; i++) {
-        int seen = 0;
-        for (const cJSON *x = a->child; x && !seen; x = x->next)
-            seen = !strcmp(x->valuestring, q->always[i]);
-        if (!seen)
-            cJSON_AddItemToArray(a, cJSON_CreateString(q->always[i]));
-    }
     return a;
 }
 
-static const char *listed(const lwq_export_module *m) { return m->listed ? m->listed : m->name; }
+/* One entry of a MIXED_PRECISION listing: the module's name (or the in-memory module it belongs
+ * to) and its kind; i: the module's index. */
+typedef struct {
+    const char *key;
+    int kind, i;
+} listed;
 
-const cJSON *lwq_export_layer_entry(const cJSON *quantized_layers, const char *module)
+static int cmp_listed(const void *a, const void *b)
 {
-    char m[512];
-    if (!cJSON_IsObject(quantized_layers) || snprintf(m, sizeof m, "%s", module) >= (int)sizeof m)
-        return NULL;
-    for (;;) {
-        const cJSON *x = cJSON_GetObjectItemCaseSensitive(quantized_layers, m);
-        if (x)
-            return x;
-        char *dot = strrchr(m, '.');
-        if (!dot)
-            return NULL;
-        *dot = 0;
-    }
+    const listed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
 }
 
-/* The sorted distinct listed names of the quantized modules of kind k (any kind: k < 0), in v. */
-static int listed_names(const lwq_export_quant *q, int k, const char **v)
+/* The quantized modules as a MIXED_PRECISION config lists them, sorted by name: a listed_as
+ * module once when all its members share one quantized kind, else each quantized member by its
+ * own name; every other quantized module by its name.  The count, or -1 out of memory. */
+static int listing(const lwq_export_quant *q, listed **out)
 {
-    int n = 0;
-    for (int i = 0; i < q->nmods; i++)
-        if (q->mods[i].format != LWQ_QFMT_NONE && (k < 0 || kind_of(&q->mods[i]) == k))
-            v[n++] = listed(&q->mods[i]);
-    qsort(v, (size_t)n, sizeof *v, cmp_str);
-    int u = 0;
-    for (int i = 0; i < n; i++)
-        if (u == 0 || strcmp(v[i], v[u - 1]))
-            v[u++] = v[i];
-    return u;
+    int n = q->nmods, k = 0, ng = 0;
+    listed *v = malloc((size_t)(n ? n : 1) * sizeof *v), *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+    if (!v || !g) {
+        free(v);
+        free(g);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int f = kind_of(&q->mods[i]);
+        if (q->mods[i].listed_as)
+            g[ng++] = (listed){q->mods[i].listed_as, f, i};
+        else if (f != KIND_NONE)
+            v[k++] = (listed){q->mods[i].name, f, i};
+    }
+    qsort(g, (size_t)ng, sizeof *g, cmp_listed);
+    for (int a = 0, b; a < ng; a = b) {
+        int same = g[a].kind != KIND_NONE;
+        for (b = a + 1; b < ng && !strcmp(g[b].key, g[a].key); b++)
+            same &= g[b].kind == g[a].kind;
+        if (same) {
+            v[k++] = g[a];
+            continue;
+        }
+        for (int m = a; m < b; m++)
+            if (g[m].kind != KIND_NONE)
+                v[k++] = (listed){q->mods[g[m].i].name, g[m].kind, g[m].i};
+    }
+    free(g);
+    qsort(v, (size_t)k, sizeof *v, cmp_listed);
+    *out = v;
+    return k;
 }
 
 static cJSON *quantized_layers(const lwq_export_quant *q)
 {
-    const char **v = malloc((size_t)(q->nmods > 0 ? q->nmods : 1) * sizeof *v);
-    if (!v)
+    listed *v;
+    int k = listing(q, &v);
+    if (k < 0)
         return NULL;
-    int k = listed_names(q, -1, v);
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < k; i++) {
-        int f = KIND_NONE;
-        for (int j = 0; j < q->nmods && f == KIND_NONE; j++)
-            if (q->mods[j].format != LWQ_QFMT_NONE && !strcmp(listed(&q->mods[j]), v[i]))
-                f = kind_of(&q->mods[j]);
-        cJSON *l = cJSON_AddObjectToObject(o, v[i]);
-        cJSON_AddStringToObject(l, "quant_algo", algo_of(f));
-        if (grouped(f))
+        if (i && !strcmp(v[i].key, v[i - 1].key))
+            continue;
+        cJSON *l = cJSON_AddObjectToObject(o, v[i].key);
+        cJSON_AddStringToObject(l, "quant_algo", algo_of(v[i].kind));
+        if (grouped(v[i].kind))
             cJSON_AddNumberToObject(l, "group_size", 16);
     }
     free(v);
     return o;
+}
+
+const cJSON *lwq_export_listed(const cJSON *quantized_layers, const char *module)
+{
+    char name[512];
+    if (!cJSON_IsObject(quantized_layers) || !module || strlen(module) >= sizeof name)
+        return NULL;
+    snprintf(name, sizeof name, "%s", module);
+    for (;;) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(quantized_layers, name);
+        if (cJSON_IsObject(x))
+            return x;
+        char *dot = strrchr(name, '.');
+        if (!dot)
+            return NULL;
+        *dot = 0;
+    }
 }
 
 static void add_producer(cJSON *o)
@@ -149,11 +188,6 @@ static int check_modules(const lwq_export_quant *q, lwq_error *e)
         if (q->mods[i].weight_only && q->mods[i].format != LWQ_QFMT_NVFP4)
             return lwq_errf(e, LWQ_EINVAL, "export: %s is weight-only %s; only NVFP4 has a weight-only form",
                             q->mods[i].name, lwq_qformat_name(q->mods[i].format));
-        for (int j = 0; q->mods[i].listed && j < i; j++)
-            if (q->mods[j].listed && !strcmp(q->mods[i].listed, q->mods[j].listed) &&
-                kind_of(&q->mods[i]) != kind_of(&q->mods[j]))
-                return lwq_errf(e, LWQ_EINVAL, "export: %s and %s are listed as one module, %s, but have different "
-                                "formats", q->mods[j].name, q->mods[i].name, q->mods[i].listed);
     }
     return 0;
 }
@@ -184,11 +218,7 @@ int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error 
         cJSON_AddStringToObject(qz, "kv_cache_quant_algo", q->kv == LWQ_KV_NVFP4_CAST ? "NVFP4" : "FP8");
     if (f >= 0 && grouped(f))
         cJSON_AddNumberToObject(qz, "group_size", 16);
-    cJSON *ex = exclude_list(q, f);
-    if (f < 0 && ex && !ex->child)
-        cJSON_Delete(ex); /* Model Optimizer writes the key only when it has something to list */
-    else
-        cJSON_AddItemToObject(qz, "exclude_modules", ex);
+    cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q, f < 0));
     if (f < 0)
         cJSON_AddItemToObject(qz, "quantized_layers", quantized_layers(q));
     return finish(root, out, e);
@@ -226,35 +256,44 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
         cJSON_AddItemToArray(t, cJSON_CreateString("Linear"));
         cJSON_AddItemToObject(groups, "group_0", g);
     } else {
-        /* one group per distinct format, in the order the modules first show it; targets = the
-         * sorted listed names in it */
-        int order[NKINDS], nk = 0;
-        for (int i = 0; i < q->nmods; i++) {
-            int k = kind_of(&q->mods[i]), seen = k == KIND_NONE;
-            for (int j = 0; j < nk && !seen; j++)
-                seen = order[j] == k;
-            if (!seen)
-                order[nk++] = k;
-        }
-        const char **v = malloc((size_t)(q->nmods > 0 ? q->nmods : 1) * sizeof *v);
-        if (!v) {
+        /* one group per distinct format, numbered as Model Optimizer numbers them (in the order
+         * its quantized_layers, the modules' order, first meets each format), targets = the
+         * sorted names quantized_layers lists */
+        listed *v;
+        int n = listing(q, &v), gi = 0, first[NKINDS], order[3] = {KIND_NVFP4, KIND_FP8, KIND_W4A16};
+        if (n < 0) {
             cJSON_Delete(qc);
             return NULL;
         }
-        for (int k = 0; k < nk; k++) {
-            int n = listed_names(q, order[k], v);
-            cJSON *g = group_details(order[k]);
-            cJSON *t = cJSON_AddArrayToObject(g, "targets");
-            for (int i = 0; i < n; i++)
-                cJSON_AddItemToArray(t, cJSON_CreateString(v[i]));
-            char key[24];
-            snprintf(key, sizeof key, "group_%d", k);
-            cJSON_AddItemToObject(groups, key, g);
+        for (int k = 0; k < NKINDS; k++)
+            first[k] = INT_MAX;
+        for (int i = 0; i < n; i++)
+            first[v[i].kind] = v[i].i < first[v[i].kind] ? v[i].i : first[v[i].kind];
+        for (int a = 1; a < 3; a++) /* three kinds: insertion sort by first appearance */
+            for (int b = a; b > 0 && first[order[b]] < first[order[b - 1]]; b--) {
+                int t = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = t;
+            }
+        for (int k = 0; k < 3; k++) {
+            cJSON *g = NULL, *t = NULL;
+            for (int i = 0; i < n; i++) {
+                if (v[i].kind != order[k] || (i && !strcmp(v[i].key, v[i - 1].key)))
+                    continue;
+                if (!g) {
+                    g = group_details(order[k]);
+                    t = cJSON_AddArrayToObject(g, "targets");
+                    char key[24];
+                    snprintf(key, sizeof key, "group_%d", gi++);
+                    cJSON_AddItemToObject(groups, key, g);
+                }
+                cJSON_AddItemToArray(t, cJSON_CreateString(v[i].key));
+            }
         }
         free(v);
         cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
     }
-    cJSON_AddItemToObject(qc, "ignore", exclude_list(q, f));
+    cJSON_AddItemToObject(qc, "ignore", exclude_list(q, f < 0));
     cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of(f));
     if (q->kv == LWQ_KV_NVFP4_CAST) {
         /* Model Optimizer 0.47 (convert_hf_quant_config_format) writes an object for FP8 only and

@@ -134,15 +134,15 @@ typedef struct lwq_family {
     lwq_router_kind router;
     lwq_experts_layout experts;
     lwq_shared_kind shared;
+    int fused_experts;      /* transformers 5.14 holds a layer's routed experts as one module with
+                               3-D parameters (Qwen3MoeExperts, DeepseekV3Experts, ...), whatever
+                               the checkpoint stores: Model Optimizer lists it once in a
+                               MIXED_PRECISION config (layout/export.h).  0: separate linears in
+                               memory (kimi_k2's remote code) */
     int norm_topk_default;  /* norm_topk_prob when the key is absent */
     int norm_topk_fixed;    /* the router always renormalises, whatever the key says */
     int group_mask_inf;     /* DeepSeek-V3 routing: experts outside the topk_group groups get a
                                choice score of -inf (transformers 5's glm4_moe), not 0.0 */
-    int fused_experts;      /* transformers 5.14.1 holds the routed experts of a layer as one module,
-                               <moe>.experts (gate_up_proj, down_proj), which Model Optimizer 0.47
-                               quantizes as one module and lists so in a MIXED_PRECISION export
-                               (quantized_layers, config_groups targets) while it writes the
-                               tensors per expert; 0: per-expert modules (or not checked) */
     /* defaults */
     double rope_theta, rms_norm_eps, partial_rotary;
     /* outside the decoder layers */

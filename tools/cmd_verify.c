@@ -229,13 +229,8 @@ static void check_configs(vstate *v, const shard *sh, int ns)
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(j, "quantization");
     const cJSON *algo = cJSON_GetObjectItemCaseSensitive(q, "quant_algo");
     const cJSON *ex = cJSON_GetObjectItemCaseSensitive(q, "exclude_modules");
-    /* a MIXED_PRECISION export lists its quantized modules; Model Optimizer writes exclude_modules
-     * there only for MTP prefixes (layout/export.h) */
-    int mixed_algo = cJSON_IsString(algo) && !strcmp(algo->valuestring, "MIXED_PRECISION");
-    if (!cJSON_IsString(algo) || !(cJSON_IsArray(ex) || (mixed_algo && !ex)) ||
-        !cJSON_GetObjectItemCaseSensitive(q, "kv_cache_quant_algo")) {
-        problem(v, "hf_quant_config.json: quantization.quant_algo and kv_cache_quant_algo are required, and "
-                "exclude_modules unless quant_algo is MIXED_PRECISION");
+    if (!cJSON_IsString(algo) || !cJSON_IsArray(ex) || !cJSON_GetObjectItemCaseSensitive(q, "kv_cache_quant_algo")) {
+        problem(v, "hf_quant_config.json: quantization.quant_algo, kv_cache_quant_algo and exclude_modules are required");
         cJSON_Delete(j);
         return;
     }
@@ -254,15 +249,14 @@ static void check_configs(vstate *v, const shard *sh, int ns)
             const char *ma = algo->valuestring;
             if (mixed) {
                 const cJSON *ql = cJSON_GetObjectItemCaseSensitive(q, "quantized_layers");
-                /* a fused experts module lists its experts' projections (layout/export.h) */
-                const cJSON *a = cJSON_GetObjectItemCaseSensitive(lwq_export_layer_entry(ql, m), "quant_algo");
+                const cJSON *a = cJSON_GetObjectItemCaseSensitive(lwq_export_listed(ql, m), "quant_algo");
                 if (!cJSON_IsString(a)) {
                     problem(v, "%s carries scales but is not in quantized_layers", m);
                     continue;
                 }
                 ma = a->valuestring;
             }
-            for (const cJSON *x = ex ? ex->child : NULL; x; x = x->next) {
+            for (const cJSON *x = ex->child; x; x = x->next) {
                 if (!cJSON_IsString(x))
                     continue;
                 size_t L = strlen(x->valuestring);

@@ -79,67 +79,46 @@ out:
     return rc;
 }
 
-/* m->listed = the fused experts module of routed expert linear l ("model.layers.3.mlp.experts" for
- * "model.layers.3.mlp.experts.7.gate_proj"), malloc'd. */
-static int experts_module(const lwq_run *r, const lwq_arch_linear *l, lwq_export_module *m, lwq_error *e)
-{
-    char needle[40];
-    snprintf(needle, sizeof needle, ".experts.%d.", l->expert);
-    const char *at = strstr(l->name, needle);
-    if (!at)
-        return lwq_errf(e, LWQ_EFORMAT, "%s: routed expert %d of a fused-experts family is not named "
-                        "<moe>.experts.%d.<projection> (%s)", l->name, l->expert, l->expert, r->ck.dir);
-    if (!(m->listed = strndup(l->name, (size_t)(at - l->name) + strlen(".experts"))))
-        return lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
-    return 0;
-}
-
 static int write_configs(lwq_run *r, lwq_error *e)
 {
     int total = 0;
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
-    /* +2: a quantized lm_head, a quantized embedding */
+    /* +2: a quantized lm_head, a quantized token embedding */
     lwq_export_module *mods = calloc((size_t)total + 2, sizeof *mods);
     char lm[96], em[LWQ_ARCH_NAME_MAX];
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
      * embedding; +1: a VLM wrapper's vision tower */
     char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
-    int nextra = 0, k = 0, rc = 0;
-    if (!mods || !extra) {
+    /* the in-memory experts module of each routed expert, for a family that fuses them */
+    char **owner = calloc((size_t)total + 2, sizeof *owner);
+    int nextra = 0, nextra_mtp = 0, k = 0, rc = 0;
+    int fused = r->ck.cfg.family && r->ck.cfg.family->fused_experts;
+    if (!mods || !extra || !owner) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
         goto out;
     }
-    /* in Model Optimizer's module order: the embedding, the layers, lm_head (the config groups are
-     * numbered by first appearance) */
-    if (r->embed) { /* written weight-only by lwq_run_write_tail; not excluded then */
+    /* in Model Optimizer's module order (the config groups are numbered by first appearance): the
+     * embedding (written weight-only by lwq_run_write_tail; not excluded then), the layers, lm_head */
+    if (r->embed) {
         lwq_names_full(&r->ck.cfg.names, "model.embed_tokens", em, sizeof em);
         mods[k].name = em;
         mods[k].format = LWQ_QFMT_NVFP4;
         mods[k++].weight_only = 1;
     }
-    const lwq_family *fam = r->ck.cfg.family;
-    for (int L = 0; L < r->nlayers; L++) {
-        const lwq_arch_layer *p = &r->plans[L];
-        /* a fused experts module is listed once when its experts share one format (a recipe of
-         * Model Optimizer's cannot tell them apart); else each expert's projections are */
-        int fused = fam && fam->fused_experts, kind = -1;
-        for (int i = 0; fused && i < p->nlinears; i++) {
-            if (p->linears[i].expert < 0)
-                continue;
-            int ki = r->choice[L][i].format * 2 + r->choice[L][i].weight_only;
-            fused = kind < 0 || kind == ki;
-            kind = ki;
-        }
-        for (int i = 0; i < p->nlinears; i++) {
-            mods[k].name = p->linears[i].name;
-            mods[k].format = r->choice[L][i].format;
-            mods[k].weight_only = r->choice[L][i].weight_only;
-            if (fused && p->linears[i].expert >= 0 && (rc = experts_module(r, &p->linears[i], &mods[k], e)) != 0)
+    for (int L = 0; L < r->nlayers; L++)
+        for (int i = 0; i < r->plans[L].nlinears; i++) {
+            const lwq_arch_linear *l = &r->plans[L].linears[i];
+            const char *x = fused && (l->role == LWQ_ROLE_EXPERT_GATE || l->role == LWQ_ROLE_EXPERT_UP || l->role == LWQ_ROLE_EXPERT_DOWN) ? strstr(l->name, ".experts.") : NULL;
+            if (x && !(owner[k] = strndup(l->name, (size_t)(x - l->name) + strlen(".experts")))) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
                 goto out;
-            k++;
+            }
+            mods[k].listed_as = owner[k];
+            mods[k].name = r->plans[L].linears[i].name;
+            mods[k].format = r->choice[L][i].format;
+            mods[k++].weight_only = r->choice[L][i].weight_only;
         }
-    }
     if (r->o->recipe->lm_head) { /* written weight-only by lwq_run_write_tail */
         lwq_names_full(&r->ck.cfg.names, "lm_head", lm, sizeof lm);
         mods[k].name = lm;
@@ -168,7 +147,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
                 break;
             }
     }
-    int nmtp = nextra; /* extra[0, nmtp): the MTP prefixes, which every export lists */
+    nextra_mtp = nextra; /* the MTP blocks: all a MIXED_PRECISION config excludes */
     /* a wrapper's own modules (the vision tower "model.visual."): Model Optimizer keeps them
      * unquantized and excludes them as one prefix glob, "model.visual*" */
     if (r->ck.cfg.passthrough) {
@@ -199,8 +178,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
             break;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra + nmtp, nextra - nmtp, r->o->recipe->kv,
-                          &r->ck.cfg.names, (const char *const *)extra, nmtp};
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names,
+                          nextra_mtp};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
@@ -208,11 +187,12 @@ static int write_configs(lwq_run *r, lwq_error *e)
     free(hq);
     free(cj);
 out:
-    for (int i = 0; mods && i < k; i++)
-        free((char *)mods[i].listed);
     for (int i = 0; i < nextra; i++)
         free(extra[i]);
     free(extra);
+    for (int i = 0; owner && i < total + 2; i++)
+        free(owner[i]);
+    free(owner);
     free(mods);
     return rc;
 }

@@ -242,10 +242,10 @@ Test(autoq_constraints, the_base_recipe_calibration_settings_still_apply)
         if (strcmp(algo_of(qs, m->string), "NVFP4") || strcmp(algo_of(qx, m->string), "NVFP4"))
             continue;
         char name[300];
-        size_t len = strlen(m->string);
-        /* a fused experts module ("...mlp.experts", as Model Optimizer lists it): its expert 0's gate */
-        int experts = len > 8 && !strcmp(m->string + len - 8, ".experts");
-        snprintf(name, sizeof name, "%s%s.weight_scale", m->string, experts ? ".0.gate_proj" : "");
+        size_t kl = strlen(m->string);
+        /* a layer's fused experts are one entry (Model Optimizer's listing): its first expert's */
+        snprintf(name, sizeof name, kl > 8 && !strcmp(m->string + kl - 8, ".experts") ? "%s.0.gate_proj.weight_scale"
+                                                                                       : "%s.weight_scale", m->string);
         uint64_t ns, nu, nx;
         void *bs = tensor_bytes("s", name, &ns), *bu = tensor_bytes("u", name, &nu), *bx = tensor_bytes("x", name, &nx);
         cr_assert(ns == nu && !memcmp(bs, bu, ns), "%s: the search's differs from the mse recipe's", name);
