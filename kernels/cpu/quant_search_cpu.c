@@ -69,9 +69,8 @@ INLINE float sweep_loss(const float *x, const float *ax, float d, const float *b
 /* 16 floats as one value: GCC's generic vectors, which each clone lowers to its own registers
  * (one zmm with AVX-512, two ymm with AVX2, four xmm in the default clone) and keeps there, where
  * arrays of 16 would live in memory.  Every operation is the IEEE one of each lane. */
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wpsabi" /* the helpers below are always inlined: no ABI */
-#endif
+/* the helpers below are always inlined: no call, so no ABI to warn about (GCC and clang) */
+#pragma GCC diagnostic ignored "-Wpsabi"
 typedef float v16f __attribute__((vector_size(64)));
 
 INLINE v16f vload(const float *p)
