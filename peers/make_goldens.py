@@ -43,7 +43,8 @@ FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
                {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
                {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")} | \
                {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")} | \
-               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")}
+               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")} | \
+               {(s, "w4a16_nvfp4-embed") for s in ("llama-f32", "qwen3_moe-bf16")}
 RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 # issue 33 (about 4 MB in all): the VLM wrappers in F32 and BF16 with the three --qformat presets
@@ -69,15 +70,6 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # must give exactly these notes (tests/tools/test_peer_goldens.c), so it fails on any other
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
 KNOWN_DIFFERENCES = {
-    # MIXED_PRECISION with fused experts: Model Optimizer lists each layer's fused experts as one
-    # module (quantized_layers / config_groups targets "...mlp.experts") and exclude_modules holds
-    # only the MTP wildcards; lwq lists every expert's gate/up/down and its whole exclusion list
-    ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"): [
-        "hf_quant_config.json quantization.exclude_modules: lm_head is excluded only in A",
-        "hf_quant_config.json quantization.quantized_layers differs",
-        "config.json quantization_config.config_groups differs",
-        "config.json quantization_config.quantized_layers differs",
-        "config.json quantization_config.ignore: lm_head is excluded only in A"],
 }
 LAYER_DUMPS = ("qwen3_5-f32", "qwen3_5_moe-f32", "qwen3_5_text-f32", "qwen3_5_moe_text-f32", "qwen3_next-f32",
                "qwen3_moe-f32")
@@ -121,6 +113,12 @@ def sums_and_size():
     with open(os.path.join(DEST, "SHA256SUMS"), "w") as f:
         f.writelines(sorted(sums, key=lambda s: s.split("  ", 1)[1]))
     return sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(DEST) for fn in fs)
+
+
+def recipe_name(rec):
+    """A case's recipe as named under DEST/modelopt_recipes: one of peers/recipes (an absolute
+    path) is issue33/<its stem> there (copy_case)."""
+    return "issue33/" + os.path.basename(rec).rsplit(".", 1)[0] if os.path.isabs(rec) else rec
 
 
 def recipe_files(name):
@@ -231,13 +229,13 @@ def copy_case(c, bounds):
         args = [f"@DATA@/{RECIPES}" if a == root else a for a in args]
     case = {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
-            "modelopt": {k: v for k, v in c.mo.items()}}
+            "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
     if is_qwen3_5(c.src):
         # the group is the Criterion test that runs the case (tests/tools/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
         if "recipe" in c.mo:
-            case["recipe_files"] = recipe_files(c.mo["recipe"])
+            case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
         if (c.src, c.label) in KNOWN_DIFFERENCES:
             case["known_differences"] = KNOWN_DIFFERENCES[(c.src, c.label)]
     return case
@@ -301,7 +299,9 @@ def add_families34():
     names = {c["name"] for c in new}
     man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
     man["bf16_bounds"] = bounds
-    man["forward"] = forward34()
+    # the other groups' dumps (kimi_linear's) stay
+    man["forward"] = [f for f in man.get("forward", []) if os.path.basename(f["src"]).rsplit("-", 1)[0]
+                      not in run.FAMILIES34] + forward34()
     if FAMILIES34_COMMAND not in man["commands"]:
         man["commands"].append(FAMILIES34_COMMAND)
     with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
@@ -311,19 +311,159 @@ def add_families34():
     print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# issue 35: kimi_linear, made in a venv with transformers 5.23 beside Model Optimizer 0.47 (transformers
+# 5.14.1 has no kimi_linear; docs/FAMILIES.md), and transformers' forward of its F32 source layer by layer
+# on the calibration rows, on longer sequences (two and three of its 64-token delta-rule chunks) and
+# left-padded ones (forward/kimi_linear-f32*.safetensors)
+KIMI_COMMAND = ("PEERS_WORK=.peers/kwork .peers/venvs/kimi523/bin/python peers/run.py --only kimi_linear; "
+                "PEERS_WORK=.peers/kwork .peers/venvs/kimi523/bin/python peers/make_goldens.py --add kimi_linear")
+KIMI_FORWARD = [("", 4, 0, ""), ("-t80", 2, 80, ""), ("-t80-pad", 3, 80, "0,7,33"), ("-t130-pad", 2, 130, "0,61")]
+# transformers stacks the three depthwise convs into self_attn.conv1d.weight and Model Optimizer exports
+# that; lwq writes the checkpoint's q_conv1d / k_conv1d / v_conv1d (same bytes, q | k | v)
+KIMI_KNOWN = [f"model.layers.{i}.self_attn.{q}_conv1d.weight: only in A" for i in (0, 2) for q in "kqv"] + \
+             [f"model.layers.{i}.self_attn.conv1d.weight: only in B" for i in (0, 2)]
+# recorded with the others, so that --add mixed (which refreshes every case's notes) keeps them
+KNOWN_DIFFERENCES.update({(f"kimi_linear-{d}", label): KIMI_KNOWN for d in ("f32", "bf16")
+                          for label in ("fp8", "nvfp4-as_modelopt_preset")})
+
+
+def add_kimi():
+    """--add kimi_linear: its goldens and forward dumps beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k.split("-")[0] in run.KIMI:
+            bounds[k] = b
+    new = []
+    for c in run.cases():
+        if c.group == "kimi_linear" and c.label in FAMILY_LABELS:
+            case = copy_case(c, bounds)
+            case["known_differences"] = KIMI_KNOWN
+            new.append(case)
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    fw = [f for f in man.get("forward", []) if not f["src"].startswith("src/kimi_linear")]
+    for tag, seqs, seq, pad in KIMI_FORWARD:
+        rel = os.path.join("forward", f"kimi_linear-f32{tag}.safetensors")
+        cmd = [sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", "kimi_linear-f32"),
+               os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"), "--seqs", str(seqs)]
+        cmd += (["--seq", str(seq)] if seq else []) + (["--pad", pad] if pad else [])
+        subprocess.run(cmd, check=True)
+        fw.append({"src": "src/kimi_linear-f32", "dump": rel, "seqs": seqs, "tol": run.F32_RTOL})
+    man["forward"] = fw
+    if KIMI_COMMAND not in man["commands"]:
+        man["commands"].append(KIMI_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} kimi_linear cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
+# the budgets at which Model Optimizer's solver (peers/autoq_lps.py) is run on lwq's autoq scores
+AUTOQ_LPS_BITS = ("5", "5.5", "6", "6.5", "7", "7.5")
+
+
+def autoq_lps(c):
+    """DEST/autoq/<src>.lps.json for autoq case c: lwq's search over c's source at each of
+    AUTOQ_LPS_BITS (the first run's scores reused, as --auto-quantize-scores does), and Model
+    Optimizer's LPS on each report's scores, costs and budget (peers/autoq_lps.py); budgets below
+    the least mix (lwq refuses them) are left out.  Every choice must be Model Optimizer's."""
+    import autoq_lps
+    src = os.path.join(DEST, "src", c.src)
+    calib = os.path.join(DEST, "calib.jsonl")
+    base = os.path.join(run.WORK, "lps", c.src)
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    i = c.lwq.index("--auto-quantize-bits")
+    first = c.lwq[i + 1]
+    rows = []
+    for b in (first,) + tuple(x for x in AUTOQ_LPS_BITS if x != first):
+        args = c.lwq[:i + 1] + [b] + c.lwq[i + 2:]
+        if b != first:
+            args += ["--auto-quantize-scores", os.path.join(base, first + ".layerwise_resume", "auto_quantize",
+                                                            "scores.json")]
+        out = os.path.join(base, b)
+        p = subprocess.run([run.LWQ, "quantize", src, "-o", out, "--calib", calib, "--calib-size",
+                            str(run.CALIB["size"]), "--calib-seq", str(run.CALIB["seq"]), "--batch-size",
+                            str(run.CALIB["batch"]), "--quiet"] + args, capture_output=True, text=True)
+        if p.returncode == 2 and "is below the smallest mix" in p.stderr:
+            continue
+        if p.returncode != 0:
+            sys.exit(f"make_goldens: lwq {' '.join(args)}: exit {p.returncode}: {p.stderr[-400:]}")
+        rows.append(autoq_lps.solve(json.load(open(os.path.join(out, "auto_quantize.json")))))
+    if not all(r["same"] for r in rows):
+        sys.exit(f"make_goldens: {c.src}: Model Optimizer's solver chooses otherwise: {rows}")
+    rows.sort(key=lambda r: r["bits_per_weight"])
+    import modelopt
+    rel = os.path.join("autoq", c.src + ".lps.json")
+    os.makedirs(os.path.join(DEST, "autoq"), exist_ok=True)
+    with open(os.path.join(DEST, rel), "w") as f:
+        json.dump({"what": "Model Optimizer's LPS (modelopt.torch.opt.searcher) on the scores, byte costs and "
+                   "budget of lwq's search over this source (peers/autoq_lps.py), per budget; scored at "
+                   f"--auto-quantize-bits {first}, the others solved from those scores",
+                   "modelopt": modelopt.__version__, "scored_at": float(first), "budgets": rows}, f, indent=1)
+    return rel
+
+
+MIXED_COMMAND = ("peers/run.sh --only mixed,autoq; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed")
+
+
+def add_mixed():
+    """--add mixed: the mixed and autoq groups' goldens (peers/run.py mixed_cases, autoq_cases)
+    beside the others, whose sources they share; every case's known_differences refreshed from
+    KNOWN_DIFFERENCES."""
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = man["bf16_bounds"]
+    new = []
+    for c in run.mixed_cases() + run.autoq_cases():
+        if not os.path.isdir(os.path.join(DEST, "src", c.src)):
+            sys.exit(f"make_goldens: {c.src} is not among the goldens' sources (add its group first)")
+        if c.group == "autoq":  # lwq runs the search; the mix it chose, which Model Optimizer exported
+            dst = os.path.join(DEST, RECIPES, recipe_name(c.mo["recipe"]) + ".yaml")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(c.mo["recipe"], dst)
+        case = copy_case(c, bounds)
+        case["group"] = c.group
+        case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
+        if c.group == "autoq":
+            case["lps"] = autoq_lps(c)
+        new.append(case)
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    for c in man["cases"]:
+        key = (c["src"][len("src/"):], c["name"].split("/", 1)[1])
+        c.pop("known_differences", None)
+        if key in KNOWN_DIFFERENCES:
+            c["known_differences"] = KNOWN_DIFFERENCES[key]
+    if MIXED_COMMAND not in man["commands"]:
+        man["commands"].append(MIXED_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} mixed / autoq cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "mixed", "kimi_linear"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
         return add_formats()
     if a.add == "families34":
         return add_families34()
+    if a.add == "kimi_linear":
+        return add_kimi()
+    if a.add == "mixed":
+        return add_mixed()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
@@ -398,7 +538,11 @@ and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied w
 imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
 an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`),
 and a weight-only NVFP4 lm_head (`w4a16_nvfp4-lm_head`: `peers/recipes/w4a16_nvfp4-lm_head.yaml`,
-copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule).
+copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule),
+and a weight-only NVFP4 token embedding (`w4a16_nvfp4-embed`: `peers/recipes/w4a16_nvfp4-embed.yaml`,
+the Nemotron-3-Nano W4A16 recipe's `*embeddings*weight_quantizer` rule on `*embed_tokens*`:
+Model Optimizer 0.47 wraps nn.Embedding as a QuantEmbedding and exports `model.embed_tokens.weight`
+packed, with `weight_scale` and `weight_scale_2`, and leaves it out of `exclude_modules`).
 Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
 **patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
 that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so
@@ -530,17 +674,50 @@ searched block amaxes against it; lwq does the same (engine/quant/qlayer.c, `sea
 the `qwen3_5*-f32 / nvfp4_four_over_six-patched` cases are byte-identical.
 
 Recorded differences (`known_differences` in MANIFEST.json; the case must differ exactly so):
-`qwen3_5_moe-f32 / nvfp4_experts_mse-fp8_rest-kv_fp8` (MIXED_PRECISION): every tensor is
-byte-identical, but Model Optimizer lists each layer's fused experts as one module
-(`quantized_layers` and the NVFP4 `config_groups` target `...mlp.experts`) and writes only
-`mtp*`, `mtp.layers.0*` in `exclude_modules`, where lwq lists every expert's gate/up/down and its
-whole exclusion list (lm_head, embed_tokens, routers, ..., `model.visual*`, `mtp*`).
+none at present (the last two, Four-over-Six on the split Gated DeltaNet and the MIXED_PRECISION
+listing of fused experts, are fixed).
 
 `layers/`: transformers' own forward of the F32 qwen3_5 sources (and of qwen3_next-f32 and
 qwen3_moe-f32, families lwq already has) on the first two calibration sequences, per decoder
 layer: `hidden.0` the embedding output, `hidden.{{i+1}}` layer i's output (peers/layer_dump.py,
 forward hooks on transformers' decoder layers).  tests/engine/forward/test_forward_peer_layers.c
 feeds each lwq layer transformers' input and compares with its output (F32, 1e-5).
+
+## MIXED_PRECISION (`peers/run.py` group `mixed`)
+
+`peers/recipes/nvfp4_experts-fp8_rest.yaml` (copied to `modelopt_recipes/issue33/`): NVFP4 on
+the routed experts, FP8 on every other linear, max calibration, on the MoE families whose
+experts transformers 5.14 holds as **one fused module** in memory (`Qwen3MoeExperts`,
+`DeepseekV3Experts`, ...), whether the checkpoint stores them per expert (qwen3_moe,
+qwen3_5_moe_text, deepseek_v3, qwen3_next, glm4_moe, deepseek_v32, glm_moe_dsa) or fused 3-D
+(qwen3_5_moe).  Model Optimizer 0.47 (`quant_utils.py` `get_quant_config` /
+`process_layer_quant_config`) lists the modules that own quantizers: each layer's experts
+**once**, `...mlp.experts` (`NVFP4`, group_size 16, also as the NVFP4 `config_groups` target),
+although the tensors are written per expert; and a MIXED_PRECISION config has no exclusion list
+of its own: `exclude_modules` (config.json `ignore`) holds only the MTP prefixes that
+`_add_mtp_exclusions` adds (`mtp*`, `mtp.layers.0*`; glm4_moe's `model.layers.2*`), and none at
+all without MTP (the key is absent).  lwq writes the same (layout/export.h; an empty
+`exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 are not among them:
+their hub names say `block_sparse_moe`, and the recipe's `*mlp.experts.*` glob meets
+transformers' in-memory `mlp.experts` in Model Optimizer but the hub names in lwq.
+
+## Auto-quantize with weight-only NVFP4 (`peers/run.py` group `autoq`)
+
+lwq's `--auto-quantize-bits 6 --auto-quantize-formats fp8,w4a16_nvfp4` (base `--qformat fp8`,
+the formats of Model Optimizer's `qwen3_6_moe/auto_quantize` recipes) on `qwen3_moe-f32` and
+`qwen3_5_moe-f32`.  Model Optimizer's own search does not run on the CPU (its dynamic NVFP4
+block fake quant asserts `amax must be a CUDA tensor`), so the golden is Model Optimizer's export
+of the mix lwq chose: lwq's `OUT/auto_quantize_recipe.yaml`, kept as
+`peers/recipes/autoq-fp8_w4a16_nvfp4-6bits-<src>.yaml` (and under `modelopt_recipes/issue33/`),
+run through `peers/modelopt_driver.py --recipe`.  The case runs the search itself and compares its
+output with that export: the same fixed assignment (W4A16_NVFP4 and FP8 modules in one
+MIXED_PRECISION checkpoint, no input_scale on the W4A16 ones), written by both.  `autoq/<src>.lps.json`
+(the case's `lps`): the per-group choice given the same scores: Model Optimizer's own solver (the
+integer program of its gradient search, `modelopt.torch.opt.searcher.LPS`) run by
+`peers/autoq_lps.py` on the scores, byte costs and budget of lwq's search at 5 to 7.5 bits per
+weight (scored once, the other budgets solved from those scores as `--auto-quantize-scores` does;
+budgets below the least mix left out); `auto_quantize_choice_is_model_optimizers` checks lwq's
+choice at each against it.
 """
 
 if __name__ == "__main__":

@@ -84,18 +84,37 @@ static int write_configs(lwq_run *r, lwq_error *e)
     int total = 0;
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
-    lwq_export_module *mods = calloc((size_t)total + 1, sizeof *mods); /* +1: a quantized lm_head */
-    char lm[96];
+    /* +2: a quantized lm_head, a quantized token embedding */
+    lwq_export_module *mods = calloc((size_t)total + 2, sizeof *mods);
+    char lm[96], em[LWQ_ARCH_NAME_MAX];
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
      * embedding; +1: a VLM wrapper's vision tower */
     char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
-    int nextra = 0, k = 0, rc = 0;
-    if (!mods || !extra) {
+    /* the in-memory experts module of each routed expert, for a family that fuses them */
+    char **owner = calloc((size_t)total + 2, sizeof *owner);
+    int nextra = 0, nextra_mtp = 0, k = 0, rc = 0;
+    int fused = r->ck.cfg.family && r->ck.cfg.family->fused_experts;
+    if (!mods || !extra || !owner) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
         goto out;
     }
+    /* in Model Optimizer's module order (the config groups are numbered by first appearance): the
+     * embedding (written weight-only by lwq_run_write_tail; not excluded then), the layers, lm_head */
+    if (r->embed) {
+        lwq_names_full(&r->ck.cfg.names, "model.embed_tokens", em, sizeof em);
+        mods[k].name = em;
+        mods[k].format = LWQ_QFMT_NVFP4;
+        mods[k++].weight_only = 1;
+    }
     for (int L = 0; L < r->nlayers; L++)
         for (int i = 0; i < r->plans[L].nlinears; i++) {
+            const lwq_arch_linear *l = &r->plans[L].linears[i];
+            const char *x = fused && (l->role == LWQ_ROLE_EXPERT_GATE || l->role == LWQ_ROLE_EXPERT_UP || l->role == LWQ_ROLE_EXPERT_DOWN) ? strstr(l->name, ".experts.") : NULL;
+            if (x && !(owner[k] = strndup(l->name, (size_t)(x - l->name) + strlen(".experts")))) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                goto out;
+            }
+            mods[k].listed_as = owner[k];
             mods[k].name = r->plans[L].linears[i].name;
             mods[k].format = r->choice[L][i].format;
             mods[k++].weight_only = r->choice[L][i].weight_only;
@@ -128,6 +147,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
                 break;
             }
     }
+    nextra_mtp = nextra; /* the MTP blocks: all a MIXED_PRECISION config excludes */
     /* a wrapper's own modules (the vision tower "model.visual."): Model Optimizer keeps them
      * unquantized and excludes them as one prefix glob, "model.visual*" */
     if (r->ck.cfg.passthrough) {
@@ -147,7 +167,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
     /* Model Optimizer lists the token embedding too: export_hf_checkpoint excludes every module
      * it wrapped with quantizers and left disabled, and it wraps nn.Embedding (disabled by its
      * default_disabled_quantizers unit, parent_class nn.Embedding) */
-    for (int i = 0; i < r->ck.tail.n; i++) {
+    for (int i = 0; !r->embed && i < r->ck.tail.n; i++) {
         const char *t = r->ck.tensors[r->ck.tail.idx[i]].name;
         size_t n = strlen(t), suf = strlen("embed_tokens.weight");
         if (n >= suf && !strcmp(t + n - suf, "embed_tokens.weight") && (n == suf || t[n - suf - 1] == '.')) {
@@ -158,7 +178,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
             break;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names};
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names,
+                          nextra_mtp};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
@@ -169,6 +190,9 @@ out:
     for (int i = 0; i < nextra; i++)
         free(extra[i]);
     free(extra);
+    for (int i = 0; owner && i < total + 2; i++)
+        free(owner[i]);
+    free(owner);
     free(mods);
     return rc;
 }
