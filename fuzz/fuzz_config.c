@@ -1,5 +1,5 @@
 /* fuzz/fuzz_config.c — config.json through lwq_config_parse, then the architecture plans the
- * engine derives from it (layout/arch.h), as inspect, plan, quantize and eval do.
+ * engine derives from it (layout/arch/arch.h), as inspect, plan, quantize and eval do.
  *
  * Checked on success: the plans of the first layers, the last layer and the tail build, and every
  * planned tensor has 1 to 4 dims, each at least 1 (0 for an optional one), with an element count
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 
 #include "fuzz/fuzz_util.h"
-#include "layout/arch.h"
-#include "layout/config.h"
+#include "layout/arch/arch.h"
+#include "layout/config/config.h"
 
 static void check_plan(const lwq_arch_layer *p, int layer)
 {

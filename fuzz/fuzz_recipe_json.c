@@ -5,7 +5,7 @@
 #include <stdlib.h>
 
 #include "fuzz/fuzz_util.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {

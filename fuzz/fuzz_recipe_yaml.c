@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "fuzz/fuzz_util.h"
-#include "layout/recipe_yaml.h"
+#include "layout/recipe/recipe_yaml.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *d, size_t n)
 {

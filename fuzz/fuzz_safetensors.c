@@ -1,7 +1,7 @@
 /* fuzz/fuzz_safetensors.c — a whole safetensors file (length, JSON header, data) through
  * lwq_st_open_fd, as every checkpoint, shard and resume file is opened.
  *
- * Checked on success: what layout/safetensors.h promises callers (every entry inside the data
+ * Checked on success: what layout/checkpoint/safetensors.h promises callers (every entry inside the data
  * area, byte length = dtype x shape, entries in offset order without overlap, lookups by name
  * find each entry), and that lwq's writer, given the parsed tables, writes a header the parser
  * reads back to the same names, dtypes, shapes and metadata (lwq copies source tensor names into
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "fuzz/fuzz_util.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 static void check_entries(const lwq_st_file *f)
 {

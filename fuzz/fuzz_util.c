@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 #ifndef LWQ_SOURCE_DIR
 #error "LWQ_SOURCE_DIR must name the source tree (fuzz/CMakeLists.txt sets it)"

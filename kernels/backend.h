@@ -128,7 +128,7 @@ typedef struct lwq_backend {
  * parallelises over fixed output tiles, so each output element is computed the same way whatever
  * the thread count. */
 int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
-/* The CPU GEMM path in use ("avx512bf16", "avx512", "avx2" or "portable"; kernels/cpu/gemm_isa.h):
+/* The CPU GEMM path in use ("avx512bf16", "avx512", "avx2" or "portable"; kernels/cpu/gemm/gemm_isa.h):
  * the run logs it, because BF16 x BF16 products on the avx512bf16 path have bits of their own. */
 const char *lwq_backend_cpu_kernels(void);
 /* What the CPU path's bytes depend on: "fma" for the FMA paths (avx512, avx2, portable: the same

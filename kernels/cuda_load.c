@@ -1,7 +1,7 @@
 /* kernels/cuda_load.c — finds, loads and checks the CUDA module (kernels/cuda_module.h) and puts
  * the public CUDA entry points of backend.h, quant_ops.h and gptq.h on top of it.  Built only
  * with CUDA; a build without it has the "built without CUDA" versions (kernels/backend.c,
- * kernels/cpu/quant_ops_cpu.c and the #else below). */
+ * kernels/cpu/quant/quant_ops_cpu.c and the #else below). */
 #include "kernels/cuda_module.h"
 
 #ifdef LWQ_HAVE_CUDA

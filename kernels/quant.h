@@ -1,7 +1,7 @@
 /* kernels/quant.h — quantization numerics the engine calls once per layer: NVFP4 and FP8 weight
  * quantization, the activation / KV-cache scales, fused-group unification, the scale searches
  * (`mse`, `fp8_scale_sweep`, `local_hessian`) and dequantization.  The formulas are those of
- * ../shared/spec/FORMATS.md sections 1-5; the bit-level encodings live in layout/quant_formats.h,
+ * ../shared/spec/FORMATS.md sections 1-5; the bit-level encodings live in layout/format/quant_formats.h,
  * shared with the CUDA versions (kernels/cuda/quant_cuda.h), which give identical bytes.
  *
  * These are the CPU implementations and the reference for every other backend.  All pointers are
@@ -35,7 +35,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -103,7 +103,7 @@ int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols,
                         const char *name, float *block_amax, lwq_error *err);
 
 /* Four-over-Six (Model Optimizer 0.47, `four_over_six: true` on a static NVFP4 weight
- * quantizer): block scales normalised to LWQ_NVFP4_46_FP8MAX = 256 (layout/quant_formats.h).
+ * quantizer): block scales normalised to LWQ_NVFP4_46_FP8MAX = 256 (layout/format/quant_formats.h).
  * lwq_quant_nvfp4_mse46 is lwq_quant_nvfp4_mse with that normalisation and the candidates
  * a_k = amax_b * mult[k] (1 <= nmult <= 39; the published recipe's [1.0, 1.5]: M = 6 or M = 4;
  * mult NULL: lwq_mse_multiplier's 39);

@@ -1,4 +1,4 @@
-/* kernels/quant_check.h — argument checks and the mse arg-min shared by the CPU (kernels/cpu/quant_cpu.c) and CUDA
+/* kernels/quant_check.h — argument checks and the mse arg-min shared by the CPU (kernels/cpu/quant/quant_cpu.c) and CUDA
  * (kernels/cuda/quant_cuda.cu) quantizers, so both refuse the same inputs with the same messages.
  * Internal to kernels/; every function fills `err` and returns a negative LWQ_E* on failure. */
 #ifndef LWQ_KERNELS_QUANT_CHECK_H

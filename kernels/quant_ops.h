@@ -1,7 +1,7 @@
 /* kernels/quant_ops.h — the weight quantizers as a table of function pointers, like the compute
  * backend's (kernels/backend.h), so a caller picks where they run once instead of in #ifdefs.
  *
- * Two tables exist: the host one (kernels/cpu/quant_ops_cpu.c: the kernels/quant.h functions)
+ * Two tables exist: the host one (kernels/cpu/quant/quant_ops_cpu.c: the kernels/quant.h functions)
  * and, in a CUDA build, the CUDA one in the CUDA module (kernels/cuda/quant_ops_cuda.c:
  * kernels/cuda/quant_cuda.h).
  * Every slot has the contract of the kernels/quant.h function of the same name (same bytes, same

@@ -696,7 +696,7 @@ qwen3_5_moe_text, deepseek_v3, qwen3_next, glm4_moe, deepseek_v32, glm_moe_dsa) 
 although the tensors are written per expert; and a MIXED_PRECISION config has no exclusion list
 of its own: `exclude_modules` (config.json `ignore`) holds only the MTP prefixes that
 `_add_mtp_exclusions` adds (`mtp*`, `mtp.layers.0*`; glm4_moe's `model.layers.2*`), and none at
-all without MTP (the key is absent).  lwq writes the same (layout/export.h; an empty
+all without MTP (the key is absent).  lwq writes the same (layout/format/export.h; an empty
 `exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 are not among them:
 their hub names say `block_sparse_moe`, and the recipe's `*mlp.experts.*` glob meets
 transformers' in-memory `mlp.experts` in Model Optimizer but the hub names in lwq.

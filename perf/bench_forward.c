@@ -3,7 +3,7 @@
  * 1. OpenBLAS sgemm peak on this machine: a large square (N^3) product, with OpenBLAS using all
  *    cores, then with one thread (what each lwq worker calls).
  * 2. lwq_backend_gemm (BF16 weights and activations, f32 accumulate, lwq's own batch-invariant
- *    kernels, kernels/cpu/gemm_isa.h) on the shapes of the layer below, checked against a naive
+ *    kernels, kernels/cpu/gemm/gemm_isa.h) on the shapes of the layer below, checked against a naive
  *    dot product before it is timed.  The sgemm reference is the kernel OpenBLAS picks for this
  *    CPU; OPENBLAS_CORETYPE=SkylakeX (or another core type) measures against that one instead.
  * 3. One qwen3_moe decoder layer (hidden 2048, 32 heads x 128, 4 kv heads, 64 experts top-8,
@@ -36,7 +36,7 @@
 #include "core/parallel.h"
 #include "engine/forward/forward.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 
 static double clk(clockid_t id)
 {

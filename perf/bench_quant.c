@@ -1,6 +1,6 @@
 /* perf/bench_quant.c — CPU throughput of the quantizers in kernels/quant.h on a BF16 weight.
  * Each kernel's output is first checked against the per-block reference of
- * layout/quant_formats.h, then timed (best of N runs).  Throughput is bytes of BF16 input per
+ * layout/format/quant_formats.h, then timed (best of N runs).  Throughput is bytes of BF16 input per
  * second.  Usage: bench_quant [rows cols]   (default 4096 x 4096). */
 #include <math.h>
 #include <stdio.h>

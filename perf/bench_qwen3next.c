@@ -14,7 +14,7 @@
 
 #include "core/parallel.h"
 #include "engine/forward/forward.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 
 typedef struct src {
     lwq_ckpt ck;

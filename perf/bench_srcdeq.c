@@ -1,4 +1,4 @@
-/* perf/bench_srcdeq.c — CPU throughput of the source dequantizers (layout/srcfmt.h): FP8
+/* perf/bench_srcdeq.c — CPU throughput of the source dequantizers (layout/checkpoint/srcfmt.h): FP8
  * 128x128 blocks and MXFP4 groups to BF16, on one DeepSeek-V3-sized expert weight.  The output
  * is first checked element by element against a direct formula, then timed (best of N runs).
  * Throughput is bytes of BF16 written per second (what the engine then reads).
@@ -10,8 +10,8 @@
 #include <time.h>
 
 #include "core/parallel.h"
-#include "layout/quant_formats.h"
-#include "layout/srcfmt.h"
+#include "layout/format/quant_formats.h"
+#include "layout/checkpoint/srcfmt.h"
 
 static double now(void)
 {

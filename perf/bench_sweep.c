@@ -18,7 +18,7 @@
 #include <time.h>
 
 #include "kernels/quant.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 static double clock_s(clockid_t id)
 {

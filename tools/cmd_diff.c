@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "core/file.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"

@@ -11,7 +11,7 @@
 #include "engine/eval/eval.h"
 #include "text/dataset.h"
 #include "text/eval_text.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 #include "text/tokenizer.h"
 #include "tools/commands.h"
 

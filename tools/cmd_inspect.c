@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 

@@ -6,7 +6,7 @@
  * offsets, dtypes, sizes); every index entry resolves to a shard holding that tensor and every
  * shard tensor is indexed; the index against config.json: every decoder layer there with every
  * tensor its architecture plan names, quantized linears with their packed shapes and scales
- * (layout/arch.h); hf_quant_config.json / config.json agree with the tensors (a quantized module
+ * (layout/arch/arch.h); hf_quant_config.json / config.json agree with the tensors (a quantized module
  * has its scales with the right dtype/shape; an excluded module has none); every scale is finite
  * and > 0, every E4M3 block scale positive and finite, no FP8 weight code NaN.
  *
@@ -26,11 +26,11 @@
 #include "core/file.h"
 #include "core/hash.h"
 #include "engine/run/manifest.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
-#include "layout/export.h"
-#include "layout/quant_formats.h"
-#include "layout/safetensors.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/format/export.h"
+#include "layout/format/quant_formats.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tools/commands.h"
 
 typedef struct vstate {
@@ -311,7 +311,7 @@ static void check_fingerprints(vstate *v, const shard *sh, int ns, const char *w
 }
 
 /* The index against config.json: every decoder layer present with every tensor of its plan, in
- * the shape the plan and the quantization give (layout/arch.h). */
+ * the shape the plan and the quantization give (layout/arch/arch.h). */
 static void check_architecture(vstate *v)
 {
     lwq_ckpt ck;

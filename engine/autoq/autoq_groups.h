@@ -31,8 +31,8 @@
 
 #include "engine/autoq/autoq.h"
 #include "engine/source/tlist.h"
-#include "layout/arch.h"
-#include "layout/recipe.h"
+#include "layout/arch/arch.h"
+#include "layout/recipe/recipe.h"
 
 /* The candidate formats (LWQ_AQ_FORMATS, LWQ_AQ_W4A16): engine/autoq/autoq.h.  What candidate f
  * writes: its lwq_qformat (NVFP4 for W4A16) and whether the input quantizer is off. */

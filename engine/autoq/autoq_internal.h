@@ -19,7 +19,7 @@
 #include "engine/autoq/autoq_groups.h"
 #include "engine/run/manifest.h"
 #include "io/runlock.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 
 #define LWQ_AQ_DIR "auto_quantize"             /* inside the resume directory */
 #define LWQ_AQ_MANIFEST "scores.json"

@@ -1,6 +1,6 @@
 /* engine/autoq/autoq_recipe.c — the chosen mix as recipes a user can read, edit and rerun: lwq
  * JSON (the base recipe's rules, then one rule per searched module, or per layer's routed
- * experts, with its format) and Model Optimizer YAML (layout/recipe_yaml_out.h).  Both are
+ * experts, with its format) and Model Optimizer YAML (layout/recipe/recipe_yaml_out.h).  Both are
  * loaded back and every linear's resolved choice compared with the intended one before either is
  * used: pass 2 runs the parsed JSON, so what the file says is what runs. */
 #include <cjson/cJSON.h>
@@ -11,8 +11,8 @@
 #include "engine/autoq/autoq_recipe.h"
 #include "engine/quant/qlayer.h"
 #include "io/durable.h"
-#include "layout/recipe_yaml.h"
-#include "layout/recipe_yaml_out.h"
+#include "layout/recipe/recipe_yaml.h"
+#include "layout/recipe/recipe_yaml_out.h"
 
 void lwq_aq_recipe_free(lwq_aq_recipe *r)
 {

@@ -25,7 +25,7 @@
 #include "engine/quant/qlayer.h"
 #include "engine/run/fingerprint.h"
 #include "io/durable.h"
-#include "layout/srcfmt.h"
+#include "layout/checkpoint/srcfmt.h"
 
 #define SCORES_MAX_BYTES (64u << 20)
 #define AQ_VERSION 1
@@ -392,7 +392,7 @@ int lwq_aq_state_read(const char *dir, const lwq_aq_scores *s, void *const *part
  *   FP8     weight out*in E4M3 + weight_scale + input_scale: out*in + 8 (emit_fp8; a conv1d's
  *           [channels, 1, kernel] is channels*kernel);
  *   none    the source weight as the quantizer reads it: its bytes in the checkpoint, or for an
- *           FP8-block / MXFP4 source tensor out*in in the dequantized dtype (layout/srcfmt.h);
+ *           FP8-block / MXFP4 source tensor out*in in the dequantized dtype (layout/checkpoint/srcfmt.h);
  *   a layer's fixed bytes (linears in no group, at the base recipe's format), its other bytes
  *           (every other tensor of its shard: the source's after dequantization, plus the FP8
  *           k/v scales), its linear elements, and the tail's bytes.

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "core/parallel.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 /* ---- the numerics ----------------------------------------------------------------------------- */
 
@@ -38,7 +38,7 @@ static inline __attribute__((always_inline)) void load_row(const void *x, lwq_dt
 #define INLINE static inline __attribute__((always_inline))
 
 /* One block in place, branch-free so that it vectorizes: the magnitude by lwq_e2m1_round_mag
- * (equal to |lwq_e2m1_round| for every finite value, layout/quant_formats.h), the sign put back
+ * (equal to |lwq_e2m1_round| for every finite value, layout/format/quant_formats.h), the sign put back
  * only where q < 0 (so -0.0 in gives +0.0 out, as lwq_e2m1_round does); a block whose scale is 0
  * gives zeros. */
 INLINE void nvfp4_block(float *v, float six_is, float input_scale)

@@ -31,7 +31,7 @@
 #include "engine/eval/eval_memo.h"
 #include "engine/forward/forward.h"
 #include "kernels/backend.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 /* x: (rows, cols) of dt (F32, BF16, F16), cols % 16 == 0; out: (rows, cols) f32.  out may not
  * alias x unless dt is F32. */

@@ -5,7 +5,7 @@
 
 #include "engine/eval/eval.h"
 #include "engine/forward/forward.h"
-#include "layout/arch.h"
+#include "layout/arch/arch.h"
 
 typedef struct lwq_eval_experts {
     const lwq_arch_layer *plan;

@@ -7,8 +7,8 @@
 #include "engine/eval/eval.h"
 #include "engine/eval/eval_emul.h"
 #include "engine/source/tlist.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
 
 /* A quantized checkpoint directory, checked against its source. */
 typedef struct lwq_qdir {

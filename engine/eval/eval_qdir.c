@@ -13,9 +13,9 @@
 #include "core/file.h"
 #include "engine/eval/eval_internal.h"
 #include "kernels/quant.h"
-#include "layout/export.h"
-#include "layout/quant_formats.h"
-#include "layout/srcfmt.h"
+#include "layout/format/export.h"
+#include "layout/format/quant_formats.h"
+#include "layout/checkpoint/srcfmt.h"
 
 /* ---- the declared quantization --------------------------------------------------------------- */
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 #include "engine/eval/eval.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
 
 /* ---- plan ------------------------------------------------------------------------------------- */
 

@@ -1,11 +1,11 @@
 /* engine/forward/forward.c — the public forward (engine/forward/forward.h): model setup (common
  * config checks, RoPE table), embedding, a decoder layer composed from the config's family row
- * (layout/family.h; forward_internal.h says how), and the head.  The blocks: model_llama.c (GQA
+ * (layout/arch/family.h; forward_internal.h says how), and the head.  The blocks: model_llama.c (GQA
  * attention), model_moe.c (softmax-routed experts), model_deepseek.c (MLA attention, DeepSeek
  * routing and shared experts), model_qwen3next.c (gated attention, gated DeltaNet and its
  * delta-rule core, the (1 + w) norms, the gated shared expert), model_kimi.c (Kimi delta
  * attention on that core).  Their toolkit: fwd_common.c.  Nothing here looks at
- * model_type: a family is a row of layout/family.c. */
+ * model_type: a family is a row of layout/arch/family.c. */
 #include "engine/forward/forward.h"
 
 #include <inttypes.h>

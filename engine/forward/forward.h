@@ -33,7 +33,7 @@
 #include "core/error.h"
 #include "core/tensor.h"
 #include "kernels/backend.h"
-#include "layout/config.h"
+#include "layout/config/config.h"
 
 /* Tensor lookup: fill *out with a view of `name` on the backend device.  Return 0, LWQ_ENOENT when
  * the tensor does not exist (the forward then reports it with the layer, or falls back, e.g. to

@@ -11,7 +11,7 @@
 #define LWQ_NAME_MAX 256
 
 /* ---- the composition (forward.c) -------------------------------------------------------------
- * A decoder layer is composed from the config's family row (layout/family.h):
+ * A decoder layer is composed from the config's family row (layout/arch/family.h):
  *   h += mixer(input_layernorm(h))        lwq_fwd_mixer_block: by the layer's mixer kind
  *   x  = post_attention_layernorm(h)      lwq_fwd_post_norm: by the family's norm kind
  *   out = mlp(x)                          dense SwiGLU, or routed experts (by router kind) plus

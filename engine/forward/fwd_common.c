@@ -252,7 +252,7 @@ out:
 
 int lwq_model_layer_is_moe(const lwq_model *m, int layer)
 {
-    /* one definition shared with the layer plans (layout/config.c) */
+    /* one definition shared with the layer plans (layout/config/config.c) */
     return lwq_config_layer_is_moe(m->cfg, layer);
 }
 

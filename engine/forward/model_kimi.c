@@ -1,7 +1,7 @@
 /* engine/forward/model_kimi.c — Kimi delta attention (KDA), the "linear_attention" mixer of
  * kimi_linear, as transformers 5.23's KimiLinearDeltaAttention computes it on its torch path
  * (chunk_kimi_delta_attention; the fla kernels are not used: docs/FAMILIES.md).  Names are
- * transformers' (layout/ckpt_fused.c lwq_ckpt_rename_kimi).
+ * transformers' (layout/checkpoint/ckpt_fused.c lwq_ckpt_rename_kimi).
  *
  *   x = rmsnorm(h, input_layernorm); x's padding rows := 0     (apply_mask_to_padding_states)
  *   q, k, v = x Wq^T, x Wk^T, x Wv^T                 observed: q_proj, k_proj, v_proj

@@ -13,7 +13,7 @@
  *   h = h + a Wo^T (+bo)
  *
  * Attention is full causal attention: a model with a sliding window is refused before it gets
- * here when a sequence is longer than the window (layout/config.h, lwq_config_check_seq;
+ * here when a sequence is longer than the window (layout/config/config.h, lwq_config_check_seq;
  * README "Sliding windows"), so for every sequence that reaches it the two are the same. */
 #include <inttypes.h>
 #include <math.h>

@@ -25,7 +25,7 @@
 #include "engine/quant/qops.h"
 #include "engine/quant/stats.h"
 #include "engine/source/tlist.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 /* One GPTQ linear's layer-output errors ||WX - ŴX||^2 over its calibration tokens. */
 typedef struct lwq_qlayer_gptq_err {

@@ -19,7 +19,7 @@
 
 #include "core/fixsum.h"
 #include "engine/forward/forward.h"
-#include "layout/arch.h"
+#include "layout/arch/arch.h"
 
 typedef struct lwq_layer_stats {
     const lwq_arch_layer *plan;

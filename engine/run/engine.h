@@ -16,7 +16,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 /* Calibration token sequences (unpadded), in order. */
 typedef struct lwq_calib_set {
@@ -30,7 +30,7 @@ typedef struct lwq_calib_set {
 void lwq_calib_set_free(lwq_calib_set *c);
 /* The longest sequence's length (0 for none or NULL). */
 int64_t lwq_calib_set_longest(const lwq_calib_set *c);
-/* The model's sliding window (layout/config.h) against the longest sequence of c: refused, before
+/* The model's sliding window (layout/config/config.h) against the longest sequence of c: refused, before
  * any weight is read, when lwq's full attention would not be the model's.  `what` names the set
  * ("a calibration sequence"), `option` the option that shortens it. */
 struct lwq_model_config;

@@ -10,8 +10,8 @@
 
 #include "engine/run/engine.h"
 #include "engine/run/manifest.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
 
 /* choice[L][i]: linear i of layer L (plans[L]); backend: the backend's name ("cpu", "cuda"). */
 int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *plans, lwq_quant_choice *const *choice,

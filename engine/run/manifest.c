@@ -12,7 +12,7 @@
 #include "core/hash.h"
 #include "io/durable.h"
 #include "io/sys.h"
-#include "layout/export.h"
+#include "layout/format/export.h"
 
 #define MANIFEST_MAX_BYTES (64u << 20)
 

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 #define LWQ_MANIFEST_VERSION 1
 #define LWQ_FP_PARTS 8
@@ -81,7 +81,7 @@ int lwq_json_state_load(const char *path, size_t max_bytes, struct cJSON **root,
 /* "model-layer-00003.safetensors" */
 void lwq_shard_name(int layer, char out[40]);
 
-/* ---- naming rules: the resume directory (one home; layout/export.h has the output's) ---- */
+/* ---- naming rules: the resume directory (one home; layout/format/export.h has the output's) ---- */
 #define LWQ_RESUME_SUFFIX ".layerwise_resume"   /* default resume dir: OUT + this, beside OUT */
 #define LWQ_RESUME_MANIFEST "manifest.json"
 #define LWQ_RESUME_BOUNDARY_FMT "boundary-%d.bin" /* %d: 0 or 1, the boundary alternation */

@@ -33,9 +33,9 @@
 #include "engine/source/layersrc.h"
 #include "engine/quant/qlayer.h"
 #include "kernels/backend.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
-#include "layout/quant_formats.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/format/quant_formats.h"
 
 /* The CUDA context (module images, the runtime's heaps, streams) on the device, as cudaMemGetInfo
  * counts it: an allowance, since it depends on driver and toolkit (perf/gpu-check.sh measures the

@@ -16,7 +16,7 @@
 #include "engine/run/engine.h"
 #include "engine/source/units.h"
 #include "kernels/backend.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 
 typedef struct peaks {
     uint64_t slot, host, gpu, writer, act;

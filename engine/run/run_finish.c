@@ -11,7 +11,7 @@
 #include "core/file.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
-#include "layout/export.h"
+#include "layout/format/export.h"
 
 static int write_text(lwq_run *r, const char *name, const char *text, lwq_error *e)
 {

@@ -36,8 +36,8 @@
 #include "io/reader.h"
 #include "io/runlock.h"
 #include "io/writer.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
 
 typedef struct lwq_stream lwq_stream;
 

@@ -31,7 +31,7 @@
 #include "io/sys.h"
 #include "engine/source/layersrc.h"
 #include "kernels/quant.h"
-#include "layout/export.h"
+#include "layout/format/export.h"
 
 /* ---- shard serialization --------------------------------------------------------------------- */
 

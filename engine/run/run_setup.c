@@ -21,7 +21,7 @@
 #include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
-#include "layout/export.h"
+#include "layout/format/export.h"
 #include "io/sys.h"
 
 void lwq_calib_set_free(lwq_calib_set *c)

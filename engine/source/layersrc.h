@@ -16,7 +16,7 @@
 #include "engine/forward/forward.h"
 #include "engine/source/tlist.h"
 #include "io/reader.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 
 /* Ranges of one read job closer than this on the same file are read as one extent (gap bytes
  * included).  The ring slots are sized from plans built with this gap and the prefetcher merges

@@ -1,5 +1,5 @@
 /* engine/source/srcdeq.c — dequantize a layer's FP8-block / MXFP4 source tensors in place of their
- * packed form (contract in srcdeq.h; formats in layout/srcfmt.h). */
+ * packed form (contract in srcdeq.h; formats in layout/checkpoint/srcfmt.h). */
 #include "engine/source/srcdeq.h"
 
 #include <inttypes.h>

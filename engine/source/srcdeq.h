@@ -1,5 +1,5 @@
 /* engine/source/srcdeq.h — a layer's tensors as the forward and the quantizer want them: FP8-block and
- * MXFP4 source tensors (layout/srcfmt.h) replaced, right after the read, by dequantized tensors
+ * MXFP4 source tensors (layout/checkpoint/srcfmt.h) replaced, right after the read, by dequantized tensors
  * in the model's float dtype under the names the unquantized model uses ("X.weight" for an FP8
  * "X.weight" + "X.weight_scale_inv"; "X" for "X_blocks" + "X_scales"), the scale tensors
  * dropped, every other tensor moved over unchanged (views stay views, owned buffers stay owned).
@@ -13,7 +13,7 @@
 #define LWQ_ENGINE_SRCDEQ_H
 
 #include "engine/source/tlist.h"
-#include "layout/srcfmt.h"
+#include "layout/checkpoint/srcfmt.h"
 
 /* src is sorted first (by name), whatever the outcome.  A list with no packed tensor is untouched
  * (one scan); a packed tensor without the matching quantization_config is an error. */

@@ -8,7 +8,7 @@
 
 #include "core/dtype.h"
 #include "core/error.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 typedef struct lwq_htensor {
     char *name;               /* owned */

@@ -16,7 +16,7 @@
 
 #include "engine/source/tlist.h"
 #include "io/reader.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 
 typedef struct lwq_unit {
     int layer;

@@ -26,7 +26,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 
 #define ATT_QT 64
 #define ATT_KT 64

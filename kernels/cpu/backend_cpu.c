@@ -9,7 +9,7 @@
 
 #include "core/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 
 static int cpu_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
 {

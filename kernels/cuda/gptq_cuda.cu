@@ -1,5 +1,5 @@
 /* kernels/cuda/gptq_cuda.cu — see gptq_cuda.h.  The sweep's per-element work is the CPU's
- * (kernels/cpu/gptq_cpu.c), written with the `_rn` intrinsics of layout/quant_formats.h for the
+ * (kernels/cpu/gptq/gptq_cpu.c), written with the `_rn` intrinsics of layout/format/quant_formats.h for the
  * float parts; the double updates inside a block run one thread per row in the CPU's order, the
  * updates after a block go through cuBLAS DGEMM. */
 #include <cublas_v2.h>
@@ -19,7 +19,7 @@ extern "C" {
 #include "kernels/cuda/module_cuda.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 #define BLK LWQ_NVFP4_BLOCK
 #define GB LWQ_GPTQ_BLOCK

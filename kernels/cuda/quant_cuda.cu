@@ -1,6 +1,6 @@
 // kernels/cuda/quant_cuda.cu — CUDA kernels behind kernels/cuda/quant_cuda.h.
 //
-// Each kernel evaluates the same LWQ_HD functions of layout/quant_formats.h as the CPU code, in
+// Each kernel evaluates the same LWQ_HD functions of layout/format/quant_formats.h as the CPU code, in
 // the same order per output element; the float operations there are the `_rn` intrinsics in
 // device code, so every byte matches the CPU reference.  Mapping: one thread per 16-element
 // block (NVFP4 quantize, sweep, dequant), per 8 elements (FP8), per Hessian entry (accumulate).
@@ -23,7 +23,7 @@ extern "C" {
 #include "kernels/cuda/quant_cuda.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 #define BLK LWQ_NVFP4_BLOCK
 #define NONE 0xffffffffffffffffull
@@ -156,7 +156,7 @@ struct thr_tab {
 };
 #define THR_N ((LWQ_E4M3_NPOS + 1) * LWQ_E2M1_NTHR)
 
-// The sweep's loss for divisor d: kernels/cpu/quant_cpu.c's sweep_loss, operation for operation
+// The sweep's loss for divisor d: kernels/cpu/quant/quant_cpu.c's sweep_loss, operation for operation
 // (magnitudes + thresholds rounding, sign restored for the Hessian form, (H dw)_i summed over j
 // in ascending order, the halving tree), hence also equal to lwq_nvfp4_block_sqerr_ref / _herr_ref.
 // b: the divisor's E2M1 thresholds (lwq_e2m1_thresholds), so no division per element.
@@ -219,7 +219,7 @@ __global__ void k_sweep(const void *w, lwq_dtype dt, bool vec, int64_t rows, int
     for (int k = 0; k < BLK; k++)
         ax[k] = fabsf(x[k]);
     const float bamax = lwq_bits_f32(m);
-    // The CPU's exact saturation pruning (kernels/cpu/quant_cpu.c sweep_rows, which proves it):
+    // The CPU's exact saturation pruning (kernels/cpu/quant/quant_cpu.c sweep_rows, which proves it):
     // for the plain squared error, a candidate d with bamax >= 12 d has a loss of at least
     // (bamax - 6 d)^2 (1 - 2^-21); when that exceeds the loss `ref` of the smallest unsaturated
     // candidate v0, it cannot be the best, so skipping it changes neither the argmin nor ties.
@@ -512,7 +512,7 @@ struct call {
 
 unsigned grid_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
-// Host side, as kernels/cpu/quant_cpu.c's search_thresholds: byte v's divisor v * ws2.
+// Host side, as kernels/cpu/quant/quant_cpu.c's search_thresholds: byte v's divisor v * ws2.
 void search_thresholds(float ws2, thr_tab *t)
 {
     for (int i = 0; i < LWQ_E2M1_NTHR; i++)

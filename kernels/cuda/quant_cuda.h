@@ -1,5 +1,5 @@
 /* kernels/cuda/quant_cuda.h — CUDA versions of the quantizers of kernels/quant.h, giving the same
- * bytes as the CPU reference (both evaluate the LWQ_HD functions of layout/quant_formats.h; the
+ * bytes as the CPU reference (both evaluate the LWQ_HD functions of layout/format/quant_formats.h; the
  * device side uses the `_rn` intrinsics, so no FMA contraction and IEEE division).
  *
  * Pointers: every array argument (weights, activations, outputs, block amax, Hessians) is a

@@ -9,7 +9,7 @@
 
 #include "engine/forward/forward.h"
 #include "tests/helpers/fixtures.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 
 typedef struct fwd_fixture {
     lwq_ckpt ck;

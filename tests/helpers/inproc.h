@@ -9,7 +9,7 @@
 #include <stdio.h>
 
 #include "engine/run/engine.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 #define LWQT_IDS_MAX 8
 #define LWQT_IDS_LEN 32

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 void llama2c_free(llama2c_model *m)
 {

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/file.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 #define PC_MAX_FILES 64
 

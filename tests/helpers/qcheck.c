@@ -13,8 +13,8 @@
 #include "core/file.h"
 #include "engine/forward/forward.h"
 #include "kernels/quant.h"
-#include "layout/checkpoint.h"
-#include "layout/quant_formats.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/format/quant_formats.h"
 #include "tests/helpers/fwd_fixture.h"
 
 /* ---- names ---------------------------------------------------------------------------------- */

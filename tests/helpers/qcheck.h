@@ -18,7 +18,7 @@
 #include <stdint.h>
 
 #include "core/dtype.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 typedef enum qc_fmt { QC_NONE = 0, QC_NVFP4, QC_FP8 } qc_fmt;
 typedef enum qc_kv { QC_KV_NONE = 0, QC_KV_FP8, QC_KV_FP8_CAST } qc_kv;

@@ -10,8 +10,8 @@
 
 #include "core/file.h"
 #include "kernels/quant.h"
-#include "layout/checkpoint.h"
-#include "layout/quant_formats.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/format/quant_formats.h"
 #include "tests/helpers/qcheck.h"
 
 typedef struct qmod {

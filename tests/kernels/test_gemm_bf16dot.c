@@ -14,7 +14,7 @@
 
 #include "core/parallel.h"
 #include "kernels/backend.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 
 static lwq_backend g_be;
 

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 
 static lwq_backend g_be;
 

@@ -1,4 +1,4 @@
-/* Encodings of layout/quant_formats.h against FORMATS.md and against naive table searches. */
+/* Encodings of layout/format/quant_formats.h against FORMATS.md and against naive table searches. */
 #include <criterion/criterion.h>
 #include <math.h>
 

@@ -1,10 +1,10 @@
-/* The NVFP4 block searches (kernels/cpu/quant_search_cpu.c: 16 candidates per lane pass) pick, on every block, the byte or amax the one-candidate reference functions of layout/quant_formats.h pick. */
+/* The NVFP4 block searches (kernels/cpu/quant/quant_search_cpu.c: 16 candidates per lane pass) pick, on every block, the byte or amax the one-candidate reference functions of layout/format/quant_formats.h pick. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/quant.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 #define ROWS 48
 #define COLS 256

@@ -1,13 +1,13 @@
-/* The CPU fp8_scale_sweep skips strongly saturated candidates (kernels/cpu/quant_search_cpu.c); this
+/* The CPU fp8_scale_sweep skips strongly saturated candidates (kernels/cpu/quant/quant_search_cpu.c); this
  * checks the skip is exact: on blocks built to stress it (one spike over tiny values, all-equal
  * blocks full of ties, values on grid points, blocks far below the tensor's amax, random
- * normals), every chosen byte equals the unpruned reference search of layout/quant_formats.h. */
+ * normals), every chosen byte equals the unpruned reference search of layout/format/quant_formats.h. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 
 #include "kernels/quant.h"
-#include "layout/quant_formats.h"
+#include "layout/format/quant_formats.h"
 
 static uint64_t g_s = 0x9e3779b97f4a7c15ull;
 static double urand(void)

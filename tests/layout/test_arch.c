@@ -7,8 +7,8 @@
 #include <string.h>
 
 #include "tests/helpers/craft.h"
-#include "layout/arch.h"
-#include "layout/safetensors.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/fixtures.h"
 
 TestSuite(arch, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -8,7 +8,7 @@
 #include <sys/stat.h>
 
 #include "tests/helpers/craft.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/fixtures.h"
 
 TestSuite(ckpt, .init = lwqt_setup, .fini = lwqt_teardown);

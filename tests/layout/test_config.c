@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "tests/helpers/craft.h"
-#include "layout/config.h"
+#include "layout/config/config.h"
 #include "tests/helpers/fixtures.h"
 
 TestSuite(config, .init = lwqt_setup, .fini = lwqt_teardown);

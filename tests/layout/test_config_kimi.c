@@ -3,8 +3,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layout/arch.h"
-#include "layout/config.h"
+#include "layout/arch/arch.h"
+#include "layout/config/config.h"
 
 /* A 3-layer kimi_linear config as transformers 5.23 writes it, with `extra` keys spliced in
  * (they win over the ones before: cJSON keeps the first, so extra goes first). */

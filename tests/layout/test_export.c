@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/export.h"
+#include "layout/format/export.h"
 
 static const lwq_export_module moe_nvfp4[] = {
     {"model.layers.0.self_attn.q_proj", LWQ_QFMT_NVFP4, 0, NULL},
@@ -277,7 +277,7 @@ Test(export, index_sorted_and_duplicates_refused)
     cr_assert(strstr(e.msg, "listed twice"), "%s", e.msg);
 }
 
-/* ---- MIXED_PRECISION as Model Optimizer 0.47 writes it (layout/export.h) ---- */
+/* ---- MIXED_PRECISION as Model Optimizer 0.47 writes it (layout/format/export.h) ---- */
 
 static const lwq_export_module fused_mix[] = {
     {"model.layers.0.self_attn.q_proj", LWQ_QFMT_FP8, 0, NULL},

@@ -1,8 +1,8 @@
-/* The family table (layout/family.h): lookups, the supported list, and what rows compose. */
+/* The family table (layout/arch/family.h): lookups, the supported list, and what rows compose. */
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "layout/family.h"
+#include "layout/arch/family.h"
 
 static const char *const all_types[] = {"llama",     "mistral",     "qwen2",       "qwen3",
                                         "qwen3_moe", "mixtral",     "deepseek_v2", "deepseek_v3",

@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 
 Test(recipe, glob_basics)
 {

@@ -5,8 +5,8 @@
 #include <criterion/criterion.h>
 #include <string.h>
 
-#include "layout/arch.h"
-#include "layout/recipe.h"
+#include "layout/arch/arch.h"
+#include "layout/recipe/recipe.h"
 
 #define V3 "{\"model_type\":\"deepseek_v3\",\"hidden_size\":64,\"num_hidden_layers\":2," \
            "\"num_attention_heads\":2,\"vocab_size\":10,\"intermediate_size\":96,"        \

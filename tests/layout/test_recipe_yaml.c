@@ -5,8 +5,8 @@
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
-#include "layout/recipe.h"
-#include "layout/recipe_yaml.h"
+#include "layout/recipe/recipe.h"
+#include "layout/recipe/recipe_yaml.h"
 
 /* Units every recipe below may import (written by the test, in Model Optimizer's schema). */
 static void units(void)

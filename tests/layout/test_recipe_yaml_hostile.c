@@ -5,9 +5,9 @@
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
-#include "layout/recipe.h"
-#include "layout/recipe_yaml.h"
-#include "layout/yaml_doc.h"
+#include "layout/recipe/recipe.h"
+#include "layout/recipe/recipe_yaml.h"
+#include "layout/recipe/yaml_doc.h"
 
 static void in_tmp(void)
 {

@@ -1,10 +1,10 @@
-/* Model Optimizer YAML written from per-module choices (layout/recipe_yaml_out.h) reads back as the same choices; a mix one algorithm per recipe cannot express is refused naming the module. */
+/* Model Optimizer YAML written from per-module choices (layout/recipe/recipe_yaml_out.h) reads back as the same choices; a mix one algorithm per recipe cannot express is refused naming the module. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/recipe_yaml.h"
-#include "layout/recipe_yaml_out.h"
+#include "layout/recipe/recipe_yaml.h"
+#include "layout/recipe/recipe_yaml_out.h"
 #include "tests/helpers/craft.h"
 
 TestSuite(recipe_yaml_out, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "tests/helpers/craft.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 
 TestSuite(st, .init = lwqt_setup, .fini = lwqt_teardown);
 

@@ -1,4 +1,4 @@
-/* FP8-block and MXFP4 source dequantization (layout/srcfmt, engine/srcdeq) against a
+/* FP8-block and MXFP4 source dequantization (layout/checkpoint/srcfmt, engine/srcdeq) against a
  * straightforward reference written here: E4M3 and E2M1 decoded from their bit fields, the
  * product taken in f32, rounded to BF16 by the textbook round-to-nearest-even on the bits.
  * Shapes leave partial edge blocks (FP8) and odd row counts (MXFP4); comparisons are bit-exact. */
@@ -9,7 +9,7 @@
 
 #include "core/parallel.h"
 #include "engine/source/srcdeq.h"
-#include "layout/srcfmt.h"
+#include "layout/checkpoint/srcfmt.h"
 
 static uint64_t rng = 0x853c49e6748fea9bull;
 static uint32_t rnd(void)

@@ -116,9 +116,9 @@ Test(check_includes, fails_on_an_include_from_engine_quant_up_into_engine_run)
 
 Test(check_includes, fails_on_an_include_from_a_lower_folder_up_into_engine)
 {
-    append("layout/arch.c", "#include \"engine/forward/forward.h\"");
+    append("layout/arch/arch.c", "#include \"engine/forward/forward.h\"");
     expect_refused("an include up from layout/ to engine/",
-                   "layout/arch.c -> engine/forward/forward.h: layout/ must not depend on engine/", NULL);
+                   "layout/arch/arch.c -> engine/forward/forward.h: layout/ must not depend on engine/", NULL);
 }
 
 Test(check_includes, fails_on_a_call_from_engine_forward_up_into_engine_eval)

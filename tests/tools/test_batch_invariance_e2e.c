@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kernels/cpu/gemm_isa.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 #include "tests/helpers/run.h"
 
 static const int LENS[] = {13, 40, 5, 33, 21, 64, 9};

@@ -8,9 +8,9 @@
 #include <math.h>
 #include <regex.h>
 
-#include "layout/checkpoint.h"
-#include "layout/recipe.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/recipe/recipe.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 #include "tests/helpers/fixtures.h"
 

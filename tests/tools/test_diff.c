@@ -1,8 +1,8 @@
 /* tests/tools/test_diff.c — `lwq diff`: tensor, config and metadata differences, exit codes. */
 #include <criterion/criterion.h>
 
-#include "layout/checkpoint.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 #include "tests/helpers/fixtures.h"
 

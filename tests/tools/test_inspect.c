@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/run.h"
 #include "tests/helpers/fixtures.h"
 

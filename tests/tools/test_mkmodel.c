@@ -3,8 +3,8 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "text/tokenizer.h"
 #include "tests/helpers/run.h"
 

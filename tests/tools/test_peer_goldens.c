@@ -26,7 +26,7 @@
 #include <string.h>
 
 #include "core/file.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/peercmp.h"
 #include "tests/helpers/shell.h"
 

@@ -14,8 +14,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "layout/checkpoint.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 static char g_tmp[256];

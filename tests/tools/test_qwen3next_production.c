@@ -12,10 +12,10 @@
 #include <criterion/criterion.h>
 
 #include "kernels/quant.h"
-#include "layout/arch.h"
-#include "layout/checkpoint.h"
-#include "layout/recipe.h"
-#include "layout/safetensors.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/recipe/recipe.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(qwen3next_production, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -1,7 +1,7 @@
 /* The formats of Model Optimizer 0.47's published recipes end to end: weight-only NVFP4 (W4A16) and an NVFP4 KV cache in cast mode, quantized, described and verified (issue 33). */
 #include <criterion/criterion.h>
 
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/run.h"
 
 TestSuite(recipe_formats, .init = lwqt_setup, .fini = lwqt_teardown);

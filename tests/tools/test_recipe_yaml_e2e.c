@@ -2,7 +2,7 @@
 #include <criterion/criterion.h>
 #include <unistd.h>
 
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(recipe_yaml_e2e, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -3,8 +3,8 @@
  * wrapped names, with the wrapped lm_head name in the exclusions. */
 #include <criterion/criterion.h>
 
-#include "layout/checkpoint.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(wrapped, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -25,8 +25,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "layout/arch.h"
-#include "layout/safetensors.h"
+#include "layout/arch/arch.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tools/commands.h"
 #include "tools/mkmodel/mkmodel_qwen3next.h"
 #include "tools/mkmodel/mkmodel_src.h"

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layout/config.h"
+#include "layout/config/config.h"
 #include "tools/tool_util.h"
 
 int lwq_mkmodel_qwen3next_option(mk_qn_opts *q, int c, const char *arg)

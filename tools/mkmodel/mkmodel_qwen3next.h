@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "layout/arch.h"
+#include "layout/arch/arch.h"
 
 struct cJSON;
 

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "layout/quant_formats.h"
-#include "layout/srcfmt.h"
+#include "layout/format/quant_formats.h"
+#include "layout/checkpoint/srcfmt.h"
 #include "tools/mkmodel/mkmodel_values.h"
 
 int lwq_mkmodel_src_parse(const char *s, mk_src_format *out)

@@ -19,7 +19,7 @@
 #include <stdint.h>
 
 #include "core/error.h"
-#include "layout/arch.h"
+#include "layout/arch/arch.h"
 
 struct cJSON;
 

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/run.h"
 
 TestSuite(autoq_constraints, .init = lwqt_setup, .fini = lwqt_teardown, .timeout = 600);

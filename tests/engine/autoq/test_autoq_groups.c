@@ -3,7 +3,7 @@
 #include <string.h>
 
 #include "engine/autoq/autoq_groups.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/run.h"
 
 TestSuite(autoq_groups, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/run.h"
 
 TestSuite(autoq_w4a16, .init = lwqt_setup, .fini = lwqt_teardown, .timeout = 600);

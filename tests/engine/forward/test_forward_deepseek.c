@@ -18,7 +18,7 @@
 #include <string.h>
 
 #include "engine/forward/forward.h"
-#include "layout/arch.h"
+#include "layout/arch/arch.h"
 
 #define D 32
 #define H 4

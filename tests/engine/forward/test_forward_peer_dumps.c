@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "core/file.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/fwd_fixture.h"
 
 static const char *data_root(void)

@@ -24,7 +24,7 @@
 #include <string.h>
 
 #include "core/file.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/fwd_fixture.h"
 
 #define BOUND 1e-5

@@ -12,7 +12,7 @@
 #include "engine/run/engine.h"
 #include "engine/run/manifest.h"
 #include "io/sys.h"
-#include "layout/recipe.h"
+#include "layout/recipe/recipe.h"
 #include "tests/helpers/inproc.h"
 #include "tests/helpers/shell.h"
 

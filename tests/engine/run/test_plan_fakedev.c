@@ -5,8 +5,8 @@
 
 #include "engine/run/engine.h"
 #include "fakedev.h"
-#include "layout/checkpoint.h"
-#include "layout/recipe.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/recipe/recipe.h"
 #include "tests/helpers/run.h"
 
 TestSuite(plan_fakedev, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -5,8 +5,8 @@
 
 #include "tests/helpers/run.h"
 #include "engine/run/engine.h"
-#include "layout/checkpoint.h"
-#include "layout/recipe.h"
+#include "layout/checkpoint/checkpoint.h"
+#include "layout/recipe/recipe.h"
 
 TestSuite(plan_gpu, .init = lwqt_setup, .fini = lwqt_teardown);
 

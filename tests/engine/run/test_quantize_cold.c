@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/run.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/qcheck.h"
 
 #define NEXP 8

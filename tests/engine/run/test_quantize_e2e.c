@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "tests/helpers/run.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
 #include "tests/helpers/fwd_fixture.h"

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "tests/helpers/run.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/fwd_fixture.h"
 #include "tests/helpers/qcheck.h"
 

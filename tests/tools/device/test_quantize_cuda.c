@@ -6,7 +6,7 @@
 #include <math.h>
 
 #include "kernels/backend.h"
-#include "layout/checkpoint.h"
+#include "layout/checkpoint/checkpoint.h"
 #include "tests/helpers/run.h"
 
 TestSuite(quantize_cuda, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(eval, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(eval_weights_only, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -7,7 +7,7 @@
 
 #include "engine/eval/eval_internal.h"
 #include "kernels/backend.h"
-#include "layout/safetensors.h"
+#include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/run.h"
 
 TestSuite(hostile_qdir, .init = lwqt_setup, .fini = lwqt_teardown, .timeout = 240);

@@ -1,0 +1,247 @@
+/* kernels/cpu/gemm/gemm_cpu.c — y = x W^T (+ bias) on the CPU with lwq's own kernels (gemm_isa.h).
+ *
+ * Every output element is computed by the fixed arithmetic of gemm_isa.h (16 fused lane sums in
+ * k order, then a fixed tree), so a token's result depends on its own row and the weights only:
+ * not on the batch size, the padding, which other tokens share the call (MoE experts see a
+ * different set in every batch) or the thread count.  The AVX-512, AVX2 and portable kernels give
+ * the same bits on every CPU; BF16 x BF16 products go through AMX tiles instead where the CPU and OS have AMX-BF16 (gemm_amx.c: 14x the FMA path's peak
+ * here, bits of their own), or through vdpbf16ps when forced (gemm_avx512bf16.c).  The fastest
+ * path this CPU runs is picked at the first call (LWQ_CPU_KERNELS=amx|avx512bf16|avx512|avx2|
+ * portable overrides it, for tests and comparisons; lwq_backend_cpu_kernels says which is in use).
+ *
+ * Work split: the outputs are cut into blocks of GEMM_NB weight rows and whole blocks go to the
+ * threads of core/parallel; each thread walks the rows in slices of GEMM_RB, packs a slice into
+ * the kernels' k order (f32, rows of kp floats) and runs it against its blocks.  BF16/F16 weights are
+ * widened in registers by the kernels; only the partial last 32-block of each weight row (when
+ * k % 32 != 0) is copied, zero-padded, so the kernels never read past a row.  Scratch is the
+ * calling thread's kept buffer (scratch_cpu.c), not allocated per call. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/parallel.h"
+#include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
+
+#define GEMM_NB 48  /* outputs per block: a multiple of every kernel's MC, <= LWQ_GEMM_MAXC */
+#ifndef GEMM_RB
+#define GEMM_RB 64 /* rows per slice: its packed x stays in L2 while the weight blocks pass */
+#endif
+
+/* ---- kernel choice ------------------------------------------------------------------------- */
+
+static const lwq_cpu_kernels k_amx = {"amx", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 1,
+                                      lwq_gemm_pv_avx512};
+static const lwq_cpu_kernels k_avx512bf16 = {"avx512bf16", lwq_gemm_panel_avx512,
+                                             lwq_gemm_axpy_avx512, lwq_gemm_panel_avx512bf16, 0,
+                                             lwq_gemm_pv_avx512};
+static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 0,
+                                         lwq_gemm_pv_avx512};
+static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2, NULL, 0,
+                                       lwq_gemm_pv_avx2};
+static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref, NULL, 0,
+                                      lwq_gemm_pv_ref};
+
+static const lwq_cpu_kernels *kernels_named(const char *name)
+{
+    __builtin_cpu_init();
+    if (!strcmp(name, "amx"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
+                       lwq_gemm_amx_usable()
+                   ? &k_amx
+                   : NULL;
+    if (!strcmp(name, "avx512bf16"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("avx512bf16")
+                   ? &k_avx512bf16
+                   : NULL;
+    if (!strcmp(name, "avx512"))
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") ? &k_avx512
+                                                                                  : NULL;
+    if (!strcmp(name, "avx2"))
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? &k_avx2 : NULL;
+    if (!strcmp(name, "portable"))
+        return &k_ref;
+    return NULL;
+}
+
+static const lwq_cpu_kernels *g_kernels;
+
+static const lwq_cpu_kernels *kernels_auto(void)
+{
+    const char *env = getenv("LWQ_CPU_KERNELS");
+    const lwq_cpu_kernels *k = env && *env ? kernels_named(env) : NULL;
+    if (!k)
+        k = kernels_named("amx");
+    if (!k)
+        k = kernels_named("avx512");
+    if (!k)
+        k = kernels_named("avx2");
+    return k ? k : &k_ref;
+}
+
+const lwq_cpu_kernels *lwq_cpu_kernels_get(void)
+{
+    const lwq_cpu_kernels *k = __atomic_load_n(&g_kernels, __ATOMIC_ACQUIRE);
+    if (!k) {
+        k = kernels_auto();
+        __atomic_store_n(&g_kernels, k, __ATOMIC_RELEASE);
+    }
+    return k;
+}
+
+int lwq_cpu_kernels_force(const char *name)
+{
+    const lwq_cpu_kernels *k = name ? kernels_named(name) : kernels_auto();
+    if (!k)
+        return -1;
+    __atomic_store_n(&g_kernels, k, __ATOMIC_RELEASE);
+    return 0;
+}
+
+/* ---- the GEMM ------------------------------------------------------------------------------ */
+
+typedef struct gemm_job {
+    const lwq_cpu_kernels *k;
+    lwq_gemm_panel_fn panel; /* k->panel, or k->panel_bf16 for BF16 x BF16 */
+    const lwq_tensor *x, *w;
+    lwq_tensor *y;
+    const char *wt;    /* (out, 32) tail blocks or NULL */
+    const float *bias; /* (out) f32 or NULL */
+    int64_t n, in, out, kp;
+    float *scratch;    /* per thread: accumulators, the (GEMM_RB, GEMM_NB) f32 output tile, the
+                          (GEMM_RB, kp) packed x slice, one f32 row of x */
+    int64_t per_thread;
+} gemm_job;
+
+/* Each thread packs the row slices it needs itself (the packing is ~1/out of the work), so the
+ * packed copy is one slice per thread, whatever the number of rows, and stays in that core's L2
+ * while its weight blocks pass. */
+static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
+{
+    gemm_job *j = (gemm_job *)ctx;
+    float *acc = j->scratch + (int64_t)tid * j->per_thread;
+    float *yt = acc + LWQ_GEMM_ACC_FLOATS;
+    float *xs = yt + GEMM_RB * GEMM_NB;
+    float *row = xs + GEMM_RB * j->kp;
+    const int64_t es = (int64_t)lwq_dtype_size(j->w->dtype);
+    lwq_gemm_panel p;
+    const int dot = j->panel != j->k->panel;
+    uint16_t *xh = (uint16_t *)xs; /* the dot panel's BF16 rows: half of the f32 slice */
+    p.x = xs;
+    p.xh = xh;
+    p.ldx = j->kp;
+    p.ldw = j->in * es;
+    p.wkind = j->w->dtype == LWQ_BF16 ? 0 : j->w->dtype == LWQ_F16 ? 1 : 2;
+    p.nfull = j->in / 32;
+    for (int64_t r0 = 0; r0 < j->n; r0 += GEMM_RB) {
+        p.nr = j->n - r0 < GEMM_RB ? j->n - r0 : GEMM_RB;
+        for (int64_t r = 0; r < p.nr && dot; r++) {
+            memcpy(xh + r * j->kp, (const uint16_t *)j->x->data + (r0 + r) * j->in,
+                   (size_t)j->in * 2);
+            memset(xh + r * j->kp + j->in, 0, (size_t)(j->kp - j->in) * 2);
+        }
+        for (int64_t r = 0; r < p.nr && !dot; r++) {
+            const float *src = row;
+            if (j->x->dtype == LWQ_F32)
+                src = (const float *)j->x->data + (r0 + r) * j->in;
+            else
+                lwq_cpu_load_f32(j->x->data, j->x->dtype, (r0 + r) * j->in, j->in, row);
+            lwq_gemm_pack_row(src, j->in, xs + r * j->kp);
+        }
+        for (int64_t blk = b; blk < e; blk++) {
+            int64_t c0 = blk * GEMM_NB, nc = j->out - c0 < GEMM_NB ? j->out - c0 : GEMM_NB;
+            p.w = (const char *)j->w->data + c0 * p.ldw;
+            p.wt = j->wt ? j->wt + c0 * 32 * es : NULL;
+            p.nc = nc;
+            p.ldy = nc;
+            p.y = yt;
+            j->panel(&p, acc);
+            for (int64_t r = 0; r < p.nr; r++) {
+                float *yr = yt + r * nc;
+                if (j->bias)
+                    for (int64_t c = 0; c < nc; c++)
+                        yr[c] = yr[c] + j->bias[c0 + c];
+                lwq_cpu_store_f32(j->y->data, j->y->dtype, (r0 + r) * j->out + c0, nc, yr);
+            }
+        }
+    }
+}
+
+int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
+                 lwq_tensor *y, lwq_error *e)
+{
+    (void)ctx;
+    gemm_job j;
+    memset(&j, 0, sizeof j);
+    j.k = lwq_cpu_kernels_get();
+    j.panel = j.k->panel_bf16 && x->dtype == LWQ_BF16 && w->dtype == LWQ_BF16 ? j.k->panel_bf16
+                                                                              : j.k->panel;
+    j.x = x;
+    j.w = w;
+    j.y = y;
+    j.n = x->shape[0];
+    j.in = x->shape[1];
+    j.out = w->shape[0];
+    j.kp = lwq_gemm_kp(j.in);
+    if (j.n == 0 || j.out == 0)
+        return 0;
+    if (j.k->amx && x->dtype == LWQ_BF16 && w->dtype == LWQ_BF16) {
+        float *bf = bias ? (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX, j.out, sizeof(float))
+                         : NULL;
+        if (bias && !bf)
+            return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for a bias of %lld", (long long)j.out);
+        if (bias)
+            lwq_cpu_load_f32(bias->data, bias->dtype, 0, j.out, bf);
+        return lwq_gemm_amx(x, w, bf, y, e);
+    }
+    const int64_t es = (int64_t)lwq_dtype_size(w->dtype), tail = j.in % 32;
+    const int64_t nblocks = (j.out + GEMM_NB - 1) / GEMM_NB;
+    const int threads = lwq_parallel_threads() < nblocks ? lwq_parallel_threads() : (int)nblocks;
+    if (j.kp > (INT64_MAX / 4 - LWQ_GEMM_ACC_FLOATS - GEMM_RB * GEMM_NB) / (GEMM_RB + 1) / threads)
+        return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long", (long long)j.in);
+    j.per_thread = LWQ_GEMM_ACC_FLOATS + GEMM_RB * GEMM_NB + (GEMM_RB + 1) * j.kp;
+    j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
+    float *bias_f = NULL;
+    char *wt = NULL;
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM, j.per_thread * threads, sizeof(float));
+    if (bias)
+        bias_f = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX, j.out, sizeof(float));
+    if (tail)
+        wt = (char *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX2, j.out * 32 * es, 1);
+    int rc = 0;
+    if (!j.scratch || (bias && !bias_f) || (tail && !wt)) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' tiles (%lld floats each)",
+                      threads, (long long)j.per_thread);
+        goto out;
+    }
+    if (bias) {
+        lwq_cpu_load_f32(bias->data, bias->dtype, 0, j.out, bias_f);
+        j.bias = bias_f;
+    }
+    if (tail) {
+        memset(wt, 0, (size_t)(j.out * 32 * es));
+        for (int64_t o = 0; o < j.out; o++)
+            memcpy(wt + o * 32 * es, (const char *)w->data + (o * j.in + j.in - tail) * es,
+                   (size_t)(tail * es));
+        j.wt = wt;
+    }
+    lwq_parallel_for(nblocks, 1, gemm_blocks, &j);
+out:
+    return rc;
+}
+
+int lwq_cpu_gemm_grouped(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e)
+{
+    const lwq_cpu_kernels *k = lwq_cpu_kernels_get();
+    int amx = k->amx;
+    for (int i = 0; i < count && amx; i++)
+        amx = g[i].x->dtype == LWQ_BF16 && g[i].w->dtype == LWQ_BF16 && !g[i].bias;
+    if (amx)
+        return lwq_gemm_amx_grouped(g, count, e);
+    /* the FMA paths (and biases) one product at a time: the same bits either way */
+    for (int i = 0; i < count; i++)
+        if (lwq_tensor_numel(g[i].y) > 0)
+            LWQ_TRY(lwq_cpu_gemm(ctx, g[i].x, g[i].w, g[i].bias, g[i].y, e));
+    return 0;
+}

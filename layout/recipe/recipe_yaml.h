@@ -1,0 +1,43 @@
+/* layout/recipe/recipe_yaml.h — NVIDIA Model Optimizer's PTQ recipe YAML as an lwq recipe.
+ *
+ * What is read and how it maps is docs/RECIPES.md; in short: top-level `imports` (alias -> path
+ * relative to the recipe root, `.yml` / `.yaml` probed in that order), `metadata.recipe_type: ptq`,
+ * `quantize: {algorithm, quant_cfg}`; `$import` splices list units and merges attribute units;
+ * list units with imports are two YAML documents.  Everything lwq would have to approximate is
+ * refused with the file, line, entry and field named (recipe_qcfg.c maps the entries).
+ *
+ * Hostile input: every file is at most 1 MiB and goes through layout/recipe/yaml_doc.h (no aliases, no
+ * tags, bounded depth and size); at most LWQ_RECIPE_YAML_MAX_FILES files, imports nested at most
+ * LWQ_RECIPE_YAML_MAX_DEPTH deep, cycles refused; an import path must be relative, without `..`,
+ * and must resolve (symlinks included) inside the recipe root. */
+#ifndef LWQ_LAYOUT_RECIPE_YAML_H
+#define LWQ_LAYOUT_RECIPE_YAML_H
+
+#include <limits.h>
+#include <stddef.h>
+
+#include "layout/recipe/recipe.h"
+
+#define LWQ_RECIPE_YAML_MAX_FILES 64
+#define LWQ_RECIPE_YAML_MAX_DEPTH 16
+
+/* Run settings the algorithm's `layerwise` block carries (lwq is always layerwise). */
+typedef struct lwq_recipe_run {
+    int has_checkpoint_dir;
+    char checkpoint_dir[PATH_MAX];  /* layerwise.checkpoint_dir: the resume directory, which only the
+                                       command line may choose (lwq quantize refuses it without a
+                                       --resume-dir: a recipe from elsewhere must not pick where
+                                       lwq writes) */
+    char checkpoint_dir_at[PATH_MAX + 16]; /* "file:line" of that key, for the message */
+    int has_qdq_next, qdq_next;     /* layerwise.get_qdq_activations_from_prev_layer */
+} lwq_recipe_run;
+
+/* Load a YAML recipe; imports resolve under `root` (NULL: the current directory). */
+int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_recipe_run *run, lwq_error *e);
+
+/* What --recipe ARG names: an existing file as given, else ARG, ARG.yml, ARG.yaml under `root`
+ * (NULL: no root, so only the file as given).  Writes the path to out; *is_yaml says whether it
+ * is YAML (.yml / .yaml) rather than lwq's JSON. */
+int lwq_recipe_find(const char *arg, const char *root, char *out, size_t cap, int *is_yaml, lwq_error *e);
+
+#endif
