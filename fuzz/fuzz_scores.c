@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "engine/autoq/autoq_internal.h"
 #include "fuzz/fuzz_util.h"
 

@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "layout/recipe/recipe.h"
 
 #ifndef LWQ_SOURCE_DIR

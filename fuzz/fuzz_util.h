@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 #define LWQ_FUZZ_MAX_FILES 16
 

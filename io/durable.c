@@ -25,7 +25,7 @@
  */
 #include "io/durable.h"
 
-#include "core/file.h"
+#include "core/sys/file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -101,7 +101,7 @@ int lwq_durable_pread_all(int fd, void *buf, size_t n, uint64_t off, const char 
     return 0;
 }
 
-/* The bounded whole-file read is core/file.c's; only its system calls come from the table. */
+/* The bounded whole-file read is core/sys/file.c's; only its system calls come from the table. */
 static int sys_open(const char *path, int flags, mode_t mode) { return lwq_sys()->open(path, flags, mode); }
 static int sys_fstat(int fd, struct stat *st) { return lwq_sys()->fstat(fd, st); }
 static ssize_t sys_pread(int fd, void *buf, size_t n, off_t off) { return lwq_sys()->pread(fd, buf, n, off); }

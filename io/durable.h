@@ -21,7 +21,7 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 typedef struct lwq_durable_file {
     int fd;                  /* -1 when closed */
@@ -37,12 +37,12 @@ int lwq_durable_pwrite_all(int fd, const void *buf, size_t n, uint64_t off, cons
  * LWQ_EIO "... file ends at byte X". */
 int lwq_durable_pread_all(int fd, void *buf, size_t n, uint64_t off, const char *what,
                           lwq_error *e);
-/* core/file.h's lwq_file_read_all (bounded, NUL-terminated, regular files only) through the
+/* core/sys/file.h's lwq_file_read_all (bounded, NUL-terminated, regular files only) through the
  * io/sys.h table, for the resume state.  The caller frees *out. */
 int lwq_durable_read_file(const char *path, size_t max_bytes, char **out, size_t *len,
                           lwq_error *e);
 
-/* core/file.h's lwq_file_open_regular (read-only, never blocking on a FIFO or device, regular
+/* core/sys/file.h's lwq_file_open_regular (read-only, never blocking on a FIFO or device, regular
  * files only) through the io/sys.h table: the fd, or a negative code with `e` filled. */
 int lwq_durable_open_regular(const char *path, int flags, struct stat *st, lwq_error *e);
 

@@ -12,8 +12,8 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "core/log.h"
-#include "core/parallel.h"
+#include "core/sys/log.h"
+#include "core/parallel/parallel.h"
 
 #define PAGE 4096u
 /* Mapping aligned to 2 MiB so transparent huge pages can back it (fewer pages to pin). */

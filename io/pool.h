@@ -16,7 +16,7 @@
 
 #include <stddef.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 /* Pin `len` bytes at `ptr` for device DMA (e.g. cudaHostRegister); 0 or a negative LWQ_E*. */
 typedef int (*lwq_pool_register_fn)(void *ctx, void *ptr, size_t len, lwq_error *e);

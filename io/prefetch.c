@@ -1,6 +1,6 @@
 /* io/prefetch.c — background reading of the next K jobs (see prefetch.h). */
 #include "io/prefetch.h"
-#include "core/trace.h"
+#include "core/sys/trace.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 
 typedef enum { JOB_QUEUED = 0, JOB_LOADING, JOB_READY, JOB_RELEASED } job_state;
 

@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "io/pool.h"
 #include "io/reader.h"
 

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "io/durable.h"
 #include "io/sys.h"
 

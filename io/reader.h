@@ -29,7 +29,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 #define LWQ_IO_ALIGN 4096u
 

@@ -13,8 +13,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/log.h"
+#include "core/sys/file.h"
+#include "core/sys/log.h"
 #include "io/durable.h"
 #include "io/sys.h"
 

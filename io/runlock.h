@@ -25,7 +25,7 @@
 
 #include <limits.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 typedef struct lwq_runlock {
     int held;        /* 0 in a zeroed struct: nothing to release */

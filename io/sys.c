@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 /* ---- kernel table -------------------------------------------------------------------------- */
 

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
-#include "core/trace.h"
+#include "core/sys/log.h"
+#include "core/sys/trace.h"
 
 typedef struct wjob {
     lwq_writer_job j;

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "io/durable.h"
 
 typedef int (*lwq_writer_serialize_fn)(void *ctx, lwq_durable_file *f, lwq_error *e);

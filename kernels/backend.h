@@ -37,8 +37,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "core/sys/error.h"
+#include "core/data/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

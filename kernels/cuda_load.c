@@ -19,8 +19,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/dtype.h"
-#include "core/log.h"
+#include "core/data/dtype.h"
+#include "core/sys/log.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
 

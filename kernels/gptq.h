@@ -37,8 +37,8 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 
 #ifdef __cplusplus
 extern "C" {

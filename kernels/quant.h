@@ -6,7 +6,7 @@
  *
  * These are the CPU implementations and the reference for every other backend.  All pointers are
  * host pointers owned by the caller; outputs are written in full only on success (on failure
- * their contents are unspecified).  Loops run over rows on the core/parallel.h pool; results do
+ * their contents are unspecified).  Loops run over rows on the core/parallel/parallel.h pool; results do
  * not depend on the thread count.  Functions are thread-safe with respect to each other as long
  * as their output buffers do not overlap (the pool serializes concurrent loops).
  *
@@ -33,8 +33,8 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 #include "layout/format/quant_formats.h"
 
 #ifdef __cplusplus

@@ -15,9 +15,9 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/tensor.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
+#include "core/data/tensor.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -33,7 +33,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "engine/forward/forward.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm/gemm_isa.h"

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/quant.h"
 
 static double now(void)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "engine/forward/forward.h"
 #include "layout/checkpoint/checkpoint.h"
 

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "layout/format/quant_formats.h"
 #include "layout/checkpoint/srcfmt.h"
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # perf/profile-nsys.sh — a timeline of `lwq quantize --device cuda` in Nsight Systems: the NVTX
-# ranges of core/trace.h on every thread (engine: "read-wait L", "forward L", "upload",
+# ranges of core/sys/trace.h on every thread (engine: "read-wait L", "forward L", "upload",
 # "quantize L"; prefetch thread: "read job J"; writer thread: "write L", "boundary", "commit L",
 # "durable J" = fsync + rename), CUDA API calls, kernels and copies.
 #

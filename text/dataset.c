@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/log.h"
+#include "core/sys/file.h"
+#include "core/sys/log.h"
 
 /* Samples collected so far: ids of each, concatenated. */
 typedef struct collect {

@@ -23,7 +23,7 @@
  * A line's "input_ids" array is parsed as a stream (the first seq_len ids kept, every one
  * checked), so a line of millions of ids costs the line's bytes, not a JSON node per id; the
  * rest of such a line is parsed as JSON as any other.  Every file is opened without blocking
- * (a FIFO is refused, core/file.h), directory entries too.
+ * (a FIFO is refused, core/sys/file.h), directory entries too.
  *
  * Ownership: the batch's arrays are malloc'd and freed by lwq_calib_batch_free.
  * Thread-safety: no shared state; concurrent calls on different outputs are fine.
@@ -36,7 +36,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "text/tokenizer.h"
 
 #define LWQ_CALIB_MAX_LINE ((size_t)64 << 20)

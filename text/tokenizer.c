@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "text/tokenizer_internal.h"
 
 void lwq_token_ids_free(lwq_token_ids *v)
@@ -20,7 +20,7 @@ void lwq_token_ids_free(lwq_token_ids *v)
 
 /* ---- files -------------------------------------------------------------------------------- */
 /* 1 and the file's bytes, 0 when an optional file does not exist, < 0 on error (a special file
- * is refused without blocking: core/file.h). */
+ * is refused without blocking: core/sys/file.h). */
 static int read_file(const char *path, size_t cap, char **out, size_t *len, int optional, lwq_error *e)
 {
     *out = NULL;

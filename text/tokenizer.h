@@ -31,7 +31,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 /* Caps on hostile input: a real tokenizer.json is < 40 MiB, vocabularies < 1M tokens. */
 #define LWQ_TOK_MAX_JSON_BYTES ((size_t)256 << 20)

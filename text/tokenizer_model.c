@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "text/tokenizer_internal.h"
 
 /* ---- hashing and maps --------------------------------------------------------------------- */

@@ -19,8 +19,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/log.h"
+#include "core/sys/file.h"
+#include "core/sys/log.h"
 #include "io/pool.h"
 #include "io/reader.h"
 #include "tools/commands.h"

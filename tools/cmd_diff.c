@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "layout/checkpoint/checkpoint.h"
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "tools/commands.h"
 #include "tools/tool_util.h"
 

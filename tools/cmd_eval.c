@@ -7,7 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "engine/eval/eval.h"
 #include "text/dataset.h"
 #include "text/eval_text.h"

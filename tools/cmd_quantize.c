@@ -10,9 +10,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/log.h"
-#include "core/ranks.h"
+#include "core/sys/file.h"
+#include "core/sys/log.h"
+#include "core/parallel/ranks.h"
 #include "engine/autoq/autoq.h"
 #include "engine/run/engine.h"
 #include "engine/run/manifest.h"
@@ -223,7 +223,7 @@ static int parse_formats(const char *list, uint8_t f[LWQ_AQ_FORMATS])
     return 0;
 }
 
-/* What the job's first agreement compares (core/ranks.h, lwq_ranks_agree_job): each option as
+/* What the job's first agreement compares (core/parallel/ranks.h, lwq_ranks_agree_job): each option as
  * given, but not --threads (it changes no byte) nor --quiet / --log-json (rank 0 alone honours
  * them). */
 static void job_note(lwq_ranks_job *job, char **argv, int start, int i)
@@ -564,7 +564,7 @@ static int run_cmd(int argc0, char **argv0, int is_plan)
     memset(&rk, 0, sizeof rk);
     rk.size = rk.local_size = 1;
     lwq_error e = {0};
-    /* The ranks of an MPI job (core/ranks.h) first agree on what each was asked to do, before any
+    /* The ranks of an MPI job (core/parallel/ranks.h) first agree on what each was asked to do, before any
      * can leave: one that would print and exit (--print-recipe, --help, lwq plan) or refuse its
      * command line would leave the others waiting for ever in their first collective, and ranks
      * with other options would meet in other collectives.  A build without MPI cannot wait on
@@ -652,7 +652,7 @@ static int run_translated(qargs *a, lwq_ranks *rk, int is_plan, lwq_recipe *r, l
         }
         return 0;
     }
-    /* the ranks of an MPI job (core/ranks.h) before anything is said: rank 0 speaks for the job */
+    /* the ranks of an MPI job (core/parallel/ranks.h) before anything is said: rank 0 speaks for the job */
     int rc = 0;
     if (!lwq_ranks_built_with_mpi() && !is_plan && (rc = lwq_ranks_init(NULL, NULL, rk, e)) != 0)
         return rc;
@@ -733,7 +733,7 @@ static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
     return lwq_autoq_run(&ao, e);
 }
 
-/* The run, as one of the ranks of an MPI job when launched so (core/ranks.h).  An error every rank
+/* The run, as one of the ranks of an MPI job when launched so (core/parallel/ranks.h).  An error every rank
  * shares (agreed) is printed by rank 0 alone; one only this rank knows ends the whole job. */
 static int quantize_ranks(qargs *a, lwq_ranks *rk_, lwq_error *e, int *quiet_err)
 {

@@ -23,8 +23,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/hash.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
 #include "engine/run/manifest.h"
 #include "layout/arch/arch.h"
 #include "layout/checkpoint/checkpoint.h"
@@ -59,7 +59,7 @@ typedef struct shard {
     int ok;
 } shard;
 
-/* The shard's bytes, opened as every input is (core/file.h: a FIFO put there since its header was
+/* The shard's bytes, opened as every input is (core/sys/file.h: a FIFO put there since its header was
  * read is refused, not waited on); NULL when it cannot be. */
 static FILE *open_shard(const char *path)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/ranks.h"
+#include "core/parallel/ranks.h"
 
 int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
 {

@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 /* Parse option `opt`'s value `s` as an integer in [lo, hi]; prints the reason and returns -1. */
 int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
@@ -14,7 +14,7 @@ int lwq_tool_parse_i64(const char *opt, const char *s, int64_t lo, int64_t hi, i
 const char *lwq_tool_bytes(uint64_t b, char *buf, size_t cap);
 /* Write `n` bytes to `path` (create/truncate). */
 int lwq_tool_write_file(const char *path, const void *data, size_t n, lwq_error *e);
-/* A command that runs in one process each, started by an MPI launcher (core/ranks.h): its ranks
+/* A command that runs in one process each, started by an MPI launcher (core/parallel/ranks.h): its ranks
  * first meet in the job's first agreement (lwq_ranks_agree_job), where a rank of another command
  * (an `lwq quantize` waiting for its ranks) learns it, naming the rank; then MPI is finalized
  * and each runs alone, as without a launcher.  0: go on; LWQ_EXIT_ERR: the job is refused

@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
-#include "core/log.h"
+#include "core/sys/file.h"
+#include "core/sys/log.h"
 #include "engine/autoq/autoq_recipe.h"
 #include "engine/eval/eval_internal.h"
 #include "io/durable.h"

@@ -23,10 +23,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/file.h"
-#include "core/log.h"
-#include "core/parallel.h"
-#include "core/proc.h"
+#include "core/sys/file.h"
+#include "core/sys/log.h"
+#include "core/parallel/parallel.h"
+#include "core/sys/proc.h"
 #include "engine/autoq/autoq_pass1.h"
 #include "engine/eval/eval_internal.h"
 #include "engine/quant/qlayer.h"

@@ -18,9 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/dtype.h"
-#include "core/file.h"
-#include "core/hash.h"
+#include "core/data/dtype.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
 #include "engine/autoq/autoq_internal.h"
 #include "engine/quant/qlayer.h"
 #include "engine/run/fingerprint.h"

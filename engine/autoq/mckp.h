@@ -29,7 +29,7 @@
 
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 #define LWQ_MCKP_MAXOPT 8
 

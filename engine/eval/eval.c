@@ -6,9 +6,9 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/log.h"
-#include "core/parallel.h"
-#include "core/proc.h"
+#include "core/sys/log.h"
+#include "core/parallel/parallel.h"
+#include "core/sys/proc.h"
 #include "engine/eval/eval_experts.h"
 #include "engine/eval/eval_run.h"
 #include "engine/source/layersrc.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "layout/format/quant_formats.h"
 
 /* ---- the numerics ----------------------------------------------------------------------------- */

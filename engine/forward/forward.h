@@ -30,8 +30,8 @@
 
 #include <stdint.h>
 
-#include "core/error.h"
-#include "core/tensor.h"
+#include "core/sys/error.h"
+#include "core/data/tensor.h"
 #include "kernels/backend.h"
 #include "layout/config/config.h"
 

@@ -64,7 +64,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "engine/forward/forward_internal.h"
 
 /* Geometry checks of an MLA config (lwq_model_init, after the common checks). */

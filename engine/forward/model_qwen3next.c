@@ -51,7 +51,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "engine/forward/forward_internal.h"
 
 /* ---- host transfers ---------------------------------------------------------------------------- */

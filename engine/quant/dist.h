@@ -1,4 +1,4 @@
-/* engine/quant/dist.h — what a run split over ranks (core/ranks.h) needs beyond the collectives:
+/* engine/quant/dist.h — what a run split over ranks (core/parallel/ranks.h) needs beyond the collectives:
  * which calibration batches each rank computes, which rank quantizes which linear, the sums and
  * maxima of the statistics over the ranks, and a layer's quantized tensors as one blob to gather.
  *
@@ -6,18 +6,18 @@
  *   - ranks own contiguous ranges of WHOLE batches (the batches one process would make), balanced
  *     by rows: every rank runs exactly the batches, and so the shapes, a single process runs;
  *   - statistics meet exactly: amax by MAX, counts by integer SUM, Hessians by integer SUM of
- *     their fixed-point accumulators (core/fixsum.h);
+ *     their fixed-point accumulators (core/data/fixsum.h);
  *   - a linear's quantization depends on the reduced statistics and its weights alone, so which
  *     rank computes it does not matter, and where every 16-element block depends only on its own
  *     weights and the group's global amax (NVFP4 max, mse, the FP8 scale sweep, local_hessian)
  *     neither does which rank computes which rows: the assignment only balances the time.
- * Engine thread only (it calls core/ranks.h). */
+ * Engine thread only (it calls core/parallel/ranks.h). */
 #ifndef LWQ_ENGINE_QUANT_DIST_H
 #define LWQ_ENGINE_QUANT_DIST_H
 
 #include <stdint.h>
 
-#include "core/ranks.h"
+#include "core/parallel/ranks.h"
 #include "kernels/backend.h"
 #include "engine/quant/qlayer.h"
 #include "engine/quant/stats.h"

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "core/fixsum.h"
+#include "core/data/fixsum.h"
 #include "engine/forward/forward.h"
 #include "layout/arch/arch.h"
 
@@ -36,7 +36,7 @@ typedef struct lwq_layer_stats {
     int *hown;              /* (n) the linear whose buffer hsum[i] is (i itself unless shared) */
     int64_t *htokens;       /* (n) */
     /* The Hessian sums are exact fixed-point sums of one partial per calibration sequence
-     * (core/fixsum.h): a sequence's rows are summed in token order in double into hsum[i], which
+     * (core/data/fixsum.h): a sequence's rows are summed in token order in double into hsum[i], which
      * is rounded once onto the grid and added to hfix[i] when the sequence ends.  Integer sums do
      * not depend on how sequences are split into batches, units or ranks, so neither do the
      * bytes.  lwq_stats_finish turns hfix back into the double sums in hsum. */

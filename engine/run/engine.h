@@ -15,7 +15,7 @@
 
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "layout/recipe/recipe.h"
 
 /* Calibration token sequences (unpadded), in order. */
@@ -64,7 +64,7 @@ typedef struct lwq_quantize_opts {
     const char *log_json;        /* NULL: none */
     int quiet;
     int repair;                  /* recompute a committed layer whose shard fails its checksum */
-    struct lwq_ranks *ranks;     /* the ranks of a run under MPI (core/ranks.h); NULL: one process */
+    struct lwq_ranks *ranks;     /* the ranks of a run under MPI (core/parallel/ranks.h); NULL: one process */
     int plan_ranks;              /* lwq plan --ranks N: per-rank memory of a run over N ranks (0: 1) */
 } lwq_quantize_opts;
 

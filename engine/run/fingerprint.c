@@ -7,8 +7,8 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/file.h"
-#include "core/hash.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
 #include "io/durable.h"
 #include "io/sys.h"
 #include "kernels/backend.h"
@@ -143,7 +143,7 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
     char bk[64];
     snprintf(bk, sizeof bk, strcmp(cls, "fma") ? "%s+%s" : "%s", bn, cls);
     f->part[LWQ_FP_BACKEND] = lwq_xxh64(bk, strlen(bk), 0);
-    /* format 2: Hessians are fixed-point sums of per-sequence partials (core/fixsum.h); the
+    /* format 2: Hessians are fixed-point sums of per-sequence partials (core/data/fixsum.h); the
      * GPTQ and local_hessian bytes of format 1 can differ, so its resume state is not mixed in */
     const char *ver = "lwq-format-2";
     f->part[LWQ_FP_VERSION] = lwq_xxh64(ver, strlen(ver), 0);

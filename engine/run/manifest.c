@@ -9,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/hash.h"
+#include "core/data/hash.h"
 #include "io/durable.h"
 #include "io/sys.h"
 #include "layout/format/export.h"

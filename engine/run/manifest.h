@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "layout/checkpoint/safetensors.h"
 
 #define LWQ_MANIFEST_VERSION 1

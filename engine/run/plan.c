@@ -24,8 +24,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
-#include "core/proc.h"
+#include "core/sys/log.h"
+#include "core/sys/proc.h"
 #include "engine/quant/dist.h"
 #include "engine/forward/forward.h"
 #include "engine/run/engine.h"

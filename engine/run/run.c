@@ -59,10 +59,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
-#include "core/hash.h"
-#include "core/log.h"
-#include "core/trace.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
+#include "core/sys/log.h"
+#include "core/sys/trace.h"
 #include "engine/source/layersrc.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"

@@ -8,7 +8,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
 #include "layout/format/export.h"

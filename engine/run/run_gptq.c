@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "engine/run/run_internal.h"
 
 static double rel(double err, double ref) { return ref > 0 ? err / ref : 0.0; }

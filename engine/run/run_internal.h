@@ -21,8 +21,8 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "core/proc.h"
-#include "core/ranks.h"
+#include "core/sys/proc.h"
+#include "core/parallel/ranks.h"
 #include "engine/run/engine.h"
 #include "engine/forward/forward.h"
 #include "engine/run/manifest.h"
@@ -74,7 +74,7 @@ typedef struct lwq_run {
     lwq_tensor work;              /* (max rows, hidden) act on the device */
     int64_t calib_tokens;
 
-    /* ranks (core/ranks.h, engine/quant/dist.h, run_ranks.c): this rank computes batches [b0, b1) and
+    /* ranks (core/parallel/ranks.h, engine/quant/dist.h, run_ranks.c): this rank computes batches [b0, b1) and
      * holds only their rows of a boundary; boff[] stays the whole calibration set's layout and
      * bnd_base = boff[b0] is where this rank's rows start in it.  One process: b0 = 0, b1 = nb. */
     lwq_ranks *rk;

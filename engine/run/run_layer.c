@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/proc.h"
+#include "core/sys/proc.h"
 #include "engine/quant/dist.h"
 #include "engine/source/layersrc.h"
 #include "engine/run/run_internal.h"

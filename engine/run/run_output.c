@@ -22,10 +22,10 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/file.h"
-#include "core/hash.h"
-#include "core/log.h"
-#include "core/trace.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
+#include "core/sys/log.h"
+#include "core/sys/trace.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
 #include "io/sys.h"

@@ -27,9 +27,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/hash.h"
-#include "core/log.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
+#include "core/sys/log.h"
 #include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"

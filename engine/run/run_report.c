@@ -1,5 +1,5 @@
 /* engine/run/run_report.c — what a run tells people and programs while it works: the progress line
- * per layer and the closing summary (through core/log.h, silenced by --quiet; the summary also
+ * per layer and the closing summary (through core/sys/log.h, silenced by --quiet; the summary also
  * as a --log-json line), and the per-layer calibration report kept in the manifest (with the
  * GPTQ part from run_gptq.c).  Engine thread only.  Nothing here writes an output file, so the
  * files that do (run_output.c) and the loop (run.c) call in, and nothing here calls back. */
@@ -9,7 +9,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "engine/run/run_internal.h"
 
 /* One line per layer: its bytes and the wall time since the previous layer finished, so the GB/s

@@ -13,10 +13,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "core/file.h"
-#include "core/hash.h"
-#include "core/log.h"
-#include "core/parallel.h"
+#include "core/sys/file.h"
+#include "core/data/hash.h"
+#include "core/sys/log.h"
+#include "core/parallel/parallel.h"
 #include "engine/run/fingerprint.h"
 #include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"

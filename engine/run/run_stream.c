@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/log.h"
-#include "core/proc.h"
-#include "core/trace.h"
+#include "core/sys/log.h"
+#include "core/sys/proc.h"
+#include "core/sys/trace.h"
 #include "engine/forward/fwd_stream.h"
 #include "engine/source/layersrc.h"
 #include "engine/run/run_internal.h"

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "engine/source/tlist.h"
 
 /* Tensors at least this large are spilled; scalars and small scales stay in memory. */

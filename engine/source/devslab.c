@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hash.h"
+#include "core/data/hash.h"
 
 #define SLAB_ALIGN 256
 

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/trace.h"
+#include "core/sys/trace.h"
 
 /* FP8-block / MXFP4 source tensors become float tensors right after the read. */
 static int dequant(const lwq_ckpt *c, lwq_tlist *src, lwq_error *e)

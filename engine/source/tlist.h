@@ -6,8 +6,8 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 #include "layout/checkpoint/safetensors.h"
 
 typedef struct lwq_htensor {

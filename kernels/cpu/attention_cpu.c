@@ -24,7 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 

@@ -2,7 +2,7 @@
  * Out of line and compiled per ISA (target_clones picks AVX-512 / AVX2 / baseline at load time)
  * with the vectorizer on, because at -O2 GCC leaves these loops scalar and the GEMM's weight
  * widening then costs as much as the small expert GEMMs themselves.  Same rounding as
- * core/dtype.h's scalar helpers (nearest even, NaN stays NaN), element by element. */
+ * core/data/dtype.h's scalar helpers (nearest even, NaN stays NaN), element by element. */
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"

@@ -22,7 +22,7 @@
 #include <stdint.h>
 
 extern "C" {
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 #include "kernels/backend.h"
 }
 

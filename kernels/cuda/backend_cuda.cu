@@ -16,7 +16,7 @@
 #include <string.h>
 
 extern "C" {
-#include "core/log.h"
+#include "core/sys/log.h"
 #include "kernels/backend.h"
 }
 #include "kernels/cuda/attention_cuda.h"

@@ -20,8 +20,8 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 #include "kernels/gptq.h"
 
 #ifdef __cplusplus

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 
 /* The most blocks a launch gets; kernels cover larger n with the grid-stride loop below. */
 #define LWQ_GRID_MAX_BLOCKS ((int64_t)65535 * 16)

@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "kernels/backend.h"
 #include "kernels/gptq.h"
 #include "kernels/quant_ops.h"

@@ -14,9 +14,9 @@
 
 // core/ headers have no C++ guards: give their declarations C linkage here
 extern "C" {
-#include "core/dtype.h"
-#include "core/error.h"
-#include "core/log.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
+#include "core/sys/log.h"
 #include "kernels/backend.h"
 }
 #include "kernels/cuda/module_cuda.h"

@@ -13,7 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 #include "kernels/backend.h"
 
 /* The next pick after (pv, pi) in that order, or -1 when every expert is taken; *v its value. */

@@ -17,7 +17,7 @@
 #ifndef LWQ_LAYOUT_FAMILY_H
 #define LWQ_LAYOUT_FAMILY_H
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 /* What mixes the tokens in a decoder layer. */
 typedef enum lwq_mixer_kind {

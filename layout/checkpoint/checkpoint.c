@@ -2,7 +2,7 @@
  * checkpoint.h). */
 #include "layout/checkpoint/checkpoint.h"
 
-#include "core/file.h"
+#include "core/sys/file.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

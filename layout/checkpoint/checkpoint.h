@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "layout/config/config.h"
 #include "layout/checkpoint/safetensors.h"
 

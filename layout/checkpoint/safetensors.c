@@ -4,7 +4,7 @@
  * is overflow-checked, so an opened lwq_st_file can be trusted by its callers. */
 #include "layout/checkpoint/safetensors.h"
 
-#include "core/file.h"
+#include "core/sys/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

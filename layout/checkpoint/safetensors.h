@@ -17,8 +17,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 
 #define LWQ_ST_MAX_DIMS 8
 #define LWQ_ST_MAX_HEADER (100u * 1000u * 1000u) /* 100 MB: larger headers are refused */

@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "layout/format/quant_formats.h"
 
 const char *lwq_srcfmt_name(lwq_srcfmt_kind k)

@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "layout/checkpoint/checkpoint.h"
 #include "layout/config/config.h"
 

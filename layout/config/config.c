@@ -6,7 +6,7 @@
 
 #include "layout/checkpoint/checkpoint.h"
 
-#include "core/file.h"
+#include "core/sys/file.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -12,8 +12,8 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 #include "layout/arch/family.h"
 
 struct cJSON;

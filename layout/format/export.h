@@ -32,7 +32,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "layout/config/config.h"
 #include "layout/recipe/recipe.h"
 

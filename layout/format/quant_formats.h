@@ -27,7 +27,7 @@
 #include <math.h>
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 
 #if defined(__CUDA_ARCH__) /* device code: explicit rounding, no FMA contraction */
 #define LWQ_FMUL(a, b) __fmul_rn((a), (b))

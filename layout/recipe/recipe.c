@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 
 #define RECIPE_MAX_BYTES (1u << 20)
 #define RECIPE_MAX_RULES 4096

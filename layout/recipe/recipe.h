@@ -36,7 +36,7 @@
 #ifndef LWQ_LAYOUT_RECIPE_H
 #define LWQ_LAYOUT_RECIPE_H
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 typedef enum lwq_qformat { LWQ_QFMT_NONE = 0, LWQ_QFMT_NVFP4, LWQ_QFMT_FP8 } lwq_qformat;
 /* GPTQ rewrites the weight (kernels/gptq.h); the others only choose scales. */

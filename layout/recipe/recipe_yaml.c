@@ -8,7 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "layout/recipe/recipe_qcfg.h"
 #include "layout/recipe/recipe_attrs.h"
 #include "layout/recipe/yaml_doc.h"

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 #define LWQ_YAML_MAX_DEPTH 64
 #define LWQ_YAML_MAX_NODES 100000

@@ -3,8 +3,8 @@
 #include <criterion/criterion.h>
 #include <math.h>
 
-#include "core/dtype.h"
-#include "core/error.h"
+#include "core/data/dtype.h"
+#include "core/sys/error.h"
 
 Test(dtype, parse_all_names_round_trip)
 {

@@ -1,9 +1,9 @@
-/* core/fixsum: terms rounded once onto the 2^-56 grid, sums exact and independent of their split. */
+/* core/data/fixsum: terms rounded once onto the 2^-56 grid, sums exact and independent of their split. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/fixsum.h"
+#include "core/data/fixsum.h"
 
 static double grid(double k) { return ldexp(k, -LWQ_FIX_FRAC); }
 

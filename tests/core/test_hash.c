@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <stdlib.h>
 
-#include "core/hash.h"
+#include "core/data/hash.h"
 
 /* Expected values from the reference implementation: `xxhsum -H1` (Debian xxhash 0.8) on
  * data[i] = (uint8_t)(i * 131 + 17). */

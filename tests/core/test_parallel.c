@@ -6,7 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 
 static void fill(void *ctx, int64_t b, int64_t e, int tid)
 {

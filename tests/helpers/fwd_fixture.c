@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 
 
 static int get(void *ctx, const char *name, lwq_tensor *out, lwq_error *e)

@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "tests/helpers/fixtures.h"
 
 typedef struct llama2c_model {

@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "layout/checkpoint/safetensors.h"
 
 #define PC_MAX_FILES 64

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "engine/forward/forward.h"
 #include "kernels/quant.h"
 #include "layout/checkpoint/checkpoint.h"

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 #include "layout/checkpoint/safetensors.h"
 
 typedef enum qc_fmt { QC_NONE = 0, QC_NVFP4, QC_FP8 } qc_fmt;

@@ -8,7 +8,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "kernels/quant.h"
 #include "layout/checkpoint/checkpoint.h"
 #include "layout/format/quant_formats.h"

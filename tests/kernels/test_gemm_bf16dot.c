@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 

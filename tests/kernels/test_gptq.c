@@ -3,7 +3,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/gptq.h"
 #include "kernels/quant.h"
 #include "tests/helpers/quant_naive.h"

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/backend.h"
 
 static lwq_backend be;

@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "engine/source/srcdeq.h"
 #include "layout/checkpoint/srcfmt.h"
 

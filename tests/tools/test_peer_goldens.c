@@ -25,7 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/file.h"
+#include "core/sys/file.h"
 #include "layout/checkpoint/safetensors.h"
 #include "tests/helpers/peercmp.h"
 #include "tests/helpers/shell.h"

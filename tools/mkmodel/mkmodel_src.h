@@ -18,7 +18,7 @@
 
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "layout/arch/arch.h"
 
 struct cJSON;

@@ -1,7 +1,7 @@
 /* tools/mkmodel/mkmodel_values.c — the values of `lwq mkmodel`'s tensors (mkmodel_values.h). */
 #include "tools/mkmodel/mkmodel_values.h"
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 
 static inline uint64_t mix64(uint64_t z)
 {

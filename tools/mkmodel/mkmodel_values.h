@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 
 /* Elements [first, first + count) of tensor `name` in dtype dt (bf16, f16 or f32) into out. */
 void lwq_mkmodel_fill(uint64_t seed, const char *name, float mean, float std, lwq_dtype dt,

@@ -30,7 +30,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 
@@ -205,7 +205,7 @@ amx_block(const int NO, const int NG, const amx_job *j, const uint16_t *wp, cons
     }
 }
 
-/* y's BF16 of 16 f32 lanes (m: the lanes to write): core/dtype.h's rounding, nearest even with
+/* y's BF16 of 16 f32 lanes (m: the lanes to write): core/data/dtype.h's rounding, nearest even with
  * NaN kept quiet, lane by lane (lwq_cpu_f32_to_bf16's formula, in registers). */
 static inline __attribute__((always_inline)) void store_bf16(uint16_t *d, __m512 v, __mmask16 m)
 {

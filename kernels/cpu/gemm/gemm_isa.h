@@ -19,7 +19,7 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 
 #define LWQ_GEMM_MAXC 64          /* outputs per panel, at most */
 #define LWQ_GEMM_ACC_FLOATS 9216  /* accumulator scratch a panel needs (floats, 64-byte aligned) */

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/gptq.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"

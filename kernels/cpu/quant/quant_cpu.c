@@ -1,7 +1,7 @@
 /* kernels/cpu/quant/quant_cpu.c — CPU implementation of kernels/quant.h, but for the NVFP4 block
  * searches (sweep, local_hessian, mse: kernels/cpu/quant/quant_search_cpu.c).
  *
- * Every loop is over rows (or input blocks) on the core/parallel.h pool, and every row's output
+ * Every loop is over rows (or input blocks) on the core/parallel/parallel.h pool, and every row's output
  * depends only on that row, so results do not depend on the thread count.  The per-element work
  * calls the LWQ_HD functions of layout/format/quant_formats.h, the same ones the CUDA kernels call; the
  * inner loops are fixed 16-element loops over plain arrays so that GCC vectorizes them (the
@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/cpu/quant/quant_cpu_internal.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"

@@ -9,7 +9,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 #include "kernels/quant.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__

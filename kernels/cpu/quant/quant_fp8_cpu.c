@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
 

@@ -10,11 +10,11 @@
  * choices, are unchanged; there is no horizontal reduction, and the Hessian product's 16 sums run
  * side by side instead of one after another.  The candidates a block evaluates, and their order,
  * are exactly those of the one-at-a-time loop (sweep_rows' comment says why the range is exact).
- * Loops are over rows on the core/parallel.h pool; each row's output depends only on that row. */
+ * Loops are over rows on the core/parallel/parallel.h pool; each row's output depends only on that row. */
 #include <math.h>
 #include <stdlib.h>
 
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 #include "kernels/cpu/quant/quant_cpu_internal.h"
 #include "kernels/quant_check.h"
 

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 #include "engine/eval/eval_emul.h"
 
 /* ---- naive reference: nearest representable value by exhaustive search, ties to the even code -- */

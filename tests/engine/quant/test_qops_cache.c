@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 #include "engine/quant/qops.h"
 #include "kernels/quant.h"
 #include "fakedev.h"

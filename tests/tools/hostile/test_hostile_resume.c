@@ -3,7 +3,7 @@
 #include <criterion/criterion.h>
 #include <sys/stat.h>
 
-#include "core/hash.h"
+#include "core/data/hash.h"
 #include "tests/helpers/run.h"
 
 TestSuite(hostile_resume, .init = lwqt_setup, .fini = lwqt_teardown, .timeout = 300);

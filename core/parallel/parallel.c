@@ -1,4 +1,4 @@
-#include "core/parallel.h"
+#include "core/parallel/parallel.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,6 +1,6 @@
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 static const struct {
     const char *name;

@@ -1,4 +1,4 @@
-/* core/ranks_job.c — the first agreement of an MPI job (core/ranks.h, lwq_ranks_agree_job): every
+/* core/parallel/ranks_job.c — the first agreement of an MPI job (core/parallel/ranks.h, lwq_ranks_agree_job): every
  * rank says what it was asked to do, in collectives whose sizes do not depend on it, and the job
  * goes on only when every rank was asked the same.  Built on the module's collectives, so it is
  * the same code with and without MPI (one rank: nothing to compare). */
@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/hash.h"
-#include "core/ranks.h"
+#include "core/data/hash.h"
+#include "core/parallel/ranks.h"
 
 static char *dup_str(lwq_ranks_job *j, const char *s)
 {
@@ -85,7 +85,7 @@ static char *serialize(const lwq_ranks_job *j, size_t *len)
     }
     for (int i = 0; i < j->n; i++)
         ord[i] = i;
-    sort_job = j; /* the engine thread alone calls this module (core/ranks.h) */
+    sort_job = j; /* the engine thread alone calls this module (core/parallel/ranks.h) */
     qsort(ord, (size_t)j->n, sizeof *ord, by_key);
     size_t at = 0;
 #define PUT(str)                                                                                                  \

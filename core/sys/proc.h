@@ -1,4 +1,4 @@
-/* core/proc.h — facts about this process: a monotonic clock and its memory use. */
+/* core/sys/proc.h — facts about this process: a monotonic clock and its memory use. */
 #ifndef LWQ_CORE_PROC_H
 #define LWQ_CORE_PROC_H
 

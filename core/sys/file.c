@@ -1,4 +1,4 @@
-#include "core/file.h"
+#include "core/sys/file.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -1,5 +1,5 @@
-/* core/trace.c — NVTX behind core/trace.h (built with CUDA only; see the header). */
-#include "core/trace.h"
+/* core/sys/trace.c — NVTX behind core/sys/trace.h (built with CUDA only; see the header). */
+#include "core/sys/trace.h"
 
 #ifdef LWQ_HAVE_CUDA
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* core/log.h — leveled logging to stderr.  Thread-safe (one line per call).  Level from
+/* core/sys/log.h — leveled logging to stderr.  Thread-safe (one line per call).  Level from
  * lwq_log_set_level or the LWQ_LOG environment variable (error|warn|info|debug). */
 #ifndef LWQ_CORE_LOG_H
 #define LWQ_CORE_LOG_H

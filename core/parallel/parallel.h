@@ -1,4 +1,4 @@
-/* core/parallel.h — a small persistent thread pool for data-parallel loops ("threads over rows").
+/* core/parallel/parallel.h — a small persistent thread pool for data-parallel loops ("threads over rows").
  *
  * lwq_parallel_for(n, fn, ctx) splits [0, n) into T contiguous static chunks (T = thread count,
  * fewer when n is small) and calls fn(ctx, begin, end, tid) once per chunk, returning when all are

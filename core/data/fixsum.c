@@ -1,4 +1,4 @@
-#include "core/fixsum.h"
+#include "core/data/fixsum.h"
 
 #include <string.h>
 

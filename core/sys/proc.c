@@ -1,4 +1,4 @@
-#include "core/proc.h"
+#include "core/sys/proc.h"
 
 #include <stdio.h>
 #include <time.h>

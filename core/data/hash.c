@@ -1,4 +1,4 @@
-#include "core/hash.h"
+#include "core/data/hash.h"
 
 #include <stdio.h>
 #include <string.h>

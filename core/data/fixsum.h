@@ -1,4 +1,4 @@
-/* core/fixsum.h — sums of doubles whose bits do not depend on how the terms are split.
+/* core/data/fixsum.h — sums of doubles whose bits do not depend on how the terms are split.
  *
  * A floating-point sum depends on the order of its additions, so a Hessian summed over 1, 2 or N
  * ranks (or by MPI's reduction tree) would differ in its last bits.  Here each term is rounded

@@ -1,4 +1,4 @@
-#include "core/log.h"
+#include "core/sys/log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

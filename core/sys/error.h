@@ -1,4 +1,4 @@
-/* core/error.h — the one error convention of lwq.
+/* core/sys/error.h — the one error convention of lwq.
  *
  * Every function below tools/ returns 0 (or a non-negative count) on success and a negative
  * LWQ_E* code on failure, and on failure fills a caller-provided lwq_error with a message that

@@ -1,4 +1,4 @@
-/* core/hash.h — XXH64 (the xxHash 64-bit algorithm, seed 0 by default), one-shot and streaming.
+/* core/data/hash.h — XXH64 (the xxHash 64-bit algorithm, seed 0 by default), one-shot and streaming.
  * Used for shard checksums in the resume manifest and for run fingerprints: fast enough
  * (several GB/s) that checksumming a layer's shard never shows next to writing it.  Not a
  * cryptographic hash: it guards against torn and corrupted files, not against an adversary. */

@@ -1,4 +1,4 @@
-/* core/trace.h — named time ranges for profilers: NVTX ranges that Nsight Systems draws on each
+/* core/sys/trace.h — named time ranges for profilers: NVTX ranges that Nsight Systems draws on each
  * thread's timeline (perf/profile-nsys.sh).
  *
  * Compiled in only with CUDA (LWQ_HAVE_CUDA, when the build found the toolkit, whose nvtx3

@@ -1,4 +1,4 @@
-#include "core/error.h"
+#include "core/sys/error.h"
 
 #include <stdarg.h>
 #include <stdio.h>

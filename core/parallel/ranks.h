@@ -1,4 +1,4 @@
-/* core/ranks.h — the processes of one run under MPI (`mpirun -np N lwq ...`, `srun lwq ...`), and
+/* core/parallel/ranks.h — the processes of one run under MPI (`mpirun -np N lwq ...`, `srun lwq ...`), and
  * the few collectives the run needs.  No home-made transport: MPI (Open MPI or MPICH) moves the
  * bytes; built without MPI (LWQ_MPI=OFF, or none found) there is one rank and every collective is
  * a copy.
@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 typedef struct lwq_ranks {
     int rank, size;               /* 0 and 1 without MPI */

@@ -1,4 +1,4 @@
-/* core/tensor.h — a view of an n-d array (up to 4 dims) on the host or a device.
+/* core/data/tensor.h — a view of an n-d array (up to 4 dims) on the host or a device.
  * A tensor does not own its memory unless the function that made it says so.  Strides are in
  * elements, row-major by default; ops check shapes with the named predicates below rather than
  * assume contiguity silently. */
@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "core/dtype.h"
+#include "core/data/dtype.h"
 
 #define LWQ_TENSOR_MAX_DIMS 4
 

@@ -1,4 +1,4 @@
-/* core/dtype.h — element types of safetensors files and of lwq tensors, and the scalar
+/* core/data/dtype.h — element types of safetensors files and of lwq tensors, and the scalar
  * conversions between them.  The conversion helpers are `static inline` and marked LWQ_HD so the
  * same code compiles for the host and for CUDA device code (one definition of the rounding
  * rules, used by both backends). */

@@ -1,4 +1,4 @@
-#include "core/ranks.h"
+#include "core/parallel/ranks.h"
 
 #include <stdio.h>
 #include <stdlib.h>

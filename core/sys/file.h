@@ -1,4 +1,4 @@
-/* core/file.h — small whole-file helpers for bounded reads of untrusted text files (configs,
+/* core/sys/file.h — small whole-file helpers for bounded reads of untrusted text files (configs,
  * recipes, index files).  Large binary data never goes through here. */
 #ifndef LWQ_CORE_FILE_H
 #define LWQ_CORE_FILE_H
@@ -7,7 +7,7 @@
 #include <sys/stat.h>
 #include <sys/types.h>
 
-#include "core/error.h"
+#include "core/sys/error.h"
 
 /* Read all of `path` into a NUL-terminated malloc'd buffer (*len excludes the NUL; len may be
  * NULL).  Anything but a regular file is refused without blocking (lwq_file_open_regular), and so
