@@ -1,5 +1,5 @@
 """Copy the tiny sources, the shared calibration ids and Model Optimizer's exports of them into
-tests/data/peers, where tests/tools/test_peer_goldens.c checks lwq against them without torch.
+tests/data/peers, where tests/tools/families/test_peer_goldens.c checks lwq against them without torch.
 
     peers/run.sh --only core,kv,algos      # makes .peers/work/{src,mo,...} and the BF16 bounds
     .peers/venvs/modelopt/bin/python peers/make_goldens.py
@@ -67,7 +67,7 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # qwen3_next and qwen3_moe too: the same test runs on families lwq has, so the dumps and the test
 # are checked against a forward known to match before qwen3_5's lands
 # Differences between lwq and Model Optimizer that are recorded, not hidden: the case's comparison
-# must give exactly these notes (tests/tools/test_peer_goldens.c), so it fails on any other
+# must give exactly these notes (tests/tools/families/test_peer_goldens.c), so it fails on any other
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
 KNOWN_DIFFERENCES = {
 }
@@ -183,7 +183,7 @@ def add_qwen3_5():
 
 
 WHAT = ("Model Optimizer's CPU exports of transformers-written tiny checkpoints, for "
-        "tests/tools/test_peer_goldens.c (issues 23 and 33); transformers' layer-by-layer forward "
+        "tests/tools/families/test_peer_goldens.c (issues 23 and 33); transformers' layer-by-layer forward "
         "of some of them (layers/), for tests/engine/forward/test_forward_peer_layers.c")
 QWEN3_5_COMMAND = ("peers/run.sh --only qwen3_5,qwen3_5_w4a16,qwen3_5_patched,qwen3_5_recipes; "
                    ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add qwen3_5   "
@@ -231,7 +231,7 @@ def copy_case(c, bounds):
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
             "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
     if is_qwen3_5(c.src):
-        # the group is the Criterion test that runs the case (tests/tools/test_peer_goldens.c); the
+        # the group is the Criterion test that runs the case (tests/tools/families/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
         if "recipe" in c.mo:
@@ -521,7 +521,7 @@ README = """# Model Optimizer goldens (issues 23 and 33)
 Tiny checkpoints written by transformers {transformers} (`src/`, random init with fixed seeds,
 `save_pretrained`, F32 and BF16), the calibration ids every tool used (`calib.jsonl`), and what
 NVIDIA Model Optimizer {modelopt} (torch {torch}) exported from them on the CPU (`modelopt/`),
-{n} cases ({n35} of them the qwen3_5 family, below).  `tests/tools/test_peer_goldens.c` quantizes each source with lwq and compares with
+{n} cases ({n35} of them the qwen3_5 family, below).  `tests/tools/families/test_peer_goldens.c` quantizes each source with lwq and compares with
 the golden: every tensor except input_scale / k_scale / v_scale byte-identical, those within
 `rtol` (1e-5 for F32 sources; for BF16 sources the bound derived from torch's own BF16 forward,
 `bf16_bounds`), configs equal in meaning.  Its test `one_changed_byte_of_a_golden_fails` flips

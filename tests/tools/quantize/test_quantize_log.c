@@ -1,4 +1,4 @@
-/* tests/tools/test_quantize_log.c — what `lwq quantize --log-json` reports, the numbers that
+/* tests/tools/quantize/test_quantize_log.c — what `lwq quantize --log-json` reports, the numbers that
  * perf/bench_e2e.sh builds its overlap, memory and throughput report from: one line per layer
  * (bytes read, timings, RSS, device memory) and a summary; and --dry-read, which reads every
  * layer through the I/O path and computes nothing. */

@@ -460,7 +460,7 @@ Test(deepseek_e2e, mkmodel_mxfp4_needs_widths_multiple_of_32)
 /* An FP8 KV cache on MLA (issue 23): Model Optimizer 0.47 observes the decompressed per-head k
  * ([k_nope | k_rope]) and v in transformers' attention and writes self_attn.k_proj.k_scale and
  * v_proj.v_scale for every layer; lwq wrote none before.  (Their values against Model
- * Optimizer's: tests/tools/test_peer_goldens.c, case deepseek_v3-f32/fp8-kv_fp8.) */
+ * Optimizer's: tests/tools/families/test_peer_goldens.c, case deepseek_v3-f32/fp8-kv_fp8.) */
 Test(deepseek_e2e, fp8_kv_cache_writes_mla_k_and_v_scales)
 {
     mk(lwqt_path("m"), "bf16");
