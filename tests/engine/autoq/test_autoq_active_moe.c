@@ -182,3 +182,25 @@ Test(autoq_active_moe, a_stray_or_bad_ratio_is_refused)
     cr_assert_eq(aq("o", "--auto-quantize-bits 6 " ACTIVE " --auto-quantize-active-moe-ratio 0"), 2);
     cr_assert_eq(aq("o", "--auto-quantize-bits 6 --auto-quantize-cost-model bytes"), 2);
 }
+
+/* A base recipe that leaves the routed experts unquantized puts them in no search group, where
+ * lwq's per-layer fixed bytes would count them at weight 1: refused, naming the expert and the
+ * recipe, nothing written */
+Test(autoq_active_moe, a_routed_expert_outside_the_search_is_refused)
+{
+    make_moe();
+    FILE *f = fopen(lwqt_path("base.json"), "w");
+    cr_assert_not_null(f);
+    fputs("{\"name\": \"fp8_no_experts\", \"algorithm\": {\"method\": \"max\"}, \"kv_cache\": \"none\", \"rules\": "
+          "[{\"match\": \"*\", \"format\": \"fp8\"}, {\"match\": \"*.mlp.gate\", \"enable\": false}, "
+          "{\"match\": \"*.experts.*\", \"enable\": false}]}\n", f);
+    fclose(f);
+    char extra[600];
+    snprintf(extra, sizeof extra, "--recipe %s --auto-quantize-bits 7 --auto-quantize-formats fp8,w4a16_nvfp4 " ACTIVE,
+             lwqt_path("base.json"));
+    cr_assert_eq(lwqt_sh("%s quantize %s -o %s --calib-size 6 --calib-seq 24 --batch-size 4 --quiet %s 2>%s",
+                         lwqt_bin(), lwqt_path("m"), lwqt_path("o"), extra, lwqt_path("stderr.txt")), 2);
+    const char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    cr_assert(strstr(err, "routed expert model.layers.0.mlp.experts.") && strstr(err, "in no search group"), "%s", err);
+    cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("o/auto_quantize.json")), 0);
+}
