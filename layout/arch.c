@@ -630,8 +630,9 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
             continue;
         }
         char module[LWQ_ARCH_NAME_MAX];
-        /* an lm_head may be quantized too (weight-only NVFP4, recipes that ask for it) */
-        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD) &&
+        /* an lm_head and the token embedding may be quantized too (weight-only NVFP4, recipes that
+         * ask for it; Model Optimizer 0.47 exports a QuantEmbedding's table so) */
+        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD || p->kind == LWQ_TK_EMBED) &&
                            lwq_srcfmt_strip_suffix(p->name, ".weight", module, sizeof module)
                        ? quant_kind(c, module, t)
                        : Q_NONE;
