@@ -41,6 +41,9 @@ MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
 # experts fused 3-D on disk) and the text-only *ForCausalLM forms (peers/make_sources.py)
 QWEN3_5 = ["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"]
 QWEN3_5_RECIPES = {"qwen3_5": "huggingface/qwen3_5/ptq", "qwen3_5_moe": "huggingface/qwen3_5_moe/ptq"}
+# FP8-block forms (peers/make_fp8_block.py) of two issue-34 sources, as MiniMax-M2 and GLM-4.5 are
+# published: lwq reads the FP8 form, Model Optimizer the dequantized one (SRC.dequant)
+FP8BLOCK = [f"{a}-fp8block-{d}" for a in ("minimax_m2", "glm4_moe") for d in ("f32", "bf16")]
 F32_RTOL = 1e-5
 BF16_ULP = 2.0 ** -7  # one BF16 step, relative, at its widest (just above a power of two)
 
@@ -134,7 +137,16 @@ def cases():
                                 ["--recipe", r, "--recipe-root", recipe_root()]))
     out += qwen3_5_cases()
     out += families34_cases()
+    for src in FP8BLOCK:
+        for q in ("fp8", "nvfp4"):
+            out.append(Case("fp8block", src, q, *preset(q)))
+        out.append(Case("fp8block", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     return out
+
+
+def mo_source(src):
+    """The source Model Optimizer quantizes for src: the dequantized form of an FP8-block one."""
+    return src + ".dequant" if src in FP8BLOCK else src
 
 
 def qwen3_5_cases():
@@ -181,6 +193,8 @@ def families34_cases():
             else:
                 out.append(Case("families34", src, "nvfp4", *preset("nvfp4")))
             out.append(Case("families34", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
+            # weight-only NVFP4 (the published recipes' format), for the clients' check of it
+            out.append(Case("families34_w4a16", src, "w4a16_nvfp4", *preset("w4a16_nvfp4")))
     return out
 
 
@@ -210,6 +224,11 @@ def ensure_sources():
     missing34 = [a for a in FAMILIES34 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if missing34:
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
+    for s in FP8BLOCK:
+        if not os.path.isdir(os.path.join(src, s + ".dequant")):
+            base = s.replace("-fp8block", "")
+            subprocess.run([PY, os.path.join(HERE, "make_fp8_block.py"), os.path.join(src, base), os.path.join(src, s),
+                            os.path.join(src, s + ".dequant")], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)
@@ -230,7 +249,7 @@ def run_modelopt(todo, src_dir, calib, force):
                 lw = c.mo.get("layerwise_checkpoint_dir")
                 if lw:
                     shutil.rmtree(lw, ignore_errors=True)
-                f.write(json.dumps(dict(c.mo, src=os.path.join(src_dir, c.src), out=c.mo_dir(), calib=calib,
+                f.write(json.dumps(dict(c.mo, src=os.path.join(src_dir, mo_source(c.src)), out=c.mo_dir(), calib=calib,
                                         batch_size=CALIB["batch"], calib_size=CALIB["size"])) + "\n")
         print(f"run: Model Optimizer, {len(cs)} case(s){' (patched: ' + patch + ')' if patch else ''}", flush=True)
         sh([PY, os.path.join(HERE, "modelopt_driver.py"), "--jobs", jobs], jobs + ".log")
@@ -270,7 +289,7 @@ def bf16_bound(src, src_dir, calib, force):
     if force or not os.path.exists(os.path.join(ref, "PEERS_RUN.json")):
         jobs = os.path.join(WORK, f"jobs-bound-{src}.jsonl")
         with open(jobs, "w") as f:
-            f.write(json.dumps(dict(qformat="fp8", kv="fp8", load_dtype="float32", src=os.path.join(src_dir, src),
+            f.write(json.dumps(dict(qformat="fp8", kv="fp8", load_dtype="float32", src=os.path.join(src_dir, mo_source(src)),
                                     out=ref, calib=calib, batch_size=CALIB["batch"], calib_size=CALIB["size"])) + "\n")
         sh([PY, os.path.join(HERE, "modelopt_driver.py"), "--jobs", jobs], jobs + ".log")
     ta, tb = compare.read_checkpoint(bf), compare.read_checkpoint(ref)
@@ -293,7 +312,7 @@ def fmt_rel(w):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
-                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes)")
+                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, families34_w4a16, fp8block)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")
