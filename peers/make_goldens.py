@@ -346,13 +346,45 @@ def add_group(group):
     print(f"make_goldens: {len(new)} {group} cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# DeepSeek-V3 routing where the group fill matters (peers/make_group_mask_source.py): the source
+# as deepseek_v3 and as kimi_k2, and transformers' forward of it, added with --add group_mask
+GROUP_MASK = ("deepseek_v3_group_mask-f32", "kimi_k2_group_mask-f32")
+GROUP_MASK_COMMAND = ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add group_mask"
+
+
+def add_group_mask():
+    """--add group_mask: the two sources (from WORK/src/deepseek_v3-f32) and the forward dump of
+    transformers 5.14.1 (deepseek_v3's modeling for both: it reads a kimi_k2 text config as
+    deepseek_v3), listed under "forward"."""
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    base = os.path.join(run.WORK, "src", "deepseek_v3-f32")
+    dump = os.path.join("forward", GROUP_MASK[0] + ".safetensors")
+    for src, mt in zip(GROUP_MASK, ("deepseek_v3", "kimi_k2")):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_group_mask_source.py"), base,
+                        os.path.join(DEST, "src", src), "--model-type", mt], check=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(DEST, "src", GROUP_MASK[0]),
+                    os.path.join(DEST, dump), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                    "--seqs", str(FORWARD_SEQS)], check=True)
+    want = {f"src/{s}" for s in GROUP_MASK}
+    man["forward"] = [x for x in man["forward"] if x["src"] not in want] + \
+        [{"src": f"src/{s}", "dump": dump, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL} for s in GROUP_MASK]
+    if GROUP_MASK_COMMAND not in man["commands"]:
+        man["commands"].append(GROUP_MASK_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: group_mask sources and forward dump added, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "fp8block", "families34_w4a16"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "fp8block", "families34_w4a16",
+                                      "group_mask"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
@@ -361,6 +393,8 @@ def main():
         return add_families34()
     if a.add in GROUP_LABELS:
         return add_group(a.add)
+    if a.add == "group_mask":
+        return add_group_mask()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
