@@ -360,7 +360,10 @@ static int parse_text_model(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_conf
         LWQ_TRY(lwq_cfg_parse_dsa(x, o, c));
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
-    LWQ_TRY(parse_layer_mixers(x, o, c));
+    if (f->linear == LWQ_MIXER_KDA)
+        LWQ_TRY(lwq_cfg_parse_kimi_layers(x, o, c));
+    else
+        LWQ_TRY(parse_layer_mixers(x, o, c));
     LWQ_TRY(parse_window(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
         if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
@@ -377,6 +380,7 @@ void lwq_config_free(lwq_model_config *c)
         return;
     free(c->mlp_only_layers);
     free(c->layer_mixer);
+    free(c->layer_moe);
     free(c->layer_indexer);
     cJSON_Delete(c->raw);
     free(c->text);

@@ -106,6 +106,10 @@ typedef struct lwq_model_config {
      * layer_types says "linear_attention".  num_hidden_layers entries, owned; NULL (a config
      * built by hand) means family->attn everywhere: read it with lwq_config_layer_mixer. */
     unsigned char *layer_mixer;
+    /* Whether each decoder layer's MLP is routed experts, where the config lists it per layer
+     * (kimi_linear's mlp_layer_types, or its first_k_dense_replace); NULL: the family's moe rule.
+     * num_hidden_layers entries, owned; read with lwq_config_layer_is_moe. */
+    unsigned char *layer_moe;
     int linear_num_key_heads, linear_num_value_heads;
     int64_t linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;

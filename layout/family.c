@@ -70,6 +70,15 @@ static const lwq_family families[] = {
      .mla_plain_scale = 1, .llama4_qscale = 1, .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK,
      .router = LWQ_ROUTER_SOFTMAX_GROUPED, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1,
      .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
+    /* Kimi-Linear (KimiLinearForCausalLM, transformers >= 5.23): Kimi delta attention layers
+     * ("linear_attention") alternating with MLA without RoPE ("full_attention"); the first MLPs
+     * dense (mlp_layer_types / first_k_dense_replace), the others DeepSeek-V3 routing (-inf group
+     * fill) with shared experts.  Names as transformers holds them (kimi_names) */
+    {.model_type = "kimi_linear", .fused_experts = 1, .name = "kimi_linear", .attn = LWQ_MIXER_MLA,
+     .linear = LWQ_MIXER_KDA, .mla_nope = 1, .kimi_names = 1,
+     .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_KIMI, .router = LWQ_ROUTER_DEEPSEEK_V3,
+     .experts = LWQ_EXPERTS_HF, .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK,
+     .norm_topk_default = 1, .rope_theta = 10000.0, .rms_norm_eps = 1e-5, .partial_rotary = 1.0},
     {.model_type = "qwen3_next", .fused_experts = 1, .name = "qwen3_next", .attn = LWQ_MIXER_GATED_GQA,
      .linear = LWQ_MIXER_GDN, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
      .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
@@ -103,7 +112,7 @@ const char *lwq_supported_model_types(void)
 {
     /* every row's model_type in table order (tests/layout/test_family.c checks it) */
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
+           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, kimi_linear, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
            "text_config)";
 }
 

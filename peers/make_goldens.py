@@ -301,7 +301,9 @@ def add_families34():
     names = {c["name"] for c in new}
     man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
     man["bf16_bounds"] = bounds
-    man["forward"] = forward34()
+    # the other groups' dumps (kimi_linear's) stay
+    man["forward"] = [f for f in man.get("forward", []) if os.path.basename(f["src"]).rsplit("-", 1)[0]
+                      not in run.FAMILIES34] + forward34()
     if FAMILIES34_COMMAND not in man["commands"]:
         man["commands"].append(FAMILIES34_COMMAND)
     with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
@@ -373,6 +375,57 @@ def add_group_mask():
     write_readme(man)
     size = sums_and_size()
     print(f"make_goldens: group_mask sources and forward dump added, {size / 1e6:.2f} MB in {DEST}")
+
+
+# issue 35: kimi_linear, made in a venv with transformers 5.23 beside Model Optimizer 0.47 (transformers
+# 5.14.1 has no kimi_linear; docs/FAMILIES.md), and transformers' forward of its F32 source layer by layer
+# on the calibration rows, on longer sequences (two and three of its 64-token delta-rule chunks) and
+# left-padded ones (forward/kimi_linear-f32*.safetensors)
+KIMI_COMMAND = ("PEERS_WORK=.peers/kwork .peers/venvs/kimi523/bin/python peers/run.py --only kimi_linear; "
+                "PEERS_WORK=.peers/kwork .peers/venvs/kimi523/bin/python peers/make_goldens.py --add kimi_linear")
+KIMI_FORWARD = [("", 4, 0, ""), ("-t80", 2, 80, ""), ("-t80-pad", 3, 80, "0,7,33"), ("-t130-pad", 2, 130, "0,61")]
+# transformers stacks the three depthwise convs into self_attn.conv1d.weight and Model Optimizer exports
+# that; lwq writes the checkpoint's q_conv1d / k_conv1d / v_conv1d (same bytes, q | k | v)
+KIMI_KNOWN = [f"model.layers.{i}.self_attn.{q}_conv1d.weight: only in A" for i in (0, 2) for q in "kqv"] + \
+             [f"model.layers.{i}.self_attn.conv1d.weight: only in B" for i in (0, 2)]
+# recorded with the others, so that --add mixed (which refreshes every case's notes) keeps them
+KNOWN_DIFFERENCES.update({(f"kimi_linear-{d}", label): KIMI_KNOWN for d in ("f32", "bf16")
+                          for label in ("fp8", "nvfp4-as_modelopt_preset")})
+
+
+def add_kimi():
+    """--add kimi_linear: its goldens and forward dumps beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k.split("-")[0] in run.KIMI:
+            bounds[k] = b
+    new = []
+    for c in run.cases():
+        if c.group == "kimi_linear" and c.label in FAMILY_LABELS:
+            case = copy_case(c, bounds)
+            case["known_differences"] = KIMI_KNOWN
+            new.append(case)
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    fw = [f for f in man.get("forward", []) if not f["src"].startswith("src/kimi_linear")]
+    for tag, seqs, seq, pad in KIMI_FORWARD:
+        rel = os.path.join("forward", f"kimi_linear-f32{tag}.safetensors")
+        cmd = [sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", "kimi_linear-f32"),
+               os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"), "--seqs", str(seqs)]
+        cmd += (["--seq", str(seq)] if seq else []) + (["--pad", pad] if pad else [])
+        subprocess.run(cmd, check=True)
+        fw.append({"src": "src/kimi_linear-f32", "dump": rel, "seqs": seqs, "tol": run.F32_RTOL})
+    man["forward"] = fw
+    if KIMI_COMMAND not in man["commands"]:
+        man["commands"].append(KIMI_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} kimi_linear cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
 # the budgets at which Model Optimizer's solver (peers/autoq_lps.py) is run on lwq's autoq scores
@@ -466,14 +519,16 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "mixed", "fp8block", "families34_w4a16",
-                                      "group_mask"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "mixed", "kimi_linear", "fp8block",
+                                      "families34_w4a16", "group_mask"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
         return add_formats()
     if a.add == "families34":
         return add_families34()
+    if a.add == "kimi_linear":
+        return add_kimi()
     if a.add == "mixed":
         return add_mixed()
     if a.add in GROUP_LABELS:

@@ -44,6 +44,10 @@ QWEN3_5_RECIPES = {"qwen3_5": "huggingface/qwen3_5/ptq", "qwen3_5_moe": "hugging
 # FP8-block forms (peers/make_fp8_block.py) of two issue-34 sources, as MiniMax-M2 and GLM-4.5 are
 # published: lwq reads the FP8 form, Model Optimizer the dequantized one (SRC.dequant)
 FP8BLOCK = [f"{a}-fp8block-{d}" for a in ("minimax_m2", "glm4_moe") for d in ("f32", "bf16")]
+# issue 35: Kimi-Linear (peers/make_sources.py kimi_linear_configs).  transformers 5.14.1 has no
+# kimi_linear: this group runs in a venv with transformers 5.23 beside Model Optimizer 0.47
+# (docs/FAMILIES.md); its MLA layers make nvfp4 Model Optimizer's preset through lwq's recipe
+KIMI = ["kimi_linear"]
 F32_RTOL = 1e-5
 BF16_ULP = 2.0 ** -7  # one BF16 step, relative, at its widest (just above a power of two)
 
@@ -148,6 +152,19 @@ def cases():
         out.append(Case("fp8block", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     out += mixed_cases()
     out += autoq_cases()
+    out += kimi_cases()
+    return out
+
+
+def kimi_cases():
+    """Group kimi_linear: FP8 and NVFP4 (hf_ptq's --qformat, no KV cache), fp8-kv_fp8 for the BF16 bound."""
+    out = []
+    for dt in ("f32", "bf16"):
+        src = f"kimi_linear-{dt}"
+        out.append(Case("kimi_linear", src, "fp8", *preset("fp8")))
+        out.append(Case("kimi_linear", src, "nvfp4-as_modelopt_preset", dict(qformat="nvfp4", kv="none"),
+                        ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
+        out.append(Case("kimi_linear", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     return out
 
 
@@ -276,6 +293,9 @@ def ensure_sources():
             base = s.replace("-fp8block", "")
             subprocess.run([PY, os.path.join(HERE, "make_fp8_block.py"), os.path.join(src, base), os.path.join(src, s),
                             os.path.join(src, s + ".dequant")], check=True)
+    kimi = [a for a in KIMI if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    if kimi:  # needs transformers >= 5.23 in this venv
+        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(kimi)], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)
@@ -360,7 +380,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
                     "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, families34_w4a16, "
-                    "fp8block, mixed, autoq)")
+                    "fp8block, mixed, autoq, kimi_linear)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

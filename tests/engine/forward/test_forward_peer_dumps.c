@@ -1,7 +1,8 @@
 /* lwq's decoder layers against transformers' own, layer by layer: the forward dumps of tests/data/peers/forward (issue 34). */
 /*
  * Each dump (peers/layer_dump.py, listed under "forward" in tests/data/peers/MANIFEST.json) holds
- * transformers 5.14.1's F32 forward of a tiny F32 source on the first calibration rows: hidden.0
+ * transformers 5.14.1's (kimi_linear: 5.23's) F32 forward of a tiny F32 source on the first calibration rows
+ * (kimi_linear: also longer sequences and left-padded ones, with an attention_mask): hidden.0
  * (the embedding output) and hidden.{i+1} (decoder layer i's output), taken with hooks on the
  * decoder layers.  Here hidden.i goes through lwq's layer i (F32 activations, CPU backend) and
  * the result is compared with hidden.{i+1}: max |lwq - transformers| over the layer's output,
@@ -30,8 +31,8 @@ static const char *data_root(void)
     return path;
 }
 
-/* The MANIFEST "forward" entry whose src is src/<name>. */
-static cJSON *entry(cJSON **m, const char *name)
+/* The MANIFEST "forward" entry whose src is src/<name> (with `dump` non-NULL: whose dump is it). */
+static cJSON *entry(cJSON **m, const char *name, const char *dump)
 {
     char p[1100], *s = NULL, want[128];
     lwq_error e = {0};
@@ -44,8 +45,9 @@ static cJSON *entry(cJSON **m, const char *name)
     const cJSON *fw = cJSON_GetObjectItem(*m, "forward");
     cr_assert(cJSON_IsArray(fw), "%s: no forward list", p);
     for (cJSON *x = fw->child; x; x = x->next) {
-        const cJSON *src = cJSON_GetObjectItem(x, "src");
-        if (cJSON_IsString(src) && !strcmp(src->valuestring, want))
+        const cJSON *src = cJSON_GetObjectItem(x, "src"), *d = cJSON_GetObjectItem(x, "dump");
+        if (cJSON_IsString(src) && !strcmp(src->valuestring, want) &&
+            (!dump || (cJSON_IsString(d) && !strcmp(d->valuestring, dump))))
             return x;
     }
     cr_assert_fail("%s: no forward entry for %s", p, want);
@@ -68,21 +70,23 @@ static float *dump_tensor(const lwq_st_file *f, const char *name, int64_t want)
     return v;
 }
 
-/* max |a - ref| / max |ref| over n values. */
-static double rel_err(const float *a, const float *ref, int64_t n)
+/* max |a - ref| / max |ref| over the rows (of D values) that valid marks (NULL: all). */
+static double rel_err_rows(const float *a, const float *ref, int64_t rows, int64_t D, const uint8_t *valid)
 {
     double err = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++) {
+    for (int64_t i = 0; i < rows * D; i++) {
+        if (valid && !valid[i / D])
+            continue;
         err = fmax(err, fabs((double)a[i] - ref[i]));
         scale = fmax(scale, fabs((double)ref[i]));
     }
     return scale > 0 ? err / scale : err;
 }
 
-static void check_family(const char *src)
+static void check_dump(const char *src, const char *dump_rel)
 {
     cJSON *m;
-    const cJSON *x = entry(&m, src);
+    const cJSON *x = entry(&m, src, dump_rel);
     const cJSON *dump = cJSON_GetObjectItem(x, "dump"), *tol = cJSON_GetObjectItem(x, "tol");
     cr_assert(cJSON_IsString(dump) && cJSON_IsNumber(tol) && tol->valuedouble > 0 && tol->valuedouble < 1e-3,
               "MANIFEST.json: bad forward entry for %s", src);
@@ -116,8 +120,30 @@ static void check_family(const char *src)
     cr_assert_eq(lwq_backend_cpu_create(&be, 2, &e), 0, "%s", e.msg);
     lwq_model mod;
     cr_assert_eq(lwq_model_init(&mod, c, &be, LWQ_F32, &e), 0, "%s", e.msg);
+    /* a left-padded dump: attention_mask 0 then 1 on each row; only its real rows are compared */
+    int64_t *lengths = NULL;
+    int mi = lwq_st_find(&d, "attention_mask");
+    if (mi >= 0) {
+        cr_assert(d.entries[mi].dtype == LWQ_I32 && lwq_st_numel(&d.entries[mi]) == n, "%s: bad attention_mask", path);
+        int32_t *mask = malloc((size_t)n * sizeof(int32_t));
+        lengths = malloc((size_t)nseq * sizeof(int64_t));
+        cr_assert(mask && lengths);
+        cr_assert_eq(lwq_st_read(&d, d.data_start + d.entries[mi].begin, mask, (uint64_t)n * sizeof(int32_t), &e), 0,
+                     "%s", e.msg);
+        for (int64_t s = 0; s < nseq; s++) {
+            lengths[s] = 0;
+            for (int64_t t = 0; t < T; t++)
+                lengths[s] += mask[s * T + t] != 0;
+            for (int64_t t = 0; t < T; t++)
+                cr_assert_eq(mask[s * T + t] != 0, t >= T - lengths[s], "%s: sequence %lld is not left-padded", path,
+                             (long long)s);
+        }
+        free(mask);
+    }
     lwq_batch b;
-    cr_assert_eq(lwq_batch_init(&b, &be, nseq, T, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_batch_init(&b, &be, nseq, T, lengths, &e), 0, "%s", e.msg);
+    free(lengths);
+    const uint8_t *valid = mi >= 0 ? b.valid_host : NULL;
     int64_t shape[2] = {n, D};
     lwq_tensor h;
     cr_assert_eq(lwq_backend_tensor_alloc(&be, LWQ_F32, 2, shape, &h, &e), 0, "%s", e.msg);
@@ -128,7 +154,7 @@ static void check_family(const char *src)
     float *ref = dump_tensor(&d, "hidden.0", n * D);
     cr_assert_eq(lwq_model_embed(&mod, &f.w, tok, &h, &e), 0, "%s", e.msg);
     cr_assert_eq(lwq_backend_download(&be, ours, h.data, (size_t)(n * D) * sizeof(float), &e), 0, "%s", e.msg);
-    double worst = rel_err(ours, ref, n * D);
+    double worst = rel_err_rows(ours, ref, n, D, valid);
     cr_assert(worst <= tol->valuedouble, "%s: embedding differs from transformers' by %.3g", src, worst);
     for (int L = 0; L < c->num_hidden_layers; L++) {
         cr_assert_eq(lwq_backend_upload(&be, h.data, ref, (size_t)(n * D) * sizeof(float), &e), 0, "%s", e.msg);
@@ -139,7 +165,7 @@ static void check_family(const char *src)
                      e.msg);
         cr_assert_eq(lwq_backend_download(&be, ours, h.data, (size_t)(n * D) * sizeof(float), &e), 0, "%s",
                      e.msg);
-        double err = rel_err(ours, ref, n * D);
+        double err = rel_err_rows(ours, ref, n, D, valid);
         printf("forward dumps: %s layer %d: %.3g relative to its largest output (bound %.1g)\n", src, L, err,
                tol->valuedouble);
         fflush(stdout);
@@ -159,6 +185,8 @@ static void check_family(const char *src)
     cJSON_Delete(m);
 }
 
+static void check_family(const char *src) { check_dump(src, NULL); }
+
 Test(forward_peer_dumps, glm4_moe) { check_family("glm4_moe-f32"); }
 Test(forward_peer_dumps, minimax_m2) { check_family("minimax_m2-f32"); }
 Test(forward_peer_dumps, deepseek_v32) { check_family("deepseek_v32-f32"); }
@@ -172,3 +200,15 @@ Test(forward_peer_dumps, deepseek_v3_group_mask) { check_family("deepseek_v3_gro
 /* transformers 5.14.1 reads a kimi_k2 text config as deepseek_v3 (Kimi-K2.5's wrapper does): the
  * same dump */
 Test(forward_peer_dumps, kimi_k2_group_mask) { check_family("kimi_k2_group_mask-f32"); }
+/* kimi_linear (issue 35): KDA + NoPE MLA + DeepSeek-V3 MoE, transformers 5.23's forward; within one
+ * 64-token chunk of its chunked delta rule, across two and three chunks, and left-padded */
+Test(forward_peer_dumps, kimi_linear_calib_rows) { check_dump("kimi_linear-f32", "forward/kimi_linear-f32.safetensors"); }
+Test(forward_peer_dumps, kimi_linear_two_chunks) { check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t80.safetensors"); }
+Test(forward_peer_dumps, kimi_linear_left_padded)
+{
+    check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t80-pad.safetensors");
+}
+Test(forward_peer_dumps, kimi_linear_three_chunks_padded)
+{
+    check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t130-pad.safetensors");
+}
