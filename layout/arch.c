@@ -174,10 +174,9 @@ static void plan_mla_attention(builder *b)
         }
     } else {
         /* q_proj and kv_a_proj_with_mqa read the layer input: Model Optimizer 0.47's export fuses
-         * them (one input and one weight global scale: kimi_linear's goldens).  Its rule is by
-         * shared input, for any model; deepseek_v2 keeps them apart (vLLM's separate GEMMs) until
-         * a golden of a q_lora-less DeepSeek says otherwise (docs/FAMILIES.md) */
-        int g = c->family->mla_nope ? new_group(b) : -1;
+         * them (one input and one weight global scale), by shared input, for any model: run on
+         * kimi_linear's goldens and on a q_lora-less deepseek_v2 (docs/FAMILIES.md) */
+        int g = new_group(b);
         linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, H * qk, h, g, 0, 0);
         linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
                c->kv_lora_rank + c->qk_rope_head_dim, h, g, 0, 0);
@@ -654,8 +653,9 @@ static int check_part(const lwq_ckpt *c, const lwq_srcfmt *f, const lwq_arch_lay
             continue;
         }
         char module[LWQ_ARCH_NAME_MAX];
-        /* an lm_head may be quantized too (weight-only NVFP4, recipes that ask for it) */
-        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD) &&
+        /* an lm_head and the token embedding may be quantized too (weight-only NVFP4, recipes that
+         * ask for it; Model Optimizer 0.47 exports a QuantEmbedding's table so) */
+        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD || p->kind == LWQ_TK_EMBED) &&
                            lwq_srcfmt_strip_suffix(p->name, ".weight", module, sizeof module)
                        ? quant_kind(c, module, t)
                        : Q_NONE;
