@@ -4,6 +4,9 @@
 #include "layout/config.h"
 
 #include "layout/checkpoint.h"
+#include "layout/config_internal.h"
+
+typedef lwq_cfg_ctx ctx;
 
 #include "core/file.h"
 
@@ -19,23 +22,18 @@
 
 /* ---- typed key access: JSON null counts as absent (HF writes "rope_scaling": null) ------------ */
 
-static const cJSON *get(const cJSON *o, const char *key)
+const cJSON *lwq_cfg_get(const cJSON *o, const char *key)
 {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     return (v && !cJSON_IsNull(v)) ? v : NULL;
 }
 
-typedef struct ctx {
-    const char *path;
-    const char *section; /* "" or "text_config." */
-    lwq_error *e;
-} ctx;
 
 /* An integer key in [lo, hi]; `req` makes absence an error, else *out = def. */
-static int get_int(const ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo,
+int lwq_cfg_get_int(const ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo,
                    int64_t hi, int64_t *out)
 {
-    const cJSON *v = get(o, key);
+    const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
         if (req)
             return lwq_errf(x->e, LWQ_EFORMAT, "%s: required key \"%s%s\" is missing", x->path,
@@ -54,19 +52,19 @@ static int get_int(const ctx *x, const cJSON *o, const char *key, int req, int64
     return 0;
 }
 
-static int get_i32(const ctx *x, const cJSON *o, const char *key, int req, int def, int lo, int hi,
+int lwq_cfg_get_i32(const ctx *x, const cJSON *o, const char *key, int req, int def, int lo, int hi,
                    int *out)
 {
     int64_t v;
-    int rc = get_int(x, o, key, req, def, lo, hi, &v);
+    int rc = lwq_cfg_get_int(x, o, key, req, def, lo, hi, &v);
     if (rc == 0)
         *out = (int)v;
     return rc;
 }
 
-static int get_num(const ctx *x, const cJSON *o, const char *key, double def, double *out)
+int lwq_cfg_get_num(const ctx *x, const cJSON *o, const char *key, double def, double *out)
 {
-    const cJSON *v = get(o, key);
+    const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
         *out = def;
         return 0;
@@ -78,9 +76,9 @@ static int get_num(const ctx *x, const cJSON *o, const char *key, double def, do
     return 0;
 }
 
-static int get_bool(const ctx *x, const cJSON *o, const char *key, int def, int *out)
+int lwq_cfg_get_bool(const ctx *x, const cJSON *o, const char *key, int def, int *out)
 {
-    const cJSON *v = get(o, key);
+    const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
         *out = def;
         return 0;
@@ -92,10 +90,10 @@ static int get_bool(const ctx *x, const cJSON *o, const char *key, int def, int 
     return 0;
 }
 
-static int get_str(const ctx *x, const cJSON *o, const char *key, const char *def, char *out,
+int lwq_cfg_get_str(const ctx *x, const cJSON *o, const char *key, const char *def, char *out,
                    size_t cap)
 {
-    const cJSON *v = get(o, key);
+    const cJSON *v = lwq_cfg_get(o, key);
     const char *s = def;
     if (v) {
         if (!cJSON_IsString(v))
@@ -112,8 +110,8 @@ static int get_str(const ctx *x, const cJSON *o, const char *key, const char *de
 static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
 {
     /* transformers 5 writes "dtype", 4 wrote "torch_dtype"; a config may carry both. */
-    const char *key = get(o, "dtype") ? "dtype" : "torch_dtype";
-    const cJSON *v = get(o, key);
+    const char *key = lwq_cfg_get(o, "dtype") ? "dtype" : "torch_dtype";
+    const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
         *out = LWQ_BF16;
         return 0;
@@ -141,8 +139,8 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     /* transformers 4: rope_theta + rope_scaling{rope_type|type, ...};
      * transformers 5: rope_parameters{rope_theta, rope_type, ...}. */
-    const cJSON *params = get(o, "rope_parameters");
-    const cJSON *scaling = get(o, "rope_scaling");
+    const cJSON *params = lwq_cfg_get(o, "rope_parameters");
+    const cJSON *scaling = lwq_cfg_get(o, "rope_scaling");
     if (params && !cJSON_IsObject(params))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%srope_parameters\" must be an object", x->path,
                         x->section);
@@ -150,30 +148,30 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%srope_scaling\" must be an object", x->path,
                         x->section);
     double def_theta = c->family->rope_theta;
-    if (get(o, "rope_theta"))
-        LWQ_TRY(get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
+    if (lwq_cfg_get(o, "rope_theta"))
+        LWQ_TRY(lwq_cfg_get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
     else
-        LWQ_TRY(get_num(x, params, "rope_theta", def_theta, &c->rope_theta));
+        LWQ_TRY(lwq_cfg_get_num(x, params, "rope_theta", def_theta, &c->rope_theta));
     if (!(c->rope_theta > 0))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rope_theta must be positive", x->path);
 
     const cJSON *s = scaling ? scaling : params;
     double def_partial = c->family->partial_rotary;
-    if (get(o, "partial_rotary_factor"))
-        LWQ_TRY(get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+    if (lwq_cfg_get(o, "partial_rotary_factor"))
+        LWQ_TRY(lwq_cfg_get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     else
-        LWQ_TRY(get_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+        LWQ_TRY(lwq_cfg_get_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
 
     /* mRoPE (Qwen3.5): per-axis sections of the rotary half-width.  Text positions are the same
      * on every axis, so any section layout rotates as 1-D RoPE; a layout that does not cover the
      * rotary half-width exactly is not the model the config describes. */
-    const cJSON *ms = get(params, "mrope_section");
+    const cJSON *ms = lwq_cfg_get(params, "mrope_section");
     if (!ms)
-        ms = get(scaling, "mrope_section");
+        ms = lwq_cfg_get(scaling, "mrope_section");
     if (ms) {
-        const char *where = get(params, "mrope_section") ? "rope_parameters" : "rope_scaling";
+        const char *where = lwq_cfg_get(params, "mrope_section") ? "rope_parameters" : "rope_scaling";
         int64_t half = (int64_t)((double)c->head_dim * c->partial_rotary_factor) / 2, sum = 0;
         int n = cJSON_IsArray(ms) ? cJSON_GetArraySize(ms) : -1;
         const cJSON *it;
@@ -201,8 +199,8 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (!s)
         return 0;
     char type[32];
-    LWQ_TRY(get_str(x, s, get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
-    LWQ_TRY(get_num(x, s, "factor", 1.0, &c->rope_factor));
+    LWQ_TRY(lwq_cfg_get_str(x, s, lwq_cfg_get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
+    LWQ_TRY(lwq_cfg_get_num(x, s, "factor", 1.0, &c->rope_factor));
     int64_t orig;
     if (!strcmp(type, "default")) {
         c->rope_type = LWQ_ROPE_DEFAULT;
@@ -210,17 +208,17 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->rope_type = LWQ_ROPE_LINEAR;
     } else if (!strcmp(type, "llama3")) {
         c->rope_type = LWQ_ROPE_LLAMA3;
-        LWQ_TRY(get_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
-        LWQ_TRY(get_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
-        LWQ_TRY(get_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
+        LWQ_TRY(lwq_cfg_get_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
+        LWQ_TRY(lwq_cfg_get_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
+        LWQ_TRY(lwq_cfg_get_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
         c->rope_original_max_position = orig;
     } else if (!strcmp(type, "yarn")) {
         c->rope_type = LWQ_ROPE_YARN;
-        LWQ_TRY(get_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
-        LWQ_TRY(get_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
-        LWQ_TRY(get_num(x, s, "mscale", 1.0, &c->rope_mscale));
-        LWQ_TRY(get_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
-        LWQ_TRY(get_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
+        LWQ_TRY(lwq_cfg_get_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
+        LWQ_TRY(lwq_cfg_get_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
+        LWQ_TRY(lwq_cfg_get_num(x, s, "mscale", 1.0, &c->rope_mscale));
+        LWQ_TRY(lwq_cfg_get_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
+        LWQ_TRY(lwq_cfg_get_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
                     INT64_C(1) << 32, &orig));
         c->rope_original_max_position = orig;
     } else {
@@ -238,15 +236,15 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
 static int parse_deepseek_routing(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
-    LWQ_TRY(get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
-    LWQ_TRY(get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
-    LWQ_TRY(get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
-    LWQ_TRY(get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
-    LWQ_TRY(get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
-    LWQ_TRY(get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
-    LWQ_TRY(get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
+    LWQ_TRY(lwq_cfg_get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
+    LWQ_TRY(lwq_cfg_get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
                 sizeof c->scoring_func));
-    LWQ_TRY(get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
+    LWQ_TRY(lwq_cfg_get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
                 sizeof c->topk_method));
     if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
         return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
@@ -267,8 +265,8 @@ static int parse_sigmoid_router(const ctx *x, const cJSON *o, lwq_model_config *
 {
     char sf[16];
     int bias = 1;
-    LWQ_TRY(get_str(x, o, "scoring_func", "sigmoid", sf, sizeof sf));
-    LWQ_TRY(get_bool(x, o, "use_routing_bias", 1, &bias));
+    LWQ_TRY(lwq_cfg_get_str(x, o, "scoring_func", "sigmoid", sf, sizeof sf));
+    LWQ_TRY(lwq_cfg_get_bool(x, o, "use_routing_bias", 1, &bias));
     if (strcmp(sf, "sigmoid") || !bias)
         return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                         "%s: model_type '%s': \"%s%s\" = %s%s%s is not what its router computes "
@@ -287,27 +285,27 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     int64_t v;
     const lwq_family *f = c->family;
     if (f->keys == LWQ_KEYS_DEEPSEEK) {
-        LWQ_TRY(get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
-        LWQ_TRY(get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
         LWQ_TRY(parse_deepseek_routing(x, o, c));
     } else {
         /* transformers 4 qwen3_moe: num_experts; mixtral and transformers 5: num_local_experts */
-        const char *key = get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
-        if (!get(o, key) && !get(o, "num_experts"))
+        const char *key = lwq_cfg_get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
+        if (!lwq_cfg_get(o, key) && !lwq_cfg_get(o, "num_experts"))
             return lwq_errf(x->e, LWQ_EFORMAT,
                             "%s: required key \"%snum_experts\" (or \"num_local_experts\") is "
                             "missing",
                             x->path, x->section);
-        LWQ_TRY(get_i32(x, o, key, 1, 0, 1, big, &c->num_experts));
+        LWQ_TRY(lwq_cfg_get_i32(x, o, key, 1, 0, 1, big, &c->num_experts));
     }
-    LWQ_TRY(get_i32(x, o, "num_experts_per_tok", 1, 0, 1, big, &c->num_experts_per_tok));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_experts_per_tok", 1, 0, 1, big, &c->num_experts_per_tok));
     if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: num_experts_per_tok %d exceeds the %d experts",
                         x->path, c->num_experts_per_tok, c->num_experts);
     if (f->keys == LWQ_KEYS_MIXTRAL) {
         c->moe_intermediate_size = c->intermediate_size; /* Mixtral experts use intermediate_size */
     } else {
-        LWQ_TRY(get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
+        LWQ_TRY(lwq_cfg_get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
         c->moe_intermediate_size = v;
     }
     if (f->router == LWQ_ROUTER_SIGMOID_BIAS)
@@ -315,10 +313,10 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (f->norm_topk_fixed)
         c->norm_topk_prob = 1; /* the router always renormalises */
     else
-        LWQ_TRY(get_bool(x, o, "norm_topk_prob", f->norm_topk_default, &c->norm_topk_prob));
+        LWQ_TRY(lwq_cfg_get_bool(x, o, "norm_topk_prob", f->norm_topk_default, &c->norm_topk_prob));
     if (f->moe == LWQ_MOE_SPARSE_STEP) {
-        LWQ_TRY(get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
-        const cJSON *ml = get(o, "mlp_only_layers");
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
+        const cJSON *ml = lwq_cfg_get(o, "mlp_only_layers");
         if (ml) {
             if (!cJSON_IsArray(ml))
                 return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%smlp_only_layers\" must be an array",
@@ -343,7 +341,7 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->decoder_sparse_step = 1;
     }
     if (f->moe == LWQ_MOE_SPARSE_STEP || f->shared == LWQ_SHARED_GATED) {
-        LWQ_TRY(get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
+        LWQ_TRY(lwq_cfg_get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
         c->shared_expert_intermediate_size = v;
         if (f->shared == LWQ_SHARED_GATED && v > 0)
             c->n_shared_experts = 1;
@@ -354,11 +352,11 @@ static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
 static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int64_t bigdim = INT64_C(1) << 20;
-    LWQ_TRY(get_int(x, o, "q_lora_rank", 0, 0, 0, bigdim, &c->q_lora_rank)); /* null: plain q_proj */
-    LWQ_TRY(get_int(x, o, "kv_lora_rank", 1, 0, 1, bigdim, &c->kv_lora_rank));
-    LWQ_TRY(get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
-    LWQ_TRY(get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
-    LWQ_TRY(get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "q_lora_rank", 0, 0, 0, bigdim, &c->q_lora_rank)); /* null: plain q_proj */
+    LWQ_TRY(lwq_cfg_get_int(x, o, "kv_lora_rank", 1, 0, 1, bigdim, &c->kv_lora_rank));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
     c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim; /* the q/k head width */
     return 0;
 }
@@ -370,9 +368,9 @@ static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
 static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int n = c->num_hidden_layers;
-    LWQ_TRY(get_i32(x, o, "index_topk", 1, 0, 1, 1 << 30, &c->index_topk));
-    LWQ_TRY(get_i32(x, o, "index_n_heads", 1, 0, 1, 1 << 16, &c->index_n_heads));
-    LWQ_TRY(get_int(x, o, "index_head_dim", 1, 0, 1, 1 << 16, &c->index_head_dim));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "index_topk", 1, 0, 1, 1 << 30, &c->index_topk));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "index_n_heads", 1, 0, 1, 1 << 16, &c->index_n_heads));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "index_head_dim", 1, 0, 1, 1 << 16, &c->index_head_dim));
     if (c->q_lora_rank <= 0 || c->index_head_dim < c->qk_rope_head_dim)
         return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                         "%s: model_type '%s': the DSA indexer needs q_lora_rank > 0 (got %lld) and index_head_dim "
@@ -381,7 +379,7 @@ static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
                         (long long)c->qk_rope_head_dim);
     if (!(c->layer_indexer = calloc((size_t)n + 1, 1)))
         return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
-    const cJSON *types = get(o, "indexer_types"), *pat = get(o, "index_topk_pattern");
+    const cJSON *types = lwq_cfg_get(o, "indexer_types"), *pat = lwq_cfg_get(o, "index_topk_pattern");
     for (int i = 0; i < n; i++)
         c->layer_indexer[i] = 1;
     if (c->family->dsa == 2 && types) {
@@ -412,8 +410,8 @@ static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
         }
     } else if (c->family->dsa == 2) {
         int freq = 1, off = 2;
-        LWQ_TRY(get_i32(x, o, "index_topk_freq", 0, 1, 1, LWQ_MAX_LAYERS, &freq));
-        LWQ_TRY(get_i32(x, o, "index_skip_topk_offset", 0, 2, 0, LWQ_MAX_LAYERS, &off));
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "index_topk_freq", 0, 1, 1, LWQ_MAX_LAYERS, &freq));
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "index_skip_topk_offset", 0, 2, 0, LWQ_MAX_LAYERS, &off));
         for (int i = 0; i < n; i++)
             c->layer_indexer[i] = ((i - off + 1 > 0 ? i - off + 1 : 0) % freq) == 0;
     }
@@ -421,7 +419,7 @@ static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
         return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                         "%s: model_type '%s': layer 0 shares the indexer selection of no earlier layer", x->path,
                         c->model_type);
-    const cJSON *mt = get(o, "mlp_layer_types");
+    const cJSON *mt = lwq_cfg_get(o, "mlp_layer_types");
     if (mt) {
         if (!cJSON_IsArray(mt) || cJSON_GetArraySize(mt) != n)
             return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%smlp_layer_types\" must list %d layer types", x->path,
@@ -444,13 +442,13 @@ static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
 static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
 {
     int64_t v;
-    LWQ_TRY(get_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
-    LWQ_TRY(get_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
-    LWQ_TRY(get_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
     c->linear_key_head_dim = v;
-    LWQ_TRY(get_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
     c->linear_value_head_dim = v;
-    LWQ_TRY(get_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
     if (c->linear_num_value_heads % c->linear_num_key_heads != 0)
         return lwq_errf(x->e, LWQ_EFORMAT,
                         "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
@@ -471,7 +469,7 @@ static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->layer_mixer[i] = (unsigned char)f->attn;
     if (f->linear == LWQ_MIXER_NONE)
         return 0;
-    const cJSON *lt = get(o, "layer_types");
+    const cJSON *lt = lwq_cfg_get(o, "layer_types");
     if (lt) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n)
             return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%slayer_types\" must list %d layer types",
@@ -491,7 +489,7 @@ static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
         }
     } else {
         int every = 4; /* the default; get_i32 sets it */
-        LWQ_TRY(get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
         for (int i = 0; i < n; i++)
             if ((i + 1) % every != 0)
                 c->layer_mixer[i] = (unsigned char)f->linear;
@@ -510,20 +508,20 @@ static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
         return 0;
     int on = 1;
     if (rule == LWQ_WINDOW_QWEN_GATED || rule == LWQ_WINDOW_QWEN_LAYERS)
-        LWQ_TRY(get_bool(x, o, "use_sliding_window", 0, &on));
+        LWQ_TRY(lwq_cfg_get_bool(x, o, "use_sliding_window", 0, &on));
     if (!on) /* Qwen*Config: sliding_window = sliding_window if use_sliding_window else None */
         return 0;
     const cJSON *raw = o ? cJSON_GetObjectItemCaseSensitive(o, "sliding_window") : NULL;
     if (raw && cJSON_IsNull(raw)) /* null: None, full attention */
         return 0;
     int64_t w;
-    LWQ_TRY(get_int(x, o, "sliding_window", 0, rule == LWQ_WINDOW_ALL ? 0 : 4096, 1, INT64_C(1) << 32, &w));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "sliding_window", 0, rule == LWQ_WINDOW_ALL ? 0 : 4096, 1, INT64_C(1) << 32, &w));
     if (w == 0) /* mixtral without the key */
         return 0;
     snprintf(c->sliding_from, sizeof c->sliding_from, raw ? "\"%ssliding_window\": %lld" :
              "no \"%ssliding_window\": %lld, transformers' default", x->section, (long long)w);
     int from = 0;
-    const cJSON *lt = get(o, "layer_types");
+    const cJSON *lt = lwq_cfg_get(o, "layer_types");
     if (rule == LWQ_WINDOW_QWEN_LAYERS && lt) {
         if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != n)
             return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%slayer_types\" must list %d layer types", x->path, x->section, n);
@@ -539,7 +537,7 @@ static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
         }
     } else {
         if (rule == LWQ_WINDOW_QWEN_LAYERS)
-            LWQ_TRY(get_i32(x, o, "max_window_layers", 0, 28, 0, LWQ_MAX_LAYERS, &from));
+            LWQ_TRY(lwq_cfg_get_i32(x, o, "max_window_layers", 0, 28, 0, LWQ_MAX_LAYERS, &from));
         if (from < n) {
             c->sliding_first_layer = from;
             c->sliding_layers = n - from;
@@ -585,31 +583,34 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         ctx top = {x->path, "", x->e};
         LWQ_TRY(parse_dtype(&top, c->raw, &c->dtype, &c->dtype_explicit));
     }
-    LWQ_TRY(get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
-    LWQ_TRY(get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
-    LWQ_TRY(get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
-    LWQ_TRY(get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
+    LWQ_TRY(lwq_cfg_get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
+    if (f->single) /* nemotron_h: the layer list says how many */
+        LWQ_TRY(lwq_cfg_nemotron_layers(x, o, c));
+    else
+        LWQ_TRY(lwq_cfg_get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
+    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
                 &c->num_key_value_heads));
-    LWQ_TRY(get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
+    LWQ_TRY(lwq_cfg_get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
     /* MoE models without dense layers may omit intermediate_size; checked below when needed.
      * Mixtral's experts are intermediate_size wide, so there it is required and at least 1. */
     int dense_opt = moe && f->keys != LWQ_KEYS_MIXTRAL;
-    LWQ_TRY(get_int(x, o, "intermediate_size", !dense_opt, 0, dense_opt ? 0 : 1, bigdim,
+    LWQ_TRY(lwq_cfg_get_int(x, o, "intermediate_size", !dense_opt, 0, dense_opt ? 0 : 1, bigdim,
                 &c->intermediate_size));
-    LWQ_TRY(get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
+    LWQ_TRY(lwq_cfg_get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
                 &c->max_position_embeddings));
     double def_eps = f->rms_norm_eps;
-    LWQ_TRY(get_num(x, o, "rms_norm_eps", def_eps, &c->rms_norm_eps));
+    LWQ_TRY(lwq_cfg_get_num(x, o, f->single ? "layer_norm_epsilon" : "rms_norm_eps", def_eps, &c->rms_norm_eps));
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rms_norm_eps must be in (0, 1)", x->path);
-    LWQ_TRY(get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
-    LWQ_TRY(get_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
+    LWQ_TRY(lwq_cfg_get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
+    LWQ_TRY(lwq_cfg_get_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
     if (f->bias == LWQ_BIAS_QKV)
         c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
     if (f->qk_norm_key)
-        LWQ_TRY(get_bool(x, o, "use_qk_norm", 0, &c->qk_norm));
-    LWQ_TRY(get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
-    LWQ_TRY(get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
+        LWQ_TRY(lwq_cfg_get_bool(x, o, "use_qk_norm", 0, &c->qk_norm));
+    LWQ_TRY(lwq_cfg_get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
+    LWQ_TRY(lwq_cfg_get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
     if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
         return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                         "%s: hidden_act \"%s\" is not supported (SwiGLU with silu only)", x->path,
@@ -619,8 +620,8 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         return lwq_errf(x->e, LWQ_EFORMAT,
                         "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                         x->path, c->num_attention_heads, c->num_key_value_heads);
-    if (get(o, "head_dim")) {
-        LWQ_TRY(get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
+    if (lwq_cfg_get(o, "head_dim")) {
+        LWQ_TRY(lwq_cfg_get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
         c->head_dim = v;
     } else if (f->attn != LWQ_MIXER_MLA) {
         if (c->hidden_size % c->num_attention_heads != 0)
@@ -634,8 +635,8 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (f->rope_partial) {
         /* transformers: int(head_dim * partial_rotary_factor) dims rotate, paired half with half */
         int64_t rot = lwq_config_rotary_dim(c);
-        if (get(o, "rotary_dim")) { /* MiniMax's own key, ignored by transformers: it must agree */
-            LWQ_TRY(get_int(x, o, "rotary_dim", 1, 0, 0, 1 << 16, &v));
+        if (lwq_cfg_get(o, "rotary_dim")) { /* MiniMax's own key, ignored by transformers: it must agree */
+            LWQ_TRY(lwq_cfg_get_int(x, o, "rotary_dim", 1, 0, 0, 1 << 16, &v));
             if (v != rot)
                 return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                                 "%s: model_type '%s': \"%srotary_dim\" = %lld disagrees with head_dim %lld x "
@@ -659,10 +660,13 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         LWQ_TRY(parse_dsa(x, o, c));
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
-    LWQ_TRY(parse_layer_mixers(x, o, c));
+    if (f->single)
+        LWQ_TRY(lwq_cfg_nemotron_keys(x, o, c));
+    else
+        LWQ_TRY(parse_layer_mixers(x, o, c));
     LWQ_TRY(parse_window(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
-        if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
+        if (lwq_config_layer_has_mlp(c, i) && c->intermediate_size <= 0)
             return lwq_errf(x->e, LWQ_EFORMAT,
                             "%s: layer %d has a dense MLP but \"%sintermediate_size\" is missing",
                             x->path, i, x->section);
@@ -677,6 +681,7 @@ void lwq_config_free(lwq_model_config *c)
     free(c->mlp_only_layers);
     free(c->layer_mixer);
     free(c->layer_indexer);
+    free(c->layer_moe);
     cJSON_Delete(c->raw);
     free(c->text);
     memset(c, 0, sizeof *c);
@@ -704,7 +709,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: not a JSON object", path);
         goto fail;
     }
-    if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
+    if ((rc = lwq_cfg_get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
         goto fail;
     if (!c->model_type[0]) {
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: required key \"model_type\" is missing", path);
@@ -713,7 +718,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
     snprintf(c->names.root, sizeof c->names.root, "model.");
     const lwq_family_wrapper *wr = lwq_family_find_wrapper(c->model_type);
     if (wr) {
-        const cJSON *tc = get(o, "text_config");
+        const cJSON *tc = lwq_cfg_get(o, "text_config");
         if (!tc || !cJSON_IsObject(tc)) {
             rc = lwq_errf(e, LWQ_EFORMAT, "%s: model_type '%s' needs a \"text_config\" object",
                           path, c->model_type);
@@ -725,13 +730,20 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         snprintf(c->names.root, sizeof c->names.root, "%s", wr->root);
         snprintf(c->names.head, sizeof c->names.head, "%s", wr->head);
         c->passthrough = wr->passthrough;
-        if ((rc = get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
+        if ((rc = lwq_cfg_get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
             goto fail;
     }
     lwq_error sub = {0};
     if (lwq_family_lookup(c->model_type, &c->family, &sub) != 0) {
         rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s", path, sub.msg);
         goto fail;
+    }
+    if (c->family->root && !c->text_config) { /* the row's own module names (nemotron_h's
+                                                  backbone.; checkpoint.c picks the embedding's
+                                                  spelling from the tensors) */
+        snprintf(c->names.root, sizeof c->names.root, "%s", c->family->root);
+        snprintf(c->names.embed, sizeof c->names.embed, "%s", c->family->embed ? c->family->embed : "");
+        snprintf(c->names.norm, sizeof c->names.norm, "%s", c->family->final_norm ? c->family->final_norm : "");
     }
     if ((rc = parse_text_model(&x, o, c)) != 0)
         goto fail;
@@ -772,8 +784,18 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
     case LWQ_MOE_FIRST_K:
         return layer >= c->first_k_dense_replace &&
                layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+    case LWQ_MOE_LAYER_TYPES:
+        return c->layer_moe && layer < c->num_hidden_layers && c->layer_moe[layer];
     default: return 0;
     }
+}
+
+int lwq_config_layer_has_mlp(const lwq_model_config *c, int layer)
+{
+    if (layer < 0 || layer >= c->num_hidden_layers || lwq_config_layer_is_moe(c, layer))
+        return 0;
+    /* a single-block layer (nemotron_h) holds its mixer or its MLP, not both */
+    return !(c->family && c->family->single) || lwq_config_layer_mixer(c, layer) == LWQ_MIXER_NONE;
 }
 
 int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer)
@@ -800,8 +822,20 @@ lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)
     return c->family ? c->family->attn : LWQ_MIXER_NONE;
 }
 
+/* canon = "model.embed_tokens" / "model.norm" + "" or ".rest": the rest, else NULL */
+static const char *under(const char *name, const char *module)
+{
+    size_t k = strlen(module);
+    return strncmp(name, module, k) || (name[k] && name[k] != '.') ? NULL : name + k;
+}
+
 size_t lwq_names_full(const lwq_names *n, const char *canon, char *out, size_t cap)
 {
+    const char *rest;
+    if (n && n->embed[0] && (rest = under(canon, "model.embed_tokens")))
+        return (size_t)snprintf(out, cap, "%s%s", n->embed, rest);
+    if (n && n->norm[0] && (rest = under(canon, "model.norm")))
+        return (size_t)snprintf(out, cap, "%s%s", n->norm, rest);
     if (!n || !n->root[0])
         return (size_t)snprintf(out, cap, "%s", canon);
     if (!strncmp(canon, "model.", 6))
@@ -813,7 +847,12 @@ int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap)
 {
     size_t r = n && n->root[0] ? strlen(n->root) : 0, h = n ? strlen(n->head) : 0;
     int k;
-    if (!r)
+    const char *rest;
+    if (n && n->embed[0] && (rest = under(full, n->embed)))
+        k = snprintf(out, cap, "model.embed_tokens%s", rest);
+    else if (n && n->norm[0] && (rest = under(full, n->norm)))
+        k = snprintf(out, cap, "model.norm%s", rest);
+    else if (!r)
         k = snprintf(out, cap, "%s", full);
     else if (!strncmp(full, n->root, r))
         k = snprintf(out, cap, "model.%s", full + r);

@@ -30,6 +30,9 @@ typedef enum lwq_mixer_kind {
                             key head (Qwen3-Next) */
     LWQ_MIXER_GDN_SPLIT, /* the same gated DeltaNet with split projections in_proj_qkv ([q, k, v]),
                             in_proj_z, in_proj_b, in_proj_a (Qwen3.5) */
+    LWQ_MIXER_MAMBA2,    /* Nemotron-H's Mamba2 mixer: mixer.in_proj -> [z, xBC, dt], depthwise causal
+                            mixer.conv1d + SiLU, the SSD scan (A_log, D, dt_bias), grouped gated
+                            RMSNorm, mixer.out_proj */
 } lwq_mixer_kind;
 
 /* When the config sets q/k/v (and o) biases. */
@@ -51,6 +54,7 @@ typedef enum lwq_moe_rule {
     LWQ_MOE_ALL,         /* every layer (mixtral) */
     LWQ_MOE_SPARSE_STEP, /* (i + 1) % decoder_sparse_step == 0 unless in mlp_only_layers (qwen) */
     LWQ_MOE_FIRST_K,     /* i >= first_k_dense_replace and i % moe_layer_freq == 0 (deepseek) */
+    LWQ_MOE_LAYER_TYPES, /* the layers layers_block_type names "moe" (nemotron_h) */
 } lwq_moe_rule;
 
 typedef enum lwq_router_kind {
@@ -66,6 +70,8 @@ typedef enum lwq_router_kind {
 typedef enum lwq_experts_layout {
     LWQ_EXPERTS_HF = 0,   /* mlp.gate, mlp.experts.E.{gate,up,down}_proj */
     LWQ_EXPERTS_MIXTRAL,  /* block_sparse_moe.gate, block_sparse_moe.experts.E.{w1,w3,w2} */
+    LWQ_EXPERTS_NEMOTRON, /* mixer.gate, mixer.experts.E.{up,down}_proj: NON-gated ReLU^2 experts,
+                             between mixer.fc1_latent_proj / fc2_latent_proj when moe_latent_size */
 } lwq_experts_layout;
 
 typedef enum lwq_shared_kind {
@@ -73,6 +79,8 @@ typedef enum lwq_shared_kind {
     LWQ_SHARED_DEEPSEEK, /* mlp.shared_experts.*: n_shared_experts x moe_intermediate_size wide */
     LWQ_SHARED_GATED,    /* mlp.shared_expert.* (shared_expert_intermediate_size wide) scaled by
                             sigmoid(mlp.shared_expert_gate(x)) (qwen3_next) */
+    LWQ_SHARED_NEMOTRON, /* mixer.shared_experts.{up,down}_proj, ReLU^2, always present,
+                            moe_shared_expert_intermediate_size wide (nemotron_h) */
 } lwq_shared_kind;
 
 /* Where a family reads its expert counts from. */
@@ -114,6 +122,12 @@ typedef struct lwq_family {
     int rope_partial;       /* the GQA block rotates head_dim * partial_rotary_factor dims
                                (rotate-half over that slice, the rest passes; glm4_moe) */
     int mlp_bias;           /* "mlp_bias" adds gate/up/down biases */
+    int single;             /* every decoder layer is h += block(norm(h)) with ONE block, under
+                               layers.L.mixer: the layer's mixer (Mamba2 / attention), or an MLP
+                               (ReLU^2, up/down) or a MoE, as layers_block_type says (nemotron_h);
+                               no post-attention norm.  The root is "backbone." (norm_f,
+                               embeddings) */
+    int nope;               /* attention without position embedding (no RoPE) */
     lwq_norm_kind norm;     /* every RMSNorm of the model (layers and final) */
     /* MLP */
     lwq_moe_rule moe;
@@ -129,6 +143,9 @@ typedef struct lwq_family {
     double rope_theta, rms_norm_eps, partial_rotary;
     /* outside the decoder layers */
     int mtp;                /* an optional mtp.* block (passes through unquantized) */
+    const char *root;       /* the layers' root instead of "model." (nemotron_h: "backbone."), NULL:
+                               "model."; then the embedding's and final norm's module names */
+    const char *embed, *final_norm;
     lwq_window_rule window; /* sliding-window attention keys */
 } lwq_family;
 
@@ -142,6 +159,9 @@ const char *lwq_supported_model_types(void);
 const char *lwq_family_name(const lwq_family *f);
 /* Whether mixer kind k is a gated DeltaNet (either projection layout). */
 int lwq_mixer_is_gdn(lwq_mixer_kind k);
+/* Whether mixer kind k carries a recurrent state per sequence (gated DeltaNet, Mamba2): the state
+ * starts at zero for every sequence. */
+int lwq_mixer_is_recurrent(lwq_mixer_kind k);
 /* Whether mixer kind k is softmax attention over a KV cache (GQA, gated GQA, MLA). */
 int lwq_mixer_is_attention(lwq_mixer_kind k);
 

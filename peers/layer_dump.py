@@ -1,7 +1,8 @@
 """transformers' own forward of a checkpoint, layer by layer: the hidden state entering each
 decoder layer and the one leaving it, F32, for the first calibration sequences.
 
-    python peers/layer_dump.py SRC_DIR OUT.safetensors --calib ids.jsonl [--seqs 2]
+    python peers/layer_dump.py SRC_DIR OUT.safetensors --calib ids.jsonl [--seqs 2] [--len T]
+                               [--lengths L1,L2,...]
 
 Loads SRC_DIR in F32 with the class config.json names (a VLM wrapper's language model is
 model.model.language_model), runs the text model on the first --seqs calibration rows as one
@@ -9,6 +10,10 @@ unpadded batch (causal, positions 0..T-1: the text-only mRoPE), and writes
   input_ids       I32 (seqs, T)
   hidden.0        F32 (seqs, T, H)   the embedding output = layer 0's input
   hidden.{i+1}    F32 (seqs, T, H)   layer i's output = layer i+1's input
+  lengths         I32 (seqs)         with --lengths: row s LEFT-padded to its last L_s real tokens
+                                     (id 0 before them, attention_mask 0 there), as lwq batches
+--len T keeps each row's first T ids.  With --lengths only the real rows are meaningful; the
+padded ones are whatever transformers makes of a masked row.
 taken with forward hooks on the decoder layers themselves (no re-implementation here), plus
 metadata: the layer root, the layer types, the versions.  tests/engine/forward/
 test_forward_peer_layers.c feeds hidden.i to lwq's layer i and compares with hidden.{i+1}.
@@ -58,12 +63,24 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--calib", required=True)
     ap.add_argument("--seqs", type=int, default=2)
+    ap.add_argument("--len", type=int, default=0, help="keep the first LEN ids of each row")
+    ap.add_argument("--lengths", default="", help="comma-separated real lengths, one per row (left padding)")
     a = ap.parse_args()
     with open(a.calib) as f:
         rows = [json.loads(line)["input_ids"] for line in f if line.strip()][:a.seqs]
     if len(rows) < a.seqs or len({len(r) for r in rows}) != 1:
         sys.exit(f"layer_dump: {a.calib}: need {a.seqs} rows of one length")
+    if a.len:
+        rows = [r[:a.len] for r in rows]
     ids = torch.tensor(rows, dtype=torch.long)
+    mask = torch.ones_like(ids)
+    lengths = [int(v) for v in a.lengths.split(",")] if a.lengths else []
+    if lengths:
+        if len(lengths) != a.seqs or not all(0 < v <= ids.shape[1] for v in lengths):
+            sys.exit(f"layer_dump: --lengths needs {a.seqs} lengths in 1..{ids.shape[1]}")
+        for s_, v in enumerate(lengths):
+            mask[s_, :ids.shape[1] - v] = 0
+            ids[s_, :ids.shape[1] - v] = 0
 
     cfg = AutoConfig.from_pretrained(a.src)
     model = getattr(transformers, cfg.architectures[0]).from_pretrained(a.src, dtype=torch.float32, device_map="cpu")
@@ -88,12 +105,14 @@ def main():
         layer.register_forward_pre_hook(pre(i), with_kwargs=True)
         layer.register_forward_hook(post(i), with_kwargs=True)
     with torch.no_grad():
-        tm(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=False)
+        tm(input_ids=ids, attention_mask=mask, use_cache=False)
     n = len(tm.layers)
     if sorted(states) != sorted(f"hidden.{i}" for i in range(n + 1)):
         sys.exit(f"layer_dump: hooks saw {sorted(states)}, expected hidden.0..{n}")
     out = {k: v.float().contiguous() for k, v in states.items()}
     out["input_ids"] = ids.to(torch.int32)
+    if lengths:
+        out["lengths"] = torch.tensor(lengths, dtype=torch.int32)
     tc = cfg.get_text_config()
     meta = {"src": os.path.basename(os.path.normpath(a.src)), "layer_root": root + "layers.",
             "layer_types": json.dumps(list(getattr(tc, "layer_types", []) or [])),

@@ -86,6 +86,16 @@ KNOWN_DIFFERENCES = {
         "model.language_model.layers.0.linear_attn.in_proj_z.weight: 217 of 1024 bytes differ",
         "model.language_model.layers.0.linear_attn.in_proj_z.weight_scale: 28 of 128 bytes differ"],
 }
+# nemotron_h: Model Optimizer 0.47's export runs every exclude_modules / ignore name through the
+# reverse of transformers' "backbone." -> "model." rename with a sentinel appended
+# (quant_aware_conversion.build_reverse_name_mapper, ".\x00modelopt_name_sentinel"); the rename
+# rewrites "model" inside the sentinel itself, removesuffix then finds no sentinel, and every name
+# comes out as "lm_head.\u0000backbone.pt_name_sentinel": its lists cover no module, lwq's name them
+for _src in ("nemotron_h-f32", "nemotron_h-bf16", "nemotron_h_latent-f32", "nemotron_h_latent-bf16"):
+    for _label in ("fp8", "nvfp4", "mamba_moe_nvfp4_conservative"):
+        KNOWN_DIFFERENCES[(_src, _label)] = [
+            "hf_quant_config.json quantization.exclude_modules: backbone.embedding is excluded only in A",
+            "config.json quantization_config.ignore: backbone.embedding is excluded only in A"]
 LAYER_DUMPS = ("qwen3_5-f32", "qwen3_5_moe-f32", "qwen3_5_text-f32", "qwen3_5_moe_text-f32", "qwen3_next-f32",
                "qwen3_moe-f32")
 
@@ -239,7 +249,7 @@ def copy_case(c, bounds):
     case = {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
             "modelopt": {k: v for k, v in c.mo.items()}}
-    if is_qwen3_5(c.src):
+    if is_qwen3_5(c.src) or c.group == "nemotron":
         # the group is the Criterion test that runs the case (tests/tools/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
@@ -308,7 +318,8 @@ def add_families34():
     names = {c["name"] for c in new}
     man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
     man["bf16_bounds"] = bounds
-    man["forward"] = forward34()
+    man["forward"] = [f for f in man.get("forward", []) if f["src"].split("/", 1)[1].rsplit("-", 1)[0]
+                      not in run.FAMILIES34] + forward34()
     if FAMILIES34_COMMAND not in man["commands"]:
         man["commands"].append(FAMILIES34_COMMAND)
     with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
@@ -318,19 +329,72 @@ def add_families34():
     print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# issue 35: Nemotron-H (peers/run.py group "nemotron"): FP8, NVFP4 and Model Optimizer's
+# mamba_moe_nvfp4_conservative on each source, added with --add nemotron, and transformers'
+# per-layer forward of the F32 sources at two lengths and left-padded (forward/)
+NEMOTRON_LABELS = {"fp8", "nvfp4", "mamba_moe_nvfp4_conservative"}
+NEMOTRON_COMMAND = ("peers/run.sh --only nemotron; "
+                    ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add nemotron")
+# (source, dump name, layer_dump.py arguments)
+NEMOTRON_DUMPS = [
+    ("nemotron_h-f32", "nemotron_h-f32", []),
+    ("nemotron_h-f32", "nemotron_h-f32-len7", ["--len", "7"]),
+    ("nemotron_h-f32", "nemotron_h-f32-padded", ["--lengths", "32,17,5,1"]),
+    ("nemotron_h_latent-f32", "nemotron_h_latent-f32", []),
+]
+
+
+def forward_nemotron():
+    out = []
+    os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
+    for src, name, extra in NEMOTRON_DUMPS:
+        rel = os.path.join("forward", name + ".safetensors")
+        subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
+                        os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                        "--seqs", str(FORWARD_SEQS)] + extra, check=True)
+        out.append({"src": f"src/{src}", "dump": rel, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL,
+                    "layer_dump_args": extra})
+    return out
+
+
+def add_nemotron():
+    """--add nemotron: the nemotron goldens and forward dumps beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k.rsplit("-", 1)[0] in run.NEMOTRON:
+            bounds[k] = b
+    new = [copy_case(c, bounds) for c in run.cases() if c.group == "nemotron" and c.label in NEMOTRON_LABELS]
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    man["forward"] = [f for f in man.get("forward", []) if f["src"].split("/", 1)[1].rsplit("-", 1)[0]
+                      not in run.NEMOTRON] + forward_nemotron()
+    if NEMOTRON_COMMAND not in man["commands"]:
+        man["commands"].append(NEMOTRON_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
         return add_formats()
     if a.add == "families34":
         return add_families34()
+    if a.add == "nemotron":
+        return add_nemotron()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
@@ -348,6 +412,10 @@ def main():
             continue
         if c.group == "families34":
             if c.label in FAMILY_LABELS:
+                cases.append(copy_case(c, bounds))
+            continue
+        if c.group == "nemotron":
+            if c.label in NEMOTRON_LABELS:
                 cases.append(copy_case(c, bounds))
             continue
         if is_qwen3_5(c.src):
@@ -422,6 +490,14 @@ MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, FP8 and NVFP4 throug
 skipped only while lwq itself refuses the source's model_type.  `forward/<src>.safetensors`:
 transformers' forward of their F32 sources layer by layer (MANIFEST.json `forward`), matched by
 tests/engine/forward/test_forward_peer_dumps.c to `tol`; added with `--add families34`.
+
+Nemotron-H (issue 35; `peers/run.py` group `nemotron`; docs/FAMILIES.md): nemotron_h (Mamba2,
+ReLU^2 MLP, NoPE attention, MoE) and nemotron_h_latent (MoE with moe_latent_size), F32 and BF16,
+through hf_ptq's --qformat fp8, nvfp4 and mamba_moe_nvfp4_conservative; their forward dumps at 32
+and 7 tokens and left-padded (real lengths 32, 17, 5, 1); added with `--add nemotron`.  Their
+`known_differences`: Model Optimizer 0.47's export mangles every exclude_modules / ignore name of
+this model (its reverse-rename "backbone." rule eats the name sentinel: "lm_head.\u0000backbone.
+pt_name_sentinel"), so its lists match no module and lwq's, which name the modules, differ.
 
 Regenerate (needs the network once, for peers/setup.sh):
 

@@ -30,8 +30,8 @@ static const char *data_root(void)
     return path;
 }
 
-/* The MANIFEST "forward" entry whose src is src/<name>. */
-static cJSON *entry(cJSON **m, const char *name)
+/* The MANIFEST "forward" entry whose src is src/<name> (and whose dump is `dump`, unless NULL). */
+static cJSON *entry(cJSON **m, const char *name, const char *dump)
 {
     char p[1100], *s = NULL, want[128];
     lwq_error e = {0};
@@ -44,12 +44,25 @@ static cJSON *entry(cJSON **m, const char *name)
     const cJSON *fw = cJSON_GetObjectItem(*m, "forward");
     cr_assert(cJSON_IsArray(fw), "%s: no forward list", p);
     for (cJSON *x = fw->child; x; x = x->next) {
-        const cJSON *src = cJSON_GetObjectItem(x, "src");
-        if (cJSON_IsString(src) && !strcmp(src->valuestring, want))
+        const cJSON *src = cJSON_GetObjectItem(x, "src"), *d = cJSON_GetObjectItem(x, "dump");
+        if (cJSON_IsString(src) && !strcmp(src->valuestring, want) &&
+            (!dump || (cJSON_IsString(d) && !strcmp(d->valuestring, dump))))
             return x;
     }
     cr_assert_fail("%s: no forward entry for %s", p, want);
     return NULL;
+}
+
+/* max |a - ref| / max |ref| over the rows (of d floats) whose valid byte is set. */
+static double rel_err_rows(const float *a, const float *ref, int64_t rows, int64_t d, const uint8_t *valid)
+{
+    double num = 0, den = 0;
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t i = 0; valid[r] && i < d; i++) {
+            num = fmax(num, fabs((double)a[r * d + i] - (double)ref[r * d + i]));
+            den = fmax(den, fabs((double)ref[r * d + i]));
+        }
+    return den > 0 ? num / den : num;
 }
 
 /* F32 tensor `name` of the dump, its element count checked against want. */
@@ -69,20 +82,10 @@ static float *dump_tensor(const lwq_st_file *f, const char *name, int64_t want)
 }
 
 /* max |a - ref| / max |ref| over n values. */
-static double rel_err(const float *a, const float *ref, int64_t n)
-{
-    double err = 0, scale = 0;
-    for (int64_t i = 0; i < n; i++) {
-        err = fmax(err, fabs((double)a[i] - ref[i]));
-        scale = fmax(scale, fabs((double)ref[i]));
-    }
-    return scale > 0 ? err / scale : err;
-}
-
-static void check_family(const char *src)
+static void check_dump(const char *src, const char *dump_name)
 {
     cJSON *m;
-    const cJSON *x = entry(&m, src);
+    const cJSON *x = entry(&m, src, dump_name);
     const cJSON *dump = cJSON_GetObjectItem(x, "dump"), *tol = cJSON_GetObjectItem(x, "tol");
     cr_assert(cJSON_IsString(dump) && cJSON_IsNumber(tol) && tol->valuedouble > 0 && tol->valuedouble < 1e-3,
               "MANIFEST.json: bad forward entry for %s", src);
@@ -111,13 +114,30 @@ static void check_family(const char *src)
     cr_assert_not_null(tok);
     cr_assert_eq(lwq_st_read(&d, d.data_start + d.entries[ii].begin, tok, (uint64_t)n * sizeof(int32_t), &e), 0,
                  "%s", e.msg);
+    /* a left-padded dump (layer_dump.py --lengths): row s has lengths[s] real tokens at its end */
+    int64_t *lens = NULL;
+    int li = lwq_st_find(&d, "lengths");
+    if (li >= 0) {
+        cr_assert(d.entries[li].ndim == 1 && d.entries[li].dtype == LWQ_I32 && d.entries[li].shape[0] == nseq,
+                  "%s: lengths must be I32 (%lld)", path, (long long)nseq);
+        int32_t l32[64];
+        cr_assert_leq(nseq, 64, "%s: too many rows", path);
+        cr_assert_eq(lwq_st_read(&d, d.data_start + d.entries[li].begin, l32, (uint64_t)nseq * 4, &e), 0, "%s",
+                     e.msg);
+        lens = calloc((size_t)nseq, sizeof *lens);
+        cr_assert_not_null(lens);
+        for (int64_t s = 0; s < nseq; s++) {
+            cr_assert(l32[s] > 0 && l32[s] <= T, "%s: length %d of row %lld", path, l32[s], (long long)s);
+            lens[s] = l32[s];
+        }
+    }
 
     lwq_backend be;
     cr_assert_eq(lwq_backend_cpu_create(&be, 2, &e), 0, "%s", e.msg);
     lwq_model mod;
     cr_assert_eq(lwq_model_init(&mod, c, &be, LWQ_F32, &e), 0, "%s", e.msg);
     lwq_batch b;
-    cr_assert_eq(lwq_batch_init(&b, &be, nseq, T, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_batch_init(&b, &be, nseq, T, lens, &e), 0, "%s", e.msg);
     int64_t shape[2] = {n, D};
     lwq_tensor h;
     cr_assert_eq(lwq_backend_tensor_alloc(&be, LWQ_F32, 2, shape, &h, &e), 0, "%s", e.msg);
@@ -128,7 +148,7 @@ static void check_family(const char *src)
     float *ref = dump_tensor(&d, "hidden.0", n * D);
     cr_assert_eq(lwq_model_embed(&mod, &f.w, tok, &h, &e), 0, "%s", e.msg);
     cr_assert_eq(lwq_backend_download(&be, ours, h.data, (size_t)(n * D) * sizeof(float), &e), 0, "%s", e.msg);
-    double worst = rel_err(ours, ref, n * D);
+    double worst = rel_err_rows(ours, ref, n, D, b.valid_host);
     cr_assert(worst <= tol->valuedouble, "%s: embedding differs from transformers' by %.3g", src, worst);
     for (int L = 0; L < c->num_hidden_layers; L++) {
         cr_assert_eq(lwq_backend_upload(&be, h.data, ref, (size_t)(n * D) * sizeof(float), &e), 0, "%s", e.msg);
@@ -139,9 +159,9 @@ static void check_family(const char *src)
                      e.msg);
         cr_assert_eq(lwq_backend_download(&be, ours, h.data, (size_t)(n * D) * sizeof(float), &e), 0, "%s",
                      e.msg);
-        double err = rel_err(ours, ref, n * D);
-        printf("forward dumps: %s layer %d: %.3g relative to its largest output (bound %.1g)\n", src, L, err,
-               tol->valuedouble);
+        double err = rel_err_rows(ours, ref, n, D, b.valid_host); /* the real rows */
+        printf("forward dumps: %s layer %d: %.3g relative to its largest output (bound %.1g)\n", dump->valuestring,
+               L, err, tol->valuedouble);
         fflush(stdout);
         cr_assert(err <= tol->valuedouble, "%s: layer %d's output differs from transformers' by %.3g (bound %.1g)",
                   src, L, err, tol->valuedouble);
@@ -150,6 +170,7 @@ static void check_family(const char *src)
     free(ref);
     free(ours);
     free(tok);
+    free(lens);
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
     lwq_model_free(&mod);
@@ -159,8 +180,22 @@ static void check_family(const char *src)
     cJSON_Delete(m);
 }
 
+static void check_family(const char *src) { check_dump(src, NULL); }
+
 Test(forward_peer_dumps, glm4_moe) { check_family("glm4_moe-f32"); }
 Test(forward_peer_dumps, minimax_m2) { check_family("minimax_m2-f32"); }
 Test(forward_peer_dumps, deepseek_v32) { check_family("deepseek_v32-f32"); }
 Test(forward_peer_dumps, glm_moe_dsa) { check_family("glm_moe_dsa-f32"); }
 Test(forward_peer_dumps, mistral4) { check_family("mistral4-f32"); }
+/* nemotron_h (issue 35): the Mamba2 scan, NoPE attention, ReLU^2 MLP and MoE, on sequences of
+ * 32 and 7 tokens and on a left-padded batch (real lengths 32, 17, 5, 1); the latent-MoE model. */
+Test(forward_peer_dumps, nemotron_h) { check_dump("nemotron_h-f32", "forward/nemotron_h-f32.safetensors"); }
+Test(forward_peer_dumps, nemotron_h_short) { check_dump("nemotron_h-f32", "forward/nemotron_h-f32-len7.safetensors"); }
+Test(forward_peer_dumps, nemotron_h_padded)
+{
+    check_dump("nemotron_h-f32", "forward/nemotron_h-f32-padded.safetensors");
+}
+Test(forward_peer_dumps, nemotron_h_latent)
+{
+    check_dump("nemotron_h_latent-f32", "forward/nemotron_h_latent-f32.safetensors");
+}
