@@ -269,10 +269,14 @@ LWQ_HD uint8_t lwq_nvfp4_scale_static_m(float block_amax, float global_amax, flo
 }
 
 /* The block amax that the static path maps back to scale byte `b` (FORMATS.md section 4:
- * global_amax * v / 448); what the scale sweep reports as its calibrated amax. */
+ * global_amax * v / 448); what the scale sweep reports as its calibrated amax.  Rounded as Model
+ * Optimizer 0.47 computes it, global_amax * fl(v / 448) (calib/mse.py, NVFP4MSECalibrator:
+ * candidates fp8_scale_candidates() = v / 448 in F32, amax = global_amax * candidate; its Triton
+ * sweep the same): when the export's fused-group amax differs from the search's, the static path
+ * maps this amax to another byte, and there one ulp can matter. */
 LWQ_HD float lwq_nvfp4_sweep_amax(uint8_t b, float global_amax)
 {
-    return LWQ_FDIV(LWQ_FMUL(global_amax, lwq_e4m3_to_f32(b)), LWQ_E4M3_MAX);
+    return LWQ_FMUL(global_amax, LWQ_FDIV(lwq_e4m3_to_f32(b), LWQ_E4M3_MAX));
 }
 
 /* The divisor of a block's elements: float(weight_scale) * weight_scale_2, rounded once. */

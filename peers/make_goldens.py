@@ -52,6 +52,10 @@ RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its 
 QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("f32", "bf16")
                  for q in ("fp8", "nvfp4", "w4a16_nvfp4")} | \
     {("qwen3_5-f32", "nvfp4_four_over_six-patched"), ("qwen3_5_moe-f32", "nvfp4_four_over_six-patched"),
+     ("qwen3_5-f32", "nvfp4_w4a4_weight_mse_fp8_sweep-patched"),
+     ("qwen3_5_moe-f32", "nvfp4_w4a4_weight_mse_fp8_sweep-patched"),
+     ("qwen3_5-f32", "nvfp4_w4a4_weight_local_hessian-patched-unquantized_hessian_inputs"),
+     ("qwen3_5_moe-f32", "nvfp4_w4a4_weight_local_hessian-patched-unquantized_hessian_inputs"),
      ("qwen3_5_text-f32", "nvfp4"),
      ("qwen3_5_moe_text-f32", "nvfp4"), ("qwen3_5_moe_text-f32", "w4a16_nvfp4"),
      ("qwen3_5-f32", "huggingface_qwen3_5_ptq_w4a16_nvfp4-fp8_attn-kv_fp8_cast"),
@@ -74,17 +78,6 @@ KNOWN_DIFFERENCES = {
         "config.json quantization_config.config_groups differs",
         "config.json quantization_config.quantized_layers differs",
         "config.json quantization_config.ignore: lm_head is excluded only in A"],
-    # Four-over-Six on the split Gated DeltaNet: Model Optimizer's per-block 4/6 search shares the
-    # weight global_amax only within its name groups (q/k/v, gate/up: model_calib.py
-    # _collect_grouped_linears), so in_proj_z is searched against its own global amax, and only
-    # the export's shared-input resmooth gives in_proj_qkv and in_proj_z one weight_scale_2; lwq
-    # searches in_proj_z against the shared one (the same weight_scale_2, other 4/6 choices)
-    ("qwen3_5-f32", "nvfp4_four_over_six-patched"): [
-        "model.language_model.layers.0.linear_attn.in_proj_z.weight: 177 of 1024 bytes differ",
-        "model.language_model.layers.0.linear_attn.in_proj_z.weight_scale: 23 of 128 bytes differ"],
-    ("qwen3_5_moe-f32", "nvfp4_four_over_six-patched"): [
-        "model.language_model.layers.0.linear_attn.in_proj_z.weight: 217 of 1024 bytes differ",
-        "model.language_model.layers.0.linear_attn.in_proj_z.weight_scale: 28 of 128 bytes differ"],
 }
 # nemotron_h: Model Optimizer 0.47's export runs every exclude_modules / ignore name through the
 # reverse of transformers' "backbone." -> "model." rename with a sentinel appended
@@ -578,6 +571,12 @@ of the wrappers getting disabled quantizers; MTP tensors found by name, passed t
   weights with Triton (`static_blockwise_fp4_fake_quant requires triton` on the CPU); their
   goldens come from the patched peer (peers/torch_nvfp4.py, the same arithmetic in torch,
   including four_over_six's FP8 normalisation maximum of 256) and are labelled `-patched`.
+- The other static-block searches on the F32 VLM forms, patched too (group `qwen3_5_patched`):
+  `nvfp4_w4a4_weight_mse_fp8_sweep-patched` and
+  `nvfp4_w4a4_weight_local_hessian-patched-unquantized_hessian_inputs` (Model Optimizer's Hessian
+  from unquantized inputs, as lwq builds it: perf/RESULTS.md).  These four were run by hand with
+  `peers/modelopt_driver.py --jobs` on this directory's own sources and calib.jsonl (their
+  PEERS_RUN.json says so), the cases of `peers/run.py` that produce them.
 
 The qwen3_5 cases run in groups (tests `qwen3_5`, `qwen3_5_w4a16`,
 `qwen3_5_four_over_six_patched`, `qwen3_5_recipes`).  A case is skipped only while lwq itself
@@ -598,14 +597,15 @@ rows are one quantizer that `*up_proj*` patterns reach (there is no `gate_proj` 
 onto lwq's per-expert names (`experts.E.gate_proj`) agrees only while gate and up get the same
 rule and no pattern names an expert index.
 
+Per-block searches on fused groups (Four-over-Six, mse, the FP8 scale sweep, local_hessian):
+Model Optimizer searches each weight against its global_amax as max_calibrate leaves it, shared
+only within its name groups (q/k/v, gate/up, w1/w3 under one parent: `SHARED_PATTERNS`,
+utils/shared_input.py), and its export then gives every linear that reads one input (Qwen3.5's
+`in_proj_qkv` and `in_proj_z`) one `weight_scale_2`, recomputing the block scales from the
+searched block amaxes against it; lwq does the same (engine/quant/qlayer.c, `search_amaxes`), so
+the `qwen3_5*-f32 / nvfp4_four_over_six-patched` cases are byte-identical.
+
 Recorded differences (`known_differences` in MANIFEST.json; the case must differ exactly so):
-`qwen3_5-f32` and `qwen3_5_moe-f32 / nvfp4_four_over_six-patched`: every tensor byte-identical
-but layer 0's `linear_attn.in_proj_z.weight` and `.weight_scale` (23 of 128 and 28 of 128 block
-scales, by factors near 6/4: other 4/6 choices; `weight_scale_2` equal).  Model Optimizer's
-per-block search shares the weight global_amax only within its name groups (q/k/v, gate/up;
-`model_calib.py`, `_collect_grouped_linears`), so in_proj_z is searched against its own global
-amax; only the export's shared-input resmooth gives in_proj_qkv and in_proj_z one
-`weight_scale_2`.  lwq searches in_proj_z against the shared one.
 `qwen3_5_moe-f32 / nvfp4_experts_mse-fp8_rest-kv_fp8` (MIXED_PRECISION): every tensor is
 byte-identical, but Model Optimizer lists each layer's fused experts as one module
 (`quantized_layers` and the NVFP4 `config_groups` target `...mlp.experts`) and writes only

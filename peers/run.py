@@ -156,6 +156,13 @@ def qwen3_5_cases():
             out.append(Case("qwen3_5_w4a16", src, "w4a16_nvfp4", *preset("w4a16_nvfp4")))
             mo, lw = preset("nvfp4_four_over_six")
             out.append(Case("qwen3_5_patched", src, "nvfp4_four_over_six-patched", dict(mo, patch="torch-nvfp4"), lw))
+            # the other static-block searches on the fused-but-not-name-grouped in_proj_qkv/in_proj_z
+            # (local_hessian with the Hessian inputs lwq uses: perf/RESULTS.md)
+            for q, patch, tail in (("nvfp4_w4a4_weight_mse_fp8_sweep", "torch-nvfp4", "-patched"),
+                                   ("nvfp4_w4a4_weight_local_hessian", "torch-nvfp4+lh-unquantized-inputs",
+                                    "-patched-unquantized_hessian_inputs")):
+                mo, lw = preset(q)
+                out.append(Case("qwen3_5_patched", src, q + tail, dict(mo, patch=patch), lw))
             family = "qwen3_5_moe" if "moe" in arch else "qwen3_5"
             d = os.path.join(recipe_root(), QWEN3_5_RECIPES[family])
             for name in sorted(os.listdir(d)):

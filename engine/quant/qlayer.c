@@ -134,9 +134,12 @@ static void mark_piece(lwq_tlist *out, int piece, int64_t r0, int64_t rows_all)
 
 /* w: the linear's weight, or rows [r0, r0 + w->shape[0]) of it when that is fewer than rows_all
  * (a rank's piece: lwq_qlayer_run_mine). */
+/* global_amax: the fused group's (export) weight amax, which weight_scale_2 and the block scales
+ * are written against; search_amax: the amax the per-block searches run against (search_amaxes),
+ * <= global_amax.  The max path and GPTQ use global_amax only. */
 static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_choice *c, const lwq_htensor *w,
-                      int64_t r0, int64_t rows_all, float global_amax, float in_amax, const lwq_layer_stats *st,
-                      int idx, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
+                      int64_t r0, int64_t rows_all, float global_amax, float search_amax, float in_amax,
+                      const lwq_layer_stats *st, int idx, lwq_tlist *out, lwq_qlayer_report *rep, lwq_error *e)
 {
     int64_t rows = w->shape[0], cols = w->shape[1], nb = rows * (cols / 16);
     int first = r0 == 0, piece = rows != rows_all;
@@ -178,29 +181,29 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
                     goto fail;
                 }
                 rep->hessian_fallback += first;
-                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
+                rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, search_amax, NULL, l->name, bamax, e);
             } else if (!st->hdone[idx]) {
                 rc = lwq_errf(e, LWQ_ESTATE, "%s: its Hessian was not finished (lwq_stats_finish)", l->name);
                 goto fail;
             } else {
                 rc = lwq_quant_hessian_finalize(st->hsum[idx], st->htokens[idx], cols, h, l->name, e);
                 if (rc >= 0)
-                    rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, h, l->name, bamax, e);
+                    rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, search_amax, h, l->name, bamax, e);
             }
         } else if (c->four_over_six) {
             /* Four-over-Six: the CPU kernels on the host, whatever the device (lwq_qlayer_check
              * allows it with mse only) */
             static const float m46[2] = {1.0f, 1.5f};
-            rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, global_amax,
+            rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, search_amax,
                                        c->mse_range == LWQ_MSE_RANGE_46 ? m46 : NULL,
                                        c->mse_range == LWQ_MSE_RANGE_46 ? 2 : 0, l->name, bamax, e);
             if (rc >= 0)
                 rc = lwq_quant_nvfp4_static46(w->data, w->dtype, rows, cols, bamax, global_amax, l->name, packed,
                                               scale, &ws2, e);
         } else if (c->fp8_scale_sweep) {
-            rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, global_amax, NULL, l->name, bamax, e);
+            rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, search_amax, NULL, l->name, bamax, e);
         } else {
-            rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, global_amax, l->name, bamax, e);
+            rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, search_amax, l->name, bamax, e);
         }
         if (rc >= 0 && !c->four_over_six)
             rc = lwq_qops_nvfp4_static(qo, w, rows, cols, bamax, global_amax, l->name, packed, scale, &ws2, e);
@@ -384,6 +387,53 @@ static void unify_groups(const lwq_arch_layer *plan, const lwq_quant_choice *cho
     }
 }
 
+/* Model Optimizer 0.47's per-block searches (mse with or without the FP8 scale sweep, Four-over-Six,
+ * local_hessian) run against each weight quantizer's global_amax as max_calibrate leaves it:
+ * shared only within its name groups, siblings under one parent named q_proj/k_proj/v_proj,
+ * gate_proj/up_proj or w1/w3 (SHARED_PATTERNS, utils/shared_input.py: SharedWeightGlobalAmaxState,
+ * populated before _mse_calibrate_weights; a fused-experts module's gate_up slice is one quantizer,
+ * the same sharing).  Only the export (requantize_resmooth_fused_llm_layers ->
+ * preprocess_linear_fusion) gives every linear that reads one input the group's max global_amax,
+ * and its block scales are then recomputed from the searched per-block amax against that one
+ * (NVFP4QTensor.get_weights_scaling_factor_from_quantizer).  So Qwen3.5's in_proj_qkv and in_proj_z,
+ * or MLA's q_a_proj and kv_a_proj_with_mqa, are each searched against their own amax, and written
+ * with the shared one.  The class of a linear: its name's last part; 0 = no name group. */
+static int search_class(const char *name)
+{
+    static const char *const names[][3] = {{"q_proj", "k_proj", "v_proj"}, {"gate_proj", "up_proj", ""},
+                                           {"w1", "w3", ""}};
+    const char *leaf = strrchr(name, '.');
+    leaf = leaf ? leaf + 1 : name;
+    for (int k = 0; k < 3; k++)
+        for (int j = 0; j < 3; j++)
+            if (names[k][j][0] && !strcmp(leaf, names[k][j]))
+                return k + 1;
+    return 0;
+}
+
+/* s_amax: each linear's own weight amax in, its search amax out: the max over the members of its
+ * fused group (which lie under one parent) in the same name group (search_class) */
+static void search_amaxes(const lwq_arch_layer *plan, const lwq_quant_choice *choice, const uint8_t *need,
+                          float *s_amax)
+{
+    int n = plan->nlinears;
+    for (int i = 0; i < n; i++) {
+        const lwq_arch_linear *l = &plan->linears[i];
+        int k = search_class(l->name);
+        if (!need[i] || l->group < 0 || !k || !unified(l, choice[i].format))
+            continue;
+        float m = 0;
+        for (int j = 0; j < n; j++)
+            if (need[j] && plan->linears[j].group == l->group && unified(&plan->linears[j], choice[j].format) &&
+                search_class(plan->linears[j].name) == k)
+                m = fmaxf(m, s_amax[j]);
+        for (int j = 0; j < n; j++)
+            if (need[j] && plan->linears[j].group == l->group && unified(&plan->linears[j], choice[j].format) &&
+                search_class(plan->linears[j].name) == k)
+                s_amax[j] = m;
+    }
+}
+
 static int fp8_searched(const lwq_quant_choice *c)
 {
     return c->format == LWQ_QFMT_FP8 && c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ;
@@ -448,12 +498,13 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
     int n = plan->nlinears, rc = 0;
     float *in_amax = calloc((size_t)(n ? n : 1), sizeof *in_amax);
     float *w_amax = calloc((size_t)(n ? n : 1), sizeof *w_amax);
+    float *s_amax = calloc((size_t)(n ? n : 1), sizeof *s_amax); /* the NVFP4 searches' (search_amaxes) */
     const lwq_htensor **w = calloc((size_t)(n ? n : 1), sizeof *w);
     /* sel: the linears this call quantizes rows of; need: also their fused-group partners, whose
      * amaxes the group's global amax takes (a partner another rank quantizes is read, not quantized) */
     uint8_t *sel = calloc((size_t)(n ? n : 1), 1), *need = calloc((size_t)(n ? n : 1), 1);
     uint8_t *touched = calloc((size_t)(plan->ngroups > 0 ? plan->ngroups : 1), 1); /* a group with a sel member */
-    if (!in_amax || !w_amax || !w || !sel || !need || !touched) {
+    if (!in_amax || !w_amax || !s_amax || !w || !sel || !need || !touched) {
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", plan->layer);
         goto out;
     }
@@ -483,6 +534,8 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         if (rc < 0)
             goto out;
     }
+    memcpy(s_amax, w_amax, (size_t)n * sizeof *s_amax);
+    search_amaxes(plan, choice, need, s_amax);
     unify_groups(plan, choice, need, in_amax, w_amax);
     if ((rc = fp8_searches(qo, plan, choice, sel, w, w_amax, e)) < 0)
         goto out;
@@ -503,7 +556,7 @@ static int run_impl(const lwq_arch_layer *plan, const lwq_quant_choice *choice, 
         part.nbytes = (uint64_t)(r1 - r0) * row_bytes;
         part.owned = 0;
         if (choice[i].format == LWQ_QFMT_NVFP4)
-            rc = emit_nvfp4(qo, l, &choice[i], &part, r0, rows, w_amax[i], in_amax[i], st, i, out, rep, e);
+            rc = emit_nvfp4(qo, l, &choice[i], &part, r0, rows, w_amax[i], s_amax[i], in_amax[i], st, i, out, rep, e);
         else
             rc = emit_fp8(qo, l, &choice[i], w[i], w_amax[i], in_amax[i], st, i, out, rep, e);
         if (rc < 0)
@@ -562,6 +615,7 @@ out:
     lwq_qops_end_layer(qo); /* nothing cached for this layer is reused by the next */
     free(in_amax);
     free(w_amax);
+    free(s_amax);
     free(w);
     free(sel);
     free(need);

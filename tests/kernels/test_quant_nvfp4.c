@@ -137,6 +137,25 @@ Test(quant_nvfp4, sweep_amax_maps_back_to_its_byte_through_static_path)
     }
 }
 
+/* Model Optimizer's rounding (NVFP4MSECalibrator: global_amax * (v / 448) in F32), which differs
+ * from (global_amax * v) / 448 by an ulp for some pairs: those are checked to exist */
+Test(quant_nvfp4, sweep_amax_is_global_amax_times_the_rounded_candidate)
+{
+    uint64_t s = 5;
+    int differs = 0;
+    for (int i = 0; i < 300; i++) {
+        float g = fabsf(nv_rand_val(&s, 1.0f)) * powf(10.0f, (float)(i % 40) - 20.0f) + 1e-25f;
+        for (int v = 1; v <= 126; v++) {
+            volatile float c = lwq_e4m3_to_f32((uint8_t)v) / 448.0f, want = g * c;
+            volatile float other = g * lwq_e4m3_to_f32((uint8_t)v) / 448.0f;
+            cr_assert_eq(lwq_f32_bits(lwq_nvfp4_sweep_amax((uint8_t)v, g)), lwq_f32_bits(want), "g=%a v=%d", (double)g,
+                         v);
+            differs += lwq_f32_bits(other) != lwq_f32_bits(want);
+        }
+    }
+    cr_assert_gt(differs, 0, "no pair where the two roundings differ: the test shows nothing");
+}
+
 static void check_sweep(lwq_dtype dt, int64_t rows, int64_t cols, float scale, const float *h, uint64_t seed)
 {
     tens t = make(dt, rows, cols, scale, seed);
@@ -151,7 +170,7 @@ static void check_sweep(lwq_dtype dt, int64_t rows, int64_t cols, float scale, c
         const float *hb = h ? h + (b % (cols / 16)) * 256 : NULL;
         int want = nv_sweep(t.f + b * 16, ws2, hb, ld);
         cr_assert_eq(sc[b], want, "block %ld: %d vs %d", (long)b, sc[b], want);
-        cr_assert_eq(ba[b], g * (float)nv_e4m3_val(want) / 448.0f);
+        cr_assert_eq(ba[b], g * ((float)nv_e4m3_val(want) / 448.0f)); /* Model Optimizer's rounding */
         /* and it is the argmin in exact arithmetic too, up to float rounding of the loss */
         double mn = INFINITY;
         for (int v = 1; v <= 126; v++)
