@@ -3,6 +3,7 @@
 #include "kernels/backend.h"
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 int lwq_dtype_is_act(lwq_dtype t) { return t == LWQ_F32 || t == LWQ_BF16 || t == LWQ_F16; }
@@ -167,10 +168,9 @@ int lwq_backend_synchronize(const lwq_backend *be, lwq_error *e)
 
 /* ---- ops ------------------------------------------------------------------------------------- */
 
-int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w,
-                     const lwq_tensor *bias, lwq_tensor *y, lwq_error *e)
+static int gemm_check(const lwq_backend *be, const char *op, const lwq_tensor *x,
+                      const lwq_tensor *w, const lwq_tensor *bias, lwq_tensor *y, lwq_error *e)
 {
-    const char *op = "gemm";
     LWQ_TRY(check_t(be, op, "x", x, 2, e));
     LWQ_TRY(check_t(be, op, "w", w, 2, e));
     LWQ_TRY(check_t(be, op, "y", y, 2, e));
@@ -178,8 +178,8 @@ int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
     LWQ_TRY(check_dt(op, "w", w, lwq_dtype_is_act, "F32/BF16/F16", e));
     LWQ_TRY(check_dt(op, "y", y, lwq_dtype_is_act, "F32/BF16/F16", e));
     if (w->shape[1] != x->shape[1])
-        return lwq_errf(e, LWQ_EINVAL, "gemm: w is (%" PRId64 ", %" PRId64 ") but x has %" PRId64
-                        " columns", w->shape[0], w->shape[1], x->shape[1]);
+        return lwq_errf(e, LWQ_EINVAL, "%s: w is (%" PRId64 ", %" PRId64 ") but x has %" PRId64
+                        " columns", op, w->shape[0], w->shape[1], x->shape[1]);
     LWQ_TRY(check_shape2(op, "y", y, x->shape[0], w->shape[0], e));
     if (bias) {
         LWQ_TRY(check_t(be, op, "bias", bias, 1, e));
@@ -187,10 +187,35 @@ int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
         LWQ_TRY(check_len(op, "bias", bias, w->shape[0], e));
     }
     if (x->data == y->data && lwq_tensor_numel(y) > 0)
-        return lwq_errf(e, LWQ_EINVAL, "gemm: y must not alias x");
+        return lwq_errf(e, LWQ_EINVAL, "%s: y must not alias x", op);
+    return 0;
+}
+
+int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w,
+                     const lwq_tensor *bias, lwq_tensor *y, lwq_error *e)
+{
+    LWQ_TRY(gemm_check(be, "gemm", x, w, bias, y, e));
     if (lwq_tensor_numel(y) == 0)
         return 0;
     return be->ops->gemm(be->ctx, x, w, bias, y, e);
+}
+
+int lwq_backend_gemm_grouped(const lwq_backend *be, const lwq_gemm_group *g, int count,
+                             lwq_error *e)
+{
+    if (count < 0 || (count > 0 && !g))
+        return lwq_errf(e, LWQ_EINVAL, "gemm_grouped: %d groups", count);
+    char op[48];
+    for (int i = 0; i < count; i++) {
+        snprintf(op, sizeof op, "gemm_grouped (group %d)", i);
+        LWQ_TRY(gemm_check(be, op, g[i].x, g[i].w, g[i].bias, g[i].y, e));
+    }
+    if (be->ops->gemm_grouped)
+        return be->ops->gemm_grouped(be->ctx, g, count, e);
+    for (int i = 0; i < count; i++)
+        if (lwq_tensor_numel(g[i].y) > 0)
+            LWQ_TRY(be->ops->gemm(be->ctx, g[i].x, g[i].w, g[i].bias, g[i].y, e));
+    return 0;
 }
 
 int lwq_backend_rmsnorm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w, float eps,

@@ -62,6 +62,12 @@ typedef struct lwq_attn_args {
     float scale;                 /* softmax scale, usually head_dim^-0.5 */
 } lwq_attn_args;
 
+/* One product of lwq_backend_gemm_grouped: y = x W^T (+ bias), operands as lwq_backend_gemm's. */
+typedef struct lwq_gemm_group {
+    const lwq_tensor *x, *w, *bias;
+    lwq_tensor *y;
+} lwq_gemm_group;
+
 typedef struct lwq_backend_ops {
     const char *name;
     lwq_device device;
@@ -103,6 +109,8 @@ typedef struct lwq_backend_ops {
     int (*pci_bus_id)(void *ctx, char *out, size_t cap);
     /* Appended last so positional initialisers of the tables stay in order. */
     int (*copy)(void *ctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
+    /* count products at once (lwq_backend_gemm_grouped); NULL: the wrapper calls gemm per group */
+    int (*gemm_grouped)(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e);
     /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
      * here when they are wired: the reference quantizers are plain functions (layout/ and
      * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
@@ -175,6 +183,13 @@ int lwq_backend_pci_bus_id(const lwq_backend *be, char *out, size_t cap);
  * dtype or NULL; y: (n, out) act (F32 allowed for any x).  FP32 accumulation, one rounding. */
 int lwq_backend_gemm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w,
                      const lwq_tensor *bias, lwq_tensor *y, lwq_error *e);
+/* count independent products g[i].y = g[i].x g[i].w^T (+ g[i].bias), each checked as
+ * lwq_backend_gemm checks its operands and each giving exactly lwq_backend_gemm's bits; a backend
+ * may schedule them as one job (the CPU's AMX path: all groups' weight blocks across its threads
+ * in one loop, no fork and join per group).  The routed experts of a MoE layer use it.  Groups
+ * with no rows are skipped.  No y may alias any x. */
+int lwq_backend_gemm_grouped(const lwq_backend *be, const lwq_gemm_group *g, int count,
+                             lwq_error *e);
 /* Llama-style RMSNorm per row: r = x * rsqrt(mean(x^2) + eps) in f32, rounded to y's dtype,
  * then times w, rounded again.  x, y: (rows, d) (y may alias x); w: (d). */
 int lwq_backend_rmsnorm(const lwq_backend *be, const lwq_tensor *x, const lwq_tensor *w, float eps,

@@ -2,9 +2,9 @@
  * Defaults follow the transformers configuration classes of each model_type, so a key that the
  * config class would fill in may be absent; keys the forward cannot do without are required. */
 #include "layout/config.h"
+#include "layout/config_internal.h"
 
 #include "layout/checkpoint.h"
-#include "layout/config_internal.h"
 
 #include "core/file.h"
 
@@ -18,11 +18,7 @@
 
 #define CONFIG_MAX_BYTES (16u << 20)
 
-typedef lwq_cfg_ctx ctx;
-
-/* Typed key access (JSON null counts as absent: HF writes "rope_scaling": null): config_keys.c. */
-
-static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
+static int parse_dtype(const lwq_cfg_ctx *x, const cJSON *o, lwq_dtype *out, int *explicit_)
 {
     /* transformers 5 writes "dtype", 4 wrote "torch_dtype"; a config may carry both. */
     const char *key = lwq_cfg_get(o, "dtype") ? "dtype" : "torch_dtype";
@@ -50,7 +46,7 @@ static int parse_dtype(const ctx *x, const cJSON *o, lwq_dtype *out, int *explic
                     x->section, key, v->valuestring);
 }
 
-static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
+static int parse_rope(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config *c)
 {
     /* transformers 4: rope_theta + rope_scaling{rope_type|type, ...};
      * transformers 5: rope_parameters{rope_theta, rope_type, ...}. */
@@ -64,18 +60,18 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
                         x->section);
     double def_theta = c->family->rope_theta;
     if (lwq_cfg_get(o, "rope_theta"))
-        LWQ_TRY(lwq_cfg_get_num(x, o, "rope_theta", def_theta, &c->rope_theta));
+        LWQ_TRY(lwq_cfg_num(x, o, "rope_theta", def_theta, &c->rope_theta));
     else
-        LWQ_TRY(lwq_cfg_get_num(x, params, "rope_theta", def_theta, &c->rope_theta));
+        LWQ_TRY(lwq_cfg_num(x, params, "rope_theta", def_theta, &c->rope_theta));
     if (!(c->rope_theta > 0))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rope_theta must be positive", x->path);
 
     const cJSON *s = scaling ? scaling : params;
     double def_partial = c->family->partial_rotary;
     if (lwq_cfg_get(o, "partial_rotary_factor"))
-        LWQ_TRY(lwq_cfg_get_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+        LWQ_TRY(lwq_cfg_num(x, o, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     else
-        LWQ_TRY(lwq_cfg_get_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
+        LWQ_TRY(lwq_cfg_num(x, params, "partial_rotary_factor", def_partial, &c->partial_rotary_factor));
     if (!(c->partial_rotary_factor > 0 && c->partial_rotary_factor <= 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", x->path);
 
@@ -114,8 +110,8 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     if (!s)
         return 0;
     char type[32];
-    LWQ_TRY(lwq_cfg_get_str(x, s, lwq_cfg_get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
-    LWQ_TRY(lwq_cfg_get_num(x, s, "factor", 1.0, &c->rope_factor));
+    LWQ_TRY(lwq_cfg_str(x, s, lwq_cfg_get(s, "rope_type") ? "rope_type" : "type", "default", type, sizeof type));
+    LWQ_TRY(lwq_cfg_num(x, s, "factor", 1.0, &c->rope_factor));
     int64_t orig;
     if (!strcmp(type, "default")) {
         c->rope_type = LWQ_ROPE_DEFAULT;
@@ -123,17 +119,17 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->rope_type = LWQ_ROPE_LINEAR;
     } else if (!strcmp(type, "llama3")) {
         c->rope_type = LWQ_ROPE_LLAMA3;
-        LWQ_TRY(lwq_cfg_get_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
-        LWQ_TRY(lwq_cfg_get_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
-        LWQ_TRY(lwq_cfg_get_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
+        LWQ_TRY(lwq_cfg_num(x, s, "low_freq_factor", 1.0, &c->rope_low_freq_factor));
+        LWQ_TRY(lwq_cfg_num(x, s, "high_freq_factor", 4.0, &c->rope_high_freq_factor));
+        LWQ_TRY(lwq_cfg_int(x, s, "original_max_position_embeddings", 1, 0, 1, INT64_C(1) << 32, &orig));
         c->rope_original_max_position = orig;
     } else if (!strcmp(type, "yarn")) {
         c->rope_type = LWQ_ROPE_YARN;
-        LWQ_TRY(lwq_cfg_get_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
-        LWQ_TRY(lwq_cfg_get_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
-        LWQ_TRY(lwq_cfg_get_num(x, s, "mscale", 1.0, &c->rope_mscale));
-        LWQ_TRY(lwq_cfg_get_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
-        LWQ_TRY(lwq_cfg_get_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
+        LWQ_TRY(lwq_cfg_num(x, s, "beta_fast", 32.0, &c->rope_beta_fast));
+        LWQ_TRY(lwq_cfg_num(x, s, "beta_slow", 1.0, &c->rope_beta_slow));
+        LWQ_TRY(lwq_cfg_num(x, s, "mscale", 1.0, &c->rope_mscale));
+        LWQ_TRY(lwq_cfg_num(x, s, "mscale_all_dim", 0.0, &c->rope_mscale_all_dim));
+        LWQ_TRY(lwq_cfg_int(x, s, "original_max_position_embeddings", 0, c->max_position_embeddings, 1,
                     INT64_C(1) << 32, &orig));
         c->rope_original_max_position = orig;
     } else {
@@ -146,224 +142,16 @@ static int parse_rope(const ctx *x, const cJSON *o, lwq_model_config *c)
     return 0;
 }
 
-/* DeepSeek's routing keys (every family with LWQ_KEYS_DEEPSEEK: deepseek_v2/v3, kimi_k2, glm4_moe):
- * which layers are dense, the groups, the scaling, the MTP layer count. */
-static int parse_deepseek_routing(const ctx *x, const cJSON *o, lwq_model_config *c)
-{
-    int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3;
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "first_k_dense_replace", 0, 0, 0, LWQ_MAX_LAYERS, &c->first_k_dense_replace));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "moe_layer_freq", 0, 1, 1, LWQ_MAX_LAYERS, &c->moe_layer_freq));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "n_group", 0, 1, 1, 1 << 16, &c->n_group));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "topk_group", 0, 1, 1, 1 << 16, &c->topk_group));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_nextn_predict_layers", 0, 0, 0, 64, &c->num_nextn_predict_layers));
-    LWQ_TRY(lwq_cfg_get_num(x, o, "routed_scaling_factor", 1.0, &c->routed_scaling_factor));
-    LWQ_TRY(lwq_cfg_get_str(x, o, "scoring_func", v3 ? "sigmoid" : "softmax", c->scoring_func,
-                sizeof c->scoring_func));
-    LWQ_TRY(lwq_cfg_get_str(x, o, "topk_method", v3 ? "noaux_tc" : "greedy", c->topk_method,
-                sizeof c->topk_method));
-    if (strcmp(c->scoring_func, "softmax") && strcmp(c->scoring_func, "sigmoid"))
-        return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: scoring_func \"%s\" is not supported", x->path,
-                        c->scoring_func);
-    if (c->topk_group > c->n_group)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: topk_group %d exceeds n_group %d", x->path,
-                        c->topk_group, c->n_group);
-    if (c->num_experts % c->n_group != 0)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: n_routed_experts %d is not a multiple of n_group %d",
-                        x->path, c->num_experts, c->n_group);
-    return 0;
-}
-
-/* MiniMax-M2's routing: what transformers 5.14.1 computes is fixed (sigmoid, the correction bias,
- * no scaling); keys of the published configs that would say otherwise are refused by name, as
- * is a rotary_dim that disagrees with head_dim x partial_rotary_factor. */
-static int parse_sigmoid_router(const ctx *x, const cJSON *o, lwq_model_config *c)
-{
-    char sf[16];
-    int bias = 1;
-    LWQ_TRY(lwq_cfg_get_str(x, o, "scoring_func", "sigmoid", sf, sizeof sf));
-    LWQ_TRY(lwq_cfg_get_bool(x, o, "use_routing_bias", 1, &bias));
-    if (strcmp(sf, "sigmoid") || !bias)
-        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
-                        "%s: model_type '%s': \"%s%s\" = %s%s%s is not what its router computes "
-                        "(sigmoid scores with the e_score_correction_bias)",
-                        x->path, c->model_type, x->section, strcmp(sf, "sigmoid") ? "scoring_func" : "use_routing_bias",
-                        strcmp(sf, "sigmoid") ? "\"" : "", strcmp(sf, "sigmoid") ? sf : "false",
-                        strcmp(sf, "sigmoid") ? "\"" : "");
-    c->routed_scaling_factor = 1.0;
-    return 0;
-}
-
-static int parse_moe(const ctx *x, const cJSON *o, lwq_model_config *c)
-{
-    const int big = 1 << 16;
-    const int64_t bigdim = INT64_C(1) << 22;
-    int64_t v;
-    const lwq_family *f = c->family;
-    if (f->keys == LWQ_KEYS_DEEPSEEK) {
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
-        LWQ_TRY(parse_deepseek_routing(x, o, c));
-    } else {
-        /* transformers 4 qwen3_moe: num_experts; mixtral and transformers 5: num_local_experts */
-        const char *key = lwq_cfg_get(o, "num_local_experts") ? "num_local_experts" : "num_experts";
-        if (!lwq_cfg_get(o, key) && !lwq_cfg_get(o, "num_experts"))
-            return lwq_errf(x->e, LWQ_EFORMAT,
-                            "%s: required key \"%snum_experts\" (or \"num_local_experts\") is "
-                            "missing",
-                            x->path, x->section);
-        LWQ_TRY(lwq_cfg_get_i32(x, o, key, 1, 0, 1, big, &c->num_experts));
-    }
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_experts_per_tok", 1, 0, 1, big, &c->num_experts_per_tok));
-    if (c->num_experts > 0 && c->num_experts_per_tok > c->num_experts)
-        return lwq_errf(x->e, LWQ_EFORMAT, "%s: num_experts_per_tok %d exceeds the %d experts",
-                        x->path, c->num_experts_per_tok, c->num_experts);
-    if (f->keys == LWQ_KEYS_MIXTRAL) {
-        c->moe_intermediate_size = c->intermediate_size; /* Mixtral experts use intermediate_size */
-    } else {
-        LWQ_TRY(lwq_cfg_get_int(x, o, "moe_intermediate_size", 1, 0, 1, bigdim, &v));
-        c->moe_intermediate_size = v;
-    }
-    if (f->router == LWQ_ROUTER_SIGMOID_BIAS)
-        LWQ_TRY(parse_sigmoid_router(x, o, c));
-    if (f->norm_topk_fixed)
-        c->norm_topk_prob = 1; /* the router always renormalises */
-    else
-        LWQ_TRY(lwq_cfg_get_bool(x, o, "norm_topk_prob", f->norm_topk_default, &c->norm_topk_prob));
-    if (f->moe == LWQ_MOE_SPARSE_STEP) {
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "decoder_sparse_step", 0, 1, 1, LWQ_MAX_LAYERS, &c->decoder_sparse_step));
-        const cJSON *ml = lwq_cfg_get(o, "mlp_only_layers");
-        if (ml) {
-            if (!cJSON_IsArray(ml))
-                return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%smlp_only_layers\" must be an array",
-                                x->path, x->section);
-            int n = cJSON_GetArraySize(ml);
-            c->mlp_only_layers = calloc((size_t)n + 1, sizeof *c->mlp_only_layers);
-            if (!c->mlp_only_layers)
-                return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
-            const cJSON *it;
-            cJSON_ArrayForEach(it, ml)
-            {
-                if (!cJSON_IsNumber(it) || it->valuedouble != floor(it->valuedouble) ||
-                    it->valuedouble < 0 || it->valuedouble >= c->num_hidden_layers)
-                    return lwq_errf(x->e, LWQ_EFORMAT,
-                                    "%s: \"%smlp_only_layers\" holds an entry that is not a layer "
-                                    "index below %d",
-                                    x->path, x->section, c->num_hidden_layers);
-                c->mlp_only_layers[c->n_mlp_only_layers++] = (int)it->valuedouble;
-            }
-        }
-    } else {
-        c->decoder_sparse_step = 1;
-    }
-    if (f->moe == LWQ_MOE_SPARSE_STEP || f->shared == LWQ_SHARED_GATED) {
-        LWQ_TRY(lwq_cfg_get_int(x, o, "shared_expert_intermediate_size", 0, 0, 0, bigdim, &v));
-        c->shared_expert_intermediate_size = v;
-        if (f->shared == LWQ_SHARED_GATED && v > 0)
-            c->n_shared_experts = 1;
-    }
-    return 0;
-}
-
-static int parse_mla(const ctx *x, const cJSON *o, lwq_model_config *c)
-{
-    const int64_t bigdim = INT64_C(1) << 20;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "q_lora_rank", 0, 0, 0, bigdim, &c->q_lora_rank)); /* null: plain q_proj */
-    LWQ_TRY(lwq_cfg_get_int(x, o, "kv_lora_rank", 1, 0, 1, bigdim, &c->kv_lora_rank));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "qk_nope_head_dim", 1, 0, 0, bigdim, &c->qk_nope_head_dim));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "qk_rope_head_dim", 1, 0, 1, bigdim, &c->qk_rope_head_dim));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "v_head_dim", 1, 0, 1, bigdim, &c->v_head_dim));
-    c->head_dim = c->qk_nope_head_dim + c->qk_rope_head_dim; /* the q/k head width */
-    return 0;
-}
-
-/* The DSA indexer's geometry and its layers: every layer (deepseek_v32), or glm_moe_dsa's
- * indexer_types ("full" / "shared"), index_topk_pattern ("F" / "S" per layer) or the
- * index_topk_freq / index_skip_topk_offset schedule, as transformers derives them.  mlp_layer_types,
- * where present, must be what first_k_dense_replace gives. */
-static int parse_dsa(const ctx *x, const cJSON *o, lwq_model_config *c)
-{
-    const int n = c->num_hidden_layers;
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "index_topk", 1, 0, 1, 1 << 30, &c->index_topk));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "index_n_heads", 1, 0, 1, 1 << 16, &c->index_n_heads));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "index_head_dim", 1, 0, 1, 1 << 16, &c->index_head_dim));
-    if (c->q_lora_rank <= 0 || c->index_head_dim < c->qk_rope_head_dim)
-        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
-                        "%s: model_type '%s': the DSA indexer needs q_lora_rank > 0 (got %lld) and index_head_dim "
-                        "%lld >= qk_rope_head_dim %lld",
-                        x->path, c->model_type, (long long)c->q_lora_rank, (long long)c->index_head_dim,
-                        (long long)c->qk_rope_head_dim);
-    if (!(c->layer_indexer = calloc((size_t)n + 1, 1)))
-        return lwq_errf(x->e, LWQ_ENOMEM, "%s: out of memory", x->path);
-    const cJSON *types = lwq_cfg_get(o, "indexer_types"), *pat = lwq_cfg_get(o, "index_topk_pattern");
-    for (int i = 0; i < n; i++)
-        c->layer_indexer[i] = 1;
-    if (c->family->dsa == 2 && types) {
-        if (!cJSON_IsArray(types) || cJSON_GetArraySize(types) != n)
-            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%sindexer_types\" must list %d layer types", x->path,
-                            x->section, n);
-        for (int i = 0; i < n; i++) {
-            const cJSON *t = cJSON_GetArrayItem(types, i);
-            int full = cJSON_IsString(t) && !strcmp(t->valuestring, "full");
-            if (!full && !(cJSON_IsString(t) && !strcmp(t->valuestring, "shared")))
-                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
-                                "%s: model_type '%s': \"%sindexer_types\"[%d] = %s%s%s is not an indexer type lwq "
-                                "implements (\"full\", \"shared\")",
-                                x->path, c->model_type, x->section, i, cJSON_IsString(t) ? "\"" : "",
-                                cJSON_IsString(t) ? t->valuestring : "a non-string", cJSON_IsString(t) ? "\"" : "");
-            c->layer_indexer[i] = (unsigned char)full;
-        }
-    } else if (c->family->dsa == 2 && pat) {
-        size_t len = cJSON_IsString(pat) ? strlen(pat->valuestring) : 0;
-        for (int i = 0; i < n; i++) {
-            char ch = i < (int)len ? pat->valuestring[i] : 0;
-            if (len != (size_t)n || (ch != 'F' && ch != 'S'))
-                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
-                                "%s: model_type '%s': \"%sindex_topk_pattern\" must be %d letters F or S, one per "
-                                "layer",
-                                x->path, c->model_type, x->section, n);
-            c->layer_indexer[i] = ch == 'F';
-        }
-    } else if (c->family->dsa == 2) {
-        int freq = 1, off = 2;
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "index_topk_freq", 0, 1, 1, LWQ_MAX_LAYERS, &freq));
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "index_skip_topk_offset", 0, 2, 0, LWQ_MAX_LAYERS, &off));
-        for (int i = 0; i < n; i++)
-            c->layer_indexer[i] = ((i - off + 1 > 0 ? i - off + 1 : 0) % freq) == 0;
-    }
-    if (!c->layer_indexer[0])
-        return lwq_errf(x->e, LWQ_EUNSUPPORTED,
-                        "%s: model_type '%s': layer 0 shares the indexer selection of no earlier layer", x->path,
-                        c->model_type);
-    const cJSON *mt = lwq_cfg_get(o, "mlp_layer_types");
-    if (mt) {
-        if (!cJSON_IsArray(mt) || cJSON_GetArraySize(mt) != n)
-            return lwq_errf(x->e, LWQ_EFORMAT, "%s: \"%smlp_layer_types\" must list %d layer types", x->path,
-                            x->section, n);
-        for (int i = 0; i < n; i++) {
-            const cJSON *t = cJSON_GetArrayItem(mt, i);
-            const char *want = lwq_config_layer_is_moe(c, i) ? "sparse" : "dense";
-            if (!cJSON_IsString(t) || strcmp(t->valuestring, want))
-                return lwq_errf(x->e, LWQ_EUNSUPPORTED,
-                                "%s: model_type '%s': \"%smlp_layer_types\"[%d] = %s%s%s, but first_k_dense_replace "
-                                "%d makes layer %d %s",
-                                x->path, c->model_type, x->section, i, cJSON_IsString(t) ? "\"" : "",
-                                cJSON_IsString(t) ? t->valuestring : "a non-string", cJSON_IsString(t) ? "\"" : "",
-                                c->first_k_dense_replace, i, want);
-        }
-    }
-    return 0;
-}
-
-static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
+static int parse_linear_attn(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config *c)
 {
     int64_t v;
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
+    LWQ_TRY(lwq_cfg_i32(x, o, "linear_num_key_heads", 1, 0, 1, 4096, &c->linear_num_key_heads));
+    LWQ_TRY(lwq_cfg_i32(x, o, "linear_num_value_heads", 1, 0, 1, 4096, &c->linear_num_value_heads));
+    LWQ_TRY(lwq_cfg_int(x, o, "linear_key_head_dim", 1, 0, 1, 4096, &v));
     c->linear_key_head_dim = v;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
+    LWQ_TRY(lwq_cfg_int(x, o, "linear_value_head_dim", 1, 0, 1, 4096, &v));
     c->linear_value_head_dim = v;
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
+    LWQ_TRY(lwq_cfg_i32(x, o, "linear_conv_kernel_dim", 0, 4, 1, 64, &c->linear_conv_kernel_dim));
     if (c->linear_num_value_heads % c->linear_num_key_heads != 0)
         return lwq_errf(x->e, LWQ_EFORMAT,
                         "%s: linear_num_value_heads %d is not a multiple of linear_num_key_heads %d",
@@ -373,7 +161,7 @@ static int parse_linear_attn(const ctx *x, const cJSON *o, lwq_model_config *c)
 
 /* The mixer of every decoder layer: the family's full-attention mixer, and where the family has
  * linear-attention layers, layer_types (or every full_attention_interval-th layer full). */
-static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
+static int parse_layer_mixers(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const lwq_family *f = c->family;
     int n = c->num_hidden_layers;
@@ -404,7 +192,7 @@ static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
         }
     } else {
         int every = 4; /* the default; get_i32 sets it */
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
+        LWQ_TRY(lwq_cfg_i32(x, o, "full_attention_interval", 0, 4, 1, LWQ_MAX_LAYERS, &every));
         for (int i = 0; i < n; i++)
             if ((i + 1) % every != 0)
                 c->layer_mixer[i] = (unsigned char)f->linear;
@@ -414,7 +202,7 @@ static int parse_layer_mixers(const ctx *x, const cJSON *o, lwq_model_config *c)
 
 /* The sliding window, as transformers 5.14's configuration and modeling classes of each model_type
  * read it (family.h, lwq_window_rule; README "Sliding windows"). */
-static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
+static int parse_window(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const lwq_window_rule rule = c->family->window;
     const int n = c->num_hidden_layers;
@@ -423,14 +211,14 @@ static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
         return 0;
     int on = 1;
     if (rule == LWQ_WINDOW_QWEN_GATED || rule == LWQ_WINDOW_QWEN_LAYERS)
-        LWQ_TRY(lwq_cfg_get_bool(x, o, "use_sliding_window", 0, &on));
+        LWQ_TRY(lwq_cfg_bool(x, o, "use_sliding_window", 0, &on));
     if (!on) /* Qwen*Config: sliding_window = sliding_window if use_sliding_window else None */
         return 0;
     const cJSON *raw = o ? cJSON_GetObjectItemCaseSensitive(o, "sliding_window") : NULL;
     if (raw && cJSON_IsNull(raw)) /* null: None, full attention */
         return 0;
     int64_t w;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "sliding_window", 0, rule == LWQ_WINDOW_ALL ? 0 : 4096, 1, INT64_C(1) << 32, &w));
+    LWQ_TRY(lwq_cfg_int(x, o, "sliding_window", 0, rule == LWQ_WINDOW_ALL ? 0 : 4096, 1, INT64_C(1) << 32, &w));
     if (w == 0) /* mixtral without the key */
         return 0;
     snprintf(c->sliding_from, sizeof c->sliding_from, raw ? "\"%ssliding_window\": %lld" :
@@ -452,7 +240,7 @@ static int parse_window(const ctx *x, const cJSON *o, lwq_model_config *c)
         }
     } else {
         if (rule == LWQ_WINDOW_QWEN_LAYERS)
-            LWQ_TRY(lwq_cfg_get_i32(x, o, "max_window_layers", 0, 28, 0, LWQ_MAX_LAYERS, &from));
+            LWQ_TRY(lwq_cfg_i32(x, o, "max_window_layers", 0, 28, 0, LWQ_MAX_LAYERS, &from));
         if (from < n) {
             c->sliding_first_layer = from;
             c->sliding_layers = n - from;
@@ -486,7 +274,7 @@ int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64
                     (long long)c->sliding_window);
 }
 
-static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
+static int parse_text_model(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config *c)
 {
     const int64_t bigdim = INT64_C(1) << 22;
     int64_t v;
@@ -495,37 +283,37 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
 
     LWQ_TRY(parse_dtype(x, o, &c->dtype, &c->dtype_explicit));
     if (!c->dtype_explicit && c->text_config) { /* a wrapper names the dtype of the whole model */
-        ctx top = {x->path, "", x->e};
+        lwq_cfg_ctx top = {x->path, "", x->e};
         LWQ_TRY(parse_dtype(&top, c->raw, &c->dtype, &c->dtype_explicit));
     }
-    LWQ_TRY(lwq_cfg_get_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
+    LWQ_TRY(lwq_cfg_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
     if (f->single) /* nemotron_h: the layer list says how many */
         LWQ_TRY(lwq_cfg_nemotron_layers(x, o, c));
     else
-        LWQ_TRY(lwq_cfg_get_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
+        LWQ_TRY(lwq_cfg_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
+    LWQ_TRY(lwq_cfg_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
+    LWQ_TRY(lwq_cfg_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
                 &c->num_key_value_heads));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
+    LWQ_TRY(lwq_cfg_int(x, o, "vocab_size", 1, 0, 1, INT64_C(1) << 26, &c->vocab_size));
     /* MoE models without dense layers may omit intermediate_size; checked below when needed.
      * Mixtral's experts are intermediate_size wide, so there it is required and at least 1. */
     int dense_opt = moe && f->keys != LWQ_KEYS_MIXTRAL;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "intermediate_size", !dense_opt, 0, dense_opt ? 0 : 1, bigdim,
+    LWQ_TRY(lwq_cfg_int(x, o, "intermediate_size", !dense_opt, 0, dense_opt ? 0 : 1, bigdim,
                 &c->intermediate_size));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
+    LWQ_TRY(lwq_cfg_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
                 &c->max_position_embeddings));
     double def_eps = f->rms_norm_eps;
-    LWQ_TRY(lwq_cfg_get_num(x, o, f->single ? "layer_norm_epsilon" : "rms_norm_eps", def_eps, &c->rms_norm_eps));
+    LWQ_TRY(lwq_cfg_num(x, o, f->single ? "layer_norm_epsilon" : "rms_norm_eps", def_eps, &c->rms_norm_eps));
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rms_norm_eps must be in (0, 1)", x->path);
-    LWQ_TRY(lwq_cfg_get_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
-    LWQ_TRY(lwq_cfg_get_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
+    LWQ_TRY(lwq_cfg_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
+    LWQ_TRY(lwq_cfg_bool(x, o, "attention_bias", f->bias == LWQ_BIAS_QKV, &c->attention_bias));
     if (f->bias == LWQ_BIAS_QKV)
         c->attention_bias = 1; /* Qwen2 q/k/v always carry biases, whatever the key says */
     if (f->qk_norm_key)
-        LWQ_TRY(lwq_cfg_get_bool(x, o, "use_qk_norm", 0, &c->qk_norm));
-    LWQ_TRY(lwq_cfg_get_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
-    LWQ_TRY(lwq_cfg_get_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
+        LWQ_TRY(lwq_cfg_bool(x, o, "use_qk_norm", 0, &c->qk_norm));
+    LWQ_TRY(lwq_cfg_bool(x, o, "mlp_bias", 0, &c->mlp_bias));
+    LWQ_TRY(lwq_cfg_str(x, o, "hidden_act", "silu", c->hidden_act, sizeof c->hidden_act));
     if (strcmp(c->hidden_act, "silu") && strcmp(c->hidden_act, "swish"))
         return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                         "%s: hidden_act \"%s\" is not supported (SwiGLU with silu only)", x->path,
@@ -536,7 +324,7 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
                         "%s: num_attention_heads %d is not a multiple of num_key_value_heads %d",
                         x->path, c->num_attention_heads, c->num_key_value_heads);
     if (lwq_cfg_get(o, "head_dim")) {
-        LWQ_TRY(lwq_cfg_get_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
+        LWQ_TRY(lwq_cfg_int(x, o, "head_dim", 1, 0, 1, 1 << 16, &v));
         c->head_dim = v;
     } else if (f->attn != LWQ_MIXER_MLA) {
         if (c->hidden_size % c->num_attention_heads != 0)
@@ -547,11 +335,11 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
         c->head_dim = c->hidden_size / c->num_attention_heads;
     }
     LWQ_TRY(parse_rope(x, o, c));
-    if (f->rope_partial) {
+    if (f->rope_partial && f->attn != LWQ_MIXER_MLA) { /* MLA: parse_mla */
         /* transformers: int(head_dim * partial_rotary_factor) dims rotate, paired half with half */
         int64_t rot = lwq_config_rotary_dim(c);
         if (lwq_cfg_get(o, "rotary_dim")) { /* MiniMax's own key, ignored by transformers: it must agree */
-            LWQ_TRY(lwq_cfg_get_int(x, o, "rotary_dim", 1, 0, 0, 1 << 16, &v));
+            LWQ_TRY(lwq_cfg_int(x, o, "rotary_dim", 1, 0, 0, 1 << 16, &v));
             if (v != rot)
                 return lwq_errf(x->e, LWQ_EUNSUPPORTED,
                                 "%s: model_type '%s': \"%srotary_dim\" = %lld disagrees with head_dim %lld x "
@@ -568,11 +356,11 @@ static int parse_text_model(const ctx *x, const cJSON *o, lwq_model_config *c)
     }
 
     if (moe)
-        LWQ_TRY(parse_moe(x, o, c));
+        LWQ_TRY(lwq_cfg_parse_moe(x, o, c));
     if (f->attn == LWQ_MIXER_MLA)
-        LWQ_TRY(parse_mla(x, o, c));
+        LWQ_TRY(lwq_cfg_parse_mla(x, o, c));
     if (f->dsa)
-        LWQ_TRY(parse_dsa(x, o, c));
+        LWQ_TRY(lwq_cfg_parse_dsa(x, o, c));
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
     if (f->single)
@@ -612,7 +400,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         return lwq_errf(e, LWQ_EFORMAT, "%s: not valid JSON (error near byte %zu)", path, at);
     }
     int rc;
-    ctx x = {path, "", e};
+    lwq_cfg_ctx x = {path, "", e};
     const cJSON *o = c->raw;
     c->text_len = strlen(json);
     if (!(c->text = malloc(c->text_len + 1))) {
@@ -624,7 +412,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: not a JSON object", path);
         goto fail;
     }
-    if ((rc = lwq_cfg_get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
+    if ((rc = lwq_cfg_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
         goto fail;
     if (!c->model_type[0]) {
         rc = lwq_errf(e, LWQ_EFORMAT, "%s: required key \"model_type\" is missing", path);
@@ -645,7 +433,7 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         snprintf(c->names.root, sizeof c->names.root, "%s", wr->root);
         snprintf(c->names.head, sizeof c->names.head, "%s", wr->head);
         c->passthrough = wr->passthrough;
-        if ((rc = lwq_cfg_get_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
+        if ((rc = lwq_cfg_str(&x, o, "model_type", "", c->model_type, sizeof c->model_type)) != 0)
             goto fail;
     }
     lwq_error sub = {0};
@@ -685,34 +473,6 @@ int lwq_config_load(const char *path, lwq_model_config *c, lwq_error *e)
     return rc;
 }
 
-int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
-{
-    if (c->num_experts <= 0 || layer < 0)
-        return 0;
-    switch (c->family ? c->family->moe : LWQ_MOE_NONE) {
-    case LWQ_MOE_ALL: return 1;
-    case LWQ_MOE_SPARSE_STEP:
-        for (int i = 0; i < c->n_mlp_only_layers; i++)
-            if (c->mlp_only_layers[i] == layer)
-                return 0;
-        return (layer + 1) % (c->decoder_sparse_step > 0 ? c->decoder_sparse_step : 1) == 0;
-    case LWQ_MOE_FIRST_K:
-        return layer >= c->first_k_dense_replace &&
-               layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
-    case LWQ_MOE_LAYER_TYPES:
-        return c->layer_moe && layer < c->num_hidden_layers && c->layer_moe[layer];
-    default: return 0;
-    }
-}
-
-int lwq_config_layer_has_mlp(const lwq_model_config *c, int layer)
-{
-    if (layer < 0 || layer >= c->num_hidden_layers || lwq_config_layer_is_moe(c, layer))
-        return 0;
-    /* a single-block layer (nemotron_h) holds its mixer or its MLP, not both */
-    return !(c->family && c->family->single) || lwq_config_layer_mixer(c, layer) == LWQ_MIXER_NONE;
-}
-
 int lwq_config_layer_has_indexer(const lwq_model_config *c, int layer)
 {
     return c->layer_indexer && layer >= 0 && layer < c->num_hidden_layers && c->layer_indexer[layer];
@@ -737,11 +497,19 @@ lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)
     return c->family ? c->family->attn : LWQ_MIXER_NONE;
 }
 
-/* canon = "model.embed_tokens" / "model.norm" + "" or ".rest": the rest, else NULL */
+/* name = module + "" or ".rest": the rest, else NULL */
 static const char *under(const char *name, const char *module)
 {
     size_t k = strlen(module);
     return strncmp(name, module, k) || (name[k] && name[k] != '.') ? NULL : name + k;
+}
+
+int lwq_config_layer_has_mlp(const lwq_model_config *c, int layer)
+{
+    if (layer < 0 || layer >= c->num_hidden_layers || lwq_config_layer_is_moe(c, layer))
+        return 0;
+    /* a single-block layer (nemotron_h) holds its mixer or its MLP, not both */
+    return !(c->family && c->family->single) || lwq_config_layer_mixer(c, layer) == LWQ_MIXER_NONE;
 }
 
 size_t lwq_names_full(const lwq_names *n, const char *canon, char *out, size_t cap)

@@ -80,6 +80,10 @@ typedef struct lwq_model_config {
     int64_t rope_original_max_position;
     double rope_beta_fast, rope_beta_slow, rope_mscale, rope_mscale_all_dim; /* yarn */
     double partial_rotary_factor; /* 1.0 when absent */
+    /* The Llama-4 query scale (family->llama4_qscale): q times 1 + llama4_beta * ln(1 +
+     * floor(pos / llama4_orig_max)) */
+    double llama4_beta;
+    int64_t llama4_orig_max;
 
     /* MoE (0 experts = dense) */
     int num_experts;

@@ -1,5 +1,4 @@
-/* layout/config_keys.c — the typed config.json key readers (layout/config_internal.h): JSON null
- * counts as absent; every error names config.json, the section and the key. */
+/* layout/config_keys.c — typed access to config.json keys (contract in config_internal.h). */
 #include "layout/config_internal.h"
 
 #include <cjson/cJSON.h>
@@ -7,18 +6,14 @@
 #include <stdio.h>
 #include <string.h>
 
-typedef lwq_cfg_ctx ctx;
-
 const cJSON *lwq_cfg_get(const cJSON *o, const char *key)
 {
     const cJSON *v = o ? cJSON_GetObjectItemCaseSensitive(o, key) : NULL;
     return (v && !cJSON_IsNull(v)) ? v : NULL;
 }
 
-
-/* An integer key in [lo, hi]; `req` makes absence an error, else *out = def. */
-int lwq_cfg_get_int(const ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo,
-                   int64_t hi, int64_t *out)
+int lwq_cfg_int(const lwq_cfg_ctx *x, const cJSON *o, const char *key, int req, int64_t def, int64_t lo,
+                int64_t hi, int64_t *out)
 {
     const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
@@ -39,17 +34,17 @@ int lwq_cfg_get_int(const ctx *x, const cJSON *o, const char *key, int req, int6
     return 0;
 }
 
-int lwq_cfg_get_i32(const ctx *x, const cJSON *o, const char *key, int req, int def, int lo, int hi,
-                   int *out)
+int lwq_cfg_i32(const lwq_cfg_ctx *x, const cJSON *o, const char *key, int req, int def, int lo, int hi,
+                int *out)
 {
     int64_t v;
-    int rc = lwq_cfg_get_int(x, o, key, req, def, lo, hi, &v);
+    int rc = lwq_cfg_int(x, o, key, req, def, lo, hi, &v);
     if (rc == 0)
         *out = (int)v;
     return rc;
 }
 
-int lwq_cfg_get_num(const ctx *x, const cJSON *o, const char *key, double def, double *out)
+int lwq_cfg_num(const lwq_cfg_ctx *x, const cJSON *o, const char *key, double def, double *out)
 {
     const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
@@ -63,7 +58,7 @@ int lwq_cfg_get_num(const ctx *x, const cJSON *o, const char *key, double def, d
     return 0;
 }
 
-int lwq_cfg_get_bool(const ctx *x, const cJSON *o, const char *key, int def, int *out)
+int lwq_cfg_bool(const lwq_cfg_ctx *x, const cJSON *o, const char *key, int def, int *out)
 {
     const cJSON *v = lwq_cfg_get(o, key);
     if (!v) {
@@ -77,8 +72,8 @@ int lwq_cfg_get_bool(const ctx *x, const cJSON *o, const char *key, int def, int
     return 0;
 }
 
-int lwq_cfg_get_str(const ctx *x, const cJSON *o, const char *key, const char *def, char *out,
-                   size_t cap)
+int lwq_cfg_str(const lwq_cfg_ctx *x, const cJSON *o, const char *key, const char *def, char *out,
+                size_t cap)
 {
     const cJSON *v = lwq_cfg_get(o, key);
     const char *s = def;
@@ -93,4 +88,3 @@ int lwq_cfg_get_str(const ctx *x, const cJSON *o, const char *key, const char *d
     snprintf(out, cap, "%s", s);
     return 0;
 }
-

@@ -55,7 +55,7 @@ int lwq_cfg_nemotron_layers(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_conf
         n = 4;
     }
     int64_t declared;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "num_hidden_layers", 0, n, 1, LWQ_MAX_LAYERS, &declared));
+    LWQ_TRY(lwq_cfg_int(x, o, "num_hidden_layers", 0, n, 1, LWQ_MAX_LAYERS, &declared));
     if (declared != n) /* transformers warns and takes the list; two answers are refused here */
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: model_type '%s': \"%snum_hidden_layers\" = %lld, but \"%s%s\" "
                         "lists %d layers", x->path, c->model_type, x->section, (long long)declared, x->section,
@@ -105,7 +105,7 @@ static int want_false(const lwq_cfg_ctx *x, const cJSON *o, const lwq_model_conf
                       const char *why)
 {
     int v = 0;
-    LWQ_TRY(lwq_cfg_get_bool(x, o, key, 0, &v));
+    LWQ_TRY(lwq_cfg_bool(x, o, key, 0, &v));
     if (v)
         return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: model_type '%s': \"%s%s\" = true is not supported (%s)",
                         x->path, c->model_type, x->section, key, why);
@@ -116,7 +116,7 @@ static int want_str(const lwq_cfg_ctx *x, const cJSON *o, const lwq_model_config
                     const char *want, int layer, const char *what)
 {
     char v[32];
-    LWQ_TRY(lwq_cfg_get_str(x, o, key, want, v, sizeof v));
+    LWQ_TRY(lwq_cfg_str(x, o, key, want, v, sizeof v));
     if (layer >= 0 && strcmp(v, want))
         return lwq_errf(x->e, LWQ_EUNSUPPORTED, "%s: model_type '%s': \"%s%s\" = \"%s\" (layer %d's %s) is not "
                         "supported (%s only)", x->path, c->model_type, x->section, key, v, layer, what, want);
@@ -138,15 +138,15 @@ int lwq_cfg_nemotron_keys(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config
     LWQ_TRY(want_str(x, o, c, "mlp_hidden_act", "relu2", lmlp >= 0 ? lmlp : le, lmlp >= 0 ? "MLP" : "MoE"));
     LWQ_TRY(want_str(x, o, c, "mamba_hidden_act", "silu", lm, "Mamba2 conv1d"));
 
-    LWQ_TRY(lwq_cfg_get_i32(x, o, "mamba_num_heads", 0, 128, 1, 1 << 16, &c->mamba_num_heads));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "mamba_head_dim", 0, 64, 1, 1 << 16, &c->mamba_head_dim));
-    LWQ_TRY(lwq_cfg_get_int(x, o, "ssm_state_size", 0, 128, 1, 1 << 16, &c->ssm_state_size));
+    LWQ_TRY(lwq_cfg_i32(x, o, "mamba_num_heads", 0, 128, 1, 1 << 16, &c->mamba_num_heads));
+    LWQ_TRY(lwq_cfg_int(x, o, "mamba_head_dim", 0, 64, 1, 1 << 16, &c->mamba_head_dim));
+    LWQ_TRY(lwq_cfg_int(x, o, "ssm_state_size", 0, 128, 1, 1 << 16, &c->ssm_state_size));
     const char *kg = spelled(o, "n_groups", "mamba_n_groups"), *kk = spelled(o, "conv_kernel", "mamba_d_conv"),
                *kt = spelled(o, "time_step_min", "mamba_dt_min"), *kb = spelled(o, "use_conv_bias", "mamba_conv_bias");
-    LWQ_TRY(lwq_cfg_get_i32(x, o, kg, 0, 8, 1, 1 << 16, &c->mamba_n_groups));
-    LWQ_TRY(lwq_cfg_get_i32(x, o, kk, 0, 4, 1, 64, &c->mamba_conv_kernel));
-    LWQ_TRY(lwq_cfg_get_num(x, o, kt, 0.001, &c->time_step_min));
-    LWQ_TRY(lwq_cfg_get_bool(x, o, kb, 1, &c->mamba_conv_bias));
+    LWQ_TRY(lwq_cfg_i32(x, o, kg, 0, 8, 1, 1 << 16, &c->mamba_n_groups));
+    LWQ_TRY(lwq_cfg_i32(x, o, kk, 0, 4, 1, 64, &c->mamba_conv_kernel));
+    LWQ_TRY(lwq_cfg_num(x, o, kt, 0.001, &c->time_step_min));
+    LWQ_TRY(lwq_cfg_bool(x, o, kb, 1, &c->mamba_conv_bias));
     if (lm >= 0 && c->mamba_num_heads % c->mamba_n_groups)
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: model_type '%s': \"%s%s\" = %d does not divide \"%smamba_num_heads\" "
                         "= %d (layer %d is Mamba2: each group's B and C serve a whole number of heads)", x->path,
@@ -164,9 +164,9 @@ int lwq_cfg_nemotron_keys(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config
                         x->path, c->model_type, x->section, kt, c->time_step_min, lm);
 
     int64_t v;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "moe_shared_expert_intermediate_size", le >= 0, 0, 1, bigdim, &v));
+    LWQ_TRY(lwq_cfg_int(x, o, "moe_shared_expert_intermediate_size", le >= 0, 0, 1, bigdim, &v));
     c->shared_expert_intermediate_size = v;
-    LWQ_TRY(lwq_cfg_get_int(x, o, "moe_latent_size", 0, 0, 1, bigdim, &c->moe_latent_size));
+    LWQ_TRY(lwq_cfg_int(x, o, "moe_latent_size", 0, 0, 1, bigdim, &c->moe_latent_size));
     if (le >= 0)
         c->n_shared_experts = 1; /* NemotronHMoE always builds its one shared MLP */
     /* the attention: heads and head_dim were read as for every GQA row; a layer list without

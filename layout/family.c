@@ -61,6 +61,15 @@ static const lwq_family families[] = {
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
      .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-5, .partial_rotary = 1.0},
+    /* Mistral-Small-4 (Mistral4ForCausalLM): DeepSeek-V3's MLA (interleaved yarn RoPE on the
+     * rope part, given by partial_rotary_factor) with the plain qk_head_dim^-0.5 softmax scale and
+     * the Llama-4 query scale, a softmax router with DeepSeek groups in the activation dtype,
+     * shared experts after first_k_dense_replace dense layers; transformers writes its routed
+     * experts fused 3-D (layout/ckpt_fused.c splits them) */
+    {.model_type = "mistral4", .name = "mistral4", .attn = LWQ_MIXER_MLA, .rope_partial = 1,
+     .mla_plain_scale = 1, .llama4_qscale = 1, .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK,
+     .router = LWQ_ROUTER_SOFTMAX_GROUPED, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1,
+     .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
     /* Nemotron-H / Nemotron-3 Nano, Super, Ultra (NemotronHForCausalLM): one block per layer from
      * layers_block_type (or hybrid_override_pattern): Mamba2, GQA attention without RoPE, a ReLU^2
      * MLP, or a MoE with DeepSeek-V3 routing (-inf group fill), non-gated ReLU^2 experts in an
@@ -103,7 +112,7 @@ const char *lwq_supported_model_types(void)
 {
     /* every row's model_type in table order (tests/layout/test_family.c checks it) */
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
+           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
            "text_config)";
 }
 

@@ -64,6 +64,11 @@ typedef enum lwq_router_kind {
     LWQ_ROUTER_SIGMOID_BIAS, /* MiniMax-M2: logits in the activation dtype, sigmoid, top-k of
                                 sigmoid + <moe>.e_score_correction_bias without groups, the chosen
                                 sigmoids / their sum; no routed_scaling_factor */
+    LWQ_ROUTER_SOFTMAX_GROUPED, /* Mistral-Small-4: logits in the activation dtype, softmax over all
+                                   experts, DeepSeek groups (sum of each group's two best, 0.0 outside
+                                   the topk_group chosen), top-k, the chosen scores / (sum + 1e-20)
+                                   when norm_topk_prob, times routed_scaling_factor; every step
+                                   rounded to the activation dtype; no correction bias */
 } lwq_router_kind;
 
 /* How the routed experts' tensors are named. */
@@ -120,7 +125,15 @@ typedef struct lwq_family {
                                "full" layers of indexer_types (glm_moe_dsa).  Computed dense: exact
                                while a sequence is at most index_topk long (longer ones refused) */
     int rope_partial;       /* the GQA block rotates head_dim * partial_rotary_factor dims
-                               (rotate-half over that slice, the rest passes; glm4_moe) */
+                               (rotate-half over that slice, the rest passes; glm4_moe); on an MLA
+                               row: rope_parameters.partial_rotary_factor names the rope part of
+                               the q/k head (int(head_dim * factor) must be qk_rope_head_dim;
+                               qk_rope_head_dim / head_dim when absent: mistral4) */
+    int mla_plain_scale;    /* MLA softmax scale qk_head_dim^-0.5 without DeepSeek's yarn
+                               mscale(mscale_all_dim)^2 (mistral4) */
+    int llama4_qscale;      /* the whole query times 1 + llama_4_scaling_beta * ln(1 + floor(pos /
+                               original_max_position_embeddings)) after RoPE, both keys from
+                               rope_parameters (mistral4); "rope_interleave" is read (false refused) */
     int mlp_bias;           /* "mlp_bias" adds gate/up/down biases */
     int single;             /* every decoder layer is h += block(norm(h)) with ONE block, under
                                layers.L.mixer: the layer's mixer (Mamba2 / attention), or an MLP

@@ -23,8 +23,8 @@
  * (the same attention, an MLP of 6144).
  *
  * usage: bench_forward [threads] [iterations] [modes] [cuda]   (defaults: all cores, 3, 2; modes 1
- * runs only the routed MoE and the dense layer; modes 0 only the routed MoE layer on the automatic
- * path, without peaks or single GEMMs: for perf record) */
+ * runs only the routed MoE and the dense layer; modes 0 only the routed MoE layer, modes 3 only the
+ * dense layer, on the automatic path, without peaks or single GEMMs: for perf record) */
 #include <cblas.h>
 #include <immintrin.h>
 #include <math.h>
@@ -438,8 +438,8 @@ int main(int argc, char **argv)
     int iters = argc > 2 ? atoi(argv[2]) : 3;
     int modes = argc > 3 ? atoi(argv[3]) : 2;
     int cuda = argc > 4 && !strcmp(argv[4], "cuda");
-    if (iters < 1 || modes < 0 || modes > 2) {
-        fprintf(stderr, "usage: bench_forward [threads] [iterations >= 1] [modes 0|1|2]\n");
+    if (iters < 1 || modes < 0 || modes > 3) {
+        fprintf(stderr, "usage: bench_forward [threads] [iterations >= 1] [modes 0|1|2|3]\n");
         return 2;
     }
     lwq_error e = {0};
@@ -453,13 +453,13 @@ int main(int argc, char **argv)
     __builtin_cpu_init();
     double pk_fma = 0, pk_dp = 0, pk_amx = 0;
     const int has_dp = __builtin_cpu_supports("avx512bf16"), has_amx = lwq_gemm_amx_usable();
-    for (int r = 0; r < 3 && modes > 0; r++) {
+    for (int r = 0; r < 3 && modes > 0 && modes < 3; r++) {
         double f = peak_fma(), d = has_dp ? peak_dpbf16() : 0, a = has_amx ? peak_amx() : 0;
         pk_fma = f > pk_fma ? f : pk_fma;
         pk_dp = d > pk_dp ? d : pk_dp;
         pk_amx = a > pk_amx ? a : pk_amx;
     }
-    if (modes > 0)
+    if (modes > 0 && modes < 3)
         printf("peak per CPU-second (1 thread): FP32 FMA %.1f GFLOP, AVX512-BF16 vdpbf16ps %.1f "
                "GFLOP%s, AMX-BF16 %.1f GFLOP%s\n", pk_fma, pk_dp, has_dp ? "" : " (absent)", pk_amx,
                has_amx ? "" : " (absent)");
@@ -472,12 +472,12 @@ int main(int argc, char **argv)
         B[i] = frand();
     }
     double peak_wall = 0, peak_cpu = 0;
-    if (modes > 0)
+    if (modes > 0 && modes < 3)
         sgemm_peak(A, B, C, N, threads, &peak_wall, &peak_cpu);
 
     const char *paths[2] = {"avx512", "amx"};
     const double *pk[2] = {&pk_fma, &pk_amx};
-    const int npath = modes == 0 ? 0 : has_amx ? 2 : 1;
+    const int npath = modes == 0 || modes == 3 ? 0 : has_amx ? 2 : 1;
     struct { const char *what; int64_t n, in, out; } shapes[] = {
         {"q_proj     512x2048 -> 4096", 512, 2048, 4096},
         {"expert up   64x2048 -> 768", 64, 2048, 768},
@@ -562,12 +562,13 @@ int main(int argc, char **argv)
     stamp layer_t[2][3];
     amax_obs ao = {&be, 0, 0};
     lwq_observer obs = {&ao, obs_linear, NULL, NULL, 1, NULL};
-    if (modes == 0) { /* profiling: the routed MoE layer on the automatic path only */
+    if (modes == 0 || modes == 3) { /* profiling: one layer (0 routed MoE, 3 dense), automatic path */
         stamp t;
-        if (time_layer(&mcfg, &be, &wts, h0, T, NULL, iters, &t))
+        const int l = modes == 3 ? 2 : 0;
+        if (time_layer(l ? &dcfg : &mcfg, &be, l ? &dwts : &wts, h0, T, NULL, iters, &t))
             return 1;
-        printf("qwen3_moe layer routed, %s: %.3f s wall, %.3f CPU-s, %.1f GFLOP/s\n",
-               lwq_backend_cpu_kernels(), t.wall, t.cpu, layer_f[0] / t.wall);
+        printf("%s layer, %s: %.3f s wall, %.3f CPU-s, %.1f GFLOP/s\n", lname[l],
+               lwq_backend_cpu_kernels(), t.wall, t.cpu, layer_f[l] / t.wall);
         return 0;
     }
     for (int pth = 0; pth < npath; pth++) {

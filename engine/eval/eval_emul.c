@@ -147,7 +147,7 @@ lwq_emul_linear *lwq_emul_find_weight(lwq_emul *em, const char *name)
 #define OPS(c) (((lwq_emul *)(c))->inner.ops)
 
 /* Every op of lwq_backend_ops must be forwarded below; a new op changes the struct's size. */
-_Static_assert(sizeof(lwq_backend_ops) == 24 * sizeof(void *), "a new backend op needs a forwarder in eval_emul.c");
+_Static_assert(sizeof(lwq_backend_ops) == 25 * sizeof(void *), "a new backend op needs a forwarder in eval_emul.c");
 
 static void w_destroy(void *c) { (void)c; }
 static int w_alloc(void *c, size_t b, void **o, lwq_error *e) { return OPS(c)->alloc(CTX(c), b, o, e); }
@@ -434,6 +434,9 @@ void lwq_emul_init(lwq_emul *em, const lwq_backend *inner)
         .host_unregister = inner->ops->host_unregister ? w_host_unregister : NULL,
         .pci_bus_id = inner->ops->pci_bus_id ? w_pci_bus_id : NULL,
         .copy = w_copy,
+        /* no grouped GEMM: lwq_backend_gemm_grouped then calls w_gemm per group, so every
+         * product is emulated (and memoised) like a single one */
+        .gemm_grouped = NULL,
     };
     em->ops = t;
     em->be.ops = &em->ops;

@@ -25,7 +25,7 @@ int lwq_fwd_is_mla(const lwq_model_config *c)
 const char *lwq_forward_supported(void)
 {
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text";
+           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text";
 }
 
 /* Rotary and geometry checks of the mixer kinds the model runs, before the common checks. */
@@ -33,7 +33,12 @@ static int check_mixer(const lwq_model_config *c, lwq_mixer_kind k, lwq_error *e
 {
     switch (k) {
     case LWQ_MIXER_GQA: return lwq_fwd_check_gqa_rotary(c, e);
-    case LWQ_MIXER_MLA: return lwq_fwd_check_full_rotary(c, e);
+    case LWQ_MIXER_MLA:
+        /* a rope_partial MLA row (mistral4) names its rope part with partial_rotary_factor; the
+         * config parser has checked that it is qk_rope_head_dim */
+        if (c->family->rope_partial && (int64_t)((double)c->head_dim * c->partial_rotary_factor) == c->qk_rope_head_dim)
+            return 0;
+        return lwq_fwd_check_full_rotary(c, e);
     case LWQ_MIXER_GATED_GQA:
     case LWQ_MIXER_GDN:
     case LWQ_MIXER_GDN_SPLIT: return lwq_fwd_qwen3next_check(c, e);
@@ -165,7 +170,8 @@ int lwq_model_init(lwq_model *m, const lwq_model_config *c, const lwq_backend *b
                         c->model_type, c->num_experts, c->num_experts_per_tok);
     if (mla)
         LWQ_TRY(lwq_fwd_mla_check(c, e));
-    if (f->router == LWQ_ROUTER_DEEPSEEK_V2 || f->router == LWQ_ROUTER_DEEPSEEK_V3)
+    if (f->router == LWQ_ROUTER_DEEPSEEK_V2 || f->router == LWQ_ROUTER_DEEPSEEK_V3 ||
+        f->router == LWQ_ROUTER_SOFTMAX_GROUPED)
         LWQ_TRY(lwq_fwd_deepseek_routing_check(c, e));
     m->cfg = c;
     m->be = be;

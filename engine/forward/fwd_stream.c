@@ -19,7 +19,8 @@ int lwq_fwd_stream_supported(const lwq_model *m, int layer, lwq_error *e)
     /* every routed-expert block the family table has streams; the check stays for a block added
      * later without a streamed form */
     if (c->family->router != LWQ_ROUTER_SOFTMAX && c->family->router != LWQ_ROUTER_DEEPSEEK_V2 &&
-        c->family->router != LWQ_ROUTER_DEEPSEEK_V3 && c->family->router != LWQ_ROUTER_SIGMOID_BIAS)
+        c->family->router != LWQ_ROUTER_DEEPSEEK_V3 && c->family->router != LWQ_ROUTER_SIGMOID_BIAS &&
+        c->family->router != LWQ_ROUTER_SOFTMAX_GROUPED)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming is implemented for qwen3_moe, mixtral, qwen3_next, "
                         "deepseek_v2, deepseek_v3 and kimi_k2, not for %s: run without --expert-group, with a "
                         "budget that holds a whole layer", c->model_type);

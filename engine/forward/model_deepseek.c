@@ -23,6 +23,12 @@
  * quantizers see in transformers' attention and export as self_attn.k_proj.k_scale / v_proj.v_scale
  * (an MLA cache holds the latent, but this is what Model Optimizer writes; perf/RESULTS.md).
  *
+ * Mistral-Small-4 (mistral4; the row's mla_plain_scale, llama4_qscale): the softmax scale is the
+ *   plain qk_head_dim^-0.5 (yarn enters through the cos/sin tables only), and after RoPE the
+ *   whole query row is multiplied by 1 + llama_4_scaling_beta * ln(1 + floor(pos /
+ *   original_max_position_embeddings)), computed in f32 as torch does and rounded to the act
+ *   dtype, then the product rounded (llama4_query_scale).
+ *
  * MoE (layers >= first_k_dense_replace, every moe_layer_freq):
  *   logits = x Wgate^T in f32 (transformers casts both to float32)
  *   V2: softmax, top-k ("greedy", or "group_limited_greedy": the topk_group groups with the
@@ -36,6 +42,11 @@
  *       transformers 5 has it: family->group_mask_inf); top-k of c; weights
  *       are the unbiased s of the chosen experts, / (sum + 1e-20) when norm_topk_prob, times
  *       routed_scaling_factor.
+ *   Mistral-4 (LWQ_ROUTER_SOFTMAX_GROUPED): logits x Wgate^T in the act dtype, softmax over all
+ *       experts rounded to the act dtype, V3's groups on those scores (sum of the two best,
+ *       rounded) with 0.0 outside the chosen ones, top-k, weights the chosen scores / (their
+ *       rounded sum + 1e-20, rounded) when norm_topk_prob, times routed_scaling_factor, each step
+ *       rounded to the act dtype as transformers runs the router in the model's dtype.
  *   Weights stay f32; each weight x expert-output product and each partial sum is rounded to the
  *   act dtype, in expert order (transformers 5's experts loop for both; transformers 4's V3
  *   accumulated in f32 instead, which differs only in BF16 rounding).
@@ -87,7 +98,8 @@ int lwq_fwd_deepseek_routing_check(const lwq_model_config *c, lwq_error *e)
                             c->topk_method);
         /* every token must be able to find k experts inside its chosen groups */
         if ((int64_t)tg * (c->num_experts / ng) < c->num_experts_per_tok &&
-            (c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || !strcmp(c->topk_method, "group_limited_greedy")))
+            (c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || c->family->router == LWQ_ROUTER_SOFTMAX_GROUPED ||
+             !strcmp(c->topk_method, "group_limited_greedy")))
             return lwq_errf(e, LWQ_EINVAL, "config (%s): topk_group %d groups of %d experts hold "
                             "fewer than num_experts_per_tok %d", c->model_type, tg,
                             c->num_experts / ng, c->num_experts_per_tok);
@@ -215,7 +227,7 @@ int lwq_fwd_mla_inv_freq(const lwq_model_config *c, float *inv, float *attn_scal
 static float mla_softmax_scale(const lwq_model_config *c)
 {
     double s = 1.0 / sqrt((double)(c->qk_nope_head_dim + c->qk_rope_head_dim));
-    if (c->rope_type == LWQ_ROPE_YARN && c->rope_mscale_all_dim != 0.0) {
+    if (c->rope_type == LWQ_ROPE_YARN && c->rope_mscale_all_dim != 0.0 && !c->family->mla_plain_scale) {
         double ms = yarn_mscale(yarn_factor(c), c->rope_mscale_all_dim);
         s = s * ms * ms;
     }
@@ -236,6 +248,51 @@ static int deinterleave(const lwq_backend *be, const lwq_tensor *src, int64_t ld
         LWQ_TRY(lwq_backend_copy(be, &s, &d, e));
     }
     return 0;
+}
+
+/* Mistral-4's Llama-4 query scale: out = q * round(1 + beta * ln(1 + floor(pos /
+ * original_max_position_embeddings))) per row, each factor computed in f32 as torch computes it
+ * (pos / orig in f32, floor, log, times f32(beta), plus 1), rounded to the act dtype, and the
+ * product rounded once (transformers multiplies query_states by the factor cast to its dtype).
+ * lwq_backend_moe_combine with one slot per row is that product exactly: out[t] = round(w[t] *
+ * q[t]), its accumulator starting at 0.  Returns 1 with *out filled, 0 when every factor is 1
+ * (positions below original_max_position_embeddings: q * 1 is q), or a negative error. */
+static int llama4_query_scale(lwq_model *m, const lwq_batch *b, const lwq_tensor *q, lwq_tensor *out,
+                              lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = q->shape[0];
+    int32_t *pos = malloc(((size_t)n + 1) * sizeof *pos), *slot = malloc(((size_t)n + 1) * sizeof *slot);
+    float *f = malloc(((size_t)n + 1) * sizeof *f);
+    int rc = 0, any = 0;
+    if (!pos || !slot || !f) {
+        rc = lwq_errf(e, LWQ_ENOMEM, "no memory for the query scale of %" PRId64 " rows", n);
+        goto out;
+    }
+    if ((rc = lwq_backend_download(m->be, pos, b->pos.data, (size_t)n * sizeof *pos, e)) < 0)
+        goto out;
+    const float beta = (float)c->llama4_beta, orig = (float)c->llama4_orig_max;
+    for (int64_t t = 0; t < n; t++) {
+        float v = 1.0f + beta * logf(1.0f + floorf((float)pos[t] / orig));
+        f[t] = lwq_round_to(v, m->act);
+        slot[t] = (int32_t)t;
+        any |= f[t] != 1.0f;
+    }
+    if (!any)
+        goto out;
+    lwq_tensor ts, tw;
+    if ((rc = lwq_fwd_tensor(m, LWQ_I32, n, 1, &ts, e)) < 0 || (rc = lwq_fwd_tensor(m, LWQ_F32, n, 1, &tw, e)) < 0 ||
+        (rc = lwq_fwd_tensor(m, m->act, n, q->shape[1], out, e)) < 0 ||
+        (rc = lwq_backend_upload(m->be, ts.data, slot, (size_t)n * sizeof *slot, e)) < 0 ||
+        (rc = lwq_backend_upload(m->be, tw.data, f, (size_t)n * sizeof *f, e)) < 0 ||
+        (rc = lwq_backend_moe_combine(m->be, q, &ts, &tw, out, e)) < 0)
+        goto out;
+    rc = 1;
+out:
+    free(pos);
+    free(slot);
+    free(f);
+    return rc;
 }
 
 int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
@@ -364,7 +421,11 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
 
     if (obs && obs->kv)
         LWQ_TRY(obs->kv(obs->ctx, layer, &kf, &vf, &b->valid, e));
-    lwq_attn_args aa = {&qf, &kf, &vf, &af, &b->valid, b->batch, b->seq, (int)H, (int)H, hd,
+    lwq_tensor qs;
+    int scaled = 0;
+    if (c->family->llama4_qscale && (scaled = llama4_query_scale(m, b, &qf, &qs, e)) < 0)
+        return scaled;
+    lwq_attn_args aa = {scaled ? &qs : &qf, &kf, &vf, &af, &b->valid, b->batch, b->seq, (int)H, (int)H, hd,
                         mla_softmax_scale(c)};
     LWQ_TRY(lwq_backend_attention(be, &aa, e));
     s = lwq_fwd_sview(&af, 0, 3, n, H, vd, H * hd, hd, 1);
@@ -400,7 +461,8 @@ static void topk(const float *v, int n, int k, int *out)
 
 /* Keep only the experts of the topk_group groups with the best group score (`fill` elsewhere:
  * 0.0, or -inf where the row says so). */
-static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill, float *gscore, int *gsel)
+static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill, lwq_dtype dt, float *gscore,
+                        int *gsel)
 {
     const int gs = E / ng;
     for (int g = 0; g < ng; g++) {
@@ -408,7 +470,7 @@ static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill
         if (v3) { /* sum of the two best */
             int t2[2] = {-1, -1};
             topk(cg, gs, gs < 2 ? gs : 2, t2);
-            gscore[g] = (t2[0] >= 0 ? cg[t2[0]] : NAN) + (gs > 1 && t2[1] >= 0 ? cg[t2[1]] : 0.0f);
+            gscore[g] = lwq_round_to((t2[0] >= 0 ? cg[t2[0]] : NAN) + (gs > 1 && t2[1] >= 0 ? cg[t2[1]] : 0.0f), dt);
         } else { /* V2 group_limited_greedy: the best */
             int t1 = -1;
             topk(cg, gs, 1, &t1);
@@ -433,6 +495,7 @@ typedef struct route_job {
     int32_t *idx;
     float *wts;
     int64_t *bad; /* per thread: first token with NaN scores, -1; -2 out of memory */
+    lwq_dtype act;
 } route_job;
 
 static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
@@ -441,8 +504,10 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     const lwq_model_config *c = j->c;
     const int E = c->num_experts, K = c->num_experts_per_tok;
     const int sb = c->family->router == LWQ_ROUTER_SIGMOID_BIAS;
+    const int sg = c->family->router == LWQ_ROUTER_SOFTMAX_GROUPED;
     const int v3 = c->family->router == LWQ_ROUTER_DEEPSEEK_V3 || sb; /* sigmoid + bias scoring */
-    const int grouped = !sb && (v3 || !strcmp(c->topk_method, "group_limited_greedy"));
+    const int grouped = !sb && (v3 || sg || !strcmp(c->topk_method, "group_limited_greedy"));
+    const lwq_dtype rd = sg ? j->act : LWQ_F32; /* Mistral-4 rounds every step to the act dtype */
     const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
     float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
     int *gsel = malloc((size_t)ng * sizeof(int)), sel[64];
@@ -478,7 +543,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
                 sum += score[i];
             }
             for (int i = 0; i < E; i++) {
-                score[i] /= sum;
+                score[i] = lwq_round_to(score[i] / sum, rd);
                 choice[i] = score[i];
             }
         }
@@ -488,7 +553,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         if (nan && j->bad[tid] == -1) /* group masking would hide a NaN behind 0.0 */
             j->bad[tid] = t;
         if (grouped && ng > 1)
-            mask_groups(choice, E, ng, tg, v3, c->family->group_mask_inf ? -INFINITY : 0.0f, gscore, gsel);
+            mask_groups(choice, E, ng, tg, v3 || sg, c->family->group_mask_inf ? -INFINITY : 0.0f, rd, gscore, gsel);
         topk(choice, E, K, sel);
         float wsum = 0.0f;
         for (int s = 0; s < K; s++) {
@@ -502,14 +567,15 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
             wsum += score[sel[s]];
         }
         if (c->norm_topk_prob) {
-            /* V3 adds 1e-20 to the denominator; V2 and MiniMax-M2 renormalise by the plain sum */
-            float den = v3 && !sb ? wsum + 1e-20f : wsum;
+            /* V3 and Mistral-4 add 1e-20 to the denominator; V2 and MiniMax-M2 renormalise by the
+             * plain sum */
+            float den = (v3 && !sb) || sg ? lwq_round_to(lwq_round_to(wsum, rd) + 1e-20f, rd) : wsum;
             for (int s = 0; s < K; s++)
-                wts[s] /= den;
+                wts[s] = lwq_round_to(wts[s] / den, rd);
         }
         if (!sb) /* MiniMax-M2 has no routed_scaling_factor */
             for (int s = 0; s < K; s++)
-                wts[s] *= (float)c->routed_scaling_factor;
+                wts[s] = lwq_round_to(wts[s] * (float)c->routed_scaling_factor, rd);
     }
     free(score);
     free(gsel);
@@ -519,7 +585,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
  * token's routing is independent, so the result does not depend on the split). */
 static int deepseek_route(const lwq_model_config *c, int layer, const float *logits,
                           const float *bias, const uint8_t *valid, int64_t n, int32_t *idx,
-                          float *wts, lwq_error *e)
+                          float *wts, lwq_dtype act, lwq_error *e)
 {
     int nt = lwq_parallel_threads();
     int64_t *bad = malloc((size_t)(nt > 0 ? nt : 1) * sizeof *bad);
@@ -527,7 +593,7 @@ static int deepseek_route(const lwq_model_config *c, int layer, const float *log
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for routing", layer);
     for (int i = 0; i < nt; i++)
         bad[i] = -1;
-    route_job j = {c, logits, bias, valid, idx, wts, bad};
+    route_job j = {c, logits, bias, valid, idx, wts, bad, act};
     lwq_parallel_for(n, 64, route_rows, &j);
     int64_t first = -1;
     int oom = 0;
@@ -570,7 +636,9 @@ int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const 
     snprintf(name, sizeof name, "%s.gate", prefix);
     LWQ_TRY(lwq_fwd_observe(obs, layer, name, x, &b->valid, e));
     LWQ_TRY(lwq_fwd_tensor(m, LWQ_F32, n, E, &logits, e));
-    if (sb) { /* transformers: F.linear in the weight's dtype, then .float() */
+    if (sb || c->family->router == LWQ_ROUTER_SOFTMAX_GROUPED) {
+        /* transformers: F.linear in the weight's dtype (then .float() for MiniMax-M2; Mistral-4's
+         * softmax reads the act-dtype logits, in f32 inside) */
         LWQ_TRY(lwq_fwd_tensor(m, m->act, n, E, &la, e));
         LWQ_TRY(lwq_backend_gemm(be, x, &wg, NULL, &la, e));
         LWQ_TRY(lwq_backend_copy(be, &la, &logits, e));
@@ -596,7 +664,7 @@ int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const 
         for (int i = 0; i < E; i++)
             bias[i] = lwq_load_f(braw, wb.dtype, (size_t)i);
     }
-    rc = deepseek_route(c, layer, hl, bias, b->valid_host, n, idx, wts, e);
+    rc = deepseek_route(c, layer, hl, bias, b->valid_host, n, idx, wts, m->act, e);
 out:
     free(hl);
     free(bias);

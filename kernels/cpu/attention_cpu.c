@@ -5,8 +5,12 @@
  * each score is one fixed-order dot product), scaling them, and folding each row's visible keys
  * (causal, not padding) into its running maximum / sum / output (online softmax, all f32; the
  * output is a chain of fused multiply-adds over the keys in order).  Keys a row cannot see are
- * skipped, not weighted by 0.  Memory per thread is ATT_QT x (ATT_KT + 2 head_dim) floats plus
- * the panel's accumulators, whatever the sequence length.  Items are ordered (sequence, head,
+ * skipped, not weighted by 0.  P V runs through the kernels' blocked pv (4 query rows at a time
+ * over the keys all of them see, the same fused chain per element as one axpy per key), the
+ * remaining keys of each row one axpy each.  Key and value tiles (and the query rows) are widened
+ * to f32 per tile, so no f32 copy of q, k, v is made.  Memory per thread is about
+ * ATT_QT x (ATT_KT + 2 head_dim) + 2 ATT_KT x head_dim floats plus the panel's accumulators,
+ * whatever the sequence length, kept from call to call (scratch_cpu.c).  Items are ordered (sequence, head,
  * tile) so the static split of core/parallel gives each thread a similar mix of short and long
  * causal rows.
  *
@@ -29,7 +33,6 @@
 typedef struct att_job {
     const lwq_attn_args *a;
     const lwq_cpu_kernels *kern;
-    const float *q, *k, *v;  /* f32 views (n, cols) */
     const uint8_t *valid;
     const int64_t *first;    /* per sequence: its first valid key (seq when none) */
     int64_t nqt;             /* query tiles per sequence (at most) */
@@ -38,12 +41,21 @@ typedef struct att_job {
     int64_t per_thread;
 } att_job;
 
+/* rows [r0, r0 + nr) of t's columns [c0, c0 + hd) as f32, rows hd apart (exact: a widening) */
+static void load_rows(const lwq_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t hd,
+                      float *dst)
+{
+    const int64_t ld = t->shape[1];
+    for (int64_t r = 0; r < nr; r++)
+        lwq_cpu_load_f32(t->data, t->dtype, (r0 + r) * ld + c0, hd, dst + r * hd);
+}
+
 static void att_items(void *ctx, int64_t b, int64_t e, int tid)
 {
     att_job *j = (att_job *)ctx;
     const lwq_attn_args *a = j->a;
     const int64_t hd = a->head_dim, T = a->seq, hdp = j->hdp;
-    const int64_t ldq = (int64_t)a->n_heads * hd, ldk = (int64_t)a->n_kv_heads * hd;
+    const int64_t ldq = (int64_t)a->n_heads * hd;
     const int group = a->n_heads / a->n_kv_heads;
     float *S = j->scratch + (int64_t)tid * j->per_thread;
     float *acc = S + ATT_QT * ATT_KT;
@@ -51,10 +63,13 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
     float *l = m + ATT_QT;
     float *qp = l + ATT_QT;             /* ATT_QT packed query rows */
     float *kt = qp + ATT_QT * hdp;      /* ATT_KT key tails, 32 floats each */
-    float *accbuf = kt + ATT_KT * 32;   /* the GEMM panel's accumulators */
+    float *kf = kt + ATT_KT * 32;       /* the key tile, f32, rows hd apart */
+    float *vf = kf + ATT_KT * hd;       /* the value tile, f32, rows hd apart */
+    int64_t *vis = (int64_t *)(vf + ATT_KT * hd); /* per query row: keys it sees in the tile */
+    float *accbuf = (float *)(vis + ATT_QT); /* the GEMM panel's accumulators */
     lwq_gemm_panel p;
     p.ldx = hdp;
-    p.ldw = ldk * (int64_t)sizeof(float);
+    p.ldw = hd * (int64_t)sizeof(float);
     p.wkind = 2;
     p.nfull = hd / 32;
     p.y = S;
@@ -73,10 +88,9 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         if (i0 >= T)
             continue;
         int64_t nq = T - i0 < ATT_QT ? T - i0 : ATT_QT;
-        const float *K = j->k + row0 * ldk + g * hd;
-        const float *V = j->v + row0 * ldk + g * hd;
+        load_rows(a->q, row0 + i0, nq, h * hd, hd, kf); /* the query rows, through kf */
         for (int64_t r = 0; r < nq; r++) {
-            lwq_gemm_pack_row(j->q + (row0 + i0 + r) * ldq + h * hd, hd, qp + r * hdp);
+            lwq_gemm_pack_row(kf + r * hd, hd, qp + r * hdp);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
@@ -85,13 +99,18 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         p.nr = nq;
         for (int64_t j0 = base; j0 < i0 + nq; j0 += ATT_KT) {
             int64_t nk = i0 + nq - j0 < ATT_KT ? i0 + nq - j0 : ATT_KT;
+            load_rows(a->k, row0 + j0, nk, g * hd, hd, kf);
+            load_rows(a->v, row0 + j0, nk, g * hd, hd, vf);
+            int all_valid = 1;
+            for (int64_t c = 0; j->valid && c < nk; c++)
+                all_valid &= j->valid[row0 + j0 + c] != 0;
             /* S = Q K^T for the tile (each score is the fixed dot product of gemm_isa.h) */
-            p.w = (const char *)(K + j0 * ldk);
+            p.w = (const char *)kf;
             p.wt = NULL;
             if (hd % 32) {
                 memset(kt, 0, (size_t)(nk * 32) * sizeof(float));
                 for (int64_t c = 0; c < nk; c++)
-                    memcpy(kt + c * 32, K + (j0 + c) * ldk + p.nfull * 32,
+                    memcpy(kt + c * 32, kf + c * hd + p.nfull * 32,
                            (size_t)(hd % 32) * sizeof(float));
                 p.wt = (const char *)kt;
             }
@@ -102,9 +121,9 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
                 /* keys this row sees: causal (<= its position) and not padding; the others are
                  * skipped, not weighted by 0, so a row depends on its visible keys alone */
                 float *sr = S + r * nk;
-                int64_t vis = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk;
+                vis[r] = i0 + r - j0 + 1 < nk ? i0 + r - j0 + 1 : nk;
                 float mt = -INFINITY;
-                for (int64_t c = 0; c < vis; c++) {
+                for (int64_t c = 0; c < vis[r]; c++) {
                     if (j->valid && !j->valid[row0 + j0 + c]) {
                         sr[c] = -INFINITY;
                         continue;
@@ -113,12 +132,14 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
                     if (sr[c] > mt)
                         mt = sr[c];
                 }
-                if (mt == -INFINITY)
+                if (mt == -INFINITY) {
+                    vis[r] = 0; /* no visible key here: the row's output is not touched */
                     continue;
+                }
                 float mn = mt > m[r] ? mt : m[r];
                 float corr = expf(m[r] - mn); /* 0 when m[r] is -inf */
                 float sum = 0.0f;
-                for (int64_t c = 0; c < vis; c++) {
+                for (int64_t c = 0; c < vis[r]; c++) {
                     float pc = sr[c] == -INFINITY ? 0.0f : expf(sr[c] - mn);
                     sr[c] = pc;
                     sum += pc;
@@ -129,9 +150,21 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
                 if (corr != 1.0f)
                     for (int64_t d = 0; d < hd; d++)
                         ar[d] *= corr;
-                for (int64_t c = 0; c < vis; c++)
-                    if (!j->valid || j->valid[row0 + j0 + c])
-                        j->kern->axpy(sr[c], V + (j0 + c) * ldk, ar, hd);
+            }
+            /* acc += P V.  Per output element one fused chain over the row's visible keys in
+             * order; keys every row of a block of 4 sees go through the blocked kernel (the same
+             * chain, bit for bit), the rest of each row key by key. */
+            for (int64_t r0 = 0; r0 < nq; r0 += 4) {
+                const int64_t nr = nq - r0 < 4 ? nq - r0 : 4;
+                int64_t common = all_valid ? vis[r0] : 0;
+                for (int64_t r = r0; r < r0 + nr; r++)
+                    common = vis[r] < common ? vis[r] : common;
+                if (common > 0)
+                    j->kern->pv(S + r0 * nk, nk, vf, hd, acc + r0 * hd, hd, nr, common, hd);
+                for (int64_t r = r0; r < r0 + nr; r++)
+                    for (int64_t c = common; c < vis[r]; c++)
+                        if (!j->valid || j->valid[row0 + j0 + c])
+                            j->kern->axpy(S[r * nk + c], vf + c * hd, acc + r * hd, hd);
             }
         }
         for (int64_t r = 0; r < nq; r++) {
@@ -144,33 +177,6 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
     }
 }
 
-typedef struct att_conv {
-    const lwq_tensor *t;
-    float *f;
-} att_conv;
-
-static void conv_rows(void *ctx, int64_t b, int64_t e, int tid)
-{
-    (void)tid;
-    att_conv *c = (att_conv *)ctx;
-    int64_t cols = c->t->shape[1];
-    lwq_cpu_load_f32(c->t->data, c->t->dtype, b * cols, (e - b) * cols, c->f + b * cols);
-}
-
-static const float *as_f32(const lwq_tensor *t, float **owned)
-{
-    *owned = NULL;
-    if (t->dtype == LWQ_F32)
-        return (const float *)t->data;
-    float *f = (float *)lwq_cpu_scratch(lwq_tensor_numel(t), sizeof(float));
-    if (!f)
-        return NULL;
-    att_conv c = {t, f};
-    lwq_parallel_for(t->shape[0], 64, conv_rows, &c);
-    *owned = f;
-    return f;
-}
-
 int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
 {
     (void)ctx;
@@ -179,18 +185,15 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
     if (a->head_dim > INT32_MAX / 64 || a->n_heads * a->head_dim > INT32_MAX)
         return lwq_errf(e, LWQ_EINVAL, "attention: head geometry (%d heads x %lld) is too large",
                         a->n_heads, (long long)a->head_dim);
-    float *oq, *ok, *ov;
     att_job j;
     memset(&j, 0, sizeof j);
     j.a = a;
     j.kern = lwq_cpu_kernels_get();
     j.hdp = lwq_gemm_kp(a->head_dim);
-    j.q = as_f32(a->q, &oq);
-    j.k = as_f32(a->k, &ok);
-    j.v = as_f32(a->v, &ov);
     j.valid = a->key_valid ? (const uint8_t *)a->key_valid->data : NULL;
     j.nqt = (a->seq + ATT_QT - 1) / ATT_QT;
-    int64_t *first = (int64_t *)malloc((size_t)(a->batch > 0 ? a->batch : 1) * sizeof *first);
+    int64_t *first = (int64_t *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ATTN_SEQ,
+                                                     a->batch > 0 ? a->batch : 1, sizeof *first);
     for (int64_t s = 0; first && s < a->batch; s++) {
         int64_t f = 0;
         while (j.valid && f < a->seq && !j.valid[s * a->seq + f])
@@ -199,20 +202,14 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
     }
     j.first = first;
     j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT + ATT_QT * j.hdp +
-                   ATT_KT * 32 + LWQ_GEMM_ACC_FLOATS;
+                   ATT_KT * 32 + 2 * ATT_KT * a->head_dim + 2 * ATT_QT + LWQ_GEMM_ACC_FLOATS;
     j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
     int threads = lwq_parallel_threads();
-    j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
-    int rc = 0;
-    if (!j.q || !j.k || !j.v || !j.scratch || !first)
-        rc = lwq_errf(e, LWQ_ENOMEM, "attention: no memory for f32 copies / tile scratch "
-                      "(seq %lld, heads %d)", (long long)a->seq, a->n_heads);
-    else
-        lwq_parallel_for(a->batch * a->n_heads * j.nqt, 1, att_items, &j);
-    free(j.scratch);
-    free(first);
-    free(oq);
-    free(ok);
-    free(ov);
-    return rc;
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ATTN, j.per_thread * threads,
+                                              sizeof(float));
+    if (!j.scratch || !first)
+        return lwq_errf(e, LWQ_ENOMEM, "attention: no memory for the tile scratch (seq %lld, "
+                        "heads %d)", (long long)a->seq, a->n_heads);
+    lwq_parallel_for(a->batch * a->n_heads * j.nqt, 1, att_items, &j);
+    return 0;
 }

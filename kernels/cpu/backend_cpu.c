@@ -89,12 +89,12 @@ static int cpu_rmsnorm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, floa
         return lwq_errf(e, LWQ_EINVAL, "rmsnorm: row of %lld elements is too long",
                         (long long)x->shape[1]);
     norm_job j = {x, w, y, eps, NULL};
-    j.scratch = (float *)lwq_cpu_scratch(2 * x->shape[1] * lwq_parallel_threads(), sizeof(float));
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ROWS, 2 * x->shape[1] * lwq_parallel_threads(),
+                                              sizeof(float));
     if (!j.scratch)
         return lwq_errf(e, LWQ_ENOMEM, "rmsnorm: no memory for row scratch (d %lld)",
                         (long long)x->shape[1]);
     lwq_parallel_for(x->shape[0], 16, norm_rows, &j);
-    free(j.scratch);
     return 0;
 }
 
@@ -143,13 +143,13 @@ static int cpu_rope(void *ctx, lwq_tensor *x, int64_t head_dim, const lwq_tensor
     (void)ctx;
     rope_job j = {x, head_dim, (const int32_t *)pos->data, (const float *)inv_freq->data,
                   attn_scaling, NULL};
-    j.scratch = (float *)lwq_cpu_scratch((head_dim + x->shape[1]) * lwq_parallel_threads(),
-                                         sizeof(float));
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ROWS,
+                                              (head_dim + x->shape[1]) * lwq_parallel_threads(),
+                                              sizeof(float));
     if (!j.scratch)
         return lwq_errf(e, LWQ_ENOMEM, "rope: no memory for row scratch (%lld columns)",
                         (long long)x->shape[1]);
     lwq_parallel_for(x->shape[0], 16, rope_rows, &j);
-    free(j.scratch);
     return 0;
 }
 
@@ -284,13 +284,13 @@ static int cpu_moe_route(void *ctx, const lwq_tensor *logits, int k, lwq_route_m
 {
     (void)ctx;
     route_job j = {logits, k, mode, weight_dtype, (int32_t *)idx->data, (float *)wts->data, NULL};
-    j.scratch = (float *)lwq_cpu_scratch(2 * logits->shape[1] * lwq_parallel_threads(),
-                                         sizeof(float));
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ROWS,
+                                              2 * logits->shape[1] * lwq_parallel_threads(),
+                                              sizeof(float));
     if (!j.scratch)
         return lwq_errf(e, LWQ_ENOMEM, "moe_route: no memory for %lld experts of scratch",
                         (long long)logits->shape[1]);
     lwq_parallel_for(logits->shape[0], 16, route_rows, &j);
-    free(j.scratch);
     return 0;
 }
 
@@ -534,6 +534,7 @@ static const lwq_backend_ops cpu_ops = {
     .amax = cpu_amax,
     .synchronize = cpu_sync,
     .copy = cpu_copy_strided,
+    .gemm_grouped = lwq_cpu_gemm_grouped,
 };
 
 const char *lwq_backend_cpu_kernels(void) { return lwq_cpu_kernels_get()->name; }

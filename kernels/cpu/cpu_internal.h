@@ -47,18 +47,20 @@ static inline void lwq_cpu_store_f32(void *dst, lwq_dtype dt, int64_t off, int64
     }
 }
 
-/* Aligned scratch for one call; NULL on failure or when bytes would overflow.  Here, not in
- * backend_cpu.c, so that the op files below the backend's table do not call back up into it. */
-static inline void *lwq_cpu_scratch(int64_t count, size_t elem)
-{
-    if (count < 0 || (count > 0 && (uint64_t)count > (SIZE_MAX - 64) / elem))
-        return NULL;
-    size_t bytes = (size_t)count * elem;
-    bytes = (bytes + 63) & ~(size_t)63;
-    if (bytes == 0)
-        bytes = 64;
-    return aligned_alloc(64, bytes);
-}
+/* The calling thread's kept scratch of `slot` (scratch_cpu.c): at least count x elem bytes,
+ * 64-byte aligned, reused by the next call on this thread with that slot (never free it; its
+ * contents are undefined on entry).  NULL on failure or overflow.  The ops use it instead of a
+ * per-call allocation, so a forward allocates nothing per op call. */
+enum {
+    LWQ_SCRATCH_GEMM,      /* gemm: the threads' tiles and packed slices */
+    LWQ_SCRATCH_GEMM_AUX,  /* gemm: the weight tails or the f32 bias */
+    LWQ_SCRATCH_GEMM_AUX2, /* gemm: the other of the two */
+    LWQ_SCRATCH_ATTN,      /* attention: the threads' tiles */
+    LWQ_SCRATCH_ATTN_SEQ,  /* attention: per-sequence first keys */
+    LWQ_SCRATCH_ROWS,      /* the row ops (rmsnorm, rope, moe_route): the threads' rows */
+    LWQ_SCRATCH_SLOTS
+};
+void *lwq_cpu_scratch_slot(int slot, int64_t count, size_t elem);
 
 int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias,
                  lwq_tensor *y, lwq_error *e);
@@ -67,6 +69,10 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
 int lwq_gemm_amx_usable(void);
 int lwq_gemm_amx(const lwq_tensor *x, const lwq_tensor *w, const float *bias, lwq_tensor *y,
                  lwq_error *e);
+/* count BF16 products without bias in one scheduled loop (gemm_amx.c), each with lwq_gemm_amx's
+ * bits; and the backend's op, which takes that path where it can and lwq_cpu_gemm otherwise. */
+int lwq_gemm_amx_grouped(const lwq_gemm_group *g, int count, lwq_error *e);
+int lwq_cpu_gemm_grouped(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e);
 int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e);
 
 #endif

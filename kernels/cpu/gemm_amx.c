@@ -10,10 +10,15 @@
  * or the thread count.  The bits are AMX's, not the FMA paths' (README: which CPUs give which
  * bytes).
  *
- * Layout: weight tiles are read in place, 16 rows of 64 bytes `in * 2` bytes apart (the partial
- * last output tile and the partial last k block from zero-padded copies made once per call);
- * x is packed per thread, one slice of AMX_RB tokens at a time, into the pair-interleaved layout
- * TDPBF16PS wants for its second operand (per 16 tokens and 32-block: 16 rows of 16 token pairs).
+ * Layout (none of it changes a bit: the same instructions on the same values in the same order):
+ * x is packed per thread, one slice of up to AMX_RB tokens (about 1 MiB) at a time, into the
+ * pair-interleaved layout TDPBF16PS wants for its second operand (per 16 tokens and 32-block: 16
+ * rows of 16 token pairs, one 16 x 16 dword transpose in registers); for each block of AMX_NB
+ * outputs the thread copies the block's weight rows into contiguous zero-padded tiles (pack_w:
+ * read in place, a tile's 16 rows would be `in` x 2 bytes apart, one L1 set for power-of-two
+ * widths), then runs every token tile of the slice against it while both sit in L2; each C tile
+ * goes back to token-major rows through a register transpose.  All scratch is the calling
+ * thread's kept buffer (scratch_cpu.c): nothing is allocated per call.
  * Register use: C tiles 0-3 (2 output tiles x 2 token tiles), weight tiles 4-5, x tiles 6-7.
  * The work split is gemm_cpu.c's: whole blocks of AMX_NB outputs per thread.  Each thread loads
  * the tile configuration at the start of its share and releases the tiles at the end, so no
@@ -31,14 +36,15 @@
 
 #if defined(__clang__)
 #include <immintrin.h>
-#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))), apply_to = function)
 #else
-#pragma GCC target("amx-tile,amx-bf16,avx512f")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
 #include <immintrin.h>
 #endif
 
-#define AMX_NB 32 /* outputs per block: two weight tiles */
-#define AMX_RB 64 /* tokens per packed slice: four x tiles */
+#define AMX_NB 32  /* outputs per block: two weight tiles */
+#define AMX_RB 256 /* tokens per packed slice, at most: sixteen x tiles */
+#define AMX_SLICE_BYTES (1 << 20) /* a packed slice's size, at most, when k allows more than 32 */
 #define ARCH_REQ_XCOMP_PERM 0x1023
 #define XFEATURE_XTILEDATA 18
 
@@ -63,58 +69,105 @@ int lwq_gemm_amx_usable(void)
 typedef struct amx_job {
     const uint16_t *x;    /* (n, in) BF16 */
     const uint16_t *w;    /* (out, in) BF16 */
-    const uint16_t *wlast; /* the last output tile when out % 16 != 0: (16, in), zero rows past out */
-    const uint16_t *wt;   /* the partial last k block of every output row, (out16, 32), or NULL */
     const float *bias;    /* (out) or NULL */
     void *y;
     lwq_dtype ydt;
     int64_t n, in, out, nfull, nkb;
+    int64_t rb;           /* tokens per packed slice: a multiple of 32, <= AMX_RB */
     char *scratch;
     int64_t per_thread;   /* bytes */
 } amx_job;
 
-/* The 16 x 64-byte weight tile of outputs [o0, o0 + 16) and k block kb, and its row stride. */
-static const uint16_t *wtile(const amx_job *j, int64_t o0, int64_t kb, int64_t *stride)
+/* 16 x 16 transpose of 32-bit elements in registers: r[i] row i in, column i out. */
+static inline __attribute__((always_inline)) void tr16(__m512 r[16])
 {
-    if (kb == j->nfull) {
-        *stride = 64;
-        return j->wt + o0 * 32;
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
     }
-    *stride = j->in * 2;
-    if (o0 + 16 > j->out)
-        return j->wlast + kb * 32;
-    return j->w + o0 * j->in + kb * 32;
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
+    }
+}
+
+/* The k block kb (32 BF16 = 16 dwords) of row r of a (rows, in) BF16 matrix, zero past in. */
+static inline __attribute__((always_inline)) __m512 kblock(const amx_job *j, const uint16_t *m,
+                                                           int64_t r, int64_t kb)
+{
+    const uint16_t *p = m + r * j->in + kb * 32;
+    if (kb < j->nfull)
+        return _mm512_loadu_ps(p);
+    const int64_t tail = j->in - kb * 32; /* 1..31 BF16 */
+    return _mm512_castsi512_ps(_mm512_maskz_loadu_epi16((__mmask32)((1ull << tail) - 1), p));
 }
 
 /* Tokens [r0, r0 + nr) of x into tiles: xp[(g * nkb + kb) * 512 + i * 32 + t * 2 + h] =
- * x[r0 + 16g + t][32 kb + 2i + h], zero past n and past in. */
+ * x[r0 + 16g + t][32 kb + 2i + h], zero past nr and past in: per (16 tokens, k block) one
+ * 16 x 16 dword transpose. */
 static void pack_x(const amx_job *j, int64_t r0, int64_t nr, uint16_t *xp)
 {
     const int64_t ng = (nr + 15) / 16;
-    memset(xp, 0, (size_t)(ng * j->nkb) * 1024);
-    for (int64_t t = 0; t < nr; t++) {
-        const uint16_t *xr = j->x + (r0 + t) * j->in;
-        uint32_t *base = (uint32_t *)(xp + (t / 16) * j->nkb * 512) + t % 16;
-        for (int64_t kb = 0; kb < j->nfull; kb++) {
-            uint32_t pairs[16];
-            memcpy(pairs, xr + kb * 32, 64);
-            uint32_t *tile = base + kb * 256;
+    for (int64_t g = 0; g < ng; g++)
+        for (int64_t kb = 0; kb < j->nkb; kb++) {
+            __m512 r[16];
+            for (int t = 0; t < 16; t++)
+                r[t] = 16 * g + t < nr ? kblock(j, j->x, r0 + 16 * g + t, kb) : _mm512_setzero_ps();
+            tr16(r);
+            float *tile = (float *)(xp + (g * j->nkb + kb) * 512);
             for (int i = 0; i < 16; i++)
-                tile[i * 16] = pairs[i];
+                _mm512_store_ps(tile + i * 16, r[i]);
         }
-        if (j->nkb > j->nfull) {
-            uint16_t *tile = xp + ((t / 16) * j->nkb + j->nfull) * 512 + (t % 16) * 2;
-            for (int64_t k = j->nfull * 32; k < j->in; k++) {
-                int64_t q = k - j->nfull * 32;
-                tile[(q / 2) * 32 + (q & 1)] = xr[k];
-            }
-        }
+}
+
+/* Outputs [o0, o0 + nc) of w as nc > 16 ? 2 : 1 tiles per k block, contiguous:
+ * wp[(ot * nkb + kb) * 512 + r * 32 + c] = w[o0 + 16 ot + r][32 kb + c], zero past out and in.
+ * Read in place the 16 rows of a weight tile would be `in` x 2 bytes apart, which for the usual
+ * power-of-two widths puts them all in one L1 set. */
+static void pack_w(const amx_job *j, int64_t o0, int64_t nc, uint16_t *wp)
+{
+    const int no = nc > 16 ? 2 : 1;
+    for (int64_t r = 0; r < 16 * no; r++) {
+        uint16_t *dst = wp + (r / 16) * j->nkb * 512 + (r % 16) * 32;
+        for (int64_t kb = 0; kb < j->nkb; kb++)
+            _mm512_store_ps((float *)(dst + kb * 512),
+                            r < nc ? kblock(j, j->w, o0 + r, kb) : _mm512_setzero_ps());
     }
 }
 
-/* C tiles of NO output tiles x NG token tiles over all k blocks; c: (NO*16, 16) per token tile. */
+/* The next weight block's cache lines, fetched into L2 while the current block computes, so its
+ * pack_w reads from L2 instead of waiting on memory: line l is row l / nkb, k block l % nkb. */
+typedef struct amx_pf {
+    const char *w;      /* the next block's first row, or NULL */
+    int64_t rows, line; /* its rows; the next line to fetch */
+    int per_kb;         /* lines to fetch per k block of amx_block */
+} amx_pf;
+
+static inline __attribute__((always_inline)) void prefetch_next(const amx_job *j, amx_pf *pf)
+{
+    for (int i = 0; i < pf->per_kb && pf->line < pf->rows * j->nkb; i++, pf->line++)
+        _mm_prefetch(pf->w + (pf->line / j->nkb) * j->in * 2 + (pf->line % j->nkb) * 64,
+                     _MM_HINT_T1);
+}
+
+/* C tiles of NO output tiles x NG token tiles over all k blocks; cs: per token tile g, per output
+ * tile o, the (16 outputs, 16 tokens) tile at cs + (g * 2 + o) * 256. */
 static inline __attribute__((always_inline)) void
-amx_block(const int NO, const int NG, const amx_job *j, int64_t o0, const uint16_t *xg, float *cs)
+amx_block(const int NO, const int NG, const amx_job *j, const uint16_t *wp, const uint16_t *xg,
+          float *cs, amx_pf *pf)
 {
     _tile_zero(0);
     if (NG == 2)
@@ -124,26 +177,24 @@ amx_block(const int NO, const int NG, const amx_job *j, int64_t o0, const uint16
         if (NG == 2)
             _tile_zero(3);
     }
-    const int64_t xs = j->nkb * 512; /* elements between token tiles */
+    const int64_t st = j->nkb * 512; /* elements between two tiles' k rows */
     for (int64_t kb = 0; kb < j->nkb; kb++) {
-        int64_t s0, s1;
-        const uint16_t *a0 = wtile(j, o0, kb, &s0);
-        _tile_loadd(4, a0, s0);
+        if (pf->w)
+            prefetch_next(j, pf);
+        _tile_loadd(4, wp + kb * 512, 64);
         _tile_loadd(6, xg + kb * 512, 64);
         if (NG == 2)
-            _tile_loadd(7, xg + xs + kb * 512, 64);
+            _tile_loadd(7, xg + st + kb * 512, 64);
         _tile_dpbf16ps(0, 4, 6);
         if (NG == 2)
             _tile_dpbf16ps(1, 4, 7);
         if (NO == 2) {
-            const uint16_t *a1 = wtile(j, o0 + 16, kb, &s1);
-            _tile_loadd(5, a1, s1);
+            _tile_loadd(5, wp + st + kb * 512, 64);
             _tile_dpbf16ps(2, 5, 6);
             if (NG == 2)
                 _tile_dpbf16ps(3, 5, 7);
         }
     }
-    /* cs[(g * 32 + m) * 16 + t]: output o0 + m, token 16g + t */
     _tile_stored(0, cs, 64);
     if (NO == 2)
         _tile_stored(2, cs + 256, 64);
@@ -154,13 +205,30 @@ amx_block(const int NO, const int NG, const amx_job *j, int64_t o0, const uint16
     }
 }
 
-static void amx_blocks(void *ctx, int64_t b, int64_t e, int tid)
+/* Token tile g's C tiles (cs, as amx_block wrote them) to y rows r0 + 16 g + t, outputs
+ * o0 .. o0 + nc: transposed in registers, plus the bias, rounded once to y's dtype. */
+static void store_c(const amx_job *j, const float *cs, int64_t row, int64_t nt, int64_t o0,
+                    int64_t nc, float *yt)
 {
-    const amx_job *j = (const amx_job *)ctx;
-    char *mine = j->scratch + (int64_t)tid * j->per_thread;
-    float *cs = (float *)mine;                 /* 2 x 2 C tiles: 1024 floats */
-    float *yt = cs + 1024;                     /* (AMX_RB, AMX_NB) outputs of a block */
-    uint16_t *xp = (uint16_t *)(yt + AMX_RB * AMX_NB); /* the packed slice */
+    for (int o = 0; o * 16 < nc; o++) {
+        __m512 r[16];
+        for (int m = 0; m < 16; m++)
+            r[m] = _mm512_load_ps(cs + o * 256 + m * 16);
+        tr16(r);
+        for (int t = 0; t < 16; t++)
+            _mm512_store_ps(yt + t * AMX_NB + o * 16, r[t]);
+    }
+    for (int64_t t = 0; t < nt; t++) {
+        float *yr = yt + t * AMX_NB;
+        if (j->bias)
+            for (int64_t c = 0; c < nc; c++)
+                yr[c] = yr[c] + j->bias[o0 + c];
+        lwq_cpu_store_f32(j->y, j->ydt, (row + t) * j->out + o0, nc, yr);
+    }
+}
+
+static void tiles_on(void)
+{
     tile_config cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.palette = 1;
@@ -169,92 +237,191 @@ static void amx_blocks(void *ctx, int64_t b, int64_t e, int tid)
         cfg.rows[i] = 16;
     }
     _tile_loadconfig(&cfg);
-    for (int64_t r0 = 0; r0 < j->n; r0 += AMX_RB) {
-        const int64_t nr = j->n - r0 < AMX_RB ? j->n - r0 : AMX_RB, ng = (nr + 15) / 16;
-        pack_x(j, r0, nr, xp);
-        for (int64_t blk = b; blk < e; blk++) {
-            const int64_t o0 = blk * AMX_NB, nc = j->out - o0 < AMX_NB ? j->out - o0 : AMX_NB;
-            const int no = nc > 16 ? 2 : 1;
-            for (int64_t g = 0; g < ng; g += 2) {
-                const uint16_t *xg = xp + g * j->nkb * 512;
-                const int two = g + 1 < ng;
-                if (no == 2 && two)
-                    amx_block(2, 2, j, o0, xg, cs);
-                else if (no == 2)
-                    amx_block(2, 1, j, o0, xg, cs);
-                else if (two)
-                    amx_block(1, 2, j, o0, xg, cs);
-                else
-                    amx_block(1, 1, j, o0, xg, cs);
-                for (int gg = 0; gg < 1 + two; gg++)
-                    for (int64_t t = 0; t < 16 && (g + gg) * 16 + t < nr; t++)
-                        for (int64_t m = 0; m < nc; m++)
-                            yt[((g + gg) * 16 + t) * AMX_NB + m] = cs[(gg * 32 + m) * 16 + t];
-            }
-            for (int64_t t = 0; t < nr; t++) {
-                float *yr = yt + t * AMX_NB;
-                if (j->bias)
-                    for (int64_t c = 0; c < nc; c++)
-                        yr[c] = yr[c] + j->bias[o0 + c];
-                lwq_cpu_store_f32(j->y, j->ydt, (r0 + t) * j->out + o0, nc, yr);
-            }
+}
+
+/* The thread's scratch: 2 x 2 C tiles (1024 floats), the (16, AMX_NB) outputs of a token tile,
+ * the packed weight block, the packed token slice. */
+typedef struct amx_mine {
+    float *cs, *yt;
+    uint16_t *wp, *xp;
+} amx_mine;
+
+static amx_mine mine_of(char *base, int64_t nkb)
+{
+    amx_mine t;
+    t.cs = (float *)base;
+    t.yt = t.cs + 1024;
+    t.wp = (uint16_t *)(t.yt + 16 * AMX_NB);
+    t.xp = t.wp + 2 * nkb * 512;
+    return t;
+}
+
+/* Output block blk against the packed slice of tokens [r0, r0 + nr) (t.xp); prefetches block
+ * blk + 1 of the same weights when `next`. */
+static void run_block(const amx_job *j, int64_t r0, int64_t nr, int64_t blk, int next,
+                      const amx_mine *t)
+{
+    const int64_t ng = (nr + 15) / 16;
+    const int64_t o0 = blk * AMX_NB, nc = j->out - o0 < AMX_NB ? j->out - o0 : AMX_NB;
+    const int no = nc > 16 ? 2 : 1;
+    pack_w(j, o0, nc, t->wp);
+    amx_pf pf = {NULL, 0, 0, 0};
+    if (next && o0 + AMX_NB < j->out) {
+        pf.w = (const char *)(j->w + (o0 + AMX_NB) * j->in);
+        pf.rows = j->out - o0 - AMX_NB < AMX_NB ? j->out - o0 - AMX_NB : AMX_NB;
+        pf.per_kb = (int)((pf.rows + (ng + 1) / 2 - 1) / ((ng + 1) / 2));
+    }
+    for (int64_t g = 0; g < ng; g += 2) {
+        const uint16_t *xg = t->xp + g * j->nkb * 512;
+        const int two = g + 1 < ng;
+        if (no == 2 && two)
+            amx_block(2, 2, j, t->wp, xg, t->cs, &pf);
+        else if (no == 2)
+            amx_block(2, 1, j, t->wp, xg, t->cs, &pf);
+        else if (two)
+            amx_block(1, 2, j, t->wp, xg, t->cs, &pf);
+        else
+            amx_block(1, 1, j, t->wp, xg, t->cs, &pf);
+        for (int gg = 0; gg < 1 + two; gg++) {
+            const int64_t t0 = (g + gg) * 16, nt = nr - t0 < 16 ? nr - t0 : 16;
+            store_c(j, t->cs + gg * 512, r0 + t0, nt, o0, nc, t->yt);
         }
     }
+}
+
+static void amx_blocks(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const amx_job *j = (const amx_job *)ctx;
+    const amx_mine t = mine_of(j->scratch + (int64_t)tid * j->per_thread, j->nkb);
+    tiles_on();
+    for (int64_t r0 = 0; r0 < j->n; r0 += j->rb) {
+        const int64_t nr = j->n - r0 < j->rb ? j->n - r0 : j->rb;
+        pack_x(j, r0, nr, t.xp);
+        for (int64_t blk = b; blk < e; blk++)
+            run_block(j, r0, nr, blk, blk + 1 < e, &t);
+    }
     _tile_release();
+}
+
+/* Set j up for y = x W^T (+ bias); the bytes of scratch one thread needs, or -1 when k is too
+ * long. */
+static int64_t job_init(amx_job *j, const lwq_tensor *x, const lwq_tensor *w, const float *bias,
+                        lwq_tensor *y)
+{
+    memset(j, 0, sizeof *j);
+    j->x = (const uint16_t *)x->data;
+    j->w = (const uint16_t *)w->data;
+    j->bias = bias;
+    j->y = y->data;
+    j->ydt = y->dtype;
+    j->n = x->shape[0];
+    j->in = x->shape[1];
+    j->out = w->shape[0];
+    j->nfull = j->in / 32;
+    j->nkb = (j->in + 31) / 32;
+    /* the slice and the weight block stay in L2 while the block's tiles pass */
+    j->rb = AMX_SLICE_BYTES / (j->nkb * 64) / 32 * 32;
+    j->rb = j->rb < 32 ? 32 : j->rb > AMX_RB ? AMX_RB : j->rb;
+    if (j->nkb > (INT64_MAX / 4 - 65536) / ((AMX_RB / 16 + 2) * 1024) / 64)
+        return -1;
+    int64_t bytes = (1024 + 16 * AMX_NB) * 4 + (2 + j->rb / 16) * j->nkb * 1024;
+    return (bytes + 63) / 64 * 64;
 }
 
 int lwq_gemm_amx(const lwq_tensor *x, const lwq_tensor *w, const float *bias, lwq_tensor *y,
                  lwq_error *e)
 {
     amx_job j;
-    memset(&j, 0, sizeof j);
-    j.x = (const uint16_t *)x->data;
-    j.w = (const uint16_t *)w->data;
-    j.bias = bias;
-    j.y = y->data;
-    j.ydt = y->dtype;
-    j.n = x->shape[0];
-    j.in = x->shape[1];
-    j.out = w->shape[0];
-    j.nfull = j.in / 32;
-    j.nkb = (j.in + 31) / 32;
-    const int64_t out16 = (j.out + 15) / 16 * 16, tail = j.in % 32;
+    const int64_t per = job_init(&j, x, w, bias, y);
+    if (per < 0)
+        return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long", (long long)j.in);
     const int64_t nblocks = (j.out + AMX_NB - 1) / AMX_NB;
     const int threads = lwq_parallel_threads() < nblocks ? lwq_parallel_threads() : (int)nblocks;
-    if (j.nkb > (INT64_MAX / 4 - 65536) / (AMX_RB / 16 * 1024) / threads)
+    if (per > INT64_MAX / threads)
         return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long", (long long)j.in);
-    j.per_thread = (1024 + AMX_RB * AMX_NB) * 4 + AMX_RB / 16 * j.nkb * 1024;
-    j.per_thread = (j.per_thread + 63) / 64 * 64;
-    uint16_t *wlast = NULL, *wt = NULL;
-    int rc = 0;
-    j.scratch = (char *)lwq_cpu_scratch(j.per_thread * threads, 1);
-    if (j.out % 16)
-        wlast = (uint16_t *)lwq_cpu_scratch(16 * j.in, 2);
-    if (tail)
-        wt = (uint16_t *)lwq_cpu_scratch(out16 * 32, 2);
-    if (!j.scratch || (j.out % 16 && !wlast) || (tail && !wt)) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' AMX tiles (%lld bytes each)",
-                      threads, (long long)j.per_thread);
-        goto out;
-    }
-    if (wlast) {
-        const int64_t o0 = j.out / 16 * 16;
-        memset(wlast, 0, (size_t)(16 * j.in) * 2);
-        memcpy(wlast, j.w + o0 * j.in, (size_t)((j.out - o0) * j.in) * 2);
-        j.wlast = wlast;
-    }
-    if (wt) {
-        memset(wt, 0, (size_t)(out16 * 32) * 2);
-        for (int64_t o = 0; o < j.out; o++)
-            memcpy(wt + o * 32, j.w + o * j.in + j.nfull * 32, (size_t)tail * 2);
-        j.wt = wt;
-    }
+    j.per_thread = per;
+    j.scratch = (char *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM, j.per_thread * threads, 1);
+    if (!j.scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' AMX tiles (%lld bytes each)",
+                        threads, (long long)j.per_thread);
     lwq_parallel_for(nblocks, 1, amx_blocks, &j);
-out:
-    free(wt);
-    free(wlast);
-    free(j.scratch);
-    return rc;
+    return 0;
+}
+
+/* ---- grouped: many products (a MoE layer's experts) in one loop -------------------------------
+ * Work items are (group, token slice, output block), group after group, slices before blocks;
+ * the static split gives each thread a contiguous run of them, so a thread packs each slice it
+ * meets once and the threads stay busy across group boundaries (no fork and join per expert).
+ * Each element is computed exactly as lwq_gemm_amx computes it. */
+
+typedef struct amx_grouped {
+    amx_job *jobs;
+    const int64_t *first; /* (count + 1): each group's first item */
+    int count;
+    char *scratch;
+    int64_t per_thread;
+} amx_grouped;
+
+static void grouped_items(void *ctx, int64_t b, int64_t e, int tid)
+{
+    const amx_grouped *G = (const amx_grouped *)ctx;
+    char *base = G->scratch + (int64_t)tid * G->per_thread;
+    int grp = 0, packed_grp = -1;
+    int64_t packed_r0 = -1;
+    while (G->first[grp + 1] <= b)
+        grp++;
+    tiles_on();
+    for (int64_t it = b; it < e; it++) {
+        while (G->first[grp + 1] <= it)
+            grp++;
+        const amx_job *j = &G->jobs[grp];
+        const amx_mine t = mine_of(base, j->nkb);
+        const int64_t nblocks = (j->out + AMX_NB - 1) / AMX_NB, local = it - G->first[grp];
+        const int64_t r0 = local / nblocks * j->rb, blk = local % nblocks;
+        const int64_t nr = j->n - r0 < j->rb ? j->n - r0 : j->rb;
+        if (grp != packed_grp || r0 != packed_r0) {
+            pack_x(j, r0, nr, t.xp);
+            packed_grp = grp;
+            packed_r0 = r0;
+        }
+        run_block(j, r0, nr, blk, it + 1 < e && blk + 1 < nblocks, &t);
+    }
+    _tile_release();
+}
+
+int lwq_gemm_amx_grouped(const lwq_gemm_group *g, int count, lwq_error *e)
+{
+    if (count <= 0)
+        return 0;
+    amx_job *jobs = (amx_job *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX, count, sizeof(amx_job));
+    int64_t *first = (int64_t *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX2, (int64_t)count + 1,
+                                                     sizeof(int64_t));
+    if (!jobs || !first)
+        return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for the plan of %d grouped products", count);
+    amx_grouped G = {jobs, first, count, NULL, 0};
+    first[0] = 0;
+    for (int i = 0; i < count; i++) {
+        const int64_t per = job_init(&jobs[i], g[i].x, g[i].w, NULL, g[i].y);
+        if (per < 0)
+            return lwq_errf(e, LWQ_EINVAL, "gemm: rows of %lld elements are too long",
+                            (long long)jobs[i].in);
+        const int64_t nblocks = (jobs[i].out + AMX_NB - 1) / AMX_NB;
+        const int64_t slices = (jobs[i].n + jobs[i].rb - 1) / jobs[i].rb;
+        first[i + 1] = first[i] + nblocks * slices;
+        G.per_thread = per > G.per_thread ? per : G.per_thread;
+    }
+    if (first[count] == 0)
+        return 0;
+    const int threads = lwq_parallel_threads() < first[count] ? lwq_parallel_threads()
+                                                              : (int)first[count];
+    if (G.per_thread > INT64_MAX / threads)
+        return lwq_errf(e, LWQ_EINVAL, "gemm: grouped rows are too long");
+    G.scratch = (char *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM, G.per_thread * threads, 1);
+    if (!G.scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' AMX tiles (%lld bytes each)",
+                        threads, (long long)G.per_thread);
+    lwq_parallel_for(first[count], 1, grouped_items, &G);
+    return 0;
 }
 
 #if defined(__clang__)

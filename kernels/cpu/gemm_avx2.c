@@ -96,6 +96,7 @@ static inline float v_sum(v16 a)
 #define KNAME(s) lwq_gemm_##s##_avx2_
 #define lwq_gemm_panel_avx2_ lwq_gemm_panel_avx2
 #define lwq_gemm_axpy_avx2_ lwq_gemm_axpy_avx2
+#define lwq_gemm_pv_avx2_ lwq_gemm_pv_avx2
 
 #include "kernels/cpu/gemm_kern.h"
 

@@ -96,6 +96,7 @@ static inline float v_sum(__m512 a)
 #define KNAME(s) lwq_gemm_##s##_avx512_
 #define lwq_gemm_panel_avx512_ lwq_gemm_panel_avx512
 #define lwq_gemm_axpy_avx512_ lwq_gemm_axpy_avx512
+#define lwq_gemm_pv_avx512_ lwq_gemm_pv_avx512
 
 #include "kernels/cpu/gemm_kern.h"
 

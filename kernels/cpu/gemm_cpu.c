@@ -13,7 +13,8 @@
  * threads of core/parallel; each thread walks the rows in slices of GEMM_RB, packs a slice into
  * the kernels' k order (f32, rows of kp floats) and runs it against its blocks.  BF16/F16 weights are
  * widened in registers by the kernels; only the partial last 32-block of each weight row (when
- * k % 32 != 0) is copied, zero-padded, so the kernels never read past a row. */
+ * k % 32 != 0) is copied, zero-padded, so the kernels never read past a row.  Scratch is the
+ * calling thread's kept buffer (scratch_cpu.c), not allocated per call. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -28,19 +29,24 @@
 
 /* ---- kernel choice ------------------------------------------------------------------------- */
 
-static const lwq_cpu_kernels k_amx = {"amx", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 1};
+static const lwq_cpu_kernels k_amx = {"amx", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 1,
+                                      lwq_gemm_pv_avx512};
 static const lwq_cpu_kernels k_avx512bf16 = {"avx512bf16", lwq_gemm_panel_avx512,
-                                             lwq_gemm_axpy_avx512, lwq_gemm_panel_avx512bf16, 0};
-static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 0};
-static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2, NULL, 0};
-static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref, NULL, 0};
+                                             lwq_gemm_axpy_avx512, lwq_gemm_panel_avx512bf16, 0,
+                                             lwq_gemm_pv_avx512};
+static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 0,
+                                         lwq_gemm_pv_avx512};
+static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2, NULL, 0,
+                                       lwq_gemm_pv_avx2};
+static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref, NULL, 0,
+                                      lwq_gemm_pv_ref};
 
 static const lwq_cpu_kernels *kernels_named(const char *name)
 {
     __builtin_cpu_init();
     if (!strcmp(name, "amx"))
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
-                       lwq_gemm_amx_usable()
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                       __builtin_cpu_supports("fma") && lwq_gemm_amx_usable()
                    ? &k_amx
                    : NULL;
     if (!strcmp(name, "avx512bf16"))
@@ -180,14 +186,13 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
     if (j.n == 0 || j.out == 0)
         return 0;
     if (j.k->amx && x->dtype == LWQ_BF16 && w->dtype == LWQ_BF16) {
-        float *bf = bias ? (float *)lwq_cpu_scratch(j.out, sizeof(float)) : NULL;
+        float *bf = bias ? (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX, j.out, sizeof(float))
+                         : NULL;
         if (bias && !bf)
             return lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for a bias of %lld", (long long)j.out);
         if (bias)
             lwq_cpu_load_f32(bias->data, bias->dtype, 0, j.out, bf);
-        int rc = lwq_gemm_amx(x, w, bf, y, e);
-        free(bf);
-        return rc;
+        return lwq_gemm_amx(x, w, bf, y, e);
     }
     const int64_t es = (int64_t)lwq_dtype_size(w->dtype), tail = j.in % 32;
     const int64_t nblocks = (j.out + GEMM_NB - 1) / GEMM_NB;
@@ -198,11 +203,11 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
     j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
     float *bias_f = NULL;
     char *wt = NULL;
-    j.scratch = (float *)lwq_cpu_scratch(j.per_thread * threads, sizeof(float));
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM, j.per_thread * threads, sizeof(float));
     if (bias)
-        bias_f = (float *)lwq_cpu_scratch(j.out, sizeof(float));
+        bias_f = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX, j.out, sizeof(float));
     if (tail)
-        wt = (char *)lwq_cpu_scratch(j.out * 32 * es, 1);
+        wt = (char *)lwq_cpu_scratch_slot(LWQ_SCRATCH_GEMM_AUX2, j.out * 32 * es, 1);
     int rc = 0;
     if (!j.scratch || (bias && !bias_f) || (tail && !wt)) {
         rc = lwq_errf(e, LWQ_ENOMEM, "gemm: no memory for %d threads' tiles (%lld floats each)",
@@ -222,8 +227,20 @@ int lwq_cpu_gemm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, const lwq_
     }
     lwq_parallel_for(nblocks, 1, gemm_blocks, &j);
 out:
-    free(wt);
-    free(bias_f);
-    free(j.scratch);
     return rc;
+}
+
+int lwq_cpu_gemm_grouped(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e)
+{
+    const lwq_cpu_kernels *k = lwq_cpu_kernels_get();
+    int amx = k->amx;
+    for (int i = 0; i < count && amx; i++)
+        amx = g[i].x->dtype == LWQ_BF16 && g[i].w->dtype == LWQ_BF16 && !g[i].bias;
+    if (amx)
+        return lwq_gemm_amx_grouped(g, count, e);
+    /* the FMA paths (and biases) one product at a time: the same bits either way */
+    for (int i = 0; i < count; i++)
+        if (lwq_tensor_numel(g[i].y) > 0)
+            LWQ_TRY(lwq_cpu_gemm(ctx, g[i].x, g[i].w, g[i].bias, g[i].y, e));
+    return 0;
 }

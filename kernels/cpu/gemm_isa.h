@@ -43,6 +43,9 @@ typedef struct lwq_gemm_panel {
 
 typedef void (*lwq_gemm_panel_fn)(const lwq_gemm_panel *p, float *accbuf);
 typedef void (*lwq_axpy_fn)(float a, const float *x, float *y, int64_t n);
+/* acc[r][d] = fma(p[r][c], v[c][d], acc[r][d]) over c in order: nc axpy calls per row, blocked */
+typedef void (*lwq_pv_fn)(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc,
+                          int64_t lda, int64_t nr, int64_t nc, int64_t n);
 
 typedef struct lwq_cpu_kernels {
     const char *name; /* "amx", "avx512bf16", "avx512", "avx2", "portable" */
@@ -52,6 +55,7 @@ typedef struct lwq_cpu_kernels {
        gemm_avx512bf16.c), or NULL: then BF16 activations go through `panel` like the rest */
     lwq_gemm_panel_fn panel_bf16;
     int amx; /* 1: BF16 x BF16 products on AMX tiles instead (gemm_amx.c, bits of their own) */
+    lwq_pv_fn pv; /* attention's P V, the same bits as `axpy` per element */
 } lwq_cpu_kernels;
 
 void lwq_gemm_panel_avx512(const lwq_gemm_panel *p, float *accbuf);
@@ -61,6 +65,12 @@ void lwq_gemm_panel_avx512bf16(const lwq_gemm_panel *p, float *accbuf);
 void lwq_gemm_axpy_avx512(float a, const float *x, float *y, int64_t n);
 void lwq_gemm_axpy_avx2(float a, const float *x, float *y, int64_t n);
 void lwq_gemm_axpy_ref(float a, const float *x, float *y, int64_t n);
+void lwq_gemm_pv_avx512(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc,
+                        int64_t lda, int64_t nr, int64_t nc, int64_t n);
+void lwq_gemm_pv_avx2(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc,
+                      int64_t lda, int64_t nr, int64_t nc, int64_t n);
+void lwq_gemm_pv_ref(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc,
+                     int64_t lda, int64_t nr, int64_t nc, int64_t n);
 
 /* The kernels in use: the fastest this CPU runs (amx, then avx512, avx2, portable), unless
  * LWQ_CPU_KERNELS (amx | avx512bf16 | avx512 | avx2 | portable) or lwq_cpu_kernels_force chose

@@ -128,3 +128,66 @@ void KNAME(axpy)(float a, const float *x, float *y, int64_t n)
     for (; i < n; i++)
         y[i] = fmaf(a, x[i], y[i]);
 }
+
+/* acc[r][d] = fma(p[r][c], v[c][d], acc[r][d]) for c = 0 .. nc - 1 in order, r < nr, d < n
+ * (p rows ldp apart, v rows ldv apart, acc rows lda apart): attention's P V over keys every one
+ * of the nr rows sees.  Per element it is the chain of nc axpy calls above, bit for bit; blocked
+ * 4 rows x 64 outputs so each value row is loaded once per 4 query rows and the accumulators
+ * stay in registers across the keys. */
+void KNAME(pv)(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc, int64_t lda,
+               int64_t nr, int64_t nc, int64_t n)
+{
+    int64_t r = 0;
+    for (; r + 4 <= nr; r += 4) {
+        int64_t d = 0;
+        for (; d + 64 <= n; d += 64) {
+            V a[4][4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    a[i][q] = V_LD(acc + (r + i) * lda + d + 16 * q);
+            for (int64_t c = 0; c < nc; c++) {
+                V w[4];
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    w[q] = V_LD(v + c * ldv + d + 16 * q);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    V pb = V_SET1(p[(r + i) * ldp + c]);
+#pragma GCC unroll 4
+                    for (int q = 0; q < 4; q++)
+                        a[i][q] = V_FMA(pb, w[q], a[i][q]);
+                }
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+                for (int q = 0; q < 4; q++)
+                    V_ST(acc + (r + i) * lda + d + 16 * q, a[i][q]);
+        }
+        for (; d + 16 <= n; d += 16) {
+            V a[4];
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                a[i] = V_LD(acc + (r + i) * lda + d);
+            for (int64_t c = 0; c < nc; c++) {
+                V w = V_LD(v + c * ldv + d);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++)
+                    a[i] = V_FMA(V_SET1(p[(r + i) * ldp + c]), w, a[i]);
+            }
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+                V_ST(acc + (r + i) * lda + d, a[i]);
+        }
+        for (; d < n; d++)
+            for (int i = 0; i < 4; i++)
+                for (int64_t c = 0; c < nc; c++)
+                    acc[(r + i) * lda + d] = fmaf(p[(r + i) * ldp + c], v[c * ldv + d],
+                                                  acc[(r + i) * lda + d]);
+    }
+    for (; r < nr; r++)
+        for (int64_t c = 0; c < nc; c++)
+            KNAME(axpy)(p[r * ldp + c], v + c * ldv, acc + r * lda, n);
+}

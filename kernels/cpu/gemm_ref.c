@@ -97,5 +97,6 @@ static inline void w_f32(const char *p, v16 *e, v16 *o)
 #define KNAME(s) lwq_gemm_##s##_ref_
 #define lwq_gemm_panel_ref_ lwq_gemm_panel_ref
 #define lwq_gemm_axpy_ref_ lwq_gemm_axpy_ref
+#define lwq_gemm_pv_ref_ lwq_gemm_pv_ref
 
 #include "kernels/cpu/gemm_kern.h"

@@ -614,7 +614,7 @@ static int cu_copy(void *vctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error
  * are not portable before C++20); the comments name each slot of lwq_backend_ops
  * (kernels/backend.h) in declaration order, and the size check below fails the build when a
  * slot is added or removed without this table following. */
-static_assert(sizeof(lwq_backend_ops) == 24 * sizeof(void *), "cuda_ops: lwq_backend_ops changed; update the table");
+static_assert(sizeof(lwq_backend_ops) == 25 * sizeof(void *), "cuda_ops: lwq_backend_ops changed; update the table");
 static const lwq_backend_ops cuda_ops = {
     /* .name = */            "cuda",
     /* .device = */          LWQ_DEV_CUDA,
@@ -640,6 +640,7 @@ static const lwq_backend_ops cuda_ops = {
     /* .host_unregister = */ cu_host_unregister,
     /* .pci_bus_id = */      cu_pci_bus_id,
     /* .copy = */            cu_copy,
+    /* .gemm_grouped = */    NULL, /* the wrapper runs the groups one cuBLAS GEMM each */
 };
 
 extern "C" int lwq_cuda_probe(lwq_error *e)

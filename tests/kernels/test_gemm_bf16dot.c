@@ -130,3 +130,93 @@ Test(gemm_bf16dot, f32_activations_keep_the_fma_bits, .init = be_open, .fini = b
         cr_log_warn("neither amx nor avx512bf16 runs here: nothing compared");
     free(x), free(ya), free(yb), free(w);
 }
+
+/* AMX packs at most 256 tokens (about 1 MiB) per slice: rows of a 300-row call on both sides of
+ * the slice boundary, and in the partial last weight block (out 40), have the bits they have alone. */
+Test(gemm_bf16dot, amx_rows_across_token_slices_same_bits, .init = be_open, .fini = be_close)
+{
+    if (lwq_cpu_kernels_force("amx") != 0) {
+        cr_log_warn("kernels amx: this CPU (or its OS) cannot run them, skipped");
+        return;
+    }
+    const int64_t n = 300, k = 2048, out = 40;
+    uint16_t *x = malloc((size_t)(n * k) * 2), *w = malloc((size_t)(out * k) * 2);
+    float *all = malloc((size_t)(n * out) * 4), *one = malloc((size_t)out * 4);
+    fill_bf16(x, n * k, 21);
+    fill_bf16(w, out * k, 22);
+    gemm(x, w, NULL, n, k, out, 2, all);
+    static const int64_t rows[] = {0, 15, 16, 255, 256, 257, 287, 288, 299};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        gemm(x + rows[i] * k, w, NULL, 1, k, out, 2, one);
+        cr_assert(memcmp(one, all + rows[i] * out, (size_t)out * 4) == 0,
+                  "row %lld of 300 differs from the row alone", (long long)rows[i]);
+    }
+    free(x), free(w), free(all), free(one);
+}
+
+/* Grouped products (the routed experts' one scheduled loop) give each group the bits of its own
+ * lwq_backend_gemm: groups of 0, 1, 17, 64 and 300 rows (two token slices), partial output blocks,
+ * k with a partial 32-block, on the amx path and on the FMA path, with 1 and 2 threads. */
+static void grouped_vs_single(const char *path, int threads)
+{
+    if (lwq_cpu_kernels_force(path) != 0) {
+        cr_log_warn("kernels %s: this CPU (or its OS) cannot run them, skipped", path);
+        return;
+    }
+    lwq_parallel_set_threads(threads);
+    enum { NG = 5 };
+    static const int64_t rows[NG] = {17, 0, 64, 1, 300}, outs[NG] = {40, 48, 33, 16, 70};
+    const int64_t k = 1100;
+    uint16_t *x[NG], *w[NG];
+    float *yg[NG], *ys[NG];
+    lwq_tensor X[NG], W[NG], YG[NG], YS[NG];
+    lwq_gemm_group g[NG];
+    lwq_error e = {0};
+    for (int i = 0; i < NG; i++) {
+        int64_t xs[2] = {rows[i], k}, ws[2] = {outs[i], k}, yss[2] = {rows[i], outs[i]};
+        x[i] = malloc((size_t)(rows[i] * k) * 2 + 2);
+        w[i] = malloc((size_t)(outs[i] * k) * 2);
+        yg[i] = malloc((size_t)(rows[i] * outs[i]) * 4 + 4);
+        ys[i] = malloc((size_t)(rows[i] * outs[i]) * 4 + 4);
+        fill_bf16(x[i], rows[i] * k, 31 + (uint64_t)i);
+        fill_bf16(w[i], outs[i] * k, 41 + (uint64_t)i);
+        X[i] = lwq_tensor_view(x[i], LWQ_BF16, 2, xs);
+        W[i] = lwq_tensor_view(w[i], LWQ_BF16, 2, ws);
+        YG[i] = lwq_tensor_view(yg[i], LWQ_F32, 2, yss);
+        YS[i] = lwq_tensor_view(ys[i], LWQ_F32, 2, yss);
+        g[i] = (lwq_gemm_group){&X[i], &W[i], NULL, &YG[i]};
+        cr_assert_eq(lwq_backend_gemm(&g_be, &X[i], &W[i], NULL, &YS[i], &e), 0, "%s", e.msg);
+    }
+    cr_assert_eq(lwq_backend_gemm_grouped(&g_be, g, NG, &e), 0, "%s", e.msg);
+    for (int i = 0; i < NG; i++) {
+        cr_assert(memcmp(yg[i], ys[i], (size_t)(rows[i] * outs[i]) * 4) == 0,
+                  "%s, %d threads: group %d (%lld rows) differs from its own gemm", path, threads, i,
+                  (long long)rows[i]);
+        free(x[i]), free(w[i]), free(yg[i]), free(ys[i]);
+    }
+}
+
+Test(gemm_bf16dot, amx_grouped_same_bits_as_single, .init = be_open, .fini = be_close)
+{
+    grouped_vs_single("amx", 2);
+    grouped_vs_single("amx", 1);
+}
+Test(gemm_bf16dot, fma_grouped_same_bits_as_single, .init = be_open, .fini = be_close)
+{
+    grouped_vs_single("avx512", 2);
+}
+
+/* A bad group is refused naming its index, before any product runs. */
+Test(gemm_bf16dot, grouped_bad_group_is_named, .init = be_open, .fini = be_close)
+{
+    uint16_t x[4 * 8] = {0}, w[3 * 8] = {0}, w2[3 * 7] = {0};
+    float y[4 * 3], y2[4 * 3];
+    int64_t xs[2] = {4, 8}, ws[2] = {3, 8}, ws2[2] = {3, 7}, ys[2] = {4, 3};
+    lwq_tensor X = lwq_tensor_view(x, LWQ_BF16, 2, xs), W = lwq_tensor_view(w, LWQ_BF16, 2, ws);
+    lwq_tensor W2 = lwq_tensor_view(w2, LWQ_BF16, 2, ws2), Y = lwq_tensor_view(y, LWQ_F32, 2, ys);
+    lwq_tensor Y2 = lwq_tensor_view(y2, LWQ_F32, 2, ys);
+    lwq_gemm_group g[2] = {{&X, &W, NULL, &Y}, {&X, &W2, NULL, &Y2}};
+    lwq_error e = {0};
+    cr_assert_eq(lwq_backend_gemm_grouped(&g_be, g, 2, &e), LWQ_EINVAL);
+    cr_assert(strstr(e.msg, "group 1") != NULL, "message: %s", e.msg);
+}

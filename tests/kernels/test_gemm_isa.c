@@ -175,3 +175,38 @@ Test(gemm_isa, attention_same_bits_on_every_path, .init = be_open, .fini = be_cl
         free(q), free(k), free(v), free(o0), free(o1), free(valid);
     }
 }
+
+/* Attention's blocked P V (lwq_cpu_kernels.pv) is, per element, the chain of one axpy per key of
+ * the same path: 7 rows (a block of 4 and a rest), widths with a 64-wide part, a 16-wide part and
+ * a scalar tail. */
+Test(gemm_isa, pv_equals_the_axpy_chain_on_every_path, .init = be_open, .fini = be_close)
+{
+    const int64_t nr = 7, nc = 19, ldp = 23;
+    static const int64_t ns[] = {64, 80, 70, 5};
+    float *p = malloc((size_t)(nr * ldp) * 4), *v = malloc((size_t)(nc * 80) * 4);
+    float *a0 = malloc((size_t)(nr * 80) * 4), *a1 = malloc((size_t)(nr * 80) * 4);
+    fill(p, LWQ_F32, nr * ldp, 41);
+    fill(v, LWQ_F32, nc * 80, 42);
+    int ran = 0;
+    for (size_t k = 0; k < sizeof KERNELS / sizeof KERNELS[0]; k++) {
+        if (lwq_cpu_kernels_force(KERNELS[k]) != 0) {
+            cr_log_warn("kernels %s: this CPU cannot run them, skipped", KERNELS[k]);
+            continue;
+        }
+        const lwq_cpu_kernels *kern = lwq_cpu_kernels_get();
+        for (size_t i = 0; i < sizeof ns / sizeof ns[0]; i++) {
+            const int64_t n = ns[i];
+            fill(a0, LWQ_F32, nr * 80, 43);
+            memcpy(a1, a0, (size_t)(nr * 80) * 4);
+            kern->pv(p, ldp, v, 80, a0, 80, nr, nc, n);
+            for (int64_t r = 0; r < nr; r++)
+                for (int64_t c = 0; c < nc; c++)
+                    kern->axpy(p[r * ldp + c], v + c * 80, a1 + r * 80, n);
+            cr_assert(memcmp(a0, a1, (size_t)(nr * 80) * 4) == 0, "%s: pv over %lld outputs differs "
+                      "from its axpy chain", KERNELS[k], (long long)n);
+        }
+        ran++;
+    }
+    cr_assert_geq(ran, 1);
+    free(p), free(v), free(a0), free(a1);
+}

@@ -168,6 +168,31 @@ Test(ops_batch_invariance, attention_left_padding_across_tiles, .init = be_open,
     attention_padding(100, 150);
 }
 
+/* Causal attention's row i of a sequence equals the last row of its first i + 1 tokens alone.
+ * The CPU kernel runs P V 4 query rows at a time over the keys all of them see and the rest key
+ * by key, so a row's keys split between the two at other points in the two calls (and across
+ * 64-key tiles); the bits must not notice.  head_dim 72: a 64-wide part and a scalar tail. */
+Test(ops_batch_invariance, attention_row_same_as_last_row_of_its_prefix, .init = be_open, .fini = be_close)
+{
+    const int H = 2, KV = 1;
+    const int64_t hd = 72, seq = 70, qw = H * hd, kw = KV * hd;
+    float *q = malloc((size_t)(seq * qw) * 4), *k = malloc((size_t)(seq * kw) * 4), *v = malloc((size_t)(seq * kw) * 4);
+    float *full = malloc((size_t)(seq * qw) * 4), *pre = malloc((size_t)(seq * qw) * 4);
+    fill(q, LWQ_F32, seq * qw, 51);
+    fill(k, LWQ_F32, seq * kw, 52);
+    fill(v, LWQ_F32, seq * kw, 53);
+    attend(q, k, v, 1, seq, &seq, H, KV, hd, full);
+    static const int64_t rows[] = {0, 1, 2, 3, 4, 5, 6, 7, 62, 63, 64, 65, 66, 69};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        int64_t len = rows[i] + 1;
+        attend(q, k, v, 1, len, &len, H, KV, hd, pre);
+        cr_assert(memcmp(pre + rows[i] * qw, full + rows[i] * qw, (size_t)qw * 4) == 0,
+                  "row %lld of a %lld-token sequence differs from the last row of its prefix",
+                  (long long)rows[i], (long long)seq);
+    }
+    free(q), free(k), free(v), free(full), free(pre);
+}
+
 /* ---- a qwen3_moe layer: a sequence alone vs left-padded beside others ------------------------ */
 
 #define MOE_D 64

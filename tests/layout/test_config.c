@@ -422,3 +422,55 @@ Test(config, unknown_layer_type_names_model_type_key_and_value)
                 "model_type 'qwen3_5_text': \"text_config.layer_types\"[1] = \"sliding_attention\" is not a "
                 "layer type lwq implements");
 }
+
+/* mistral4: Mistral4Config's own defaults and key precedence (transformers 5.14.1) */
+#define MISTRAL4_BASE                                                                                          \
+    "\"model_type\": \"mistral4\", \"hidden_size\": 32, \"num_hidden_layers\": 2, \"num_attention_heads\": 4, " \
+    "\"vocab_size\": 64, \"n_routed_experts\": 8, \"num_experts_per_tok\": 2, \"moe_intermediate_size\": 16, "    \
+    "\"q_lora_rank\": 16, \"kv_lora_rank\": 16, \"qk_nope_head_dim\": 16, \"qk_rope_head_dim\": 16, "             \
+    "\"v_head_dim\": 16"
+
+/* without rope_parameters the class fills in its yarn dict and ignores top-level rope keys */
+Test(config, mistral4_without_rope_parameters_takes_the_class_yarn_defaults)
+{
+    lwq_model_config c;
+    lwq_error e = {0};
+    cr_assert_eq(parse("{" MISTRAL4_BASE ", \"rope_theta\": 500000.0, \"partial_rotary_factor\": 0.25}", &c, &e), 0,
+                 "%s", e.msg);
+    cr_assert_eq(c.rope_type, LWQ_ROPE_YARN);
+    cr_assert_float_eq(c.rope_theta, 10000.0, 0);
+    cr_assert_float_eq(c.rope_factor, 128.0, 0);
+    cr_assert_eq(c.rope_original_max_position, 8192);
+    cr_assert(c.rope_beta_fast == 32.0 && c.rope_beta_slow == 1.0 && c.rope_mscale == 1.0 &&
+              c.rope_mscale_all_dim == 1.0);
+    cr_assert_float_eq(c.llama4_beta, 0.1, 0);
+    cr_assert_eq(c.llama4_orig_max, 8192);
+    cr_assert_float_eq(c.partial_rotary_factor, 0.5, 0, "qk_rope_head_dim / head_dim");
+    lwq_config_free(&c);
+}
+
+#define MISTRAL4_ROPE(theta)                                                                                   \
+    "\"rope_parameters\": {\"rope_type\": \"yarn\", " theta "\"factor\": 32.0, "                               \
+    "\"original_max_position_embeddings\": 8, \"llama_4_scaling_beta\": 0.1}"
+
+Test(config, mistral4_rope_parameters_rope_theta_wins_over_the_top_level_key)
+{
+    lwq_model_config c;
+    lwq_error e = {0};
+    cr_assert_eq(parse("{" MISTRAL4_BASE ", \"rope_theta\": 500000.0, " MISTRAL4_ROPE("\"rope_theta\": 20000.0, ") "}",
+                       &c, &e), 0, "%s", e.msg);
+    cr_assert_float_eq(c.rope_theta, 20000.0, 0);
+    lwq_config_free(&c);
+}
+
+/* transformers' convert_rope_params_to_dict: setdefault("rope_theta", the top-level key) */
+Test(config, mistral4_top_level_rope_theta_fills_in_a_missing_one)
+{
+    lwq_model_config c;
+    lwq_error e = {0};
+    cr_assert_eq(parse("{" MISTRAL4_BASE ", \"rope_theta\": 500000.0, " MISTRAL4_ROPE("") "}", &c, &e), 0, "%s",
+                 e.msg);
+    cr_assert_float_eq(c.rope_theta, 500000.0, 0);
+    cr_assert_eq(c.llama4_orig_max, 8);
+    lwq_config_free(&c);
+}

@@ -6,7 +6,7 @@
 
 static const char *const all_types[] = {"llama",     "mistral",     "qwen2",       "qwen3",
                                         "qwen3_moe", "mixtral",     "deepseek_v2", "deepseek_v3",
-                                        "kimi_k2",   "glm4_moe",    "minimax_m2",  "deepseek_v32", "glm_moe_dsa", "qwen3_next"};
+                                        "kimi_k2",   "glm4_moe",    "minimax_m2",  "deepseek_v32", "glm_moe_dsa", "mistral4",    "qwen3_next"};
 
 Test(family, every_row_is_in_the_supported_list)
 {

@@ -160,3 +160,88 @@ Test(families34, glm_moe_dsa_unknown_indexer_type_is_refused_by_name)
     refused("glm_moe_dsa-f32", "s/\"shared\"/\"sliding\"/", "\"sliding\"",
             "model_type 'glm_moe_dsa': \"indexer_types\"[1] = \"sliding\" is not an indexer type");
 }
+
+Test(families34, mistral4_expert_streaming_is_byte_identical) { streaming_is_byte_identical("mistral4-f32"); }
+Test(families34, mistral4_resume_after_a_kill_is_byte_identical) { resume_is_byte_identical("mistral4-f32"); }
+Test(families34, mistral4_verify_and_eval) { verify_and_eval("mistral4-f32", "--kv-cache none"); }
+
+/* transformers writes mistral4's routed experts fused 3-D; lwq reads them as the per-expert
+ * tensors of the plan (3 x 8 per layer), as Model Optimizer exports them */
+Test(families34, mistral4_fused_experts_are_listed_per_expert)
+{
+    copy_model("mistral4-f32");
+    cr_assert_eq(lwqt_sh("grep -q 'mlp.experts.gate_up_proj' %s/m/model.safetensors", g_tmp), 0,
+                 "the source no longer holds fused experts");
+    cr_assert_eq(lwqt_sh("'%s' inspect %s/m > %s/inspect.txt 2>&1", lwqt_bin(), g_tmp, g_tmp), 0, "inspect failed");
+    cr_assert_eq(lwqt_sh("grep -q 'experts 48.0 KiB (24 tensors, 8 experts)' %s/inspect.txt && "
+                         "grep -q 'ok: every tensor matches the mistral4 plan' %s/inspect.txt", g_tmp, g_tmp),
+                 0, "inspect does not read the fused experts as 24 per-expert tensors of the plan");
+}
+
+/* head_dim 32 x 0.25 = 8 rotary dims, but qk_rope_head_dim is 16 */
+Test(families34, mistral4_partial_rotary_factor_other_than_the_rope_part_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"partial_rotary_factor\": 0.5/\"partial_rotary_factor\": 0.25/",
+            "\"partial_rotary_factor\": 0.25",
+            "model_type 'mistral4': \"rope_parameters.partial_rotary_factor\" = 0.25 rotates 8 of the 32 q/k head "
+            "dims, but the rope part (qk_rope_head_dim) is 16");
+}
+
+Test(families34, mistral4_rope_type_other_than_yarn_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"rope_type\": \"yarn\"/\"rope_type\": \"linear\"/", "\"rope_type\": \"linear\"",
+            "model_type 'mistral4': \"rope_parameters.rope_type\" = \"linear\" is not supported");
+}
+
+Test(families34, mistral4_rope_interleave_false_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"rope_interleave\": true/\"rope_interleave\": false/", "\"rope_interleave\": false",
+            "model_type 'mistral4': \"rope_interleave\" = false is not supported");
+}
+
+Test(families34, mistral4_attention_bias_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"attention_bias\": false/\"attention_bias\": true/", "\"attention_bias\": true",
+            "model_type 'mistral4': \"attention_bias\" = true is not supported");
+}
+
+Test(families34, mistral4_missing_llama_4_scaling_beta_is_refused_by_name)
+{
+    refused("mistral4-f32", "/\"llama_4_scaling_beta\"/d", "\"rope_type\": \"yarn\"",
+            "model_type 'mistral4': \"rope_parameters\" has no \"llama_4_scaling_beta\"");
+}
+
+/* transformers 4's key would replace Mistral4Config's rope_parameters */
+Test(families34, mistral4_rope_scaling_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"rope_parameters\"/\"rope_scaling\"/", "\"rope_scaling\"",
+            "model_type 'mistral4': \"rope_scaling\" is not read for this model_type");
+}
+
+Test(families34, mistral4_sigmoid_scoring_func_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"n_group\": 1,/\"n_group\": 1, \"scoring_func\": \"sigmoid\",/",
+            "\"scoring_func\": \"sigmoid\"", "model_type 'mistral4': \"scoring_func\" = \"sigmoid\" is not what");
+}
+
+/* transformers routes every layer from first_k_dense_replace on, whatever moe_layer_freq says */
+Test(families34, mistral4_moe_layer_freq_is_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"n_group\": 1,/\"n_group\": 1, \"moe_layer_freq\": 2,/", "\"moe_layer_freq\": 2",
+            "model_type 'mistral4': \"moe_layer_freq\" = 2 is not what the model does");
+}
+
+/* 8 experts in 8 groups: the router's top-2 per group has one expert to pick from */
+Test(families34, mistral4_groups_of_one_expert_are_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"n_group\": 1,/\"n_group\": 8,/", "\"n_group\": 8",
+            "model_type 'mistral4': \"n_group\" = 8 leaves 1 expert(s) per group");
+}
+
+/* 4 groups of 2, one chosen: 2 experts for 3 per token */
+Test(families34, mistral4_chosen_groups_smaller_than_top_k_are_refused_by_name)
+{
+    refused("mistral4-f32", "s/\"n_group\": 1,/\"n_group\": 4,/; s/\"num_experts_per_tok\": 2/\"num_experts_per_tok\": 3/",
+            "\"num_experts_per_tok\": 3",
+            "model_type 'mistral4': \"topk_group\" = 1 groups of 2 experts hold fewer than num_experts_per_tok 3");
+}
