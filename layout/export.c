@@ -1,6 +1,7 @@
 #include "layout/export.h"
 
 #include <cjson/cJSON.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,9 +37,24 @@ static int overall_format(const lwq_export_quant *q)
     return f;
 }
 
-/* Sorted exclusion list: lm_head, extras, every unquantized decoder linear. */
-static cJSON *exclude_list(const lwq_export_quant *q)
+/* Sorted exclusion list: lm_head, extras, every unquantized decoder linear; for MIXED_PRECISION
+ * (mixed) only the MTP blocks, as Model Optimizer writes it (export.h). */
+static cJSON *exclude_list(const lwq_export_quant *q, int mixed)
 {
+    if (mixed) {
+        int n = q->nextra_mtp < 0 ? 0 : q->nextra_mtp < q->nextra ? q->nextra_mtp : q->nextra;
+        const char **v = malloc((size_t)(n ? n : 1) * sizeof *v);
+        cJSON *a = v ? cJSON_CreateArray() : NULL;
+        for (int i = 0; a && i < n; i++)
+            v[i] = q->extra_excludes[i];
+        if (a)
+            qsort(v, (size_t)n, sizeof *v, cmp_str);
+        for (int i = 0; a && i < n; i++)
+            if (i == 0 || strcmp(v[i], v[i - 1]))
+                cJSON_AddItemToArray(a, cJSON_CreateString(v[i]));
+        free(v);
+        return a;
+    }
     int n = 1 + q->nextra;
     for (int i = 0; i < q->nmods; i++)
         n += q->mods[i].format == LWQ_QFMT_NONE;
@@ -67,29 +83,92 @@ static cJSON *exclude_list(const lwq_export_quant *q)
     return a;
 }
 
+/* One entry of a MIXED_PRECISION listing: the module's name (or the in-memory module it belongs
+ * to) and its kind; i: the module's index. */
+typedef struct {
+    const char *key;
+    int kind, i;
+} listed;
+
+static int cmp_listed(const void *a, const void *b)
+{
+    const listed *x = a, *y = b;
+    int c = strcmp(x->key, y->key);
+    return c ? c : (x->i > y->i) - (x->i < y->i);
+}
+
+/* The quantized modules as a MIXED_PRECISION config lists them, sorted by name: a listed_as
+ * module once when all its members share one quantized kind, else each quantized member by its
+ * own name; every other quantized module by its name.  The count, or -1 out of memory. */
+static int listing(const lwq_export_quant *q, listed **out)
+{
+    int n = q->nmods, k = 0, ng = 0;
+    listed *v = malloc((size_t)(n ? n : 1) * sizeof *v), *g = malloc((size_t)(n ? n : 1) * sizeof *g);
+    if (!v || !g) {
+        free(v);
+        free(g);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        int f = kind_of(&q->mods[i]);
+        if (q->mods[i].listed_as)
+            g[ng++] = (listed){q->mods[i].listed_as, f, i};
+        else if (f != KIND_NONE)
+            v[k++] = (listed){q->mods[i].name, f, i};
+    }
+    qsort(g, (size_t)ng, sizeof *g, cmp_listed);
+    for (int a = 0, b; a < ng; a = b) {
+        int same = g[a].kind != KIND_NONE;
+        for (b = a + 1; b < ng && !strcmp(g[b].key, g[a].key); b++)
+            same &= g[b].kind == g[a].kind;
+        if (same) {
+            v[k++] = g[a];
+            continue;
+        }
+        for (int m = a; m < b; m++)
+            if (g[m].kind != KIND_NONE)
+                v[k++] = (listed){q->mods[g[m].i].name, g[m].kind, g[m].i};
+    }
+    free(g);
+    qsort(v, (size_t)k, sizeof *v, cmp_listed);
+    *out = v;
+    return k;
+}
+
 static cJSON *quantized_layers(const lwq_export_quant *q)
 {
-    const char **v = malloc((size_t)(q->nmods ? q->nmods : 1) * sizeof *v);
-    if (!v)
+    listed *v;
+    int k = listing(q, &v);
+    if (k < 0)
         return NULL;
-    int k = 0;
-    for (int i = 0; i < q->nmods; i++)
-        if (q->mods[i].format != LWQ_QFMT_NONE)
-            v[k++] = q->mods[i].name;
-    qsort(v, (size_t)k, sizeof *v, cmp_str);
     cJSON *o = cJSON_CreateObject();
     for (int i = 0; o && i < k; i++) {
-        int f = KIND_NONE;
-        for (int j = 0; j < q->nmods; j++)
-            if (q->mods[j].name == v[i])
-                f = kind_of(&q->mods[j]);
-        cJSON *l = cJSON_AddObjectToObject(o, v[i]);
-        cJSON_AddStringToObject(l, "quant_algo", algo_of(f));
-        if (grouped(f))
+        if (i && !strcmp(v[i].key, v[i - 1].key))
+            continue;
+        cJSON *l = cJSON_AddObjectToObject(o, v[i].key);
+        cJSON_AddStringToObject(l, "quant_algo", algo_of(v[i].kind));
+        if (grouped(v[i].kind))
             cJSON_AddNumberToObject(l, "group_size", 16);
     }
     free(v);
     return o;
+}
+
+const cJSON *lwq_export_listed(const cJSON *quantized_layers, const char *module)
+{
+    char name[512];
+    if (!cJSON_IsObject(quantized_layers) || !module || strlen(module) >= sizeof name)
+        return NULL;
+    snprintf(name, sizeof name, "%s", module);
+    for (;;) {
+        const cJSON *x = cJSON_GetObjectItemCaseSensitive(quantized_layers, name);
+        if (cJSON_IsObject(x))
+            return x;
+        char *dot = strrchr(name, '.');
+        if (!dot)
+            return NULL;
+        *dot = 0;
+    }
 }
 
 static void add_producer(cJSON *o)
@@ -139,7 +218,7 @@ int lwq_export_hf_quant_config(const lwq_export_quant *q, char **out, lwq_error 
         cJSON_AddStringToObject(qz, "kv_cache_quant_algo", q->kv == LWQ_KV_NVFP4_CAST ? "NVFP4" : "FP8");
     if (f >= 0 && grouped(f))
         cJSON_AddNumberToObject(qz, "group_size", 16);
-    cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q));
+    cJSON_AddItemToObject(qz, "exclude_modules", exclude_list(q, f < 0));
     if (f < 0)
         cJSON_AddItemToObject(qz, "quantized_layers", quantized_layers(q));
     return finish(root, out, e);
@@ -177,34 +256,44 @@ static cJSON *quantization_config(const lwq_export_quant *q, int f)
         cJSON_AddItemToArray(t, cJSON_CreateString("Linear"));
         cJSON_AddItemToObject(groups, "group_0", g);
     } else {
-        /* one group per distinct format, targets = the sorted module names in it */
-        static const int order[] = {KIND_NVFP4, KIND_FP8, KIND_W4A16};
-        int gi = 0;
-        for (int k = 0; k < 3; k++) {
-            const char **v = malloc((size_t)q->nmods * sizeof *v);
-            if (!v) {
-                cJSON_Delete(qc);
-                return NULL;
-            }
-            int n = 0;
-            for (int i = 0; i < q->nmods; i++)
-                if (kind_of(&q->mods[i]) == order[k])
-                    v[n++] = q->mods[i].name;
-            if (n) {
-                qsort(v, (size_t)n, sizeof *v, cmp_str);
-                cJSON *g = group_details(order[k]);
-                cJSON *t = cJSON_AddArrayToObject(g, "targets");
-                for (int i = 0; i < n; i++)
-                    cJSON_AddItemToArray(t, cJSON_CreateString(v[i]));
-                char key[24];
-                snprintf(key, sizeof key, "group_%d", gi++);
-                cJSON_AddItemToObject(groups, key, g);
-            }
-            free(v);
+        /* one group per distinct format, numbered as Model Optimizer numbers them (in the order
+         * its quantized_layers, the modules' order, first meets each format), targets = the
+         * sorted names quantized_layers lists */
+        listed *v;
+        int n = listing(q, &v), gi = 0, first[NKINDS], order[3] = {KIND_NVFP4, KIND_FP8, KIND_W4A16};
+        if (n < 0) {
+            cJSON_Delete(qc);
+            return NULL;
         }
+        for (int k = 0; k < NKINDS; k++)
+            first[k] = INT_MAX;
+        for (int i = 0; i < n; i++)
+            first[v[i].kind] = v[i].i < first[v[i].kind] ? v[i].i : first[v[i].kind];
+        for (int a = 1; a < 3; a++) /* three kinds: insertion sort by first appearance */
+            for (int b = a; b > 0 && first[order[b]] < first[order[b - 1]]; b--) {
+                int t = order[b];
+                order[b] = order[b - 1];
+                order[b - 1] = t;
+            }
+        for (int k = 0; k < 3; k++) {
+            cJSON *g = NULL, *t = NULL;
+            for (int i = 0; i < n; i++) {
+                if (v[i].kind != order[k] || (i && !strcmp(v[i].key, v[i - 1].key)))
+                    continue;
+                if (!g) {
+                    g = group_details(order[k]);
+                    t = cJSON_AddArrayToObject(g, "targets");
+                    char key[24];
+                    snprintf(key, sizeof key, "group_%d", gi++);
+                    cJSON_AddItemToObject(groups, key, g);
+                }
+                cJSON_AddItemToArray(t, cJSON_CreateString(v[i].key));
+            }
+        }
+        free(v);
         cJSON_AddItemToObject(qc, "quantized_layers", quantized_layers(q));
     }
-    cJSON_AddItemToObject(qc, "ignore", exclude_list(q));
+    cJSON_AddItemToObject(qc, "ignore", exclude_list(q, f < 0));
     cJSON_AddStringToObject(qc, "quant_algo", f < 0 ? "MIXED_PRECISION" : algo_of(f));
     if (q->kv == LWQ_KV_NVFP4_CAST) {
         /* Model Optimizer 0.47 (convert_hf_quant_config_format) writes an object for FP8 only and

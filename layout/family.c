@@ -15,19 +15,19 @@ static const lwq_family families[] = {
      .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0, .window = LWQ_WINDOW_QWEN_LAYERS},
     {.model_type = "qwen3", .name = "qwen3", .attn = LWQ_MIXER_GQA, .qk_norm = 1,
      .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0, .window = LWQ_WINDOW_QWEN_LAYERS},
-    {.model_type = "qwen3_moe", .name = "qwen3_moe", .attn = LWQ_MIXER_GQA, .qk_norm = 1,
+    {.model_type = "qwen3_moe", .fused_experts = 1, .name = "qwen3_moe", .attn = LWQ_MIXER_GQA, .qk_norm = 1,
      .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
      .experts = LWQ_EXPERTS_HF, .rope_theta = 10000.0, .rms_norm_eps = 1e-6,
      .partial_rotary = 1.0, .window = LWQ_WINDOW_QWEN_GATED},
-    {.model_type = "mixtral", .name = "mixtral", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_NEVER,
+    {.model_type = "mixtral", .fused_experts = 1, .name = "mixtral", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_NEVER,
      .moe = LWQ_MOE_ALL, .keys = LWQ_KEYS_MIXTRAL, .router = LWQ_ROUTER_SOFTMAX,
      .experts = LWQ_EXPERTS_MIXTRAL, .norm_topk_fixed = 1, .rope_theta = 1e6,
      .rms_norm_eps = 1e-5, .partial_rotary = 1.0, .window = LWQ_WINDOW_ALL},
-    {.model_type = "deepseek_v2", .name = "deepseek_v2", .attn = LWQ_MIXER_MLA,
+    {.model_type = "deepseek_v2", .fused_experts = 1, .name = "deepseek_v2", .attn = LWQ_MIXER_MLA,
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V2,
      .shared = LWQ_SHARED_DEEPSEEK, .rope_theta = 10000.0, .rms_norm_eps = 1e-6,
      .partial_rotary = 1.0},
-    {.model_type = "deepseek_v3", .name = "deepseek_v3", .attn = LWQ_MIXER_MLA,
+    {.model_type = "deepseek_v3", .fused_experts = 1, .name = "deepseek_v3", .attn = LWQ_MIXER_MLA,
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
      .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
@@ -39,25 +39,25 @@ static const lwq_family families[] = {
      * per-head q/k norm, partial rotary (transformers' default 0.5), DeepSeek-V3 routing with
      * shared experts after first_k_dense_replace dense layers; the MTP layers
      * (num_nextn_predict_layers, stored as model.layers.N past num_hidden_layers) pass through */
-    {.model_type = "glm4_moe", .name = "glm4_moe", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_KEY_QKV,
+    {.model_type = "glm4_moe", .fused_experts = 1, .name = "glm4_moe", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_KEY_QKV,
      .qk_norm_key = 1, .rope_partial = 1, .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK,
      .router = LWQ_ROUTER_DEEPSEEK_V3, .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK,
      .norm_topk_default = 1, .rope_theta = 10000.0, .rms_norm_eps = 1e-5, .partial_rotary = 0.5},
     /* MiniMax-M2 / M2.1 / M2.5 (MiniMaxM2ForCausalLM): GQA without biases, q/k RMSNorm over the
      * whole projection, partial rotary (0.5 in the published configs), every layer MoE with
      * Mixtral's names and sigmoid + e_score_correction_bias routing without groups */
-    {.model_type = "minimax_m2", .name = "minimax_m2", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_NEVER,
+    {.model_type = "minimax_m2", .fused_experts = 1, .name = "minimax_m2", .attn = LWQ_MIXER_GQA, .bias = LWQ_BIAS_NEVER,
      .qk_norm = 1, .qk_norm_full = 1, .rope_partial = 1, .moe = LWQ_MOE_ALL, .keys = LWQ_KEYS_MIXTRAL,
      .router = LWQ_ROUTER_SIGMOID_BIAS, .experts = LWQ_EXPERTS_MIXTRAL, .norm_topk_fixed = 1,
      .rope_theta = 5e6, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
     /* DeepSeek-V3.2 (DeepseekV32ForCausalLM) and GLM-5 (GlmMoeDsaForCausalLM): the V3 text model
      * (MLA, V3 routing with transformers 5's -inf group fill, shared experts) plus the DSA indexer
      * on every layer, or on glm_moe_dsa's "full" layers */
-    {.model_type = "deepseek_v32", .name = "deepseek_v32", .attn = LWQ_MIXER_MLA, .dsa = 1,
+    {.model_type = "deepseek_v32", .fused_experts = 1, .name = "deepseek_v32", .attn = LWQ_MIXER_MLA, .dsa = 1,
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
      .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
-    {.model_type = "glm_moe_dsa", .name = "glm_moe_dsa", .attn = LWQ_MIXER_MLA, .dsa = 2,
+    {.model_type = "glm_moe_dsa", .fused_experts = 1, .name = "glm_moe_dsa", .attn = LWQ_MIXER_MLA, .dsa = 2,
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
      .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-5, .partial_rotary = 1.0},
@@ -66,7 +66,7 @@ static const lwq_family families[] = {
      * the Llama-4 query scale, a softmax router with DeepSeek groups in the activation dtype,
      * shared experts after first_k_dense_replace dense layers; transformers writes its routed
      * experts fused 3-D (layout/ckpt_fused.c splits them) */
-    {.model_type = "mistral4", .name = "mistral4", .attn = LWQ_MIXER_MLA, .rope_partial = 1,
+    {.model_type = "mistral4", .fused_experts = 1, .name = "mistral4", .attn = LWQ_MIXER_MLA, .rope_partial = 1,
      .mla_plain_scale = 1, .llama4_qscale = 1, .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK,
      .router = LWQ_ROUTER_SOFTMAX_GROUPED, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1,
      .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
@@ -76,10 +76,10 @@ static const lwq_family families[] = {
      * optional latent and one ReLU^2 shared expert; the backbone. root */
     {.model_type = "nemotron_h", .name = "nemotron_h", .attn = LWQ_MIXER_GQA, .linear = LWQ_MIXER_MAMBA2,
      .bias = LWQ_BIAS_NEVER, .single = 1, .nope = 1, .moe = LWQ_MOE_LAYER_TYPES, .keys = LWQ_KEYS_DEEPSEEK,
-     .router = LWQ_ROUTER_DEEPSEEK_V3, .group_mask_inf = 1, .experts = LWQ_EXPERTS_NEMOTRON,
+     .router = LWQ_ROUTER_DEEPSEEK_V3, .group_mask_inf = 1, .experts = LWQ_EXPERTS_NEMOTRON, .fused_experts = 1,
      .shared = LWQ_SHARED_NEMOTRON, .norm_topk_default = 1, .rope_theta = 10000.0, .rms_norm_eps = 1e-5,
      .partial_rotary = 1.0, .root = "backbone.", .embed = "backbone.embeddings", .final_norm = "backbone.norm_f"},
-    {.model_type = "qwen3_next", .name = "qwen3_next", .attn = LWQ_MIXER_GATED_GQA,
+    {.model_type = "qwen3_next", .fused_experts = 1, .name = "qwen3_next", .attn = LWQ_MIXER_GATED_GQA,
      .linear = LWQ_MIXER_GDN, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
      .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
      .experts = LWQ_EXPERTS_HF, .shared = LWQ_SHARED_GATED, .rope_theta = 10000.0,
@@ -93,7 +93,7 @@ static const lwq_family families[] = {
      .rope_theta = 10000.0, .rms_norm_eps = 1e-6, .partial_rotary = 0.25, .mtp = 1},
     /* ... and their MoE: every layer routed (softmax top-k, always renormalised) plus the gated
      * shared expert (Qwen3_5MoeSparseMoeBlock) */
-    {.model_type = "qwen3_5_moe_text", .name = "qwen3_5_moe", .attn = LWQ_MIXER_GATED_GQA,
+    {.model_type = "qwen3_5_moe_text", .fused_experts = 1, .name = "qwen3_5_moe", .attn = LWQ_MIXER_GATED_GQA,
      .linear = LWQ_MIXER_GDN_SPLIT, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
      .moe = LWQ_MOE_ALL, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
      .experts = LWQ_EXPERTS_HF, .shared = LWQ_SHARED_GATED, .norm_topk_fixed = 1,

@@ -148,6 +148,11 @@ typedef struct lwq_family {
     lwq_router_kind router;
     lwq_experts_layout experts;
     lwq_shared_kind shared;
+    int fused_experts;      /* transformers 5.14 holds a layer's routed experts as one module with
+                               3-D parameters (Qwen3MoeExperts, DeepseekV3Experts, ...), whatever
+                               the checkpoint stores: Model Optimizer lists it once in a
+                               MIXED_PRECISION config (layout/export.h).  0: separate linears in
+                               memory (kimi_k2's remote code) */
     int norm_topk_default;  /* norm_topk_prob when the key is absent */
     int norm_topk_fixed;    /* the router always renormalises, whatever the key says */
     int group_mask_inf;     /* DeepSeek-V3 routing: experts outside the topk_group groups get a

@@ -561,6 +561,53 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
     return 0;
 }
 
+/* An auto_quantize recipe (Model Optimizer's ModelOptAutoQuantizeRecipe): lwq reads none, but its
+ * search is the same command's options, so the refusal gives them (--auto-quantize-bits from
+ * constraints.effective_bits, --auto-quantize-formats from candidate_formats' preset names, none
+ * added as Model Optimizer adds it, the score and its size) and names what lwq lacks for this one:
+ * the active_moe cost model, module_search_spaces, candidates that are no lwq format. */
+static int aq_refuse(loader *L, const yfile *f, const lwq_ynode *aq, int line)
+{
+    const lwq_ynode *con = lwq_y_get(aq, "constraints"), *cands = lwq_y_get(aq, "candidate_formats");
+    const char *bits = lwq_y_str(lwq_y_get(con, "effective_bits")), *cost = lwq_y_str(lwq_y_get(con, "cost_model"));
+    const char *method = lwq_y_str(lwq_y_get(aq, "auto_quantize_method"));
+    const char *size = lwq_y_str(lwq_y_get(aq, "score_size"));
+    char fmts[96] = "", lacks[320] = "";
+    int nv = 0, fp = 0, wo = 0, bad = 0;
+    const lwq_ynode *imports = f->doc.ndocs == 2 ? lwq_y_get(f->doc.docs[0], "imports") : lwq_y_get(f->body, "imports");
+    for (int i = 0; cands && cands->kind == LWQ_Y_SEQ && i < cands->n; i++) {
+        /* a candidate is {$import: alias}; the alias names a preset path in the file's imports */
+        const char *alias = lwq_y_str(lwq_y_get(cands->kids[i], "$import"));
+        const char *path = alias ? lwq_y_str(lwq_y_get(imports, alias)) : NULL;
+        const char *b = path ? strrchr(path, '/') : NULL;
+        b = b ? b + 1 : path ? path : "";
+        if (!strcmp(b, "nvfp4"))
+            nv = 1;
+        else if (!strcmp(b, "fp8"))
+            fp = 1;
+        else if (!strcmp(b, "w4a16_nvfp4"))
+            wo = 1;
+        else if (!bad++)
+            snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; candidate_formats[%d] (%s) is no format "
+                     "lwq searches (nvfp4, fp8, w4a16_nvfp4)", i, path ? path : "inline");
+    }
+    if (nv || fp || wo)
+        snprintf(fmts, sizeof fmts, "%s%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
+    else /* no top-level candidates (module_search_spaces has its own) */
+        snprintf(fmts, sizeof fmts, "F,...");
+    if (cost && strcmp(cost, "weight"))
+        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; constraints.cost_model %s is not implemented "
+                 "(lwq's budget counts every weight written)", cost);
+    if (lwq_y_get(aq, "module_search_spaces"))
+        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; module_search_spaces is not implemented "
+                 "(lwq searches every group of the base recipe)");
+    return ERR(LWQ_EUNSUPPORTED, "%s:%d: auto_quantize (AutoQuantize searches per-layer formats over the whole "
+               "model) is not read as a recipe: lwq's search takes it as options: --qformat %s --auto-quantize-bits %s "
+               "--auto-quantize-formats %s%s%s%s (lm_head and routers are not searched)%s", f->rel, line,
+               fp ? "fp8" : "nvfp4", bits ? bits : "B", fmts, method && !strcmp(method, "kl_div") ? " "
+               "--auto-quantize-score kl" : "", size ? " --auto-quantize-score-size " : "", size ? size : "", lacks);
+}
+
 static int parse_top(loader *L, const yfile *f, lwq_mo_algo *a, lwq_recipe_run *run, const lwq_ynode **qcfg)
 {
     const lwq_ynode *b = f->body, *meta = NULL, *quant = NULL;
@@ -576,8 +623,7 @@ static int parse_top(loader *L, const yfile *f, lwq_mo_algo *a, lwq_recipe_run *
         else if (!strcmp(k, "quantize"))
             quant = b->kids[2 * i + 1];
         else if (!strcmp(k, "auto_quantize"))
-            return ERR(LWQ_EUNSUPPORTED, "%s:%d: auto_quantize (AutoQuantize searches per-layer formats over the whole "
-                       "model) is not supported", f->rel, line);
+            return aq_refuse(L, f, b->kids[2 * i + 1], line);
         else if (!strcmp(k, "sparsity") || !strcmp(k, "sparsify"))
             return ERR(LWQ_EUNSUPPORTED, "%s:%d: %s is not supported (lwq writes dense checkpoints)", f->rel, line, k);
         else
@@ -621,6 +667,10 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
         rc = lwq_errsys(e, -errno, "%s", path);
     if (!rc)
         rc = read_yfile(L, path, real, &f);
+    /* an auto_quantize recipe is refused before its imports (schemas lwq does not read) load */
+    for (int i = 0; !rc && f->body->kind == LWQ_Y_MAP && i < f->body->n; i++)
+        if (!strcmp(f->body->kids[2 * i]->str, "auto_quantize"))
+            rc = aq_refuse(L, f, f->body->kids[2 * i + 1], f->body->kids[2 * i]->line);
     if (!rc)
         rc = load_imports(L, f);
     lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT};

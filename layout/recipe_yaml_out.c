@@ -145,8 +145,13 @@ char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int
         int want = lwq_calib(c), is_static = c->format == LWQ_QFMT_NVFP4 && yaml_calib(c->format, 0, M, S) != want;
         static const char *const q[2] = {".weight_quantizer", ".input_quantizer"};
         for (int k = 0; k < (c->weight_only ? 1 : 2); k++) { /* weight-only: the input stays disabled */
+            /* a glob ending in '*' (a layer's routed experts, "...mlp.experts.*") takes the suffix
+             * without its dot: Model Optimizer names a fused experts module's quantizers
+             * "...experts.gate_up_proj_weight_quantizer(s.E)", which "...experts.*.weight_quantizer"
+             * misses (the experts stayed unquantized there); lwq reads both as the same modules */
             char name[600];
-            snprintf(name, sizeof name, "%s%s", m[i].glob, q[k]);
+            size_t gl = strlen(m[i].glob);
+            snprintf(name, sizeof name, "%s%s", m[i].glob, gl && m[i].glob[gl - 1] == '*' ? q[k] + 1 : q[k]);
             put(&b, "    - quantizer_name: ");
             quoted(&b, name);
             put(&b, "\n      cfg: ");

@@ -2,7 +2,9 @@
  * YAML (the schema layout/recipe_yaml.h reads; docs/RECIPES.md), self-contained: no imports.
  *
  * The YAML turns every quantizer off (`{quantizer_name: '*', enable: false}`), then per module
- * glob enables its weight and input quantizers with inline attributes (NVFP4: e2m1 in blocks of
+ * glob enables its weight and input quantizers (`<glob>.weight_quantizer`; a glob ending in `*`,
+ * a layer's routed experts, `<glob>weight_quantizer`, so that it also names Model Optimizer's
+ * fused-experts quantizers `...experts.gate_up_proj_weight_quantizer`) with inline attributes (NVFP4: e2m1 in blocks of
  * 16 with e4m3 scales, dynamic or static; FP8: e4m3 per tensor; a fixed input amax as
  * constant_amax), and sets the KV cache (`*[kv]_bmm_quantizer`).  Model Optimizer has one
  * calibration algorithm per recipe, and a module's own algorithm is told by its attributes

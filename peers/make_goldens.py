@@ -69,15 +69,6 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # must give exactly these notes (tests/tools/test_peer_goldens.c), so it fails on any other
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
 KNOWN_DIFFERENCES = {
-    # MIXED_PRECISION with fused experts: Model Optimizer lists each layer's fused experts as one
-    # module (quantized_layers / config_groups targets "...mlp.experts") and exclude_modules holds
-    # only the MTP wildcards; lwq lists every expert's gate/up/down and its whole exclusion list
-    ("qwen3_5_moe-f32", "huggingface_qwen3_5_moe_ptq_nvfp4_experts_mse-fp8_rest-kv_fp8-patched"): [
-        "hf_quant_config.json quantization.exclude_modules: lm_head is excluded only in A",
-        "hf_quant_config.json quantization.quantized_layers differs",
-        "config.json quantization_config.config_groups differs",
-        "config.json quantization_config.quantized_layers differs",
-        "config.json quantization_config.ignore: lm_head is excluded only in A"],
 }
 # nemotron_h: Model Optimizer 0.47's export runs every exclude_modules / ignore name through the
 # reverse of transformers' "backbone." -> "model." rename with a sentinel appended
@@ -131,6 +122,12 @@ def sums_and_size():
     with open(os.path.join(DEST, "SHA256SUMS"), "w") as f:
         f.writelines(sorted(sums, key=lambda s: s.split("  ", 1)[1]))
     return sum(os.path.getsize(os.path.join(d, fn)) for d, _, fs in os.walk(DEST) for fn in fs)
+
+
+def recipe_name(rec):
+    """A case's recipe as named under DEST/modelopt_recipes: one of peers/recipes (an absolute
+    path) is issue33/<its stem> there (copy_case)."""
+    return "issue33/" + os.path.basename(rec).rsplit(".", 1)[0] if os.path.isabs(rec) else rec
 
 
 def recipe_files(name):
@@ -241,13 +238,13 @@ def copy_case(c, bounds):
         args = [f"@DATA@/{RECIPES}" if a == root else a for a in args]
     case = {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
-            "modelopt": {k: v for k, v in c.mo.items()}}
+            "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
     if is_qwen3_5(c.src) or c.group == "nemotron":
         # the group is the Criterion test that runs the case (tests/tools/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
         if "recipe" in c.mo:
-            case["recipe_files"] = recipe_files(c.mo["recipe"])
+            case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
         if (c.src, c.label) in KNOWN_DIFFERENCES:
             case["known_differences"] = KNOWN_DIFFERENCES[(c.src, c.label)]
     return case
@@ -373,13 +370,50 @@ def add_nemotron():
     print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+MIXED_COMMAND = ("peers/run.sh --only mixed,autoq; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed")
+
+
+def add_mixed():
+    """--add mixed: the mixed and autoq groups' goldens (peers/run.py mixed_cases, autoq_cases)
+    beside the others, whose sources they share; every case's known_differences refreshed from
+    KNOWN_DIFFERENCES."""
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = man["bf16_bounds"]
+    new = []
+    for c in run.mixed_cases() + run.autoq_cases():
+        if not os.path.isdir(os.path.join(DEST, "src", c.src)):
+            sys.exit(f"make_goldens: {c.src} is not among the goldens' sources (add its group first)")
+        if c.group == "autoq":  # lwq runs the search; the mix it chose, which Model Optimizer exported
+            dst = os.path.join(DEST, RECIPES, recipe_name(c.mo["recipe"]) + ".yaml")
+            os.makedirs(os.path.dirname(dst), exist_ok=True)
+            shutil.copy(c.mo["recipe"], dst)
+        case = copy_case(c, bounds)
+        case["group"] = c.group
+        case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
+        new.append(case)
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    for c in man["cases"]:
+        key = (c["src"][len("src/"):], c["name"].split("/", 1)[1])
+        c.pop("known_differences", None)
+        if key in KNOWN_DIFFERENCES:
+            c["known_differences"] = KNOWN_DIFFERENCES[key]
+    if MIXED_COMMAND not in man["commands"]:
+        man["commands"].append(MIXED_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} mixed / autoq cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
@@ -388,6 +422,8 @@ def main():
         return add_families34()
     if a.add == "nemotron":
         return add_nemotron()
+    if a.add == "mixed":
+        return add_mixed()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
@@ -606,17 +642,44 @@ searched block amaxes against it; lwq does the same (engine/quant/qlayer.c, `sea
 the `qwen3_5*-f32 / nvfp4_four_over_six-patched` cases are byte-identical.
 
 Recorded differences (`known_differences` in MANIFEST.json; the case must differ exactly so):
-`qwen3_5_moe-f32 / nvfp4_experts_mse-fp8_rest-kv_fp8` (MIXED_PRECISION): every tensor is
-byte-identical, but Model Optimizer lists each layer's fused experts as one module
-(`quantized_layers` and the NVFP4 `config_groups` target `...mlp.experts`) and writes only
-`mtp*`, `mtp.layers.0*` in `exclude_modules`, where lwq lists every expert's gate/up/down and its
-whole exclusion list (lm_head, embed_tokens, routers, ..., `model.visual*`, `mtp*`).
+none at present (the last two, Four-over-Six on the split Gated DeltaNet and the MIXED_PRECISION
+listing of fused experts, are fixed).
 
 `layers/`: transformers' own forward of the F32 qwen3_5 sources (and of qwen3_next-f32 and
 qwen3_moe-f32, families lwq already has) on the first two calibration sequences, per decoder
 layer: `hidden.0` the embedding output, `hidden.{{i+1}}` layer i's output (peers/layer_dump.py,
 forward hooks on transformers' decoder layers).  tests/engine/forward/test_forward_peer_layers.c
 feeds each lwq layer transformers' input and compares with its output (F32, 1e-5).
+
+## MIXED_PRECISION (`peers/run.py` group `mixed`)
+
+`peers/recipes/nvfp4_experts-fp8_rest.yaml` (copied to `modelopt_recipes/issue33/`): NVFP4 on
+the routed experts, FP8 on every other linear, max calibration, on the MoE families whose
+experts transformers 5.14 holds as **one fused module** in memory (`Qwen3MoeExperts`,
+`DeepseekV3Experts`, ...), whether the checkpoint stores them per expert (qwen3_moe,
+qwen3_5_moe_text, deepseek_v3, qwen3_next, glm4_moe, deepseek_v32, glm_moe_dsa) or fused 3-D
+(qwen3_5_moe).  Model Optimizer 0.47 (`quant_utils.py` `get_quant_config` /
+`process_layer_quant_config`) lists the modules that own quantizers: each layer's experts
+**once**, `...mlp.experts` (`NVFP4`, group_size 16, also as the NVFP4 `config_groups` target),
+although the tensors are written per expert; and a MIXED_PRECISION config has no exclusion list
+of its own: `exclude_modules` (config.json `ignore`) holds only the MTP prefixes that
+`_add_mtp_exclusions` adds (`mtp*`, `mtp.layers.0*`; glm4_moe's `model.layers.2*`), and none at
+all without MTP (the key is absent).  lwq writes the same (layout/export.h; an empty
+`exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 are not among them:
+their hub names say `block_sparse_moe`, and the recipe's `*mlp.experts.*` glob meets
+transformers' in-memory `mlp.experts` in Model Optimizer but the hub names in lwq.
+
+## Auto-quantize with weight-only NVFP4 (`peers/run.py` group `autoq`)
+
+lwq's `--auto-quantize-bits 6 --auto-quantize-formats fp8,w4a16_nvfp4` (base `--qformat fp8`,
+the formats of Model Optimizer's `qwen3_6_moe/auto_quantize` recipes) on `qwen3_moe-f32` and
+`qwen3_5_moe-f32`.  Model Optimizer's own search does not run on the CPU (its dynamic NVFP4
+block fake quant asserts `amax must be a CUDA tensor`), so the golden is Model Optimizer's export
+of the mix lwq chose: lwq's `OUT/auto_quantize_recipe.yaml`, kept as
+`peers/recipes/autoq-fp8_w4a16_nvfp4-6bits-<src>.yaml` (and under `modelopt_recipes/issue33/`),
+run through `peers/modelopt_driver.py --recipe`.  The case runs the search itself and compares its
+output with that export: the same fixed assignment (W4A16_NVFP4 and FP8 modules in one
+MIXED_PRECISION checkpoint, no input_scale on the W4A16 ones), written by both.
 """
 
 if __name__ == "__main__":

@@ -137,8 +137,43 @@ def cases():
                                 ["--recipe", r, "--recipe-root", recipe_root()]))
     out += qwen3_5_cases()
     out += families34_cases()
+    out += mixed_cases()
+    out += autoq_cases()
     out += nemotron_cases()
     return out
+
+
+# MIXED_PRECISION exports (peers/recipes/nvfp4_experts-fp8_rest.yaml: NVFP4 routed experts, FP8
+# the rest, max): on every MoE family whose experts transformers 5.14 holds as one fused module
+# (per expert or fused 3-D on disk), where Model Optimizer lists "...mlp.experts" once.  mixtral
+# and minimax_m2 are left out: their hub names say block_sparse_moe, the recipe's glob meets
+# transformers' in-memory mlp.experts in Model Optimizer and the hub names in lwq.
+MIXED_SRCS = ("qwen3_moe-f32", "qwen3_moe-bf16", "qwen3_5_moe-f32", "qwen3_5_moe-bf16", "qwen3_5_moe_text-f32",
+              "deepseek_v3-f32", "qwen3_next-f32", "glm4_moe-f32", "deepseek_v32-f32", "glm_moe_dsa-f32")
+
+
+# lwq's --auto-quantize-bits with weight-only NVFP4 among the candidates (issue 33; the
+# qwen3_6_moe auto_quantize recipes' formats): Model Optimizer's own search needs CUDA (its dynamic
+# block fake quant asserts "amax must be a CUDA tensor"), so the golden is its export of the mix
+# lwq chose (peers/recipes/autoq-*.yaml, lwq's OUT/auto_quantize_recipe.yaml), and lwq's case is
+# the search itself: the same fixed assignment exported by both.
+AUTOQ_SRCS = ("qwen3_moe-f32", "qwen3_5_moe-f32")
+AUTOQ_LABEL = "autoq-fp8_w4a16_nvfp4-6bits"
+
+
+def autoq_cases():
+    """Group autoq: the search on each of AUTOQ_SRCS against Model Optimizer's export of its mix."""
+    return [Case("autoq", src, AUTOQ_LABEL, dict(recipe=os.path.join(HERE, "recipes", f"{AUTOQ_LABEL}-{src}.yaml")),
+                 ["--qformat", "fp8", "--kv-cache", "none", "--auto-quantize-bits", "6",
+                  "--auto-quantize-formats", "fp8,w4a16_nvfp4"])
+            for src in AUTOQ_SRCS]
+
+
+def mixed_cases():
+    """Group mixed: one MIXED_PRECISION recipe on each of MIXED_SRCS."""
+    r = os.path.join(HERE, "recipes", "nvfp4_experts-fp8_rest.yaml")
+    return [Case("mixed", src, "nvfp4_experts-fp8_rest", dict(recipe=r), ["--recipe", r, "--recipe-root", recipe_root()])
+            for src in MIXED_SRCS]
 
 
 def qwen3_5_cases():
@@ -317,7 +352,7 @@ def fmt_rel(w):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
-                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes)")
+                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, mixed, autoq)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

@@ -281,7 +281,8 @@ LWQ=$BUILD/lwq
 export LWQ_BIN=$LWQ
 [ -x "$LWQ" ] || setup_fail build "$LWQ was not built"
 for f in "$LWQ" "$BUILD/liblwq-cuda.so"; do
-    if ldd "$f" 2>/dev/null | grep -q "not found"; then
+    # not `ldd | grep -q` under pipefail: grep -q's early exit can kill ldd with SIGPIPE (141)
+    if grep -q "not found" <<<"$(ldd "$f" 2>/dev/null)"; then
         setup_fail build "libraries not found for $f: $(ldd "$f" | grep 'not found' | awk '{print $1}' | tr '\n' ' ')"
     fi
 done
@@ -458,7 +459,7 @@ row gptq "$(status_of $st)" "$det--algo gptq: $ID_DET" $(($(date +%s) - t0))
 step ranks
 t0=$(date +%s)
 MPX=$(sed -n 's/^MPIEXEC_EXECUTABLE:FILEPATH=//p' "$BUILD/CMakeCache.txt" 2>/dev/null | head -1)
-if ! ldd "$LWQ" 2>/dev/null | grep -q 'libmpi' || [ -z "$MPX" ] || [ ! -x "$MPX" ]; then
+if ! grep -q 'libmpi' <<<"$(ldd "$LWQ" 2>/dev/null)" || [ -z "$MPX" ] || [ ! -x "$MPX" ]; then
     row ranks "not available" "this build has no MPI or no launcher (MPIEXEC_EXECUTABLE '$MPX'): mpiexec -n 1 not run" \
         $(($(date +%s) - t0))
 else

@@ -55,8 +55,9 @@ static void usage(FILE *fp, const char *cmd)
             "  --auto-quantize-bits B   at most B bits per weight over the decoder layers' linears (scales\n"
             "                       included, as lwq eval counts them)\n"
             "  --auto-quantize-gb G     at most G GB (1e9 bytes) of tensors written\n"
-            "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, none (default all three);\n"
-            "                       only those: without none every searched group is quantized\n"
+            "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, w4a16_nvfp4 (weight-only\n"
+            "                       NVFP4), none (default nvfp4,fp8,none); only those: without none every\n"
+            "                       searched group is quantized\n"
             "  --auto-quantize-score S  layer (default): each group alone quantized, the error it adds to its\n"
             "                       layer's output (relative), times how much the later layers grow such an\n"
             "                       error; kl: that output carried to the logits, KL to the source\n"
@@ -128,7 +129,7 @@ typedef struct qargs {
         *aq_scores;
     int help, print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
     double aq_bits, aq_gb;
-    uint8_t aq_fmt[3];        /* candidate formats, by lwq_qformat */
+    uint8_t aq_fmt[LWQ_AQ_FORMATS]; /* candidate formats (engine/autoq/autoq.h) */
     double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;
@@ -201,10 +202,10 @@ static int parse_device(const char *what, const char *d, lwq_device_choice *out)
     return 0;
 }
 
-/* --auto-quantize-formats "nvfp4,fp8,none" -> f[lwq_qformat]. */
-static int parse_formats(const char *list, uint8_t f[3])
+/* --auto-quantize-formats "nvfp4,fp8,w4a16_nvfp4,none" -> f[candidate] (engine/autoq/autoq.h). */
+static int parse_formats(const char *list, uint8_t f[LWQ_AQ_FORMATS])
 {
-    memset(f, 0, 3);
+    memset(f, 0, LWQ_AQ_FORMATS);
     char buf[128];
     if (strlen(list) >= sizeof buf) {
         fprintf(perr, "lwq: --auto-quantize-formats %s: too long\n", list);
@@ -212,9 +213,9 @@ static int parse_formats(const char *list, uint8_t f[3])
     }
     snprintf(buf, sizeof buf, "%s", list);
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
-        lwq_qformat q;
-        if (lwq_qformat_parse(t, &q) != 0) {
-            fprintf(perr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, none)\n", t);
+        int q = lwq_aq_format_parse(t);
+        if (q < 0) {
+            fprintf(perr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, w4a16_nvfp4, none)\n", t);
             return -1;
         }
         f[q] = 1;
@@ -243,7 +244,8 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a, lwq_ranks_jo
     a->calib_size = 64;
     a->calib_seq = 256;
     a->o.batch_size = 8;
-    memset(a->aq_fmt, 1, sizeof a->aq_fmt);
+    memset(a->aq_fmt, 1, sizeof a->aq_fmt); /* nvfp4, fp8, none; w4a16_nvfp4 only when listed */
+    a->aq_fmt[LWQ_AQ_W4A16] = 0;
     /* the default device may come from the environment (perf/gpu-check.sh runs the resume and
      * production tests with LWQ_DEVICE=cuda, so they cannot fall back to the CPU silently) */
     const char *env_dev = getenv("LWQ_DEVICE");

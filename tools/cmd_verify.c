@@ -28,6 +28,7 @@
 #include "engine/run/manifest.h"
 #include "layout/arch.h"
 #include "layout/checkpoint.h"
+#include "layout/export.h"
 #include "layout/quant_formats.h"
 #include "layout/safetensors.h"
 #include "tools/commands.h"
@@ -248,7 +249,7 @@ static void check_configs(vstate *v, const shard *sh, int ns)
             const char *ma = algo->valuestring;
             if (mixed) {
                 const cJSON *ql = cJSON_GetObjectItemCaseSensitive(q, "quantized_layers");
-                const cJSON *a = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(ql, m), "quant_algo");
+                const cJSON *a = cJSON_GetObjectItemCaseSensitive(lwq_export_listed(ql, m), "quant_algo");
                 if (!cJSON_IsString(a)) {
                     problem(v, "%s carries scales but is not in quantized_layers", m);
                     continue;

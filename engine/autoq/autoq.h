@@ -1,6 +1,6 @@
 /* engine/autoq/autoq.h — `lwq quantize --auto-quantize-bits B | --auto-quantize-gb G`: the most
- * accurate checkpoint under a size budget, with NVFP4, FP8 or the source dtype chosen per search
- * group (engine/autoq/autoq_groups.h), one layer in memory.
+ * accurate checkpoint under a size budget, with NVFP4, FP8, weight-only NVFP4 or the source dtype
+ * chosen per search group (engine/autoq/autoq_groups.h), one layer in memory.
  *
  *   pass 1  score: one pass over the disk.  Per layer, the calibration forward (the observer of
  *           lwq quantize) over every calibration sample; the layer quantized once per candidate
@@ -54,11 +54,19 @@
 
 typedef enum lwq_aq_score { LWQ_AQ_SCORE_LAYER = 0, LWQ_AQ_SCORE_KL } lwq_aq_score;
 
+/* The candidate formats of a search group: indexed as lwq_qformat (NONE, NVFP4 = W4A4, FP8 =
+ * W8A8), then LWQ_AQ_W4A16, weight-only NVFP4 (W4A16_NVFP4: NVFP4 weights and weight scales, no
+ * input quantizer, no input_scale), a candidate of Model Optimizer's qwen3_6_moe auto_quantize
+ * recipes.  Its cost is what lwq writes (4.5 bits per weight plus weight_scale_2; Model Optimizer
+ * counts NVFP4 and W4A16 alike, 4.5 effective bits: the weight quantizer's, configs/numerics/nvfp4);
+ * its score the replay with the weights dequantized and the inputs unquantized. */
+enum { LWQ_AQ_W4A16 = 3, LWQ_AQ_FORMATS = 4 };
+
 typedef struct lwq_autoq_opts {
     lwq_quantize_opts q;     /* pass 2's run; q.recipe is the base recipe, q.calib the calibration */
     double bits;             /* the budget in bits per weight, or 0 */
     double gb;               /* the budget in GB (1e9 bytes), or 0 */
-    uint8_t formats[3];      /* candidate formats, indexed by lwq_qformat (NONE may be left out) */
+    uint8_t formats[LWQ_AQ_FORMATS]; /* the candidate formats asked for (NONE may be left out) */
     lwq_aq_score score;
     int score_size;          /* calibration samples scored (the first ones); 0: 1/8 of them, rounded up
                                 (Model Optimizer's ratio: 128 scored of hf_ptq's 1024) */
@@ -69,6 +77,12 @@ typedef struct lwq_autoq_opts {
 } lwq_autoq_opts;
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);
+
+/* "none", "nvfp4", "fp8", "w4a16_nvfp4": candidate f as --auto-quantize-formats and scores.json
+ * spell it; "?" out of range. */
+const char *lwq_aq_format_name(int f);
+/* name -> candidate index; -1 when unknown */
+int lwq_aq_format_parse(const char *name);
 
 /* "layer", "kl" */
 const char *lwq_aq_score_name(lwq_aq_score s);

@@ -35,9 +35,33 @@ static int kind_of(lwq_linear_role r)
     }
 }
 
-static int can_take(const lwq_arch_linear *l, lwq_qformat f)
+static int can_take(const lwq_arch_linear *l, int f)
 {
-    return f != LWQ_QFMT_NVFP4 || l->in_features % 16 == 0;
+    return lwq_aq_qformat(f) != LWQ_QFMT_NVFP4 || l->in_features % 16 == 0;
+}
+
+_Static_assert(LWQ_QFMT_NONE == 0 && LWQ_QFMT_NVFP4 == 1 && LWQ_QFMT_FP8 == 2 && LWQ_AQ_W4A16 == 3,
+               "the candidate indexes extend lwq_qformat");
+static const char *const format_names[LWQ_AQ_FORMATS] = {"none", "nvfp4", "fp8", "w4a16_nvfp4"};
+
+lwq_qformat lwq_aq_qformat(int f) { return f == LWQ_AQ_W4A16 ? LWQ_QFMT_NVFP4 : (lwq_qformat)f; }
+int lwq_aq_weight_only(int f) { return f == LWQ_AQ_W4A16; }
+const char *lwq_aq_format_name(int f) { return f >= 0 && f < LWQ_AQ_FORMATS ? format_names[f] : "?"; }
+
+int lwq_aq_format_parse(const char *name)
+{
+    for (int f = 0; f < LWQ_AQ_FORMATS; f++)
+        if (!strcmp(name, format_names[f]))
+            return f;
+    return -1;
+}
+
+int lwq_aq_nquantized(const uint8_t allowed[LWQ_AQ_FORMATS])
+{
+    int n = 0;
+    for (int f = 1; f < LWQ_AQ_FORMATS; f++)
+        n += allowed[f] != 0;
+    return n;
 }
 
 void lwq_aq_layer_free(lwq_aq_layer *a)
@@ -95,14 +119,14 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
         g->lin[g->n++] = i;
         g->elements += (uint64_t)l->out_features * (uint64_t)l->in_features;
         for (int f = 1; f < LWQ_AQ_FORMATS; f++)
-            g->allowed[f] &= (uint8_t)can_take(l, (lwq_qformat)f);
+            g->allowed[f] &= (uint8_t)can_take(l, f);
         a->group_of[i] = slot[k];
     }
     /* the list means what it says: a group that can take none of its formats is refused, not
      * quietly left in the source dtype */
     for (int k = 0; k < a->ngroups; k++) {
         const lwq_aq_group *g = &a->g[k];
-        if (g->allowed[LWQ_QFMT_NONE] || g->allowed[LWQ_QFMT_NVFP4] || g->allowed[LWQ_QFMT_FP8])
+        if (g->allowed[LWQ_QFMT_NONE] || lwq_aq_nquantized(g->allowed))
             continue;
         const lwq_arch_linear *bad = &p->linears[g->lin[0]];
         for (int m = 0; m < g->n; m++)
@@ -113,7 +137,7 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
         char list[32];
         lwq_aq_formats_str(want, list, sizeof list);
         int rc = lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group can take none of --auto-quantize-formats %s: NVFP4 "
-                          "needs in-features divisible by 16, and %s has %lld%s; add fp8 or none to the formats",
+                          "(and w4a16_nvfp4) needs in-features divisible by 16, and %s has %lld%s; add fp8 or none to the formats",
                           p->layer, lwq_aq_kind_name(g->kind), list, bad->name, (long long)bad->in_features,
                           bad->role == LWQ_ROLE_LIN_CONV ? " (a conv1d)" : "");
         lwq_aq_layer_free(a);
@@ -124,23 +148,26 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
 
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",
-             want[LWQ_QFMT_NONE] ? ",none" : "");
+    snprintf(buf, cap, "%s%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",
+             want[LWQ_AQ_W4A16] ? ",w4a16_nvfp4" : "", want[LWQ_QFMT_NONE] ? ",none" : "");
     if (buf[0] == ',')
         memmove(buf, buf + 1, strlen(buf));
 }
 
-void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qformat *fmt, lwq_quant_choice *out)
+void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const uint8_t *fmt, lwq_quant_choice *out)
 {
     for (int i = 0; i < p->nlinears; i++) {
         out[i] = a->base[i];
         if (a->group_of[i] < 0)
             continue;
-        out[i].format = fmt[a->group_of[i]];
-        out[i].weight_format = out[i].input_format = out[i].format;
+        int f = fmt[a->group_of[i]];
+        out[i].format = lwq_aq_qformat(f);
+        out[i].weight_format = out[i].format;
+        /* W4A4 NVFP4, W8A8 FP8, weight-only NVFP4 (its input quantizer off) or none */
+        out[i].weight_only = lwq_aq_weight_only(f);
+        out[i].input_format = out[i].weight_only ? LWQ_QFMT_NONE : out[i].format;
         out[i].split = 0;
-        out[i].weight_only = 0; /* the candidates are W4A4 NVFP4, W8A8 FP8 or none */
-        if (out[i].format == LWQ_QFMT_NONE)
+        if (out[i].format == LWQ_QFMT_NONE || out[i].weight_only)
             out[i].has_input_amax = 0;
     }
 }

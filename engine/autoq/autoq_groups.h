@@ -15,24 +15,31 @@
  * leaves unquantized stays unquantized (it is in no group), a linear in no group keeps the base
  * recipe's choice, and a chosen format keeps the base
  * recipe's calibration settings for the module (algorithm, FP8 scale sweep, a fixed input amax).
- * A group may take format f only when every member can: NVFP4 needs in-features % 16 == 0 and is
- * not written for a conv1d; "none" only when it is among the formats asked for (a group that can
+ * A group may take format f only when every member can: NVFP4 (and W4A16) needs in-features % 16
+ * == 0 and is not written for a conv1d; "none" only when it is among the formats asked for (a group that can
  * take none of them is an error naming it: the list means what it says).
  *
  * Byte cost of a group in format f = the bytes lwq quantize writes for its members' weights and
  * scales (weight, weight_scale, weight_scale_2, input_scale), read off the tensors lwq_qlayer_run
- * produced for f (so scales are counted exactly as written); in "none" the source weight bytes.
+ * produced for f (so scales are counted exactly as written: W4A16 has no input_scale); in "none"
+ * the source weight bytes.
  * lwq eval's bits per weight counts the same bytes. */
 #ifndef LWQ_ENGINE_AUTOQ_GROUPS_H
 #define LWQ_ENGINE_AUTOQ_GROUPS_H
 
 #include <stdint.h>
 
+#include "engine/autoq/autoq.h"
 #include "engine/source/tlist.h"
 #include "layout/arch.h"
 #include "layout/recipe.h"
 
-#define LWQ_AQ_FORMATS 3 /* indexed by lwq_qformat: NONE, NVFP4, FP8 */
+/* The candidate formats (LWQ_AQ_FORMATS, LWQ_AQ_W4A16): engine/autoq/autoq.h.  What candidate f
+ * writes: its lwq_qformat (NVFP4 for W4A16) and whether the input quantizer is off. */
+lwq_qformat lwq_aq_qformat(int f);
+int lwq_aq_weight_only(int f);
+/* The quantized candidates a group may take (NVFP4, FP8, W4A16). */
+int lwq_aq_nquantized(const uint8_t allowed[LWQ_AQ_FORMATS]);
 
 typedef enum lwq_aq_kind {
     LWQ_AQ_QKV = 0,
@@ -69,13 +76,14 @@ typedef struct lwq_aq_layer {
 int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r,
                       const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e);
 void lwq_aq_layer_free(lwq_aq_layer *a);
-/* "nvfp4,fp8,none" for the formats in want (in that order), as --auto-quantize-formats spells it. */
+/* "nvfp4,fp8,w4a16_nvfp4,none" for the formats in want (in that order), as --auto-quantize-formats
+ * spells it. */
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap);
 
-/* The choice of every linear of the layer when group k takes fmt[k] (fmt: (ngroups)): the base
- * choice with its format replaced; linears in no group keep their base choice (routers: NONE). */
-void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_qformat *fmt,
-                    lwq_quant_choice *out);
+/* The choice of every linear of the layer when group k takes candidate fmt[k] (fmt: (ngroups)): the
+ * base choice with its format replaced (W4A16: NVFP4, weight_only); linears in no group keep their
+ * base choice (routers: NONE). */
+void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const uint8_t *fmt, lwq_quant_choice *out);
 
 /* Bytes written for linear l's weight and scales in the sorted tensors t of a layer (what
  * lwq_qlayer_run produced, or the source for an unquantized linear); 0 when its weight is absent. */

@@ -102,7 +102,7 @@ int lwq_aq_pass1(const lwq_autoq_opts *o, const char *dir, lwq_aq_scores *s, lwq
 /* ---- autoq_solve.c ---- */
 typedef struct lwq_aq_solution {
     int ngroups;              /* over all layers */
-    lwq_qformat *fmt;         /* per group, layer-major */
+    uint8_t *fmt;             /* the candidate (engine/autoq/autoq.h) of each group, layer-major */
     uint64_t bytes;           /* predicted: every tensor written (layers + tail) */
     uint64_t linear_bytes, linear_elements;
     double bits;              /* predicted bits per weight */
@@ -116,9 +116,9 @@ double lwq_aq_amplification(const lwq_aq_scores *s, int L);
 /* The score the knapsack minimises for group g of layer rec (in s->rec) in format f. */
 double lwq_aq_score_of(const lwq_aq_scores *s, const lwq_aq_lrec *rec, const lwq_aq_gscore *g, int f);
 int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solution *sol, lwq_error *e);
-/* The uniform mix of the same groups: every group in pref where it can take it, else FP8, else
- * NVFP4, else none (the comparison the report prints beside the search). */
-int lwq_aq_uniform(const lwq_aq_scores *s, lwq_qformat pref, lwq_aq_solution *sol, lwq_error *e);
+/* The uniform mix of the same groups: every group in candidate pref where it can take it, else FP8,
+ * else NVFP4, else W4A16, else none (the comparison the report prints beside the search). */
+int lwq_aq_uniform(const lwq_aq_scores *s, int pref, lwq_aq_solution *sol, lwq_error *e);
 void lwq_aq_solution_free(lwq_aq_solution *sol);
 
 #endif

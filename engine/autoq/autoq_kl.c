@@ -110,10 +110,10 @@ int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e)
             }
         }
     }
-    /* stream order: layers, their groups, NVFP4 then FP8 */
+    /* stream order: layers, their groups, NVFP4, FP8 then W4A16 */
     for (int L = 0, s = 0; rc == 0 && L < c->N; L++)
         for (int k = 0; k < c->s->rec[L].ngroups; k++)
-            for (int f = LWQ_QFMT_NVFP4; f <= LWQ_QFMT_FP8; f++) {
+            for (int f = 1; f < LWQ_AQ_FORMATS; f++) {
                 lwq_aq_gscore *g = &c->s->rec[L].g[k];
                 if (!g->allowed[f])
                     continue;

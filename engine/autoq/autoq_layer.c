@@ -50,7 +50,8 @@ static uint8_t *hessians_wanted(const lwq_arch_layer *p, const lwq_aq_layer *A)
         for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
             if (g < 0 ? f != (int)A->base[i].format : !A->g[g].allowed[f])
                 continue;
-            ch.format = (lwq_qformat)f;
+            ch.format = lwq_aq_qformat(f);
+            ch.weight_only = lwq_aq_weight_only(f);
             int h = lwq_qlayer_hessian(&p->linears[i], &ch);
             w[i] = (uint8_t)(h > w[i] ? h : w[i]);
         }
@@ -148,7 +149,7 @@ static int layer_streams(const lwq_aq_layer *A)
 {
     int n = 0;
     for (int k = 0; k < A->ngroups; k++)
-        n += A->g[k].allowed[LWQ_QFMT_NVFP4] + A->g[k].allowed[LWQ_QFMT_FP8];
+        n += lwq_aq_nquantized(A->g[k].allowed);
     return n;
 }
 
@@ -186,15 +187,17 @@ static int probe_gain(lwq_aq_ctx *c, int L, const lwq_weights *w, double *gain, 
     return rc;
 }
 
-/* The group whose FP8 replay (NVFP4 when none takes FP8) becomes the next layer's probe. */
+/* The group whose FP8 replay (NVFP4 when none takes FP8, W4A16 when none takes either) becomes
+ * the next layer's probe. */
 static void probe_pick(const lwq_aq_layer *A, int *pk, int *pf)
 {
+    static const int pref[] = {LWQ_QFMT_FP8, LWQ_QFMT_NVFP4, LWQ_AQ_W4A16};
     *pk = -1;
-    for (int f = LWQ_QFMT_FP8; f >= LWQ_QFMT_NVFP4 && *pk < 0; f--)
+    for (int j = 0; j < 3 && *pk < 0; j++)
         for (int k = 0; k < A->ngroups && *pk < 0; k++)
-            if (A->g[k].allowed[f]) {
+            if (A->g[k].allowed[pref[j]]) {
                 *pk = k;
-                *pf = f;
+                *pf = pref[j];
             }
 }
 
@@ -227,7 +230,7 @@ static int replays(lwq_aq_ctx *c, int L, const lwq_aq_layer *A, const lwq_tlist 
         if (pk < 0) /* nothing quantizable: the next layer's input unperturbed */
             memcpy(c->probe + c->sc.boff[b], want, n);
         for (int k = 0; k < A->ngroups && rc == 0; k++)
-            for (int f = LWQ_QFMT_NVFP4; f <= LWQ_QFMT_FP8 && rc == 0; f++) {
+            for (int f = 1; f < LWQ_AQ_FORMATS && rc == 0; f++) { /* NVFP4, FP8, W4A16 */
                 if (!A->g[k].allowed[f])
                     continue;
                 if ((rc = replay(c, L, &A->g[k], src, &Q[f], b, e)) != 0 || (rc = work_out(c, hb, n, e)) != 0)
@@ -261,7 +264,7 @@ int lwq_aq_layer_process(lwq_aq_ctx *c, int L, const lwq_tlist *src, lwq_aq_lrec
     lwq_layer_stats st;
     int st_open = 0;
     uint8_t *want = hessians_wanted(p, &A);
-    lwq_qformat *fmt = calloc((size_t)(A.ngroups ? A.ngroups : 1), sizeof *fmt);
+    uint8_t *fmt = calloc((size_t)(A.ngroups ? A.ngroups : 1), sizeof *fmt);
     lwq_quant_choice *ch = calloc((size_t)(p->nlinears ? p->nlinears : 1), sizeof *ch);
     rec->g = calloc((size_t)(A.ngroups ? A.ngroups : 1), sizeof *rec->g);
     rec->ngroups = A.ngroups;
@@ -286,7 +289,7 @@ int lwq_aq_layer_process(lwq_aq_ctx *c, int L, const lwq_tlist *src, lwq_aq_lrec
     for (int f = 0; f < LWQ_AQ_FORMATS && rc == 0; f++) {
         int any = f == LWQ_QFMT_NONE;
         for (int k = 0; k < A.ngroups; k++) {
-            fmt[k] = A.g[k].allowed[f] ? (lwq_qformat)f : LWQ_QFMT_NONE;
+            fmt[k] = A.g[k].allowed[f] ? (uint8_t)f : LWQ_QFMT_NONE;
             any |= A.g[k].allowed[f];
         }
         if (!any)

@@ -41,7 +41,7 @@ static void experts_glob(const lwq_arch_layer *p, const lwq_aq_layer *A, int k, 
 
 static int same_choice(const lwq_quant_choice *a, const lwq_quant_choice *b)
 {
-    if (a->format != b->format)
+    if (a->format != b->format || (a->format == LWQ_QFMT_NVFP4 && a->weight_only != b->weight_only))
         return 0;
     if (a->format == LWQ_QFMT_NONE)
         return 1;
@@ -67,19 +67,30 @@ static void compare(const lwq_arch_layer *plans, int N, lwq_quant_choice *const 
             lwq_quant_choice c = lwq_qlayer_choice(r, &plans[L], i);
             if (!same_choice(&c, &want[L][i])) {
                 snprintf(why, cap, "%s reads back as %s (%s), not %s (%s)", plans[L].linears[i].name,
-                         lwq_qformat_name(c.format), lwq_algo_name(c.algo), lwq_qformat_name(want[L][i].format),
+                         lwq_choice_format_name(&c), lwq_algo_name(c.algo), lwq_choice_format_name(&want[L][i]),
                          lwq_algo_name(want[L][i].algo));
                 return;
             }
         }
 }
 
-static void add_rule(cJSON *rules, const char *match, lwq_qformat f, const lwq_quant_choice *base)
+/* The rules that give `match` candidate cand (engine/autoq/autoq.h): its format, for weight-only
+ * NVFP4 then its input quantizer disabled, and the base recipe's fixed input amax again. */
+static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_choice *base)
 {
+    lwq_qformat f = lwq_aq_qformat(cand);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "match", match);
     cJSON_AddStringToObject(o, "format", lwq_qformat_name(f));
     cJSON_AddItemToArray(rules, o);
+    if (lwq_aq_weight_only(cand)) { /* W4A16: NVFP4 weights, the input quantizer off */
+        o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "match", match);
+        cJSON_AddStringToObject(o, "quantizer", "input");
+        cJSON_AddBoolToObject(o, "enable", 0);
+        cJSON_AddItemToArray(rules, o);
+        return;
+    }
     if (f != LWQ_QFMT_NONE && base->has_input_amax) { /* a format rule resets the input's fixed amax */
         o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "match", match);
@@ -136,7 +147,7 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
         }
         lwq_aq_choices(&A, p, sol->fmt + idx, want[L]);
         for (int k = 0; k < A.ngroups; k++) {
-            lwq_qformat f = sol->fmt[idx + k];
+            int f = sol->fmt[idx + k];
             experts_glob(p, &A, k, gglob[k], sizeof gglob[k]);
             if (gglob[k][0]) {
                 add_rule(rules, gglob[k], f, &A.base[A.g[k].lin[0]]);

@@ -174,13 +174,13 @@ static int correlations(const lwq_aq_scores *s, double rho[3], int *pairs)
     int n = 0;
     for (int L = 0; L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
-            n += s->rec[L].g[k].allowed[LWQ_QFMT_NVFP4] + s->rec[L].g[k].allowed[LWQ_QFMT_FP8];
+            n += lwq_aq_nquantized(s->rec[L].g[k].allowed);
     size_t sz = (size_t)(n ? n : 1) * sizeof(double);
     double *kl = malloc(sz), *v[3] = {malloc(sz), malloc(sz), malloc(sz)};
     int rc = kl && v[0] && v[1] && v[2] ? 0 : -1;
     for (int L = 0, i = 0; rc == 0 && L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
-            for (int f = LWQ_QFMT_NVFP4; f <= LWQ_QFMT_FP8; f++) {
+            for (int f = 1; f < LWQ_AQ_FORMATS; f++) {
                 const lwq_aq_lrec *r = &s->rec[L];
                 if (!r->g[k].allowed[f])
                     continue;
@@ -218,9 +218,10 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     else
         put_raw(bud, "gb", "%.17g", o->gb);
     cJSON *fs = cJSON_AddArrayToObject(root, "formats");
-    for (int f = 1; f <= LWQ_AQ_FORMATS; f++) /* nvfp4, fp8, then none */
-        if (o->formats[f % LWQ_AQ_FORMATS])
-            cJSON_AddItemToArray(fs, cJSON_CreateString(lwq_qformat_name((lwq_qformat)(f % LWQ_AQ_FORMATS))));
+    static const int shown[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16, LWQ_QFMT_NONE};
+    for (int j = 0; j < LWQ_AQ_FORMATS; j++)
+        if (o->formats[shown[j]])
+            cJSON_AddItemToArray(fs, cJSON_CreateString(lwq_aq_format_name(shown[j])));
     cJSON_AddStringToObject(root, "score", lwq_aq_score_name(o->score));
     cJSON_AddNumberToObject(root, "score_samples", lwq_aq_score_samples(o));
     cJSON_AddStringToObject(root, "base_recipe", o->q.recipe->name);
@@ -236,9 +237,10 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     }
     put_raw(root, "linear_weights", "%.0f", (double)sol->linear_elements);
     cJSON *un = cJSON_AddArrayToObject(root, "uniform");
-    for (int u = 0; u < 2; u++) {
+    static const char *const uni[3] = {"uniform_nvfp4", "uniform_fp8", "uniform_w4a16_nvfp4"};
+    for (int u = 0; u < 2 + (o->formats[LWQ_AQ_W4A16] != 0); u++) {
         cJSON *x = cJSON_CreateObject();
-        cJSON_AddStringToObject(x, "recipe", u ? "uniform_fp8" : "uniform_nvfp4");
+        cJSON_AddStringToObject(x, "recipe", uni[u]);
         put_raw(x, "bits_per_weight", "%.6f", uni_bits[u]);
         put_raw(x, "bytes", "%.0f", (double)uni_bytes[u]);
         cJSON_AddItemToArray(un, x);
@@ -270,12 +272,12 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
             cJSON_AddStringToObject(go, "group", lwq_aq_kind_name(g->kind));
             cJSON_AddStringToObject(go, "first_module", g->first);
             cJSON_AddNumberToObject(go, "modules", g->nmembers);
-            cJSON_AddStringToObject(go, "format", lwq_qformat_name(sol->fmt[i]));
+            cJSON_AddStringToObject(go, "format", lwq_aq_format_name(sol->fmt[i]));
             cJSON *opt = cJSON_AddObjectToObject(go, "candidates");
             for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
                 if (!g->allowed[f])
                     continue;
-                cJSON *fo = cJSON_AddObjectToObject(opt, lwq_qformat_name((lwq_qformat)f));
+                cJSON *fo = cJSON_AddObjectToObject(opt, lwq_aq_format_name(f));
                 put_raw(fo, "bytes", "%.0f", (double)g->cost[f]);
                 put_raw(fo, "score", "%.9g", lwq_aq_score_of(s, &s->rec[L], g, f));
             }
@@ -290,17 +292,23 @@ static void print_table(const lwq_autoq_opts *o, const lwq_aq_scores *s, const l
 {
     fprintf(stderr, "auto-quantize: %s score; per group the score of each format (0 for none) and the choice\n",
             lwq_aq_score_name(s->score));
-    fprintf(stderr, "%5s  %-11s %12s %12s  %s\n", "layer", "group", "nvfp4", "fp8", "chosen");
+    int wo = o->formats[LWQ_AQ_W4A16];
+    fprintf(stderr, "%5s  %-11s %12s %12s%s  %s\n", "layer", "group", "nvfp4", "fp8", wo ? "  w4a16_nvfp4" : "",
+            "chosen");
     for (int L = 0, i = 0; L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
             const lwq_aq_gscore *g = &s->rec[L].g[k];
-            char a[24] = "-", b[24] = "-";
+            char a[24] = "-", b[24] = "-", c[24] = "-";
             if (g->allowed[LWQ_QFMT_NVFP4])
                 snprintf(a, sizeof a, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_QFMT_NVFP4));
             if (g->allowed[LWQ_QFMT_FP8])
                 snprintf(b, sizeof b, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_QFMT_FP8));
-            fprintf(stderr, "%5d  %-11s %12s %12s  %s\n", L, lwq_aq_kind_name(g->kind), a, b,
-                    lwq_qformat_name(sol->fmt[i]));
+            if (g->allowed[LWQ_AQ_W4A16])
+                snprintf(c, sizeof c, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_AQ_W4A16));
+            fprintf(stderr, "%5d  %-11s %12s %12s", L, lwq_aq_kind_name(g->kind), a, b);
+            if (wo)
+                fprintf(stderr, " %12s", c);
+            fprintf(stderr, "  %s\n", lwq_aq_format_name(sol->fmt[i]));
         }
     if (o->bits > 0)
         fprintf(stderr, "auto-quantize: budget %.4g bits per weight; predicted %.4f (%.6f GB)\n", o->bits, sol->bits,
@@ -323,8 +331,8 @@ static int check_opts(const lwq_autoq_opts *o, lwq_error *e)
         return lwq_errf(e, LWQ_EINVAL, "give one budget: --auto-quantize-bits B or --auto-quantize-gb G");
     if (o->bits > 0 && !(o->bits <= 64))
         return lwq_errf(e, LWQ_EINVAL, "--auto-quantize-bits %g: expected bits per weight in (0, 64]", o->bits);
-    if (!o->formats[LWQ_QFMT_NVFP4] && !o->formats[LWQ_QFMT_FP8])
-        return lwq_errf(e, LWQ_EINVAL, "--auto-quantize-formats needs nvfp4 or fp8 among its formats");
+    if (!lwq_aq_nquantized(o->formats))
+        return lwq_errf(e, LWQ_EINVAL, "--auto-quantize-formats needs nvfp4, fp8 or w4a16_nvfp4 among its formats");
     if (lwq_recipe_uses_gptq(o->q.recipe))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "recipe \"%s\" uses gptq: GPTQ calibrates each layer on the quantized "
                         "layers before it, which the search (every group scored against the source) cannot "
@@ -371,8 +379,9 @@ static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
             break;
         uint64_t copies = 0, memo = 0;
         for (int k = 0; k < A.ngroups; k++) {
-            nstreams += A.g[k].allowed[LWQ_QFMT_NVFP4] + A.g[k].allowed[LWQ_QFMT_FP8];
+            nstreams += (uint64_t)lwq_aq_nquantized(A.g[k].allowed);
             copies += A.g[k].elements * (A.g[k].allowed[LWQ_QFMT_NVFP4] ? 9 : 0) / 16 +
+                      A.g[k].elements * (A.g[k].allowed[LWQ_AQ_W4A16] ? 9 : 0) / 16 +
                       A.g[k].elements * A.g[k].allowed[LWQ_QFMT_FP8];
             ap->overlay = 4 * A.g[k].elements > ap->overlay ? 4 * A.g[k].elements : ap->overlay;
         }
@@ -427,8 +436,9 @@ typedef struct aq_run {
     lwq_aq_recipe rec;
     lwq_runlock lock;
     char *report;
-    double uni_bits[2];       /* the uniform nvfp4 / fp8 mixes of the same groups */
-    uint64_t uni_bytes[2];
+    double uni_bits[3];       /* the uniform nvfp4 / fp8 (/ w4a16_nvfp4, when a candidate) mixes of the
+                                 same groups */
+    uint64_t uni_bytes[3];
 } aq_run;
 
 static void run_free(aq_run *r)
@@ -498,13 +508,14 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     if ((rc = write_text(p->dir, LWQ_AQ_RECIPE_JSON, r->rec.json, e)) != 0)
         return rc;
     /* the uniform mixes of the same groups, as recipes to evaluate beside the search's */
-    for (int u = 0; u < 2 && rc == 0; u++) {
+    static const int uni[3] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16};
+    for (int u = 0; u < 2 + (o->formats[LWQ_AQ_W4A16] != 0) && rc == 0; u++) {
         lwq_aq_solution us;
         lwq_aq_recipe ur;
         char name[32], file[48];
-        snprintf(name, sizeof name, "uniform_%s", u ? "fp8" : "nvfp4");
+        snprintf(name, sizeof name, "uniform_%s", lwq_aq_format_name(uni[u]));
         snprintf(file, sizeof file, "%s.yaml", name);
-        if ((rc = lwq_aq_uniform(&r->s, u ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4, &us, e)) != 0 ||
+        if ((rc = lwq_aq_uniform(&r->s, uni[u], &us, e)) != 0 ||
             (rc = lwq_pathf(e, yp, sizeof yp, "%s/%s", p->dir, file)) != 0)
             break;
         if ((rc = lwq_aq_recipe_build(o, &us, r->plans, r->N, name, yp, &ur, e)) == 0) {

@@ -160,7 +160,7 @@ static int count_streams(const lwq_aq_scores *s, int layers)
     int n = 0;
     for (int L = 0; L < layers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++)
-            n += s->rec[L].g[k].allowed[LWQ_QFMT_NVFP4] + s->rec[L].g[k].allowed[LWQ_QFMT_FP8];
+            n += lwq_aq_nquantized(s->rec[L].g[k].allowed);
     return n;
 }
 

@@ -61,7 +61,8 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
     if (elements == 0)
         return lwq_errf(e, LWQ_EINVAL, "the model has no linear weights to search over");
     lwq_mckp_item *items = calloc((size_t)(n ? n : 1), sizeof *items);
-    int *pick = calloc((size_t)(n ? n : 1), sizeof *pick), *fmt_of = calloc((size_t)(n ? n : 1) * 3, sizeof *fmt_of);
+    int *pick = calloc((size_t)(n ? n : 1), sizeof *pick);
+    int *fmt_of = calloc((size_t)(n ? n : 1) * LWQ_AQ_FORMATS, sizeof *fmt_of);
     sol->fmt = calloc((size_t)(n ? n : 1), sizeof *sol->fmt);
     if (!items || !pick || !fmt_of || !sol->fmt) {
         free(items);
@@ -78,7 +79,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
             for (int f = 0; f < LWQ_AQ_FORMATS; f++)
                 if (g->allowed[f]) {
                     lwq_mckp_item *it = &items[i];
-                    fmt_of[i * 3 + it->nopt] = f;
+                    fmt_of[i * LWQ_AQ_FORMATS + it->nopt] = f;
                     it->cost[it->nopt] = g->cost[f];
                     it->score[it->nopt] = lwq_aq_score_of(s, &s->rec[L], g, f);
                     it->nopt++;
@@ -115,7 +116,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
             sol->bytes = sol->linear_bytes + other;
             sol->bits = 8.0 * (double)sol->linear_bytes / (double)elements;
             for (int i = 0; i < n; i++)
-                sol->fmt[i] = (lwq_qformat)fmt_of[i * 3 + pick[i]];
+                sol->fmt[i] = (uint8_t)fmt_of[i * LWQ_AQ_FORMATS + pick[i]];
         }
     }
     free(items);
@@ -126,7 +127,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
     return rc;
 }
 
-int lwq_aq_uniform(const lwq_aq_scores *s, lwq_qformat pref, lwq_aq_solution *sol, lwq_error *e)
+int lwq_aq_uniform(const lwq_aq_scores *s, int pref, lwq_aq_solution *sol, lwq_error *e)
 {
     memset(sol, 0, sizeof *sol);
     int n = 0;
@@ -143,9 +144,10 @@ int lwq_aq_uniform(const lwq_aq_scores *s, lwq_qformat pref, lwq_aq_solution *so
         sol->linear_elements += r->linear_elements;
         for (int k = 0; k < r->ngroups; k++, i++) {
             const lwq_aq_gscore *g = &r->g[k];
-            lwq_qformat f = g->allowed[pref] ? pref : g->allowed[LWQ_QFMT_FP8] ? LWQ_QFMT_FP8
-                            : g->allowed[LWQ_QFMT_NVFP4] ? LWQ_QFMT_NVFP4 : LWQ_QFMT_NONE;
-            sol->fmt[i] = f;
+            int f = g->allowed[pref] ? pref : g->allowed[LWQ_QFMT_FP8] ? LWQ_QFMT_FP8
+                    : g->allowed[LWQ_QFMT_NVFP4] ? LWQ_QFMT_NVFP4 : g->allowed[LWQ_AQ_W4A16] ? LWQ_AQ_W4A16
+                    : LWQ_QFMT_NONE;
+            sol->fmt[i] = (uint8_t)f;
             sol->linear_bytes += g->cost[f];
             sol->score += lwq_aq_score_of(s, r, g, f);
         }

@@ -67,6 +67,11 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
     lwq_xxh64_state s;
     lwq_xxh64_init(&s, fp->part[LWQ_FP_OPTIONS]);
     lwq_xxh64_update(&s, aq, sizeof aq);
+    /* weight-only NVFP4 among the candidates: mixed in only then, so every search without it
+     * keeps the fingerprint (and resumes) it had */
+    int64_t w4a16 = o->formats[LWQ_AQ_W4A16];
+    if (w4a16)
+        lwq_xxh64_update(&s, &w4a16, sizeof w4a16);
     fp->part[LWQ_FP_OPTIONS] = lwq_xxh64_digest(&s);
     lwq_fp_finish(fp);
     return 0;
@@ -150,7 +155,7 @@ static cJSON *render(const lwq_aq_scores *s)
             for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
                 if (!g->allowed[f])
                     continue;
-                cJSON *fo = cJSON_AddObjectToObject(fs, lwq_qformat_name((lwq_qformat)f));
+                cJSON *fo = cJSON_AddObjectToObject(fs, lwq_aq_format_name(f));
                 put_u64(fo, "bytes", g->cost[f]);
                 put_num(fo, "err", g->err[f]);
                 put_num(fo, "kl", g->kl[f]);
@@ -193,14 +198,14 @@ static int parse_group(const cJSON *go, lwq_aq_gscore *g)
     snprintf(g->first, sizeof g->first, "%s", first->valuestring);
     g->nmembers = (int)mem->valuedouble;
     for (const cJSON *fo = fs->child; fo; fo = fo->next) {
-        lwq_qformat f;
-        if (!fo->string || lwq_qformat_parse(fo->string, &f) != 0 || g->allowed[f] ||
+        int f = fo->string ? lwq_aq_format_parse(fo->string) : -1;
+        if (f < 0 || g->allowed[f] ||
             lwq_json_get_u64(fo, "bytes", &g->cost[f]) || get_num(fo, "err", &g->err[f]) ||
             get_num(fo, "kl", &g->kl[f]))
             return -1;
         g->allowed[f] = 1;
     }
-    return g->allowed[LWQ_QFMT_NONE] || g->allowed[LWQ_QFMT_NVFP4] || g->allowed[LWQ_QFMT_FP8] ? 0 : -1;
+    return g->allowed[LWQ_QFMT_NONE] || lwq_aq_nquantized(g->allowed) ? 0 : -1;
 }
 
 static int parse_layer(const cJSON *l, int L, lwq_aq_lrec *r)
@@ -448,10 +453,14 @@ static uint64_t weight_src_bytes(const lwq_ckpt *ck, const lwq_srcfmt *sf, const
     return src_bytes(ck, sf, name, &aux);
 }
 
-/* What lwq writes for linear l's weight and scales in format f. */
-static uint64_t linear_cost(const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_linear *l, lwq_qformat f)
+/* What lwq writes for linear l's weight and scales in candidate f: NVFP4 packed weight, E4M3
+ * block scales, weight_scale_2 and input_scale (W4A16: no input_scale); FP8 weight and two
+ * scalars; else the source weight. */
+static uint64_t linear_cost(const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_linear *l, int f)
 {
     uint64_t n = (uint64_t)l->out_features * (uint64_t)l->in_features;
+    if (f == LWQ_AQ_W4A16)
+        return n / 2 + n / 16 + 4;
     if (f == LWQ_QFMT_NVFP4)
         return n / 2 + n / 16 + 8;
     if (f == LWQ_QFMT_FP8)
@@ -498,7 +507,7 @@ static int check_layer(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_sr
             break;
         }
         for (int f = 0; rc == 0 && f < LWQ_AQ_FORMATS; f++) {
-            const char *fn = lwq_qformat_name((lwq_qformat)f);
+            const char *fn = lwq_aq_format_name(f);
             snprintf(what, sizeof what, "group %s (%s): candidate %s", lwq_aq_kind_name(g->kind), first, fn);
             if (h->allowed[f] != g->allowed[f]) {
                 rc = mismatch(e, file, L, what, h->allowed[f], g->allowed[f]);
@@ -508,7 +517,7 @@ static int check_layer(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_sr
                 continue;
             uint64_t want = 0;
             for (int m = 0; m < g->n; m++)
-                want += linear_cost(ck, sf, &p->linears[g->lin[m]], (lwq_qformat)f);
+                want += linear_cost(ck, sf, &p->linears[g->lin[m]], f);
             snprintf(what, sizeof what, "group %s (%s): the bytes of %s", lwq_aq_kind_name(g->kind), first, fn);
             if (h->cost[f] != want)
                 rc = mismatch(e, file, L, what, h->cost[f], want);
@@ -522,7 +531,9 @@ static int check_layer(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_sr
         elements += (uint64_t)l->out_features * (uint64_t)l->in_features;
         lin_src += weight_src_bytes(ck, sf, l);
         if (A.group_of[i] < 0)
-            fixed += weight_src_bytes(ck, sf, l) ? linear_cost(ck, sf, l, A.base[i].format) : 0;
+            fixed += weight_src_bytes(ck, sf, l)
+                         ? linear_cost(ck, sf, l, A.base[i].weight_only ? LWQ_AQ_W4A16 : (int)A.base[i].format)
+                         : 0;
         has_attn |= l->role == LWQ_ROLE_K || l->role == LWQ_ROLE_KV_A;
     }
     if (rc == 0 && L < ck->nlayers)

@@ -13,6 +13,7 @@
 #include "core/file.h"
 #include "engine/eval/eval_internal.h"
 #include "kernels/quant.h"
+#include "layout/export.h"
 #include "layout/quant_formats.h"
 #include "layout/srcfmt.h"
 
@@ -166,7 +167,7 @@ static int check_quantized(const lwq_qdir *q, const cJSON *mixed, const char *mo
                         "(F8_E4M3)", dir, module, lwq_dtype_name(wq->dtype));
     const char *declared = q->quant_algo;
     if (mixed) {
-        const cJSON *ent = cJSON_GetObjectItemCaseSensitive(mixed, module);
+        const cJSON *ent = lwq_export_listed(mixed, module); /* its own entry or its experts module's */
         declared = jstr(ent, "quant_algo");
         if (!declared)
             return lwq_errf(e, LWQ_EFORMAT, "%s: %s is quantized (%s) but not listed in quantized_layers", dir, module,

@@ -89,13 +89,23 @@ static int write_configs(lwq_run *r, lwq_error *e)
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
      * embedding; +1: a VLM wrapper's vision tower */
     char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
-    int nextra = 0, k = 0, rc = 0;
-    if (!mods || !extra) {
+    /* the in-memory experts module of each routed expert, for a family that fuses them */
+    char **owner = calloc((size_t)total + 1, sizeof *owner);
+    int nextra = 0, nextra_mtp = 0, k = 0, rc = 0;
+    int fused = r->ck.cfg.family && r->ck.cfg.family->fused_experts;
+    if (!mods || !extra || !owner) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
         goto out;
     }
     for (int L = 0; L < r->nlayers; L++)
         for (int i = 0; i < r->plans[L].nlinears; i++) {
+            const lwq_arch_linear *l = &r->plans[L].linears[i];
+            const char *x = fused && (l->role == LWQ_ROLE_EXPERT_GATE || l->role == LWQ_ROLE_EXPERT_UP || l->role == LWQ_ROLE_EXPERT_DOWN) ? strstr(l->name, ".experts.") : NULL;
+            if (x && !(owner[k] = strndup(l->name, (size_t)(x - l->name) + strlen(".experts")))) {
+                rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
+                goto out;
+            }
+            mods[k].listed_as = owner[k];
             mods[k].name = r->plans[L].linears[i].name;
             mods[k].format = r->choice[L][i].format;
             mods[k++].weight_only = r->choice[L][i].weight_only;
@@ -128,6 +138,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
                 break;
             }
     }
+    nextra_mtp = nextra; /* the MTP blocks: all a MIXED_PRECISION config excludes */
     /* a wrapper's own modules (the vision tower "model.visual."): Model Optimizer keeps them
      * unquantized and excludes them as one prefix glob, "model.visual*" */
     if (r->ck.cfg.passthrough) {
@@ -163,7 +174,8 @@ static int write_configs(lwq_run *r, lwq_error *e)
             break;
         }
     }
-    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names};
+    lwq_export_quant q = {mods, k, (const char *const *)extra, nextra, r->o->recipe->kv, &r->ck.cfg.names,
+                          nextra_mtp};
     char *hq = NULL, *cj = NULL;
     if ((rc = lwq_export_hf_quant_config(&q, &hq, e)) == 0 && (rc = lwq_export_config_json(r->ck.cfg.text, r->ck.cfg.text_len, &q, &cj, e)) == 0 &&
         (rc = write_text(r, LWQ_OUT_HF_QUANT_CONFIG, hq, e)) == 0)
@@ -174,6 +186,9 @@ out:
     for (int i = 0; i < nextra; i++)
         free(extra[i]);
     free(extra);
+    for (int i = 0; owner && i < total; i++)
+        free(owner[i]);
+    free(owner);
     free(mods);
     return rc;
 }

@@ -189,17 +189,39 @@ static int excluded(const cJSON *list, const char *module)
     return 0;
 }
 
-static void check_excludes(const char *what, const cJSON *list, const qmod *m, int nm)
+/* One format: lm_head and every unquantized module excluded, no quantized one.  MIXED_PRECISION
+ * (mixed): no exclusion of its own (Model Optimizer lists only MTP blocks there; an unlisted module
+ * is unquantized), so only: nothing quantized excluded. */
+static void check_excludes(const char *what, const cJSON *list, const qmod *m, int nm, int mixed)
 {
     cr_assert(cJSON_IsArray(list), "%s is not an array", what);
     for (const cJSON *x = list->child; x; x = x->next)
         cr_assert(cJSON_IsString(x), "%s holds a non-string", what);
-    cr_assert(excluded(list, "lm_head"), "%s does not exclude lm_head", what);
+    cr_assert(mixed || excluded(list, "lm_head"), "%s does not exclude lm_head", what);
     for (int i = 0; i < nm; i++) {
         if (m[i].fmt == QC_NONE)
-            cr_assert(excluded(list, m[i].name), "%s does not exclude %s, which stays unquantized", what, m[i].name);
+            cr_assert(mixed || excluded(list, m[i].name), "%s does not exclude %s, which stays unquantized", what,
+                      m[i].name);
         else
             cr_assert(!excluded(list, m[i].name), "%s excludes %s, which is quantized", what, m[i].name);
+    }
+    if (mixed)
+        cr_assert(!excluded(list, "lm_head") && !excluded(list, "model.embed_tokens"),
+                  "%s: a MIXED_PRECISION config lists only MTP blocks", what);
+}
+
+/* A module's quantized_layers entry: its own or its nearest listed ancestor's (the fused experts
+ * module "model.layers.1.mlp.experts" for "model.layers.1.mlp.experts.3.up_proj"). */
+static const cJSON *listed_entry(const cJSON *ql, const char *module)
+{
+    char n[256];
+    snprintf(n, sizeof n, "%s", module);
+    for (char *dot;; *dot = 0) {
+        const cJSON *x = cJSON_GetObjectItem(ql, n);
+        if (x)
+            return x;
+        if (!(dot = strrchr(n, '.')))
+            return NULL;
     }
 }
 
@@ -235,19 +257,22 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
         cr_assert(cJSON_IsString(kva) && !strcmp(kva->valuestring, "FP8"), "kv_cache_quant_algo must be \"FP8\"");
     if (nv && !f8)
         cr_assert_eq(cJSON_GetObjectItem(q, "group_size")->valueint, 16);
-    check_excludes("hf_quant_config.json exclude_modules", cJSON_GetObjectItem(q, "exclude_modules"), m, nm);
+    int mixed = nv && f8;
+    check_excludes("hf_quant_config.json exclude_modules", cJSON_GetObjectItem(q, "exclude_modules"), m, nm, mixed);
     /* Model Optimizer lists the token embedding (a disabled quantized module there) */
-    cr_assert(excluded(cJSON_GetObjectItem(q, "exclude_modules"), "model.embed_tokens"),
+    cr_assert(mixed || excluded(cJSON_GetObjectItem(q, "exclude_modules"), "model.embed_tokens"),
               "hf_quant_config.json exclude_modules does not list model.embed_tokens");
     if (nv && f8) {
         cJSON *ql = cJSON_GetObjectItem(q, "quantized_layers");
         cr_assert(cJSON_IsObject(ql), "MIXED_PRECISION needs quantized_layers");
-        cr_assert_eq(cJSON_GetArraySize(ql), nv + f8, "quantized_layers lists %d modules, %d are quantized",
-                     cJSON_GetArraySize(ql), nv + f8);
+        cr_assert_leq(cJSON_GetArraySize(ql), nv + f8, "quantized_layers lists %d modules, %d are quantized",
+                      cJSON_GetArraySize(ql), nv + f8);
         for (int i = 0; i < nm; i++) {
-            if (m[i].fmt == QC_NONE)
+            const cJSON *x = listed_entry(ql, m[i].name);
+            if (m[i].fmt == QC_NONE) {
+                cr_assert_null(x, "quantized_layers lists %s (or a module above it), which is unquantized", m[i].name);
                 continue;
-            cJSON *x = cJSON_GetObjectItem(ql, m[i].name);
+            }
             cr_assert_not_null(x, "quantized_layers lacks %s", m[i].name);
             cr_assert_str_eq(cJSON_GetObjectItem(x, "quant_algo")->valuestring, m[i].fmt == QC_NVFP4 ? "NVFP4" : "FP8");
             if (m[i].fmt == QC_NVFP4)
@@ -265,8 +290,8 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
     cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_method")->valuestring, "modelopt");
     cr_assert_str_eq(cJSON_GetObjectItem(qc, "quant_algo")->valuestring, algo);
     cr_assert_str_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(qc, "producer"), "name")->valuestring, "modelopt");
-    check_excludes("config.json quantization_config.ignore", cJSON_GetObjectItem(qc, "ignore"), m, nm);
-    cr_assert(excluded(cJSON_GetObjectItem(qc, "ignore"), "model.embed_tokens"),
+    check_excludes("config.json quantization_config.ignore", cJSON_GetObjectItem(qc, "ignore"), m, nm, mixed);
+    cr_assert(mixed || excluded(cJSON_GetObjectItem(qc, "ignore"), "model.embed_tokens"),
               "config.json quantization_config.ignore does not list model.embed_tokens");
     cJSON *kvs = cJSON_GetObjectItem(qc, "kv_cache_scheme");
     if (kv == QC_KV_NONE) {
@@ -290,13 +315,18 @@ static void check_configs(const char *model_dir, const char *out_dir, const qmod
             cr_assert_eq(bits, nv ? 4 : 8, "%s: num_bits %d for %s", g->string, bits, algo);
             continue;
         }
-        for (cJSON *x = t->child; x; x = x->next, targets++) {
-            int k = 0;
-            while (k < nm && strcmp(m[k].name, x->valuestring))
-                k++;
-            cr_assert_lt(k, nm, "%s targets unknown module %s", g->string, x->valuestring);
-            cr_assert_eq(m[k].fmt, bits == 4 ? QC_NVFP4 : QC_FP8, "%s lists %s in the wrong format", g->string,
-                         m[k].name);
+        for (cJSON *x = t->child; x; x = x->next) { /* a module, or the fused experts module above some */
+            size_t n = strlen(x->valuestring);
+            int hit = 0;
+            for (int k = 0; k < nm; k++) {
+                if (strncmp(m[k].name, x->valuestring, n) || (m[k].name[n] && m[k].name[n] != '.'))
+                    continue;
+                cr_assert_eq(m[k].fmt, bits == 4 ? QC_NVFP4 : QC_FP8, "%s lists %s (as %s) in the wrong format",
+                             g->string, m[k].name, x->valuestring);
+                hit++;
+            }
+            cr_assert_gt(hit, 0, "%s targets unknown module %s", g->string, x->valuestring);
+            targets += hit;
         }
     }
     if (nv && f8)

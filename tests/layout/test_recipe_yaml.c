@@ -267,8 +267,42 @@ Test(recipe_yaml, refuses_missing_recipe_type)
 Test(recipe_yaml, refuses_auto_quantize)
 {
     refused_file("metadata: {recipe_type: ptq}\nauto_quantize: {}\n",
-                 "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not "
-                 "supported");
+                 "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits B "
+                 "--auto-quantize-formats F,... (lm_head and routers are not searched)");
+}
+
+/* Model Optimizer's qwen3_6_moe auto_quantize recipe (its shape: presets imported as candidates,
+ * LayerPatternList units lwq does not read, the active_moe cost model): refused before its imports
+ * load, with the options of lwq's own search for it and what lwq lacks */
+Test(recipe_yaml, an_auto_quantize_recipe_is_refused_with_the_search_options)
+{
+    refused_file("imports:\n  base_disabled_layers: configs/auto_quantize/units/base_disabled_layers\n"
+                 "  fp8: configs/ptq/presets/model/fp8\n  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n"
+                 "metadata:\n  recipe_type: auto_quantize\n"
+                 "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n    cost_model: active_moe\n"
+                 "  candidate_formats:\n    - $import: fp8\n    - $import: w4a16_nvfp4\n"
+                 "  auto_quantize_method: gradient\n  score_size: 128\n"
+                 "  disabled_layers:\n    - $import: base_disabled_layers\n    - \"*shared_expert_gate*\"\n",
+                 "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-score-size 128 (lm_head and routers are "
+                 "not searched); constraints.cost_model active_moe is not implemented (lwq's budget counts every "
+                 "weight written)");
+}
+
+/* a candidate lwq does not search is named (general/auto_quantize/w4a8_awq_beta_fp8_at_6p0bits) */
+Test(recipe_yaml, an_auto_quantize_candidate_lwq_lacks_is_named)
+{
+    refused_file("imports: {w4a8: configs/ptq/presets/model/w4a8_awq_beta, fp8: configs/ptq/presets/model/fp8}\n"
+                 "metadata: {recipe_type: auto_quantize}\n"
+                 "auto_quantize: {constraints: {effective_bits: 6.0}, candidate_formats: [{$import: w4a8}, "
+                 "{$import: fp8}], auto_quantize_method: kl_div}\n",
+                 "r.yaml:3: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats fp8,none --auto-quantize-score kl (lm_head and routers are not searched); "
+                 "candidate_formats[0] (configs/ptq/presets/model/w4a8_awq_beta) is no format lwq searches (nvfp4, "
+                 "fp8, w4a16_nvfp4)");
 }
 
 Test(recipe_yaml, refuses_sparsity)

@@ -116,3 +116,30 @@ Test(recipe_yaml_out, a_mix_no_single_algorithm_expresses_is_refused)
     cr_assert_null(y);
     cr_assert(strstr(why, "a.k_proj") || strstr(why, "a.up_proj"), "%s", why);
 }
+
+/* A layer's experts glob is written so that it names Model Optimizer's fused-experts quantizers
+ * too (transformers 5 holds the experts as one module: "...experts.gate_up_proj_weight_quantizer",
+ * "...experts.down_proj_input_quantizer"); "...experts.*.weight_quantizer" left them unquantized
+ * there.  lwq reads it back as every expert's projections. */
+Test(recipe_yaml_out, an_experts_glob_names_the_fused_experts_quantizers)
+{
+    lwq_yaml_module m[1] = {{"model.layers.1.mlp.experts.*", ch(LWQ_QFMT_NVFP4, LWQ_ALGO_MAX, 0)}};
+    char why[256] = "";
+    char *y = lwq_recipe_yaml_render("e", LWQ_ALGO_MAX, 0, LWQ_KV_NONE, m, 1, why, sizeof why);
+    cr_assert_not_null(y, "%s", why);
+    const char *wq = "model.layers.1.mlp.experts.gate_up_proj_weight_quantizer";
+    const char *iq = "model.layers.1.mlp.experts.down_proj_input_quantizer";
+    int hits = 0;
+    for (const char *l = strstr(y, "quantizer_name: '"); l; l = strstr(l + 1, "quantizer_name: '")) {
+        char pat[256];
+        const char *a = l + strlen("quantizer_name: '"), *b = strchr(a, '\'');
+        cr_assert_not_null(b);
+        snprintf(pat, sizeof pat, "%.*s", (int)(b - a), a);
+        if (strcmp(pat, "*")) /* the leading disable-all */
+            hits += lwq_glob_match(pat, wq) + lwq_glob_match(pat, iq);
+    }
+    cr_assert_eq(hits, 2, "the experts' weight and input patterns must name the fused quantizers:\n%s", y);
+    free(y);
+    const char *probe[1] = {"model.layers.1.mlp.experts.7.up_proj"};
+    roundtrip(LWQ_ALGO_MAX, 0, LWQ_KV_NONE, m, 1, probe, 1);
+}

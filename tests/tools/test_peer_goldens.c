@@ -140,7 +140,8 @@ static void run_arch(const char *arch)
     snprintf(prefix, sizeof prefix, "src/%s-", arch);
     int ran = 0, failed = 0;
     for (const cJSON *c = cases->child; c; c = c->next) {
-        if (strncmp(str_of(c, "src"), prefix, strlen(prefix)))
+        /* a case with a group runs in that group's test */
+        if (strncmp(str_of(c, "src"), prefix, strlen(prefix)) || cJSON_GetObjectItem(c, "group"))
             continue;
         char out[512], golden[1100];
         snprintf(out, sizeof out, "%s/%d", tmp, ran);
@@ -455,6 +456,14 @@ Test(peer_goldens, qwen3_5_w4a16, .timeout = 300) { run_group("qwen3_5_w4a16"); 
 Test(peer_goldens, qwen3_5_four_over_six_patched, .timeout = 300) { run_group("qwen3_5_patched"); }
 /* the huggingface/qwen3_5* recipes of Model Optimizer 0.47 (the mse ones patched) */
 Test(peer_goldens, qwen3_5_recipes, .timeout = 300) { run_group("qwen3_5_recipes"); }
+/* MIXED_PRECISION on the MoE families transformers holds with fused experts (per expert or fused
+ * 3-D on disk): quantized_layers names "...mlp.experts" once per layer, exclude_modules only the
+ * MTP blocks, as Model Optimizer writes them (issue 33) */
+Test(peer_goldens, mixed_precision_fused_experts, .timeout = 300) { run_group("mixed"); }
+/* --auto-quantize-bits with weight-only NVFP4 among the candidates (fp8,w4a16_nvfp4: the
+ * qwen3_6_moe auto_quantize recipes' formats): the search's output against Model Optimizer's
+ * export of the mix it chose (its own search needs CUDA) */
+Test(peer_goldens, auto_quantize_w4a16_candidate, .timeout = 300) { run_group("autoq"); }
 
 /* 1 when lwq itself refuses the model_type of data_root()/src (lwq inspect exits 2 saying
  * "unknown model_type '<model_type>'"), 0 when it inspects it; anything else fails the test. */
@@ -492,6 +501,46 @@ Test(peer_goldens, minimax_m2, .timeout = 300) { run_family("minimax_m2"); }
 Test(peer_goldens, deepseek_v32, .timeout = 300) { run_family("deepseek_v32"); }
 Test(peer_goldens, glm_moe_dsa, .timeout = 300) { run_family("glm_moe_dsa"); }
 Test(peer_goldens, mistral4, .timeout = 300) { run_family("mistral4"); }
+
+/* lwq eval reads Model Optimizer's own MIXED_PRECISION export, whose quantized_layers names a
+ * layer's experts once ("model.layers.1.mlp.experts"); it used to refuse it ("...experts.0.down_proj
+ * is quantized (NVFP4) but not listed in quantized_layers") */
+Test(peer_goldens, eval_reads_modelopt_mixed_export_with_one_experts_entry, .timeout = 120)
+{
+    const char *d = data_root();
+    char tmp[256];
+    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-eval");
+    int rc = lwqt_sh("'%s' eval '%s/src/qwen3_moe-f32' '%s/modelopt/qwen3_moe-f32/nvfp4_experts-fp8_rest' --data "
+                     "'%s/calib.jsonl' --data-size 2 --data-seq 16 --quiet > '%s/log' 2>&1",
+                     lwqt_bin(), d, d, d, tmp);
+    if (rc)
+        lwqt_sh("cat '%s/log'", tmp);
+    cr_assert_eq(rc, 0, "lwq eval of Model Optimizer's MIXED_PRECISION export failed (printed above)");
+    lwqt_rmtree(tmp);
+}
+
+/* lwq verify accepts lwq's MIXED_PRECISION output whose experts are one quantized_layers entry:
+ * every expert's scales are checked against that entry's algorithm */
+Test(peer_goldens, verify_checks_experts_against_their_experts_entry, .timeout = 120)
+{
+    cJSON *m = manifest();
+    const cJSON *c = case_named(m, "qwen3_moe-f32/nvfp4_experts-fp8_rest");
+    char tmp[256], out[300];
+    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-verify");
+    snprintf(out, sizeof out, "%s/q", tmp);
+    quantize_case(m, c, out);
+    cr_assert_eq(lwqt_sh("grep -q '\"model.layers.1.mlp.experts\"' '%s/hf_quant_config.json'", out), 0,
+                 "the experts are not one entry");
+    cr_assert_eq(lwqt_sh("'%s' verify '%s' > '%s/log' 2>&1", lwqt_bin(), out, tmp), 0, "lwq verify failed: %s/log",
+                 tmp);
+    /* an entry claiming FP8 for the NVFP4 experts is caught */
+    cr_assert_eq(lwqt_sh("sed -i -z 's/\\(\"model.layers.1.mlp.experts\":[^}]*\\)\"NVFP4\"/\\1\"FP8\"/' "
+                         "'%s/hf_quant_config.json' && grep -q FP8 '%s/hf_quant_config.json'", out, out), 0);
+    cr_assert_neq(lwqt_sh("'%s' verify '%s' > '%s/log2' 2>&1", lwqt_bin(), out, tmp), 0,
+                  "lwq verify accepts FP8 declared for NVFP4 experts");
+    cJSON_Delete(m);
+    lwqt_rmtree(tmp);
+}
 
 /* issue 35: nemotron_h and its latent-MoE form, F32 and BF16, fp8 / nvfp4 / mamba_moe_nvfp4_conservative.
  * Every tensor is compared; the cases carry one recorded difference, Model Optimizer's mangled

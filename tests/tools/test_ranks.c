@@ -95,6 +95,21 @@ Test(ranks, three_ranks_write_the_bytes_of_one_process)
     np_ranks_write_the_bytes_of_one_process("moe", "--qformat nvfp4 --algo local_hessian --expert-group 3", 3);
 }
 
+/* mistral4 from its transformers-written BF16 checkpoint (tests/data/peers: MLA with the Llama-4
+ * query scale, the router rounded to BF16 at every step, fused 3-D experts), with expert
+ * streaming: 2 ranks write what one process writes. */
+Test(ranks, mistral4_over_two_ranks_writes_the_bytes_of_one_process)
+{
+    need_mpi();
+    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
+    cr_assert_not_null(cut, "cannot find the source tree from %s", me);
+    char data[1024], args[1200];
+    snprintf(data, sizeof data, "%.*stests/data/peers", (int)(cut - me), me);
+    cr_assert_eq(lwqt_sh("cp -r '%s/src/mistral4-bf16' '%s/m4'", data, dir), 0);
+    snprintf(args, sizeof args, "--calib '%s/calib.jsonl' --qformat nvfp4 --expert-group 3", data);
+    np_ranks_write_the_bytes_of_one_process("m4", args, 2);
+}
+
 /* --qdq-next: every rank gets every quantized tensor back, the linears split over ranks by rows
  * joined from their pieces, and re-runs its batches on them. */
 Test(ranks, qdq_next_over_two_ranks_writes_the_bytes_of_one_process)
