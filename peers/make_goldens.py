@@ -370,6 +370,52 @@ def add_nemotron():
     print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# the budgets at which Model Optimizer's solver (peers/autoq_lps.py) is run on lwq's autoq scores
+AUTOQ_LPS_BITS = ("5", "5.5", "6", "6.5", "7", "7.5")
+
+
+def autoq_lps(c):
+    """DEST/autoq/<src>.lps.json for autoq case c: lwq's search over c's source at each of
+    AUTOQ_LPS_BITS (the first run's scores reused, as --auto-quantize-scores does), and Model
+    Optimizer's LPS on each report's scores, costs and budget (peers/autoq_lps.py); budgets below
+    the least mix (lwq refuses them) are left out.  Every choice must be Model Optimizer's."""
+    import autoq_lps
+    src = os.path.join(DEST, "src", c.src)
+    calib = os.path.join(DEST, "calib.jsonl")
+    base = os.path.join(run.WORK, "lps", c.src)
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(base)
+    i = c.lwq.index("--auto-quantize-bits")
+    first = c.lwq[i + 1]
+    rows = []
+    for b in (first,) + tuple(x for x in AUTOQ_LPS_BITS if x != first):
+        args = c.lwq[:i + 1] + [b] + c.lwq[i + 2:]
+        if b != first:
+            args += ["--auto-quantize-scores", os.path.join(base, first + ".layerwise_resume", "auto_quantize",
+                                                            "scores.json")]
+        out = os.path.join(base, b)
+        p = subprocess.run([run.LWQ, "quantize", src, "-o", out, "--calib", calib, "--calib-size",
+                            str(run.CALIB["size"]), "--calib-seq", str(run.CALIB["seq"]), "--batch-size",
+                            str(run.CALIB["batch"]), "--quiet"] + args, capture_output=True, text=True)
+        if p.returncode == 2 and "is below the smallest mix" in p.stderr:
+            continue
+        if p.returncode != 0:
+            sys.exit(f"make_goldens: lwq {' '.join(args)}: exit {p.returncode}: {p.stderr[-400:]}")
+        rows.append(autoq_lps.solve(json.load(open(os.path.join(out, "auto_quantize.json")))))
+    if not all(r["same"] for r in rows):
+        sys.exit(f"make_goldens: {c.src}: Model Optimizer's solver chooses otherwise: {rows}")
+    rows.sort(key=lambda r: r["bits_per_weight"])
+    import modelopt
+    rel = os.path.join("autoq", c.src + ".lps.json")
+    os.makedirs(os.path.join(DEST, "autoq"), exist_ok=True)
+    with open(os.path.join(DEST, rel), "w") as f:
+        json.dump({"what": "Model Optimizer's LPS (modelopt.torch.opt.searcher) on the scores, byte costs and "
+                   "budget of lwq's search over this source (peers/autoq_lps.py), per budget; scored at "
+                   f"--auto-quantize-bits {first}, the others solved from those scores",
+                   "modelopt": modelopt.__version__, "scored_at": float(first), "budgets": rows}, f, indent=1)
+    return rel
+
+
 MIXED_COMMAND = ("peers/run.sh --only mixed,autoq; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed")
 
 
@@ -390,6 +436,8 @@ def add_mixed():
         case = copy_case(c, bounds)
         case["group"] = c.group
         case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
+        if c.group == "autoq":
+            case["lps"] = autoq_lps(c)
         new.append(case)
     names = {c["name"] for c in new}
     man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
@@ -679,7 +727,13 @@ of the mix lwq chose: lwq's `OUT/auto_quantize_recipe.yaml`, kept as
 `peers/recipes/autoq-fp8_w4a16_nvfp4-6bits-<src>.yaml` (and under `modelopt_recipes/issue33/`),
 run through `peers/modelopt_driver.py --recipe`.  The case runs the search itself and compares its
 output with that export: the same fixed assignment (W4A16_NVFP4 and FP8 modules in one
-MIXED_PRECISION checkpoint, no input_scale on the W4A16 ones), written by both.
+MIXED_PRECISION checkpoint, no input_scale on the W4A16 ones), written by both.  `autoq/<src>.lps.json`
+(the case's `lps`): the per-group choice given the same scores: Model Optimizer's own solver (the
+integer program of its gradient search, `modelopt.torch.opt.searcher.LPS`) run by
+`peers/autoq_lps.py` on the scores, byte costs and budget of lwq's search at 5 to 7.5 bits per
+weight (scored once, the other budgets solved from those scores as `--auto-quantize-scores` does;
+budgets below the least mix left out); `auto_quantize_choice_is_model_optimizers` checks lwq's
+choice at each against it.
 """
 
 if __name__ == "__main__":

@@ -7,10 +7,11 @@
  * output is a chain of fused multiply-adds over the keys in order).  Keys a row cannot see are
  * skipped, not weighted by 0.  P V runs through the kernels' blocked pv (4 query rows at a time
  * over the keys all of them see, the same fused chain per element as one axpy per key), the
- * remaining keys of each row one axpy each.  Key and value tiles (and the query rows) are widened
- * to f32 per tile, so no f32 copy of q, k, v is made.  Memory per thread is about
- * ATT_QT x (ATT_KT + 2 head_dim) + 2 ATT_KT x head_dim floats plus the panel's accumulators,
- * whatever the sequence length, kept from call to call (scratch_cpu.c).  Items are ordered (sequence, head,
+ * remaining keys of each row one axpy each.  A thread widens the keys and values of the
+ * (sequence, kv head) of its items to f32 once per run of items on them, and each query tile as
+ * it comes, so no f32 copy of the whole q, k, v is made.  Memory per thread is about
+ * ATT_QT x (ATT_KT + 3 head_dim) + 2 seq x head_dim floats plus the panel's accumulators, kept
+ * from call to call (scratch_cpu.c).  Items are ordered (sequence, head,
  * tile) so the static split of core/parallel gives each thread a similar mix of short and long
  * causal rows.
  *
@@ -58,21 +59,23 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
     const int64_t ldq = (int64_t)a->n_heads * hd;
     const int group = a->n_heads / a->n_kv_heads;
     float *S = j->scratch + (int64_t)tid * j->per_thread;
-    float *acc = S + ATT_QT * ATT_KT;
+    int64_t *vis = (int64_t *)(S + ATT_QT * ATT_KT); /* per query row: keys it sees in the tile */
+    float *acc = (float *)(vis + ATT_QT);
     float *m = acc + ATT_QT * hd;
     float *l = m + ATT_QT;
     float *qp = l + ATT_QT;             /* ATT_QT packed query rows */
     float *kt = qp + ATT_QT * hdp;      /* ATT_KT key tails, 32 floats each */
-    float *kf = kt + ATT_KT * 32;       /* the key tile, f32, rows hd apart */
-    float *vf = kf + ATT_KT * hd;       /* the value tile, f32, rows hd apart */
-    int64_t *vis = (int64_t *)(vf + ATT_KT * hd); /* per query row: keys it sees in the tile */
-    float *accbuf = (float *)(vis + ATT_QT); /* the GEMM panel's accumulators */
+    float *qf = kt + ATT_KT * 32;       /* the query rows, f32, hd apart */
+    float *kall = qf + ATT_QT * hd;     /* the item's sequence and kv head: keys, f32, hd apart */
+    float *vall = kall + T * hd;        /* ... and values */
+    float *accbuf = (float *)(((uintptr_t)(vall + T * hd) + 63) & ~(uintptr_t)63); /* the panel's */
     lwq_gemm_panel p;
     p.ldx = hdp;
     p.ldw = hd * (int64_t)sizeof(float);
     p.wkind = 2;
     p.nfull = hd / 32;
     p.y = S;
+    int64_t have = -1; /* the (sequence, kv head) whose keys and values kall / vall hold */
     for (int64_t it = b; it < e; it++) {
         int64_t qt = it % j->nqt;
         int64_t h = (it / j->nqt) % a->n_heads;
@@ -88,9 +91,16 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         if (i0 >= T)
             continue;
         int64_t nq = T - i0 < ATT_QT ? T - i0 : ATT_QT;
-        load_rows(a->q, row0 + i0, nq, h * hd, hd, kf); /* the query rows, through kf */
+        /* items run (sequence, head, tile) in order and heads of one kv head are neighbours, so a
+         * thread widens each kv head's keys and values once per run of its items */
+        if (have != s * a->n_kv_heads + g) {
+            load_rows(a->k, row0 + base, T - base, g * hd, hd, kall + base * hd);
+            load_rows(a->v, row0 + base, T - base, g * hd, hd, vall + base * hd);
+            have = s * a->n_kv_heads + g;
+        }
+        load_rows(a->q, row0 + i0, nq, h * hd, hd, qf);
         for (int64_t r = 0; r < nq; r++) {
-            lwq_gemm_pack_row(kf + r * hd, hd, qp + r * hdp);
+            lwq_gemm_pack_row(qf + r * hd, hd, qp + r * hdp);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
@@ -99,8 +109,7 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         p.nr = nq;
         for (int64_t j0 = base; j0 < i0 + nq; j0 += ATT_KT) {
             int64_t nk = i0 + nq - j0 < ATT_KT ? i0 + nq - j0 : ATT_KT;
-            load_rows(a->k, row0 + j0, nk, g * hd, hd, kf);
-            load_rows(a->v, row0 + j0, nk, g * hd, hd, vf);
+            const float *kf = kall + j0 * hd, *vf = vall + j0 * hd;
             int all_valid = 1;
             for (int64_t c = 0; j->valid && c < nk; c++)
                 all_valid &= j->valid[row0 + j0 + c] != 0;
@@ -201,8 +210,12 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
         first[s] = f;
     }
     j.first = first;
+    if (a->seq > (INT64_MAX / 16 - LWQ_GEMM_ACC_FLOATS) / 4 / a->head_dim / lwq_parallel_threads())
+        return lwq_errf(e, LWQ_EINVAL, "attention: sequences of %lld tokens are too long",
+                        (long long)a->seq);
     j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT + ATT_QT * j.hdp +
-                   ATT_KT * 32 + 2 * ATT_KT * a->head_dim + 2 * ATT_QT + LWQ_GEMM_ACC_FLOATS;
+                   ATT_KT * 32 + ATT_QT * a->head_dim + 2 * a->seq * a->head_dim + 2 * ATT_QT +
+                   16 + LWQ_GEMM_ACC_FLOATS;
     j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
     int threads = lwq_parallel_threads();
     j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ATTN, j.per_thread * threads,

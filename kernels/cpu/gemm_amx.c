@@ -36,9 +36,9 @@
 
 #if defined(__clang__)
 #include <immintrin.h>
-#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw"))), apply_to = function)
+#pragma clang attribute push(__attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl"))), apply_to = function)
 #else
-#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")
 #include <immintrin.h>
 #endif
 
@@ -205,8 +205,23 @@ amx_block(const int NO, const int NG, const amx_job *j, const uint16_t *wp, cons
     }
 }
 
-/* Token tile g's C tiles (cs, as amx_block wrote them) to y rows r0 + 16 g + t, outputs
- * o0 .. o0 + nc: transposed in registers, plus the bias, rounded once to y's dtype. */
+/* y's BF16 of 16 f32 lanes (m: the lanes to write): core/dtype.h's rounding, nearest even with
+ * NaN kept quiet, lane by lane (lwq_cpu_f32_to_bf16's formula, in registers). */
+static inline __attribute__((always_inline)) void store_bf16(uint16_t *d, __m512 v, __mmask16 m)
+{
+    const __m512i u = _mm512_castps_si512(v), hi = _mm512_srli_epi32(u, 16);
+    __m512i r = _mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)),
+                                 _mm512_and_si512(hi, _mm512_set1_epi32(1)));
+    r = _mm512_srli_epi32(r, 16);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)),
+                                                  _mm512_set1_epi32(0x7f800000));
+    r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(hi, _mm512_set1_epi32(0x40)));
+    _mm256_mask_storeu_epi16(d, m, _mm512_cvtepi32_epi16(r));
+}
+
+/* Token tile g's C tiles (cs, as amx_block wrote them) to y rows row .. row + nt, outputs
+ * o0 .. o0 + nc: transposed in registers, plus the bias (one f32 add), rounded once to y's dtype
+ * (BF16 and F32 straight from the registers; F16 through lwq_cpu_store_f32). */
 static void store_c(const amx_job *j, const float *cs, int64_t row, int64_t nt, int64_t o0,
                     int64_t nc, float *yt)
 {
@@ -215,16 +230,22 @@ static void store_c(const amx_job *j, const float *cs, int64_t row, int64_t nt, 
         for (int m = 0; m < 16; m++)
             r[m] = _mm512_load_ps(cs + o * 256 + m * 16);
         tr16(r);
-        for (int t = 0; t < 16; t++)
-            _mm512_store_ps(yt + t * AMX_NB + o * 16, r[t]);
+        const int64_t c0 = o0 + o * 16, w = nc - o * 16 < 16 ? nc - o * 16 : 16;
+        const __mmask16 mk = (__mmask16)((1u << w) - 1);
+        const __m512 b = j->bias ? _mm512_maskz_loadu_ps(mk, j->bias + c0) : _mm512_setzero_ps();
+        for (int64_t t = 0; t < nt; t++) {
+            const __m512 v = j->bias ? _mm512_add_ps(r[t], b) : r[t];
+            if (j->ydt == LWQ_BF16)
+                store_bf16((uint16_t *)j->y + (row + t) * j->out + c0, v, mk);
+            else if (j->ydt == LWQ_F32)
+                _mm512_mask_storeu_ps((float *)j->y + (row + t) * j->out + c0, mk, v);
+            else
+                _mm512_store_ps(yt + t * AMX_NB + o * 16, v);
+        }
     }
-    for (int64_t t = 0; t < nt; t++) {
-        float *yr = yt + t * AMX_NB;
-        if (j->bias)
-            for (int64_t c = 0; c < nc; c++)
-                yr[c] = yr[c] + j->bias[o0 + c];
-        lwq_cpu_store_f32(j->y, j->ydt, (row + t) * j->out + o0, nc, yr);
-    }
+    if (j->ydt != LWQ_BF16 && j->ydt != LWQ_F32)
+        for (int64_t t = 0; t < nt; t++)
+            lwq_cpu_store_f32(j->y, j->ydt, (row + t) * j->out + o0, nc, yt + t * AMX_NB);
 }
 
 static void tiles_on(void)

@@ -46,7 +46,8 @@ static const lwq_cpu_kernels *kernels_named(const char *name)
     __builtin_cpu_init();
     if (!strcmp(name, "amx"))
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                       __builtin_cpu_supports("fma") && lwq_gemm_amx_usable()
+                       __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
+                       lwq_gemm_amx_usable()
                    ? &k_amx
                    : NULL;
     if (!strcmp(name, "avx512bf16"))

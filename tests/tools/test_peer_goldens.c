@@ -90,6 +90,24 @@ static int quantize_case_rc(const cJSON *m, const cJSON *c, const char *out)
                    int_of(cal, "size"), int_of(cal, "seq"), int_of(cal, "batch"), args, out);
 }
 
+/* lwq quantize case c as quantize_case_rc does, with --auto-quantize-bits `bits` instead of the
+ * case's and `extra` appended; the exit status. */
+static int search_case_rc(const cJSON *m, const cJSON *c, const char *out, const char *bits, const char *extra)
+{
+    const cJSON *cal = cJSON_GetObjectItem(m, "calib");
+    char args[2048] = "";
+    int swap = 0;
+    for (const cJSON *a = cJSON_GetObjectItem(c, "lwq")->child; a; a = a->next) {
+        size_t n = strlen(args);
+        snprintf(args + n, sizeof args - n, " '%s'", swap ? bits : a->valuestring);
+        swap = !strcmp(a->valuestring, "--auto-quantize-bits");
+    }
+    return lwqt_sh("'%s' quantize '%s/%s' -o '%s' --calib '%s/%s' --calib-size %d --calib-seq %d --batch-size %d "
+                   "--quiet%s %s > '%s.log' 2>&1",
+                   lwqt_bin(), data_root(), str_of(c, "src"), out, data_root(), str_of(cal, "file"),
+                   int_of(cal, "size"), int_of(cal, "seq"), int_of(cal, "batch"), args, extra, out);
+}
+
 static void quantize_case(const cJSON *m, const cJSON *c, const char *out)
 {
     int rc = quantize_case_rc(m, c, out);
@@ -464,6 +482,62 @@ Test(peer_goldens, mixed_precision_fused_experts, .timeout = 300) { run_group("m
  * qwen3_6_moe auto_quantize recipes' formats): the search's output against Model Optimizer's
  * export of the mix it chose (its own search needs CUDA) */
 Test(peer_goldens, auto_quantize_w4a16_candidate, .timeout = 300) { run_group("autoq"); }
+
+/* The per-group choice given the same scores (Model Optimizer's own search needs CUDA): at each
+ * budget of an autoq case's lps file, lwq's choice from its scores equals that of Model
+ * Optimizer's solver (modelopt.torch.opt.searcher.LPS, the integer program of its gradient search)
+ * on the same scores, byte costs and budget (peers/autoq_lps.py) */
+Test(peer_goldens, auto_quantize_choice_is_model_optimizers, .timeout = 300)
+{
+    cJSON *m = manifest();
+    char tmp[256];
+    lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-lps");
+    int cases = 0, budgets = 0;
+    for (const cJSON *c = cJSON_GetObjectItem(m, "cases")->child; c; c = c->next) {
+        const cJSON *lp = cJSON_GetObjectItem(c, "lps");
+        if (!cJSON_IsString(lp))
+            continue;
+        char p[1200], *txt = NULL, first[64], out[512], scores[600], extra[700];
+        lwq_error e = {0};
+        snprintf(p, sizeof p, "%s/%s", data_root(), lp->valuestring);
+        cr_assert_eq(lwq_file_read_all(p, 1u << 20, &txt, NULL, &e), 0, "%s", e.msg);
+        cJSON *l = cJSON_Parse(txt);
+        free(txt);
+        cr_assert_not_null(l, "%s: not JSON", p);
+        snprintf(first, sizeof first, "%g", cJSON_GetObjectItem(l, "scored_at")->valuedouble);
+        snprintf(out, sizeof out, "%s/%d-%s", tmp, cases, first);
+        cr_assert_eq(search_case_rc(m, c, out, first, ""), 0, "%s: the search failed: %s.log", str_of(c, "name"), out);
+        snprintf(scores, sizeof scores, "%s.layerwise_resume/auto_quantize/scores.json", out);
+        for (const cJSON *b = cJSON_GetObjectItem(l, "budgets")->child; b; b = b->next, budgets++) {
+            char bits[64], o[600], rp[700];
+            snprintf(bits, sizeof bits, "%g", cJSON_GetObjectItem(b, "bits_per_weight")->valuedouble);
+            snprintf(o, sizeof o, "%s/%d-%s-solved", tmp, cases, bits);
+            snprintf(extra, sizeof extra, "--auto-quantize-scores '%s'", scores);
+            cr_assert_eq(search_case_rc(m, c, o, bits, extra), 0, "%s at %s bits failed: %s.log", str_of(c, "name"),
+                         bits, o);
+            snprintf(rp, sizeof rp, "%s/auto_quantize.json", o);
+            cr_assert_eq(lwq_file_read_all(rp, 16u << 20, &txt, NULL, &e), 0, "%s", e.msg);
+            cJSON *r = cJSON_Parse(txt);
+            free(txt);
+            const cJSON *g = cJSON_GetObjectItem(r, "groups")->child, *want = cJSON_GetObjectItem(b, "modelopt")->child;
+            int k = 0;
+            for (; g && want; g = g->next, want = want->next, k++)
+                cr_assert_str_eq(cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring,
+                                 "%s at %s bits: group %d (layer %d %s): lwq chose %s, Model Optimizer's solver %s",
+                                 str_of(c, "name"), bits, k, cJSON_GetObjectItem(g, "layer")->valueint,
+                                 cJSON_GetObjectItem(g, "group")->valuestring,
+                                 cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring);
+            cr_assert(!g && !want, "%s at %s bits: %d groups here, another number in %s", str_of(c, "name"), bits, k, p);
+            cJSON_Delete(r);
+        }
+        cJSON_Delete(l);
+        cases++;
+    }
+    cJSON_Delete(m);
+    cr_assert_gt(cases, 0, "no autoq case with an lps file in MANIFEST.json");
+    printf("goldens: auto-quantize: %d budgets of %d sources, every choice Model Optimizer's solver's\n", budgets, cases);
+    lwqt_rmtree(tmp);
+}
 
 /* 1 when lwq itself refuses the model_type of data_root()/src (lwq inspect exits 2 saying
  * "unknown model_type '<model_type>'"), 0 when it inspects it; anything else fails the test. */
