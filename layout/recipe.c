@@ -133,6 +133,15 @@ lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
     return lwq_recipe_resolve_module(r, module, 0);
 }
 
+static int rule_applies(const lwq_recipe_rule *u, const char *module, unsigned facts)
+{
+    if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
+        return 0;
+    if (u->has_embed && u->embed != ((facts & LWQ_MODULE_EMBEDDING) != 0))
+        return 0;
+    return lwq_glob_match(u->match, module);
+}
+
 /* One quantizer's state while the rules are applied: the format its attributes give, on/off. */
 typedef struct qstate {
     lwq_qformat fmt;
@@ -162,9 +171,7 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
     qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
-        if (u->quantizer == LWQ_QSEL_KV || !lwq_glob_match(u->match, module))
-            continue;
-        if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
+        if (u->quantizer == LWQ_QSEL_KV || u->quantizer >= LWQ_QSEL_OUTPUT || !rule_applies(u, module, facts))
             continue;
         if (u->quantizer != LWQ_QSEL_INPUT) {
             apply_state(&w, u);
@@ -206,7 +213,7 @@ lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module)
     int on = 0;
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
-        if (u->quantizer != LWQ_QSEL_KV)
+        if (u->quantizer != LWQ_QSEL_KV || u->has_embed)
             continue;
         any = 1;
         if (!lwq_glob_match(u->match, attn_module))
@@ -221,6 +228,40 @@ lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module)
     if (!any)
         return r->kv;
     return on ? mode : LWQ_KV_NONE;
+}
+
+int lwq_recipe_embedding(const lwq_recipe *r, const char *embed_module, lwq_error *e)
+{
+    if (!r->embed_rules)
+        return LWQ_LMHEAD_NONE;
+    lwq_quant_choice c = lwq_recipe_resolve_module(r, embed_module, LWQ_MODULE_EMBEDDING);
+    if (c.weight_format == LWQ_QFMT_NONE)
+        return LWQ_LMHEAD_NONE;
+    if (c.weight_format == LWQ_QFMT_NVFP4 && !c.four_over_six &&
+        (c.algo == LWQ_ALGO_MAX || (c.algo == LWQ_ALGO_MSE && (c.fp8_scale_sweep || c.mse_range == LWQ_MSE_RANGE_DEFAULT))))
+        return c.algo == LWQ_ALGO_MAX ? LWQ_LMHEAD_MAX : c.fp8_scale_sweep ? LWQ_LMHEAD_SWEEP : LWQ_LMHEAD_MSE;
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: recipe \"%s\" quantizes the token embedding's weight as %s%s (%s); lwq "
+                    "writes an embedding as weight-only NVFP4 only (dynamic blocks, or static ones under mse)",
+                    embed_module, r->name, lwq_qformat_name(c.weight_format), c.four_over_six ? " Four-over-Six" : "",
+                    lwq_algo_name(c.algo));
+}
+
+static const char *const qsel_names[] = {"", "weight", "input", "kv", "output", "q_bmm", "softmax"};
+_Static_assert(sizeof qsel_names / sizeof qsel_names[0] == LWQ_QSEL_SOFTMAX + 1, "one name per lwq_qsel");
+
+int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, unsigned facts, lwq_qsel kind,
+                               lwq_error *e)
+{
+    int on = -1; /* the rule that last enabled it, while enabled */
+    for (int i = 0; i < r->nrules; i++) {
+        const lwq_recipe_rule *u = &r->rules[i];
+        if (u->quantizer == kind && u->has_enable && rule_applies(u, module, facts))
+            on = u->enable ? i : -1;
+    }
+    if (on < 0)
+        return 0;
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: recipe \"%s\" rule %d ('%s') leaves its %s quantizer enabled, which "
+                    "lwq does not write", module, r->name, on, r->rules[on].match, qsel_names[kind]);
 }
 
 int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error *e)
@@ -240,6 +281,8 @@ int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error 
  * '*embed_vision*' is the vision branch's projection, which lwq passes through, not an embedding. */
 int lwq_recipe_check_embedding(const lwq_recipe *r, const char *path, lwq_error *e)
 {
+    if (r->embed_rules) /* the engine resolves the embedding itself (engine/run/run_setup.c) */
+        return 0;
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         if (!u->match || !strstr(u->match, "embed") || strstr(u->match, "embed_vision"))
@@ -368,11 +411,10 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
             u->sweep = cJSON_IsTrue(k);
             u->has_sweep = 1;
         } else if (!strcmp(key, "quantizer")) {
-            static const char *const sel[] = {"weight", "input", "kv"};
-            int q = cJSON_IsString(k) ? lookup(k->valuestring, sel, 3) : -1;
+            int q = cJSON_IsString(k) ? lookup(k->valuestring, qsel_names + 1, LWQ_QSEL_SOFTMAX) : -1;
             if (q < 0)
-                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].quantizer must be \"weight\", \"input\" or \"kv\"",
-                                path, idx);
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].quantizer must be \"weight\", \"input\", \"kv\", "
+                                "\"output\", \"q_bmm\" or \"softmax\"", path, idx);
             u->quantizer = (lwq_qsel)(q + 1);
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &u->kv) != 0)
@@ -392,6 +434,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].four_over_six must be true or false", path, idx);
             u->f46 = cJSON_IsTrue(k);
             u->has_f46 = 1;
+        } else if (!strcmp(key, "embedding")) {
+            if (!cJSON_IsBool(k))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].embedding must be true or false", path, idx);
+            u->embed = cJSON_IsTrue(k);
+            u->has_embed = 1;
         } else if (!strcmp(key, "mla_projection")) {
             if (!cJSON_IsBool(k))
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].mla_projection must be true or false", path, idx);
@@ -406,6 +453,11 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
     if (u->quantizer == LWQ_QSEL_KV && (u->has_format || u->has_algo || u->has_sweep || u->has_mla))
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: a \"quantizer\": \"kv\" rule takes only match, kv_cache and "
                         "enable", path, idx);
+    if (u->quantizer >= LWQ_QSEL_OUTPUT && (u->has_format || u->has_algo || u->has_sweep || u->has_mla ||
+                                            u->has_kv || u->has_input_amax || u->has_f46 || !u->has_enable))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: a \"quantizer\": \"%s\" rule takes only match and enable "
+                        "(lwq writes no such quantizer; the rule can only say whether Model Optimizer's would be on)",
+                        path, idx, qsel_names[u->quantizer]);
     if (u->quantizer != LWQ_QSEL_KV && u->has_kv)
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: kv_cache needs \"quantizer\": \"kv\"", path, idx);
     if (u->has_input_amax && (u->quantizer != LWQ_QSEL_INPUT || !u->has_format))
@@ -471,11 +523,22 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
                 if (rc)
                     return rc;
             }
+        } else if (!strcmp(key, "embedding")) {
+            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "rules") && strcmp(k->valuestring, "none")))
+                return lwq_errf(e, LWQ_EFORMAT, "%s: embedding must be \"rules\" (the rules decide the token "
+                                "embedding's weight quantizer, as Model Optimizer's quant_cfg does) or \"none\"",
+                                path);
+            r->embed_rules = !strcmp(k->valuestring, "rules");
         } else if (!strcmp(key, "lm_head")) {
-            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "w4a16_nvfp4") && strcmp(k->valuestring, "none")))
-                return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\" (weight-only NVFP4) or "
-                                "\"none\"; lwq quantizes no other lm_head", path);
-            r->lm_head = !strcmp(k->valuestring, "w4a16_nvfp4");
+            int m = -1;
+            for (int i = LWQ_LMHEAD_NONE; cJSON_IsString(k) && i <= LWQ_LMHEAD_SWEEP && m < 0; i++)
+                if (!strcmp(k->valuestring, lwq_lm_head_name(i)))
+                    m = i;
+            if (m < 0)
+                return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\", \"w4a16_nvfp4-mse\", "
+                                "\"w4a16_nvfp4-fp8_scale_sweep\" (weight-only NVFP4) or \"none\"; lwq quantizes no "
+                                "other lm_head", path);
+            r->lm_head = m;
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &r->kv) != 0)
                 return lwq_errf(e, LWQ_EFORMAT, "%s: kv_cache must be \"none\", \"fp8\" or \"fp8_cast\"", path);
@@ -654,6 +717,12 @@ int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)
     return lwq_errf(e, LWQ_EINVAL, "unknown --qformat \"%s\" (presets: %s)", name, lwq_recipe_preset_names());
 }
 
+const char *lwq_lm_head_name(int lm_head)
+{
+    static const char *const n[] = {"none", "w4a16_nvfp4", "w4a16_nvfp4-mse", "w4a16_nvfp4-fp8_scale_sweep"};
+    return lm_head >= LWQ_LMHEAD_NONE && lm_head <= LWQ_LMHEAD_SWEEP ? n[lm_head] : "?";
+}
+
 int lwq_recipe_uses_gptq(const lwq_recipe *r)
 {
     int any = r->algo == LWQ_ALGO_GPTQ;
@@ -683,15 +752,16 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
     }
     cJSON_AddStringToObject(root, "kv_cache", lwq_kv_mode_name(r->kv));
     if (r->lm_head) /* absent otherwise: other recipes keep their JSON */
-        cJSON_AddStringToObject(root, "lm_head", "w4a16_nvfp4");
+        cJSON_AddStringToObject(root, "lm_head", lwq_lm_head_name(r->lm_head));
+    if (r->embed_rules) /* likewise */
+        cJSON_AddStringToObject(root, "embedding", "rules");
     cJSON *rules = cJSON_AddArrayToObject(root, "rules");
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         cJSON *o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "match", u->match);
-        static const char *const sel[] = {"", "weight", "input", "kv"};
         if (u->quantizer != LWQ_QSEL_BOTH)
-            cJSON_AddStringToObject(o, "quantizer", sel[u->quantizer]);
+            cJSON_AddStringToObject(o, "quantizer", qsel_names[u->quantizer]);
         if (u->has_kv)
             cJSON_AddStringToObject(o, "kv_cache", lwq_kv_mode_name(u->kv));
         if (u->has_format)
@@ -708,6 +778,8 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
             cJSON_AddBoolToObject(o, "mla_projection", u->mla);
         if (u->has_f46)
             cJSON_AddBoolToObject(o, "four_over_six", u->f46);
+        if (u->has_embed)
+            cJSON_AddBoolToObject(o, "embedding", u->embed);
         cJSON_AddItemToArray(rules, o);
     }
     char *s = cJSON_Print(root);

@@ -53,8 +53,14 @@ typedef enum lwq_kv_mode { LWQ_KV_NONE = 0, LWQ_KV_FP8, LWQ_KV_FP8_CAST, LWQ_KV_
 #define LWQ_RECIPE_AMAX_MAX 3.0e38
 #define LWQ_RECIPE_AMAX_OK(x) ((x) >= LWQ_RECIPE_AMAX_MIN && (x) <= LWQ_RECIPE_AMAX_MAX)
 
-/* Which quantizers of a module a rule touches. */
-typedef enum lwq_qsel { LWQ_QSEL_BOTH = 0, LWQ_QSEL_WEIGHT, LWQ_QSEL_INPUT, LWQ_QSEL_KV } lwq_qsel;
+/* Which quantizers of a module a rule touches.  OUTPUT (a linear's or an embedding's output
+ * quantizer), QBMM and SOFTMAX (an attention module's q_bmm and softmax quantizers) are Model
+ * Optimizer quantizers lwq never writes: their rules carry only "enable", and a module whose rules
+ * leave one of them enabled is refused by name (lwq_recipe_check_unwritten). */
+typedef enum lwq_qsel {
+    LWQ_QSEL_BOTH = 0, LWQ_QSEL_WEIGHT, LWQ_QSEL_INPUT, LWQ_QSEL_KV,
+    LWQ_QSEL_OUTPUT, LWQ_QSEL_QBMM, LWQ_QSEL_SOFTMAX
+} lwq_qsel;
 
 typedef struct lwq_recipe_rule {
     char *match;
@@ -72,6 +78,9 @@ typedef struct lwq_recipe_rule {
     int sweep;
     int has_f46, f46;         /* "four_over_six": on a weight rule (or one without quantizer):
                                  Four-over-Six NVFP4 block scaling of static (mse) NVFP4 weights */
+    int has_embed, embed;     /* "embedding": the rule applies only when the module's
+                                 LWQ_MODULE_EMBEDDING fact equals this (Model Optimizer's
+                                 parent_class nn.Embedding) */
 } lwq_recipe_rule;
 
 typedef struct lwq_recipe {
@@ -81,13 +90,24 @@ typedef struct lwq_recipe {
     double gptq_damp;         /* GPTQ dampening, fraction of the mean Hessian diagonal */
     int gptq_act_order;       /* GPTQ visits columns by descending Hessian diagonal */
     lwq_kv_mode kv;           /* the model's KV cache mode (kv rules must agree per module) */
-    int lm_head;              /* 1: lm_head is quantized weight-only (W4A16 NVFP4, dynamic blocks, max):
-                                 "lm_head": "w4a16_nvfp4"; 0: it stays in the source dtype */
+    int lm_head;              /* LWQ_LMHEAD_*: lm_head quantized weight-only (W4A16 NVFP4) or not */
+    int embed_rules;          /* 1: the rules decide the token embedding's weight quantizer too, as a
+                                 Model Optimizer quant_cfg does (recipes read from its YAML; JSON
+                                 "embedding": "rules"); 0: the embedding stays in the source dtype
+                                 and rules concern linears (lwq's own recipes) */
     int mse_range;            /* the mse search's amax multipliers (Model Optimizer's start_multiplier,
                                  stop_multiplier, step_size): LWQ_MSE_RANGE_* */
     int nrules;
     lwq_recipe_rule *rules;
 } lwq_recipe;
+
+/* How lm_head is written ("lm_head" in the recipe JSON): NONE, the source dtype ("none"); else
+ * weight-only NVFP4 (W4A16_NVFP4) with dynamic block scales ("w4a16_nvfp4", algorithm max), or
+ * static ones from the weight searches of the decoder linears: the mse search ("w4a16_nvfp4-mse")
+ * or the FP8 scale sweep ("w4a16_nvfp4-fp8_scale_sweep"; the huggingface/qwen3_5*
+ * w4a16_nvfp4_mse recipes' nvfp4_static lm_head under method mse, fp8_scale_sweep true). */
+enum { LWQ_LMHEAD_NONE = 0, LWQ_LMHEAD_MAX = 1, LWQ_LMHEAD_MSE = 2, LWQ_LMHEAD_SWEEP = 3 };
+const char *lwq_lm_head_name(int lm_head);
 
 /* The mse multiplier ranges lwq implements: Model Optimizer's default (0.25 to 4.0 by 0.1, 39
  * candidates) and the nvfp4_four_over_six preset's (1.0 to 1.5 by 0.5: [1.0, 1.5]). */
@@ -127,9 +147,25 @@ char *lwq_recipe_to_json(const lwq_recipe *r);
 lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module);
 /* Facts about a module for rules that select on them (layout/arch knows them). */
 #define LWQ_MODULE_MLA_PROJ 1u
+#define LWQ_MODULE_EMBEDDING 2u /* the token embedding (model.embed_tokens) */
 /* lwq_recipe_resolve with the module's facts; lwq_recipe_resolve passes none. */
 lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module,
                                            unsigned facts);
+
+/* The unwritten quantizers (LWQ_QSEL_OUTPUT, _QBMM, _SOFTMAX) of one module: 0 when the rules leave
+ * `kind` disabled on `module` (every quantizer starts disabled, as after Model Optimizer's
+ * base_disable_all), else an error naming the module and the last rule that enabled it.  The
+ * engine asks it of every quantizable linear, lm_head and the embedding (OUTPUT) and of every
+ * attention module (QBMM, SOFTMAX): the modules that carry such quantizers in Model Optimizer. */
+int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, unsigned facts, lwq_qsel kind,
+                               lwq_error *e);
+
+/* How the token embedding `embed_module` ("model.embed_tokens", the checkpoint's name) is written:
+ * LWQ_LMHEAD_NONE (source dtype; always without embed_rules), or weight-only NVFP4 as an lm_head
+ * would be (LWQ_LMHEAD_MAX, _MSE, _SWEEP), as Model Optimizer 0.47 exports a QuantEmbedding whose
+ * weight quantizer is NVFP4 (its input quantizer is hard-disabled, so input rules do not count);
+ * any other weight format is an error naming the module (< 0). */
+int lwq_recipe_embedding(const lwq_recipe *r, const char *embed_module, lwq_error *e);
 
 /* The KV cache mode the recipe gives one attention module (e.g. "model.layers.3.self_attn"). */
 lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module);
@@ -142,7 +178,8 @@ int lwq_glob_match(const char *pattern, const char *name);
 /* LWQ_MSE_RANGE_* of Model Optimizer's (start_multiplier, stop_multiplier, step_size), or -1 when
  * lwq does not implement that range. */
 /* A rule that names an embedding ("embed" in its glob, the vision branch's '*embed_vision*' aside)
- * and turns a weight format on: refused, naming the rule (lwq never quantizes an embedding). */
+ * and turns a weight format on, in a recipe without embed_rules: refused, naming the rule (lwq's
+ * own recipes never quantize the embedding). */
 int lwq_recipe_check_embedding(const lwq_recipe *r, const char *path, lwq_error *e);
 int lwq_recipe_mse_range(double start, double stop, double step);
 

@@ -9,14 +9,22 @@
 static const char SUF_W[] = ".weight_quantizer", SUF_I[] = ".input_quantizer";
 static const char SUF_K[] = ".k_bmm_quantizer", SUF_V[] = ".v_bmm_quantizer";
 
-/* Quantizers Model Optimizer has that lwq never writes: an entry may disable them, not enable. */
+/* Quantizers Model Optimizer has that lwq never writes.  Model Optimizer matches an entry's
+ * quantizer_name against each quantizer's full name (fnmatch, conversion.py _match_quantizer), so
+ * whether an entry reaches one depends on the model's module names: '*mlp*gate_proj*weight_quantizer*'
+ * reaches "X.output_quantizer" only for a module X named "...gate_proj...weight_quantizer...", which
+ * no model has.  Entries become rules on these quantizers (enable only), and the engine refuses a
+ * module whose rules leave one enabled (lwq_recipe_check_unwritten); a recipe none of whose entries
+ * enables such a quantizer gets no such rules (its canonical JSON stays as it was). */
 static const struct {
-    const char *suffix, *what;
+    const char *suffix;
+    lwq_qsel sel;
 } unwritten[] = {
-    {".output_quantizer", "output"},
-    {".q_bmm_quantizer", "attention q (q_bmm)"},
-    {".softmax_quantizer", "attention softmax"},
+    {".output_quantizer", LWQ_QSEL_OUTPUT},
+    {".q_bmm_quantizer", LWQ_QSEL_QBMM},
+    {".softmax_quantizer", LWQ_QSEL_SOFTMAX},
 };
+#define NUNWRITTEN ((int)(sizeof unwritten / sizeof unwritten[0]))
 
 /* Index after the pattern token starting at i (a closed `[...]` set is one token). */
 static size_t tok_end(const char *p, size_t i)
@@ -103,6 +111,31 @@ static void gs_free(globset *s)
 
 static int str_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+/* Whether every name glob g matches contains "_quantizer": one of its literal runs (between
+ * wildcards and sets) does. */
+static int names_a_quantizer(const char *g)
+{
+    static const char Q[] = "_quantizer";
+    size_t run = 0, len = strlen(g);
+    for (size_t i = 0; i <= len; i = i < len ? tok_end(g, i) : len + 1) {
+        if (i == len || g[i] == '*' || g[i] == '?' || g[i] == '[') {
+            if (run >= sizeof Q - 1 && memmem(g + i - run, run, Q, sizeof Q - 1))
+                return 1;
+            run = 0;
+        } else {
+            run++;
+        }
+    }
+    return 0;
+}
+
+/* The module globs through which entry `en` reaches the quantizers named MODULE + suffix.  A glob
+ * every match of which contains "_quantizer" is dropped: it can reach MODULE + suffix only for a
+ * module so named, and no module that carries quantizers is (lwq's module names are its family
+ * descriptors'; Model Optimizer's TensorQuantizers carry none, and its fused experts' quantizer
+ * lists, "...experts.gate_up_proj_weight_quantizers", hold TensorQuantizers only).  So
+ * '*mlp*gate_proj*weight_quantizer*', which Model Optimizer matches against
+ * "...mlp.gate_proj.weight_quantizer" only, reaches no input, output or k/v quantizer here either. */
 static int gs_make(globset *s, const lwq_mo_entry *en, const char *suffix, lwq_error *e)
 {
     s->n = lwq_qcfg_module_globs(en->glob, suffix, s->g, GLOBS_MAX);
@@ -111,6 +144,11 @@ static int gs_make(globset *s, const lwq_mo_entry *en, const char *suffix, lwq_e
         return lwq_errf(e, LWQ_EFORMAT, "%s: quant_cfg entry '%s': quantizer_name is too intricate (more than %d "
                         "module patterns for one quantizer kind)", en->where, en->glob, GLOBS_MAX);
     }
+    for (int i = 0; i < s->n; i++)
+        if (names_a_quantizer(s->g[i])) {
+            free(s->g[i]);
+            s->g[i--] = s->g[--s->n];
+        }
     qsort(s->g, (size_t)s->n, sizeof s->g[0], str_cmp);
     return 0;
 }
@@ -215,7 +253,8 @@ static int check_sides(const lwq_mo_entry *en, const lwq_mo_algo *a, int w, int 
 }
 
 /* One entry's rules. */
-static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, lwq_recipe *r, int *cap, lwq_error *e)
+static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, const int *want_unwritten, lwq_recipe *r,
+                         int *cap, lwq_error *e)
 {
     globset w = {0}, in = {0}, k = {0}, v = {0}, o = {0};
     int enabling = en->has_cfg ? (!en->has_enable || en->enable) : (en->has_enable && en->enable);
@@ -227,17 +266,6 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, lwq_recip
     if ((rc = gs_make(&w, en, SUF_W, e)) || (rc = gs_make(&in, en, SUF_I, e)) || (rc = gs_make(&k, en, SUF_K, e)) ||
         (rc = gs_make(&v, en, SUF_V, e)))
         goto out;
-    for (size_t i = 0; enabling && i < sizeof unwritten / sizeof unwritten[0]; i++) {
-        if ((rc = gs_make(&o, en, unwritten[i].suffix, e)))
-            goto out;
-        int hit = o.n > 0;
-        gs_free(&o);
-        if (hit) {
-            rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s' enables %s quantizers, which lwq does not "
-                          "write", en->where, en->glob, unwritten[i].what);
-            goto out;
-        }
-    }
     if (!gs_equal(&k, &v)) {
         rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s' treats the k and v cache quantizers "
                       "differently; lwq writes one mode for both", en->where, en->glob);
@@ -247,6 +275,8 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, lwq_recip
         goto out;
 
     lwq_recipe_rule wr = {0}, ir = {0}, kr = {0};
+    wr.has_embed = ir.has_embed = kr.has_embed = en->embedding_only;
+    wr.embed = ir.embed = kr.embed = en->embedding_only;
     wr.quantizer = LWQ_QSEL_WEIGHT;
     ir.quantizer = LWQ_QSEL_INPUT;
     kr.quantizer = LWQ_QSEL_KV;
@@ -271,8 +301,18 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, lwq_recip
     } else if (!(rc = push_all(r, cap, &w, &wr, e))) {
         rc = push_all(r, cap, &in, &ir, e);
     }
-    if (!rc)
+    /* an nn.Embedding has weight, input and output quantizers only: no k/v or attention ones */
+    if (!rc && !en->embedding_only)
         rc = push_all(r, cap, &k, &kr, e);
+    for (int i = 0; rc == 0 && i < NUNWRITTEN; i++) {
+        if (!want_unwritten[i] || (en->embedding_only && unwritten[i].sel != LWQ_QSEL_OUTPUT))
+            continue;
+        lwq_recipe_rule ur = {.quantizer = unwritten[i].sel, .has_enable = 1, .enable = enabling,
+                              .has_embed = en->embedding_only, .embed = en->embedding_only};
+        if ((rc = gs_make(&o, en, unwritten[i].suffix, e)) == 0)
+            rc = push_all(r, cap, &o, &ur, e);
+        gs_free(&o);
+    }
 out:
     gs_free(&w);
     gs_free(&in);
@@ -291,9 +331,24 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg must start with {quantizer_name: '*', enable: false} "
                         "(configs/ptq/units/base_disable_all): quantizers no entry names keep Model Optimizer's "
                         "default attributes (8-bit integer), which lwq does not write", first->where);
+    /* which unwritten quantizers some entry enables: only those get rules */
+    int want[NUNWRITTEN] = {0};
+    for (int i = 0; i < n; i++) {
+        const lwq_mo_entry *en = &v[i];
+        if (!(en->has_cfg ? (!en->has_enable || en->enable) : (en->has_enable && en->enable)))
+            continue;
+        for (int k = 0; k < NUNWRITTEN; k++) {
+            globset o = {0};
+            int rc = gs_make(&o, en, unwritten[k].suffix, e);
+            if (rc)
+                return rc;
+            want[k] |= o.n > 0;
+            gs_free(&o);
+        }
+    }
     int cap = r->nrules;
     for (int i = 0; i < n; i++) {
-        int rc = compile_entry(&v[i], a, r, &cap, e);
+        int rc = compile_entry(&v[i], a, want, r, &cap, e);
         if (rc)
             return rc;
     }
@@ -313,19 +368,23 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
             on = u->enable;
     }
     r->kv = on ? mode : LWQ_KV_NONE;
-    int rc = lwq_recipe_check_embedding(r, path, e);
-    if (rc)
-        return rc;
+    /* Model Optimizer's quant_cfg reaches the token embedding's weight quantizer too (nn.Embedding
+     * is a QuantModule in 0.47): the engine resolves it with the embedding's name */
+    r->embed_rules = 1;
     lwq_quant_choice lm = lwq_recipe_resolve_module(r, "lm_head", 0);
-    /* weight-only NVFP4 with dynamic blocks (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
-     * '*lm_head*weight_quantizer' with nvfp4): lwq writes that; anything else it refuses */
-    if (lm.format == LWQ_QFMT_NVFP4 && lm.weight_only && !lm.four_over_six && lm.algo == LWQ_ALGO_MAX) {
-        r->lm_head = 1;
+    /* weight-only NVFP4 (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
+     * '*lm_head*weight_quantizer' with nvfp4, or nvfp4_static under mse + fp8_scale_sweep): lwq
+     * writes that with dynamic blocks (max) or the decoder linears' static searches; anything else it
+     * refuses */
+    if (lm.format == LWQ_QFMT_NVFP4 && lm.weight_only && !lm.four_over_six &&
+        (lm.algo == LWQ_ALGO_MAX || (lm.algo == LWQ_ALGO_MSE && (lm.fp8_scale_sweep || lm.mse_range == LWQ_MSE_RANGE_DEFAULT)))) {
+        r->lm_head = lm.algo == LWQ_ALGO_MAX ? LWQ_LMHEAD_MAX : lm.fp8_scale_sweep ? LWQ_LMHEAD_SWEEP : LWQ_LMHEAD_MSE;
         return 0;
     }
     if (lm.format != LWQ_QFMT_NONE || lm.split)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head (%s), which lwq keeps in the source "
-                        "dtype unless it is weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', "
+                        "dtype unless it is weight-only NVFP4 (dynamic blocks, or static ones under mse); add "
+                        "{quantizer_name: '*lm_head*', "
                         "enable: false}", path,
                         lwq_qformat_name(lm.format != LWQ_QFMT_NONE ? lm.format
                                          : lm.weight_format != LWQ_QFMT_NONE ? lm.weight_format : lm.input_format));

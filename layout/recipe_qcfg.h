@@ -31,6 +31,8 @@ typedef struct lwq_mo_entry {
     int four_over_six;        /* cfg.block_sizes.four_over_six: true (static NVFP4 weights only) */
     int has_constant_amax;    /* cfg.constant_amax: x */
     double constant_amax;
+    int embedding_only;       /* parent_class: nn.Embedding (a disabling entry): its rules select the
+                                 token embedding only */
 } lwq_mo_entry;
 
 /* The algorithm block as far as it decides per-module calibration. */

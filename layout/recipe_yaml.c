@@ -399,11 +399,17 @@ static int add_entry(loader *L, const yfile *f, const lwq_ynode *m)
     if (pc && !lwq_y_is_null(pc)) {
         if (!lwq_y_str(pc))
             return ERR(LWQ_EFORMAT, "%s: quant_cfg entry '%s': parent_class must be a class name", en.where, en.glob);
-        if (!en.has_cfg && !en.enable && never_quantized_class(pc->str))
+        /* nn.Embedding is a quantized module in Model Optimizer 0.47 (its weight quantizer is
+         * reached by name, e.g. the Nemotron-3-Nano W4A16 recipe's '*embeddings*weight_quantizer'):
+         * the disabling entry stays, restricted to the token embedding */
+        if (!en.has_cfg && !en.enable && !strcmp(pc->str, "nn.Embedding"))
+            en.embedding_only = 1;
+        else if (!en.has_cfg && !en.enable && never_quantized_class(pc->str))
             return 0; /* disables quantizers of a class lwq never quantizes: no effect */
-        return ERR(LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': parent_class %s is not supported (lwq selects "
-                   "quantizers by name; only entries that disable a class lwq never quantizes, such as "
-                   "nn.BatchNorm2d or nn.Embedding, are accepted)", en.where, en.glob, pc->str);
+        else
+            return ERR(LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': parent_class %s is not supported (lwq selects "
+                       "quantizers by name; only entries that disable a class lwq never quantizes, such as "
+                       "nn.BatchNorm2d or nn.Embedding, are accepted)", en.where, en.glob, pc->str);
     }
     if (L->n == LWQ_QCFG_MAX_ENTRIES)
         return ERR(LWQ_EFORMAT, "%s: quant_cfg has more than %d entries after imports", en.where,

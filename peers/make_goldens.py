@@ -43,7 +43,8 @@ FORMAT_CASES = {(s, "w4a16_nvfp4") for s in FORMAT_SRCS} | \
                {("llama-bf16", "nvfp4-kv_nvfp4_cast"), ("qwen3_moe-f32", "nvfp4-kv_nvfp4_cast")} | \
                {(s, "general_ptq_nvfp4_default-kv_nvfp4_cast") for s in ("llama-f32", "qwen3_moe-bf16")} | \
                {(s, "nvfp4_four_over_six-patched") for s in ("llama-f32", "qwen3_moe-f32", "qwen3_moe-bf16")} | \
-               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")}
+               {(s, "w4a16_nvfp4-lm_head") for s in ("llama-f32", "qwen3_moe-bf16")} | \
+               {(s, "w4a16_nvfp4-embed") for s in ("llama-f32", "qwen3_moe-bf16")}
 RECIPES = "modelopt_recipes"  # the recipe YAML the recipe cases read, with its imports, under DEST
 
 # issue 33 (about 4 MB in all): the VLM wrappers in F32 and BF16 with the three --qformat presets
@@ -550,7 +551,11 @@ and `general/ptq/nvfp4_default-kv_nvfp4_cast` read from their own YAML, copied w
 imports into `modelopt_recipes/` (lwq runs them with `--recipe-root @DATA@/modelopt_recipes`), and
 an NVFP4 KV cache in cast mode (`nvfp4-kv_nvfp4_cast`: hf_ptq's `--kv_cache_qformat nvfp4_cast`),
 and a weight-only NVFP4 lm_head (`w4a16_nvfp4-lm_head`: `peers/recipes/w4a16_nvfp4-lm_head.yaml`,
-copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule).
+copied to `modelopt_recipes/issue33/`, the qwen3_5 recipes' `*lm_head*weight_quantizer` rule),
+and a weight-only NVFP4 token embedding (`w4a16_nvfp4-embed`: `peers/recipes/w4a16_nvfp4-embed.yaml`,
+the Nemotron-3-Nano W4A16 recipe's `*embeddings*weight_quantizer` rule on `*embed_tokens*`:
+Model Optimizer 0.47 wraps nn.Embedding as a QuantEmbedding and exports `model.embed_tokens.weight`
+packed, with `weight_scale` and `weight_scale_2`, and leaves it out of `exclude_modules`).
 Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
 **patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
 that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so

@@ -122,6 +122,11 @@ def cases():
         r = os.path.join(HERE, "recipes", "w4a16_nvfp4-lm_head.yaml")
         out.append(Case("formats", src, "w4a16_nvfp4-lm_head", dict(recipe=r),
                         ["--recipe", r, "--recipe-root", recipe_root()]))
+        # a weight-only NVFP4 token embedding (the Nemotron-3-Nano W4A16 recipe's
+        # '*embeddings*weight_quantizer' rule, on this family's embed_tokens)
+        r = os.path.join(HERE, "recipes", "w4a16_nvfp4-embed.yaml")
+        out.append(Case("formats", src, "w4a16_nvfp4-embed", dict(recipe=r),
+                        ["--recipe", r, "--recipe-root", recipe_root()]))
         # Four-over-Six: Model Optimizer's static NVFP4 fake quant is a Triton kernel (CUDA only):
         # unpatched it fails on the CPU; the patched peer (torch_nvfp4.py) runs it
         out.append(Case("formats", src, "nvfp4_four_over_six", *preset("nvfp4_four_over_six")))

@@ -75,6 +75,16 @@ static int build_choices(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_recipe *
         return lwq_errf(e, LWQ_EUNSUPPORTED, "recipe \"%s\" uses gptq, which cannot be built in memory (it "
                         "calibrates each layer on the quantized layers before it); run lwq quantize --algo gptq "
                         "and evaluate its output: lwq eval SRC QUANT_DIR", rc_->name);
+    /* as a quantized lm_head (tools/cmd_eval.c), a quantized embedding is not emulated: the stream
+     * embeds with the source table */
+    char em[LWQ_ARCH_NAME_MAX];
+    lwq_names_full(&v->ck.cfg.names, "model.embed_tokens", em, sizeof em);
+    int embed = lwq_recipe_embedding(rc_, em, e);
+    if (embed < 0)
+        return embed;
+    if (embed)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "recipe \"%s\" quantizes the token embedding (%s), which lwq eval does not "
+                        "emulate (the stream embeds with the source table)", rc_->name, em);
     s->choice = calloc((size_t)v->N, sizeof *s->choice);
     if (!s->choice)
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");

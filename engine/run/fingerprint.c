@@ -74,7 +74,16 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
      * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
     lwq_xxh64_init(&s, 0);
     lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
-    int32_t kv = (int32_t)o->recipe->kv | (o->recipe->lm_head ? 0x100 : 0); /* a weight-only lm_head: bit 8 */
+    /* a weight-only lm_head: bit 8; its static searches (LWQ_LMHEAD_MSE, _SWEEP) in bits 9-10, 0 for
+     * the dynamic one, so that runs from before them keep their fingerprints */
+    int32_t kv = (int32_t)o->recipe->kv | (o->recipe->lm_head ? 0x100 : 0) |
+                 (o->recipe->lm_head > LWQ_LMHEAD_MAX ? (o->recipe->lm_head - LWQ_LMHEAD_MAX) << 9 : 0);
+    /* a weight-only NVFP4 token embedding (LWQ_LMHEAD_* in bits 12-13; 0 without, so that other runs
+     * keep their fingerprints) */
+    char em[LWQ_ARCH_NAME_MAX];
+    lwq_names_full(&ck->cfg.names, "model.embed_tokens", em, sizeof em);
+    int embed = lwq_recipe_embedding(o->recipe, em, NULL);
+    kv |= embed > 0 ? embed << 12 : 0;
     lwq_xxh64_update(&s, &kv, sizeof kv);
     for (int L = 0; L < nlayers; L++)
         for (int i = 0; i < plans[L].nlinears; i++) {

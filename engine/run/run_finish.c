@@ -84,18 +84,27 @@ static int write_configs(lwq_run *r, lwq_error *e)
     int total = 0;
     for (int L = 0; L < r->nlayers; L++)
         total += r->plans[L].nlinears;
-    lwq_export_module *mods = calloc((size_t)total + 1, sizeof *mods); /* +1: a quantized lm_head */
-    char lm[96];
+    /* +2: a quantized lm_head, a quantized token embedding */
+    lwq_export_module *mods = calloc((size_t)total + 2, sizeof *mods);
+    char lm[96], em[LWQ_ARCH_NAME_MAX];
     /* +1: the qwen3_next MTP block (mtp.*), kept in the tail and unquantized; +1: the token
      * embedding; +1: a VLM wrapper's vision tower */
     char **extra = calloc((size_t)(r->ck.nlayers > r->nlayers ? r->ck.nlayers - r->nlayers : 0) + 3, sizeof *extra);
     /* the in-memory experts module of each routed expert, for a family that fuses them */
-    char **owner = calloc((size_t)total + 1, sizeof *owner);
+    char **owner = calloc((size_t)total + 2, sizeof *owner);
     int nextra = 0, nextra_mtp = 0, k = 0, rc = 0;
     int fused = r->ck.cfg.family && r->ck.cfg.family->fused_experts;
     if (!mods || !extra || !owner) {
         rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
         goto out;
+    }
+    /* in Model Optimizer's module order (the config groups are numbered by first appearance): the
+     * embedding (written weight-only by lwq_run_write_tail; not excluded then), the layers, lm_head */
+    if (r->embed) {
+        lwq_names_full(&r->ck.cfg.names, "model.embed_tokens", em, sizeof em);
+        mods[k].name = em;
+        mods[k].format = LWQ_QFMT_NVFP4;
+        mods[k++].weight_only = 1;
     }
     for (int L = 0; L < r->nlayers; L++)
         for (int i = 0; i < r->plans[L].nlinears; i++) {
@@ -160,7 +169,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
      * default_disabled_quantizers unit, parent_class nn.Embedding) */
     char emb[96];
     lwq_names_full(&r->ck.cfg.names, "model.embed_tokens.weight", emb, sizeof emb);
-    for (int i = 0; i < r->ck.tail.n; i++) {
+    for (int i = 0; !r->embed && i < r->ck.tail.n; i++) {
         const char *t = r->ck.tensors[r->ck.tail.idx[i]].name;
         size_t n = strlen(t), suf = strlen("embed_tokens.weight");
         /* the embedding where the names put it (nemotron_h: backbone.embedding(s)), or any
@@ -186,7 +195,7 @@ out:
     for (int i = 0; i < nextra; i++)
         free(extra[i]);
     free(extra);
-    for (int i = 0; owner && i < total; i++)
+    for (int i = 0; owner && i < total + 2; i++)
         free(owner[i]);
     free(owner);
     free(mods);

@@ -48,6 +48,7 @@ typedef struct lwq_run {
     int nlayers;
     lwq_arch_layer *plans;        /* nlayers */
     lwq_quant_choice **choice;    /* [layer][linear] */
+    int embed;                    /* LWQ_LMHEAD_*: how the token embedding is written (lwq_recipe_embedding) */
     lwq_backend be;
     int be_open;
     int be_owned;                 /* made here (destroyed at the end), not the caller's o->backend */

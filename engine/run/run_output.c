@@ -577,8 +577,8 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
     if (tail_tensors(r, &idx, &n, &packed) != 0)
         return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
     free(idx);
-    /* needs dequantization, or a weight-only lm_head: written at the end, through memory */
-    if (packed || r->o->recipe->lm_head)
+    /* needs dequantization, or a weight-only lm_head or embedding: written at the end, through memory */
+    if (packed || r->o->recipe->lm_head || r->embed)
         return 0;
     char path[PATH_MAX];
     int rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir);
@@ -588,20 +588,23 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
     return lwq_writer_submit(r->wr, &job, e) < 0 ? e->code : 0;
 }
 
-/* lm_head.weight of the tail, replaced by its weight-only NVFP4 form (Model Optimizer 0.47's
- * export of an lm_head whose weight quantizer alone is NVFP4: the packed weight, weight_scale,
- * weight_scale_2 = amax / 2688, dynamic block scales, no input_scale). */
-static int quantize_lm_head(lwq_run *r, lwq_tlist *tail, lwq_error *e)
+/* lm_head.weight (or the token embedding's weight: `canon`) of the tail, replaced by its weight-only
+ * NVFP4 form (Model Optimizer 0.47's export of a module whose weight quantizer alone is NVFP4: the
+ * packed weight, weight_scale,
+ * weight_scale_2 = amax / 2688, no input_scale): dynamic block scales (LWQ_LMHEAD_MAX), or static
+ * ones searched as a decoder linear's are (engine/quant/qlayer.c: the FP8 scale sweep without a
+ * Hessian, or the mse search, against the tensor's own amax; on the host, whatever the device). */
+static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, int mode, lwq_error *e)
 {
     char name[128];
-    lwq_names_full(&r->ck.cfg.names, "lm_head.weight", name, sizeof name);
+    lwq_names_full(&r->ck.cfg.names, canon, name, sizeof name);
     int at = -1;
     for (int i = 0; i < tail->n && at < 0; i++)
         if (!strcmp(tail->v[i].name, name))
             at = i;
     if (at < 0)
-        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head but the checkpoint has no %s (tied "
-                        "word embeddings?); lwq does not quantize a shared embedding", r->ck.dir, name);
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes %s but the checkpoint has no %s (tied "
+                        "word embeddings?); lwq does not quantize a shared embedding", r->ck.dir, canon, name);
     const lwq_htensor *w = &tail->v[at];
     if (w->ndim != 2 || w->shape[1] % 16 || (w->dtype != LWQ_BF16 && w->dtype != LWQ_F16 && w->dtype != LWQ_F32))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s must be a 2-D BF16/F16/F32 matrix whose width is a multiple of 16 "
@@ -610,8 +613,18 @@ static int quantize_lm_head(lwq_run *r, lwq_tlist *tail, lwq_error *e)
     uint8_t *packed = malloc((size_t)(rows * cols / 2) + 1), *scale = malloc((size_t)(rows * (cols / 16)) + 1);
     float amax = 0, ws2 = 0;
     int rc = packed && scale ? 0 : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
-    if (rc == 0 && (rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e)) >= 0)
-        rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws2, e);
+    float *bamax = NULL;
+    if (rc == 0 && mode != LWQ_LMHEAD_MAX && !(bamax = malloc((size_t)(rows * (cols / 16)) * sizeof *bamax)))
+        rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+    if (rc == 0 && (rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e)) >= 0) {
+        if (mode == LWQ_LMHEAD_MAX)
+            rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws2, e);
+        else if ((rc = mode == LWQ_LMHEAD_SWEEP
+                           ? lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, amax, NULL, name, bamax, NULL, e)
+                           : lwq_quant_nvfp4_mse(w->data, w->dtype, rows, cols, amax, name, bamax, e)) >= 0)
+            rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, amax, name, packed, scale, &ws2, e);
+    }
+    free(bamax);
     if (rc < 0) {
         free(packed);
         free(scale);
@@ -643,7 +656,7 @@ int lwq_run_write_tail(lwq_run *r, lwq_error *e)
     if (tail_tensors(r, &idx, &n, &packed) != 0)
         return lwq_errf(e, LWQ_ENOMEM, "tail: out of memory");
     int rc;
-    if (!packed && !r->o->recipe->lm_head) {
+    if (!packed && !r->o->recipe->lm_head && !r->embed) {
         char path[PATH_MAX];
         lwq_durable_file f;
         if ((rc = lwq_pathf(e, path, sizeof path, "%s/" LWQ_OUT_TAIL, r->out_dir)) == 0 &&
@@ -670,7 +683,10 @@ int lwq_run_write_tail(lwq_run *r, lwq_error *e)
         lwq_tlist_free(&part);
     }
     if (rc == 0 && r->o->recipe->lm_head)
-        rc = quantize_lm_head(r, &tail, e);
+        rc = quantize_weight_only(r, &tail, "lm_head.weight", r->o->recipe->lm_head, e);
+    /* Model Optimizer 0.47 exports a QuantEmbedding's NVFP4 weight as it does a linear's */
+    if (rc == 0 && r->embed)
+        rc = quantize_weight_only(r, &tail, "model.embed_tokens.weight", r->embed, e);
     uint64_t h, b;
     if (rc == 0)
         rc = write_tlist_file(r, LWQ_OUT_TAIL, &tail, &h, &b, e);

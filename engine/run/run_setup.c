@@ -111,13 +111,38 @@ static int build_plans(lwq_run *r, lwq_error *e)
                 char *dot = strrchr(attn, '.');
                 if (dot)
                     *dot = 0;
-                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0)
+                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0 ||
+                    (rc = lwq_recipe_check_unwritten(r->o->recipe, attn, 0, LWQ_QSEL_QBMM, e)) != 0 ||
+                    (rc = lwq_recipe_check_unwritten(r->o->recipe, attn, 0, LWQ_QSEL_SOFTMAX, e)) != 0)
                     return rc;
             }
+            /* routers: transformers 5's are no nn.Linear, Model Optimizer gives them no quantizer */
+            if (!p->linears[i].is_router &&
+                (rc = lwq_recipe_check_unwritten(r->o->recipe, p->linears[i].name, 0, LWQ_QSEL_OUTPUT, e)) != 0)
+                return rc;
         }
         if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
             return rc;
     }
+    /* lm_head (a linear) and the token embedding (Model Optimizer wraps nn.Embedding too) have
+     * output quantizers as well */
+    static const char *const ends[] = {"lm_head", "model.embed_tokens"};
+    char m[2][LWQ_ARCH_NAME_MAX];
+    for (int i = 0; i < 2; i++) {
+        lwq_names_full(&r->ck.cfg.names, ends[i], m[i], sizeof m[i]);
+        int rc = lwq_recipe_check_unwritten(r->o->recipe, m[i], i ? LWQ_MODULE_EMBEDDING : 0, LWQ_QSEL_OUTPUT, e);
+        if (rc)
+            return rc;
+    }
+    /* the token embedding: weight-only NVFP4 when a Model Optimizer recipe's rules say so */
+    if ((r->embed = lwq_recipe_embedding(r->o->recipe, m[1], e)) < 0)
+        return r->embed;
+    if (r->embed && r->ck.cfg.tie_word_embeddings)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes the token embedding, which this checkpoint ties "
+                        "to lm_head (tie_word_embeddings); lwq does not quantize a shared embedding", m[1]);
+    if (r->embed && lwq_recipe_uses_gptq(r->o->recipe))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes the token embedding and uses gptq; lwq's "
+                        "sequential calibration feeds the layers the source embedding, so that pair is refused", m[1]);
     if (!quantized)
         return lwq_errf(e, LWQ_EINVAL, "recipe \"%s\" quantizes no linear of this %s model", r->o->recipe->name,
                         r->ck.cfg.model_type);

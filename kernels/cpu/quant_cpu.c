@@ -1,4 +1,5 @@
-/* kernels/cpu/quant_cpu.c — CPU implementation of kernels/quant.h.
+/* kernels/cpu/quant_cpu.c — CPU implementation of kernels/quant.h, but for the NVFP4 block
+ * searches (sweep, local_hessian, mse: kernels/cpu/quant_search_cpu.c).
  *
  * Every loop is over rows (or input blocks) on the core/parallel.h pool, and every row's output
  * depends only on that row, so results do not depend on the thread count.  The per-element work
@@ -8,75 +9,13 @@
  * bad input through atomics holding the smallest offending index, so the error message is the
  * same whatever the thread count. */
 #include <math.h>
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/parallel.h"
+#include "kernels/cpu/quant_cpu_internal.h"
 #include "kernels/quant.h"
 #include "kernels/quant_check.h"
-
-#if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
-#error "quant_cpu.c stores packed codes as little-endian words"
-#endif
-
-#define BLK LWQ_NVFP4_BLOCK
-#define MIN_CHUNK_ELEMS 16384
-/* helpers of the cloned loops must be inlined into each clone to get its instruction set */
-#define INLINE static inline __attribute__((always_inline))
-
-/* Hot loops are compiled for AVX-512/AVX2 as well and chosen at load time (GCC ifunc); the
- * operations are IEEE single-precision ones in every clone, so the bytes are the same. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LWQ_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define LWQ_CLONES
-#endif
-
-static int64_t min_chunk_rows(int64_t cols) { return cols >= MIN_CHUNK_ELEMS ? 1 : MIN_CHUNK_ELEMS / cols; }
-
-static void atomic_min_i64(_Atomic int64_t *a, int64_t v)
-{
-    int64_t cur = atomic_load(a);
-    while (v < cur && !atomic_compare_exchange_weak(a, &cur, v)) {
-    }
-}
-
-static void atomic_max_u32(_Atomic uint32_t *a, uint32_t v)
-{
-    uint32_t cur = atomic_load(a);
-    while (v > cur && !atomic_compare_exchange_weak(a, &cur, v)) {
-    }
-}
-
-/* Convert 16 elements at flat offset off to float. */
-INLINE void load16(const void *w, lwq_dtype dt, int64_t off, float *x)
-{
-    if (dt == LWQ_BF16) {
-        const uint16_t *s = (const uint16_t *)w + off;
-        for (int i = 0; i < BLK; i++)
-            x[i] = lwq_bf16_to_f32(s[i]);
-    } else if (dt == LWQ_F16) {
-        const uint16_t *s = (const uint16_t *)w + off;
-        for (int i = 0; i < BLK; i++)
-            x[i] = lwq_f16_to_f32(s[i]);
-    } else {
-        memcpy(x, (const float *)w + off, BLK * sizeof(float));
-    }
-}
-
-/* max |x| as float bits (bit order = value order for non-negative floats) and, in *bad, whether
- * any element is NaN/Inf. */
-INLINE uint32_t amax16(const float *x, int *bad)
-{
-    int32_t m = 0;
-    for (int i = 0; i < BLK; i++) {
-        int32_t a = (int32_t)(lwq_f32_bits(x[i]) & 0x7fffffffu);
-        m = a > m ? a : m;
-    }
-    *bad = m >= 0x7f800000; /* NaN and Inf have the largest magnitude bits */
-    return (uint32_t)m;
-}
 
 /* Quantize one loaded block with divisor d into 8 packed bytes.  The codes are computed in
  * 32-bit lanes (the width of the floats they come from; GCC does not vectorize the narrowing to
@@ -228,34 +167,6 @@ int lwq_quant_group_unify(float *input_amax, float *weight_amax, int n, const ch
 
 /* ---- NVFP4 max / static --------------------------------------------------------------------- */
 
-typedef struct nvfp4_ctx {
-    const void *w;
-    lwq_dtype dt;
-    int64_t cols;
-    float ws2;
-    uint32_t limit_bits;      /* the given global amax: a block above it is an error */
-    float global_eff;         /* static path: global amax used in the scale formula */
-    const float *block_amax;  /* static path: (rows, cols/16); NULL on the max path */
-    const float *hessian;     /* sweep */
-    const float (*thr)[LWQ_E2M1_NTHR]; /* searches: E2M1 thresholds of each scale byte's divisor */
-    uint8_t *packed, *scale;
-    float *out_amax;          /* sweep */
-    float fp8max;             /* static path / mse: the block scales' normalisation max; 0 = 448
-                                 (lwq_nvfp4_scale_static), LWQ_NVFP4_46_FP8MAX for Four-over-Six */
-    const float *mult;        /* mse: the amax multipliers (NULL: lwq_mse_multiplier's 39) */
-    int nmult;
-    _Atomic int64_t bad;      /* smallest flat index of a NaN/Inf element */
-    _Atomic int64_t badamax;  /* smallest block index of a bad static block amax */
-    _Atomic uint32_t over;    /* largest block amax (bits) above limit_bits */
-} nvfp4_ctx;
-
-static void nvfp4_ctx_init(nvfp4_ctx *c)
-{
-    atomic_init(&c->bad, INT64_MAX);
-    atomic_init(&c->badamax, INT64_MAX);
-    atomic_init(&c->over, 0);
-}
-
 /* A row is processed GROUP blocks at a time: load and block amax, then the scale bytes of the
  * whole group in one vectorizable loop (the per-block scale arithmetic would otherwise be
  * scalar), then the codes. */
@@ -327,7 +238,7 @@ LWQ_CLONES static void nvfp4_rows(void *vc, int64_t r0, int64_t r1, int tid)
     }
 }
 
-static int nvfp4_finish(nvfp4_ctx *c, const char *name, float given_global, int64_t nb, lwq_error *err)
+int lwq_cpu_nvfp4_finish(nvfp4_ctx *c, const char *name, float given_global, int64_t nb, lwq_error *err)
 {
     if (atomic_load(&c->bad) != INT64_MAX)
         return lwq_quant_err_nonfinite(name, atomic_load(&c->bad), c->cols, err);
@@ -359,7 +270,7 @@ static int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, co
                    .packed = packed, .scale = scale, .fp8max = fp8max};
     nvfp4_ctx_init(&c);
     lwq_parallel_for(rows, min_chunk_rows(cols), nvfp4_rows, &c);
-    rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
+    rc = lwq_cpu_nvfp4_finish(&c, name, global_amax, cols / BLK, err);
     if (rc < 0)
         return rc;
     *ws2 = c.ws2;
@@ -388,264 +299,6 @@ int lwq_quant_nvfp4_static46(const void *w, lwq_dtype dt, int64_t rows, int64_t 
     if (!block_amax)
         return lwq_errf(err, LWQ_EINVAL, "tensor %s: static NVFP4 needs per-block amax values", lwq_quant_name(name));
     return nvfp4_run(w, dt, rows, cols, block_amax, global_amax, LWQ_NVFP4_46_FP8MAX, name, packed, scale, ws2, err);
-}
-
-/* ---- NVFP4 scale sweep ---------------------------------------------------------------------- */
-
-/* The loss of layout/quant_formats.h's lwq_nvfp4_block_sqerr_ref / _herr_ref, bit for bit,
- * written as lane-wise loops.  It works on magnitudes: IEEE division, multiplication and
- * subtraction are symmetric under a sign flip, so rounding |x| / d, times d, |x| minus that gives
- * exactly the magnitude of the signed error.  The rounding itself uses the divisor's E2M1
- * thresholds b (lwq_e2m1_round_thr == lwq_e2m1_round_mag(fl(|x| / d)), tested), which replaces
- * 126 x 16 divisions per block by comparisons.  For the Hessian loss the sign is put back (the
- * sign of a zero error may differ from _ref's; every term it touches is a zero either way).
- * (H dw)_i accumulates over j in ascending order for every i at once; the final sum is the same
- * halving tree.  ht: H transposed (ht[j*16 + i] = H[i][j]) so the lane-wise loop reads
- * contiguously. */
-INLINE float sweep_loss(const float *x, const float *ax, float d, const float *b, const float *ht)
-{
-    float dw[BLK], t[BLK];
-    for (int i = 0; i < BLK; i++)
-        dw[i] = ax[i] - lwq_e2m1_round_thr(ax[i], b) * d;
-    if (ht) {
-        float hd[BLK] = {0};
-        for (int i = 0; i < BLK; i++)
-            dw[i] = x[i] < 0.0f ? -dw[i] : dw[i];
-        for (int j = 0; j < BLK; j++)
-            for (int i = 0; i < BLK; i++)
-                hd[i] = hd[i] + ht[j * BLK + i] * dw[j];
-        for (int i = 0; i < BLK; i++)
-            t[i] = dw[i] * hd[i];
-    } else {
-        for (int i = 0; i < BLK; i++)
-            t[i] = dw[i] * dw[i];
-    }
-    for (int i = 0; i < 8; i++)
-        t[i] = t[i] + t[i + 8];
-    for (int i = 0; i < 4; i++)
-        t[i] = t[i] + t[i + 4];
-    for (int i = 0; i < 2; i++)
-        t[i] = t[i] + t[i + 2];
-    return t[0] + t[1];
-}
-
-/* thr[v] = the E2M1 thresholds of scale byte v's divisor v * ws2 (v = 1..126; thr[0] unused). */
-static void search_thresholds(float ws2, float thr[][LWQ_E2M1_NTHR])
-{
-    for (int i = 0; i < LWQ_E2M1_NTHR; i++)
-        thr[0][i] = INFINITY;
-    for (int v = 1; v <= LWQ_E4M3_NPOS; v++)
-        lwq_e2m1_thresholds(lwq_nvfp4_block_div((uint8_t)v, ws2), thr[v]);
-}
-
-LWQ_CLONES static void sweep_rows(void *vc, int64_t r0, int64_t r1, int tid)
-{
-    nvfp4_ctx *c = vc;
-    const int64_t nb = c->cols / BLK;
-    float dtab[LWQ_E4M3_NPOS + 1];
-    for (int v = 1; v <= LWQ_E4M3_NPOS; v++)
-        dtab[v] = lwq_nvfp4_block_div((uint8_t)v, c->ws2);
-    for (int64_t r = r0; r < r1; r++) {
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t off = r * c->cols + b * BLK;
-            float x[BLK];
-            int bad;
-            load16(c->w, c->dt, off, x);
-            uint32_t am = amax16(x, &bad);
-            if (bad) {
-                for (int i = 0; i < BLK; i++)
-                    if (!isfinite(x[i])) {
-                        atomic_min_i64(&c->bad, off + i);
-                        return;
-                    }
-            }
-            if (am > c->limit_bits)
-                atomic_max_u32(&c->over, am);
-            float htb[BLK * BLK];
-            const float *h = NULL;
-            if (c->hessian) {
-                const float *hb = c->hessian + b * BLK * BLK;
-                for (int i = 0; i < BLK; i++)
-                    for (int j = 0; j < BLK; j++)
-                        htb[j * BLK + i] = hb[i * BLK + j];
-                h = htb;
-            }
-            float ax[BLK];
-            for (int i = 0; i < BLK; i++)
-                ax[i] = fabsf(x[i]);
-            /* Once every |x| is below a candidate's first threshold, all its codes are 0, and so are
-             * those of every larger candidate (thresholds grow with the divisor): the same loss
-             * (dw = x) again, which cannot beat the first of them.  Stopping there is exact. */
-            const float bamax = lwq_bits_f32(am);
-            /* Pruning of strongly saturated candidates (plain squared error only; exact).  The
-             * loss is a float sum of non-negative terms, so it is at least the computed term of
-             * the block's largest element, which for a divisor d with bamax >= 12 d saturates to
-             * code 6: t = fl(fl(bamax - fl(6 d))^2) >= (bamax - 6 d)^2 (1 - 2^-24)^5, with no
-             * cancellation since 6 d <= bamax - 6 d; the bound below uses 1 - 2^-21 to absorb its
-             * own double rounding.  A candidate whose bound exceeds the loss `ref` of another
-             * candidate (the smallest unsaturated one, which the loop evaluates) is strictly worse
-             * than the final best, so skipping it changes neither the argmin nor how ties resolve.
-             * Natural scale bytes sit high in 1..126, so this skips most of the sweep (2x
-             * measured; a bound over the whole E2M1 grid pruned more but cost more than it saved). */
-            double ref = INFINITY;
-            if (!h) {
-                int v0 = 1;
-                while (v0 < LWQ_E4M3_NPOS && 6.0 * (double)dtab[v0] < (double)bamax)
-                    v0++;
-                ref = (double)sweep_loss(x, ax, dtab[v0], c->thr[v0], NULL);
-            }
-            int best = 0;
-            float best_loss = INFINITY;
-            for (int v = 1; v <= LWQ_E4M3_NPOS && (v == 1 || !(bamax < c->thr[v - 1][0])); v++) {
-                if ((double)bamax >= 12.0 * (double)dtab[v]) {
-                    double dwt = (double)bamax - 6.0 * (double)dtab[v];
-                    if (dwt * dwt * (1.0 - 0x1p-21) > ref)
-                        continue;
-                }
-                float l = sweep_loss(x, ax, dtab[v], c->thr[v], h);
-                if (best == 0) {
-                    best = v;
-                    best_loss = l;
-                    continue;
-                }
-                if (l < best_loss) { /* strict: ties keep the smaller byte */
-                    best = v;
-                    best_loss = l;
-                }
-            }
-            if (c->scale)
-                c->scale[r * nb + b] = (uint8_t)best;
-            if (c->out_amax)
-                c->out_amax[r * nb + b] = lwq_nvfp4_sweep_amax((uint8_t)best, c->global_eff);
-        }
-    }
-}
-
-int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
-                          const float *hessian, const char *name, float *block_amax, uint8_t *scale,
-                          lwq_error *err)
-{
-    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
-    if (rc < 0)
-        return rc;
-    float g;
-    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
-    if (zero < 0)
-        return zero;
-    if (hessian) {
-        for (int64_t i = 0; i < cols * BLK; i++)
-            if (!isfinite(hessian[i]))
-                return lwq_errf(err, LWQ_ENUMERIC, "tensor %s: Hessian entry %lld of input block %lld is not finite",
-                                lwq_quant_name(name), (long long)(i % (BLK * BLK)), (long long)(i / (BLK * BLK)));
-    }
-    float thr[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
-    search_thresholds(lwq_nvfp4_ws2(g), thr);
-    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = lwq_nvfp4_ws2(g), .limit_bits = lwq_f32_bits(global_amax),
-                   .global_eff = g, .hessian = hessian, .thr = (const float(*)[LWQ_E2M1_NTHR])thr, .scale = scale,
-                   .out_amax = block_amax};
-    nvfp4_ctx_init(&c);
-    /* ~126x the work of the max path per element: smaller chunks still pay off */
-    lwq_parallel_for(rows, min_chunk_rows(cols) / 64 + 1, sweep_rows, &c);
-    rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
-    if (rc < 0)
-        return rc;
-    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
-}
-
-/* ---- NVFP4 per-block mse -------------------------------------------------------------------- */
-
-LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid)
-{
-    nvfp4_ctx *c = vc;
-    const int64_t nb = c->cols / BLK;
-    float mult[LWQ_MSE_STEPS];
-    const int nmult = c->mult ? c->nmult : LWQ_MSE_STEPS;
-    for (int k = 0; k < nmult; k++)
-        mult[k] = c->mult ? c->mult[k] : lwq_mse_multiplier(k);
-    for (int64_t r = r0; r < r1; r++) {
-        for (int64_t b = 0; b < nb; b++) {
-            int64_t off = r * c->cols + b * BLK;
-            float x[BLK], ax[BLK];
-            int bad;
-            load16(c->w, c->dt, off, x);
-            uint32_t am = amax16(x, &bad);
-            if (bad) {
-                for (int i = 0; i < BLK; i++)
-                    if (!isfinite(x[i])) {
-                        atomic_min_i64(&c->bad, off + i);
-                        return;
-                    }
-            }
-            if (am > c->limit_bits)
-                atomic_max_u32(&c->over, am);
-            for (int i = 0; i < BLK; i++)
-                ax[i] = fabsf(x[i]);
-            const float bamax = lwq_bits_f32(am);
-            float best_a = bamax * mult[0], best_loss = 0.0f;
-            int prev = -1;
-            for (int k = 0; k < nmult; k++) {
-                float a = bamax * mult[k];
-                int s = c->fp8max > 0.0f ? lwq_nvfp4_scale_static_m(a, c->global_eff, c->fp8max)
-                                         : lwq_nvfp4_scale_static(a, c->global_eff);
-                if (s == prev) /* same byte, same loss: a tie, which the first candidate wins */
-                    continue;
-                prev = s;
-                float l = sweep_loss(x, ax, lwq_nvfp4_block_div((uint8_t)s, c->ws2), c->thr[s], NULL);
-                if (k == 0 || l < best_loss) {
-                    best_a = a;
-                    best_loss = l;
-                }
-                if (bamax < c->thr[s][0]) /* all codes 0 here and beyond (see sweep_rows) */
-                    break;
-            }
-            c->out_amax[r * nb + b] = best_a;
-        }
-    }
-}
-
-static int mse_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax, float fp8max,
-                   const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
-{
-    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 1, err);
-    if (rc < 0)
-        return rc;
-    if (!block_amax)
-        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
-    float g;
-    int zero = lwq_quant_check_global(name, global_amax, LWQ_QUANT_SEARCH_AMAX_MAX, &g, err);
-    if (zero < 0)
-        return zero;
-    float thr[LWQ_E4M3_NPOS + 1][LWQ_E2M1_NTHR];
-    float ws2 = fp8max > 0.0f ? lwq_nvfp4_ws2_m(g, fp8max) : lwq_nvfp4_ws2(g);
-    search_thresholds(ws2, thr);
-    nvfp4_ctx c = {.w = w, .dt = dt, .cols = cols, .ws2 = ws2, .limit_bits = lwq_f32_bits(global_amax),
-                   .global_eff = g, .thr = (const float(*)[LWQ_E2M1_NTHR])thr, .out_amax = block_amax,
-                   .fp8max = fp8max, .mult = mult, .nmult = nmult};
-    nvfp4_ctx_init(&c);
-    lwq_parallel_for(rows, min_chunk_rows(cols) / 8 + 1, mse_blocks_rows, &c);
-    rc = nvfp4_finish(&c, name, global_amax, cols / BLK, err);
-    if (rc < 0)
-        return rc;
-    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
-}
-
-int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
-                        const char *name, float *block_amax, lwq_error *err)
-{
-    return mse_run(w, dt, rows, cols, global_amax, 0.0f, NULL, 0, name, block_amax, err);
-}
-
-int lwq_quant_nvfp4_mse46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
-                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
-{
-    if (mult && (nmult < 1 || nmult > LWQ_MSE_STEPS))
-        return lwq_errf(err, LWQ_EINVAL, "tensor %s: %d amax candidates (1 to %d)", lwq_quant_name(name), nmult,
-                        LWQ_MSE_STEPS);
-    for (int k = 0; mult && k < nmult; k++)
-        if (!(mult[k] > 0.0f) || !isfinite(mult[k]))
-            return lwq_errf(err, LWQ_EINVAL, "tensor %s: amax candidate %d is %g (finite and > 0)",
-                            lwq_quant_name(name), k, (double)mult[k]);
-    return mse_run(w, dt, rows, cols, global_amax, LWQ_NVFP4_46_FP8MAX, mult, nmult, name, block_amax, err);
 }
 
 /* ---- NVFP4 dequant -------------------------------------------------------------------------- */

@@ -1,4 +1,4 @@
-/* The CPU fp8_scale_sweep skips strongly saturated candidates (kernels/cpu/quant_cpu.c); this
+/* The CPU fp8_scale_sweep skips strongly saturated candidates (kernels/cpu/quant_search_cpu.c); this
  * checks the skip is exact: on blocks built to stress it (one spike over tiny values, all-equal
  * blocks full of ties, values on grid points, blocks far below the tensor's amax, random
  * normals), every chosen byte equals the unpruned reference search of layout/quant_formats.h. */

@@ -585,13 +585,64 @@ Test(recipe_yaml, refuses_k_and_v_apart)
             "writes one mode for both");
 }
 
-Test(recipe_yaml, refuses_enabling_quantizers_lwq_does_not_write)
+/* Model Optimizer matches a quantizer_name against the quantizer's full name (conversion.py,
+ * _match_quantizer), so an entry enabling every quantizer enables the output and attention ones,
+ * which lwq does not write: the module is refused, naming it and the rule */
+Test(recipe_yaml, an_enabled_output_or_softmax_quantizer_refuses_its_module)
 {
-    refused(NULL, "    - {quantizer_name: '*', cfg: {$import: fp8}}\n",
-            "r.yaml:7: quant_cfg entry '*' enables output quantizers, which lwq does not write");
-    refused(NULL, "    - {quantizer_name: '*softmax_quantizer', cfg: {$import: fp8}}\n",
-            "r.yaml:7: quant_cfg entry '*softmax_quantizer' enables attention softmax quantizers, which lwq does not "
-            "write");
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(NULL, "    - {quantizer_name: '*', cfg: {$import: fp8}}\n", &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_neq(lwq_recipe_check_unwritten(&r, "model.layers.0.mlp.up_proj", 0, LWQ_QSEL_OUTPUT, &e), 0);
+    cr_assert_str_eq(e.msg, "model.layers.0.mlp.up_proj: recipe \"r\" rule 7 ('*') leaves its output quantizer "
+                            "enabled, which lwq does not write");
+    lwq_error e2 = {0};
+    cr_assert_neq(lwq_recipe_check_unwritten(&r, "model.layers.0.self_attn", 0, LWQ_QSEL_SOFTMAX, &e2), 0);
+    cr_assert(strstr(e2.msg, "leaves its softmax quantizer enabled"), "%s", e2.msg);
+    cr_assert_eq(lwq_recipe_check_unwritten(&r, "lm_head", 0, LWQ_QSEL_OUTPUT, &e), 0,
+                 "the deny-all rule on '*lm_head*' comes last");
+    lwq_recipe_free(&r);
+}
+
+/* the order counts, as in Model Optimizer: a later entry that disables them leaves them off */
+Test(recipe_yaml, output_quantizers_disabled_later_are_off)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(NULL,
+                           "    - {quantizer_name: '*', cfg: {$import: fp8}}\n"
+                           "    - {quantizer_name: '*output_quantizer', enable: false}\n"
+                           "    - {quantizer_name: '*[qs][_o]*_quantizer', enable: false}\n",
+                           &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_check_unwritten(&r, "model.layers.0.mlp.up_proj", 0, LWQ_QSEL_OUTPUT, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_check_unwritten(&r, "model.layers.0.self_attn", 0, LWQ_QSEL_QBMM, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_check_unwritten(&r, "model.layers.0.self_attn", 0, LWQ_QSEL_SOFTMAX, &e), 0, "%s", e.msg);
+    cr_assert_eq(pick(&r, "model.layers.0.mlp.up_proj").format, LWQ_QFMT_FP8);
+    lwq_recipe_free(&r);
+}
+
+/* the huggingface/qwen3_5*\/ptq/w4a16_* recipes' '*mlp*gate_proj*weight_quantizer*': Model Optimizer
+ * matches it against "...mlp.gate_proj.weight_quantizer" only (no module is named
+ * "...weight_quantizer"), so it reaches no output, input or k/v quantizer; lwq refused it as
+ * enabling output quantizers */
+Test(recipe_yaml, a_pattern_ending_in_weight_quantizer_star_reaches_only_weights)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body("  algorithm: {method: mse, fp8_scale_sweep: true}\n",
+                           "    - {quantizer_name: '*mlp*gate_proj*weight_quantizer*', cfg: {$import: nvfp4_static}}\n",
+                           &r, &run, &e), 0, "%s", e.msg);
+    lwq_quant_choice c = pick(&r, "model.layers.0.mlp.gate_proj");
+    cr_assert(c.format == LWQ_QFMT_NVFP4 && c.weight_only && c.algo == LWQ_ALGO_MSE && c.fp8_scale_sweep);
+    cr_assert_eq(lwq_recipe_check_unwritten(&r, "model.layers.0.mlp.gate_proj", 0, LWQ_QSEL_OUTPUT, &e), 0, "%s", e.msg);
+    cr_assert_eq(pick(&r, "model.layers.0.mlp.up_proj").format, LWQ_QFMT_NONE);
+    char *j = lwq_recipe_to_json(&r);
+    cr_assert(!strstr(j, "weight_quantizer"), "no rule names a module \"...weight_quantizer\": %s", j);
+    free(j);
+    lwq_recipe_free(&r);
 }
 
 Test(recipe_yaml, refuses_quantizing_lm_head)
@@ -601,7 +652,8 @@ Test(recipe_yaml, refuses_quantizing_lm_head)
                  "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
                  "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n",
                  "r.yaml: the recipe quantizes lm_head (fp8), which lwq keeps in the source dtype unless it is "
-                 "weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', enable: false}");
+                 "weight-only NVFP4 (dynamic blocks, or static ones under mse); add {quantizer_name: '*lm_head*', "
+                 "enable: false}");
 }
 
 /* the huggingface/qwen3_5*\/ptq/w4a16_* recipes: '*lm_head*weight_quantizer' with nvfp4, last */
@@ -625,12 +677,38 @@ Test(recipe_yaml, a_weight_only_nvfp4_lm_head_is_quantized)
                  "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4}}\n"
                  "    - {quantizer_name: '*lm_head*input_quantizer', cfg: {$import: nvfp4}}\n",
                  "r.yaml: the recipe quantizes lm_head (nvfp4), which lwq keeps in the source dtype unless it is "
-                 "weight-only NVFP4 with dynamic blocks; add {quantizer_name: '*lm_head*', enable: false}");
+                 "weight-only NVFP4 (dynamic blocks, or static ones under mse); add {quantizer_name: '*lm_head*', "
+                 "enable: false}");
 }
 
-/* the NVIDIA-Nemotron-3-Nano-4B nvfp4_w4a16 recipe's '*embeddings*weight_quantizer' with nvfp4: lwq keeps
- * embeddings in the source dtype, so the rule is refused rather than ignored */
-Test(recipe_yaml, a_rule_quantizing_an_embedding_is_refused)
+/* the huggingface/qwen3_5*\/ptq/w4a16_nvfp4_mse-* recipes: '*lm_head*weight_quantizer' with
+ * nvfp4_static under method mse + fp8_scale_sweep (lwq refused it: only dynamic blocks were
+ * written) */
+Test(recipe_yaml, a_static_nvfp4_lm_head_under_mse_takes_the_sweep)
+{
+    lwq_recipe r, back;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports: {nvfp4_static: n/nvfp4_static, off: u/off}\nmetadata: {recipe_type: ptq}\n"
+                             "quantize:\n  algorithm: {method: mse, fp8_scale_sweep: true}\n"
+                             "  quant_cfg:\n    - $import: off\n"
+                             "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4_static}}\n"
+                             "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4_static}}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.lm_head, LWQ_LMHEAD_SWEEP);
+    char *j = lwq_recipe_to_json(&r);
+    cr_assert(strstr(j, "\"lm_head\":\t\"w4a16_nvfp4-fp8_scale_sweep\""), "%s", j);
+    cr_assert_eq(lwq_recipe_parse("j", j, &back, &e), 0, "%s", e.msg);
+    cr_assert_eq(back.lm_head, LWQ_LMHEAD_SWEEP, "the canonical JSON gives the same lm_head");
+    free(j);
+    lwq_recipe_free(&back);
+    lwq_recipe_free(&r);
+}
+
+/* the NVIDIA-Nemotron-3-Nano-4B nvfp4_w4a16 recipe's '*embeddings*weight_quantizer' with nvfp4: Model
+ * Optimizer 0.47 wraps nn.Embedding (QuantEmbedding) and exports its table weight-only NVFP4, and so
+ * does lwq (lwq refused the rule) */
+Test(recipe_yaml, a_rule_quantizing_an_embedding_makes_it_weight_only_nvfp4)
 {
     lwq_recipe r;
     lwq_recipe_run run;
@@ -639,9 +717,57 @@ Test(recipe_yaml, a_rule_quantizing_an_embedding_is_refused)
                            "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
                            "    - {quantizer_name: '*embeddings*weight_quantizer', enable: true, cfg: {$import: nvfp4}}\n",
                            &r, &run, &e),
-                 LWQ_EUNSUPPORTED, "accepted");
-    cr_assert(strstr(e.msg, "r.yaml: rule ") && strstr(e.msg, "*embeddings*") &&
-              strstr(e.msg, "quantizes an embedding's weight (nvfp4)"), "%s", e.msg);
+                 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_embedding(&r, "backbone.embeddings", &e), LWQ_LMHEAD_MAX, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_embedding(&r, "model.embed_tokens", &e), LWQ_LMHEAD_NONE, "'*embeddings*' only");
+    cr_assert_eq(pick(&r, "model.layers.0.mlp.up_proj").weight_only, 1);
+    lwq_recipe_free(&r);
+}
+
+/* default_disabled_quantizers' {parent_class: nn.Embedding, quantizer_name: '*', enable: false}
+ * switches the embedding off after '*weight_quantizer' (and nothing else) */
+Test(recipe_yaml, the_embedding_class_entry_disables_only_the_embedding)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
+                             "  quant_cfg:\n    - $import: off\n"
+                             "    - {quantizer_name: '*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                             "    - {quantizer_name: '*lm_head*', enable: false}\n"
+                             "    - {parent_class: 'nn.Embedding', quantizer_name: '*', enable: false}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_embedding(&r, "model.embed_tokens", &e), LWQ_LMHEAD_NONE, "%s", e.msg);
+    cr_assert_eq(pick(&r, "model.layers.0.mlp.up_proj").format, LWQ_QFMT_NVFP4);
+    lwq_recipe r2;
+    char *j = lwq_recipe_to_json(&r);
+    cr_assert_eq(lwq_recipe_parse("j", j, &r2, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_embedding(&r2, "model.embed_tokens", &e), LWQ_LMHEAD_NONE, "the JSON keeps the class rule");
+    free(j);
+    lwq_recipe_free(&r2);
+    lwq_recipe_free(&r);
+    /* without it, Model Optimizer quantizes the table too */
+    lwqt_write_str("r.yaml", "imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n"
+                             "  quant_cfg:\n    - $import: off\n"
+                             "    - {quantizer_name: '*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                             "    - {quantizer_name: '*lm_head*', enable: false}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_recipe_embedding(&r, "model.embed_tokens", &e), LWQ_LMHEAD_MAX, "%s", e.msg);
+    lwq_recipe_free(&r);
+}
+
+/* a format lwq does not write on an embedding (FP8) is refused naming the module */
+Test(recipe_yaml, an_fp8_embedding_is_refused_by_name)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body(NULL, "    - {quantizer_name: '*embed_tokens*weight_quantizer', cfg: {$import: fp8}}\n", &r,
+                           &run, &e), 0, "%s", e.msg);
+    cr_assert_lt(lwq_recipe_embedding(&r, "model.embed_tokens", &e), 0);
+    cr_assert_str_eq(e.msg, "model.embed_tokens: recipe \"r\" quantizes the token embedding's weight as fp8 (max); lwq "
+                            "writes an embedding as weight-only NVFP4 only (dynamic blocks, or static ones under mse)");
+    lwq_recipe_free(&r);
 }
 
 /* a rule that switches an embedding's quantizer off is what lwq does anyway: accepted */
@@ -707,7 +833,8 @@ Test(recipe_yaml, json_rules_check_the_per_quantizer_keys)
     lwq_recipe r;
     lwq_error e = {0};
     cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"quantizer\":\"bias\"}]}", &r, &e), 0);
-    cr_assert_str_eq(e.msg, "t.json: rules[0].quantizer must be \"weight\", \"input\" or \"kv\"");
+    cr_assert_str_eq(e.msg, "t.json: rules[0].quantizer must be \"weight\", \"input\", \"kv\", \"output\", "
+                            "\"q_bmm\" or \"softmax\"");
     memset(&e, 0, sizeof e);
     cr_assert_neq(lwq_recipe_parse("t.json", "{\"rules\":[{\"match\":\"*\",\"kv_cache\":\"fp8\"}]}", &r, &e), 0);
     cr_assert_str_eq(e.msg, "t.json: rules[0]: kv_cache needs \"quantizer\": \"kv\"");

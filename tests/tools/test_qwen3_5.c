@@ -3,7 +3,8 @@
  * fused groups, the vision tower and mtp.* copied through and excluded as Model Optimizer 0.47
  * excludes them, expert streaming and resume byte-identical, inspect / plan / verify / eval; and
  * fused 3-D experts on disk (mlp.experts.gate_up_proj / down_proj) quantized exactly as the same
- * experts stored per expert; two MPI ranks and --auto-quantize-bits; the refusals: an unknown layer_types entry and a fused expert tensor
+ * experts stored per expert, and listed as one module in a MIXED_PRECISION export; two MPI ranks
+ * and --auto-quantize-bits; the refusals: an unknown layer_types entry and a fused expert tensor
  * of the wrong shape (before any weight is read, nothing written), image calibration inputs. */
 #include <criterion/criterion.h>
 #include <signal.h>
@@ -351,4 +352,23 @@ Test(qwen3_5, auto_quantize_bits_picks_a_mix_within_the_budget)
     cr_assert(bits <= 6.0 && bits > 4.0, "written %g bits per weight for a budget of 6", bits);
     cJSON_Delete(j);
     cr_assert_eq(lwqt_sh("%s verify %s/q >/dev/null 2>&1", lwqt_bin(), g_tmp), 0, "verify failed");
+}
+
+/* MIXED_PRECISION: Model Optimizer 0.47 lists each layer's fused experts (transformers 5's
+ * Qwen3_5MoeExperts) as one module, "...mlp.experts", in quantized_layers and the config group
+ * targets, and no exclusion but the MTP prefixes; lwq verify reads that listing */
+Test(qwen3_5, mixed_precision_lists_the_fused_experts_as_one_module)
+{
+    make_model("m", "qwen3_5_moe");
+    cr_assert_eq(quantize("m", "q", NULL, "--qformat nvfp4_experts-fp8_attn"), 0, "quantize failed");
+    char *hq = slurp_rel("q/hf_quant_config.json");
+    cr_assert(strstr(hq, "\"MIXED_PRECISION\""), "%s", hq);
+    cr_assert(strstr(hq, "\"model.language_model.layers.0.mlp.experts\":"), "one entry for the experts: %s", hq);
+    cr_assert(!strstr(hq, "mlp.experts.0."), "no per-expert entry: %s", hq);
+    cr_assert(!strstr(hq, "\"lm_head\""), "MIXED_PRECISION excludes only mtp*: %s", hq);
+    free(hq);
+    char *cj = slurp_rel("q/config.json");
+    cr_assert(strstr(cj, "\"model.language_model.layers.3.mlp.experts\"") && !strstr(cj, "mlp.experts.3."), "%s", cj);
+    free(cj);
+    cr_assert_eq(lwqt_sh("%s verify %s/q >/dev/null 2>&1", lwqt_bin(), g_tmp), 0, "lwq verify failed");
 }

@@ -1,5 +1,6 @@
 /* Model Optimizer recipe YAML end to end: the equivalents of lwq's presets write byte-identical outputs; the layerwise article's hf_ptq command line runs unchanged. */
 #include <criterion/criterion.h>
+#include <unistd.h>
 
 #include "layout/safetensors.h"
 #include "tests/helpers/run.h"
@@ -284,6 +285,64 @@ Test(recipe_yaml_e2e, a_module_with_split_formats_is_refused_by_name)
     free(err);
 }
 
+/* An entry that enables every quantizer also enables Model Optimizer's output quantizers, which
+ * lwq does not write: the run is refused by module and rule, before anything is written */
+Test(recipe_yaml_e2e, a_module_left_with_an_output_quantizer_is_refused_by_name)
+{
+    make("m", "llama");
+    FILE *fp = fopen(lwqt_path("r.yaml"), "w");
+    fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  fp8: configs/numerics/fp8\n"
+                "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n    - $import: off\n"
+                "    - {quantizer_name: '*mlp*', cfg: {$import: fp8}}\n");
+    fclose(fp);
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("o"), "--recipe", lwqt_path("r.yaml"),
+                       "--recipe-root", root(), "--calib-size", "4", NULL};
+    cr_assert_eq(lwqt_run(q), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "lwq: model.layers.0.mlp.gate_proj: recipe \"r\" rule "), "%s", err);
+    cr_assert(strstr(err, "('*mlp*') leaves its output quantizer enabled, which lwq does not write"), "%s", err);
+    free(err);
+    cr_assert_neq(access(lwqt_path("o/config.json"), F_OK), 0, "nothing is written");
+}
+
+/* ... and one that disables them again after is what Model Optimizer runs: accepted */
+Test(recipe_yaml_e2e, output_quantizers_disabled_again_run)
+{
+    make("m", "llama");
+    FILE *fp = fopen(lwqt_path("r.yaml"), "w");
+    fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  fp8: configs/numerics/fp8\n"
+                "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n    - $import: off\n"
+                "    - {quantizer_name: '*mlp*', cfg: {$import: fp8}}\n"
+                "    - {quantizer_name: '*output_quantizer', enable: false}\n");
+    fclose(fp);
+    const char *y[] = {"--recipe", lwqt_path("r.yaml"), "--recipe-root", root(), NULL};
+    quantize("m", "o", y);
+    cr_assert_eq(access(lwqt_path("o/config.json"), F_OK), 0);
+}
+
+/* A recipe quantizing the token embedding of a checkpoint that ties it to lm_head is refused by
+ * name (Model Optimizer would quantize the one shared table) */
+Test(recipe_yaml_e2e, a_quantized_tied_embedding_is_refused_by_name)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "llama", "--hidden", "64", "--layers", "2", "--heads", "4",
+                        "--kv-heads", "2", "--vocab", "300", "--tie", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0, "mkmodel llama --tie");
+    FILE *fp = fopen(lwqt_path("r.yaml"), "w");
+    fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  nvfp4: configs/numerics/nvfp4\n"
+                "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n    - $import: off\n"
+                "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                "    - {quantizer_name: '*embed_tokens*weight_quantizer', cfg: {$import: nvfp4}}\n");
+    fclose(fp);
+    const char *q[] = {"quantize", lwqt_path("m"), "-o", lwqt_path("o"), "--recipe", lwqt_path("r.yaml"),
+                       "--recipe-root", root(), "--calib-size", "4", NULL};
+    cr_assert_eq(lwqt_run(q), 2);
+    char *err = lwqt_err();
+    cr_assert(strstr(err, "lwq: model.embed_tokens: the recipe quantizes the token embedding, which this checkpoint "
+                          "ties to lm_head"), "%s", err);
+    free(err);
+    cr_assert_neq(access(lwqt_path("o/config.json"), F_OK), 0, "nothing is written");
+}
+
 /* The command line confirms a recipe's checkpoint_dir with --resume-dir (without it the run is
  * refused: tests/tools/test_hostile_recipe.c). */
 Test(recipe_yaml_e2e, checkpoint_dir_is_the_resume_directory)
@@ -293,7 +352,7 @@ Test(recipe_yaml_e2e, checkpoint_dir_is_the_resume_directory)
     fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  w: configs/ptq/units/w8a8_fp8_fp8\n"
                 "metadata: {recipe_type: ptq}\nquantize:\n  algorithm:\n    method: max\n    layerwise:\n"
                 "      enable: true\n      checkpoint_dir: %s\n  quant_cfg:\n    - $import: off\n    - $import: w\n"
-                "    - {quantizer_name: '*lm_head*', enable: false}\n",
+                "    - {quantizer_name: '*lm_head*', enable: false}\n    - {quantizer_name: '*embed_tokens*', enable: false}\n",
             lwqt_path("ck"));
     fclose(fp);
     const char *y[] = {"--recipe", lwqt_path("r.yaml"), "--recipe-root", root(), "--resume-dir", lwqt_path("ck"), NULL};
