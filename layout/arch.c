@@ -181,15 +181,53 @@ static void plan_mla_attention(builder *b)
             tensor(b, LWQ_TK_PARAM, 0, 1, c->index_head_dim, 0, 0, "self_attn.indexer.k_norm.bias");
         }
     } else {
-        linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, H * qk, h, -1, 0, 0);
+        /* q_proj and kv_a_proj_with_mqa read the layer input: Model Optimizer 0.47's export fuses
+         * them (one input and one weight global scale: kimi_linear's goldens).  Its rule is by
+         * shared input, for any model; deepseek_v2 keeps them apart (vLLM's separate GEMMs) until
+         * a golden of a q_lora-less DeepSeek says otherwise (docs/FAMILIES.md) */
+        int g = c->family->mla_nope ? new_group(b) : -1;
+        linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, H * qk, h, g, 0, 0);
         linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
-               c->kv_lora_rank + c->qk_rope_head_dim, h, -1, 0, 0);
+               c->kv_lora_rank + c->qk_rope_head_dim, h, g, 0, 0);
     }
     tensor(b, LWQ_TK_NORM, 0, 1, c->kv_lora_rank, 0, 0, "self_attn.kv_a_layernorm.weight");
     linear(b, "self_attn.kv_b_proj", LWQ_ROLE_KV_B, -1, H * (c->qk_nope_head_dim + c->v_head_dim),
            c->kv_lora_rank, -1, 0, 0);
     linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, H * c->v_head_dim, -1, 0, 0);
-    tensor(b, LWQ_TK_BUFFER, 1, 1, c->qk_rope_head_dim / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
+    if (!c->family->mla_nope)
+        tensor(b, LWQ_TK_BUFFER, 1, 1, c->qk_rope_head_dim / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
+}
+
+/* Kimi delta attention (kimi_linear), under transformers' names (lwq_ckpt_rename_kimi).  Every
+ * projection of the layer input -- q/k/v, b_proj and the low-rank halves forget_gate.f_a_proj and
+ * g_a_proj -- is one fused group, as Model Optimizer 0.47's export gives them one input and one
+ * weight global scale; f_b_proj, g_b_proj and o_proj each read their own input.  Roles: the
+ * linear-attention ones (q/k/v: LIN_QKVZ, the gate halves and b_proj: LIN_BA, o_proj: LIN_OUT).
+ * The three depthwise convs [qkv, 1, kernel] are parameters: Model Optimizer's presets leave
+ * them unquantized (its conv1d is never called as a module, so nothing is calibrated on it). */
+static void plan_kda(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    int64_t h = c->hidden_size, hd = c->linear_key_head_dim, H = c->linear_num_key_heads, qkv = H * hd;
+    int g = new_group(b);
+    linear(b, "self_attn.q_proj", LWQ_ROLE_LIN_QKVZ, -1, qkv, h, g, 0, 0);
+    linear(b, "self_attn.k_proj", LWQ_ROLE_LIN_QKVZ, -1, qkv, h, g, 0, 0);
+    linear(b, "self_attn.v_proj", LWQ_ROLE_LIN_QKVZ, -1, qkv, h, g, 0, 0);
+    static const char *const conv[3] = {"self_attn.q_conv1d.weight", "self_attn.k_conv1d.weight",
+                                        "self_attn.v_conv1d.weight"};
+    for (int i = 0; i < 3; i++)
+        tensor(b, LWQ_TK_PARAM, 0, 3, qkv, 1, c->linear_conv_kernel_dim, "%s", conv[i]);
+    linear(b, "self_attn.forget_gate.f_a_proj", LWQ_ROLE_LIN_BA, -1, hd, h, g, 0, 0);
+    linear(b, "self_attn.forget_gate.f_b_proj", LWQ_ROLE_LIN_BA, -1, qkv, hd, -1, 0, 0);
+    tensor(b, LWQ_TK_PARAM, 0, 1, qkv, 0, 0, "self_attn.forget_gate.dt_bias");
+    lwq_arch_tensor *a = tensor(b, LWQ_TK_PARAM, 0, 4, 1, 1, H, "self_attn.forget_gate.A_log");
+    if (a)
+        a->shape[3] = 1;
+    linear(b, "self_attn.b_proj", LWQ_ROLE_LIN_BA, -1, H, h, g, 0, 0);
+    linear(b, "self_attn.g_a_proj", LWQ_ROLE_LIN_BA, -1, hd, h, g, 0, 0);
+    linear(b, "self_attn.g_b_proj", LWQ_ROLE_LIN_BA, -1, qkv, hd, -1, 0, 0);
+    tensor(b, LWQ_TK_NORM, 0, 1, hd, 0, 0, "self_attn.o_norm.weight");
+    linear(b, "self_attn.o_proj", LWQ_ROLE_LIN_OUT, -1, h, qkv, -1, 0, 0);
 }
 
 static void plan_linear_attention(builder *b)
@@ -397,6 +435,7 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     case LWQ_MIXER_MLA: plan_mla_attention(&b); break;
     case LWQ_MIXER_GDN:
     case LWQ_MIXER_GDN_SPLIT: plan_linear_attention(&b); break;
+    case LWQ_MIXER_KDA: plan_kda(&b); break;
     case LWQ_MIXER_GQA:
     case LWQ_MIXER_GATED_GQA: plan_gqa_attention(&b); break;
     default:

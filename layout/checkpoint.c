@@ -392,7 +392,8 @@ int lwq_ckpt_open_with_config(const char *dir, const char *config_path, lwq_ckpt
     }
     if (rc < 0)
         goto fail;
-    if ((rc = lwq_ckpt_split_fused_experts(c, e)) != 0 || (rc = build_layers(c, e)) != 0)
+    if ((rc = lwq_ckpt_split_fused_experts(c, e)) != 0 || (rc = lwq_ckpt_rename_kimi(c, e)) != 0 ||
+        (rc = build_layers(c, e)) != 0)
         goto fail;
     return 0;
 fail:

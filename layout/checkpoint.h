@@ -78,6 +78,12 @@ int lwq_tensor_layer_index(const char *name);
  * the config's (num_experts, moe_intermediate_size, hidden_size) is LWQ_EFORMAT naming the
  * tensor, the expected and the found shape; before any weight is read.  Run by lwq_ckpt_open. */
 int lwq_ckpt_split_fused_experts(lwq_ckpt *c, lwq_error *e);
+/* kimi_linear (family->kimi_names; layout/ckpt_fused.c): the table lists the decoder layers'
+ * tensors under the names transformers gives them on load (block_sparse_moe -> mlp, experts'
+ * w1/w3/w2 -> gate/up/down_proj, self_attn.{f_a_proj, f_b_proj, dt_bias, A_log} under
+ * self_attn.forget_gate); two tensors that map to one name are LWQ_EFORMAT.  Run by
+ * lwq_ckpt_open after the fused-expert split. */
+int lwq_ckpt_rename_kimi(lwq_ckpt *c, lwq_error *e);
 /* Join dir and a file name from an index after checking it stays inside dir; out has `cap`. */
 int lwq_path_in_dir(const char *dir, const char *fname, char *out, size_t cap, lwq_error *e);
 

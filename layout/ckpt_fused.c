@@ -117,3 +117,114 @@ int lwq_ckpt_split_fused_experts(lwq_ckpt *c, lwq_error *e)
     c->ntensors = k2;
     return 0;
 }
+
+/* ---- kimi_linear: the names transformers holds (family->kimi_names) ---------------------------
+ *
+ * Kimi-Linear's checkpoints (and transformers 5.23's save_pretrained, which writes them back)
+ * keep the MLPs under block_sparse_moe (experts.E.{w1, w3, w2}), and the forget gate's
+ * f_a_proj / f_b_proj / dt_bias / A_log directly under self_attn.  transformers renames them on
+ * load (conversion_mapping.py "kimi_linear") to mlp.*, mlp.experts.E.{gate,up,down}_proj (fused in
+ * memory) and self_attn.forget_gate.*, and Model Optimizer 0.47 exports those names (its reverse
+ * conversion gives up on the stacked conv1d).  The table lists the tensors under transformers'
+ * names, so that plans, forward, recipes and the writer see one naming; the depthwise convs
+ * q_conv1d / k_conv1d / v_conv1d keep theirs (transformers concatenates them into one conv1d:
+ * docs/FAMILIES.md).  Two source tensors that map to one name are refused. */
+
+static const struct {
+    const char *from, *to;
+} kimi_renames[] = {
+    {".block_sparse_moe.", ".mlp."},
+    {".self_attn.f_a_proj.", ".self_attn.forget_gate.f_a_proj."},
+    {".self_attn.f_b_proj.", ".self_attn.forget_gate.f_b_proj."},
+    {".self_attn.dt_bias", ".self_attn.forget_gate.dt_bias"},
+    {".self_attn.A_log", ".self_attn.forget_gate.A_log"},
+};
+
+/* out = name with every rule applied once (and experts.E.w1/w3/w2 -> gate/up/down_proj); 1 when
+ * something changed, 0 when not, -1 when out is too small. */
+static int kimi_rename(const char *name, char *out, size_t cap)
+{
+    char a[700], b[700];
+    if (strlen(name) >= sizeof a)
+        return -1;
+    snprintf(a, sizeof a, "%s", name);
+    int changed = 0;
+    for (size_t r = 0; r < sizeof kimi_renames / sizeof kimi_renames[0]; r++) {
+        const char *p = strstr(a, kimi_renames[r].from);
+        if (!p)
+            continue;
+        int k = snprintf(b, sizeof b, "%.*s%s%s", (int)(p - a), a, kimi_renames[r].to, p + strlen(kimi_renames[r].from));
+        if (k < 0 || (size_t)k >= sizeof b)
+            return -1;
+        memcpy(a, b, (size_t)k + 1);
+        changed = 1;
+    }
+    const char *p = strstr(a, ".mlp.experts.");
+    if (p) {
+        const char *q = p + strlen(".mlp.experts.");
+        while (*q >= '0' && *q <= '9')
+            q++;
+        static const char *const w[3][2] = {{".w1.", ".gate_proj."}, {".w3.", ".up_proj."}, {".w2.", ".down_proj."}};
+        for (int i = 0; i < 3; i++)
+            if (q > p + strlen(".mlp.experts.") && !strncmp(q, w[i][0], 4)) {
+                int k = snprintf(b, sizeof b, "%.*s%s%s", (int)(q - a), a, w[i][1], q + 4);
+                if (k < 0 || (size_t)k >= sizeof b)
+                    return -1;
+                memcpy(a, b, (size_t)k + 1);
+                changed = 1;
+                break;
+            }
+    }
+    if (strlen(a) >= cap)
+        return -1;
+    snprintf(out, cap, "%s", a);
+    return changed;
+}
+
+static int cmp_name_ptr(const void *x, const void *y)
+{
+    return strcmp(((const lwq_ckpt_tensor *)x)->name, ((const lwq_ckpt_tensor *)y)->name);
+}
+
+int lwq_ckpt_rename_kimi(lwq_ckpt *c, lwq_error *e)
+{
+    const lwq_model_config *g = &c->cfg;
+    if (!g->family || !g->family->kimi_names || !c->ntensors)
+        return 0;
+    char canon[700], to[700], full[760];
+    int n = 0;
+    for (int i = 0; i < c->ntensors; i++)
+        if (lwq_names_canon(&g->names, c->tensors[i].name, canon, sizeof canon) &&
+            lwq_tensor_layer_index(canon) >= 0 && kimi_rename(canon, to, sizeof to) != 0)
+            n++;
+    if (!n)
+        return 0;
+    char **names = realloc(c->owned_names, ((size_t)c->nowned + (size_t)n + 1) * sizeof *names);
+    if (!names)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", c->dir);
+    c->owned_names = names;
+    for (int i = 0; i < c->ntensors; i++) {
+        lwq_ckpt_tensor *t = &c->tensors[i];
+        if (!lwq_names_canon(&g->names, t->name, canon, sizeof canon) || lwq_tensor_layer_index(canon) < 0)
+            continue;
+        int r = kimi_rename(canon, to, sizeof to);
+        if (r < 0)
+            return lwq_errf(e, LWQ_EFORMAT, "%s: tensor name %.200s is too long", c->dir, t->name);
+        if (!r)
+            continue;
+        lwq_names_full(&g->names, to, full, sizeof full);
+        char *own = strdup(full);
+        if (!own)
+            return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", c->dir);
+        c->owned_names[c->nowned++] = own;
+        t->name = own;
+    }
+    /* a checkpoint holding both spellings of one tensor is ambiguous */
+    qsort(c->tensors, (size_t)c->ntensors, sizeof *c->tensors, cmp_name_ptr);
+    for (int i = 1; i < c->ntensors; i++)
+        if (!strcmp(c->tensors[i - 1].name, c->tensors[i].name))
+            return lwq_errf(e, LWQ_EFORMAT, "%s: two tensors of this kimi_linear checkpoint are %s as transformers "
+                            "names them (Kimi's own and transformers' spelling of one tensor)", c->dir,
+                            c->tensors[i].name);
+    return 0;
+}

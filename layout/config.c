@@ -365,6 +365,8 @@ static int parse_text_model(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_conf
         LWQ_TRY(parse_linear_attn(x, o, c));
     if (f->single)
         LWQ_TRY(lwq_cfg_nemotron_keys(x, o, c));
+    else if (f->linear == LWQ_MIXER_KDA)
+        LWQ_TRY(lwq_cfg_parse_kimi_layers(x, o, c));
     else
         LWQ_TRY(parse_layer_mixers(x, o, c));
     LWQ_TRY(parse_window(x, o, c));
@@ -383,8 +385,8 @@ void lwq_config_free(lwq_model_config *c)
         return;
     free(c->mlp_only_layers);
     free(c->layer_mixer);
-    free(c->layer_indexer);
     free(c->layer_moe);
+    free(c->layer_indexer);
     cJSON_Delete(c->raw);
     free(c->text);
     memset(c, 0, sizeof *c);

@@ -112,13 +112,16 @@ typedef struct lwq_model_config {
      * layer_types says "linear_attention".  num_hidden_layers entries, owned; NULL (a config
      * built by hand) means family->attn everywhere: read it with lwq_config_layer_mixer. */
     unsigned char *layer_mixer;
+    /* Whether each decoder layer's MLP is routed experts, where the config lists it per layer
+     * (kimi_linear's mlp_layer_types, or its first_k_dense_replace; nemotron_h's "moe" layers, whose
+     * "mlp" and "moe" layers have mixer LWQ_MIXER_NONE); NULL: the family's moe rule.
+     * num_hidden_layers entries, owned; read with lwq_config_layer_is_moe. */
+    unsigned char *layer_moe;
     int linear_num_key_heads, linear_num_value_heads;
     int64_t linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
 
-    /* nemotron_h (family->single): which layers are "moe" (num_hidden_layers entries, owned; the
-     * "mlp" and "moe" layers have mixer LWQ_MIXER_NONE), the Mamba2 geometry, the MoE latent */
-    unsigned char *layer_moe;
+    /* nemotron_h (family->single): the Mamba2 geometry, the MoE latent */
     int mamba_num_heads, mamba_n_groups, mamba_conv_kernel, mamba_conv_bias;
     int64_t mamba_head_dim, ssm_state_size;
     double time_step_min;     /* transformers' torch path clamps softplus(dt + dt_bias) below it */

@@ -1,6 +1,6 @@
 /* layout/config_internal.h — what the files of the config parser share (layout/config.c: the
  * model as a whole; config_moe.c: routed experts, DeepSeek routing, MLA and DSA keys; config_keys.c:
- * typed key access).  Not for use outside layout/config*.c.
+ * typed key access; config_kimi.c: kimi_linear).  Not for use outside layout/config*.c.
  *
  * Typed key access: JSON null counts as absent (HF writes "rope_scaling": null); a key of the
  * wrong type or out of range is LWQ_EFORMAT naming config.json (x->path) and the key with its
@@ -40,6 +40,10 @@ int lwq_cfg_parse_moe(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_con
 int lwq_cfg_parse_mla(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
 int lwq_cfg_parse_dsa(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
 
+/* config_kimi.c: kimi_linear's routed-expert keys (LWQ_KEYS_KIMI, from lwq_cfg_parse_moe), and
+ * its KDA geometry with every layer's mixer and MLP kind (layer_mixer, layer_moe). */
+int lwq_cfg_parse_kimi_moe(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
+int lwq_cfg_parse_kimi_layers(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
 /* nemotron_h (config_nemotron.c): the layer list (layers_block_type, layer_types or
  * hybrid_override_pattern) -> num_hidden_layers, layer_mixer, layer_moe, before any key that
  * depends on the layer count; then its Mamba2, MLP and MoE keys, checked against each other,

@@ -92,6 +92,8 @@ int lwq_cfg_parse_moe(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_config *c)
     const int64_t bigdim = INT64_C(1) << 22;
     int64_t v;
     const lwq_family *f = c->family;
+    if (f->keys == LWQ_KEYS_KIMI)
+        return lwq_cfg_parse_kimi_moe(x, o, c);
     if (f->keys == LWQ_KEYS_DEEPSEEK) {
         LWQ_TRY(lwq_cfg_i32(x, o, "n_routed_experts", 1, 0, 0, big, &c->num_experts));
         LWQ_TRY(lwq_cfg_i32(x, o, "n_shared_experts", 0, 0, 0, big, &c->n_shared_experts));
@@ -332,6 +334,8 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
 {
     if (c->num_experts <= 0 || layer < 0)
         return 0;
+    if (c->layer_moe) /* a per-layer list (kimi_linear's mlp_layer_types) */
+        return layer < c->num_hidden_layers && c->layer_moe[layer];
     switch (c->family ? c->family->moe : LWQ_MOE_NONE) {
     case LWQ_MOE_ALL: return 1;
     case LWQ_MOE_SPARSE_STEP:

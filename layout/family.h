@@ -30,6 +30,9 @@ typedef enum lwq_mixer_kind {
                             key head (Qwen3-Next) */
     LWQ_MIXER_GDN_SPLIT, /* the same gated DeltaNet with split projections in_proj_qkv ([q, k, v]),
                             in_proj_z, in_proj_b, in_proj_a (Qwen3.5) */
+    LWQ_MIXER_KDA,       /* Kimi delta attention (kimi_linear): the gated delta rule with a
+                            per-channel forget gate; self_attn.{q,k,v}_proj, {q,k,v}_conv1d,
+                            f_a/f_b_proj + dt_bias + A_log, b_proj, g_a/g_b_proj, o_norm, o_proj */
     LWQ_MIXER_MAMBA2,    /* Nemotron-H's Mamba2 mixer: mixer.in_proj -> [z, xBC, dt], depthwise causal
                             mixer.conv1d + SiLU, the SSD scan (A_log, D, dt_bias), grouped gated
                             RMSNorm, mixer.out_proj */
@@ -93,6 +96,9 @@ typedef enum lwq_expert_keys {
     LWQ_KEYS_QWEN = 0, /* num_experts / num_local_experts, moe_intermediate_size */
     LWQ_KEYS_MIXTRAL,  /* num_local_experts; experts are intermediate_size wide */
     LWQ_KEYS_DEEPSEEK, /* n_routed_experts, n_shared_experts, moe_intermediate_size */
+    LWQ_KEYS_KIMI,     /* kimi_linear: num_experts, num_experts_per_token, num_shared_experts,
+                          num_expert_group, moe_renormalize (or their DeepSeek / transformers
+                          spellings), moe_intermediate_size; DeepSeek-V3 routing */
 } lwq_expert_keys;
 
 /* Where the config turns on sliding-window attention, as transformers' configuration and
@@ -124,6 +130,12 @@ typedef struct lwq_family {
                                k_norm, weights_proj}; 1: on every layer (deepseek_v32), 2: on the
                                "full" layers of indexer_types (glm_moe_dsa).  Computed dense: exact
                                while a sequence is at most index_topk long (longer ones refused) */
+    int mla_nope;           /* MLA without RoPE: q and the shared k part are not rotated
+                               (kimi_linear's KimiLinearAttention) */
+    int kimi_names;         /* the checkpoint names tensors as Kimi-Linear's own code does and
+                               transformers 5.23 renames them on load (layout/ckpt_fused.c
+                               lwq_ckpt_rename_kimi): lwq reads, plans and writes transformers'
+                               names, as Model Optimizer 0.47 exports them */
     int rope_partial;       /* the GQA block rotates head_dim * partial_rotary_factor dims
                                (rotate-half over that slice, the rest passes; glm4_moe); on an MLA
                                row: rope_parameters.partial_rotary_factor names the rope part of
@@ -177,7 +189,7 @@ const char *lwq_supported_model_types(void);
 const char *lwq_family_name(const lwq_family *f);
 /* Whether mixer kind k is a gated DeltaNet (either projection layout). */
 int lwq_mixer_is_gdn(lwq_mixer_kind k);
-/* Whether mixer kind k carries a recurrent state per sequence (gated DeltaNet, Mamba2): the state
+/* Whether mixer kind k carries a recurrent state per sequence (gated DeltaNet, Mamba2, KDA): the state
  * starts at zero for every sequence. */
 int lwq_mixer_is_recurrent(lwq_mixer_kind k);
 /* Whether mixer kind k is softmax attention over a KV cache (GQA, gated GQA, MLA). */

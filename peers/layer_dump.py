@@ -1,8 +1,8 @@
 """transformers' own forward of a checkpoint, layer by layer: the hidden state entering each
 decoder layer and the one leaving it, F32, for the first calibration sequences.
 
-    python peers/layer_dump.py SRC_DIR OUT.safetensors --calib ids.jsonl [--seqs 2] [--len T]
-                               [--lengths L1,L2,...]
+    python peers/layer_dump.py SRC_DIR OUT.safetensors --calib ids.jsonl [--seqs 2]
+    python peers/layer_dump.py SRC_DIR OUT.safetensors --calib ids.jsonl --seqs 3 --seq 80 --pad 0,5,17
 
 Loads SRC_DIR in F32 with the class config.json names (a VLM wrapper's language model is
 model.model.language_model), runs the text model on the first --seqs calibration rows as one
@@ -10,12 +10,11 @@ unpadded batch (causal, positions 0..T-1: the text-only mRoPE), and writes
   input_ids       I32 (seqs, T)
   hidden.0        F32 (seqs, T, H)   the embedding output = layer 0's input
   hidden.{i+1}    F32 (seqs, T, H)   layer i's output = layer i+1's input
-  lengths         I32 (seqs)         with --lengths: row s LEFT-padded to its last L_s real tokens
-                                     (id 0 before them, attention_mask 0 there), as lwq batches
---len T keeps each row's first T ids.  With --lengths only the real rows are meaningful; the
-padded ones are whatever transformers makes of a masked row.
 taken with forward hooks on the decoder layers themselves (no re-implementation here), plus
-metadata: the layer root, the layer types, the versions.  tests/engine/forward/
+metadata: the layer root, the layer types, the versions.  --seq T makes sequences of T ids from
+the calibration ids read in order (rows concatenated), and --pad P0,P1,.. left-pads sequence s
+with P_s pad positions (id 0, attention_mask 0: the first P_s ids of the sequence are replaced);
+the dump then also holds attention_mask I32 (seqs, T), and only its 1-positions are the model's.  tests/engine/forward/
 test_forward_peer_layers.c feeds hidden.i to lwq's layer i and compares with hidden.{i+1}.
 
 Run in the modelopt venv (peers/setup.sh).
@@ -63,24 +62,27 @@ def main():
     ap.add_argument("out")
     ap.add_argument("--calib", required=True)
     ap.add_argument("--seqs", type=int, default=2)
-    ap.add_argument("--len", type=int, default=0, help="keep the first LEN ids of each row")
-    ap.add_argument("--lengths", default="", help="comma-separated real lengths, one per row (left padding)")
+    ap.add_argument("--seq", type=int, default=0, help="tokens per sequence (default: a calibration row's)")
+    ap.add_argument("--pad", default="", help="left padding of each sequence, comma-separated")
     a = ap.parse_args()
     with open(a.calib) as f:
-        rows = [json.loads(line)["input_ids"] for line in f if line.strip()][:a.seqs]
+        rows = [json.loads(line)["input_ids"] for line in f if line.strip()]
+    if a.seq:
+        flat = [t for r in rows for t in r]
+        if len(flat) < a.seqs * a.seq:
+            sys.exit(f"layer_dump: {a.calib}: fewer than {a.seqs} x {a.seq} ids")
+        rows = [flat[i * a.seq:(i + 1) * a.seq] for i in range(a.seqs)]
+    rows = rows[:a.seqs]
     if len(rows) < a.seqs or len({len(r) for r in rows}) != 1:
         sys.exit(f"layer_dump: {a.calib}: need {a.seqs} rows of one length")
-    if a.len:
-        rows = [r[:a.len] for r in rows]
     ids = torch.tensor(rows, dtype=torch.long)
     mask = torch.ones_like(ids)
-    lengths = [int(v) for v in a.lengths.split(",")] if a.lengths else []
-    if lengths:
-        if len(lengths) != a.seqs or not all(0 < v <= ids.shape[1] for v in lengths):
-            sys.exit(f"layer_dump: --lengths needs {a.seqs} lengths in 1..{ids.shape[1]}")
-        for s_, v in enumerate(lengths):
-            mask[s_, :ids.shape[1] - v] = 0
-            ids[s_, :ids.shape[1] - v] = 0
+    pads = [int(p) for p in a.pad.split(",")] if a.pad else []
+    if pads and (len(pads) != a.seqs or not all(0 <= p < ids.shape[1] for p in pads)):
+        sys.exit(f"layer_dump: --pad needs {a.seqs} values in [0, {ids.shape[1]})")
+    for s, p in enumerate(pads):
+        ids[s, :p] = 0
+        mask[s, :p] = 0
 
     cfg = AutoConfig.from_pretrained(a.src)
     model = getattr(transformers, cfg.architectures[0]).from_pretrained(a.src, dtype=torch.float32, device_map="cpu")
@@ -111,8 +113,8 @@ def main():
         sys.exit(f"layer_dump: hooks saw {sorted(states)}, expected hidden.0..{n}")
     out = {k: v.float().contiguous() for k, v in states.items()}
     out["input_ids"] = ids.to(torch.int32)
-    if lengths:
-        out["lengths"] = torch.tensor(lengths, dtype=torch.int32)
+    if pads:
+        out["attention_mask"] = mask.to(torch.int32)
     tc = cfg.get_text_config()
     meta = {"src": os.path.basename(os.path.normpath(a.src)), "layer_root": root + "layers.",
             "layer_types": json.dumps(list(getattr(tc, "layer_types", []) or [])),

@@ -309,7 +309,8 @@ def add_families34():
     names = {c["name"] for c in new}
     man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
     man["bf16_bounds"] = bounds
-    man["forward"] = [f for f in man.get("forward", []) if f["src"].split("/", 1)[1].rsplit("-", 1)[0]
+    # the other groups' dumps (kimi_linear's) stay
+    man["forward"] = [f for f in man.get("forward", []) if os.path.basename(f["src"]).rsplit("-", 1)[0]
                       not in run.FAMILIES34] + forward34()
     if FAMILIES34_COMMAND not in man["commands"]:
         man["commands"].append(FAMILIES34_COMMAND)
@@ -320,55 +321,55 @@ def add_families34():
     print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
-# issue 35: Nemotron-H (peers/run.py group "nemotron"): FP8, NVFP4 and Model Optimizer's
-# mamba_moe_nvfp4_conservative on each source, added with --add nemotron, and transformers'
-# per-layer forward of the F32 sources at two lengths and left-padded (forward/)
-NEMOTRON_LABELS = {"fp8", "nvfp4", "mamba_moe_nvfp4_conservative"}
-NEMOTRON_COMMAND = ("peers/run.sh --only nemotron; "
-                    ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add nemotron")
-# (source, dump name, layer_dump.py arguments)
-NEMOTRON_DUMPS = [
-    ("nemotron_h-f32", "nemotron_h-f32", []),
-    ("nemotron_h-f32", "nemotron_h-f32-len7", ["--len", "7"]),
-    ("nemotron_h-f32", "nemotron_h-f32-padded", ["--lengths", "32,17,5,1"]),
-    ("nemotron_h_latent-f32", "nemotron_h_latent-f32", []),
-]
+# issue 35: kimi_linear, made in a venv with transformers 5.23 beside Model Optimizer 0.47 (transformers
+# 5.14.1 has no kimi_linear; docs/FAMILIES.md), and transformers' forward of its F32 source layer by layer
+# on the calibration rows, on longer sequences (two and three of its 64-token delta-rule chunks) and
+# left-padded ones (forward/kimi_linear-f32*.safetensors)
+KIMI_COMMAND = ("PEERS_WORK=.peers/kwork .peers/venvs/kimi523/bin/python peers/run.py --only kimi_linear; "
+                "PEERS_WORK=.peers/kwork .peers/venvs/kimi523/bin/python peers/make_goldens.py --add kimi_linear")
+KIMI_FORWARD = [("", 4, 0, ""), ("-t80", 2, 80, ""), ("-t80-pad", 3, 80, "0,7,33"), ("-t130-pad", 2, 130, "0,61")]
+# transformers stacks the three depthwise convs into self_attn.conv1d.weight and Model Optimizer exports
+# that; lwq writes the checkpoint's q_conv1d / k_conv1d / v_conv1d (same bytes, q | k | v)
+KIMI_KNOWN = [f"model.layers.{i}.self_attn.{q}_conv1d.weight: only in A" for i in (0, 2) for q in "kqv"] + \
+             [f"model.layers.{i}.self_attn.conv1d.weight: only in B" for i in (0, 2)]
+# recorded with the others, so that --add mixed (which refreshes every case's notes) keeps them
+KNOWN_DIFFERENCES.update({(f"kimi_linear-{d}", label): KIMI_KNOWN for d in ("f32", "bf16")
+                          for label in ("fp8", "nvfp4-as_modelopt_preset")})
 
 
-def forward_nemotron():
-    out = []
-    os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
-    for src, name, extra in NEMOTRON_DUMPS:
-        rel = os.path.join("forward", name + ".safetensors")
-        subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
-                        os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
-                        "--seqs", str(FORWARD_SEQS)] + extra, check=True)
-        out.append({"src": f"src/{src}", "dump": rel, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL,
-                    "layer_dump_args": extra})
-    return out
-
-
-def add_nemotron():
-    """--add nemotron: the nemotron goldens and forward dumps beside the ones in DEST."""
+def add_kimi():
+    """--add kimi_linear: its goldens and forward dumps beside the ones in DEST."""
     res = json.load(open(os.path.join(run.WORK, "results.json")))
     man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
     bounds = dict(man["bf16_bounds"])
     for k, b in res["bounds"].items():
-        if k.rsplit("-", 1)[0] in run.NEMOTRON:
+        if k.split("-")[0] in run.KIMI:
             bounds[k] = b
-    new = [copy_case(c, bounds) for c in run.cases() if c.group == "nemotron" and c.label in NEMOTRON_LABELS]
+    new = []
+    for c in run.cases():
+        if c.group == "kimi_linear" and c.label in FAMILY_LABELS:
+            case = copy_case(c, bounds)
+            case["known_differences"] = KIMI_KNOWN
+            new.append(case)
     names = {c["name"] for c in new}
     man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
     man["bf16_bounds"] = bounds
-    man["forward"] = [f for f in man.get("forward", []) if f["src"].split("/", 1)[1].rsplit("-", 1)[0]
-                      not in run.NEMOTRON] + forward_nemotron()
-    if NEMOTRON_COMMAND not in man["commands"]:
-        man["commands"].append(NEMOTRON_COMMAND)
+    fw = [f for f in man.get("forward", []) if not f["src"].startswith("src/kimi_linear")]
+    for tag, seqs, seq, pad in KIMI_FORWARD:
+        rel = os.path.join("forward", f"kimi_linear-f32{tag}.safetensors")
+        cmd = [sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", "kimi_linear-f32"),
+               os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"), "--seqs", str(seqs)]
+        cmd += (["--seq", str(seq)] if seq else []) + (["--pad", pad] if pad else [])
+        subprocess.run(cmd, check=True)
+        fw.append({"src": "src/kimi_linear-f32", "dump": rel, "seqs": seqs, "tol": run.F32_RTOL})
+    man["forward"] = fw
+    if KIMI_COMMAND not in man["commands"]:
+        man["commands"].append(KIMI_COMMAND)
     with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
         json.dump(man, f, indent=1)
     write_readme(man)
     size = sums_and_size()
-    print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+    print(f"make_goldens: {len(new)} kimi_linear cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
 # the budgets at which Model Optimizer's solver (peers/autoq_lps.py) is run on lwq's autoq scores
@@ -456,19 +457,72 @@ def add_mixed():
     print(f"make_goldens: {len(new)} mixed / autoq cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# issue 35: Nemotron-H (peers/run.py group "nemotron"): FP8, NVFP4 and Model Optimizer's
+# mamba_moe_nvfp4_conservative on each source, added with --add nemotron, and transformers'
+# per-layer forward of the F32 sources at 32 and 7 tokens and left-padded by 0, 15, 27, 31 (forward/)
+NEMOTRON_LABELS = {"fp8", "nvfp4", "mamba_moe_nvfp4_conservative"}
+NEMOTRON_COMMAND = ("peers/run.sh --only nemotron; "
+                    ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add nemotron")
+# (source, dump name, layer_dump.py arguments)
+NEMOTRON_DUMPS = [
+    ("nemotron_h-f32", "nemotron_h-f32", []),
+    ("nemotron_h-f32", "nemotron_h-f32-len7", ["--seq", "7"]),
+    ("nemotron_h-f32", "nemotron_h-f32-padded", ["--pad", "0,15,27,31"]),
+    ("nemotron_h_latent-f32", "nemotron_h_latent-f32", []),
+]
+
+
+def forward_nemotron():
+    out = []
+    os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
+    for src, name, extra in NEMOTRON_DUMPS:
+        rel = os.path.join("forward", name + ".safetensors")
+        subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
+                        os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                        "--seqs", str(FORWARD_SEQS)] + extra, check=True)
+        out.append({"src": f"src/{src}", "dump": rel, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL,
+                    "layer_dump_args": extra})
+    return out
+
+
+def add_nemotron():
+    """--add nemotron: the nemotron goldens and forward dumps beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k.rsplit("-", 1)[0] in run.NEMOTRON:
+            bounds[k] = b
+    new = [copy_case(c, bounds) for c in run.cases() if c.group == "nemotron" and c.label in NEMOTRON_LABELS]
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    man["forward"] = [f for f in man.get("forward", []) if f["src"].split("/", 1)[1].rsplit("-", 1)[0]
+                      not in run.NEMOTRON] + forward_nemotron()
+    if NEMOTRON_COMMAND not in man["commands"]:
+        man["commands"].append(NEMOTRON_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "kimi_linear"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
         return add_formats()
     if a.add == "families34":
         return add_families34()
+    if a.add == "kimi_linear":
+        return add_kimi()
     if a.add == "nemotron":
         return add_nemotron()
     if a.add == "mixed":
@@ -576,7 +630,7 @@ tests/engine/forward/test_forward_peer_dumps.c to `tol`; added with `--add famil
 Nemotron-H (issue 35; `peers/run.py` group `nemotron`; docs/FAMILIES.md): nemotron_h (Mamba2,
 ReLU^2 MLP, NoPE attention, MoE) and nemotron_h_latent (MoE with moe_latent_size), F32 and BF16,
 through hf_ptq's --qformat fp8, nvfp4 and mamba_moe_nvfp4_conservative; their forward dumps at 32
-and 7 tokens and left-padded (real lengths 32, 17, 5, 1); added with `--add nemotron`.  Their
+and 7 tokens and left-padded by 0, 15, 27, 31 tokens; added with `--add nemotron`.  Their
 `known_differences`: Model Optimizer 0.47's export mangles every exclude_modules / ignore name of
 this model (its reverse-rename "backbone." rule eats the name sentinel: "lm_head.\u0000backbone.
 pt_name_sentinel"), so its lists match no module and lwq's, which name the modules, differ.

@@ -280,6 +280,27 @@ def families34_configs():
     }
 
 
+def kimi_linear_configs():
+    """Issue 35's kimi_linear (Kimi-Linear): needs transformers >= 5.23 (5.14.1, the version of the
+    modelopt venv, has no kimi_linear; docs/FAMILIES.md): name -> (config, model class).  Hidden 32,
+    3 layers, vocab 64: layer 0 KDA + dense MLP (mlp_layer_types), layer 1 MLA (NoPE, q_proj
+    without q_lora) + DeepSeek-V3 routing (8 experts in 2 groups, top-1 group, top-2, one shared
+    expert), layer 2 KDA + MoE; KDA with 2 heads of 16, conv kernel 4."""
+    common = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=3, max_position_embeddings=256,
+                  rms_norm_eps=1e-6, tie_word_embeddings=False, initializer_range=0.05,
+                  bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return {
+        "kimi_linear": (transformers.KimiLinearConfig(
+            **common, intermediate_size=32, moe_intermediate_size=16, num_attention_heads=4, num_key_value_heads=4,
+            q_lora_rank=None, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=16, v_head_dim=16,
+            num_local_experts=8, n_shared_experts=1, num_experts_per_tok=2, n_group=2, topk_group=1,
+            routed_scaling_factor=2.5, norm_topk_prob=True,
+            layer_types=["linear_attention", "full_attention", "linear_attention"],
+            mlp_layer_types=["dense", "sparse", "sparse"], linear_head_dim=16, linear_num_heads=2,
+            linear_conv_kernel_dim=4), transformers.KimiLinearForCausalLM),
+    }
+
+
 # ---- issue 35: Nemotron-H / Nemotron-3 (Mamba2 + NoPE attention + ReLU^2 MLP / non-gated MoE) ---------
 
 def nemotron_configs():
@@ -396,10 +417,14 @@ def main():
     cfgs = {k: (v, {}) for k, v in tiny_configs().items()}
     cfgs.update(qwen3_5_configs())
     fam = families34_configs()
+    kimi = ("kimi_linear",)
     nem = nemotron_configs()
     for arch in a.archs.split(","):
         if arch in nem:  # seeds of their own, from the row's place in the table
             write_family(arch, *nem[arch], os.path.join(a.out, arch), a.seed + 3500 + 100 * list(nem).index(arch))
+            continue
+        if arch in kimi:  # transformers >= 5.23 only (kimi_linear_configs)
+            write_family(arch, *kimi_linear_configs()[arch], os.path.join(a.out, arch), a.seed + 3500)
             continue
         if arch in fam:  # the seed from the family's place in its table, whatever --archs asks for
             write_family(arch, *fam[arch], os.path.join(a.out, arch), a.seed + 3400 + 100 * list(fam).index(arch))

@@ -44,6 +44,10 @@ MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
 NEMOTRON = ["nemotron_h", "nemotron_h_latent"]
 QWEN3_5 = ["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"]
 QWEN3_5_RECIPES = {"qwen3_5": "huggingface/qwen3_5/ptq", "qwen3_5_moe": "huggingface/qwen3_5_moe/ptq"}
+# issue 35: Kimi-Linear (peers/make_sources.py kimi_linear_configs).  transformers 5.14.1 has no
+# kimi_linear: this group runs in a venv with transformers 5.23 beside Model Optimizer 0.47
+# (docs/FAMILIES.md); its MLA layers make nvfp4 Model Optimizer's preset through lwq's recipe
+KIMI = ["kimi_linear"]
 F32_RTOL = 1e-5
 BF16_ULP = 2.0 ** -7  # one BF16 step, relative, at its widest (just above a power of two)
 
@@ -144,7 +148,20 @@ def cases():
     out += families34_cases()
     out += mixed_cases()
     out += autoq_cases()
+    out += kimi_cases()
     out += nemotron_cases()
+    return out
+
+
+def kimi_cases():
+    """Group kimi_linear: FP8 and NVFP4 (hf_ptq's --qformat, no KV cache), fp8-kv_fp8 for the BF16 bound."""
+    out = []
+    for dt in ("f32", "bf16"):
+        src = f"kimi_linear-{dt}"
+        out.append(Case("kimi_linear", src, "fp8", *preset("fp8")))
+        out.append(Case("kimi_linear", src, "nvfp4-as_modelopt_preset", dict(qformat="nvfp4", kv="none"),
+                        ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
+        out.append(Case("kimi_linear", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     return out
 
 
@@ -274,6 +291,9 @@ def ensure_sources():
     missing34 = [a for a in FAMILIES34 + NEMOTRON if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if missing34:
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
+    kimi = [a for a in KIMI if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    if kimi:  # needs transformers >= 5.23 in this venv
+        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(kimi)], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)

@@ -143,7 +143,7 @@ else
     esac
     CC=$(echo "$q" | awk -F', *' '{print $4}')
     CC_ARCH=${CUDA_ARCH:-$(echo "$CC" | tr -d '.')}
-    echo "$CC_ARCH" | grep -Eq '^[0-9]+$' || setup_fail probe "compute capability '$CC' not understood (set CUDA_ARCH)"
+    grep -Eq '^[0-9]+$' <<<"$CC_ARCH" || setup_fail probe "compute capability '$CC' not understood (set CUDA_ARCH)"
     [ "${CC%%.*}" -ge 8 ] 2>/dev/null || setup_fail probe "compute capability $CC: lwq's kernels need 8.0 or newer"
     # the driver as the CUDA runtime meets it: a device query through libcuda (nvcc's own tool);
     # where the toolkit has none, the module's probe says it in the first GPU row

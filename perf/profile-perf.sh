@@ -64,9 +64,11 @@ perf report -i "$OUT/perf.data" --no-children --stdio --percent-limit 1 --sort c
 perf report -i "$OUT/perf.data" --children --stdio --percent-limit 5 --sort symbol -g none \
     > "$OUT/report-children.txt" 2>/dev/null
 echo "== self time (top 20; $OUT/report-self.txt)"
-grep -v '^#' "$OUT/report-self.txt" | grep -v '^$' | head -20
+# awk, not `grep | head -20` under set -e + pipefail: head's early exit kills the writer with
+# SIGPIPE once a report is past a pipe write, and the script stopped here with 141
+awk '!/^#/ && !/^$/ && n++ < 20' "$OUT/report-self.txt"
 echo "== inclusive time (top 20; $OUT/report-children.txt)"
-grep -v '^#' "$OUT/report-children.txt" | grep -v '^$' | head -20
+awk '!/^#/ && !/^$/ && n++ < 20' "$OUT/report-children.txt"
 echo "== per layer (s): forward / quantize / write, from $OUT/quantize.jsonl"
 python3 - "$OUT/quantize.jsonl" <<'PY'
 import json, sys

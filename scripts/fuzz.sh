@@ -46,7 +46,8 @@ done
 if [ $LIST = 1 ]; then printf '%s\n' "${all[@]}"; exit 0; fi
 [ ${#want[@]} -gt 0 ] || want=("${all[@]}")
 for h in "${want[@]}"; do
-    printf '%s\n' "${all[@]}" | grep -qx "$h" || { echo "fuzz.sh: no harness $h (have: ${all[*]})" >&2; exit 2; }
+    # a here-string, not `printf | grep -q` under pipefail (grep -q's early exit, SIGPIPE)
+    grep -qx "$h" <<<"$(printf '%s\n' "${all[@]}")" || { echo "fuzz.sh: no harness $h (have: ${all[*]})" >&2; exit 2; }
 done
 case $T in '' | 0 | *[!0-9]*) echo "fuzz.sh: --time wants a whole number of seconds (at least 1), not '$T'" >&2; exit 2 ;; esac
 

@@ -7,7 +7,9 @@ pkgs=(build-essential cmake pkg-config liburing-dev libnuma-dev libcjson-dev lib
       libopenblas-dev libpcre2-dev libyaml-dev clang-14 libclang-rt-14-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${pkgs[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  # a here-string, not `dpkg-query | grep -q` under pipefail: grep -q's early exit can kill the
+  # writer with SIGPIPE (141), and an installed package would then count as missing
+  grep -q "install ok installed" <<<"$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null)" || missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all dependencies present"

@@ -2,8 +2,9 @@
  * config checks, RoPE table), embedding, a decoder layer composed from the config's family row
  * (layout/family.h; forward_internal.h says how), and the head.  The blocks: model_llama.c (GQA
  * attention), model_moe.c (softmax-routed experts), model_deepseek.c (MLA attention, DeepSeek
- * routing and shared experts), model_qwen3next.c (gated attention, gated DeltaNet, the (1 + w)
- * norms, the gated shared expert).  Their toolkit: fwd_common.c.  Nothing here looks at
+ * routing and shared experts), model_qwen3next.c (gated attention, gated DeltaNet and its
+ * delta-rule core, the (1 + w) norms, the gated shared expert), model_kimi.c (Kimi delta
+ * attention on that core).  Their toolkit: fwd_common.c.  Nothing here looks at
  * model_type: a family is a row of layout/family.c. */
 #include "engine/forward/forward.h"
 
@@ -25,7 +26,7 @@ int lwq_fwd_is_mla(const lwq_model_config *c)
 const char *lwq_forward_supported(void)
 {
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text";
+           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, kimi_linear, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text";
 }
 
 /* Rotary and geometry checks of the mixer kinds the model runs, before the common checks. */
@@ -42,6 +43,7 @@ static int check_mixer(const lwq_model_config *c, lwq_mixer_kind k, lwq_error *e
     case LWQ_MIXER_GATED_GQA:
     case LWQ_MIXER_GDN:
     case LWQ_MIXER_GDN_SPLIT: return lwq_fwd_qwen3next_check(c, e);
+    case LWQ_MIXER_KDA: return lwq_fwd_kda_check(c, e);
     case LWQ_MIXER_MAMBA2: return lwq_fwd_nemotron_check(c, e);
     default:
         return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s' has no forward in lwq (supported: "
@@ -59,6 +61,7 @@ int lwq_fwd_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq
     case LWQ_MIXER_GATED_GQA:
     case LWQ_MIXER_GDN:
     case LWQ_MIXER_GDN_SPLIT: return lwq_fwd_qwen3next_mixer_block(m, layer, w, b, h, obs, e);
+    case LWQ_MIXER_KDA: return lwq_fwd_kda_mixer_block(m, layer, w, b, h, obs, e);
     default:
         return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d: mixer kind %d has no forward", layer,
                         (int)k);

@@ -186,6 +186,52 @@ int lwq_fwd_nemotron_layer(lwq_model *m, int layer, const lwq_weights *w, const 
 
 /* ---- Qwen3-Next (model_qwen3next.c) ---- */
 
+/* Host f32 copies of device tensors (model_qwen3next.c): dst = t's numel elements as f32; t's
+ * elements = src rounded to t's dtype; *out = a malloc'd f32 copy of weight `name` (ndim 1: d0,
+ * 2: d0 x d1), checked as lwq_fwd_weight checks it. */
+int lwq_fwd_host_fetch(lwq_model *m, const lwq_tensor *t, int64_t numel, float *dst, lwq_error *e);
+int lwq_fwd_host_store(lwq_model *m, const float *src, lwq_tensor *t, lwq_error *e);
+int lwq_fwd_host_weight(lwq_model *m, const lwq_weights *w, int layer, const char *name, int ndim,
+                        int64_t d0, int64_t d1, float **out, lwq_error *e);
+
+/* The delta-rule core shared by gated DeltaNet (Qwen3-Next / 3.5) and Kimi delta attention, on the
+ * host in f32, per sequence from a zero state (model_qwen3next.c says how it rounds):
+ *   conv = silu(causal depthwise conv(mixed, wc)) per sequence (padding rows: zero history)
+ *   per (sequence, value head): q, k = l2norm (KDA: x / sqrt(.), GDN: x * rsqrt(.)), q *= dk^-0.5;
+ *     S = diag(decay) S;  S += k (x) ((v - S^T k) * beta);  o = S^T q
+ *     decay: exp(-exp(A_log) softplus(a + dt_bias)) per head (GDN), or exp(gk) per key channel
+ *     (KDA: gk set); beta = sigmoid(bb)
+ *   y = rmsnorm(o) * wn * silu(z) (the gated norm over dv; KDA: * sigmoid(z), all in f32)
+ * Padding rows get y = 0. */
+typedef struct lwq_fwd_delta_job {
+    const lwq_batch *b;
+    int64_t seq, C, kd, vd, dk, dv;
+    int nv, r, K;             /* value heads, value heads per key head, conv kernel */
+    lwq_dtype dt;
+    float eps;
+    const float *mixed;       /* (n, C) conv input [q (kd) | k (kd) | v (vd)] */
+    float *conv;              /* (n, C) silu(conv) */
+    const float *wc;          /* (C, K) */
+    const float *bb, *aa;     /* (n, nv) beta logits; GDN's a (unused with gk) */
+    const float *alog, *dtb;  /* (nv) each, GDN only */
+    const float *gk;          /* (n, nv * dk) KDA's per-channel log decay, or NULL */
+    const float *wn;          /* (dv) */
+    const float *z;           /* (n, vd) the output gate */
+    float *y;                 /* (n, vd) gated-norm output */
+    float *scratch;           /* per thread (lwq_fwd_delta_rule allocates it) */
+} lwq_fwd_delta_job;
+/* Runs the conv and the recurrence of j over j->b's sequences, threaded (the result does not
+ * depend on the thread count). */
+int lwq_fwd_delta_rule(lwq_fwd_delta_job *j, lwq_error *e);
+
+/* ---- Kimi-Linear (model_kimi.c) ---- */
+
+/* KDA geometry (heads, head_dim, kernel) of a kimi_linear config. */
+int lwq_fwd_kda_check(const lwq_model_config *c, lwq_error *e);
+/* h += kda(rmsnorm(h, input_layernorm)) on a "linear_attention" layer of kimi_linear. */
+int lwq_fwd_kda_mixer_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
+                            lwq_tensor *h, const lwq_observer *obs, lwq_error *e);
+
 /* Partial default RoPE and a valid linear-attention geometry. */
 int lwq_fwd_qwen3next_check(const lwq_model_config *c, lwq_error *e);
 /* h += mixer(rms1p(h, input_layernorm)): gated full attention or gated DeltaNet (the layer's

@@ -7,7 +7,8 @@
  *   kvb = kv_b_proj(kv_a_layernorm(latent))  per head [k_nope | v]     observed: kv_a, kv_b
  *   (q_a_layernorm and kv_a_layernorm use eps 1e-6 whatever rms_norm_eps says: transformers and
  *   DeepSeek's own code build them with the RMSNorm default)
- *   q_rope, k_rope: RoPE on adjacent pairs (2i, 2i+1) ("interleaved")
+ *   q_rope, k_rope: RoPE on adjacent pairs (2i, 2i+1) ("interleaved"); none at all where the row
+ *   says mla_nope (kimi_linear: the parts enter the scores unrotated)
  *   q = [q_nope | q_rope], k = [k_nope | k_rope shared by all heads]
  *   a = causal attention, scale (qk_nope+qk_rope)^-0.5 * yarn_mscale(mscale_all_dim)^2
  *   h = h + o_proj(a)                                                   observed: o_proj
@@ -389,11 +390,20 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
     LWQ_TRY(lwq_fwd_observe(obs, layer, mkvb, &lat, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(be, &lat, &wkvb, NULL, &kvb, e));
 
-    /* rope parts, de-interleaved, rotated */
-    LWQ_TRY(deinterleave(be, &q, H * qk, H, qk, nope, rope, &qrot, e));
-    LWQ_TRY(deinterleave(be, &kva, kvr + rope, 1, 0, kvr, rope, &krot, e));
-    LWQ_TRY(lwq_backend_rope(be, &qrot, rope, &b->pos, &m->inv_freq, m->attn_scaling, e));
-    LWQ_TRY(lwq_backend_rope(be, &krot, rope, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    if (c->family->mla_nope) {
+        /* kimi_linear: no RoPE, the "rope" parts enter the scores as they are */
+        lwq_tensor s0 = lwq_fwd_sview(&q, nope, 3, n, H, rope, H * qk, qk, 1);
+        lwq_tensor d0 = lwq_fwd_sview(&qrot, 0, 3, n, H, rope, H * rope, rope, 1);
+        LWQ_TRY(lwq_backend_copy(be, &s0, &d0, e));
+        s0 = lwq_fwd_sview(&kva, kvr, 2, n, rope, 0, kvr + rope, 1, 0);
+        LWQ_TRY(lwq_backend_copy(be, &s0, &krot, e));
+    } else {
+        /* rope parts, de-interleaved, rotated */
+        LWQ_TRY(deinterleave(be, &q, H * qk, H, qk, nope, rope, &qrot, e));
+        LWQ_TRY(deinterleave(be, &kva, kvr + rope, 1, 0, kvr, rope, &krot, e));
+        LWQ_TRY(lwq_backend_rope(be, &qrot, rope, &b->pos, &m->inv_freq, m->attn_scaling, e));
+        LWQ_TRY(lwq_backend_rope(be, &krot, rope, &b->pos, &m->inv_freq, m->attn_scaling, e));
+    }
 
     /* q = [q_nope | q_rope], k = [k_nope | k_rope], v = [v]; zero past each part's width */
     if (hd > qk) {

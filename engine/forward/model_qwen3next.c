@@ -57,7 +57,7 @@
 /* ---- host transfers ---------------------------------------------------------------------------- */
 
 /* dst[0..numel) = t's elements as f32 (t on the backend device, float dtype). */
-static int fetch(lwq_model *m, const lwq_tensor *t, int64_t numel, float *dst, lwq_error *e)
+int lwq_fwd_host_fetch(lwq_model *m, const lwq_tensor *t, int64_t numel, float *dst, lwq_error *e)
 {
     const void *src = t->data;
     void *tmp = NULL;
@@ -79,7 +79,7 @@ static int fetch(lwq_model *m, const lwq_tensor *t, int64_t numel, float *dst, l
 }
 
 /* t's elements = src rounded to t's dtype. */
-static int store(lwq_model *m, const float *src, lwq_tensor *t, lwq_error *e)
+int lwq_fwd_host_store(lwq_model *m, const float *src, lwq_tensor *t, lwq_error *e)
 {
     int64_t numel = lwq_tensor_numel(t);
     size_t es = lwq_dtype_size(t->dtype), bytes = (size_t)numel * es;
@@ -106,7 +106,7 @@ static int store(lwq_model *m, const float *src, lwq_tensor *t, lwq_error *e)
 }
 
 /* A weight as host f32 (malloc'd into *out); ndim 1 (d0) or 2 (d0, d1). */
-static int weight_host(lwq_model *m, const lwq_weights *w, int layer, const char *name, int ndim,
+int lwq_fwd_host_weight(lwq_model *m, const lwq_weights *w, int layer, const char *name, int ndim,
                        int64_t d0, int64_t d1, float **out, lwq_error *e)
 {
     lwq_tensor t;
@@ -115,7 +115,7 @@ static int weight_host(lwq_model *m, const lwq_weights *w, int layer, const char
     int64_t n = d0 * (ndim == 2 ? d1 : 1);
     if (!(*out = (float *)malloc((size_t)(n ? n : 1) * sizeof(float))))
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for %s", layer, name);
-    return fetch(m, &t, n, *out, e);
+    return lwq_fwd_host_fetch(m, &t, n, *out, e);
 }
 
 static float *fbuf(int64_t n) { return (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
@@ -144,9 +144,9 @@ static int norm_hidden(lwq_model *m, int layer, const lwq_weights *w, const char
     char name[LWQ_NAME_MAX];
     float *wn = NULL;
     snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer, which);
-    int rc = weight_host(m, w, layer, name, 1, D, 0, &wn, e);
+    int rc = lwq_fwd_host_weight(m, w, layer, name, 1, D, 0, &wn, e);
     if (rc == 0)
-        rc = fetch(m, h, n * D, xo, e);
+        rc = lwq_fwd_host_fetch(m, h, n * D, xo, e);
     for (int64_t t = 0; rc == 0 && t < n; t++)
         rms1p(xo + t * D, wn, D, (float)m->cfg->rms_norm_eps, m->act, xo + t * D);
     free(wn);
@@ -161,10 +161,10 @@ int lwq_fwd_rmsnorm_1p(lwq_model *m, const lwq_tensor *x, const lwq_tensor *w, l
     int rc = 0;
     if (!hx || !hw)
         rc = lwq_errf(e, LWQ_ENOMEM, "rmsnorm: no host memory for %" PRId64 " rows", n);
-    if (rc == 0 && (rc = fetch(m, w, d, hw, e)) == 0 && (rc = fetch(m, x, n * d, hx, e)) == 0) {
+    if (rc == 0 && (rc = lwq_fwd_host_fetch(m, w, d, hw, e)) == 0 && (rc = lwq_fwd_host_fetch(m, x, n * d, hx, e)) == 0) {
         for (int64_t t = 0; t < n; t++)
             rms1p(hx + t * d, hw, d, (float)m->cfg->rms_norm_eps, y->dtype, hx + t * d);
-        rc = store(m, hx, y, e);
+        rc = lwq_fwd_host_store(m, hx, y, e);
     }
     free(hx);
     free(hw);
@@ -220,11 +220,11 @@ static int full_attention(lwq_model *m, int layer, const lwq_weights *w, const l
         goto out;
     }
     snprintf(nm, sizeof nm, "model.layers.%d.self_attn.q_norm.weight", layer);
-    if ((rc = weight_host(m, w, layer, nm, 1, hd, 0, &qn, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, hd, 0, &qn, e)) < 0)
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.self_attn.k_norm.weight", layer);
-    if ((rc = weight_host(m, w, layer, nm, 1, hd, 0, &kn, e)) < 0 ||
-        (rc = fetch(m, &qf, n * 2 * H * hd, hq, e)) < 0 || (rc = fetch(m, &k, n * KV * hd, hk, e)) < 0 ||
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, hd, 0, &kn, e)) < 0 ||
+        (rc = lwq_fwd_host_fetch(m, &qf, n * 2 * H * hd, hq, e)) < 0 || (rc = lwq_fwd_host_fetch(m, &k, n * KV * hd, hk, e)) < 0 ||
         (rc = lwq_backend_download(m->be, pos, b->pos.data, (size_t)n * sizeof(int32_t), e)) < 0)
         goto out;
     /* inv_freq over the rotary dims, f32 as transformers' default rope computes it */
@@ -263,17 +263,17 @@ static int full_attention(lwq_model *m, int layer, const lwq_weights *w, const l
                     (size_t)hd * sizeof(float));
     }
     /* rows are compacted in place too: row t's q now starts at t*H*hd (t ascending, safe) */
-    if ((rc = store(m, hq, &q, e)) < 0 || (rc = store(m, hk, &k, e)) < 0)
+    if ((rc = lwq_fwd_host_store(m, hq, &q, e)) < 0 || (rc = lwq_fwd_host_store(m, hk, &k, e)) < 0)
         goto out;
     if (obs && obs->kv && (rc = obs->kv(obs->ctx, layer, &k, &v, &b->valid, e)) < 0)
         goto out;
     lwq_attn_args aa = {&q, &k, &v, &a, &b->valid, b->batch, b->seq, H, KV, hd,
                         (float)(1.0 / sqrt((double)hd))};
-    if ((rc = lwq_backend_attention(m->be, &aa, e)) < 0 || (rc = fetch(m, &a, n * H * hd, hq, e)) < 0)
+    if ((rc = lwq_backend_attention(m->be, &aa, e)) < 0 || (rc = lwq_fwd_host_fetch(m, &a, n * H * hd, hq, e)) < 0)
         goto out;
     for (int64_t i = 0; i < n * H * hd; i++)
         hq[i] = lwq_round_to(hq[i] * lwq_round_to(sigmoidf(hg[i]), dt), dt);
-    if ((rc = store(m, hq, &a, e)) < 0 || (rc = lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e)) < 0)
+    if ((rc = lwq_fwd_host_store(m, hq, &a, e)) < 0 || (rc = lwq_fwd_observe(obs, layer, mo, &a, &b->valid, e)) < 0)
         goto out;
     rc = lwq_backend_gemm(m->be, &a, &wo, NULL, out, e);
 out:
@@ -290,21 +290,7 @@ out:
 
 /* ---- Gated DeltaNet ---------------------------------------------------------------------------- */
 
-typedef struct gdn_job {
-    const lwq_batch *b;
-    int64_t seq, C, kd, vd, dk, dv;
-    int nv, r, K;
-    lwq_dtype dt;
-    float eps;
-    const float *mixed;   /* (n, C) conv input */
-    float *conv;          /* (n, C) silu(conv) */
-    const float *wc;      /* (C, K) */
-    const float *bb, *aa; /* (n, nv) */
-    const float *alog, *dtb, *wn; /* (nv), (nv), (dv) */
-    const float *z;       /* (n, vd) */
-    float *y;             /* (n, vd) gated-norm output */
-    float *scratch;       /* per thread: S (dk*dv), q, k (dk each), o, u (dv each) */
-} gdn_job;
+typedef lwq_fwd_delta_job gdn_job;
 
 /* Causal depthwise conv + SiLU of sequences [s0, s1): rows before a sequence's first real token
  * count as zero history. */
@@ -346,6 +332,18 @@ static void l2norm_f32(const float *x, int64_t d, float mul, float *y)
         y[i] = x[i] * r;
 }
 
+/* KDA's l2norm (transformers' kimi_linear, "to match the original triton"): x / sqrt(sum x^2 +
+ * 1e-6), then times mul (q's dk^-0.5) as a second product. */
+static void l2norm_div_f32(const float *x, int64_t d, float mul, float *y)
+{
+    float ss = 0.0f;
+    for (int64_t i = 0; i < d; i++)
+        ss += x[i] * x[i];
+    float s = sqrtf(ss + 1e-6f);
+    for (int64_t i = 0; i < d; i++)
+        y[i] = mul == 1.0f ? x[i] / s : (x[i] / s) * mul;
+}
+
 /* Items [i0, i1) of (sequence, value head): the sequential delta rule and the gated norm. */
 static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
 {
@@ -358,7 +356,7 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
     for (int64_t it = i0; it < i1; it++) {
         const int64_t s = it / j->nv;
         const int hv = (int)(it % j->nv), kh = hv / j->r;
-        const float A = -expf(j->alog[hv]);
+        const float A = j->gk ? 0.0f : -expf(j->alog[hv]);
         memset(S, 0, (size_t)(dk * dv) * sizeof(float));
         for (int64_t t = 0; t < T; t++) {
             const int64_t row = s * T + t;
@@ -368,11 +366,13 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
                 continue;
             }
             const float *cr = j->conv + row * C;
-            l2norm_f32(cr + (int64_t)kh * dk, dk, qscale, qn);
-            l2norm_f32(cr + j->kd + (int64_t)kh * dk, dk, 1.0f, kn);
+            (j->gk ? l2norm_div_f32 : l2norm_f32)(cr + (int64_t)kh * dk, dk, qscale, qn);
+            (j->gk ? l2norm_div_f32 : l2norm_f32)(cr + j->kd + (int64_t)kh * dk, dk, 1.0f, kn);
             const float *v = cr + 2 * j->kd + (int64_t)hv * dv;
             const float beta = lwq_round_to(sigmoidf(j->bb[row * j->nv + hv]), dt);
-            const float decay = expf(A * softplusf(j->aa[row * j->nv + hv] + j->dtb[hv]));
+            /* the decay of S's row i: one per head (gated DeltaNet), or per key channel (KDA) */
+            const float *gk = j->gk ? j->gk + (row * j->nv + hv) * dk : NULL;
+            const float decay = gk ? 1.0f : expf(A * softplusf(j->aa[row * j->nv + hv] + j->dtb[hv]));
             /* two passes over S per token, each fusing two steps of the rule (row i of S is
              * final for step 1 before step 2 reads it, so this is the plain order):
              *   S *= exp(g);  u = S^T k            (the memory's prediction of v)
@@ -384,9 +384,9 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
                 u[d] = 0.0f;
             for (int64_t i = 0; i < dk; i++) {
                 float *restrict Si = S + i * dv;
-                const float ki = kn[i];
+                const float ki = kn[i], di = gk ? expf(gk[i]) : decay;
                 for (int64_t d = 0; d < dv; d++) {
-                    Si[d] *= decay;
+                    Si[d] *= di;
                     u[d] += Si[d] * ki;
                 }
             }
@@ -402,7 +402,7 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
                     oo[d] += Si[d] * qi;
                 }
             }
-            /* gated RMSNorm: round(round(round(o) * rsqrt(var + eps)) * w) * silu(z), rounded */
+            /* gated RMSNorm: round(round(round(o) * rsqrt(var + eps)) * w) * silu(z), rounded (GDN) */
             float ss = 0.0f;
             for (int64_t d = 0; d < dv; d++) {
                 o[d] = lwq_round_to(o[d], dt);
@@ -410,12 +410,30 @@ static void gdn_heads(void *ctx, int64_t i0, int64_t i1, int tid)
             }
             const float rr = 1.0f / sqrtf(ss / (float)dv + j->eps);
             const float *z = j->z + row * j->vd + (int64_t)hv * dv;
-            for (int64_t d = 0; d < dv; d++) {
-                float nrm = lwq_round_to(lwq_round_to(o[d] * rr, dt) * j->wn[d], dt);
-                y[d] = lwq_round_to(nrm * (z[d] * sigmoidf(z[d])), dt);
-            }
+            if (gk) /* KDA's KimiLinearRMSNormGated: all in f32, sigmoid gate, one rounding */
+                for (int64_t d = 0; d < dv; d++)
+                    y[d] = lwq_round_to(j->wn[d] * (o[d] * rr) * sigmoidf(z[d]), dt);
+            else
+                for (int64_t d = 0; d < dv; d++) {
+                    float nrm = lwq_round_to(lwq_round_to(o[d] * rr, dt) * j->wn[d], dt);
+                    y[d] = lwq_round_to(nrm * (z[d] * sigmoidf(z[d])), dt);
+                }
         }
     }
+}
+
+int lwq_fwd_delta_rule(lwq_fwd_delta_job *j, lwq_error *e)
+{
+    int T = lwq_parallel_threads();
+    float *scratch = fbuf((int64_t)(T > 0 ? T : 1) * (j->dk * j->dv + 2 * j->dk + 2 * j->dv));
+    if (!scratch)
+        return lwq_errf(e, LWQ_ENOMEM, "delta rule: no host memory for the per-thread state");
+    j->scratch = scratch;
+    lwq_parallel_for(j->b->batch, 1, gdn_conv, j);
+    lwq_parallel_for(j->b->batch * j->nv, 1, gdn_heads, j);
+    j->scratch = NULL;
+    free(scratch);
+    return 0;
 }
 
 static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
@@ -507,20 +525,20 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
         goto out;
     }
     snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.A_log", layer);
-    if ((rc = weight_host(m, w, layer, nm, 1, nv, 0, &alog, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, nv, 0, &alog, e)) < 0)
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.dt_bias", layer);
-    if ((rc = weight_host(m, w, layer, nm, 1, nv, 0, &dtb, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, nv, 0, &dtb, e)) < 0)
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.linear_attn.norm.weight", layer);
-    if ((rc = weight_host(m, w, layer, nm, 1, dv, 0, &wn, e)) < 0 ||
-        (rc = fetch(m, &wconv, C * K, wc, e)) < 0 || (rc = fetch(m, &qkvz, n * P1, hp, e)) < 0 ||
-        (rc = fetch(m, &ba, n * B1, hba, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, dv, 0, &wn, e)) < 0 ||
+        (rc = lwq_fwd_host_fetch(m, &wconv, C * K, wc, e)) < 0 || (rc = lwq_fwd_host_fetch(m, &qkvz, n * P1, hp, e)) < 0 ||
+        (rc = lwq_fwd_host_fetch(m, &ba, n * B1, hba, e)) < 0)
         goto out;
     if (split) { /* already [q, k, v]; z, b, a as they come */
         memcpy(hm, hp, (size_t)(n * C) * sizeof(float));
         memcpy(hb, hba, (size_t)(n * nv) * sizeof(float));
-        if ((rc = fetch(m, &zt, n * vd, hz, e)) < 0 || (rc = fetch(m, &at, n * nv, ha, e)) < 0)
+        if ((rc = lwq_fwd_host_fetch(m, &zt, n * vd, hz, e)) < 0 || (rc = lwq_fwd_host_fetch(m, &at, n * nv, ha, e)) < 0)
             goto out;
         goto ungrouped;
     }
@@ -543,7 +561,7 @@ static int linear_attention(lwq_model *m, int layer, const lwq_weights *w, const
         }
     }
 ungrouped:
-    if ((rc = store(m, hm, &mixed, e)) < 0 ||
+    if ((rc = lwq_fwd_host_store(m, hm, &mixed, e)) < 0 ||
         (rc = lwq_fwd_observe(obs, layer, mconv, &mixed, &b->valid, e)) < 0)
         goto out;
     j.mixed = hm;
@@ -559,7 +577,7 @@ ungrouped:
     j.scratch = scratch;
     lwq_parallel_for(b->batch, 1, gdn_conv, &j);
     lwq_parallel_for(b->batch * nv, 1, gdn_heads, &j);
-    if ((rc = store(m, hy, &core, e)) < 0 ||
+    if ((rc = lwq_fwd_host_store(m, hy, &core, e)) < 0 ||
         (rc = lwq_fwd_observe(obs, layer, mout, &core, &b->valid, e)) < 0)
         goto out;
     rc = lwq_backend_gemm(m->be, &core, &wout, NULL, out, e);
@@ -603,14 +621,14 @@ int lwq_fwd_qwen3next_shared(lwq_model *m, int layer, const lwq_weights *w, cons
     int rc = 0;
     if (!hs || !hg)
         rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no host memory for the shared expert", layer);
-    if (rc == 0 && (rc = fetch(m, &so, n * D, hs, e)) == 0 && (rc = fetch(m, &gl, n, hg, e)) == 0) {
+    if (rc == 0 && (rc = lwq_fwd_host_fetch(m, &so, n * D, hs, e)) == 0 && (rc = lwq_fwd_host_fetch(m, &gl, n, hg, e)) == 0) {
         const lwq_dtype dt = m->act;
         for (int64_t t = 0; t < n; t++) {
             float gate = lwq_round_to(sigmoidf(hg[t]), dt);
             for (int64_t d = 0; d < D; d++)
                 hs[t * D + d] = lwq_round_to(gate * hs[t * D + d], dt);
         }
-        rc = store(m, hs, sg, e);
+        rc = lwq_fwd_host_store(m, hs, sg, e);
     }
     free(hs);
     free(hg);
@@ -628,7 +646,7 @@ int lwq_fwd_norm_1p_layer(lwq_model *m, int layer, const lwq_weights *w, const c
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: no host memory for %" PRId64 " rows", layer, n);
     int rc = norm_hidden(m, layer, w, which, h, hx, e);
     if (rc == 0)
-        rc = store(m, hx, x, e);
+        rc = lwq_fwd_host_store(m, hx, x, e);
     free(hx);
     return rc < 0 ? rc : 0;
 }
@@ -651,7 +669,7 @@ int lwq_fwd_qwen3next_mixer_block(lwq_model *m, int layer, const lwq_weights *w,
             if (!b->valid_host[t])
                 memset(hx + t * D, 0, (size_t)D * sizeof(float));
     if (rc == 0)
-        rc = store(m, hx, &x, e);
+        rc = lwq_fwd_host_store(m, hx, &x, e);
     free(hx);
     if (rc == 0)
         rc = linear ? linear_attention(m, layer, w, b, &x, &out, obs, e)

@@ -254,6 +254,12 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
             int64_t vd = (int64_t)c->linear_num_value_heads * c->linear_value_head_dim;
             host_lin = (2 * kd + 2 * vd) + 2 * (2 * kd + vd) + 2 * vd + 4 * (int64_t)c->linear_num_value_heads;
             per_row += q + host_lin;
+        } else if (c->family->linear == LWQ_MIXER_KDA) {
+            /* kimi_linear's KDA host arrays (model_kimi.c): x, conv input and output, the forget
+             * gate, the output gate, the core output and beta */
+            int64_t qkv = (int64_t)c->linear_num_key_heads * c->linear_key_head_dim;
+            host_lin = c->hidden_size + 9 * qkv + c->linear_num_key_heads;
+            per_row += host_lin;
         }
         p->workspace_bytes = (uint64_t)((double)max_rows * (double)per_row * 4.0 * 1.5);
         /* a layer's dequantized source weights live until its shard is written */

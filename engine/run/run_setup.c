@@ -217,6 +217,7 @@ static int check_memory(lwq_run *r, lwq_mem_plan *p, lwq_error *e)
     if (rc)
         return rc;
     *p = mp;
+    r->plan_host_peak = mp.host_peak;
     if (!o->quiet)
         lwq_mem_plan_print(&mp, o);
     if ((rc = lwq_plan_stream_refusal(o, &mp, e)) != 0) /* a streaming minimum decides it */

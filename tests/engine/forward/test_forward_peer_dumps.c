@@ -1,7 +1,8 @@
 /* lwq's decoder layers against transformers' own, layer by layer: the forward dumps of tests/data/peers/forward (issue 34). */
 /*
  * Each dump (peers/layer_dump.py, listed under "forward" in tests/data/peers/MANIFEST.json) holds
- * transformers 5.14.1's F32 forward of a tiny F32 source on the first calibration rows: hidden.0
+ * transformers 5.14.1's (kimi_linear: 5.23's) F32 forward of a tiny F32 source on the first calibration rows
+ * (kimi_linear: also longer sequences and left-padded ones, with an attention_mask): hidden.0
  * (the embedding output) and hidden.{i+1} (decoder layer i's output), taken with hooks on the
  * decoder layers.  Here hidden.i goes through lwq's layer i (F32 activations, CPU backend) and
  * the result is compared with hidden.{i+1}: max |lwq - transformers| over the layer's output,
@@ -30,7 +31,7 @@ static const char *data_root(void)
     return path;
 }
 
-/* The MANIFEST "forward" entry whose src is src/<name> (and whose dump is `dump`, unless NULL). */
+/* The MANIFEST "forward" entry whose src is src/<name> (with `dump` non-NULL: whose dump is it). */
 static cJSON *entry(cJSON **m, const char *name, const char *dump)
 {
     char p[1100], *s = NULL, want[128];
@@ -53,18 +54,6 @@ static cJSON *entry(cJSON **m, const char *name, const char *dump)
     return NULL;
 }
 
-/* max |a - ref| / max |ref| over the rows (of d floats) whose valid byte is set. */
-static double rel_err_rows(const float *a, const float *ref, int64_t rows, int64_t d, const uint8_t *valid)
-{
-    double num = 0, den = 0;
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t i = 0; valid[r] && i < d; i++) {
-            num = fmax(num, fabs((double)a[r * d + i] - (double)ref[r * d + i]));
-            den = fmax(den, fabs((double)ref[r * d + i]));
-        }
-    return den > 0 ? num / den : num;
-}
-
 /* F32 tensor `name` of the dump, its element count checked against want. */
 static float *dump_tensor(const lwq_st_file *f, const char *name, int64_t want)
 {
@@ -81,11 +70,23 @@ static float *dump_tensor(const lwq_st_file *f, const char *name, int64_t want)
     return v;
 }
 
-/* max |a - ref| / max |ref| over n values. */
-static void check_dump(const char *src, const char *dump_name)
+/* max |a - ref| / max |ref| over the rows (of D values) that valid marks (NULL: all). */
+static double rel_err_rows(const float *a, const float *ref, int64_t rows, int64_t D, const uint8_t *valid)
+{
+    double err = 0, scale = 0;
+    for (int64_t i = 0; i < rows * D; i++) {
+        if (valid && !valid[i / D])
+            continue;
+        err = fmax(err, fabs((double)a[i] - ref[i]));
+        scale = fmax(scale, fabs((double)ref[i]));
+    }
+    return scale > 0 ? err / scale : err;
+}
+
+static void check_dump(const char *src, const char *dump_rel)
 {
     cJSON *m;
-    const cJSON *x = entry(&m, src, dump_name);
+    const cJSON *x = entry(&m, src, dump_rel);
     const cJSON *dump = cJSON_GetObjectItem(x, "dump"), *tol = cJSON_GetObjectItem(x, "tol");
     cr_assert(cJSON_IsString(dump) && cJSON_IsNumber(tol) && tol->valuedouble > 0 && tol->valuedouble < 1e-3,
               "MANIFEST.json: bad forward entry for %s", src);
@@ -114,30 +115,35 @@ static void check_dump(const char *src, const char *dump_name)
     cr_assert_not_null(tok);
     cr_assert_eq(lwq_st_read(&d, d.data_start + d.entries[ii].begin, tok, (uint64_t)n * sizeof(int32_t), &e), 0,
                  "%s", e.msg);
-    /* a left-padded dump (layer_dump.py --lengths): row s has lengths[s] real tokens at its end */
-    int64_t *lens = NULL;
-    int li = lwq_st_find(&d, "lengths");
-    if (li >= 0) {
-        cr_assert(d.entries[li].ndim == 1 && d.entries[li].dtype == LWQ_I32 && d.entries[li].shape[0] == nseq,
-                  "%s: lengths must be I32 (%lld)", path, (long long)nseq);
-        int32_t l32[64];
-        cr_assert_leq(nseq, 64, "%s: too many rows", path);
-        cr_assert_eq(lwq_st_read(&d, d.data_start + d.entries[li].begin, l32, (uint64_t)nseq * 4, &e), 0, "%s",
-                     e.msg);
-        lens = calloc((size_t)nseq, sizeof *lens);
-        cr_assert_not_null(lens);
-        for (int64_t s = 0; s < nseq; s++) {
-            cr_assert(l32[s] > 0 && l32[s] <= T, "%s: length %d of row %lld", path, l32[s], (long long)s);
-            lens[s] = l32[s];
-        }
-    }
 
     lwq_backend be;
     cr_assert_eq(lwq_backend_cpu_create(&be, 2, &e), 0, "%s", e.msg);
     lwq_model mod;
     cr_assert_eq(lwq_model_init(&mod, c, &be, LWQ_F32, &e), 0, "%s", e.msg);
+    /* a left-padded dump: attention_mask 0 then 1 on each row; only its real rows are compared */
+    int64_t *lengths = NULL;
+    int mi = lwq_st_find(&d, "attention_mask");
+    if (mi >= 0) {
+        cr_assert(d.entries[mi].dtype == LWQ_I32 && lwq_st_numel(&d.entries[mi]) == n, "%s: bad attention_mask", path);
+        int32_t *mask = malloc((size_t)n * sizeof(int32_t));
+        lengths = malloc((size_t)nseq * sizeof(int64_t));
+        cr_assert(mask && lengths);
+        cr_assert_eq(lwq_st_read(&d, d.data_start + d.entries[mi].begin, mask, (uint64_t)n * sizeof(int32_t), &e), 0,
+                     "%s", e.msg);
+        for (int64_t s = 0; s < nseq; s++) {
+            lengths[s] = 0;
+            for (int64_t t = 0; t < T; t++)
+                lengths[s] += mask[s * T + t] != 0;
+            for (int64_t t = 0; t < T; t++)
+                cr_assert_eq(mask[s * T + t] != 0, t >= T - lengths[s], "%s: sequence %lld is not left-padded", path,
+                             (long long)s);
+        }
+        free(mask);
+    }
     lwq_batch b;
-    cr_assert_eq(lwq_batch_init(&b, &be, nseq, T, lens, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_batch_init(&b, &be, nseq, T, lengths, &e), 0, "%s", e.msg);
+    free(lengths);
+    const uint8_t *valid = mi >= 0 ? b.valid_host : NULL;
     int64_t shape[2] = {n, D};
     lwq_tensor h;
     cr_assert_eq(lwq_backend_tensor_alloc(&be, LWQ_F32, 2, shape, &h, &e), 0, "%s", e.msg);
@@ -148,7 +154,7 @@ static void check_dump(const char *src, const char *dump_name)
     float *ref = dump_tensor(&d, "hidden.0", n * D);
     cr_assert_eq(lwq_model_embed(&mod, &f.w, tok, &h, &e), 0, "%s", e.msg);
     cr_assert_eq(lwq_backend_download(&be, ours, h.data, (size_t)(n * D) * sizeof(float), &e), 0, "%s", e.msg);
-    double worst = rel_err_rows(ours, ref, n, D, b.valid_host);
+    double worst = rel_err_rows(ours, ref, n, D, valid);
     cr_assert(worst <= tol->valuedouble, "%s: embedding differs from transformers' by %.3g", src, worst);
     for (int L = 0; L < c->num_hidden_layers; L++) {
         cr_assert_eq(lwq_backend_upload(&be, h.data, ref, (size_t)(n * D) * sizeof(float), &e), 0, "%s", e.msg);
@@ -159,9 +165,9 @@ static void check_dump(const char *src, const char *dump_name)
                      e.msg);
         cr_assert_eq(lwq_backend_download(&be, ours, h.data, (size_t)(n * D) * sizeof(float), &e), 0, "%s",
                      e.msg);
-        double err = rel_err_rows(ours, ref, n, D, b.valid_host); /* the real rows */
-        printf("forward dumps: %s layer %d: %.3g relative to its largest output (bound %.1g)\n", dump->valuestring,
-               L, err, tol->valuedouble);
+        double err = rel_err_rows(ours, ref, n, D, valid);
+        printf("forward dumps: %s layer %d: %.3g relative to its largest output (bound %.1g)\n", src, L, err,
+               tol->valuedouble);
         fflush(stdout);
         cr_assert(err <= tol->valuedouble, "%s: layer %d's output differs from transformers' by %.3g (bound %.1g)",
                   src, L, err, tol->valuedouble);
@@ -170,7 +176,6 @@ static void check_dump(const char *src, const char *dump_name)
     free(ref);
     free(ours);
     free(tok);
-    free(lens);
     lwq_backend_tensor_free(&be, &h);
     lwq_batch_free(&b, &be);
     lwq_model_free(&mod);
@@ -187,11 +192,24 @@ Test(forward_peer_dumps, minimax_m2) { check_family("minimax_m2-f32"); }
 Test(forward_peer_dumps, deepseek_v32) { check_family("deepseek_v32-f32"); }
 Test(forward_peer_dumps, glm_moe_dsa) { check_family("glm_moe_dsa-f32"); }
 Test(forward_peer_dumps, mistral4) { check_family("mistral4-f32"); }
+/* kimi_linear (issue 35): KDA + NoPE MLA + DeepSeek-V3 MoE, transformers 5.23's forward; within one
+ * 64-token chunk of its chunked delta rule, across two and three chunks, and left-padded */
+Test(forward_peer_dumps, kimi_linear_calib_rows) { check_dump("kimi_linear-f32", "forward/kimi_linear-f32.safetensors"); }
+Test(forward_peer_dumps, kimi_linear_two_chunks) { check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t80.safetensors"); }
+Test(forward_peer_dumps, kimi_linear_left_padded)
+{
+    check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t80-pad.safetensors");
+}
+Test(forward_peer_dumps, kimi_linear_three_chunks_padded)
+{
+    check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t130-pad.safetensors");
+}
+
 /* nemotron_h (issue 35): the Mamba2 scan, NoPE attention, ReLU^2 MLP and MoE, on sequences of
- * 32 and 7 tokens and on a left-padded batch (real lengths 32, 17, 5, 1); the latent-MoE model. */
+ * 32 and 7 tokens and left-padded by 0, 15, 27 and 31 tokens; the latent-MoE model. */
 Test(forward_peer_dumps, nemotron_h) { check_dump("nemotron_h-f32", "forward/nemotron_h-f32.safetensors"); }
 Test(forward_peer_dumps, nemotron_h_short) { check_dump("nemotron_h-f32", "forward/nemotron_h-f32-len7.safetensors"); }
-Test(forward_peer_dumps, nemotron_h_padded)
+Test(forward_peer_dumps, nemotron_h_left_padded)
 {
     check_dump("nemotron_h-f32", "forward/nemotron_h-f32-padded.safetensors");
 }
