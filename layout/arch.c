@@ -182,10 +182,9 @@ static void plan_mla_attention(builder *b)
         }
     } else {
         /* q_proj and kv_a_proj_with_mqa read the layer input: Model Optimizer 0.47's export fuses
-         * them (one input and one weight global scale: kimi_linear's goldens).  Its rule is by
-         * shared input, for any model; deepseek_v2 keeps them apart (vLLM's separate GEMMs) until
-         * a golden of a q_lora-less DeepSeek says otherwise (docs/FAMILIES.md) */
-        int g = c->family->mla_nope ? new_group(b) : -1;
+         * them (one input and one weight global scale), by shared input, for any model: run on
+         * kimi_linear's goldens and on a q_lora-less deepseek_v2 (docs/FAMILIES.md) */
+        int g = new_group(b);
         linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, H * qk, h, g, 0, 0);
         linear(b, "self_attn.kv_a_proj_with_mqa", LWQ_ROLE_KV_A, -1,
                c->kv_lora_rank + c->qk_rope_head_dim, h, g, 0, 0);
@@ -699,8 +698,31 @@ static int is_passthrough(const lwq_ckpt *c, const lwq_arch_layer *plan, const c
     return 1;
 }
 
-/* Compare one plan with the checkpoint tensors listed in `have`. */
-static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_ckpt_layer *have,
+/* An FP8-block source's X.weight_scale_inv beside the F8_E4M3 weight X.weight of shape w: one
+ * scale per block of the config's weight_block_size, [ceil(rows / br), ceil(cols / bc)].  Checked
+ * here, from the headers, so a wrong one is refused before any weight is read (the reader checks
+ * it again on the bytes). */
+static int check_block_scale(const lwq_ckpt *c, const lwq_srcfmt *f, const lwq_arch_layer *plan, const char *weight,
+                             const int64_t *w, lwq_arch_report *r, lwq_error *e)
+{
+    char name[LWQ_ARCH_NAME_MAX + 16], det[160];
+    snprintf(name, sizeof name, "%s%s", weight, LWQ_SRCFMT_SCALE_INV);
+    const lwq_ckpt_tensor *s = lwq_ckpt_find(c, name);
+    if (!s)
+        return 0; /* the reader names a missing one */
+    int64_t want[2] = {(w[0] + f->block_rows - 1) / f->block_rows, (w[1] + f->block_cols - 1) / f->block_cols};
+    if (s->ndim == 2 && s->shape[0] == want[0] && s->shape[1] == want[1])
+        return 0;
+    char a[40], b[40];
+    fmt_shape(a, sizeof a, 2, want);
+    fmt_shape(b, sizeof b, s->ndim, s->shape);
+    snprintf(det, sizeof det, "expected %s for a [%lld, %lld] weight in %lldx%lld blocks (weight_block_size), found %s",
+             a, (long long)w[0], (long long)w[1], (long long)f->block_rows, (long long)f->block_cols, b);
+    return issue(r, LWQ_ISSUE_BAD_SHAPE, plan->layer, name, det, e);
+}
+
+/* Compare one plan with the checkpoint tensors listed in `have`; f: the source's storage format. */
+static int check_part(const lwq_ckpt *c, const lwq_srcfmt *f, const lwq_arch_layer *plan, const lwq_ckpt_layer *have,
                       lwq_arch_report *r, lwq_error *e)
 {
     int rc = 0;
@@ -724,8 +746,9 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
             continue;
         }
         char module[LWQ_ARCH_NAME_MAX];
-        /* an lm_head may be quantized too (weight-only NVFP4, recipes that ask for it) */
-        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD) &&
+        /* an lm_head and the token embedding may be quantized too (weight-only NVFP4, recipes that
+         * ask for it; Model Optimizer 0.47 exports a QuantEmbedding's table so) */
+        int kind = t && (p->linear >= 0 || p->kind == LWQ_TK_LM_HEAD || p->kind == LWQ_TK_EMBED) &&
                            lwq_srcfmt_strip_suffix(p->name, ".weight", module, sizeof module)
                        ? quant_kind(c, module, t)
                        : Q_NONE;
@@ -742,6 +765,8 @@ static int check_part(const lwq_ckpt *c, const lwq_arch_layer *plan, const lwq_c
             fmt_shape(b, sizeof b, ndim, shape);
             snprintf(det, sizeof det, "expected %s, found %s", a, b);
             rc = issue(r, LWQ_ISSUE_BAD_SHAPE, plan->layer, p->name, det, e);
+        } else if (t && t->dtype == LWQ_F8_E4M3 && ndim == 2 && f->kind == LWQ_SRCFMT_FP8_BLOCK) {
+            rc = check_block_scale(c, f, plan, p->name, shape, r, e);
         }
     }
     for (int i = 0; rc == 0 && i < have->n; i++) {
@@ -764,6 +789,12 @@ int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
 {
     memset(r, 0, sizeof *r);
     const lwq_model_config *cfg = &c->cfg;
+    /* the block size of an FP8-block source; a config the source reader refuses (or an export's
+     * own quantization_config, for inspect / verify) checks no block scales here */
+    lwq_srcfmt f;
+    lwq_error fe = {0};
+    if (lwq_srcfmt_from_config(cfg, &f, &fe) != 0)
+        f.kind = LWQ_SRCFMT_PLAIN;
     int rc = 0;
     for (int l = 0; rc == 0 && l < c->nlayers; l++) {
         if (l >= cfg->num_hidden_layers) {
@@ -779,13 +810,13 @@ int lwq_arch_check(const lwq_ckpt *c, lwq_arch_report *r, lwq_error *e)
         lwq_arch_layer plan;
         if ((rc = lwq_arch_layer_plan(cfg, l, &plan, e)) != 0)
             break;
-        rc = check_part(c, &plan, &c->layers[l], r, e);
+        rc = check_part(c, &f, &plan, &c->layers[l], r, e);
         lwq_arch_layer_free(&plan);
     }
     if (rc == 0) {
         lwq_arch_layer tail;
         if ((rc = lwq_arch_tail_plan(cfg, &tail, e)) == 0) {
-            rc = check_part(c, &tail, &c->tail, r, e);
+            rc = check_part(c, &f, &tail, &c->tail, r, e);
             lwq_arch_layer_free(&tail);
         }
     }

@@ -29,11 +29,11 @@ static const lwq_family families[] = {
      .partial_rotary = 1.0},
     {.model_type = "deepseek_v3", .fused_experts = 1, .name = "deepseek_v3", .attn = LWQ_MIXER_MLA,
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
-     .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
+     .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
     {.model_type = "kimi_k2", .name = "deepseek_v3", .attn = LWQ_MIXER_MLA,
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_DEEPSEEK, .router = LWQ_ROUTER_DEEPSEEK_V3,
-     .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
+     .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK, .norm_topk_default = 1, .rope_theta = 10000.0,
      .rms_norm_eps = 1e-6, .partial_rotary = 1.0},
     /* GLM-4.5 / 4.6 / 4.7 (Glm4MoeForCausalLM): GQA with q/k/v biases (o_proj none), optional
      * per-head q/k norm, partial rotary (transformers' default 0.5), DeepSeek-V3 routing with

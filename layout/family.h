@@ -168,7 +168,7 @@ typedef struct lwq_family {
     int norm_topk_default;  /* norm_topk_prob when the key is absent */
     int norm_topk_fixed;    /* the router always renormalises, whatever the key says */
     int group_mask_inf;     /* DeepSeek-V3 routing: experts outside the topk_group groups get a
-                               choice score of -inf (transformers 5's glm4_moe), not 0.0 */
+                               choice score of -inf (transformers 5.14.1: every V3-routed row), not 0.0 */
     /* defaults */
     double rope_theta, rms_norm_eps, partial_rotary;
     /* outside the decoder layers */

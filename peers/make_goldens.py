@@ -240,6 +240,8 @@ def copy_case(c, bounds):
     case = {"name": c.id, "src": f"src/{c.src}", "golden": gold, "lwq": args,
             "rtol": bounds[c.src]["bound"] if c.src in bounds else run.F32_RTOL,
             "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
+    if run.mo_source(c.src) != c.src:  # Model Optimizer quantized the dequantized form
+        case["modelopt"]["source"] = f"{run.mo_source(c.src)} (peers/make_fp8_block.py; not committed)"
     if is_qwen3_5(c.src) or c.group == "nemotron":
         # the group is the Criterion test that runs the case (tests/tools/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
@@ -319,6 +321,70 @@ def add_families34():
     write_readme(man)
     size = sums_and_size()
     print(f"make_goldens: {len(new)} families34 cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
+# FP8-block sources (peers/run.py group "fp8block": lwq reads the FP8 form, Model Optimizer the
+# dequantized one) and weight-only NVFP4 on the issue-34 families (group "families34_w4a16"),
+# added with --add GROUP
+GROUP_LABELS = {"fp8block": {"fp8", "nvfp4"}, "families34_w4a16": {"w4a16_nvfp4"}}
+
+
+def add_group(group):
+    """--add fp8block / families34_w4a16: that group's goldens beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k in bounds and abs(bounds[k]["bound"] - b["bound"]) > 1e-12:
+            sys.exit(f"make_goldens: the BF16 bound of {k} moved ({bounds[k]['bound']} -> {b['bound']})")
+        bounds.setdefault(k, b)
+    todo = [c for c in run.cases() if c.group == group and c.label in GROUP_LABELS[group]]
+    for c in todo:  # a family not run (mistral4 while lwq refuses it) is left out, said so
+        if not os.path.exists(os.path.join(c.mo_dir(), "PEERS_RUN.json")):
+            print(f"make_goldens: {c.id}: no Model Optimizer export in {c.mo_dir()}; left out")
+    new = [copy_case(c, bounds) for c in todo if os.path.exists(os.path.join(c.mo_dir(), "PEERS_RUN.json"))]
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    cmd = f"peers/run.sh --only {group}; .peers/venvs/modelopt/bin/python peers/make_goldens.py --add {group}"
+    if cmd not in man["commands"]:
+        man["commands"].append(cmd)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} {group} cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
+# DeepSeek-V3 routing where the group fill matters (peers/make_group_mask_source.py): the source
+# as deepseek_v3 and as kimi_k2, and transformers' forward of it, added with --add group_mask
+GROUP_MASK = ("deepseek_v3_group_mask-f32", "kimi_k2_group_mask-f32")
+GROUP_MASK_COMMAND = ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add group_mask"
+
+
+def add_group_mask():
+    """--add group_mask: the two sources (from WORK/src/deepseek_v3-f32) and the forward dump of
+    transformers 5.14.1 (deepseek_v3's modeling for both: it reads a kimi_k2 text config as
+    deepseek_v3), listed under "forward"."""
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    base = os.path.join(run.WORK, "src", "deepseek_v3-f32")
+    dump = os.path.join("forward", GROUP_MASK[0] + ".safetensors")
+    for src, mt in zip(GROUP_MASK, ("deepseek_v3", "kimi_k2")):
+        subprocess.run([sys.executable, os.path.join(HERE, "make_group_mask_source.py"), base,
+                        os.path.join(DEST, "src", src), "--model-type", mt], check=True)
+    subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(DEST, "src", GROUP_MASK[0]),
+                    os.path.join(DEST, dump), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                    "--seqs", str(FORWARD_SEQS)], check=True)
+    want = {f"src/{s}" for s in GROUP_MASK}
+    man["forward"] = [x for x in man["forward"] if x["src"] not in want] + \
+        [{"src": f"src/{s}", "dump": dump, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL} for s in GROUP_MASK]
+    if GROUP_MASK_COMMAND not in man["commands"]:
+        man["commands"].append(GROUP_MASK_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: group_mask sources and forward dump added, {size / 1e6:.2f} MB in {DEST}")
 
 
 # issue 35: kimi_linear, made in a venv with transformers 5.23 beside Model Optimizer 0.47 (transformers
@@ -514,7 +580,8 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "kimi_linear"),
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "kimi_linear", "fp8block",
+                                      "families34_w4a16", "group_mask"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
@@ -527,6 +594,10 @@ def main():
         return add_nemotron()
     if a.add == "mixed":
         return add_mixed()
+    if a.add in GROUP_LABELS:
+        return add_group(a.add)
+    if a.add == "group_mask":
+        return add_group_mask()
     if a.add == "qwen3_5":
         return add_qwen3_5()
     res = json.load(open(os.path.join(run.WORK, "results.json")))
@@ -626,6 +697,20 @@ MTP layer, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, FP8 and NVFP4 throug
 skipped only while lwq itself refuses the source's model_type.  `forward/<src>.safetensors`:
 transformers' forward of their F32 sources layer by layer (MANIFEST.json `forward`), matched by
 tests/engine/forward/test_forward_peer_dumps.c to `tol`; added with `--add families34`.
+Weight-only NVFP4 (`w4a16_nvfp4`) on glm4_moe, minimax_m2, deepseek_v32 and glm_moe_dsa (group
+`families34_w4a16`, `--add families34_w4a16`; Model Optimizer quantizes the DSA indexer's linears
+weight-only too).
+
+FP8-block sources (group `fp8block`, `--add fp8block`): `src/{{minimax_m2,glm4_moe}}-fp8block-*` are
+the minimax_m2 and glm4_moe sources as MiniMax and Zhipu publish theirs, written by
+`peers/make_fp8_block.py`: every linear weight (the MTP layer's too; not embeddings, lm_head,
+routers, norms) F8_E4M3 with an F32 `weight_scale_inv` per 128 x 128 block and
+`quantization_config` `{{"quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}`.
+Model Optimizer cannot read them (hf_ptq dequantizes such checkpoints first), so its goldens are
+its export of the dequantized form (`SRC.dequant`, made by the same script: E4M3 times the block
+scale in float32, rounded to the source dtype, as lwq's reader and DeepSeek's `weight_dequant`
+do; not committed, the script remakes it byte for byte); lwq quantizes the FP8 form.  The BF16
+bound is computed on the dequantized form.
 
 Nemotron-H (issue 35; `peers/run.py` group `nemotron`; docs/FAMILIES.md): nemotron_h (Mamba2,
 ReLU^2 MLP, NoPE attention, MoE) and nemotron_h_latent (MoE with moe_latent_size), F32 and BF16,

@@ -44,6 +44,9 @@ MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
 NEMOTRON = ["nemotron_h", "nemotron_h_latent"]
 QWEN3_5 = ["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"]
 QWEN3_5_RECIPES = {"qwen3_5": "huggingface/qwen3_5/ptq", "qwen3_5_moe": "huggingface/qwen3_5_moe/ptq"}
+# FP8-block forms (peers/make_fp8_block.py) of two issue-34 sources, as MiniMax-M2 and GLM-4.5 are
+# published: lwq reads the FP8 form, Model Optimizer the dequantized one (SRC.dequant)
+FP8BLOCK = [f"{a}-fp8block-{d}" for a in ("minimax_m2", "glm4_moe") for d in ("f32", "bf16")]
 # issue 35: Kimi-Linear (peers/make_sources.py kimi_linear_configs).  transformers 5.14.1 has no
 # kimi_linear: this group runs in a venv with transformers 5.23 beside Model Optimizer 0.47
 # (docs/FAMILIES.md); its MLA layers make nvfp4 Model Optimizer's preset through lwq's recipe
@@ -146,6 +149,10 @@ def cases():
                                 ["--recipe", r, "--recipe-root", recipe_root()]))
     out += qwen3_5_cases()
     out += families34_cases()
+    for src in FP8BLOCK:
+        for q in ("fp8", "nvfp4"):
+            out.append(Case("fp8block", src, q, *preset(q)))
+        out.append(Case("fp8block", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     out += mixed_cases()
     out += autoq_cases()
     out += kimi_cases()
@@ -163,6 +170,11 @@ def kimi_cases():
                         ["--recipe", os.path.join(HERE, "lwq_recipes", "nvfp4_modelopt.json")]))
         out.append(Case("kimi_linear", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     return out
+
+
+def mo_source(src):
+    """The source Model Optimizer quantizes for src: the dequantized form of an FP8-block one."""
+    return src + ".dequant" if src in FP8BLOCK else src
 
 
 # MIXED_PRECISION exports (peers/recipes/nvfp4_experts-fp8_rest.yaml: NVFP4 routed experts, FP8
@@ -249,6 +261,8 @@ def families34_cases():
             else:
                 out.append(Case("families34", src, "nvfp4", *preset("nvfp4")))
             out.append(Case("families34", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
+            # weight-only NVFP4 (the published recipes' format), for the clients' check of it
+            out.append(Case("families34_w4a16", src, "w4a16_nvfp4", *preset("w4a16_nvfp4")))
     return out
 
 
@@ -291,6 +305,11 @@ def ensure_sources():
     missing34 = [a for a in FAMILIES34 + NEMOTRON if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if missing34:
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
+    for s in FP8BLOCK:
+        if not os.path.isdir(os.path.join(src, s + ".dequant")):
+            base = s.replace("-fp8block", "")
+            subprocess.run([PY, os.path.join(HERE, "make_fp8_block.py"), os.path.join(src, base), os.path.join(src, s),
+                            os.path.join(src, s + ".dequant")], check=True)
     kimi = [a for a in KIMI if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if kimi:  # needs transformers >= 5.23 in this venv
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(kimi)], check=True)
@@ -314,7 +333,7 @@ def run_modelopt(todo, src_dir, calib, force):
                 lw = c.mo.get("layerwise_checkpoint_dir")
                 if lw:
                     shutil.rmtree(lw, ignore_errors=True)
-                f.write(json.dumps(dict(c.mo, src=os.path.join(src_dir, c.src), out=c.mo_dir(), calib=calib,
+                f.write(json.dumps(dict(c.mo, src=os.path.join(src_dir, mo_source(c.src)), out=c.mo_dir(), calib=calib,
                                         batch_size=CALIB["batch"], calib_size=CALIB["size"])) + "\n")
         print(f"run: Model Optimizer, {len(cs)} case(s){' (patched: ' + patch + ')' if patch else ''}", flush=True)
         sh([PY, os.path.join(HERE, "modelopt_driver.py"), "--jobs", jobs], jobs + ".log")
@@ -354,7 +373,7 @@ def bf16_bound(src, src_dir, calib, force):
     if force or not os.path.exists(os.path.join(ref, "PEERS_RUN.json")):
         jobs = os.path.join(WORK, f"jobs-bound-{src}.jsonl")
         with open(jobs, "w") as f:
-            f.write(json.dumps(dict(qformat="fp8", kv="fp8", load_dtype="float32", src=os.path.join(src_dir, src),
+            f.write(json.dumps(dict(qformat="fp8", kv="fp8", load_dtype="float32", src=os.path.join(src_dir, mo_source(src)),
                                     out=ref, calib=calib, batch_size=CALIB["batch"], calib_size=CALIB["size"])) + "\n")
         sh([PY, os.path.join(HERE, "modelopt_driver.py"), "--jobs", jobs], jobs + ".log")
     ta, tb = compare.read_checkpoint(bf), compare.read_checkpoint(ref)
@@ -377,7 +396,8 @@ def fmt_rel(w):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
-                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, mixed, autoq)")
+                    "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, families34_w4a16, "
+                    "fp8block, mixed, autoq, kimi_linear)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

@@ -9,8 +9,8 @@
 #
 #   scripts/ranks-check.sh [BUILD_DIR]      (default build; LWQ_MPIEXEC picks the launcher)
 # REF_BIN=/path/to/lwq (a build configured -DLWQ_MPI=OFF) makes the "none" column that binary's.
-# Models come from `lwq mkmodel` (tiny: 3 layers, hidden 128), calibration 16 x 32 tokens in 4
-# batches of 4, so 4 ranks each get one batch.
+# Models come from `lwq mkmodel` (tiny: 3 layers, hidden 128) and tests/data/peers/src (the new
+# families), calibration 16 x 32 tokens in 4 batches of 4, so 4 ranks each get one batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -50,6 +50,21 @@ cases=(
   "dsfp8|fp8 gptq (FP8-block source)|--qformat fp8 --algo gptq"
   "next|qwen3next_production|--qformat qwen3next_production"
   "next|qwen3next_production --expert-group 4|--qformat qwen3next_production --expert-group 4"
+)
+# the new families' transformers-written tiny sources (tests/data/peers/src) with their calibration
+# ids: qwen3_5_moe's experts fused 3-D on disk, glm_moe_dsa's DSA indexer and a routed expert no
+# token reaches (local_hessian's cold-expert count in the report)
+for m in qwen3_5_moe-bf16 glm4_moe-bf16 minimax_m2-bf16 deepseek_v32-bf16 glm_moe_dsa-bf16; do
+  cp -r "tests/data/peers/src/$m" "$work/$m"
+done
+pc="--calib $PWD/tests/data/peers/calib.jsonl"
+cases+=(
+  "qwen3_5_moe-bf16|nvfp4 (fused 3-D experts) --expert-group 3|$pc --qformat nvfp4 --expert-group 3"
+  "qwen3_5_moe-bf16|fp8 mse (fused 3-D experts)|$pc --qformat fp8 --algo mse"
+  "glm4_moe-bf16|nvfp4 local_hessian|$pc --qformat nvfp4 --algo local_hessian"
+  "minimax_m2-bf16|nvfp4 mse+sweep --expert-group 3|$pc --qformat nvfp4 --algo mse --fp8-scale-sweep --expert-group 3"
+  "deepseek_v32-bf16|fp8 gptq (DSA indexer)|$pc --qformat fp8 --algo gptq"
+  "glm_moe_dsa-bf16|nvfp4 local_hessian (DSA, a cold expert)|$pc --qformat nvfp4 --algo local_hessian"
 )
 printf '%-56s %-5s %-5s %-5s %-5s %-5s\n' "case" none np1 np2 np3 np4
 status=0

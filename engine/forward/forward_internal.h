@@ -109,10 +109,10 @@ typedef struct lwq_fwd_experts {
 } lwq_fwd_experts;
 
 /* The experts' rows gathered on the device: expert e0 + j runs on rows [off[j], off[j + 1]) of xe
- * (expert-major) and writes rows y0 + off[j] .. of y; g, u: scratch, inter wide, of off[count]
- * rows (then the experts run as grouped products, lwq_backend_gemm_grouped) or at least the
- * largest count's (then one expert after another: expert streaming, whose memory stays below a
- * group); xe, g, u are not read when off[count] is 0.  slot, ws: moe_combine's operands. */
+ * (expert-major) and writes rows y0 + off[j] .. of y; g, u: scratch, inter wide, of at least the
+ * largest count's rows: the experts run in consecutive ranges whose rows fit it, each range as
+ * grouped products (lwq_backend_gemm_grouped); xe, g, u are not read when off[count] is 0.
+ * slot, ws: moe_combine's operands. */
 typedef struct lwq_fwd_routed {
     const int64_t *off;
     const lwq_tensor *xe;

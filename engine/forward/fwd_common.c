@@ -491,74 +491,75 @@ int lwq_fwd_relu2_mlp(lwq_model *m, int layer, const lwq_weights *w, const char 
 
 /* ---- routed experts, shared by model_moe.c and fwd_stream.c ---------------------------------- */
 
-/* The routed experts of ex as three grouped products (gate and up together, then down): every
+/* Experts [j0, j1) of ex as three grouped products (gate and up together, then down): every
  * expert's rows in one scheduled job per step, so the backend keeps all its threads busy across
- * experts (lwq_backend_gemm_grouped) instead of forking and joining three times per expert.  r->g
- * and r->u hold off[count] rows here (all experts' rows at once); SiLU x up runs once over them.
- * Each product, and so each bit, is the one the per-expert loop computes; the observers see the
- * same inputs, per module in the same order. */
+ * experts (lwq_backend_gemm_grouped) instead of forking and joining three times per expert.
+ * r->g and r->u hold the range's off[j1] - off[j0] rows (the caller cuts the experts into such
+ * ranges); SiLU x up runs once over them.  Each product, and so each bit, is the one a per-expert
+ * loop computes; the observers see the same inputs, per module in the same order. */
 typedef struct moe_expert_w {
     lwq_tensor w[3], b[3];
     int hb[3];
 } moe_expert_w;
 
 static int moe_grouped(lwq_model *m, int layer, const lwq_weights *w, const lwq_fwd_experts *ex,
-                       const lwq_fwd_routed *r, const char *const names[3],
+                       const lwq_fwd_routed *r, int j0, int j1, const char *const names[3],
                        const lwq_observer *robs, lwq_error *e)
 {
     const int64_t D = m->cfg->hidden_size, I = ex->inter;
     const int need_bias = m->cfg->mlp_bias && m->cfg->family->mlp_bias;
-    const int64_t mrows = r->off[ex->count];
-    moe_expert_w *ew = (moe_expert_w *)calloc((size_t)ex->count + 1, sizeof *ew);
-    lwq_gemm_group *gg = (lwq_gemm_group *)calloc(2 * (size_t)ex->count + 1, sizeof *gg);
-    lwq_tensor *views = (lwq_tensor *)calloc(5 * (size_t)ex->count + 1, sizeof *views);
+    const int64_t rows = r->off[j1] - r->off[j0];
+    const int ne = j1 - j0;
+    moe_expert_w *ew = (moe_expert_w *)calloc((size_t)ne + 1, sizeof *ew);
+    lwq_gemm_group *gg = (lwq_gemm_group *)calloc(2 * (size_t)ne + 1, sizeof *gg);
+    lwq_tensor *views = (lwq_tensor *)calloc(5 * (size_t)ne + 1, sizeof *views);
     int rc = 0, ng = 0;
     if (!ew || !gg || !views) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for the plan of %d experts", layer,
-                      ex->count);
+        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for the plan of %d experts", layer, ne);
         goto out;
     }
     char ep[192], mod[LWQ_NAME_MAX];
     const int64_t outs[3] = {I, I, D}, ins[3] = {D, D, I};
-    lwq_tensor G = lwq_fwd_rows(r->g, 0, mrows), U = lwq_fwd_rows(r->u, 0, mrows);
+    lwq_tensor G = lwq_fwd_rows(r->g, 0, rows), U = lwq_fwd_rows(r->u, 0, rows);
     /* gate and up: weights, observers, one grouped call */
-    for (int j = 0; j < ex->count && rc == 0; j++) {
-        const int64_t o = r->off[j], cnt = r->off[j + 1] - o;
+    for (int j = j0; j < j1 && rc == 0; j++) {
+        const int64_t o = r->off[j], cnt = r->off[j + 1] - o, q = 5 * (int64_t)(j - j0);
         if (cnt == 0)
             continue;
-        lwq_tensor *xv = &views[5 * j], *gv = xv + 1, *uv = xv + 2, *dv = xv + 3, *yv = xv + 4;
+        lwq_tensor *xv = &views[q], *gv = xv + 1, *uv = xv + 2, *dv = xv + 3, *yv = xv + 4;
         *xv = lwq_fwd_rows(r->xe, o, cnt);
-        *gv = lwq_fwd_rows(&G, o, cnt);
-        *uv = lwq_fwd_rows(&U, o, cnt);
-        *dv = lwq_fwd_rows(&G, o, cnt);
+        *gv = lwq_fwd_rows(&G, o - r->off[j0], cnt);
+        *uv = lwq_fwd_rows(&U, o - r->off[j0], cnt);
+        *dv = lwq_fwd_rows(&G, o - r->off[j0], cnt);
         *yv = lwq_fwd_rows(r->y, r->y0 + o, cnt);
         snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
+        moe_expert_w *wj = &ew[j - j0];
         for (int k = 0; k < 3 && rc == 0; k++) {
             snprintf(mod, sizeof mod, "%s.%s", ep, names[k]);
-            rc = lwq_fwd_linear(m, w, layer, mod, outs[k], ins[k], need_bias, &ew[j].w[k],
-                                &ew[j].b[k], &ew[j].hb[k], e);
+            rc = lwq_fwd_linear(m, w, layer, mod, outs[k], ins[k], need_bias, &wj->w[k],
+                                &wj->b[k], &wj->hb[k], e);
         }
         for (int k = 0; k < 2 && rc == 0; k++) {
             snprintf(mod, sizeof mod, "%s.%s", ep, names[k]);
             rc = lwq_fwd_observe_tok(robs, layer, mod, xv, NULL, r->tok + o, e);
         }
         for (int k = 0; k < 2; k++)
-            gg[ng++] = (lwq_gemm_group){xv, &ew[j].w[k], ew[j].hb[k] ? &ew[j].b[k] : NULL,
-                                        k ? uv : gv};
+            gg[ng++] = (lwq_gemm_group){xv, &wj->w[k], wj->hb[k] ? &wj->b[k] : NULL, k ? uv : gv};
     }
     if (rc < 0 || (rc = lwq_backend_gemm_grouped(m->be, gg, ng, e)) < 0 ||
         (rc = lwq_backend_swiglu(m->be, &G, &U, &G, e)) < 0)
         goto out;
     /* down: observers on SiLU(gate) x up, one grouped call into y */
     ng = 0;
-    for (int j = 0; j < ex->count && rc == 0; j++) {
-        const int64_t o = r->off[j];
+    for (int j = j0; j < j1 && rc == 0; j++) {
+        const int64_t o = r->off[j], q = 5 * (int64_t)(j - j0);
         if (r->off[j + 1] == o)
             continue;
+        const moe_expert_w *wj = &ew[j - j0];
         snprintf(mod, sizeof mod, "%s.experts.%d.%s", ex->prefix, ex->e0 + j, names[2]);
-        rc = lwq_fwd_observe_tok(robs, layer, mod, &views[5 * j + 3], NULL, r->tok + o, e);
-        gg[ng++] = (lwq_gemm_group){&views[5 * j + 3], &ew[j].w[2],
-                                    ew[j].hb[2] ? &ew[j].b[2] : NULL, &views[5 * j + 4]};
+        rc = lwq_fwd_observe_tok(robs, layer, mod, &views[q + 3], NULL, r->tok + o, e);
+        gg[ng++] = (lwq_gemm_group){&views[q + 3], &wj->w[2], wj->hb[2] ? &wj->b[2] : NULL,
+                                    &views[q + 4]};
     }
     if (rc == 0)
         rc = lwq_backend_gemm_grouped(m->be, gg, ng, e);
@@ -582,22 +583,28 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
     /* in all-experts mode the routed run is not observed: the run below covers every token */
     const lwq_observer *robs = (obs && obs->all_experts) ? NULL : obs;
     const char *const names[3] = {gn, un, dn};
-    /* the grouped GEMMs run SwiGLU experts; nemotron_h's ReLU^2 experts go one by one */
-    const int grouped = !ex->relu2 && r->off[ex->count] > 0 && r->g->shape[0] >= r->off[ex->count] &&
-                        r->u->shape[0] >= r->off[ex->count];
-    if (grouped)
-        rc = moe_grouped(m, layer, w, ex, r, names, robs, e);
-    for (int j = 0; j < ex->count && rc == 0 && !grouped; j++) {
+    /* nemotron_h's ReLU^2 experts one by one (the grouped GEMMs run SwiGLU experts) */
+    for (int j = 0; ex->relu2 && j < ex->count && rc == 0; j++) {
         int64_t cnt = r->off[j + 1] - r->off[j];
         if (cnt == 0)
             continue;
         lwq_tensor xv = lwq_fwd_rows(r->xe, r->off[j], cnt);
         lwq_tensor yv = lwq_fwd_rows(r->y, r->y0 + r->off[j], cnt);
-        lwq_tensor gv = lwq_fwd_rows(r->g, 0, cnt), uv = lwq_fwd_rows(r->u, 0, cnt);
+        lwq_tensor uv = lwq_fwd_rows(r->u, 0, cnt);
         snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
-        rc = ex->relu2 ? lwq_fwd_relu2_mlp(m, layer, w, ep, I, &xv, NULL, r->tok + r->off[j], &uv, &yv, robs, e)
-                       : lwq_fwd_swiglu_mlp_tok(m, layer, w, ep, gn, un, dn, I, &xv, r->tok + r->off[j], &gv, &uv,
-                                                &yv, robs, e);
+        rc = lwq_fwd_relu2_mlp(m, layer, w, ep, I, &xv, NULL, r->tok + r->off[j], &uv, &yv, robs, e);
+    }
+    /* the experts in ranges of at most cap rows (the g/u scratch), each range grouped */
+    const int64_t cap = r->off[ex->count] == 0 ? 0
+                        : r->g->shape[0] < r->u->shape[0] ? r->g->shape[0] : r->u->shape[0];
+    for (int j0 = 0, j1; !ex->relu2 && j0 < ex->count && rc == 0; j0 = j1) {
+        for (j1 = j0; j1 < ex->count && r->off[j1 + 1] - r->off[j0] <= cap; j1++)
+            ;
+        if (j1 == j0)
+            return lwq_errf(e, LWQ_EINVAL, "layer %d: expert %d has %" PRId64 " rows, its scratch "
+                            "%" PRId64, layer, ex->e0 + j0, r->off[j0 + 1] - r->off[j0], cap);
+        if (r->off[j1] > r->off[j0]) /* g, u, xe are not there when no row is routed */
+            rc = moe_grouped(m, layer, w, ex, r, j0, j1, names, robs, e);
     }
     if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, r->y, r->slot, r->ws, out, e)) < 0)
         return rc;

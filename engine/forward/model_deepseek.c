@@ -39,8 +39,9 @@
  *   dense one above, exact while a sequence is at most index_topk long (longer ones refused:
  *   lwq_config_check_seq).
  *   V3: sigmoid scores s; choice c = s + e_score_correction_bias; the topk_group groups with the
- *       largest sum of their two best c; c of the other groups set to 0.0 (-inf for glm4_moe, as
- *       transformers 5 has it: family->group_mask_inf); top-k of c; weights
+ *       largest sum of their two best c; c of the other groups set to -inf (transformers 5.14.1's
+ *       DeepseekV3TopkRouter, which Model Optimizer 0.47 runs; every V3-routed row sets
+ *       family->group_mask_inf; 0.0 was transformers 4's and DeepSeek's remote code); top-k of c; weights
  *       are the unbiased s of the chosen experts, / (sum + 1e-20) when norm_topk_prob, times
  *       routed_scaling_factor.
  *   Mistral-4 (LWQ_ROUTER_SOFTMAX_GROUPED): logits x Wgate^T in the act dtype, softmax over all

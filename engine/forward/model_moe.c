@@ -21,6 +21,8 @@
 
 #include "engine/forward/forward_internal.h"
 
+#define MOE_GROUP_ROWS 4096 /* routed rows per grouped range (lwq_fwd_moe_run), at least */
+
 typedef struct moe_host {
     int32_t *idx, *rows, *slot, *vrows;
     float *wts, *wsorted;
@@ -179,15 +181,21 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
         (rc = obs->expert_counts(obs->ctx, layer, h.counts, E, e)) < 0)
         goto out;
 
-    lwq_tensor rows, slot, wsorted, xe, y, g, u; /* g, u: every routed row (grouped experts) */
+    /* g, u: rows for the grouped experts, all routed rows up to MOE_GROUP_ROWS (more only when
+     * one expert has more), so the scratch stays bounded at large batches */
+    lwq_tensor rows, slot, wsorted, xe, y, g, u;
+    int64_t grows = 0;
+    for (int ex = 0; ex < E; ex++)
+        grows = h.counts[ex] > grows ? h.counts[ex] : grows;
+    grows = grows > MOE_GROUP_ROWS ? grows : mrows < MOE_GROUP_ROWS ? mrows : MOE_GROUP_ROWS;
     if ((rc = upload_i32(m, h.rows, mrows, 0, &rows, e)) < 0 ||
         (rc = upload_i32(m, h.slot, n, K, &slot, e)) < 0 ||
         (rc = lwq_fwd_tensor(m, LWQ_F32, n, K, &wsorted, e)) < 0 ||
         (rc = lwq_backend_upload(m->be, wsorted.data, h.wsorted, (size_t)(n * K) * 4, e)) < 0 ||
         (rc = lwq_fwd_tensor(m, m->act, mrows, D, &xe, e)) < 0 ||
         (rc = lwq_fwd_tensor(m, m->act, mrows, D, &y, e)) < 0 ||
-        (rc = lwq_fwd_tensor(m, m->act, mrows, I, &g, e)) < 0 ||
-        (rc = lwq_fwd_tensor(m, m->act, mrows, I, &u, e)) < 0 ||
+        (rc = lwq_fwd_tensor(m, m->act, grows, I, &g, e)) < 0 ||
+        (rc = lwq_fwd_tensor(m, m->act, grows, I, &u, e)) < 0 ||
         (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0)
         goto out;
     const lwq_fwd_experts ex = {prefix, mixtral_names, I, 0, E, c->family->experts == LWQ_EXPERTS_NEMOTRON};

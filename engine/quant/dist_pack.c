@@ -10,7 +10,7 @@
 
 typedef struct blob_head {
     uint32_t magic, ntensors;
-    int32_t quantized, zero_weights, gptq_fallback, gptq_n;
+    int32_t quantized, zero_weights, gptq_fallback, hessian_fallback, gptq_n;
 } blob_head;
 
 typedef struct tensor_head {
@@ -44,7 +44,8 @@ int lwq_dist_pack(const lwq_tlist *out, int from, const lwq_qlayer_report *rep, 
     if (!p)
         return lwq_errf(e, LWQ_ENOMEM, "cannot allocate %llu bytes to send the quantized tensors",
                         (unsigned long long)n);
-    blob_head h = {MAGIC, nt, rep->quantized, rep->zero_weights, rep->gptq_fallback, rep->gptq_n};
+    blob_head h = {MAGIC, nt, rep->quantized, rep->zero_weights, rep->gptq_fallback, rep->hessian_fallback,
+                   rep->gptq_n};
     unsigned char *q = p;
     memcpy(q, &h, sizeof h);
     q += sizeof h;
@@ -211,6 +212,7 @@ int lwq_dist_unpack(const void *blob, uint64_t bytes, int rank, lwq_tlist *out, 
     rep->quantized += h.quantized;
     rep->zero_weights += h.zero_weights;
     rep->gptq_fallback += h.gptq_fallback;
+    rep->hessian_fallback += h.hessian_fallback;
     for (uint32_t k = 0; k < h.ntensors; k++) {
         tensor_head th;
         if ((uint64_t)(end - p) < sizeof th)

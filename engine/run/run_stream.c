@@ -329,6 +329,7 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
                                         &sl->out, &rp, e);
         sl->rep.quantized += rp.quantized;
         sl->rep.zero_weights += rp.zero_weights;
+        sl->rep.hessian_fallback += rp.hessian_fallback;
         lwq_qlayer_report_free(&rp); /* GPTQ entries: none, GPTQ implies --qdq-next, refused above */
     }
     if (rc == 0)

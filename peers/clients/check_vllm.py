@@ -25,8 +25,17 @@ One job per line: {"case", "lwq": lwq output dir}.  Per job:
    Every parameter element must be written: the model is built and loaded twice, once with
    every parameter byte preset to 0x00 and once to 0xFF; an element that differs between the
    two loads was never written.  Attention's q_scale / prob_scale (and k_scale / v_scale when the
-   checkpoint has no KV cache) are parameters Model Optimizer checkpoints do not carry; they are
-   listed apart.
+   checkpoint has no KV cache, and the input_scale vLLM registers beside every W4A16_NVFP4 layer
+   only to drop it) are parameters Model Optimizer checkpoints do not carry; they are listed
+   apart.  MTP tensors (qwen3_5's `mtp.*`, the layers past num_hidden_layers of glm4_moe and the
+   DeepSeek family) are dropped by vLLM's main model by its own rule (its WeightsMapper /
+   get_spec_layer_idx_from_weight_name: they load into its MTP draft model); they are counted
+   apart as "MTP, skipped by vLLM's main model", not as accepted.
+   Two more CPU patches, for kernels only (no parameter depends on them): weight-only NVFP4
+   linears get vLLM's Marlin kernel object although Marlin needs a GPU, and DeepSeek-V3.2 /
+   GLM-5's sparse MLA attention the CUDA FlashMLA sparse backend class (vLLM's CPU platform has
+   none: "Sparse Attention is not supported on CPU"), with vLLM's workspace manager set up on
+   the CPU; each run lists what it patched (moe_backend_fallback).
 3. vLLM's `process_weights_after_loading` (the emulation kernels' post-load processing, which
    also checks that NVFP4 block scales were loaded) is run and its outcome recorded.
 """
@@ -67,6 +76,47 @@ def setup_vllm():
                                            onv.backend_to_kernel_cls)
     mo.select_fp8_moe_backend = fallback(mo.select_fp8_moe_backend, ofp8.Fp8MoeBackend.TRITON,
                                          ofp8.backend_to_kernel_cls)
+
+    # W4A16_NVFP4 linears: vLLM has only GPU weight-only kernels (it forces Marlin, "Marlin FP4 not
+    # available" on a CPU).  The parameters are the NVFP4 scheme's own (create_weights does not
+    # depend on the kernel), so the Marlin kernel object is built anyway; its
+    # process_weights_after_loading (GPU repacking) is then expected to fail, and is recorded.
+    from vllm.model_executor.kernels.linear import MarlinNvFp4LinearKernel
+    from vllm.model_executor.kernels.linear.nvfp4.base import NvFp4LinearLayerConfig
+    init = mo.init_nvfp4_linear_kernel
+
+    def init_a16(use_a16=False):
+        try:
+            return init(use_a16=use_a16)
+        except ValueError:
+            if not use_a16:
+                raise
+            PATCHED.add("w4a16 linear: MarlinNvFp4LinearKernel (not supported on this CPU)")
+            return LoaderOnlyMarlin(NvFp4LinearLayerConfig())
+
+    class LoaderOnlyMarlin(MarlinNvFp4LinearKernel):
+        @classmethod
+        def is_supported(cls, compute_capability=None):
+            return True, None
+    mo.init_nvfp4_linear_kernel = init_a16
+
+    # DeepSeek-V3.2 / GLM-5 (DSA): vLLM's CPU platform has no sparse MLA backend ("Sparse Attention
+    # is not supported on CPU") and refuses to build the attention layers, whose parameters live
+    # in the MLA wrapper's and the indexer's linears, not in the backend.  The CUDA platform's
+    # FlashMLA sparse backend class is named instead (imported, never run), as on a GPU.
+    from vllm.platforms.cpu import CpuPlatform
+    from vllm.v1.attention.backends.registry import AttentionBackendEnum
+    get_cls = CpuPlatform.get_attn_backend_cls.__func__
+
+    def attn_cls(cls, selected_backend, attn_selector_config, num_heads=None):
+        if attn_selector_config.use_sparse:
+            PATCHED.add("sparse MLA attention: FlashMLASparseBackend (CUDA's; not run)")
+            return AttentionBackendEnum.FLASHMLA_SPARSE.get_path()
+        return get_cls(cls, selected_backend, attn_selector_config, num_heads)
+    CpuPlatform.get_attn_backend_cls = classmethod(attn_cls)
+    # the sparse backend's impl reserves its scratch from vLLM's workspace manager at construction
+    from vllm.v1.worker.workspace import init_workspace_manager
+    init_workspace_manager(torch.device("cpu"))
 
 
 PATCHED = set()
@@ -116,10 +166,18 @@ def parse_configs(d, log):
 def overrides(d):
     """What this CPU run changes in vLLM's reading of the checkpoint, with the reason.
 
-    - transformers' DeepseekV3Config writes no "topk_method"; vLLM's DeepSeek model creates the
+    - transformers' DeepseekV3Config (and DeepseekV32Config, GlmMoeDsaConfig) writes no "topk_method"; vLLM's DeepSeek model creates the
       router's e_score_correction_bias only for topk_method "noaux_tc" (DeepSeek-V3's own
       config.json has it), so a transformers-written source fails to load even unquantized
       (the control rows show it): hf_overrides supplies it.
+    - minimax_m2: vLLM's MiniMaxM2 model reads `rotary_dim`, `scoring_func` and
+      `use_routing_bias` (MiniMax's published config.json has them: 64 = head_dim x
+      partial_rotary_factor, "sigmoid", true); transformers 5.14.1's MiniMaxM2Config writes none
+      of them (its model is always sigmoid + e_score_correction_bias with
+      rope_parameters.partial_rotary_factor), so every transformers-written checkpoint, Model
+      Optimizer's exports included, fails ("'MiniMaxM2Config' object has no attribute
+      'rotary_dim'"; without use_routing_bias vLLM builds no e_score_correction_bias):
+      hf_overrides supplies the three with the values transformers computes with.
     - vLLM's CPU platform has no MLA attention with an FP8 KV cache ("--kv-cache-dtype fp8_e4m3
       is not supported by MLA attention on CPU"): the KV cache is set to bfloat16 for the run;
       the checkpoint's k/v scales still load into the attention layer's KV-cache parameters."""
@@ -128,10 +186,17 @@ def overrides(d):
     with open(os.path.join(d, "config.json")) as f:
         cfg = json.load(f)
     kw = {}
-    if cfg.get("model_type") in ("deepseek_v3", "deepseek_v2"):
+    if cfg.get("model_type") in ("deepseek_v3", "deepseek_v2", "deepseek_v32", "glm_moe_dsa"):
         if "topk_method" not in cfg:
             kw["hf_overrides"] = {"topk_method": "noaux_tc"}
         kw["kv_cache_dtype"] = "bfloat16"
+    if cfg.get("model_type") == "minimax_m2":
+        rp = cfg.get("rope_parameters") or {}
+        f = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
+        mm = {"rotary_dim": int(cfg["head_dim"] * f), "scoring_func": "sigmoid", "use_routing_bias": True}
+        mm = {k: v for k, v in mm.items() if k not in cfg}
+        if mm:
+            kw["hf_overrides"] = mm
     return kw
 
 
@@ -218,6 +283,19 @@ def build_and_load(vc, d, fill):
         return snap, rows, loaded, model
 
 
+def dropped_as_mtp(model, vc, name):
+    """True when vLLM's main model discards `name` by design as an MTP (multi-token prediction)
+    weight, the way its own load_weights does: the model's WeightsMapper maps it to None (qwen3_5's
+    `mtp.` prefix, minimax_m2's layers past num_hidden_layers), or vLLM's
+    get_spec_layer_idx_from_weight_name places it in a layer past num_hidden_layers
+    (`num_nextn_predict_layers`: glm4_moe, the DeepSeek family; skip_spec_layers)."""
+    from vllm.model_executor.models.utils import get_spec_layer_idx_from_weight_name
+    mapper = getattr(model, "hf_to_vllm_mapper", None)
+    if mapper is not None and mapper._map_name(name) is None:
+        return True
+    return get_spec_layer_idx_from_weight_name(vc.model_config.hf_text_config, name) is not None
+
+
 def check_weights(job, vc, log):
     d = job["lwq"]
     CONVERTED.clear()
@@ -228,8 +306,11 @@ def check_weights(job, vc, log):
     snap1, _, _, model = build_and_load(vc, d, 0xFF)
     log["model_class"] = type(model).__name__
     log["tensors"] = len(rows)
-    rej = sorted(k for k, r in rows.items() if not r["params"])
-    log["tensors_accepted"] = len(rows) - len(rej)
+    # MTP tensors the main model drops by its own rule: they are loaded by vLLM's MTP draft model
+    mtp = sorted(k for k, r in rows.items() if not r["params"] and dropped_as_mtp(model, vc, k))
+    rej = sorted(k for k, r in rows.items() if not r["params"] and k not in mtp)
+    log["tensors_mtp_skipped"] = len(mtp)
+    log["tensors_accepted"] = len(rows) - len(rej) - len(mtp)
     log["tensors_not_accepted"] = rej
     kinds = {}
     for k, r in rows.items():
@@ -241,12 +322,19 @@ def check_weights(job, vc, log):
     unwritten, defaults = [], []
     kv = vc.cache_config.cache_dtype.startswith("fp8")
     has_kv_scales = any(k.endswith((".k_scale", ".v_scale")) for k in rows)
+    # weight-only NVFP4: vLLM registers an input_scale beside every W4A16 linear and fused-MoE
+    # layer only to take (and then drop: modelopt.py _DropInputScale) one an older export may
+    # carry; Model Optimizer 0.47 writes none, so with no input_scale in the checkpoint they
+    # stay at their default
+    weight_only = (log.get("config_json", {}).get("quant_method") == "W4A16_NVFP4" and
+                   not any(k.endswith("input_scale") for k in rows))
     for n in snap0:
         a, b = as_bytes(snap0[n]), as_bytes(snap1[n])
         if a.numel() and not torch.equal(a, b):
             frac = (a != b).float().mean().item()
             leaf = n.rpartition(".")[2]
-            if leaf in ("q_scale", "prob_scale") or (leaf in ("k_scale", "v_scale") and not has_kv_scales):
+            if leaf in ("q_scale", "prob_scale") or (leaf in ("k_scale", "v_scale") and not has_kv_scales) or \
+                    (weight_only and leaf.endswith("input_scale")):
                 defaults.append(n)
             else:
                 unwritten.append(f"{n} ({100 * frac:.0f}% of it)")

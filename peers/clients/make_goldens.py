@@ -2,6 +2,7 @@
 
     peers/clients/run.sh                       # makes WORK/clients/results.json
     python3 peers/clients/make_goldens.py      # writes tests/data/clients/
+    python3 peers/clients/make_goldens.py --vllm   # writes tests/data/clients/vllm.json (below)
 
 Writes tests/data/clients/{eval_ids.jsonl, transformers.json}.  transformers.json records, per
 case: the source (a folder of tests/data/peers/src, the peers harness's committed copy of the
@@ -42,7 +43,71 @@ def versions():
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def st_tensors(d):
+    """name -> "DTYPE [d0, d1, ...]" of every tensor of an export, from its safetensors headers."""
+    idx = os.path.join(d, "model.safetensors.index.json")
+    shards = sorted(set(json.load(open(idx))["weight_map"].values())) if os.path.exists(idx) else ["model.safetensors"]
+    out = {}
+    for sh in shards:
+        with open(os.path.join(d, sh), "rb") as f:
+            n = int.from_bytes(f.read(8), "little")
+            head = json.loads(f.read(n))
+        for k, v in head.items():
+            if k != "__metadata__":
+                out[k] = f"{v['dtype']} {json.dumps(v['shape'])}"
+    return dict(sorted(out.items()))
+
+
+def vllm_versions():
+    py = os.path.join(run.VENVS, "vllm", "bin", "python")
+    out = subprocess.run([py, "-c", "import json, importlib.metadata as m; print(json.dumps({p: m.version(p) for p in "
+                          "('vllm', 'torch', 'transformers')}))"], capture_output=True, text=True, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def vllm_goldens():
+    """tests/data/clients/vllm.json: what vLLM's loader said of lwq's output of each new-family
+    case (peers/clients/run.sh --only vllm --modelopt over run.NEW_SOURCES), and, for each case it
+    accepted, the tensors (names, dtypes, shapes) and the quantization config it accepted.
+    tests/tools/test_vllm_golden.c quantizes every accepted case again and checks lwq still writes
+    exactly those tensors and that config: a change to them needs vLLM run again."""
+    res = json.load(open(os.path.join(run.WORK, "clients", "results.json")))
+    opts = {(s, c): o for s, c, o in run.cases()}
+    cases = []
+    for r in res["rows"]:
+        if r["src"] not in run.NEW_SOURCES or "vllm" not in r:
+            continue
+        v, m = r["vllm"], r.get("vllm_modelopt")
+        c = {"source": r["src"], "case": r["case"], "quantize": [x.replace(run.ROOT, "@ROOT@") for x in opts[(r["src"], r["case"])]],
+             "vllm": v["status"][:300], "modelopt_export": (m or {}).get("status", "no golden")[:300]}
+        if v["status"] == "ok":
+            cj = v["config_json"]
+            c.update(model_class=v["model_class"], overrides=v.get("overrides", {}),
+                     vllm_patched=v.get("moe_backend_fallback", []), mtp_skipped=v.get("tensors_mtp_skipped", 0),
+                     vllm_config=f"{cj['class']} {cj['quant_method']}, kv {cj['kv_cache']}, group {cj['group_size']}",
+                     hf_quant_config=json.load(open(os.path.join(r["lwq"], "hf_quant_config.json")))["quantization"],
+                     tensors=st_tensors(r["lwq"]))
+        cases.append(c)
+    if not cases:
+        sys.exit(f"make_goldens: no vLLM result for the new families in {run.WORK}/clients/results.json: run "
+                 "peers/clients/run.sh --only vllm --modelopt --src ... first")
+    os.makedirs(DEST, exist_ok=True)
+    doc = {"about": "vLLM's loader (peers/clients/check_vllm.py) on lwq's outputs of the new families' "
+                    "transformers-written sources; made by peers/clients/make_goldens.py --vllm",
+           "quantize": "lwq quantize tests/data/peers/src/SOURCE -o OUT --calib tests/data/peers/calib.jsonl "
+                       f"--calib-size {run.CALIB['size']} --calib-seq {run.CALIB['seq']} --batch-size "
+                       f"{run.CALIB['batch']} QUANTIZE (@ROOT@: the source tree)",
+           "versions": vllm_versions(), "cases": cases}
+    with open(os.path.join(DEST, "vllm.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+        f.write("\n")
+    print(f"make_goldens: {len(cases)} case(s), {sum(c['vllm'] == 'ok' for c in cases)} accepted, in "
+          f"{os.path.join(DEST, 'vllm.json')}")
+
+
 def main():
+    if sys.argv[1:] == ["--vllm"]:
+        return vllm_goldens()
     res = json.load(open(os.path.join(run.WORK, "clients", "results.json")))
     rows = {(r["src"], r["case"]): r for r in res["rows"]}
     opts = {(s, c): o for s, c, o in run.cases()}

@@ -60,6 +60,13 @@ CALIB = dict(size=16, seq=32, batch=4)  # as peers/run.py
 EVAL = dict(size=16, seq=64, seed=23)
 ARCHS = ["llama", "qwen3", "qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"]
 MOE = {"qwen3_moe", "mixtral", "deepseek_v3", "qwen3_next"}
+# issues 33 and 34: the new families' sources (tests/data/peers/src; the qwen3_5 ones VLM wrappers
+# with model.visual.* and mtp.*, qwen3_5_moe's experts fused 3-D on disk; glm4_moe with an MTP
+# layer); the MLA ones' NVFP4 also as Model Optimizer's preset (lwq's own keeps MLA in BF16)
+NEW_SOURCES = ["qwen3_5-f32", "qwen3_5-bf16", "qwen3_5_moe-f32", "qwen3_5_moe-bf16", "qwen3_5_text-f32",
+               "qwen3_5_moe_text-f32"] + [f"{a}-{d}" for a in ("glm4_moe", "minimax_m2", "deepseek_v32", "glm_moe_dsa")
+                                           for d in ("f32", "bf16")]
+NEW_MLA = ("deepseek_v32", "glm_moe_dsa", "mistral4")
 
 
 def cases():
@@ -91,6 +98,13 @@ def cases():
             add("nvfp4-local_hessian", "nvfp4", extra=("--algo", "local_hessian"))
             # issue 25: an auto-quantize mix (MIXED_PRECISION, per-layer NVFP4 / FP8 / none)
             out.append((s, "autoq-6bits", ["--auto-quantize-bits", "6"]))
+    # the new families: FP8, NVFP4 and weight-only NVFP4 (hf_ptq's presets, no KV cache)
+    for s in NEW_SOURCES:
+        for q in ("fp8", "nvfp4", "w4a16_nvfp4"):
+            out.append((s, q, ["--qformat", q, "--kv-cache", "none"]))
+        if s.startswith(NEW_MLA):
+            out.append((s, "nvfp4-as_modelopt_preset",
+                        ["--recipe", os.path.join(ROOT, "peers", "lwq_recipes", "nvfp4_modelopt.json")]))
     # peers/run.py's recipes group: every published general/ptq recipe of Model Optimizer, on qwen3_moe
     root = recipe_root()
     if root:
@@ -254,13 +268,25 @@ def fmt(x, f="%.4g"):
     return "-" if x is None else f % x
 
 
+def golden(r):
+    """Model Optimizer 0.47's export of the same case, where the peers goldens have one."""
+    d = os.path.join(ROOT, "tests", "data", "peers", "modelopt", r["src"], r["case"])
+    return d if os.path.exists(os.path.join(d, "hf_quant_config.json")) else None
+
+
 def tables(rows):
     head_a = ["source", "case", "compressed-tensors", "names/shapes/dtypes", "KL lwq", "KL transformers exact",
               "|diff| / bound", "KL transformers (CT dense)", "|diff| / bound", "ppl src lwq / transformers",
               "ppl q lwq / transformers", "agree"]
     head_b = ["source", "case", "vLLM config (both files)", "tensors accepted", "params unwritten", "by kind",
-              "process_weights_after_loading", "status"]
+              "process_weights_after_loading", "status", "Model Optimizer's export (--modelopt)"]
     ta, tb = [], []
+
+    def mo(r):
+        m = r.get("vllm_modelopt")
+        if m is None:
+            return "-"
+        return m["status"][:80] + (f" ({m['tensors_accepted']}/{m['tensors']})" if "tensors" in m else "")
     for r in rows:
         ct, vl, lw, ag = r.get("ct"), r.get("vllm"), r.get("lwq_eval"), r.get("agreement")
         if ct is not None:
@@ -287,9 +313,9 @@ def tables(rows):
                            f"{vl['config_json']['kv_cache']}; {'equal' if vl['configs_equal'] else 'DIFFERENT'}",
                            f"{vl['tensors_accepted']}/{vl['tensors']}", str(len(vl["params_unwritten"])),
                            ", ".join(f"{k} {v}" for k, v in vl["by_kind"].items()),
-                           vl.get("process_weights_after_loading", "-")[:60], vl["status"][:80]])
+                           vl.get("process_weights_after_loading", "-")[:60], vl["status"][:80], mo(r)])
             else:
-                tb.append([r["src"], r["case"], "-", "-", "-", "-", "-", vl["status"][:120]])
+                tb.append([r["src"], r["case"], "-", "-", "-", "-", "-", vl["status"][:120], mo(r)])
 
     def md(head, body):
         if not body:
@@ -310,6 +336,9 @@ def main():
     ap.add_argument("--src", help="comma-separated sources")
     ap.add_argument("--case", help="comma-separated case labels")
     ap.add_argument("--force", action="store_true", help="quantize again cases whose outputs exist")
+    ap.add_argument("--modelopt", action="store_true",
+                    help="vLLM also loads Model Optimizer 0.47's own export of each case where tests/data/peers/"
+                         "modelopt/<source>/<case> has one (the 'Model Optimizer' column)")
     a = ap.parse_args()
     t0 = time.time()
     src_dir, calib = sources()
@@ -344,7 +373,9 @@ def main():
         if err:
             r["ct"] = r["vllm"] = {"status": err}
         else:
-            r["lwq_eval"] = lwq_eval(src_dir, s, out, data)
+            # the eval feeds only compressed-tensors' agreement (and some new sources' vocabularies
+            # are below the eval ids')
+            r["lwq_eval"] = lwq_eval(src_dir, s, out, data) if a.only != "vllm" else {"error": "not run (--only vllm)"}
         rows.append(r)
     ok = [r for r in rows if "lwq_eval" in r]
     key = lambda r: f"{r['src']}/{r['case']}"  # noqa: E731
@@ -360,13 +391,18 @@ def main():
             if r["ct"].get("status") == "ok" and "error" not in r["lwq_eval"]:
                 r["agreement"] = agreement(r["lwq_eval"], r["ct"])
     if a.only in (None, "vllm"):
-        res = run_peer("vllm", "check_vllm.py", [{"case": key(r), "lwq": r["lwq"], "dtype": "auto"} for r in ok],
-                       "vllm")
+        jobs = [{"case": key(r), "lwq": r["lwq"], "dtype": "auto"} for r in ok]
+        if a.modelopt:
+            jobs += [{"case": "modelopt:" + key(r), "lwq": golden(r), "dtype": "auto"} for r in rows if golden(r)]
+        res = run_peer("vllm", "check_vllm.py", jobs, "vllm")
     else:
         res = earlier("vllm")
     if res:
         for r in ok:
             r["vllm"] = res.get(key(r), {"status": "check_vllm.py gave no result (see its log)"})
+        for r in rows:
+            if golden(r) and "modelopt:" + key(r) in res:
+                r["vllm_modelopt"] = res["modelopt:" + key(r)]
     ta, tb = tables(rows)
     text = ("### compressed-tensors and transformers\n\n" + ta + "\n### vLLM 0.33 loader\n\n" + tb) if ta or tb else ""
     print(text)

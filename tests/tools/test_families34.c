@@ -128,6 +128,24 @@ Test(families34, minimax_m2_softmax_scoring_func_is_refused_by_name)
 
 Test(families34, deepseek_v32_expert_streaming_is_byte_identical) { streaming_is_byte_identical("deepseek_v32-f32"); }
 Test(families34, deepseek_v32_resume_after_a_kill_is_byte_identical) { resume_is_byte_identical("deepseek_v32-f32"); }
+/* local_hessian on glm_moe_dsa with the 16 calibration samples, where expert 6 of layer 1 gets
+ * no token: streamed in groups of 3, the shards and the calibration report (which counts the cold
+ * expert's 3 linears) are those of the unstreamed run.  Before, a streamed unit's count of them
+ * was not added to the layer's report. */
+Test(families34, glm_moe_dsa_local_hessian_streaming_reports_the_cold_expert)
+{
+    copy_model("glm_moe_dsa-bf16");
+    const char *a = "--qformat nvfp4 --algo local_hessian --calib-size 16";
+    cr_assert_eq(quantize("a", NULL, a), 0);
+    char b[200];
+    snprintf(b, sizeof b, "%s --expert-group 3", a);
+    cr_assert_eq(quantize("b", NULL, b), 0);
+    cr_assert_eq(lwqt_sh("grep -Eq '\"local_hessian_cold_without_hessian\":[[:space:]]*3' %s/a/calibration_report.json",
+                         g_tmp), 0, "the unstreamed run has no cold expert: the test no longer tests this");
+    cr_assert_eq(lwqt_sh("cd %s && for f in a/*.safetensors a/calibration_report.json; do cmp -s $f b/${f#a/} || "
+                         "exit 1; done", g_tmp), 0, "streamed in groups of 3: other shards or another report");
+}
+
 Test(families34, deepseek_v32_verify_and_eval) { verify_and_eval("deepseek_v32-f32", "--kv-cache none"); }
 Test(families34, glm_moe_dsa_verify_and_eval) { verify_and_eval("glm_moe_dsa-f32", "--kv-cache none"); }
 

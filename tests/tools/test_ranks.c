@@ -86,6 +86,47 @@ static void np_ranks_write_the_bytes_of_one_process(const char *model, const cha
     cr_assert_eq(same_files("one", out), 0, "%d ranks wrote other bytes than one process", np);
 }
 
+/* tests/data/peers: the transformers-written tiny checkpoints of the peers goldens */
+static const char *peers_data(void)
+{
+    static char path[1024];
+    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
+    cr_assert_not_null(cut, "cannot find the source tree from %s", me);
+    snprintf(path, sizeof path, "%.*stests/data/peers", (int)(cut - me), me);
+    return path;
+}
+
+/* np ranks on the committed source src/<src> with its calibration ids: the bytes of one process */
+static void peers_source_over_ranks(const char *src, const char *args, int np)
+{
+    char a[1600];
+    snprintf(a, sizeof a, "--calib '%s/calib.jsonl' %s", peers_data(), args);
+    cr_assert_eq(lwqt_sh("cp -r '%s/src/%s' '%s/m'", peers_data(), src, dir), 0);
+    np_ranks_write_the_bytes_of_one_process("m", a, np);
+}
+
+/* qwen3_5_moe with its experts fused 3-D on disk (mlp.experts.gate_up_proj [E, 2I, H]), each
+ * rank's rows of the per-expert linears cut from the fused tensors: 3 ranks write what one
+ * process writes. */
+Test(ranks, fused_3d_experts_over_three_ranks_write_the_bytes_of_one_process)
+{
+    need_mpi();
+    peers_source_over_ranks("qwen3_5_moe-bf16", "--qformat nvfp4", 3);
+}
+
+/* glm_moe_dsa (MLA with the DSA indexer, V3 routing) under local_hessian, where one routed expert
+ * of layer 1 gets no calibration token: its 3 linears take the sweep without a Hessian and the
+ * calibration report counts them.  Before, the count was not sent with a rank's tensors, so 2
+ * ranks wrote a calibration_report.json without "local_hessian_cold_without_hessian". */
+Test(ranks, dsa_indexer_and_a_cold_expert_over_two_ranks_write_the_bytes_of_one_process)
+{
+    need_mpi();
+    peers_source_over_ranks("glm_moe_dsa-bf16", "--qformat nvfp4 --algo local_hessian", 2);
+    cr_assert_eq(lwqt_sh("grep -Eq '\"local_hessian_cold_without_hessian\":[[:space:]]*3' "
+                         "'%s/np2/calibration_report.json'", dir),
+                 0, "the report of 2 ranks does not count the cold expert's 3 linears");
+}
+
 /* MoE, local_hessian (fixed-point Hessians met over ranks), expert streaming: 3 ranks write
  * what one process writes. */
 Test(ranks, three_ranks_write_the_bytes_of_one_process)

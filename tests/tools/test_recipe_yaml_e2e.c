@@ -320,6 +320,31 @@ Test(recipe_yaml_e2e, output_quantizers_disabled_again_run)
     cr_assert_eq(access(lwqt_path("o/config.json"), F_OK), 0);
 }
 
+/* A recipe that leaves the embedding's weight quantizer NVFP4 writes the table packed with its
+ * scales (as Model Optimizer 0.47 exports its QuantEmbedding: tests/data/peers w4a16_nvfp4-embed),
+ * and lwq verify accepts that output (it refused the packed table as a bad shape) */
+Test(recipe_yaml_e2e, a_quantized_embedding_is_written_packed_and_verifies)
+{
+    make("m", "llama");
+    FILE *fp = fopen(lwqt_path("r.yaml"), "w");
+    fprintf(fp, "imports:\n  off: configs/ptq/units/base_disable_all\n  nvfp4: configs/numerics/nvfp4\n"
+                "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n    - $import: off\n"
+                "    - {quantizer_name: '*mlp*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                "    - {quantizer_name: '*embed_tokens*weight_quantizer', cfg: {$import: nvfp4}}\n");
+    fclose(fp);
+    const char *y[] = {"--recipe", lwqt_path("r.yaml"), "--recipe-root", root(), NULL};
+    quantize("m", "o", y);
+    lwq_st_file f;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_st_open(lwqt_path("o/model-tail.safetensors"), &f, &e), 0, "%s", e.msg);
+    int w = lwq_st_find(&f, "model.embed_tokens.weight"), s = lwq_st_find(&f, "model.embed_tokens.weight_scale");
+    cr_assert(w >= 0 && f.entries[w].dtype == LWQ_U8 && f.entries[w].shape[1] == 32, "the table is NVFP4-packed");
+    cr_assert(s >= 0 && f.entries[s].dtype == LWQ_F8_E4M3 && lwq_st_find(&f, "model.embed_tokens.weight_scale_2") >= 0);
+    lwq_st_free(&f);
+    const char *v[] = {"verify", lwqt_path("o"), NULL};
+    cr_assert_eq(lwqt_run(v), 0, "lwq verify: %s", lwqt_err());
+}
+
 /* A recipe quantizing the token embedding of a checkpoint that ties it to lm_head is refused by
  * name (Model Optimizer would quantize the one shared table) */
 Test(recipe_yaml_e2e, a_quantized_tied_embedding_is_refused_by_name)

@@ -192,6 +192,14 @@ Test(forward_peer_dumps, minimax_m2) { check_family("minimax_m2-f32"); }
 Test(forward_peer_dumps, deepseek_v32) { check_family("deepseek_v32-f32"); }
 Test(forward_peer_dumps, glm_moe_dsa) { check_family("glm_moe_dsa-f32"); }
 Test(forward_peer_dumps, mistral4) { check_family("mistral4-f32"); }
+/* DeepSeek-V3 routing where the chosen group holds fewer than top-k experts with a positive biased
+ * score (peers/make_group_mask_source.py): transformers 5.14.1 fills the unchosen groups' scores
+ * with -inf, so the second expert comes from the chosen group.  Before, lwq's deepseek_v3 and
+ * kimi_k2 rows filled 0.0 and took expert 4 of the other group for every token. */
+Test(forward_peer_dumps, deepseek_v3_group_mask) { check_family("deepseek_v3_group_mask-f32"); }
+/* transformers 5.14.1 reads a kimi_k2 text config as deepseek_v3 (Kimi-K2.5's wrapper does): the
+ * same dump */
+Test(forward_peer_dumps, kimi_k2_group_mask) { check_family("kimi_k2_group_mask-f32"); }
 /* kimi_linear (issue 35): KDA + NoPE MLA + DeepSeek-V3 MoE, transformers 5.23's forward; within one
  * 64-token chunk of its chunked delta rule, across two and three chunks, and left-padded */
 Test(forward_peer_dumps, kimi_linear_calib_rows) { check_dump("kimi_linear-f32", "forward/kimi_linear-f32.safetensors"); }

@@ -53,6 +53,29 @@ Test(dist_pack, pieces_from_several_ranks_join_into_the_whole_tensor)
     lwq_tlist_free(&r2);
 }
 
+/* Every count of a rank's part of the layer report reaches rank 0's report.  Before, the count
+ * of local_hessian's cold-expert linears (hessian_fallback) stayed on the rank that had it. */
+Test(dist_pack, every_count_of_a_ranks_report_is_added_to_rank_0s)
+{
+    lwq_tlist r1 = {0}, got = {0};
+    add_piece(&r1, 0, 8);
+    lwq_qlayer_report sent = {.quantized = 5, .zero_weights = 1, .gptq_fallback = 2, .hessian_fallback = 3};
+    void *b;
+    uint64_t n;
+    cr_assert_eq(lwq_dist_pack(&r1, 0, &sent, &b, &n, NULL), 0);
+    lwq_qlayer_report rep = {.quantized = 1, .hessian_fallback = 1};
+    lwq_dist_join j = {0};
+    cr_assert_eq(lwq_dist_unpack(b, n, 1, &got, &rep, &j, NULL), 0);
+    cr_assert_eq(lwq_dist_join_end(&j, &got, 0, NULL), 0);
+    cr_assert_eq(rep.quantized, 6);
+    cr_assert_eq(rep.zero_weights, 1);
+    cr_assert_eq(rep.gptq_fallback, 2);
+    cr_assert_eq(rep.hessian_fallback, 4, "hessian_fallback %d, expected 1 + 3", rep.hessian_fallback);
+    free(b);
+    lwq_tlist_free(&r1);
+    lwq_tlist_free(&got);
+}
+
 Test(dist_pack, a_piece_that_does_not_follow_the_rows_before_it_is_refused)
 {
     lwq_tlist r0 = {0}, r1 = {0}, got = {0};
