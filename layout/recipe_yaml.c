@@ -601,16 +601,22 @@ static int aq_refuse(loader *L, const yfile *f, const lwq_ynode *aq, int line)
         snprintf(fmts, sizeof fmts, "%s%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
     else /* no top-level candidates (module_search_spaces has its own) */
         snprintf(fmts, sizeof fmts, "F,...");
-    if (cost && strcmp(cost, "weight"))
-        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; constraints.cost_model %s is not implemented "
-                 "(lwq's budget counts every weight written)", cost);
+    /* active_moe is lwq's --auto-quantize-cost-model active_moe, its ratio the option's */
+    const char *ratio = lwq_y_str(lwq_y_get(lwq_y_get(con, "cost"), "active_moe_expert_ratio"));
+    char costopt[96] = "";
+    if (cost && !strcmp(cost, "active_moe"))
+        snprintf(costopt, sizeof costopt, " --auto-quantize-cost-model active_moe%s%.24s", ratio ?
+                 " --auto-quantize-active-moe-ratio " : "", ratio ? ratio : "");
+    else if (cost && strcmp(cost, "weight"))
+        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; constraints.cost_model %.40s is not "
+                 "implemented (lwq has weight and active_moe)", cost);
     if (lwq_y_get(aq, "module_search_spaces"))
         snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; module_search_spaces is not implemented "
                  "(lwq searches every group of the base recipe)");
     return ERR(LWQ_EUNSUPPORTED, "%s:%d: auto_quantize (AutoQuantize searches per-layer formats over the whole "
                "model) is not read as a recipe: lwq's search takes it as options: --qformat %s --auto-quantize-bits %s "
-               "--auto-quantize-formats %s%s%s%s (lm_head and routers are not searched)%s", f->rel, line,
-               fp ? "fp8" : "nvfp4", bits ? bits : "B", fmts, method && !strcmp(method, "kl_div") ? " "
+               "--auto-quantize-formats %s%s%s%s%s (lm_head and routers are not searched)%s", f->rel, line,
+               fp ? "fp8" : "nvfp4", bits ? bits : "B", fmts, costopt, method && !strcmp(method, "kl_div") ? " "
                "--auto-quantize-score kl" : "", size ? " --auto-quantize-score-size " : "", size ? size : "", lacks);
 }
 

@@ -8,7 +8,9 @@ run on the CPU (the dynamic NVFP4 fake quant asserts "amax must be a CUDA tensor
 cannot be had here; this runs its solver on lwq's scores instead, for each of lwq's reports
 (OUT/auto_quantize.json, one per budget): the candidates' bytes and scores as the report prints
 them, the budget as lwq's solve states it (floor(bits x linear weights / 8) less the bytes of the
-linears in no group), and writes Model Optimizer's choice beside lwq's.
+linears in no group; under the active_moe cost model each group's bytes times its cost weight and
+bits x the weighted linear weights / 8 less those bytes, as Model Optimizer's ActiveMoECostModel
+weighs them), and writes Model Optimizer's choice beside lwq's.
 
     .peers/venvs/modelopt/bin/python peers/autoq_lps.py OUT.json A/auto_quantize.json B/auto_quantize.json ...
 
@@ -27,11 +29,18 @@ def solve(report):
     groups = report["groups"]
     chosen = sum(g["candidates"][g["format"]]["bytes"] for g in groups)
     fixed = report["predicted"]["linear_bytes"] - chosen  # the linears in no group
-    budget = math.floor(report["budget"]["bits_per_weight"] * report["linear_weights"] / 8) - fixed
     names = [sorted(g["candidates"]) for g in groups]
+    cm = report.get("cost_model")
+    if cm:  # active_moe: Model Optimizer's cost weights on the costs and the budget's weights alike
+        if cm["name"] != "active_moe":
+            sys.exit(f"autoq_lps: cost model {cm['name']}")
+        budget = report["budget"]["bits_per_weight"] * cm["weighted_linear_weights"] / 8 - fixed
+        costs = [[g["candidates"][f]["bytes"] * g["cost_weight"] for f in n] for g, n in zip(groups, names)]
+    else:
+        budget = math.floor(report["budget"]["bits_per_weight"] * report["linear_weights"] / 8) - fixed
+        costs = [[g["candidates"][f]["bytes"] for f in n] for g, n in zip(groups, names)]
     lps = LPS(name="AutoQuantize", constraints={"weight_size": budget},
-              constraints_to_candidate_costs={"weight_size": [[g["candidates"][f]["bytes"] for f in n]
-                                                              for g, n in zip(groups, names)]},
+              constraints_to_candidate_costs={"weight_size": costs},
               candidate_scores=[[g["candidates"][f]["score"] for f in n] for g, n in zip(groups, names)])
     sel, status = lps()
     if status != "Optimal":

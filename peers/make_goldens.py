@@ -442,7 +442,11 @@ def add_kimi():
 AUTOQ_LPS_BITS = ("5", "5.5", "6", "6.5", "7", "7.5")
 
 
-def autoq_lps(c):
+# the active_moe golden: the qwen3_6_moe auto_quantize recipes' cost model and ratio
+AUTOQ_ACTIVE_MOE = ("--auto-quantize-cost-model", "active_moe", "--auto-quantize-active-moe-ratio", "0.03125")
+
+
+def autoq_lps(c, extra=(), suffix="", scored_at=None):
     """DEST/autoq/<src>.lps.json for autoq case c: lwq's search over c's source at each of
     AUTOQ_LPS_BITS (the first run's scores reused, as --auto-quantize-scores does), and Model
     Optimizer's LPS on each report's scores, costs and budget (peers/autoq_lps.py); budgets below
@@ -454,10 +458,10 @@ def autoq_lps(c):
     shutil.rmtree(base, ignore_errors=True)
     os.makedirs(base)
     i = c.lwq.index("--auto-quantize-bits")
-    first = c.lwq[i + 1]
+    first = scored_at or c.lwq[i + 1]
     rows = []
     for b in (first,) + tuple(x for x in AUTOQ_LPS_BITS if x != first):
-        args = c.lwq[:i + 1] + [b] + c.lwq[i + 2:]
+        args = c.lwq[:i + 1] + [b] + c.lwq[i + 2:] + list(extra)
         if b != first:
             args += ["--auto-quantize-scores", os.path.join(base, first + ".layerwise_resume", "auto_quantize",
                                                             "scores.json")]
@@ -474,13 +478,14 @@ def autoq_lps(c):
         sys.exit(f"make_goldens: {c.src}: Model Optimizer's solver chooses otherwise: {rows}")
     rows.sort(key=lambda r: r["bits_per_weight"])
     import modelopt
-    rel = os.path.join("autoq", c.src + ".lps.json")
+    rel = os.path.join("autoq", c.src + suffix + ".lps.json")
     os.makedirs(os.path.join(DEST, "autoq"), exist_ok=True)
     with open(os.path.join(DEST, rel), "w") as f:
         json.dump({"what": "Model Optimizer's LPS (modelopt.torch.opt.searcher) on the scores, byte costs and "
                    "budget of lwq's search over this source (peers/autoq_lps.py), per budget; scored at "
                    f"--auto-quantize-bits {first}, the others solved from those scores",
-                   "modelopt": modelopt.__version__, "scored_at": float(first), "budgets": rows}, f, indent=1)
+                   "modelopt": modelopt.__version__, "scored_at": float(first), "lwq_options": list(extra),
+                   "budgets": rows}, f, indent=1)
     return rel
 
 
@@ -574,6 +579,34 @@ def add_nemotron():
     print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+AUTOQ_ACTIVE_MOE_COMMAND = ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add autoq_active_moe"
+
+
+def add_autoq_active_moe():
+    """--add autoq_active_moe: beside each autoq case's lps file, DEST/autoq/<src>-active_moe.lps.json:
+    the same search with Model Optimizer's active_moe cost model at the qwen3_6_moe auto_quantize
+    recipes' ratio (AUTOQ_ACTIVE_MOE), scored at 7 bits (6 active bits is below the least mix of the
+    tiny qwen3_5_moe source: its unsearched F32 linears weigh in full), and Model Optimizer's solver with its cost weights on the
+    same scores; the case's "lps" becomes the list of both."""
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    by_name = {c["name"]: c for c in man["cases"]}
+    n = 0
+    for c in run.autoq_cases():
+        case = by_name.get(f"{c.src}/{c.label}")
+        if case is None:
+            sys.exit(f"make_goldens: {c.src}/{c.label} is not in MANIFEST.json (--add mixed first)")
+        plain = case["lps"] if isinstance(case["lps"], str) else case["lps"][0]
+        case["lps"] = [plain, autoq_lps(c, AUTOQ_ACTIVE_MOE, "-active_moe", "7")]
+        n += 1
+    if AUTOQ_ACTIVE_MOE_COMMAND not in man["commands"]:
+        man["commands"].append(AUTOQ_ACTIVE_MOE_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {n} active_moe lps files added, {size / 1e6:.2f} MB in {DEST}")
+
+
 FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_moe-f32,qwen3_moe-bf16; "
                   ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add formats")
 
@@ -581,7 +614,7 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "kimi_linear", "fp8block",
-                                      "families34_w4a16", "group_mask"),
+                                      "families34_w4a16", "group_mask", "autoq_active_moe"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
@@ -594,6 +627,8 @@ def main():
         return add_nemotron()
     if a.add == "mixed":
         return add_mixed()
+    if a.add == "autoq_active_moe":
+        return add_autoq_active_moe()
     if a.add in GROUP_LABELS:
         return add_group(a.add)
     if a.add == "group_mask":

@@ -64,6 +64,9 @@ static void usage(FILE *fp, const char *cmd)
             "                       (one stream per group and format through the later layers: small models)\n"
             "  --auto-quantize-score-size N  calibration samples scored, the first N (default 1/8 of them,\n"
             "                       rounded up: Model Optimizer's ratio, 128 of hf_ptq's 1024)\n"
+            "  --auto-quantize-cost-model M  weight (default): every linear counts alike; active_moe (Model\n"
+            "                       Optimizer's): routed experts weigh the active ratio in costs and budget\n"
+            "  --auto-quantize-active-moe-ratio R  that ratio (default num_experts_per_tok / num_experts)\n"
             "  --auto-quantize-scores FILE  reuse the complete pass 1 of an earlier search with the same inputs\n"
             "                       (its OUT.layerwise_resume/auto_quantize/scores.json): another budget then\n"
             "                       costs only the solve and pass 2\n"
@@ -126,7 +129,8 @@ static void usage(FILE *fp, const char *cmd)
 
 typedef struct qargs {
     const char *model, *out, *qformat, *recipe_file, *recipe_root, *calib, *algo, *kv, *aq_formats, *aq_score,
-        *aq_scores;
+        *aq_scores, *aq_cost;
+    double aq_moe_ratio;
     int help, print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
     double aq_bits, aq_gb;
     uint8_t aq_fmt[LWQ_AQ_FORMATS]; /* candidate formats (engine/autoq/autoq.h) */
@@ -181,6 +185,19 @@ static int parse_bits(const char *opt, const char *s, double *out)
     double v = strtod(s, &end);
     if (errno || *end || !(v > 0) || v > 64) {
         fprintf(perr, "lwq: %s %s: expected bits per weight in (0, 64]\n", opt, s);
+        return 0;
+    }
+    *out = v;
+    return 1;
+}
+
+static int parse_ratio(const char *opt, const char *s, double *out)
+{
+    char *end;
+    errno = 0;
+    double v = strtod(s, &end);
+    if (errno || *end || !(v >= 1.0 / (1 << 20)) || v > 1) {
+        fprintf(perr, "lwq: %s %s: expected routed experts active per token as a ratio in [2^-20, 1]\n", opt, s);
         return 0;
     }
     *out = v;
@@ -363,6 +380,16 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a, lwq_ranks_jo
         } else if (!strcmp(s, "--auto-quantize-scores")) {
             if (!(a->aq_scores = VAL()))
                 return -1;
+        } else if (!strcmp(s, "--auto-quantize-cost-model")) {
+            if (!(a->aq_cost = VAL()))
+                return -1;
+            if (strcmp(a->aq_cost, "weight") && strcmp(a->aq_cost, "active_moe")) {
+                fprintf(perr, "lwq: --auto-quantize-cost-model %s: expected weight or active_moe\n", a->aq_cost);
+                return -1;
+            }
+        } else if (!strcmp(s, "--auto-quantize-active-moe-ratio")) {
+            if (!need(i, argc, argv) || !parse_ratio(s, argv[++i], &a->aq_moe_ratio))
+                return -1;
         } else if (!strcmp(s, "--auto-quantize-score-size")) {
             if (!need(i, argc, argv) || !parse_int(s, argv[++i], 1, 1 << 20, &a->aq_score_size))
                 return -1;
@@ -387,8 +414,9 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a, lwq_ranks_jo
         return -1;
     }
     int aq = a->aq_bits > 0 || a->aq_gb > 0;
-    if (!aq && (a->aq_formats || a->aq_score || a->aq_score_size || a->aq_scores)) {
-        fprintf(perr, "lwq: --auto-quantize-formats / -score / -score-size / -scores need a budget: "
+    if (!aq && (a->aq_formats || a->aq_score || a->aq_score_size || a->aq_scores || a->aq_cost || a->aq_moe_ratio)) {
+        fprintf(perr, "lwq: --auto-quantize-formats / -score / -score-size / -scores / -cost-model / "
+                        "-active-moe-ratio need a budget: "
                         "--auto-quantize-bits B or --auto-quantize-gb G\n");
         return -1;
     }
@@ -725,6 +753,8 @@ static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
     ao.gb = a->aq_gb;
     ao.score_size = a->aq_score_size;
     ao.scores_from = a->aq_scores;
+    ao.active_moe = a->aq_cost && !strcmp(a->aq_cost, "active_moe");
+    ao.active_moe_ratio = a->aq_moe_ratio;
     memcpy(ao.formats, a->aq_fmt, sizeof ao.formats);
     if (a->aq_score && !strcmp(a->aq_score, "kl"))
         ao.score = LWQ_AQ_SCORE_KL;

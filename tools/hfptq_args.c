@@ -68,7 +68,7 @@ const char *lwq_hfptq_qformat_help(void)
 }
 
 enum { F_MODEL, F_EXPORT, F_QFORMAT, F_KV, F_CALIB_SIZE, F_CALIB_SEQ, F_BATCH, F_DATASET, F_GPU, F_CPU, F_NOEFFECT,
-       F_REFUSE, F_SPARSITY, F_RECIPE, F_AQ_BITS, F_AQ_METHOD, F_AQ_SCORE_SIZE, F_AQ_COST };
+       F_REFUSE, F_SPARSITY, F_RECIPE, F_AQ_BITS, F_AQ_METHOD, F_AQ_SCORE_SIZE, F_AQ_COST, F_AQ_RATIO };
 
 static const struct {
     const char *flag;
@@ -104,8 +104,7 @@ static const struct {
     {"--auto_quantize_checkpoint", F_NOEFFECT, 1, "lwq keeps the search's scores in the resume directory "
                                                   "(OUT.layerwise_resume/auto_quantize/scores.json); a killed search "
                                                   "resumes from there"},
-    {"--auto_quantize_active_moe_expert_ratio", F_REFUSE, 1, "lwq's budget counts every weight written (the "
-                                                              "weight cost model)"},
+    {"--auto_quantize_active_moe_expert_ratio", F_AQ_RATIO, 1, NULL},
 };
 
 /* The translation writes at most a few words per argument (a --qformat A,B with
@@ -358,11 +357,16 @@ int lwq_hfptq_translate(int argc, char **argv, lwq_hfptq_argv *a, FILE *notes, F
             }
             break;
         case F_AQ_COST:
-            if (strcmp(v, "weight")) {
-                fprintf(err, "lwq: --auto_quantize_cost_model %s is not supported: lwq's budget counts every weight "
-                             "written (weight)\n", v);
+            if (strcmp(v, "weight") && strcmp(v, "active_moe")) {
+                fprintf(err, "lwq: --auto_quantize_cost_model %s: unknown (weight, active_moe)\n", v);
                 return -1;
             }
+            if (!has_recipe)
+                rc = keep(a, "--auto-quantize-cost-model") || keep(a, v);
+            break;
+        case F_AQ_RATIO:
+            if (!has_recipe)
+                rc = keep(a, "--auto-quantize-active-moe-ratio") || keep(a, v);
             break;
         case F_KV:
             if (has_recipe) {

@@ -35,6 +35,17 @@
  * bytes, exactly lwq eval's bits/weight; GB = 1e9 bytes of every tensor written (decoder layers
  * and the tail; safetensors headers excluded).
  *
+ * Cost model active_moe (Model Optimizer 0.47's constraints.cost_model, _auto_quantize_cost.py):
+ * a routed-expert group (a member named ".experts." and not "shared_expert") weighs ratio, every
+ * other linear 1, in the groups' costs and in the budget's weights alike: sum over linears of
+ * weight x bytes <= bits / 8 x sum of weight x elements (Model Optimizer: sum of cost_weight x
+ * compressed size <= effective_bits / 16 x sum of cost_weight x uncompressed size).  Integer
+ * costs for the exact knapsack: weights in units of 2^-20 (ratio rounded to the nearest; exact
+ * for top_k / num_experts with num_experts a power of two, e.g. the recipes' 0.03125).  Written
+ * bits per weight stay the unweighted count; the report gives both.  A --auto-quantize-gb budget
+ * counts real bytes: active_moe is refused with it.  A routed expert the base recipe leaves
+ * unquantized (in no group) is refused by name (lwq's fixed bytes are per layer, unweighted).
+ *
  * Files: <resume>/auto_quantize/ holds scores.json (the pass-1 manifest: fingerprint, committed
  * layers with their groups' scores and costs, the state file's size and checksum) and
  * state-0.bin / state-1.bin (the boundary and, for the kl score, the streams); the recipe goes to
@@ -74,6 +85,9 @@ typedef struct lwq_autoq_opts {
     int pass1_only;          /* stop after pass 1 and the solve: write the recipe, quantize nothing */
     const char *scores_from; /* a complete scores.json of an earlier search with the same inputs:
                                 pass 1 is skipped (another budget needs only the solve and pass 2) */
+    int active_moe;          /* Model Optimizer's cost_model active_moe (else "weight"): see below */
+    double active_moe_ratio; /* its active_moe_expert_ratio in (0, 1]; 0: num_experts_per_tok /
+                                num_experts of the config, as Model Optimizer infers it */
 } lwq_autoq_opts;
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);

@@ -106,10 +106,20 @@ typedef struct lwq_aq_solution {
     uint64_t bytes;           /* predicted: every tensor written (layers + tail) */
     uint64_t linear_bytes, linear_elements;
     double bits;              /* predicted bits per weight */
+    double active_bits;       /* active_moe: the weighted bits per weight the budget bounds (else = bits) */
+    double weighted_elements; /* active_moe: sum of cost weight x elements of the linears (else elements) */
     double score;             /* summed score of the choice */
     double lp_bound;
     int free_items;
 } lwq_aq_solution;
+
+/* Model Optimizer's routed-expert test (is_routed_moe_module_name): ".experts." (or "experts" at
+ * either end) in the name and no "shared_expert". */
+int lwq_aq_routed_name(const char *name);
+/* The unit of the active_moe cost weights: 2^20 (engine/autoq/autoq.h) */
+#define LWQ_AQ_WEIGHT_ONE (1u << 20)
+/* Group g's cost weight in LWQ_AQ_WEIGHT_ONE units under o's cost model (1 under "weight"). */
+uint64_t lwq_aq_cost_weight(const lwq_autoq_opts *o, const lwq_aq_gscore *g);
 
 /* The product of the gains of the layers after L (how much they grow a relative error). */
 double lwq_aq_amplification(const lwq_aq_scores *s, int L);

@@ -229,6 +229,15 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     put_raw(pr, "bits_per_weight", "%.6f", sol->bits);
     put_raw(pr, "linear_bytes", "%.0f", (double)sol->linear_bytes);
     put_raw(pr, "bytes", "%.0f", (double)sol->bytes);
+    if (o->active_moe) {
+        /* Model Optimizer's cost model: what the budget bounds (engine/autoq/autoq.h) */
+        cJSON *cm = cJSON_AddObjectToObject(root, "cost_model");
+        cJSON_AddStringToObject(cm, "name", "active_moe");
+        put_raw(cm, "active_moe_expert_ratio", "%.17g", o->active_moe_ratio);
+        put_raw(cm, "expert_weight", "%.17g", (double)llround(o->active_moe_ratio * LWQ_AQ_WEIGHT_ONE) / LWQ_AQ_WEIGHT_ONE);
+        put_raw(cm, "weighted_linear_weights", "%.17g", sol->weighted_elements);
+        put_raw(cm, "predicted_active_bits_per_weight", "%.6f", sol->active_bits);
+    }
     if (have_written) {
         cJSON *wr = cJSON_AddObjectToObject(root, "written");
         put_raw(wr, "bits_per_weight", "%.6f", 8.0 * (double)w_lin / (double)sol->linear_elements);
@@ -273,6 +282,8 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
             cJSON_AddStringToObject(go, "first_module", g->first);
             cJSON_AddNumberToObject(go, "modules", g->nmembers);
             cJSON_AddStringToObject(go, "format", lwq_aq_format_name(sol->fmt[i]));
+            if (o->active_moe)
+                put_raw(go, "cost_weight", "%.17g", (double)lwq_aq_cost_weight(o, g) / LWQ_AQ_WEIGHT_ONE);
             cJSON *opt = cJSON_AddObjectToObject(go, "candidates");
             for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
                 if (!g->allowed[f])
@@ -340,6 +351,55 @@ static int check_opts(const lwq_autoq_opts *o, lwq_error *e)
     if (o->q.whole_model || o->q.dry_read || o->q.qdq_next)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "the auto-quantize search runs layerwise and calibrates on the source "
                         "model: --whole-model, --dry-read and --qdq-next do not combine with it");
+    if (o->active_moe && o->gb > 0)
+        return lwq_errf(e, LWQ_EINVAL, "cost model active_moe weighs the routed experts in an effective-bits budget: "
+                        "give --auto-quantize-bits, not --auto-quantize-gb (bytes on disk are not weighted)");
+    if (!o->active_moe && o->active_moe_ratio != 0)
+        return lwq_errf(e, LWQ_EINVAL, "an active_moe_expert_ratio (%g) needs cost model active_moe", o->active_moe_ratio);
+    if (o->active_moe && o->active_moe_ratio != 0 &&
+        !(o->active_moe_ratio >= 1.0 / LWQ_AQ_WEIGHT_ONE && o->active_moe_ratio <= 1))
+        return lwq_errf(e, LWQ_EINVAL, "active_moe_expert_ratio %g: expected a ratio in [2^-20, 1]", o->active_moe_ratio);
+    return 0;
+}
+
+/* Cost model active_moe on this model: the ratio inferred when not given (Model Optimizer's
+ * infer_active_moe_expert_ratio: top-k over the experts, at most 1), and every routed expert in a
+ * search group whose members agree on being routed (the solve weighs a group by its first
+ * member and the fixed linears by 1). */
+static int active_moe_setup(lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans, int N, lwq_error *e)
+{
+    if (!o->active_moe)
+        return 0;
+    if (o->active_moe_ratio == 0) {
+        const lwq_model_config *c = &ck->cfg;
+        if (c->num_experts <= 0 || c->num_experts_per_tok <= 0)
+            return lwq_errf(e, LWQ_EINVAL, "%s: cost model active_moe: could not infer active_moe_expert_ratio from "
+                            "config.json (num_experts %d, num_experts_per_tok %d); give it "
+                            "(--auto-quantize-active-moe-ratio R)", o->q.model_dir, c->num_experts,
+                            c->num_experts_per_tok);
+        double r = (double)c->num_experts_per_tok / (double)c->num_experts;
+        o->active_moe_ratio = r < 1 ? r : 1;
+    }
+    for (int L = 0; L < N; L++) {
+        lwq_aq_layer A;
+        int rc = lwq_aq_layer_init(&A, &plans[L], o->q.recipe, o->formats, e);
+        if (rc)
+            return rc;
+        for (int i = 0; i < plans[L].nlinears && rc == 0; i++) {
+            const char *nm = plans[L].linears[i].name;
+            int k = A.group_of[i];
+            if (k < 0 && lwq_aq_routed_name(nm))
+                rc = lwq_errf(e, LWQ_EUNSUPPORTED, "cost model active_moe: routed expert %s is in no search group "
+                              "(the base recipe %s leaves it unquantized); lwq weighs only searched experts",
+                              nm, o->q.recipe->name);
+            else if (k >= 0 && lwq_aq_routed_name(nm) != lwq_aq_routed_name(plans[L].linears[A.g[k].lin[0]].name))
+                rc = lwq_errf(e, LWQ_EUNSUPPORTED, "cost model active_moe: search group of %s mixes routed experts "
+                              "and other linears", nm);
+        }
+        lwq_aq_layer_free(&A);
+        if (rc)
+            return rc;
+    }
     return 0;
 }
 
@@ -456,7 +516,7 @@ static void run_free(aq_run *r)
 }
 
 /* Steps 1-3: scores (computed or resumed), solution, recipe. */
-static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_error *e)
+static int search(lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_error *e)
 {
     int rc = lwq_ckpt_open(o->q.model_dir, &r->ck, e);
     if (rc)
@@ -472,6 +532,8 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     for (int L = 0; L < r->N; L++)
         if ((rc = lwq_arch_layer_plan(&r->ck.cfg, L, &r->plans[L], e)) != 0)
             return rc;
+    if ((rc = active_moe_setup(o, &r->ck, r->plans, r->N, e)) != 0)
+        return rc;
     /* a named CUDA module that cannot be loaded is an error before anything is written, not a
      * CPU search (kernels/backend.h) */
     if (o->q.device == LWQ_DEVICE_AUTO && (rc = lwq_backend_cuda_auto(e)) < 0)
@@ -537,8 +599,9 @@ static int search(const lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_err
     return 0;
 }
 
-int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e)
+int lwq_autoq_run(const lwq_autoq_opts *o_, lwq_error *e)
 {
+    lwq_autoq_opts oo = *o_, *o = &oo; /* search() resolves the active_moe ratio */
     int rc = check_opts(o, e);
     aq_paths p;
     if (rc == 0)

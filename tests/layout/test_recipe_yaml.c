@@ -281,14 +281,25 @@ Test(recipe_yaml, an_auto_quantize_recipe_is_refused_with_the_search_options)
                  "  fp8: configs/ptq/presets/model/fp8\n  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n"
                  "metadata:\n  recipe_type: auto_quantize\n"
                  "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n    cost_model: active_moe\n"
-                 "  candidate_formats:\n    - $import: fp8\n    - $import: w4a16_nvfp4\n"
+                 "    cost:\n      active_moe_expert_ratio: 0.03125\n  candidate_formats:\n    - $import: fp8\n    - $import: w4a16_nvfp4\n"
                  "  auto_quantize_method: gradient\n  score_size: 128\n"
                  "  disabled_layers:\n    - $import: base_disabled_layers\n    - \"*shared_expert_gate*\"\n",
                  "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
-                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-score-size 128 (lm_head and routers are "
-                 "not searched); constraints.cost_model active_moe is not implemented (lwq's budget counts every "
-                 "weight written)");
+                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
+                 "--auto-quantize-active-moe-ratio 0.03125 --auto-quantize-score-size 128 (lm_head and routers are "
+                 "not searched)");
+}
+
+/* a cost model lwq lacks is named */
+Test(recipe_yaml, an_auto_quantize_cost_model_lwq_lacks_is_named)
+{
+    refused_file("metadata: {recipe_type: auto_quantize}\n"
+                 "auto_quantize: {constraints: {effective_bits: 6.0, cost_model: flops}}\n",
+                 "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats F,... (lm_head and routers are not searched); constraints.cost_model flops "
+                 "is not implemented (lwq has weight and active_moe)");
 }
 
 /* a candidate lwq does not search is named (general/auto_quantize/w4a8_awq_beta_fp8_at_6p0bits) */

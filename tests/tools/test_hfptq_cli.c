@@ -40,9 +40,8 @@ REFUSES(refuses_awq_flags, "lwq: --awq_block_size is not supported: AWQ searches
 REFUSES(refuses_auto_quantize_candidates_that_are_no_format, "lwq: --qformat nvfp4,int8 with --auto_quantize_bits: "
         "candidate int8 is not supported: lwq's search chooses a format (nvfp4, fp8, w4a16_nvfp4 or none) per group of "
         "every layer; give the formats (e.g. --qformat nvfp4,fp8)\n", "--auto_quantize_bits=4.8", "--qformat", "nvfp4,int8")
-REFUSES(refuses_auto_quantize_active_moe_cost, "lwq: --auto_quantize_cost_model active_moe is not supported: lwq's "
-        "budget counts every weight written (weight)\n", "--auto_quantize_bits", "6", "--auto_quantize_cost_model",
-        "active_moe")
+REFUSES(refuses_an_unknown_auto_quantize_cost_model, "lwq: --auto_quantize_cost_model flops: unknown (weight, "
+        "active_moe)\n", "--auto_quantize_bits", "6", "--auto_quantize_cost_model", "flops")
 REFUSES(refuses_unknown_flags, "lwq: unknown option --calib_with_images (lwq quantize --help)\n", "--calib_with_images")
 REFUSES(refuses_int8_smoothquant, "lwq: --qformat int8_smoothquant is not supported: SmoothQuant folds scales into "
                                   "the previous layer (INT8), a format per-layer export cannot write (supported: "
@@ -146,6 +145,25 @@ Test(hfptq_cli, auto_quantize_flags_are_translated_and_reported)
     free(err);
     char *rep = lwqt_slurp(lwqt_path("o/auto_quantize.json"));
     cr_assert(strstr(rep, "\"formats\":\t[\"nvfp4\", \"fp8\", \"none\"]") && strstr(rep, "\"base_recipe\":\t\"fp8\""),
+              "%s", rep);
+    free(rep);
+}
+/* hf_ptq's active_moe cost model and its ratio become lwq's (engine/autoq/autoq.h) */
+Test(hfptq_cli, auto_quantize_active_moe_is_translated)
+{
+    const char *mk[] = {"mkmodel", lwqt_path("m"), "--arch", "qwen3_moe", "--experts", "4", "--top-k", "2", "--hidden",
+                        "64", "--layers", "2", "--vocab", "300", "--quiet", NULL};
+    cr_assert_eq(lwqt_run(mk), 0);
+    const char *q[] = {"quantize", "--model", lwqt_path("m"), "--export_path", lwqt_path("o"), "--qformat",
+                       "fp8,w4a16_nvfp4", "--auto_quantize_bits", "6", "--auto_quantize_cost_model", "active_moe",
+                       "--auto_quantize_active_moe_expert_ratio", "0.03125", "--calib_size", "4", "--calib_seq", "32",
+                       "--batch_size", "2", "--quiet", NULL};
+    int rc = lwqt_run(q);
+    char *err = lwqt_err();
+    cr_assert_eq(rc, 0, "%s", err);
+    free(err);
+    char *rep = lwqt_slurp(lwqt_path("o/auto_quantize.json"));
+    cr_assert(strstr(rep, "\"name\":\t\"active_moe\"") && strstr(rep, "\"active_moe_expert_ratio\":\t0.03125"),
               "%s", rep);
     free(rep);
 }

@@ -494,59 +494,83 @@ Test(peer_goldens, mixed_precision_fused_experts, .timeout = 300) { run_group("m
  * export of the mix it chose (its own search needs CUDA) */
 Test(peer_goldens, auto_quantize_w4a16_candidate, .timeout = 300) { run_group("autoq"); }
 
+/* One lps file of autoq case c (its "lwq_options", e.g. the active_moe cost model, given to every
+ * search): lwq's search at its scored_at budget, then each of its budgets solved from those
+ * scores, every group's choice against Model Optimizer's solver's; returns the budgets checked. */
+static int check_lps(const cJSON *m, const cJSON *c, const char *file, const char *tmp, int idx)
+{
+    char p[1200], *txt = NULL, first[64], out[512], scores[600], extra[1400], opts[700] = "";
+    lwq_error e = {0};
+    snprintf(p, sizeof p, "%s/%s", data_root(), file);
+    cr_assert_eq(lwq_file_read_all(p, 1u << 20, &txt, NULL, &e), 0, "%s", e.msg);
+    cJSON *l = cJSON_Parse(txt);
+    free(txt);
+    cr_assert_not_null(l, "%s: not JSON", p);
+    for (const cJSON *x = cJSON_GetObjectItem(l, "lwq_options") ? cJSON_GetObjectItem(l, "lwq_options")->child : NULL;
+         x; x = x->next) {
+        cr_assert(cJSON_IsString(x), "%s: lwq_options holds a non-string", p);
+        size_t n = strlen(opts);
+        snprintf(opts + n, sizeof opts - n, " '%s'", x->valuestring);
+    }
+    snprintf(first, sizeof first, "%g", cJSON_GetObjectItem(l, "scored_at")->valuedouble);
+    snprintf(out, sizeof out, "%s/%d-%s", tmp, idx, first);
+    cr_assert_eq(search_case_rc(m, c, out, first, opts), 0, "%s: the search failed: %s.log", str_of(c, "name"), out);
+    snprintf(scores, sizeof scores, "%s.layerwise_resume/auto_quantize/scores.json", out);
+    int budgets = 0;
+    for (const cJSON *b = cJSON_GetObjectItem(l, "budgets")->child; b; b = b->next, budgets++) {
+        char bits[64], o[600], rp[700];
+        snprintf(bits, sizeof bits, "%g", cJSON_GetObjectItem(b, "bits_per_weight")->valuedouble);
+        snprintf(o, sizeof o, "%s/%d-%s-solved", tmp, idx, bits);
+        snprintf(extra, sizeof extra, "--auto-quantize-scores '%s'%s", scores, opts);
+        cr_assert_eq(search_case_rc(m, c, o, bits, extra), 0, "%s at %s bits failed: %s.log", str_of(c, "name"),
+                     bits, o);
+        snprintf(rp, sizeof rp, "%s/auto_quantize.json", o);
+        cr_assert_eq(lwq_file_read_all(rp, 16u << 20, &txt, NULL, &e), 0, "%s", e.msg);
+        cJSON *r = cJSON_Parse(txt);
+        free(txt);
+        const cJSON *g = cJSON_GetObjectItem(r, "groups")->child, *want = cJSON_GetObjectItem(b, "modelopt")->child;
+        int k = 0;
+        for (; g && want; g = g->next, want = want->next, k++)
+            cr_assert_str_eq(cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring,
+                             "%s (%s) at %s bits: group %d (layer %d %s): lwq chose %s, Model Optimizer's solver %s",
+                             str_of(c, "name"), file, bits, k, cJSON_GetObjectItem(g, "layer")->valueint,
+                             cJSON_GetObjectItem(g, "group")->valuestring,
+                             cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring);
+        cr_assert(!g && !want, "%s at %s bits: %d groups here, another number in %s", str_of(c, "name"), bits, k, p);
+        cJSON_Delete(r);
+    }
+    cJSON_Delete(l);
+    return budgets;
+}
+
 /* The per-group choice given the same scores (Model Optimizer's own search needs CUDA): at each
- * budget of an autoq case's lps file, lwq's choice from its scores equals that of Model
+ * budget of an autoq case's lps files, lwq's choice from its scores equals that of Model
  * Optimizer's solver (modelopt.torch.opt.searcher.LPS, the integer program of its gradient search)
- * on the same scores, byte costs and budget (peers/autoq_lps.py) */
+ * on the same scores, byte costs and budget (peers/autoq_lps.py); under the weight cost model and
+ * under active_moe (the qwen3_6_moe auto_quantize recipes' cost model and ratio, Model Optimizer's
+ * cost weights on costs and budget) */
 Test(peer_goldens, auto_quantize_choice_is_model_optimizers, .timeout = 300)
 {
     cJSON *m = manifest();
     char tmp[256];
     lwqt_tmpdir(tmp, sizeof tmp, "lwq-goldens-lps");
-    int cases = 0, budgets = 0;
+    int files = 0, budgets = 0, active = 0;
     for (const cJSON *c = cJSON_GetObjectItem(m, "cases")->child; c; c = c->next) {
         const cJSON *lp = cJSON_GetObjectItem(c, "lps");
-        if (!cJSON_IsString(lp))
+        if (cJSON_IsString(lp)) {
+            budgets += check_lps(m, c, lp->valuestring, tmp, files++);
             continue;
-        char p[1200], *txt = NULL, first[64], out[512], scores[600], extra[700];
-        lwq_error e = {0};
-        snprintf(p, sizeof p, "%s/%s", data_root(), lp->valuestring);
-        cr_assert_eq(lwq_file_read_all(p, 1u << 20, &txt, NULL, &e), 0, "%s", e.msg);
-        cJSON *l = cJSON_Parse(txt);
-        free(txt);
-        cr_assert_not_null(l, "%s: not JSON", p);
-        snprintf(first, sizeof first, "%g", cJSON_GetObjectItem(l, "scored_at")->valuedouble);
-        snprintf(out, sizeof out, "%s/%d-%s", tmp, cases, first);
-        cr_assert_eq(search_case_rc(m, c, out, first, ""), 0, "%s: the search failed: %s.log", str_of(c, "name"), out);
-        snprintf(scores, sizeof scores, "%s.layerwise_resume/auto_quantize/scores.json", out);
-        for (const cJSON *b = cJSON_GetObjectItem(l, "budgets")->child; b; b = b->next, budgets++) {
-            char bits[64], o[600], rp[700];
-            snprintf(bits, sizeof bits, "%g", cJSON_GetObjectItem(b, "bits_per_weight")->valuedouble);
-            snprintf(o, sizeof o, "%s/%d-%s-solved", tmp, cases, bits);
-            snprintf(extra, sizeof extra, "--auto-quantize-scores '%s'", scores);
-            cr_assert_eq(search_case_rc(m, c, o, bits, extra), 0, "%s at %s bits failed: %s.log", str_of(c, "name"),
-                         bits, o);
-            snprintf(rp, sizeof rp, "%s/auto_quantize.json", o);
-            cr_assert_eq(lwq_file_read_all(rp, 16u << 20, &txt, NULL, &e), 0, "%s", e.msg);
-            cJSON *r = cJSON_Parse(txt);
-            free(txt);
-            const cJSON *g = cJSON_GetObjectItem(r, "groups")->child, *want = cJSON_GetObjectItem(b, "modelopt")->child;
-            int k = 0;
-            for (; g && want; g = g->next, want = want->next, k++)
-                cr_assert_str_eq(cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring,
-                                 "%s at %s bits: group %d (layer %d %s): lwq chose %s, Model Optimizer's solver %s",
-                                 str_of(c, "name"), bits, k, cJSON_GetObjectItem(g, "layer")->valueint,
-                                 cJSON_GetObjectItem(g, "group")->valuestring,
-                                 cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring);
-            cr_assert(!g && !want, "%s at %s bits: %d groups here, another number in %s", str_of(c, "name"), bits, k, p);
-            cJSON_Delete(r);
         }
-        cJSON_Delete(l);
-        cases++;
+        for (const cJSON *x = cJSON_IsArray(lp) ? lp->child : NULL; x; x = x->next) {
+            cr_assert(cJSON_IsString(x), "MANIFEST.json: %s: lps holds a non-string", str_of(c, "name"));
+            active += strstr(x->valuestring, "active_moe") != NULL;
+            budgets += check_lps(m, c, x->valuestring, tmp, files++);
+        }
     }
     cJSON_Delete(m);
-    cr_assert_gt(cases, 0, "no autoq case with an lps file in MANIFEST.json");
-    printf("goldens: auto-quantize: %d budgets of %d sources, every choice Model Optimizer's solver's\n", budgets, cases);
+    cr_assert_gt(files, 0, "no autoq case with an lps file in MANIFEST.json");
+    printf("goldens: auto-quantize: %d budgets of %d lps files (%d under active_moe), every choice Model Optimizer's "
+           "solver's\n", budgets, files, active);
     lwqt_rmtree(tmp);
 }
 
