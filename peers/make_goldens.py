@@ -71,6 +71,16 @@ QWEN3_5_CASES = {(f"{a}-{d}", q) for a in ("qwen3_5", "qwen3_5_moe") for d in ("
 # difference and again when lwq is fixed (then the entry goes).  README.md says what each is.
 KNOWN_DIFFERENCES = {
 }
+# nemotron_h: Model Optimizer 0.47's export runs every exclude_modules / ignore name through the
+# reverse of transformers' "backbone." -> "model." rename with a sentinel appended
+# (quant_aware_conversion.build_reverse_name_mapper, ".\x00modelopt_name_sentinel"); the rename
+# rewrites "model" inside the sentinel itself, removesuffix then finds no sentinel, and every name
+# comes out as "lm_head.\u0000backbone.pt_name_sentinel": its lists cover no module, lwq's name them
+for _src in ("nemotron_h-f32", "nemotron_h-bf16", "nemotron_h_latent-f32", "nemotron_h_latent-bf16"):
+    for _label in ("fp8", "nvfp4", "mamba_moe_nvfp4_conservative"):
+        KNOWN_DIFFERENCES[(_src, _label)] = [
+            "hf_quant_config.json quantization.exclude_modules: backbone.embedding is excluded only in A",
+            "config.json quantization_config.ignore: backbone.embedding is excluded only in A"]
 LAYER_DUMPS = ("qwen3_5-f32", "qwen3_5_moe-f32", "qwen3_5_text-f32", "qwen3_5_moe_text-f32", "qwen3_next-f32",
                "qwen3_moe-f32")
 
@@ -232,7 +242,7 @@ def copy_case(c, bounds):
             "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
     if run.mo_source(c.src) != c.src:  # Model Optimizer quantized the dequantized form
         case["modelopt"]["source"] = f"{run.mo_source(c.src)} (peers/make_fp8_block.py; not committed)"
-    if is_qwen3_5(c.src):
+    if is_qwen3_5(c.src) or c.group == "nemotron":
         # the group is the Criterion test that runs the case (tests/tools/families/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
@@ -518,6 +528,57 @@ def add_mixed():
     print(f"make_goldens: {len(new)} mixed / autoq cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+# issue 35: Nemotron-H (peers/run.py group "nemotron"): FP8, NVFP4 and Model Optimizer's
+# mamba_moe_nvfp4_conservative on each source, added with --add nemotron, and transformers'
+# per-layer forward of the F32 sources at 32 and 7 tokens and left-padded by 0, 15, 27, 31 (forward/)
+NEMOTRON_LABELS = {"fp8", "nvfp4", "mamba_moe_nvfp4_conservative"}
+NEMOTRON_COMMAND = ("peers/run.sh --only nemotron; "
+                    ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add nemotron")
+# (source, dump name, layer_dump.py arguments)
+NEMOTRON_DUMPS = [
+    ("nemotron_h-f32", "nemotron_h-f32", []),
+    ("nemotron_h-f32", "nemotron_h-f32-len7", ["--seq", "7"]),
+    ("nemotron_h-f32", "nemotron_h-f32-padded", ["--pad", "0,15,27,31"]),
+    ("nemotron_h_latent-f32", "nemotron_h_latent-f32", []),
+]
+
+
+def forward_nemotron():
+    out = []
+    os.makedirs(os.path.join(DEST, "forward"), exist_ok=True)
+    for src, name, extra in NEMOTRON_DUMPS:
+        rel = os.path.join("forward", name + ".safetensors")
+        subprocess.run([sys.executable, os.path.join(HERE, "layer_dump.py"), os.path.join(run.WORK, "src", src),
+                        os.path.join(DEST, rel), "--calib", os.path.join(run.WORK, "calib.jsonl"),
+                        "--seqs", str(FORWARD_SEQS)] + extra, check=True)
+        out.append({"src": f"src/{src}", "dump": rel, "seqs": FORWARD_SEQS, "tol": run.F32_RTOL,
+                    "layer_dump_args": extra})
+    return out
+
+
+def add_nemotron():
+    """--add nemotron: the nemotron goldens and forward dumps beside the ones in DEST."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k.rsplit("-", 1)[0] in run.NEMOTRON:
+            bounds[k] = b
+    new = [copy_case(c, bounds) for c in run.cases() if c.group == "nemotron" and c.label in NEMOTRON_LABELS]
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    man["forward"] = [f for f in man.get("forward", []) if f["src"].split("/", 1)[1].rsplit("-", 1)[0]
+                      not in run.NEMOTRON] + forward_nemotron()
+    if NEMOTRON_COMMAND not in man["commands"]:
+        man["commands"].append(NEMOTRON_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} nemotron cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 AUTOQ_ACTIVE_MOE_COMMAND = ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add autoq_active_moe"
 
 
@@ -552,7 +613,7 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "mixed", "kimi_linear", "fp8block",
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "kimi_linear", "fp8block",
                                       "families34_w4a16", "group_mask", "autoq_active_moe"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
@@ -562,6 +623,8 @@ def main():
         return add_families34()
     if a.add == "kimi_linear":
         return add_kimi()
+    if a.add == "nemotron":
+        return add_nemotron()
     if a.add == "mixed":
         return add_mixed()
     if a.add == "autoq_active_moe":
@@ -587,6 +650,10 @@ def main():
             continue
         if c.group == "families34":
             if c.label in FAMILY_LABELS:
+                cases.append(copy_case(c, bounds))
+            continue
+        if c.group == "nemotron":
+            if c.label in NEMOTRON_LABELS:
                 cases.append(copy_case(c, bounds))
             continue
         if is_qwen3_5(c.src):
@@ -679,6 +746,14 @@ its export of the dequantized form (`SRC.dequant`, made by the same script: E4M3
 scale in float32, rounded to the source dtype, as lwq's reader and DeepSeek's `weight_dequant`
 do; not committed, the script remakes it byte for byte); lwq quantizes the FP8 form.  The BF16
 bound is computed on the dequantized form.
+
+Nemotron-H (issue 35; `peers/run.py` group `nemotron`; docs/FAMILIES.md): nemotron_h (Mamba2,
+ReLU^2 MLP, NoPE attention, MoE) and nemotron_h_latent (MoE with moe_latent_size), F32 and BF16,
+through hf_ptq's --qformat fp8, nvfp4 and mamba_moe_nvfp4_conservative; their forward dumps at 32
+and 7 tokens and left-padded by 0, 15, 27, 31 tokens; added with `--add nemotron`.  Their
+`known_differences`: Model Optimizer 0.47's export mangles every exclude_modules / ignore name of
+this model (its reverse-rename "backbone." rule eats the name sentinel: "lm_head.\u0000backbone.
+pt_name_sentinel"), so its lists match no module and lwq's, which name the modules, differ.
 
 Regenerate (needs the network once, for peers/setup.sh):
 

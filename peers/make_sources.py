@@ -301,6 +301,36 @@ def kimi_linear_configs():
     }
 
 
+# ---- issue 35: Nemotron-H / Nemotron-3 (Mamba2 + NoPE attention + ReLU^2 MLP / non-gated MoE) ---------
+
+def nemotron_configs():
+    """name -> (config, model class).  Hidden 32, vocab 64; the Mamba2 mixer with 4 heads of 8
+    (intermediate 32), 2 groups of state 8 (conv_dim 64), conv kernel 4 and chunk_size 128 (the
+    published models' value): every calibration sequence is one chunk of transformers' torch SSD
+    path, whose inter-chunk state passing sums the chunk decays over the wrong axis (docs/FAMILIES.md,
+    peers/mamba_chunks.py), so only single-chunk sequences compute the Mamba2 recurrence there:
+      nemotron_h         hybrid_override_pattern "M-*EM": Mamba2, ReLU^2 MLP, NoPE GQA attention,
+                         MoE (DeepSeek-V3 routing: sigmoid + bias, 2 groups, top-1 group, top-2,
+                         routed_scaling_factor 2.5; non-gated ReLU^2 experts; one shared expert),
+                         Mamba2 again
+      nemotron_h_latent  "ME*E" with moe_latent_size 16: the routed experts run in a 16-wide latent
+                         between fc1_latent_proj and fc2_latent_proj; one routing group"""
+    common = dict(vocab_size=VOCAB, hidden_size=32, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                  intermediate_size=32, mamba_num_heads=4, mamba_head_dim=8, n_groups=2, ssm_state_size=8,
+                  conv_kernel=4, chunk_size=128, n_routed_experts=8, num_experts_per_tok=2, moe_intermediate_size=16,
+                  moe_shared_expert_intermediate_size=32, routed_scaling_factor=2.5, norm_topk_prob=True,
+                  layer_norm_epsilon=1e-5, max_position_embeddings=256, tie_word_embeddings=False,
+                  initializer_range=0.05, use_mamba_kernels=False, bos_token_id=None, eos_token_id=None,
+                  pad_token_id=None)
+    return {
+        "nemotron_h": (transformers.NemotronHConfig(**common, hybrid_override_pattern="M-*EM", n_group=2,
+                                                    topk_group=1), transformers.NemotronHForCausalLM),
+        "nemotron_h_latent": (transformers.NemotronHConfig(**common, hybrid_override_pattern="ME*E", n_group=1,
+                                                           topk_group=1, moe_latent_size=16),
+                              transformers.NemotronHForCausalLM),
+    }
+
+
 def glm_mtp_tensors(model, gen):
     """GLM-4.5's MTP block as its checkpoints carry it, inlined after the decoder layers
     (model.layers.{num_hidden_layers}.: eh_proj [H, 2H], enorm, hnorm, shared_head.norm and one MoE
@@ -388,7 +418,11 @@ def main():
     cfgs.update(qwen3_5_configs())
     fam = families34_configs()
     kimi = ("kimi_linear",)
+    nem = nemotron_configs()
     for arch in a.archs.split(","):
+        if arch in nem:  # seeds of their own, from the row's place in the table
+            write_family(arch, *nem[arch], os.path.join(a.out, arch), a.seed + 3500 + 100 * list(nem).index(arch))
+            continue
         if arch in kimi:  # transformers >= 5.23 only (kimi_linear_configs)
             write_family(arch, *kimi_linear_configs()[arch], os.path.join(a.out, arch), a.seed + 3500)
             continue

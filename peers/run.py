@@ -39,6 +39,9 @@ FAMILIES34 = ["glm4_moe", "minimax_m2", "deepseek_v32", "glm_moe_dsa", "mistral4
 MLA34 = {"deepseek_v32", "glm_moe_dsa", "mistral4"}
 # issue 33: Qwen3.5 / 3.6 as published (VLM wrappers with model.visual.* and mtp.*; the MoE one's
 # experts fused 3-D on disk) and the text-only *ForCausalLM forms (peers/make_sources.py)
+# issue 35: Nemotron-H / Nemotron-3 (peers/make_sources.py nemotron_configs): Model Optimizer's
+# fp8 / nvfp4 and its Mamba-MoE preset mamba_moe_nvfp4_conservative through hf_ptq's --qformat
+NEMOTRON = ["nemotron_h", "nemotron_h_latent"]
 QWEN3_5 = ["qwen3_5", "qwen3_5_moe", "qwen3_5_text", "qwen3_5_moe_text"]
 QWEN3_5_RECIPES = {"qwen3_5": "huggingface/qwen3_5/ptq", "qwen3_5_moe": "huggingface/qwen3_5_moe/ptq"}
 # FP8-block forms (peers/make_fp8_block.py) of two issue-34 sources, as MiniMax-M2 and GLM-4.5 are
@@ -153,6 +156,7 @@ def cases():
     out += mixed_cases()
     out += autoq_cases()
     out += kimi_cases()
+    out += nemotron_cases()
     return out
 
 
@@ -262,6 +266,19 @@ def families34_cases():
     return out
 
 
+def nemotron_cases():
+    """Group nemotron: FP8, NVFP4 and mamba_moe_nvfp4_conservative (hf_ptq's --qformat, no KV
+    cache) on each Nemotron-H source, and fp8-kv_fp8 for the BF16 bound."""
+    out = []
+    for arch in NEMOTRON:
+        for dt in ("f32", "bf16"):
+            src = f"{arch}-{dt}"
+            for q in ("fp8", "nvfp4", "mamba_moe_nvfp4_conservative"):
+                out.append(Case("nemotron", src, q, *preset(q)))
+            out.append(Case("nemotron", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
+    return out
+
+
 # ---- running -------------------------------------------------------------------------------------
 
 def sh(cmd, log):
@@ -285,7 +302,7 @@ def ensure_sources():
     missing = [a for a in ARCHS + QWEN3_5 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if missing:
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing)], check=True)
-    missing34 = [a for a in FAMILIES34 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+    missing34 = [a for a in FAMILIES34 + NEMOTRON if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
     if missing34:
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
     for s in FP8BLOCK:

@@ -20,12 +20,15 @@ static const struct {
     {"qwen3next_production", {"--qformat", "qwen3next_production"}},
     {"w4a16_nvfp4", {"--qformat", "w4a16_nvfp4"}},
     {"nvfp4_four_over_six", {"--qformat", "nvfp4_four_over_six"}},
+    {"mamba_moe_nvfp4_aggressive", {"--qformat", "mamba_moe_nvfp4_aggressive"}},
+    {"mamba_moe_nvfp4_conservative", {"--qformat", "mamba_moe_nvfp4_conservative"}},
+    {"mamba_moe_fp8_aggressive", {"--qformat", "mamba_moe_fp8_aggressive"}},
+    {"mamba_moe_fp8_conservative", {"--qformat", "mamba_moe_fp8_conservative"}},
 };
 
 static const char AWQ[] = "AWQ searches pre-quantization scales over the whole model, which lwq does not write per "
                           "layer";
 static const char MX[] = "MX formats (power-of-two block scales) are not written by lwq";
-static const char MAMBA[] = "Mamba mixer layers are not supported by lwq";
 
 static const struct {
     const char *name, *why;
@@ -54,17 +57,14 @@ static const struct {
     {"w4a8_nvfp4_fp8", "NVFP4 weights with FP8 activations (W4A8) are not written by lwq"},
     {"nvfp4_fp8_mha", "FP8 attention BMM and softmax quantizers are not written by lwq"},
     {"nvfp4_omlp_only", "not built into lwq; its quant_cfg runs as a --recipe YAML"},
-    {"mamba_moe_fp8_aggressive", MAMBA},
-    {"mamba_moe_fp8_conservative", MAMBA},
-    {"mamba_moe_nvfp4_aggressive", MAMBA},
-    {"mamba_moe_nvfp4_conservative", MAMBA},
 };
 
 const char *lwq_hfptq_qformat_help(void)
 {
     return "nvfp4, fp8, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
            "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
-           "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six";
+           "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six, "
+           "mamba_moe_{nvfp4,fp8}_{aggressive,conservative}";
 }
 
 enum { F_MODEL, F_EXPORT, F_QFORMAT, F_KV, F_CALIB_SIZE, F_CALIB_SEQ, F_BATCH, F_DATASET, F_GPU, F_CPU, F_NOEFFECT,

@@ -26,7 +26,7 @@ int lwq_fwd_is_mla(const lwq_model_config *c)
 const char *lwq_forward_supported(void)
 {
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, kimi_linear, qwen3_next, qwen3_5_text, qwen3_5_moe_text";
+           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, kimi_linear, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text";
 }
 
 /* Rotary and geometry checks of the mixer kinds the model runs, before the common checks. */
@@ -44,6 +44,7 @@ static int check_mixer(const lwq_model_config *c, lwq_mixer_kind k, lwq_error *e
     case LWQ_MIXER_GDN:
     case LWQ_MIXER_GDN_SPLIT: return lwq_fwd_qwen3next_check(c, e);
     case LWQ_MIXER_KDA: return lwq_fwd_kda_check(c, e);
+    case LWQ_MIXER_MAMBA2: return lwq_fwd_nemotron_check(c, e);
     default:
         return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s' has no forward in lwq (supported: "
                         "%s)", c->model_type, lwq_forward_supported());
@@ -128,6 +129,8 @@ static int layer_forward(lwq_model *m, int layer, const lwq_weights *w, const lw
 {
     const int64_t n = h->shape[0], D = m->cfg->hidden_size;
     lwq_tensor x, out;
+    if (m->cfg->family->single) /* nemotron_h: one block per layer */
+        return lwq_fwd_nemotron_layer(m, layer, w, b, h, obs, e);
     LWQ_TRY(lwq_fwd_mixer_block(m, layer, w, b, h, obs, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &x, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));

@@ -86,6 +86,13 @@ int lwq_fwd_swiglu_mlp_tok(lwq_model *m, int layer, const lwq_weights *w, const 
                            const lwq_tensor *x, const int32_t *tok, lwq_tensor *g, lwq_tensor *u,
                            lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
 
+/* out = down(relu(up(x))^2) with `prefix`.{up,down}_proj (nemotron_h's MLP, shared expert and
+ * routed experts): x (rows, in), out (rows, out) give the widths; u: (rows, inter) scratch or NULL.
+ * Observes up's and down's inputs (valid mask or batch rows tok). */
+int lwq_fwd_relu2_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix, int64_t inter,
+                      const lwq_tensor *x, const lwq_tensor *valid, const int32_t *tok, lwq_tensor *u,
+                      lwq_tensor *out, const lwq_observer *obs, lwq_error *e);
+
 /* The routed experts' tensor prefix of `layer` (fwd_common.c) ("model.layers.L.mlp" or ".block_sparse_moe"),
  * whether they carry Mixtral's w1/w3/w2 names, and their width. */
 void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, size_t cap,
@@ -98,6 +105,7 @@ typedef struct lwq_fwd_experts {
     int mixtral_names;
     int64_t inter;
     int e0, count;
+    int relu2;            /* non-gated ReLU^2 experts: `prefix`.experts.E.{up,down}_proj (nemotron_h) */
 } lwq_fwd_experts;
 
 /* The experts' rows gathered on the device: expert e0 + j runs on rows [off[j], off[j + 1]) of xe
@@ -135,8 +143,9 @@ int lwq_fwd_moe_block(lwq_model *m, int layer, const lwq_weights *w, const lwq_b
 
 /* The expert half of a MoE block, given the routing on the host: idx/wts (n, K) (rows of padding
  * tokens are not read).  Experts are `prefix`.experts.E.{gate,up,down}_proj ({w1,w3,w2} with
- * mixtral_names) of width I; out (n, hidden) receives the weighted combine in out's dtype (the
- * act dtype; F32 would accumulate in f32). */
+ * mixtral_names; non-gated {up,down}_proj for nemotron_h) of width I, reading x's width (hidden,
+ * or nemotron_h's latent); out (n, x's width) receives the weighted combine in out's dtype (the
+ * act dtype; F32 accumulates in f32). */
 int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                         const lwq_tensor *x, const char *prefix, int mixtral_names, int64_t I,
                         const int32_t *idx_host, const float *wts_host, lwq_tensor *out,
@@ -166,6 +175,14 @@ int lwq_fwd_deepseek_route(lwq_model *m, int layer, const lwq_weights *w, const 
 /* sh (n, hidden) = the shared experts of x (n_shared_experts x moe_intermediate_size wide). */
 int lwq_fwd_deepseek_shared(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                             const lwq_tensor *x, lwq_tensor *sh, const lwq_observer *obs, lwq_error *e);
+
+/* ---- Nemotron-H (model_nemotron.c) ---- */
+
+/* The Mamba2 geometry and the MoE router of a nemotron_h config. */
+int lwq_fwd_nemotron_check(const lwq_model_config *c, lwq_error *e);
+/* h += block(norm(h)): layer's one block (Mamba2, NoPE attention, ReLU^2 MLP or MoE). */
+int lwq_fwd_nemotron_layer(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b, lwq_tensor *h,
+                           const lwq_observer *obs, lwq_error *e);
 
 /* ---- Qwen3-Next (model_qwen3next.c) ---- */
 

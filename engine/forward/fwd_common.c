@@ -426,8 +426,67 @@ void lwq_fwd_experts_names(const lwq_model_config *c, int layer, char *prefix, s
 {
     *mixtral_names = c->family->experts == LWQ_EXPERTS_MIXTRAL;
     *inter = c->family->keys == LWQ_KEYS_MIXTRAL ? c->intermediate_size : c->moe_intermediate_size;
-    snprintf(prefix, cap, *mixtral_names ? "model.layers.%d.block_sparse_moe" : "model.layers.%d.mlp",
+    snprintf(prefix, cap, *mixtral_names ? "model.layers.%d.block_sparse_moe"
+                          : c->family->experts == LWQ_EXPERTS_NEMOTRON ? "model.layers.%d.mixer"
+                                                                       : "model.layers.%d.mlp",
              layer);
+}
+
+/* y = relu(y)^2 in place, rounded once to y's dtype (transformers' ReLUSquaredActivation: relu,
+ * then torch.square in the activation dtype).  y: (rows, d) contiguous on the device. */
+static int relu2_inplace(lwq_model *m, lwq_tensor *y, lwq_error *e)
+{
+    const int64_t numel = lwq_tensor_numel(y);
+    const size_t es = lwq_dtype_size(y->dtype), bytes = (size_t)numel * es;
+    void *p = y->data, *tmp = NULL;
+    if (y->device != LWQ_DEV_CPU) {
+        if (!(p = tmp = malloc(bytes ? bytes : 1)))
+            return lwq_errf(e, LWQ_ENOMEM, "relu2: no host memory for %zu bytes", bytes);
+        int rc = lwq_backend_download(m->be, tmp, y->data, bytes, e);
+        if (rc < 0) {
+            free(tmp);
+            return rc;
+        }
+    }
+    for (int64_t i = 0; i < numel; i++) {
+        float v = lwq_load_f(p, y->dtype, (size_t)i);
+        v = v > 0.0f ? v * v : 0.0f;
+        if (y->dtype == LWQ_BF16)
+            ((uint16_t *)p)[i] = lwq_f32_to_bf16(v);
+        else if (y->dtype == LWQ_F16)
+            ((uint16_t *)p)[i] = lwq_f32_to_f16(v);
+        else
+            ((float *)p)[i] = v;
+    }
+    int rc = 0;
+    if (tmp) {
+        rc = lwq_backend_upload(m->be, y->data, tmp, bytes, e);
+        free(tmp);
+    }
+    return rc;
+}
+
+int lwq_fwd_relu2_mlp(lwq_model *m, int layer, const lwq_weights *w, const char *prefix, int64_t inter,
+                      const lwq_tensor *x, const lwq_tensor *valid, const int32_t *tok, lwq_tensor *u,
+                      lwq_tensor *out, const lwq_observer *obs, lwq_error *e)
+{
+    const int64_t n = x->shape[0], in = x->shape[1], od = out->shape[1];
+    char mu[LWQ_NAME_MAX], md[LWQ_NAME_MAX];
+    snprintf(mu, sizeof mu, "%s.up_proj", prefix);
+    snprintf(md, sizeof md, "%s.down_proj", prefix);
+    lwq_tensor wu, wd, us, bu, bd;
+    int hbu, hbd;
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, mu, inter, in, 0, &wu, &bu, &hbu, e));
+    LWQ_TRY(lwq_fwd_linear(m, w, layer, md, od, inter, 0, &wd, &bd, &hbd, e));
+    if (!u) {
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, inter, &us, e));
+        u = &us;
+    }
+    LWQ_TRY(lwq_fwd_observe_tok(obs, layer, mu, x, valid, tok, e));
+    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, hbu ? &bu : NULL, u, e));
+    LWQ_TRY(relu2_inplace(m, u, e));
+    LWQ_TRY(lwq_fwd_observe_tok(obs, layer, md, u, valid, tok, e));
+    return lwq_backend_gemm(m->be, u, &wd, hbd ? &bd : NULL, out, e);
 }
 
 /* ---- routed experts, shared by model_moe.c and fwd_stream.c ---------------------------------- */
@@ -515,7 +574,7 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
                     const lwq_tensor *x, const lwq_fwd_experts *ex, const lwq_fwd_routed *r,
                     lwq_tensor *out, int32_t *vrows, const lwq_observer *obs, lwq_error *e)
 {
-    const int64_t n = x->shape[0], D = m->cfg->hidden_size, I = ex->inter;
+    const int64_t n = x->shape[0], D = x->shape[1], I = ex->inter; /* D: the experts' width */
     const char *gn = ex->mixtral_names ? "w1" : "gate_proj",
                *un = ex->mixtral_names ? "w3" : "up_proj",
                *dn = ex->mixtral_names ? "w2" : "down_proj";
@@ -524,10 +583,21 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
     /* in all-experts mode the routed run is not observed: the run below covers every token */
     const lwq_observer *robs = (obs && obs->all_experts) ? NULL : obs;
     const char *const names[3] = {gn, un, dn};
+    /* nemotron_h's ReLU^2 experts one by one (the grouped GEMMs run SwiGLU experts) */
+    for (int j = 0; ex->relu2 && j < ex->count && rc == 0; j++) {
+        int64_t cnt = r->off[j + 1] - r->off[j];
+        if (cnt == 0)
+            continue;
+        lwq_tensor xv = lwq_fwd_rows(r->xe, r->off[j], cnt);
+        lwq_tensor yv = lwq_fwd_rows(r->y, r->y0 + r->off[j], cnt);
+        lwq_tensor uv = lwq_fwd_rows(r->u, 0, cnt);
+        snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
+        rc = lwq_fwd_relu2_mlp(m, layer, w, ep, I, &xv, NULL, r->tok + r->off[j], &uv, &yv, robs, e);
+    }
     /* the experts in ranges of at most cap rows (the g/u scratch), each range grouped */
     const int64_t cap = r->off[ex->count] == 0 ? 0
                         : r->g->shape[0] < r->u->shape[0] ? r->g->shape[0] : r->u->shape[0];
-    for (int j0 = 0, j1; j0 < ex->count && rc == 0; j0 = j1) {
+    for (int j0 = 0, j1; !ex->relu2 && j0 < ex->count && rc == 0; j0 = j1) {
         for (j1 = j0; j1 < ex->count && r->off[j1 + 1] - r->off[j0] <= cap; j1++)
             ;
         if (j1 == j0)
@@ -555,7 +625,8 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
     LWQ_TRY(lwq_backend_gather_rows(m->be, x, &vr, &xa, e));
     for (int j = 0; j < ex->count && rc == 0; j++) {
         snprintf(ep, sizeof ep, "%s.experts.%d", ex->prefix, ex->e0 + j);
-        rc = lwq_fwd_swiglu_mlp_tok(m, layer, w, ep, gn, un, dn, I, &xa, vrows, &ga, &ua, &ya, obs, e);
+        rc = ex->relu2 ? lwq_fwd_relu2_mlp(m, layer, w, ep, I, &xa, NULL, vrows, &ua, &ya, obs, e)
+                       : lwq_fwd_swiglu_mlp_tok(m, layer, w, ep, gn, un, dn, I, &xa, vrows, &ga, &ua, &ya, obs, e);
     }
     return rc < 0 ? rc : 0;
 }

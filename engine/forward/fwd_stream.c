@@ -13,6 +13,9 @@ int lwq_fwd_stream_supported(const lwq_model *m, int layer, lwq_error *e)
     const lwq_model_config *c = m->cfg;
     if (!lwq_model_layer_is_moe(m, layer))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d has no routed experts", layer);
+    if (c->family->single) /* its MoE block is the whole layer, latent projections around the experts */
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming is not implemented for %s yet: run without "
+                        "--expert-group, with a budget that holds a whole layer", c->model_type);
     /* every routed-expert block the family table has streams; the check stays for a block added
      * later without a streamed form */
     if (c->family->router != LWQ_ROUTER_SOFTMAX && c->family->router != LWQ_ROUTER_DEEPSEEK_V2 &&
@@ -251,7 +254,7 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
          (rc = lwq_fwd_tensor(m, m->act, maxc, I, &ut, e)) < 0 ||
          (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0))
         goto out;
-    const lwq_fwd_experts ex = {prefix, mixtral, I, e0, G};
+    const lwq_fwd_experts ex = {prefix, mixtral, I, e0, G, c->family->experts == LWQ_EXPERTS_NEMOTRON};
     const lwq_fwd_routed r = {g.off, &xe, &y, &gt, &ut, n, &slot, &ws, g.rows};
     rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, partial, g.vrows, obs, e);
     /* as lwq_model_layer_forward: the device flags errors it only sees while running (a gather

@@ -1,7 +1,8 @@
 /* engine/forward/model_llama.c — the GQA attention block (LWQ_MIXER_GQA) of llama / mistral
  * (plain), qwen2 (q/k/v biases), qwen3 and qwen3_moe (per-head q/k RMSNorm before RoPE, head_dim
  * independent of hidden/heads), mixtral (plain attention), glm4_moe (q/k/v biases, optional q/k norm,
- * partial rotary), minimax_m2 (full-width q/k norm, partial rotary): the family row says which.
+ * partial rotary), minimax_m2 (full-width q/k norm, partial rotary), nemotron_h (no RoPE, names
+ * layers.L.norm and layers.L.mixer.*): the family row says which.
  *
  *   x = input_layernorm(h)
  *   q, k, v = x Wq^T (+bq), x Wk^T (+bk), x Wv^T (+bv)      observed: q_proj, k_proj, v_proj
@@ -52,14 +53,17 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     const float eps = (float)c->rms_norm_eps;
     char name[LWQ_NAME_MAX], mq[LWQ_NAME_MAX], mk[LWQ_NAME_MAX], mv[LWQ_NAME_MAX],
         mo[LWQ_NAME_MAX];
-    snprintf(mq, sizeof mq, "model.layers.%d.self_attn.q_proj", layer);
-    snprintf(mk, sizeof mk, "model.layers.%d.self_attn.k_proj", layer);
-    snprintf(mv, sizeof mv, "model.layers.%d.self_attn.v_proj", layer);
-    snprintf(mo, sizeof mo, "model.layers.%d.self_attn.o_proj", layer);
+    /* nemotron_h (family->single): the layer's one block is mixer.*, after layers.L.norm */
+    const char *at = c->family->single ? "mixer" : "self_attn";
+    snprintf(mq, sizeof mq, "model.layers.%d.%s.q_proj", layer, at);
+    snprintf(mk, sizeof mk, "model.layers.%d.%s.k_proj", layer, at);
+    snprintf(mv, sizeof mv, "model.layers.%d.%s.v_proj", layer, at);
+    snprintf(mo, sizeof mo, "model.layers.%d.%s.o_proj", layer, at);
 
     lwq_tensor ln1, wq, wk, wv, wo, bq, bk, bv, bo, qn, kn;
     int hbq, hbk, hbv, hbo;
-    snprintf(name, sizeof name, "model.layers.%d.input_layernorm.weight", layer);
+    snprintf(name, sizeof name, "model.layers.%d.%s.weight", layer,
+             c->family->single ? "norm" : "input_layernorm");
     LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln1, e));
     LWQ_TRY(lwq_fwd_linear(m, w, layer, mq, H * hd, D, need_bias, &wq, &bq, &hbq, e));
     LWQ_TRY(lwq_fwd_linear(m, w, layer, mk, KV * hd, D, need_bias, &wk, &bk, &hbk, e));
@@ -102,8 +106,10 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
         LWQ_TRY(lwq_backend_rmsnorm(be, &qv, &qn, eps, &qv, e));
         LWQ_TRY(lwq_backend_rmsnorm(be, &kv, &kn, eps, &kv, e));
     }
-    LWQ_TRY(rope(m, &q, H, b, e));
-    LWQ_TRY(rope(m, &k, KV, b, e));
+    if (!c->family->nope) { /* nemotron_h's attention has no position embedding */
+        LWQ_TRY(rope(m, &q, H, b, e));
+        LWQ_TRY(rope(m, &k, KV, b, e));
+    }
     if (obs && obs->kv)
         LWQ_TRY(obs->kv(obs->ctx, layer, &k, &v, &b->valid, e));
 

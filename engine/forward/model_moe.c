@@ -146,7 +146,7 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
                         const lwq_observer *obs, lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
-    const int64_t n = x->shape[0], D = c->hidden_size;
+    const int64_t n = x->shape[0], D = x->shape[1]; /* hidden, or nemotron_h's latent */
     const int E = c->num_experts, K = c->num_experts_per_tok;
     if (I <= 0)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: %s expert width %" PRId64 " must be > 0", layer,
@@ -198,7 +198,7 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
         (rc = lwq_fwd_tensor(m, m->act, grows, I, &u, e)) < 0 ||
         (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0)
         goto out;
-    const lwq_fwd_experts ex = {prefix, mixtral_names, I, 0, E};
+    const lwq_fwd_experts ex = {prefix, mixtral_names, I, 0, E, c->family->experts == LWQ_EXPERTS_NEMOTRON};
     const lwq_fwd_routed r = {h.off, &xe, &y, &g, &u, 0, &slot, &wsorted, h.rows};
     rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, out, h.vrows, obs, e);
 out:

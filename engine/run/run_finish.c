@@ -167,10 +167,15 @@ static int write_configs(lwq_run *r, lwq_error *e)
     /* Model Optimizer lists the token embedding too: export_hf_checkpoint excludes every module
      * it wrapped with quantizers and left disabled, and it wraps nn.Embedding (disabled by its
      * default_disabled_quantizers unit, parent_class nn.Embedding) */
+    char emb[96];
+    lwq_names_full(&r->ck.cfg.names, "model.embed_tokens.weight", emb, sizeof emb);
     for (int i = 0; !r->embed && i < r->ck.tail.n; i++) {
         const char *t = r->ck.tensors[r->ck.tail.idx[i]].name;
         size_t n = strlen(t), suf = strlen("embed_tokens.weight");
-        if (n >= suf && !strcmp(t + n - suf, "embed_tokens.weight") && (n == suf || t[n - suf - 1] == '.')) {
+        /* the embedding where the names put it (nemotron_h: backbone.embedding(s)), or any
+         * *.embed_tokens.weight */
+        if (!strcmp(t, emb) ||
+            (n >= suf && !strcmp(t + n - suf, "embed_tokens.weight") && (n == suf || t[n - suf - 1] == '.'))) {
             if (!(extra[nextra++] = strndup(t, n - strlen(".weight")))) {
                 rc = lwq_errf(e, LWQ_ENOMEM, "configs: out of memory");
                 goto out;

@@ -132,15 +132,23 @@ static void plan_gqa_attention(builder *b)
     if (f->bias == LWQ_BIAS_KEY_QKV)
         o_bias = 0; /* glm4_moe: attention_bias sets q/k/v only */
     int64_t q_out = f->attn == LWQ_MIXER_GATED_GQA ? 2 * qo : qo; /* q and its output gate */
+    const char *at = f->single ? "mixer" : "self_attn"; /* nemotron_h: the layer's one block */
+    char m[64];
     int g = new_group(b);
-    linear(b, "self_attn.q_proj", LWQ_ROLE_Q, -1, q_out, h, g, 0, qkv_bias);
-    linear(b, "self_attn.k_proj", LWQ_ROLE_K, -1, kvo, h, g, 0, qkv_bias);
-    linear(b, "self_attn.v_proj", LWQ_ROLE_V, -1, kvo, h, g, 0, qkv_bias);
-    linear(b, "self_attn.o_proj", LWQ_ROLE_O, -1, h, qo, -1, 0, o_bias);
+    snprintf(m, sizeof m, "%s.q_proj", at);
+    linear(b, m, LWQ_ROLE_Q, -1, q_out, h, g, 0, qkv_bias);
+    snprintf(m, sizeof m, "%s.k_proj", at);
+    linear(b, m, LWQ_ROLE_K, -1, kvo, h, g, 0, qkv_bias);
+    snprintf(m, sizeof m, "%s.v_proj", at);
+    linear(b, m, LWQ_ROLE_V, -1, kvo, h, g, 0, qkv_bias);
+    snprintf(m, sizeof m, "%s.o_proj", at);
+    linear(b, m, LWQ_ROLE_O, -1, h, qo, -1, 0, o_bias);
     if (lwq_config_qk_norm(c)) { /* per head, or over the whole projection (minimax_m2) */
         tensor(b, LWQ_TK_NORM, 0, 1, f->qk_norm_full ? qo : hd, 0, 0, "self_attn.q_norm.weight");
         tensor(b, LWQ_TK_NORM, 0, 1, f->qk_norm_full ? kvo : hd, 0, 0, "self_attn.k_norm.weight");
     }
+    if (f->nope)
+        return;
     /* Older exports saved RoPE's inverse frequencies as a buffer. */
     int64_t rot = lwq_config_rotary_dim(c);
     tensor(b, LWQ_TK_BUFFER, 1, 1, rot / 2, 0, 0, "self_attn.rotary_emb.inv_freq");
@@ -321,6 +329,81 @@ static void plan_moe(builder *b)
     }
 }
 
+/* nemotron_h's Mamba2 mixer (NemotronHMamba2Mixer): in_proj -> [z (I), xBC (conv_dim), dt (heads)],
+ * the depthwise conv1d over xBC, A_log / D / dt_bias per head, the grouped gated norm, out_proj.
+ * Model Optimizer's default_disabled_quantizers keep the conv1d unquantized (*mixer.conv1d*). */
+static void plan_mamba2(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    const int64_t h = c->hidden_size, nh = c->mamba_num_heads, I = nh * c->mamba_head_dim;
+    const int64_t conv = I + 2 * (int64_t)c->mamba_n_groups * c->ssm_state_size;
+    linear(b, "mixer.in_proj", LWQ_ROLE_LIN_QKVZ, -1, I + conv + nh, h, -1, 0, 0);
+    linear(b, "mixer.conv1d", LWQ_ROLE_LIN_CONV, -1, conv, c->mamba_conv_kernel, -1, 0, 0);
+    if (!b->oom) {
+        lwq_arch_tensor *w = &b->l->tensors[b->l->ntensors - 1];
+        w->ndim = 3;
+        w->shape[1] = 1;
+        w->shape[2] = c->mamba_conv_kernel;
+    }
+    if (c->mamba_conv_bias)
+        tensor(b, LWQ_TK_PARAM, 0, 1, conv, 0, 0, "mixer.conv1d.bias");
+    tensor(b, LWQ_TK_PARAM, 0, 1, nh, 0, 0, "mixer.dt_bias");
+    tensor(b, LWQ_TK_PARAM, 0, 1, nh, 0, 0, "mixer.A_log");
+    tensor(b, LWQ_TK_PARAM, 0, 1, nh, 0, 0, "mixer.D");
+    tensor(b, LWQ_TK_NORM, 0, 1, I, 0, 0, "mixer.norm.weight");
+    linear(b, "mixer.out_proj", LWQ_ROLE_LIN_OUT, -1, h, I, -1, 0, 0);
+}
+
+/* nemotron_h's MoE (NemotronHMoE): the DeepSeek-V3 router mixer.gate (+ its correction bias), the
+ * non-gated experts mixer.experts.E.{up,down}_proj at the latent width (hidden_size without
+ * moe_latent_size) between mixer.fc1_latent_proj / fc2_latent_proj, and the shared expert
+ * mixer.shared_experts.{up,down}_proj.  No fused groups: Model Optimizer exports each with its own
+ * global scale. */
+static void plan_nemotron_moe(builder *b)
+{
+    const lwq_model_config *c = b->c;
+    const int64_t h = c->hidden_size, mi = c->moe_intermediate_size,
+                  L = c->moe_latent_size > 0 ? c->moe_latent_size : h, si = c->shared_expert_intermediate_size;
+    const int E = c->num_experts;
+    char m[96];
+    linear(b, "mixer.gate", LWQ_ROLE_ROUTER, -1, E, h, -1, 1, 0);
+    tensor(b, LWQ_TK_PARAM, 0, 1, E, 0, 0, "mixer.gate.e_score_correction_bias");
+    if (c->moe_latent_size > 0)
+        linear(b, "mixer.fc1_latent_proj", LWQ_ROLE_LATENT_IN, -1, L, h, -1, 0, 0);
+    for (int e = 0; e < E; e++) {
+        snprintf(m, sizeof m, "mixer.experts.%d.up_proj", e);
+        linear(b, m, LWQ_ROLE_EXPERT_UP, e, mi, L, -1, 0, 0);
+        snprintf(m, sizeof m, "mixer.experts.%d.down_proj", e);
+        linear(b, m, LWQ_ROLE_EXPERT_DOWN, e, L, mi, -1, 0, 0);
+    }
+    if (c->moe_latent_size > 0)
+        linear(b, "mixer.fc2_latent_proj", LWQ_ROLE_LATENT_OUT, -1, h, L, -1, 0, 0);
+    linear(b, "mixer.shared_experts.up_proj", LWQ_ROLE_SHARED_UP, -1, si, h, -1, 0, 0);
+    linear(b, "mixer.shared_experts.down_proj", LWQ_ROLE_SHARED_DOWN, -1, h, si, -1, 0, 0);
+}
+
+/* A nemotron_h layer: its norm and its one block (family->single). */
+static int plan_single(builder *b, lwq_error *e)
+{
+    const lwq_model_config *c = b->c;
+    lwq_arch_layer *out = b->l;
+    tensor(b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "norm.weight");
+    if (out->is_moe) {
+        plan_nemotron_moe(b);
+    } else if (out->mixer == LWQ_MIXER_MAMBA2) {
+        plan_mamba2(b);
+    } else if (out->mixer == LWQ_MIXER_GQA) {
+        plan_gqa_attention(b);
+    } else if (out->mixer == LWQ_MIXER_NONE) { /* the ReLU^2 MLP: up, down */
+        linear(b, "mixer.up_proj", LWQ_ROLE_UP, -1, c->intermediate_size, c->hidden_size, -1, 0, 0);
+        linear(b, "mixer.down_proj", LWQ_ROLE_DOWN, -1, c->hidden_size, c->intermediate_size, -1, 0, 0);
+    } else {
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "model_type '%s': layer %d has no block lwq plans", c->model_type,
+                        out->layer);
+    }
+    return 0;
+}
+
 int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *out, lwq_error *e)
 {
     memset(out, 0, sizeof *out);
@@ -335,6 +418,16 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     out->mixer = lwq_config_layer_mixer(c, layer);
     out->is_mla = out->mixer == LWQ_MIXER_MLA;
     out->is_linear_attn = !lwq_mixer_is_attention(out->mixer);
+    if (c->family->single) {
+        /* a nemotron_h MLP / MoE layer has no mixer and is no linear attention */
+        out->is_linear_attn = lwq_mixer_is_recurrent(out->mixer);
+        int rc = plan_single(&b, e);
+        if (rc == 0 && b.oom)
+            rc = lwq_errf(e, LWQ_ENOMEM, "layer %d plan: out of memory", layer);
+        if (rc < 0)
+            lwq_arch_layer_free(out);
+        return rc;
+    }
 
     tensor(&b, LWQ_TK_NORM, 0, 1, c->hidden_size, 0, 0, "input_layernorm.weight");
     switch (out->mixer) {

@@ -60,7 +60,8 @@ typedef enum lwq_linear_role {
     LWQ_ROLE_Q_B,           /* MLA: q_b_proj */
     LWQ_ROLE_KV_A,          /* MLA: kv_a_proj_with_mqa */
     LWQ_ROLE_KV_B,          /* MLA: kv_b_proj */
-    LWQ_ROLE_LIN_QKVZ,      /* qwen3_next Gated DeltaNet: linear_attn.in_proj_qkvz */
+    LWQ_ROLE_LIN_QKVZ,      /* qwen3_next Gated DeltaNet: linear_attn.in_proj_qkvz (nemotron_h Mamba2:
+                               mixer.in_proj; its out_proj is LIN_OUT, its conv1d LIN_CONV) */
     LWQ_ROLE_LIN_BA,        /* linear_attn.in_proj_ba */
     LWQ_ROLE_LIN_OUT,       /* linear_attn.out_proj */
     LWQ_ROLE_LIN_CONV,      /* linear_attn.conv1d: depthwise [channels, 1, kernel] weight, treated
@@ -68,6 +69,8 @@ typedef enum lwq_linear_role {
     LWQ_ROLE_IDX_Q_B,       /* DSA indexer: self_attn.indexer.wq_b (on q_b_proj's input) */
     LWQ_ROLE_IDX_K,         /* self_attn.indexer.wk (on q_a_proj's input) */
     LWQ_ROLE_IDX_WEIGHTS,   /* self_attn.indexer.weights_proj (on q_a_proj's input) */
+    LWQ_ROLE_LATENT_IN,     /* nemotron_h MoE: mixer.fc1_latent_proj (hidden -> latent, before the experts) */
+    LWQ_ROLE_LATENT_OUT,    /* mixer.fc2_latent_proj (latent -> hidden, on the experts' weighted sum) */
     LWQ_ROLE_COUNT
 } lwq_linear_role;
 

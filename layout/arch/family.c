@@ -79,6 +79,15 @@ static const lwq_family families[] = {
      .moe = LWQ_MOE_FIRST_K, .keys = LWQ_KEYS_KIMI, .router = LWQ_ROUTER_DEEPSEEK_V3,
      .experts = LWQ_EXPERTS_HF, .group_mask_inf = 1, .shared = LWQ_SHARED_DEEPSEEK,
      .norm_topk_default = 1, .rope_theta = 10000.0, .rms_norm_eps = 1e-5, .partial_rotary = 1.0},
+    /* Nemotron-H / Nemotron-3 Nano, Super, Ultra (NemotronHForCausalLM): one block per layer from
+     * layers_block_type (or hybrid_override_pattern): Mamba2, GQA attention without RoPE, a ReLU^2
+     * MLP, or a MoE with DeepSeek-V3 routing (-inf group fill), non-gated ReLU^2 experts in an
+     * optional latent and one ReLU^2 shared expert; the backbone. root */
+    {.model_type = "nemotron_h", .name = "nemotron_h", .attn = LWQ_MIXER_GQA, .linear = LWQ_MIXER_MAMBA2,
+     .bias = LWQ_BIAS_NEVER, .single = 1, .nope = 1, .moe = LWQ_MOE_LAYER_TYPES, .keys = LWQ_KEYS_DEEPSEEK,
+     .router = LWQ_ROUTER_DEEPSEEK_V3, .group_mask_inf = 1, .experts = LWQ_EXPERTS_NEMOTRON, .fused_experts = 1,
+     .shared = LWQ_SHARED_NEMOTRON, .norm_topk_default = 1, .rope_theta = 10000.0, .rms_norm_eps = 1e-5,
+     .partial_rotary = 1.0, .root = "backbone.", .embed = "backbone.embeddings", .final_norm = "backbone.norm_f"},
     {.model_type = "qwen3_next", .fused_experts = 1, .name = "qwen3_next", .attn = LWQ_MIXER_GATED_GQA,
      .linear = LWQ_MIXER_GDN, .bias = LWQ_BIAS_NEVER, .qk_norm = 1, .norm = LWQ_NORM_RMS_1P,
      .moe = LWQ_MOE_SPARSE_STEP, .keys = LWQ_KEYS_QWEN, .router = LWQ_ROUTER_SOFTMAX,
@@ -112,7 +121,7 @@ const char *lwq_supported_model_types(void)
 {
     /* every row's model_type in table order (tests/layout/test_family.c checks it) */
     return "llama, mistral, qwen2, qwen3, qwen3_moe, mixtral, deepseek_v2, deepseek_v3, kimi_k2, "
-           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, kimi_linear, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
+           "glm4_moe, minimax_m2, deepseek_v32, glm_moe_dsa, mistral4, kimi_linear, nemotron_h, qwen3_next, qwen3_5_text, qwen3_5_moe_text (and kimi_k25, qwen3_5, qwen3_5_moe via their "
            "text_config)";
 }
 
@@ -135,6 +144,11 @@ int lwq_family_lookup(const char *mt, const lwq_family **out, lwq_error *e)
 const char *lwq_family_name(const lwq_family *f) { return f ? f->name : "?"; }
 
 int lwq_mixer_is_gdn(lwq_mixer_kind k) { return k == LWQ_MIXER_GDN || k == LWQ_MIXER_GDN_SPLIT; }
+
+int lwq_mixer_is_recurrent(lwq_mixer_kind k)
+{
+    return lwq_mixer_is_gdn(k) || k == LWQ_MIXER_KDA || k == LWQ_MIXER_MAMBA2;
+}
 
 int lwq_mixer_is_attention(lwq_mixer_kind k)
 {

@@ -33,6 +33,9 @@ typedef enum lwq_mixer_kind {
     LWQ_MIXER_KDA,       /* Kimi delta attention (kimi_linear): the gated delta rule with a
                             per-channel forget gate; self_attn.{q,k,v}_proj, {q,k,v}_conv1d,
                             f_a/f_b_proj + dt_bias + A_log, b_proj, g_a/g_b_proj, o_norm, o_proj */
+    LWQ_MIXER_MAMBA2,    /* Nemotron-H's Mamba2 mixer: mixer.in_proj -> [z, xBC, dt], depthwise causal
+                            mixer.conv1d + SiLU, the SSD scan (A_log, D, dt_bias), grouped gated
+                            RMSNorm, mixer.out_proj */
 } lwq_mixer_kind;
 
 /* When the config sets q/k/v (and o) biases. */
@@ -54,6 +57,7 @@ typedef enum lwq_moe_rule {
     LWQ_MOE_ALL,         /* every layer (mixtral) */
     LWQ_MOE_SPARSE_STEP, /* (i + 1) % decoder_sparse_step == 0 unless in mlp_only_layers (qwen) */
     LWQ_MOE_FIRST_K,     /* i >= first_k_dense_replace and i % moe_layer_freq == 0 (deepseek) */
+    LWQ_MOE_LAYER_TYPES, /* the layers layers_block_type names "moe" (nemotron_h) */
 } lwq_moe_rule;
 
 typedef enum lwq_router_kind {
@@ -74,6 +78,8 @@ typedef enum lwq_router_kind {
 typedef enum lwq_experts_layout {
     LWQ_EXPERTS_HF = 0,   /* mlp.gate, mlp.experts.E.{gate,up,down}_proj */
     LWQ_EXPERTS_MIXTRAL,  /* block_sparse_moe.gate, block_sparse_moe.experts.E.{w1,w3,w2} */
+    LWQ_EXPERTS_NEMOTRON, /* mixer.gate, mixer.experts.E.{up,down}_proj: NON-gated ReLU^2 experts,
+                             between mixer.fc1_latent_proj / fc2_latent_proj when moe_latent_size */
 } lwq_experts_layout;
 
 typedef enum lwq_shared_kind {
@@ -81,6 +87,8 @@ typedef enum lwq_shared_kind {
     LWQ_SHARED_DEEPSEEK, /* mlp.shared_experts.*: n_shared_experts x moe_intermediate_size wide */
     LWQ_SHARED_GATED,    /* mlp.shared_expert.* (shared_expert_intermediate_size wide) scaled by
                             sigmoid(mlp.shared_expert_gate(x)) (qwen3_next) */
+    LWQ_SHARED_NEMOTRON, /* mixer.shared_experts.{up,down}_proj, ReLU^2, always present,
+                            moe_shared_expert_intermediate_size wide (nemotron_h) */
 } lwq_shared_kind;
 
 /* Where a family reads its expert counts from. */
@@ -139,6 +147,12 @@ typedef struct lwq_family {
                                original_max_position_embeddings)) after RoPE, both keys from
                                rope_parameters (mistral4); "rope_interleave" is read (false refused) */
     int mlp_bias;           /* "mlp_bias" adds gate/up/down biases */
+    int single;             /* every decoder layer is h += block(norm(h)) with ONE block, under
+                               layers.L.mixer: the layer's mixer (Mamba2 / attention), or an MLP
+                               (ReLU^2, up/down) or a MoE, as layers_block_type says (nemotron_h);
+                               no post-attention norm.  The root is "backbone." (norm_f,
+                               embeddings) */
+    int nope;               /* attention without position embedding (no RoPE) */
     lwq_norm_kind norm;     /* every RMSNorm of the model (layers and final) */
     /* MLP */
     lwq_moe_rule moe;
@@ -159,6 +173,9 @@ typedef struct lwq_family {
     double rope_theta, rms_norm_eps, partial_rotary;
     /* outside the decoder layers */
     int mtp;                /* an optional mtp.* block (passes through unquantized) */
+    const char *root;       /* the layers' root instead of "model." (nemotron_h: "backbone."), NULL:
+                               "model."; then the embedding's and final norm's module names */
+    const char *embed, *final_norm;
     lwq_window_rule window; /* sliding-window attention keys */
 } lwq_family;
 
@@ -172,6 +189,9 @@ const char *lwq_supported_model_types(void);
 const char *lwq_family_name(const lwq_family *f);
 /* Whether mixer kind k is a gated DeltaNet (either projection layout). */
 int lwq_mixer_is_gdn(lwq_mixer_kind k);
+/* Whether mixer kind k carries a recurrent state per sequence (gated DeltaNet, Mamba2, KDA): the state
+ * starts at zero for every sequence. */
+int lwq_mixer_is_recurrent(lwq_mixer_kind k);
 /* Whether mixer kind k is softmax attention over a KV cache (GQA, gated GQA, MLA). */
 int lwq_mixer_is_attention(lwq_mixer_kind k);
 

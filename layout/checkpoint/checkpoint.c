@@ -288,9 +288,24 @@ static int cmp_tensor_name(const void *a, const void *b)
     return strcmp(((const lwq_ckpt_tensor *)a)->name, ((const lwq_ckpt_tensor *)b)->name);
 }
 
+static int has_tensor(const lwq_ckpt *c, const char *name)
+{
+    for (int i = 0; i < c->ntensors; i++)
+        if (!strcmp(c->tensors[i].name, name))
+            return 1;
+    return 0;
+}
+
 static int build_layers(lwq_ckpt *c, lwq_error *e)
 {
     qsort(c->tensors, (size_t)c->ntensors, sizeof *c->tensors, cmp_tensor_name);
+    /* nemotron_h: the published checkpoints name the embedding backbone.embeddings, transformers'
+     * save_pretrained writes backbone.embedding (its conversion mapping renames either on load) */
+    char emb[64];
+    snprintf(emb, sizeof emb, "%s.weight", c->cfg.names.embed);
+    if (!strcmp(c->cfg.names.embed, "backbone.embeddings") && !has_tensor(c, emb) &&
+        has_tensor(c, "backbone.embedding.weight"))
+        snprintf(c->cfg.names.embed, sizeof c->cfg.names.embed, "backbone.embedding");
     int maxl = -1;
     for (int i = 0; i < c->ntensors; i++) {
         lwq_ckpt_tensor *t = &c->tensors[i];

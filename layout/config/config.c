@@ -287,7 +287,10 @@ static int parse_text_model(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_conf
         LWQ_TRY(parse_dtype(&top, c->raw, &c->dtype, &c->dtype_explicit));
     }
     LWQ_TRY(lwq_cfg_int(x, o, "hidden_size", 1, 0, 1, bigdim, &c->hidden_size));
-    LWQ_TRY(lwq_cfg_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
+    if (f->single) /* nemotron_h: the layer list says how many */
+        LWQ_TRY(lwq_cfg_nemotron_layers(x, o, c));
+    else
+        LWQ_TRY(lwq_cfg_i32(x, o, "num_hidden_layers", 1, 0, 1, LWQ_MAX_LAYERS, &c->num_hidden_layers));
     LWQ_TRY(lwq_cfg_i32(x, o, "num_attention_heads", 1, 0, 1, 1 << 16, &c->num_attention_heads));
     LWQ_TRY(lwq_cfg_i32(x, o, "num_key_value_heads", 0, c->num_attention_heads, 1, 1 << 16,
                 &c->num_key_value_heads));
@@ -300,7 +303,7 @@ static int parse_text_model(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_conf
     LWQ_TRY(lwq_cfg_int(x, o, "max_position_embeddings", 0, 4096, 1, INT64_C(1) << 32,
                 &c->max_position_embeddings));
     double def_eps = f->rms_norm_eps;
-    LWQ_TRY(lwq_cfg_num(x, o, "rms_norm_eps", def_eps, &c->rms_norm_eps));
+    LWQ_TRY(lwq_cfg_num(x, o, f->single ? "layer_norm_epsilon" : "rms_norm_eps", def_eps, &c->rms_norm_eps));
     if (!(c->rms_norm_eps > 0 && c->rms_norm_eps < 1))
         return lwq_errf(x->e, LWQ_EFORMAT, "%s: rms_norm_eps must be in (0, 1)", x->path);
     LWQ_TRY(lwq_cfg_bool(x, o, "tie_word_embeddings", 0, &c->tie_word_embeddings));
@@ -360,13 +363,15 @@ static int parse_text_model(const lwq_cfg_ctx *x, const cJSON *o, lwq_model_conf
         LWQ_TRY(lwq_cfg_parse_dsa(x, o, c));
     if (lwq_mixer_is_gdn(f->linear))
         LWQ_TRY(parse_linear_attn(x, o, c));
-    if (f->linear == LWQ_MIXER_KDA)
+    if (f->single)
+        LWQ_TRY(lwq_cfg_nemotron_keys(x, o, c));
+    else if (f->linear == LWQ_MIXER_KDA)
         LWQ_TRY(lwq_cfg_parse_kimi_layers(x, o, c));
     else
         LWQ_TRY(parse_layer_mixers(x, o, c));
     LWQ_TRY(parse_window(x, o, c));
     for (int i = 0; i < c->num_hidden_layers; i++) {
-        if (!lwq_config_layer_is_moe(c, i) && c->intermediate_size <= 0)
+        if (lwq_config_layer_has_mlp(c, i) && c->intermediate_size <= 0)
             return lwq_errf(x->e, LWQ_EFORMAT,
                             "%s: layer %d has a dense MLP but \"%sintermediate_size\" is missing",
                             x->path, i, x->section);
@@ -438,6 +443,13 @@ int lwq_config_parse(const char *path, const char *json, lwq_model_config *c, lw
         rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s", path, sub.msg);
         goto fail;
     }
+    if (c->family->root && !c->text_config) { /* the row's own module names (nemotron_h's
+                                                  backbone.; checkpoint.c picks the embedding's
+                                                  spelling from the tensors) */
+        snprintf(c->names.root, sizeof c->names.root, "%s", c->family->root);
+        snprintf(c->names.embed, sizeof c->names.embed, "%s", c->family->embed ? c->family->embed : "");
+        snprintf(c->names.norm, sizeof c->names.norm, "%s", c->family->final_norm ? c->family->final_norm : "");
+    }
     if ((rc = parse_text_model(&x, o, c)) != 0)
         goto fail;
     return 0;
@@ -487,8 +499,28 @@ lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer)
     return c->family ? c->family->attn : LWQ_MIXER_NONE;
 }
 
+/* name = module + "" or ".rest": the rest, else NULL */
+static const char *under(const char *name, const char *module)
+{
+    size_t k = strlen(module);
+    return strncmp(name, module, k) || (name[k] && name[k] != '.') ? NULL : name + k;
+}
+
+int lwq_config_layer_has_mlp(const lwq_model_config *c, int layer)
+{
+    if (layer < 0 || layer >= c->num_hidden_layers || lwq_config_layer_is_moe(c, layer))
+        return 0;
+    /* a single-block layer (nemotron_h) holds its mixer or its MLP, not both */
+    return !(c->family && c->family->single) || lwq_config_layer_mixer(c, layer) == LWQ_MIXER_NONE;
+}
+
 size_t lwq_names_full(const lwq_names *n, const char *canon, char *out, size_t cap)
 {
+    const char *rest;
+    if (n && n->embed[0] && (rest = under(canon, "model.embed_tokens")))
+        return (size_t)snprintf(out, cap, "%s%s", n->embed, rest);
+    if (n && n->norm[0] && (rest = under(canon, "model.norm")))
+        return (size_t)snprintf(out, cap, "%s%s", n->norm, rest);
     if (!n || !n->root[0])
         return (size_t)snprintf(out, cap, "%s", canon);
     if (!strncmp(canon, "model.", 6))
@@ -500,7 +532,12 @@ int lwq_names_canon(const lwq_names *n, const char *full, char *out, size_t cap)
 {
     size_t r = n && n->root[0] ? strlen(n->root) : 0, h = n ? strlen(n->head) : 0;
     int k;
-    if (!r)
+    const char *rest;
+    if (n && n->embed[0] && (rest = under(full, n->embed)))
+        k = snprintf(out, cap, "model.embed_tokens%s", rest);
+    else if (n && n->norm[0] && (rest = under(full, n->norm)))
+        k = snprintf(out, cap, "model.norm%s", rest);
+    else if (!r)
         k = snprintf(out, cap, "%s", full);
     else if (!strncmp(full, n->root, r))
         k = snprintf(out, cap, "model.%s", full + r);

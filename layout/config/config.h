@@ -36,6 +36,12 @@ typedef enum lwq_rope_type {
 typedef struct lwq_names {
     char root[40];
     char head[32];
+    /* Where the root names the embedding and the final norm otherwise (nemotron_h:
+     * "backbone.embeddings" or, as transformers writes it, "backbone.embedding", and
+     * "backbone.norm_f"): the checkpoint's module name of the canonical "model.embed_tokens" /
+     * "model.norm"; "" maps them with root like any other name. */
+    char embed[48];
+    char norm[48];
 } lwq_names;
 
 /* out = the checkpoint's name of `canon` (n NULL: canon itself); the length it needs, as snprintf
@@ -107,12 +113,19 @@ typedef struct lwq_model_config {
      * built by hand) means family->attn everywhere: read it with lwq_config_layer_mixer. */
     unsigned char *layer_mixer;
     /* Whether each decoder layer's MLP is routed experts, where the config lists it per layer
-     * (kimi_linear's mlp_layer_types, or its first_k_dense_replace); NULL: the family's moe rule.
+     * (kimi_linear's mlp_layer_types, or its first_k_dense_replace; nemotron_h's "moe" layers, whose
+     * "mlp" and "moe" layers have mixer LWQ_MIXER_NONE); NULL: the family's moe rule.
      * num_hidden_layers entries, owned; read with lwq_config_layer_is_moe. */
     unsigned char *layer_moe;
     int linear_num_key_heads, linear_num_value_heads;
     int64_t linear_key_head_dim, linear_value_head_dim;
     int linear_conv_kernel_dim;
+
+    /* nemotron_h (family->single): the Mamba2 geometry, the MoE latent */
+    int mamba_num_heads, mamba_n_groups, mamba_conv_kernel, mamba_conv_bias;
+    int64_t mamba_head_dim, ssm_state_size;
+    double time_step_min;     /* transformers' torch path clamps softplus(dt + dt_bias) below it */
+    int64_t moe_latent_size;  /* 0: the experts run at hidden_size */
 
     /* Sliding-window attention as transformers reads the keys of this model_type
      * (family->window): on `sliding_layers` layers, the first `sliding_first_layer`, a token
@@ -154,6 +167,8 @@ int lwq_config_check_seq(const lwq_model_config *c, const char *model_dir, int64
                          const char *option, lwq_error *e);
 /* Whether decoder layer i has a routed-expert MoE block. */
 int lwq_config_layer_is_moe(const lwq_model_config *c, int layer);
+/* Whether decoder layer i has a dense MLP (every non-MoE layer, except a nemotron_h mixer layer). */
+int lwq_config_layer_has_mlp(const lwq_model_config *c, int layer);
 /* The mixer of decoder layer i. */
 lwq_mixer_kind lwq_config_layer_mixer(const lwq_model_config *c, int layer);
 

@@ -44,5 +44,11 @@ int lwq_cfg_parse_dsa(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_con
  * its KDA geometry with every layer's mixer and MLP kind (layer_mixer, layer_moe). */
 int lwq_cfg_parse_kimi_moe(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
 int lwq_cfg_parse_kimi_layers(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
+/* nemotron_h (config_nemotron.c): the layer list (layers_block_type, layer_types or
+ * hybrid_override_pattern) -> num_hidden_layers, layer_mixer, layer_moe, before any key that
+ * depends on the layer count; then its Mamba2, MLP and MoE keys, checked against each other,
+ * naming key, value and layer. */
+int lwq_cfg_nemotron_layers(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
+int lwq_cfg_nemotron_keys(const lwq_cfg_ctx *x, const struct cJSON *o, lwq_model_config *c);
 
 #endif

@@ -346,6 +346,8 @@ int lwq_config_layer_is_moe(const lwq_model_config *c, int layer)
     case LWQ_MOE_FIRST_K:
         return layer >= c->first_k_dense_replace &&
                layer % (c->moe_layer_freq > 0 ? c->moe_layer_freq : 1) == 0;
+    case LWQ_MOE_LAYER_TYPES:
+        return c->layer_moe && layer < c->num_hidden_layers && c->layer_moe[layer];
     default: return 0;
     }
 }

@@ -597,6 +597,7 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
 #define ROUTERS_OFF                                                                                \
     "{\"match\":\"*.mlp.gate\",\"enable\":false},"                                                 \
     "{\"match\":\"*.block_sparse_moe.gate\",\"enable\":false},"                                    \
+    "{\"match\":\"*.mixer.gate\",\"enable\":false},"                                               \
     "{\"match\":\"*.shared_expert_gate\",\"enable\":false}"
 
 /* What Model Optimizer's default_disabled_quantizers unit (modelopt_recipes/configs/ptq/units/,
@@ -606,7 +607,8 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
 #define LINEAR_ATTN_OFF                                                                            \
     "{\"match\":\"*.linear_attn.conv1d\",\"enable\":false},"                                          \
     "{\"match\":\"*.linear_attn.in_proj_a*\",\"enable\":false},"                                      \
-    "{\"match\":\"*.linear_attn.in_proj_b*\",\"enable\":false}"
+    "{\"match\":\"*.linear_attn.in_proj_b*\",\"enable\":false},"                                    \
+    "{\"match\":\"*.mixer.conv1d\",\"enable\":false}"
 
 /* NVIDIA's production recipe for the Qwen3-Next / Qwen3.8 hybrids (seed article
  * "Quantizing a 4.9 TB Qwen3.8 Model on a Single GPU"): routed experts NVFP4 with MSE-searched
@@ -635,6 +637,25 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
  * quantizes them; its recipe YAML read by lwq (--recipe general/ptq/nvfp4_default-kv_fp8) does
  * what it does (perf/RESULTS.md, "Side by side with Model Optimizer"). */
 #define MLA_PROJ_OFF "{\"match\":\"*\",\"mla_projection\":true,\"enable\":false}"
+
+/* Model Optimizer 0.47's Mamba-MoE presets (configs/ptq/presets/model/mamba_moe_{fp8,nvfp4}_
+ * {aggressive,conservative}.yaml, hf_ptq --qformat): its fp8 / nvfp4 preset (base_disable_all, the
+ * format, default_disabled_quantizers) plus mamba_moe_disabled_quantizers: the MoE latent
+ * projections and every attention projection (q/k/v/o_proj; the Megatron names do not occur in an
+ * HF checkpoint) stay unquantized; conservative also keeps the Mamba2 in_proj / out_proj. */
+#define MAMBA_MOE_OFF                                                                              \
+    "{\"match\":\"*fc1_latent_proj*\",\"enable\":false},"                                          \
+    "{\"match\":\"*fc2_latent_proj*\",\"enable\":false},"                                          \
+    "{\"match\":\"*q_proj*\",\"enable\":false},"                                                   \
+    "{\"match\":\"*k_proj*\",\"enable\":false},"                                                   \
+    "{\"match\":\"*v_proj*\",\"enable\":false},"                                                   \
+    "{\"match\":\"*o_proj*\",\"enable\":false}"
+#define MAMBA_PROJ_OFF                                                                             \
+    "{\"match\":\"*mixer.in_proj*\",\"enable\":false},"                                            \
+    "{\"match\":\"*mixer.out_proj*\",\"enable\":false}"
+#define MAMBA_MOE(name, fmt, extra)                                                                \
+    {name, "{\"name\":\"" name "\",\"rules\":[{\"match\":\"*\",\"format\":\"" fmt "\"}," ROUTERS_OFF      \
+           "," LINEAR_ATTN_OFF "," MAMBA_MOE_OFF extra "]}"}
 
 static const struct {
     const char *name;
@@ -671,6 +692,10 @@ static const struct {
      "]}"},
     /* Model Optimizer's W4A16_NVFP4_CFG (hf_ptq --qformat w4a16_nvfp4): every weight quantizer
      * NVFP4, no input quantizer, default_disabled_quantizers (routers, conv1d, in_proj_a/b) */
+    MAMBA_MOE("mamba_moe_nvfp4_aggressive", "nvfp4", ""),
+    MAMBA_MOE("mamba_moe_nvfp4_conservative", "nvfp4", "," MAMBA_PROJ_OFF),
+    MAMBA_MOE("mamba_moe_fp8_aggressive", "fp8", ""),
+    MAMBA_MOE("mamba_moe_fp8_conservative", "fp8", "," MAMBA_PROJ_OFF),
     {"w4a16_nvfp4", "{\"name\":\"w4a16_nvfp4\",\"rules\":[{\"match\":\"*\",\"format\":\"nvfp4\"},"
                     "{\"match\":\"*\",\"quantizer\":\"input\",\"enable\":false}," ROUTERS_OFF "," LINEAR_ATTN_OFF
                     "]}"},
@@ -679,7 +704,8 @@ static const struct {
 const char *lwq_recipe_preset_names(void)
 {
     return "nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn, qwen3next_production, "
-           "w4a16_nvfp4, nvfp4_four_over_six";
+           "w4a16_nvfp4, nvfp4_four_over_six, mamba_moe_nvfp4_aggressive, mamba_moe_nvfp4_conservative, "
+           "mamba_moe_fp8_aggressive, mamba_moe_fp8_conservative";
 }
 
 int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)

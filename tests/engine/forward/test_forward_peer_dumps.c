@@ -212,3 +212,16 @@ Test(forward_peer_dumps, kimi_linear_three_chunks_padded)
 {
     check_dump("kimi_linear-f32", "forward/kimi_linear-f32-t130-pad.safetensors");
 }
+
+/* nemotron_h (issue 35): the Mamba2 scan, NoPE attention, ReLU^2 MLP and MoE, on sequences of
+ * 32 and 7 tokens and left-padded by 0, 15, 27 and 31 tokens; the latent-MoE model. */
+Test(forward_peer_dumps, nemotron_h) { check_dump("nemotron_h-f32", "forward/nemotron_h-f32.safetensors"); }
+Test(forward_peer_dumps, nemotron_h_short) { check_dump("nemotron_h-f32", "forward/nemotron_h-f32-len7.safetensors"); }
+Test(forward_peer_dumps, nemotron_h_left_padded)
+{
+    check_dump("nemotron_h-f32", "forward/nemotron_h-f32-padded.safetensors");
+}
+Test(forward_peer_dumps, nemotron_h_latent)
+{
+    check_dump("nemotron_h_latent-f32", "forward/nemotron_h_latent-f32.safetensors");
+}

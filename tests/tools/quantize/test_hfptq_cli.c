@@ -47,13 +47,13 @@ REFUSES(refuses_int8_smoothquant, "lwq: --qformat int8_smoothquant is not suppor
                                   "the previous layer (INT8), a format per-layer export cannot write (supported: "
                                   "nvfp4, fp8, nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep "
                                   "(= nvfp4 --algo mse --fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 "
-                                  "--algo local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six)\n",
+                                  "--algo local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six, mamba_moe_{nvfp4,fp8}_{aggressive,conservative})\n",
         "--qformat", "int8_smoothquant")
 REFUSES(refuses_awq_qformats, "lwq: --qformat nvfp4_awq_lite is not supported: AWQ searches pre-quantization scales "
                               "over the whole model, which lwq does not write per layer (supported: nvfp4, fp8, "
                               "nvfp4_experts_only, nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo "
                               "mse --fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo "
-                              "local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six)\n",
+                              "local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six, mamba_moe_{nvfp4,fp8}_{aggressive,conservative})\n",
         "--qformat", "nvfp4_awq_lite")
 REFUSES(refuses_nvfp4_with_blocks_of_32, "lwq: --qformat nvfp4_mlp_weight_only is not supported: its weight-only "
                                          "NVFP4 uses blocks of 32 (numerics nvfp4_bs32); lwq writes NVFP4 with blocks "
@@ -61,12 +61,12 @@ REFUSES(refuses_nvfp4_with_blocks_of_32, "lwq: --qformat nvfp4_mlp_weight_only i
                                          "nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
                                          "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo "
                                          "local_hessian), nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 "
-                                         "(weight-only NVFP4), nvfp4_four_over_six)\n",
+                                         "(weight-only NVFP4), nvfp4_four_over_six, mamba_moe_{nvfp4,fp8}_{aggressive,conservative})\n",
         "--qformat", "nvfp4_mlp_weight_only")
 REFUSES(refuses_unknown_qformats, "lwq: --qformat nvfp5: unknown (supported: nvfp4, fp8, nvfp4_experts_only, "
                                   "nvfp4_mlp_only, nvfp4_w4a4_weight_mse_fp8_sweep (= nvfp4 --algo mse "
                                   "--fp8-scale-sweep), nvfp4_w4a4_weight_local_hessian (= nvfp4 --algo local_hessian), "
-                                  "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six)\n", "--qformat", "nvfp5")
+                                  "nvfp4_experts-fp8_attn, qwen3next_production, w4a16_nvfp4 (weight-only NVFP4), nvfp4_four_over_six, mamba_moe_{nvfp4,fp8}_{aggressive,conservative})\n", "--qformat", "nvfp5")
 REFUSES(refuses_calibrated_nvfp4_kv_cache, "lwq: --kv_cache_qformat nvfp4 is not supported: a calibrated NVFP4 KV "
                                            "cache is not written by lwq, its cast mode is (supported: none, fp8, "
                                            "fp8_cast, nvfp4_cast)\n", "--kv_cache_qformat", "nvfp4")
