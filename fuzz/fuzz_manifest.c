@@ -9,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "fuzz/fuzz_util.h"
 
 static char *load_render(const char *path, const uint8_t *d, size_t n, lwq_manifest *m, int *rc,

@@ -15,7 +15,7 @@
 #include "core/parallel/ranks.h"
 #include "engine/autoq/autoq.h"
 #include "engine/run/engine.h"
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "io/sys.h"
 #include "text/dataset.h"
 #include "layout/recipe/recipe.h"

@@ -25,7 +25,7 @@
 
 #include "core/sys/file.h"
 #include "core/data/hash.h"
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "layout/arch/arch.h"
 #include "layout/checkpoint/checkpoint.h"
 #include "layout/format/export.h"

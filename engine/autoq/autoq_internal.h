@@ -17,7 +17,7 @@
 
 #include "engine/autoq/autoq.h"
 #include "engine/autoq/autoq_groups.h"
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "io/runlock.h"
 #include "layout/checkpoint/checkpoint.h"
 
@@ -69,7 +69,7 @@ typedef struct lwq_aq_scores {
 } lwq_aq_scores;
 
 /* ---- autoq_state.c ---- */
-/* The pass-1 fingerprint: a quantize run's (engine/run/fingerprint.h) over the base recipe's
+/* The pass-1 fingerprint: a quantize run's (engine/run/resume/fingerprint.h) over the base recipe's
  * choices, with the candidate formats, the score and the score size mixed into its options. */
 struct lwq_arch_layer;
 int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const struct lwq_arch_layer *plans,

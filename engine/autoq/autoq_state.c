@@ -23,7 +23,7 @@
 #include "core/data/hash.h"
 #include "engine/autoq/autoq_internal.h"
 #include "engine/quant/qlayer.h"
-#include "engine/run/fingerprint.h"
+#include "engine/run/resume/fingerprint.h"
 #include "io/durable.h"
 #include "layout/checkpoint/srcfmt.h"
 

@@ -4,7 +4,7 @@
  * boundary; then for each decoder layer the prefetched weights run over every batch with the
  * statistics observer, the layer is quantized (engine/quant/qlayer.h), its shard goes to the writer
  * thread, and after the shard and the next boundary are durable the resume manifest is committed
- * (engine/run/manifest.h).  The tail, the index and the config files finish the output.  The
+ * (engine/run/resume/manifest.h).  The tail, the index and the config files finish the output.  The
  * whole-model path (data outside, depth inside, every layer resident) is kept as the reference:
  * it produces byte-identical output.
  *
@@ -83,7 +83,7 @@ typedef struct lwq_mem_plan {
     uint64_t process_bytes;        /* the process itself: fixed allowances + the calibration ids (plan.c) */
     uint64_t host_peak, gpu_peak;  /* predicted peaks (gpu 0 on the CPU backend) */
     /* parts of gpu_peak besides the layer's weights, activations and scratch */
-    uint64_t gpu_runtime_bytes;    /* CUDA context + cuBLAS workspace (allowances, see engine/run/plan.c) */
+    uint64_t gpu_runtime_bytes;    /* CUDA context + cuBLAS workspace (allowances, see engine/run/plan/plan.c) */
     uint64_t gpu_staging_bytes;    /* F32 staging of the widest mixed-dtype / bias GEMM */
     uint64_t gpu_quant_bytes;      /* the quantizer's copy of the largest weight + its outputs */
     uint64_t gpu_gptq_bytes;       /* GPTQ's device buffers for its largest linear + the cuBLAS /
@@ -95,7 +95,7 @@ typedef struct lwq_mem_plan {
     uint64_t output_bytes;         /* predicted bytes written */
     uint64_t source_bytes;
     int64_t calib_tokens, calib_rows;
-    /* expert streaming (engine/run/plan_stream.c) */
+    /* expert streaming (engine/run/plan/plan_stream.c) */
     int expert_group;              /* experts per unit when streaming, 0 when layers are whole */
     int num_experts;
     uint64_t dense_bytes;          /* largest dense part (attention, norms, router, shared experts) */

@@ -25,7 +25,7 @@
 #include "core/parallel/ranks.h"
 #include "engine/run/engine.h"
 #include "engine/forward/forward.h"
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "engine/quant/qlayer.h"
 #include "engine/source/devslab.h"
 #include "engine/quant/qops.h"
@@ -131,7 +131,7 @@ typedef struct lwq_run {
     double read_wait_total;
     uint64_t peak_gpu;
     uint64_t peak_rss;            /* highest VmRSS sampled after a layer (VmHWM can lag it) */
-    uint64_t plan_host_peak;      /* the memory plan's host peak (engine/run/plan.c), the bound peak_rss
+    uint64_t plan_host_peak;      /* the memory plan's host peak (engine/run/plan/plan.c), the bound peak_rss
                                      must stay under; reported beside it in the summary */
     double setup_s;               /* start of the run to the first layer: set-up, embedding, ring */
     double loop_s;                /* the depth loop alone: wall minus set-up, embedding, tail */

@@ -17,7 +17,7 @@
 #include "core/data/hash.h"
 #include "core/sys/log.h"
 #include "core/parallel/parallel.h"
-#include "engine/run/fingerprint.h"
+#include "engine/run/resume/fingerprint.h"
 #include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"

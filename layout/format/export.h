@@ -74,7 +74,7 @@ const struct cJSON *lwq_export_listed(const struct cJSON *quantized_layers, cons
 int lwq_export_index_json(const char *const *names, const char *const *files, int n,
                           uint64_t total_size, char **out, lwq_error *e);
 
-/* ---- naming rules: the files of an output checkpoint (one home; engine/run/manifest.h has the
+/* ---- naming rules: the files of an output checkpoint (one home; engine/run/resume/manifest.h has the
  * resume directory's) ---- */
 #define LWQ_OUT_SHARD_PREFIX "model-layer-"          /* + %05d + ".safetensors": lwq_shard_name */
 #define LWQ_OUT_TAIL "model-tail.safetensors"        /* every tensor outside the decoder layers */

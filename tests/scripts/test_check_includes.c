@@ -108,9 +108,9 @@ Test(check_includes, fails_on_an_include_from_engine_forward_up_into_engine_eval
 
 Test(check_includes, fails_on_an_include_from_engine_quant_up_into_engine_run)
 {
-    append("engine/quant/qlayer.h", "#include \"engine/run/manifest.h\"");
+    append("engine/quant/qlayer.h", "#include \"engine/run/resume/manifest.h\"");
     expect_refused("an include up from engine/quant/ to engine/run/",
-                   "engine/quant/qlayer.h -> engine/run/manifest.h: engine/quant/ must not depend "
+                   "engine/quant/qlayer.h -> engine/run/resume/manifest.h: engine/quant/ must not depend "
                    "on engine/run/", NULL);
 }
 

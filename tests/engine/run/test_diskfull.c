@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "engine/run/engine.h"
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "io/sys.h"
 #include "layout/recipe/recipe.h"
 #include "tests/helpers/inproc.h"

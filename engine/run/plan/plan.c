@@ -1,4 +1,4 @@
-/* engine/run/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
+/* engine/run/plan/plan.c — `lwq plan`: predicted peak host/GPU memory and output size, from headers only.
  *
  * Host peak = ring slots (K x the largest layer's aligned read extents) + two boundaries (every
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +

@@ -1,4 +1,4 @@
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>

@@ -1,5 +1,5 @@
-/* engine/run/fingerprint.c — a run's identity (engine/run/fingerprint.h). */
-#include "engine/run/fingerprint.h"
+/* engine/run/resume/fingerprint.c — a run's identity (engine/run/resume/fingerprint.h). */
+#include "engine/run/resume/fingerprint.h"
 
 #include <fcntl.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* engine/run/manifest.h — the resume manifest: what is committed, and what the run was.
+/* engine/run/resume/manifest.h — the resume manifest: what is committed, and what the run was.
  *
  * manifest.json lives in the resume directory (`<out>.layerwise_resume/`).  It names the run's
  * fingerprint (with one hash per input, so a refused rerun can say which input changed), the

@@ -1,15 +1,15 @@
-/* engine/run/fingerprint.h — what a quantize run is: the hash of every input that changes its
+/* engine/run/resume/fingerprint.h — what a quantize run is: the hash of every input that changes its
  * output (the source shards' names, sizes, modification times and headers; config.json; every
  * linear's resolved quantization choice and the recipe's name and KV cache mode; the calibration
  * tokens; batching where it matters; calibration options; backend; format version), one hash per
- * input so a refused resume can name what changed (engine/run/manifest.h).  The one home of a
+ * input so a refused resume can name what changed (engine/run/resume/manifest.h).  The one home of a
  * run's identity: lwq quantize and the auto-quantize search (which adds its own settings to the
  * options part) both compute it here. */
 #ifndef LWQ_ENGINE_FINGERPRINT_H
 #define LWQ_ENGINE_FINGERPRINT_H
 
 #include "engine/run/engine.h"
-#include "engine/run/manifest.h"
+#include "engine/run/resume/manifest.h"
 #include "layout/arch/arch.h"
 #include "layout/checkpoint/checkpoint.h"
 

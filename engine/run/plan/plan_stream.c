@@ -1,4 +1,4 @@
-/* engine/run/plan_stream.c — the memory plan with expert streaming (engine/source/units.h).
+/* engine/run/plan/plan_stream.c — the memory plan with expert streaming (engine/source/units.h).
  *
  * Streamed, a MoE layer occupies the ring as units: the dense part, then groups of G experts, so a
  * ring slot holds the largest unit instead of the largest layer.  In exchange the run keeps the
