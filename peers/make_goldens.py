@@ -752,7 +752,7 @@ ReLU^2 MLP, NoPE attention, MoE) and nemotron_h_latent (MoE with moe_latent_size
 through hf_ptq's --qformat fp8, nvfp4 and mamba_moe_nvfp4_conservative; their forward dumps at 32
 and 7 tokens and left-padded by 0, 15, 27, 31 tokens; added with `--add nemotron`.  Their
 `known_differences`: Model Optimizer 0.47's export mangles every exclude_modules / ignore name of
-this model (its reverse-rename "backbone." rule eats the name sentinel: "lm_head.\u0000backbone.
+this model (its reverse-rename "backbone." rule eats the name sentinel: "lm_head.\\u0000backbone.
 pt_name_sentinel"), so its lists match no module and lwq's, which name the modules, differ.
 
 Regenerate (needs the network once, for peers/setup.sh):

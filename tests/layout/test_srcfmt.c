@@ -1,4 +1,4 @@
-/* FP8-block and MXFP4 source dequantization (layout/checkpoint/srcfmt, engine/srcdeq) against a
+/* FP8-block and MXFP4 source dequantization (layout/checkpoint/srcfmt, engine/source/srcdeq) against a
  * straightforward reference written here: E4M3 and E2M1 decoded from their bit fields, the
  * product taken in f32, rounded to BF16 by the textbook round-to-nearest-even on the bits.
  * Shapes leave partial edge blocks (FP8) and odd row counts (MXFP4); comparisons are bit-exact. */
