@@ -46,65 +46,7 @@
 #include "core/parallel/parallel.h"
 #include "engine/forward/forward_internal.h"
 
-/* dst = t's elements as f32 (t float, on the backend device). */
-static int fetch(lwq_model *m, const lwq_tensor *t, int64_t numel, float *dst, lwq_error *e)
-{
-    const void *src = t->data;
-    void *tmp = NULL;
-    size_t bytes = (size_t)numel * lwq_dtype_size(t->dtype);
-    if (t->device != LWQ_DEV_CPU) {
-        if (!(tmp = malloc(bytes ? bytes : 1)))
-            return lwq_errf(e, LWQ_ENOMEM, "nemotron_h: no host memory for %zu bytes", bytes);
-        int rc = lwq_backend_download(m->be, tmp, t->data, bytes, e);
-        if (rc < 0) {
-            free(tmp);
-            return rc;
-        }
-        src = tmp;
-    }
-    for (int64_t i = 0; i < numel; i++)
-        dst[i] = lwq_load_f(src, t->dtype, (size_t)i);
-    free(tmp);
-    return 0;
-}
-
-/* t = src rounded to t's dtype. */
-static int store(lwq_model *m, const float *src, lwq_tensor *t, lwq_error *e)
-{
-    int64_t numel = lwq_tensor_numel(t);
-    size_t bytes = (size_t)numel * lwq_dtype_size(t->dtype);
-    void *dst = t->data, *tmp = NULL;
-    if (t->device != LWQ_DEV_CPU && !(dst = tmp = malloc(bytes ? bytes : 1)))
-        return lwq_errf(e, LWQ_ENOMEM, "nemotron_h: no host memory for %zu bytes", bytes);
-    for (int64_t i = 0; i < numel; i++) {
-        if (t->dtype == LWQ_BF16)
-            ((uint16_t *)dst)[i] = lwq_f32_to_bf16(src[i]);
-        else if (t->dtype == LWQ_F16)
-            ((uint16_t *)dst)[i] = lwq_f32_to_f16(src[i]);
-        else
-            ((float *)dst)[i] = src[i];
-    }
-    int rc = 0;
-    if (tmp) {
-        rc = lwq_backend_upload(m->be, t->data, tmp, bytes, e);
-        free(tmp);
-    }
-    return rc;
-}
-
 static float *fbuf(int64_t n) { return (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
-
-/* A 1-D weight (d) as host f32 (malloc'd). */
-static int weight_host(lwq_model *m, const lwq_weights *w, int layer, const char *name, int64_t d, float **out,
-                       lwq_error *e)
-{
-    lwq_tensor t;
-    *out = NULL;
-    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, d, 0, 0, &t, e));
-    if (!(*out = fbuf(d)))
-        return lwq_errf(e, LWQ_ENOMEM, "layer %d: no memory for %s", layer, name);
-    return fetch(m, &t, d, *out, e);
-}
 
 static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 /* torch.nn.functional.softplus (beta 1, threshold 20) */
@@ -278,17 +220,19 @@ static int mamba2(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch
         goto out;
     }
     snprintf(nm, sizeof nm, "model.layers.%d.mixer.A_log", layer);
-    if ((rc = weight_host(m, w, layer, nm, H, &alog, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, H, 0, &alog, e)) < 0)
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.mixer.dt_bias", layer);
-    if ((rc = weight_host(m, w, layer, nm, H, &dtb, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, H, 0, &dtb, e)) < 0)
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.mixer.D", layer);
-    if ((rc = weight_host(m, w, layer, nm, H, &dd, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, H, 0, &dd, e)) < 0)
         goto out;
     snprintf(nm, sizeof nm, "model.layers.%d.mixer.norm.weight", layer);
-    if ((rc = weight_host(m, w, layer, nm, I, &wn, e)) < 0 || (rc = fetch(m, &wconv, C * K, wc, e)) < 0 ||
-        (bc && (rc = fetch(m, &bconv, C, bc, e)) < 0) || (rc = fetch(m, &proj, n * W, hp, e)) < 0)
+    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, I, 0, &wn, e)) < 0 ||
+        (rc = lwq_fwd_host_fetch(m, &wconv, C * K, wc, e)) < 0 ||
+        (bc && (rc = lwq_fwd_host_fetch(m, &bconv, C, bc, e)) < 0) ||
+        (rc = lwq_fwd_host_fetch(m, &proj, n * W, hp, e)) < 0)
         goto out;
     /* a padded row's projection is that of a zero input: 0 (no in_proj bias) */
     for (int64_t t = 0; t < n; t++)
@@ -297,7 +241,8 @@ static int mamba2(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch
     /* the conv1d's input, for a recipe that quantizes it (Model Optimizer's presets do not) */
     for (int64_t t = 0; t < n; t++)
         memcpy(hx + t * C, hp + t * W + I, (size_t)C * sizeof(float));
-    if ((rc = store(m, hx, &xbc_t, e)) < 0 || (rc = lwq_fwd_observe(obs, layer, mconv, &xbc_t, &b->valid, e)) < 0)
+    if ((rc = lwq_fwd_host_store(m, hx, &xbc_t, e)) < 0 ||
+        (rc = lwq_fwd_observe(obs, layer, mconv, &xbc_t, &b->valid, e)) < 0)
         goto out;
     j.proj = hp;
     j.wc = wc;
@@ -313,7 +258,8 @@ static int mamba2(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch
     lwq_parallel_for(b->batch, 1, mamba_conv, &j);
     lwq_parallel_for(b->batch * H, 1, mamba_scan, &j);
     lwq_parallel_for(n, 16, mamba_norm, &j);
-    if ((rc = store(m, hy, &core, e)) < 0 || (rc = lwq_fwd_observe(obs, layer, mout, &core, &b->valid, e)) < 0)
+    if ((rc = lwq_fwd_host_store(m, hy, &core, e)) < 0 ||
+        (rc = lwq_fwd_observe(obs, layer, mout, &core, &b->valid, e)) < 0)
         goto out;
     rc = lwq_backend_gemm(m->be, &core, &wout, NULL, out, e);
 out:

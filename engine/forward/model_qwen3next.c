@@ -64,7 +64,7 @@ int lwq_fwd_host_fetch(lwq_model *m, const lwq_tensor *t, int64_t numel, float *
     size_t bytes = (size_t)numel * lwq_dtype_size(t->dtype);
     if (t->device != LWQ_DEV_CPU) {
         if (!(tmp = malloc(bytes ? bytes : 1)))
-            return lwq_errf(e, LWQ_ENOMEM, "qwen3_next: no host memory for %zu bytes", bytes);
+            return lwq_errf(e, LWQ_ENOMEM, "forward: no host memory for %zu bytes", bytes);
         int rc = lwq_backend_download(m->be, tmp, t->data, bytes, e);
         if (rc < 0) {
             free(tmp);
@@ -86,7 +86,7 @@ int lwq_fwd_host_store(lwq_model *m, const float *src, lwq_tensor *t, lwq_error 
     void *dst = t->data, *tmp = NULL;
     if (t->device != LWQ_DEV_CPU) {
         if (!(dst = tmp = malloc(bytes ? bytes : 1)))
-            return lwq_errf(e, LWQ_ENOMEM, "qwen3_next: no host memory for %zu bytes", bytes);
+            return lwq_errf(e, LWQ_ENOMEM, "forward: no host memory for %zu bytes", bytes);
     }
     for (int64_t i = 0; i < numel; i++) {
         float v = src[i];
