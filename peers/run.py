@@ -154,6 +154,7 @@ def cases():
             out.append(Case("fp8block", src, q, *preset(q)))
         out.append(Case("fp8block", src, "fp8-kv_fp8", *preset("fp8", "fp8")))
     out += mixed_cases()
+    out += mixed_names_cases()
     out += autoq_cases()
     out += kimi_cases()
     out += nemotron_cases()
@@ -179,11 +180,14 @@ def mo_source(src):
 
 # MIXED_PRECISION exports (peers/recipes/nvfp4_experts-fp8_rest.yaml: NVFP4 routed experts, FP8
 # the rest, max): on every MoE family whose experts transformers 5.14 holds as one fused module
-# (per expert or fused 3-D on disk), where Model Optimizer lists "...mlp.experts" once.  mixtral
-# and minimax_m2 are left out: their hub names say block_sparse_moe, the recipe's glob meets
-# transformers' in-memory mlp.experts in Model Optimizer and the hub names in lwq.
+# (per expert or fused 3-D on disk), where Model Optimizer lists "...mlp.experts" once.
 MIXED_SRCS = ("qwen3_moe-f32", "qwen3_moe-bf16", "qwen3_5_moe-f32", "qwen3_5_moe-bf16", "qwen3_5_moe_text-f32",
               "deepseek_v3-f32", "qwen3_next-f32", "glm4_moe-f32", "deepseek_v32-f32", "glm_moe_dsa-f32")
+# The same recipe where the names differ (issue 33, group "mixed_names"): mixtral's and
+# minimax_m2's hub names say block_sparse_moe.experts.E.w1, transformers holds mlp.experts with
+# gate_up_proj / down_proj, and Model Optimizer matches the recipe's '*mlp.experts.*' against
+# those (lwq now does too: layout/arch/arch_qnames.h); before, lwq made their experts FP8.
+MIXED_NAMES_SRCS = ("mixtral-f32", "mixtral-bf16", "minimax_m2-f32", "minimax_m2-bf16")
 
 
 # lwq's --auto-quantize-bits with weight-only NVFP4 among the candidates (issue 33; the
@@ -208,6 +212,13 @@ def mixed_cases():
     r = os.path.join(HERE, "recipes", "nvfp4_experts-fp8_rest.yaml")
     return [Case("mixed", src, "nvfp4_experts-fp8_rest", dict(recipe=r), ["--recipe", r, "--recipe-root", recipe_root()])
             for src in MIXED_SRCS]
+
+
+def mixed_names_cases():
+    """Group mixed_names: the mixed recipe on MIXED_NAMES_SRCS (hub and in-memory names differ)."""
+    r = os.path.join(HERE, "recipes", "nvfp4_experts-fp8_rest.yaml")
+    return [Case("mixed_names", src, "nvfp4_experts-fp8_rest", dict(recipe=r),
+                 ["--recipe", r, "--recipe-root", recipe_root()]) for src in MIXED_NAMES_SRCS]
 
 
 def qwen3_5_cases():
@@ -397,7 +408,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
                     "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, families34_w4a16, "
-                    "fp8block, mixed, autoq, kimi_linear)")
+                    "fp8block, mixed, mixed_names, autoq, kimi_linear)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

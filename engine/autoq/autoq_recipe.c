@@ -11,6 +11,7 @@
 #include "engine/autoq/autoq_recipe.h"
 #include "engine/quant/qlayer.h"
 #include "io/durable.h"
+#include "layout/arch/arch_qnames.h"
 #include "layout/recipe/recipe_yaml.h"
 #include "layout/recipe/recipe_yaml_out.h"
 
@@ -165,7 +166,15 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
             int k = A.group_of[i];
             if (k >= 0 && gglob[k][0] && A.g[k].lin[0] != i)
                 continue;
-            ym[nym].glob = strdup(k >= 0 && gglob[k][0] ? gglob[k] : p->linears[i].name);
+            /* the YAML names the experts as Model Optimizer holds them in memory: the fused experts
+             * module (mixtral's block_sparse_moe.experts is mlp.experts there), whose quantizer
+             * names "...experts.gate_up_proj_weight_quantizers.E" the glob's star reaches */
+            char mem[LWQ_QNAME_MAX + 2];
+            if (k >= 0 && gglob[k][0] && lwq_arch_fused_experts_module(p, &p->linears[i], mem, sizeof mem - 2))
+                strcat(mem, ".*");
+            else
+                snprintf(mem, sizeof mem, "%s", k >= 0 && gglob[k][0] ? gglob[k] : p->linears[i].name);
+            ym[nym].glob = strdup(mem);
             ym[nym++].c = want[L][i];
         }
         free(gglob);

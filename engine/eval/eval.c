@@ -14,6 +14,7 @@
 #include "engine/source/layersrc.h"
 #include "engine/quant/qlayer.h"
 #include "engine/quant/stats.h"
+#include "layout/arch/arch_qnames.h"
 
 /* Process CPU seconds: per-phase costs that a busy machine does not distort as it does walls. */
 static double cpu_now(void)
@@ -79,7 +80,9 @@ static int build_choices(lwq_eval_ctx *v, lwq_eval_stream *s, const lwq_recipe *
      * embeds with the source table */
     char em[LWQ_ARCH_NAME_MAX];
     lwq_names_full(&v->ck.cfg.names, "model.embed_tokens", em, sizeof em);
-    int embed = lwq_recipe_embedding(rc_, em, e);
+    lwq_qnames emq; /* under its in-memory name (layout/arch/arch_qnames.h) */
+    lwq_arch_qnames_module(v->ck.cfg.family, em, &emq);
+    int embed = lwq_recipe_embedding_names(rc_, &emq, e);
     if (embed < 0)
         return embed;
     if (embed)

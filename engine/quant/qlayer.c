@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "kernels/quant.h"
+#include "layout/arch/arch_qnames.h"
 #include "engine/quant/qlayer_gptq.h"
 #include "engine/quant/qops.h"
 
@@ -39,7 +40,10 @@ static int gptq_applies(const lwq_arch_linear *l, const lwq_quant_choice *c, con
 lwq_quant_choice lwq_qlayer_choice(const lwq_recipe *r, const lwq_arch_layer *p, int i)
 {
     const lwq_arch_linear *l = &p->linears[i];
-    lwq_quant_choice c = lwq_recipe_resolve_module(r, l->name, lwq_arch_is_mla_projection(p, l) ? LWQ_MODULE_MLA_PROJ : 0);
+    /* a Model Optimizer recipe's quantizer_name globs see the in-memory names (fused experts) */
+    lwq_qnames q;
+    lwq_arch_qnames(p, l, &q);
+    lwq_quant_choice c = lwq_recipe_resolve_names(r, &q, lwq_arch_is_mla_projection(p, l) ? LWQ_MODULE_MLA_PROJ : 0);
     if (l->is_router)
         c.format = LWQ_QFMT_NONE;
     return c;

@@ -21,6 +21,7 @@
 #include "engine/quant/dist.h"
 #include "engine/run/run_internal.h"
 #include "io/durable.h"
+#include "layout/arch/arch_qnames.h"
 #include "layout/format/export.h"
 #include "io/sys.h"
 
@@ -111,15 +112,20 @@ static int build_plans(lwq_run *r, lwq_error *e)
                 char *dot = strrchr(attn, '.');
                 if (dot)
                     *dot = 0;
-                if ((rc = lwq_recipe_check_kv(r->o->recipe, attn, e)) != 0 ||
-                    (rc = lwq_recipe_check_unwritten(r->o->recipe, attn, 0, LWQ_QSEL_QBMM, e)) != 0 ||
-                    (rc = lwq_recipe_check_unwritten(r->o->recipe, attn, 0, LWQ_QSEL_SOFTMAX, e)) != 0)
+                lwq_qnames aq; /* under its in-memory name (nemotron_h: model.layers.N.mixer) */
+                lwq_arch_qnames_module(r->ck.cfg.family, attn, &aq);
+                if ((rc = lwq_recipe_check_kv_names(r->o->recipe, &aq, e)) != 0 ||
+                    (rc = lwq_recipe_check_unwritten_names(r->o->recipe, &aq, 0, LWQ_QSEL_QBMM, e)) != 0 ||
+                    (rc = lwq_recipe_check_unwritten_names(r->o->recipe, &aq, 0, LWQ_QSEL_SOFTMAX, e)) != 0)
                     return rc;
             }
             /* routers: transformers 5's are no nn.Linear, Model Optimizer gives them no quantizer */
-            if (!p->linears[i].is_router &&
-                (rc = lwq_recipe_check_unwritten(r->o->recipe, p->linears[i].name, 0, LWQ_QSEL_OUTPUT, e)) != 0)
-                return rc;
+            if (!p->linears[i].is_router) {
+                lwq_qnames q; /* a fused expert has no output quantizer in Model Optimizer */
+                lwq_arch_qnames(p, &p->linears[i], &q);
+                if ((rc = lwq_recipe_check_unwritten_names(r->o->recipe, &q, 0, LWQ_QSEL_OUTPUT, e)) != 0)
+                    return rc;
+            }
         }
         if ((rc = lwq_qlayer_check(p, r->choice[L], e)) != 0)
             return rc;
@@ -128,14 +134,17 @@ static int build_plans(lwq_run *r, lwq_error *e)
      * output quantizers as well */
     static const char *const ends[] = {"lm_head", "model.embed_tokens"};
     char m[2][LWQ_ARCH_NAME_MAX];
+    lwq_qnames mq[2];
     for (int i = 0; i < 2; i++) {
         lwq_names_full(&r->ck.cfg.names, ends[i], m[i], sizeof m[i]);
-        int rc = lwq_recipe_check_unwritten(r->o->recipe, m[i], i ? LWQ_MODULE_EMBEDDING : 0, LWQ_QSEL_OUTPUT, e);
+        lwq_arch_qnames_module(r->ck.cfg.family, m[i], &mq[i]);
+        int rc = lwq_recipe_check_unwritten_names(r->o->recipe, &mq[i], i ? LWQ_MODULE_EMBEDDING : 0, LWQ_QSEL_OUTPUT,
+                                                  e);
         if (rc)
             return rc;
     }
     /* the token embedding: weight-only NVFP4 when a Model Optimizer recipe's rules say so */
-    if ((r->embed = lwq_recipe_embedding(r->o->recipe, m[1], e)) < 0)
+    if ((r->embed = lwq_recipe_embedding_names(r->o->recipe, &mq[1], e)) < 0)
         return r->embed;
     if (r->embed && r->ck.cfg.tie_word_embeddings)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes the token embedding, which this checkpoint ties "

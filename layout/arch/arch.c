@@ -414,6 +414,7 @@ int lwq_arch_layer_plan(const lwq_model_config *c, int layer, lwq_arch_layer *ou
     builder b = {.l = out, .c = c};
     snprintf(b.pre, sizeof b.pre, "model.layers.%d.", layer);
     out->layer = layer;
+    out->family = c->family;
     out->is_moe = lwq_config_layer_is_moe(c, layer);
     out->mixer = lwq_config_layer_mixer(c, layer);
     out->is_mla = out->mixer == LWQ_MIXER_MLA;

@@ -112,6 +112,7 @@ typedef struct lwq_arch_layer {
     int nlinears;
     lwq_arch_linear *linears;
     int ngroups;                  /* group ids run 0..ngroups-1 */
+    const lwq_family *family;     /* the config's row (layout/arch/arch_qnames.h: in-memory names) */
 } lwq_arch_layer;
 
 /* Plan of decoder layer `layer` (0 <= layer < num_hidden_layers). */

@@ -1,6 +1,7 @@
 #include "layout/recipe/recipe.h"
 
 #include <cjson/cJSON.h>
+#include <ctype.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -122,8 +123,10 @@ void lwq_recipe_free(lwq_recipe *r)
 {
     if (!r)
         return;
-    for (int i = 0; i < r->nrules; i++)
+    for (int i = 0; i < r->nrules; i++) {
         free(r->rules[i].match);
+        free(r->rules[i].qname);
+    }
     free(r->rules);
     memset(r, 0, sizeof *r);
 }
@@ -133,14 +136,84 @@ lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module)
     return lwq_recipe_resolve_module(r, module, 0);
 }
 
-static int rule_applies(const lwq_recipe_rule *u, const char *module, unsigned facts)
+/* Model Optimizer's _FUSED_EXPERTS_QUANTIZER_LIST_RE, r"(weight_quantizers?|input_quantizers?)\.\d+(?=$|\.)",
+ * replaced by the singular base, left to right: out = qname with every such list index dropped. */
+static void qname_normalize(const char *s, char *out, size_t cap)
+{
+    static const char *const base[] = {"weight_quantizer", "input_quantizer"};
+    size_t o = 0;
+    while (*s && o + 1 < cap) {
+        size_t adv = 0, keep = 0;
+        for (int b = 0; b < 2 && !adv; b++) {
+            size_t n = strlen(base[b]);
+            if (strncmp(s, base[b], n))
+                continue;
+            size_t j = n + (s[n] == 's');
+            if (s[j] != '.' || !isdigit((unsigned char)s[j + 1]))
+                continue;
+            size_t d = j + 1;
+            while (isdigit((unsigned char)s[d]))
+                d++;
+            if (s[d] == 0 || s[d] == '.') {
+                adv = d;
+                keep = n;
+            }
+        }
+        if (!adv) {
+            out[o++] = *s++;
+            continue;
+        }
+        for (size_t i = 0; i < keep && o + 1 < cap; i++)
+            out[o++] = s[i];
+        s += adv;
+    }
+    out[o] = 0;
+}
+
+int lwq_qname_match(const char *glob, const char *qname)
+{
+    if (lwq_glob_match(glob, qname))
+        return 1;
+    char norm[LWQ_QNAME_MAX];
+    if (strlen(qname) >= sizeof norm)
+        return 0;
+    qname_normalize(qname, norm, sizeof norm);
+    return strcmp(norm, qname) && lwq_glob_match(glob, norm);
+}
+
+void lwq_qnames_plain(lwq_qnames *q, const char *module)
+{
+    memset(q, 0, sizeof *q);
+    q->module = module;
+    snprintf(q->base, sizeof q->base, "%s", module);
+    q->nweight = 1;
+    snprintf(q->weight[0], sizeof q->weight[0], "%s.weight_quantizer", module);
+    snprintf(q->input, sizeof q->input, "%s.input_quantizer", module);
+    snprintf(q->output, sizeof q->output, "%s.output_quantizer", module);
+}
+
+static int facts_ok(const lwq_recipe_rule *u, unsigned facts)
 {
     if (u->has_mla && u->mla != ((facts & LWQ_MODULE_MLA_PROJ) != 0))
         return 0;
     if (u->has_embed && u->embed != ((facts & LWQ_MODULE_EMBEDDING) != 0))
         return 0;
+    return 1;
+}
+
+/* Whether rule u reaches a quantizer of `module` named `qn` (qn NULL or "": the module has no such
+ * quantizer, which a quantizer_name rule then cannot reach). */
+static int rule_reaches(const lwq_recipe_rule *u, const char *module, const char *qn, unsigned facts)
+{
+    if (!facts_ok(u, facts))
+        return 0;
+    if (u->qname)
+        return qn && qn[0] && lwq_qname_match(u->qname, qn);
     return lwq_glob_match(u->match, module);
 }
+
+/* The text a rule selects with, for messages. */
+static const char *rule_glob(const lwq_recipe_rule *u) { return u->qname ? u->qname : u->match; }
 
 /* One quantizer's state while the rules are applied: the format its attributes give, on/off. */
 typedef struct qstate {
@@ -164,6 +237,13 @@ static void apply_state(qstate *q, const lwq_recipe_rule *u)
 
 lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *module, unsigned facts)
 {
+    lwq_qnames q;
+    lwq_qnames_plain(&q, module);
+    return lwq_recipe_resolve_names(r, &q, facts);
+}
+
+lwq_quant_choice lwq_recipe_resolve_names(const lwq_recipe *r, const lwq_qnames *q, unsigned facts)
+{
     lwq_quant_choice c = {.format = LWQ_QFMT_NONE, .algo = r->algo, .fp8_scale_sweep = r->fp8_scale_sweep,
                           .gptq_damp = r->gptq_damp, .gptq_act_order = r->gptq_act_order,
                           .weight_format = LWQ_QFMT_NONE, .input_format = LWQ_QFMT_NONE, .mse_range = r->mse_range};
@@ -171,21 +251,28 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
     qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
-        if (u->quantizer == LWQ_QSEL_KV || u->quantizer >= LWQ_QSEL_OUTPUT || !rule_applies(u, module, facts))
+        if (u->quantizer == LWQ_QSEL_KV || u->quantizer >= LWQ_QSEL_OUTPUT)
             continue;
-        if (u->quantizer != LWQ_QSEL_INPUT) {
+        int on_w = 0, on_in = 0;
+        if (u->quantizer != LWQ_QSEL_INPUT)
+            for (int k = 0; k < q->nweight && !on_w; k++)
+                on_w = rule_reaches(u, q->module, q->weight[k], facts);
+        if (u->quantizer != LWQ_QSEL_WEIGHT)
+            on_in = rule_reaches(u, q->module, q->input, facts);
+        if (on_w) {
             apply_state(&w, u);
             if (u->has_format) /* a new format resets it, as a new cfg does in Model Optimizer */
                 f46 = 0;
             if (u->has_f46)
                 f46 = u->f46;
+            /* the calibration is the weight quantizer's (an "input" rule sets none) */
+            if (u->has_algo)
+                c.algo = u->algo;
+            if (u->has_sweep)
+                c.fp8_scale_sweep = u->sweep;
         }
-        if (u->quantizer != LWQ_QSEL_WEIGHT)
+        if (on_in)
             apply_state(&in, u);
-        if (u->has_algo)
-            c.algo = u->algo;
-        if (u->has_sweep)
-            c.fp8_scale_sweep = u->sweep;
     }
     lwq_qformat wf = w.on ? w.fmt : LWQ_QFMT_NONE, xf = in.on ? in.fmt : LWQ_QFMT_NONE;
     c.four_over_six = wf == LWQ_QFMT_NVFP4 && f46;
@@ -208,15 +295,24 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
 
 lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module)
 {
+    lwq_qnames q;
+    lwq_qnames_plain(&q, attn_module);
+    return lwq_recipe_resolve_kv_names(r, &q);
+}
+
+lwq_kv_mode lwq_recipe_resolve_kv_names(const lwq_recipe *r, const lwq_qnames *attn)
+{
     int any = 0;
     lwq_kv_mode mode = LWQ_KV_NONE;
     int on = 0;
+    char kq[LWQ_QNAME_MAX + 20]; /* the k and v quantizers: a recipe treats both alike (recipe_qcfg.c) */
+    snprintf(kq, sizeof kq, "%s.k_bmm_quantizer", attn->base);
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         if (u->quantizer != LWQ_QSEL_KV || u->has_embed)
             continue;
         any = 1;
-        if (!lwq_glob_match(u->match, attn_module))
+        if (!rule_reaches(u, attn->module, kq, 0))
             continue;
         if (u->has_kv) {
             mode = u->kv;
@@ -232,9 +328,17 @@ lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module)
 
 int lwq_recipe_embedding(const lwq_recipe *r, const char *embed_module, lwq_error *e)
 {
+    lwq_qnames q;
+    lwq_qnames_plain(&q, embed_module);
+    return lwq_recipe_embedding_names(r, &q, e);
+}
+
+int lwq_recipe_embedding_names(const lwq_recipe *r, const lwq_qnames *q, lwq_error *e)
+{
+    const char *embed_module = q->module;
     if (!r->embed_rules)
         return LWQ_LMHEAD_NONE;
-    lwq_quant_choice c = lwq_recipe_resolve_module(r, embed_module, LWQ_MODULE_EMBEDDING);
+    lwq_quant_choice c = lwq_recipe_resolve_names(r, q, LWQ_MODULE_EMBEDDING);
     if (c.weight_format == LWQ_QFMT_NONE)
         return LWQ_LMHEAD_NONE;
     if (c.weight_format == LWQ_QFMT_NVFP4 && !c.four_over_six &&
@@ -249,24 +353,59 @@ int lwq_recipe_embedding(const lwq_recipe *r, const char *embed_module, lwq_erro
 static const char *const qsel_names[] = {"", "weight", "input", "kv", "output", "q_bmm", "softmax"};
 _Static_assert(sizeof qsel_names / sizeof qsel_names[0] == LWQ_QSEL_SOFTMAX + 1, "one name per lwq_qsel");
 
-int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, unsigned facts, lwq_qsel kind,
-                               lwq_error *e)
+static const char *const unwritten_suffix[] = {"", "", "", "", ".output_quantizer", ".q_bmm_quantizer",
+                                                ".softmax_quantizer"};
+
+static int check_unwritten_named(const lwq_recipe *r, const char *module, const char *qn, unsigned facts,
+                                 lwq_qsel kind, lwq_error *e)
 {
     int on = -1; /* the rule that last enabled it, while enabled */
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
-        if (u->quantizer == kind && u->has_enable && rule_applies(u, module, facts))
+        if (u->quantizer == kind && u->has_enable && rule_reaches(u, module, qn, facts))
             on = u->enable ? i : -1;
     }
     if (on < 0)
         return 0;
     return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: recipe \"%s\" rule %d ('%s') leaves its %s quantizer enabled, which "
-                    "lwq does not write", module, r->name, on, r->rules[on].match, qsel_names[kind]);
+                    "lwq does not write", module, r->name, on, rule_glob(&r->rules[on]), qsel_names[kind]);
+}
+
+int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, unsigned facts, lwq_qsel kind,
+                               lwq_error *e)
+{
+    lwq_qnames q;
+    lwq_qnames_plain(&q, module);
+    return lwq_recipe_check_unwritten_names(r, &q, facts, kind, e);
+}
+
+int lwq_recipe_check_unwritten_names(const lwq_recipe *r, const lwq_qnames *q, unsigned facts, lwq_qsel kind,
+                                     lwq_error *e)
+{
+    if (kind < LWQ_QSEL_OUTPUT || kind > LWQ_QSEL_SOFTMAX)
+        return lwq_errf(e, LWQ_EINVAL, "%s: quantizer kind %d is not an unwritten one", q->module, (int)kind);
+    char qn[LWQ_QNAME_MAX + 24];
+    if (kind == LWQ_QSEL_OUTPUT) {
+        if (!q->output[0]) /* a fused expert: Model Optimizer gives the experts module no output quantizer */
+            return 0;
+        snprintf(qn, sizeof qn, "%s", q->output);
+    } else {
+        snprintf(qn, sizeof qn, "%s%s", q->base, unwritten_suffix[kind]);
+    }
+    return check_unwritten_named(r, q->module, qn, facts, kind, e);
 }
 
 int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error *e)
 {
-    lwq_kv_mode k = lwq_recipe_resolve_kv(r, attn_module);
+    lwq_qnames q;
+    lwq_qnames_plain(&q, attn_module);
+    return lwq_recipe_check_kv_names(r, &q, e);
+}
+
+int lwq_recipe_check_kv_names(const lwq_recipe *r, const lwq_qnames *attn, lwq_error *e)
+{
+    const char *attn_module = attn->module;
+    lwq_kv_mode k = lwq_recipe_resolve_kv_names(r, attn);
     if (k == r->kv)
         return 0;
     return lwq_errf(e, LWQ_EUNSUPPORTED,
@@ -380,14 +519,18 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
         const char *key = k->string;
         if (repeated(o, k))
             return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: " REPEATED_MSG, path, idx, key);
-        if (!strcmp(key, "match")) {
+        if (!strcmp(key, "match") || !strcmp(key, "quantizer_name")) {
             if (!cJSON_IsString(k) || !k->valuestring[0])
-                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].match must be a non-empty string", path, idx);
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].%s must be a non-empty string", path, idx, key);
             if (strlen(k->valuestring) > 512)
-                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].match longer than 512 characters", path, idx);
-            u->match = strdup(k->valuestring);
-            if (!u->match)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].%s longer than 512 characters", path, idx, key);
+            if (u->match || u->qname)
+                return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: give either \"match\" (module names) or "
+                                "\"quantizer_name\" (Model Optimizer's quantizer names), not both", path, idx);
+            char *v = strdup(k->valuestring);
+            if (!v)
                 return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+            *(key[0] == 'm' ? &u->match : &u->qname) = v;
         } else if (!strcmp(key, "format")) {
             if (!cJSON_IsString(k) || lwq_qformat_parse(k->valuestring, &u->format) != 0)
                 return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d].format must be \"nvfp4\", \"fp8\" or \"none\"",
@@ -448,7 +591,7 @@ static int parse_rule(const char *path, int idx, const cJSON *o, lwq_recipe_rule
             return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: unknown key \"%s\"", path, idx, key);
         }
     }
-    if (!u->match)
+    if (!u->match && !u->qname)
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d] has no \"match\"", path, idx);
     if (u->quantizer == LWQ_QSEL_KV && (u->has_format || u->has_algo || u->has_sweep || u->has_mla))
         return lwq_errf(e, LWQ_EFORMAT, "%s: rules[%d]: a \"quantizer\": \"kv\" rule takes only match, kv_cache and "
@@ -759,7 +902,10 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
     for (int i = 0; i < r->nrules; i++) {
         const lwq_recipe_rule *u = &r->rules[i];
         cJSON *o = cJSON_CreateObject();
-        cJSON_AddStringToObject(o, "match", u->match);
+        if (u->qname)
+            cJSON_AddStringToObject(o, "quantizer_name", u->qname);
+        else
+            cJSON_AddStringToObject(o, "match", u->match);
         if (u->quantizer != LWQ_QSEL_BOTH)
             cJSON_AddStringToObject(o, "quantizer", qsel_names[u->quantizer]);
         if (u->has_kv)

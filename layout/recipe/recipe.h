@@ -63,7 +63,11 @@ typedef enum lwq_qsel {
 } lwq_qsel;
 
 typedef struct lwq_recipe_rule {
-    char *match;
+    char *match;              /* a glob over checkpoint module names ("match"), or NULL with qname */
+    char *qname;              /* "quantizer_name" (rules from Model Optimizer's YAML): a glob over the
+                                 full quantizer names of the model as Model Optimizer 0.47 holds it in
+                                 memory (lwq_qnames), matched as its _match_quantizer does; NULL with
+                                 match.  A rule has exactly one of the two */
     lwq_qsel quantizer;
     int has_format, has_enable, has_algo, has_sweep, has_mla, has_kv;
     lwq_kv_mode kv;           /* with has_kv (quantizer kv rules only) */
@@ -145,6 +149,34 @@ void lwq_recipe_free(lwq_recipe *r);
  * gives the same recipe; it is what --print-recipe shows and what the run fingerprint hashes. */
 char *lwq_recipe_to_json(const lwq_recipe *r);
 lwq_quant_choice lwq_recipe_resolve(const lwq_recipe *r, const char *module);
+
+/* A module's quantizers under the names Model Optimizer 0.47 gives them in the model transformers
+ * 5.14.1 holds in memory (conversion.py _match_quantizer matches a quantizer_name glob against
+ * these, and against the name with a fused experts module's per-expert index dropped).  For a plain
+ * linear, MODULE.weight_quantizer / .input_quantizer / .output_quantizer; for one routed expert of a
+ * fused experts module (layout/arch/arch.h lwq_arch_qnames: mixtral's
+ * model.layers.3.block_sparse_moe.experts.5.w1 is held as model.layers.3.mlp.experts, its gate and
+ * up halves in gate_up_proj), EXPERTS.gate_up_proj_weight_quantizers.5 (and its normalised
+ * EXPERTS.gate_up_proj_weight_quantizer), EXPERTS.gate_up_proj_input_quantizer (shared by every
+ * expert) and no output quantizer.  "match" rules see `module`, the checkpoint's name. */
+#define LWQ_QNAME_MAX 320
+typedef struct lwq_qnames {
+    const char *module;             /* the checkpoint's module name */
+    char base[LWQ_QNAME_MAX];       /* the module's in-memory name (an attention module's k/v, q_bmm and
+                                       softmax quantizers are base + ".k_bmm_quantizer", ...) */
+    char weight[2][LWQ_QNAME_MAX];  /* the weight quantizer's name(s): nweight of them */
+    int nweight;
+    char input[LWQ_QNAME_MAX];
+    char output[LWQ_QNAME_MAX];     /* "" when Model Optimizer gives the module no output quantizer */
+} lwq_qnames;
+/* The names of a module that Model Optimizer holds as it is named (module + suffix). */
+void lwq_qnames_plain(lwq_qnames *q, const char *module);
+/* lwq_recipe_resolve_module with the quantizers' in-memory names (q->module for "match" rules). */
+lwq_quant_choice lwq_recipe_resolve_names(const lwq_recipe *r, const lwq_qnames *q, unsigned facts);
+/* Model Optimizer's quantizer-name match (conversion.py _match_quantizer): the glob against the
+ * full name, or against it with a fused experts list index dropped
+ * ("...gate_up_proj_weight_quantizers.5" -> "...gate_up_proj_weight_quantizer"). */
+int lwq_qname_match(const char *glob, const char *qname);
 /* Facts about a module for rules that select on them (layout/arch knows them). */
 #define LWQ_MODULE_MLA_PROJ 1u
 #define LWQ_MODULE_EMBEDDING 2u /* the token embedding (model.embed_tokens) */
@@ -159,6 +191,9 @@ lwq_quant_choice lwq_recipe_resolve_module(const lwq_recipe *r, const char *modu
  * attention module (QBMM, SOFTMAX): the modules that carry such quantizers in Model Optimizer. */
 int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, unsigned facts, lwq_qsel kind,
                                lwq_error *e);
+/* The same under the module's in-memory names (an OUTPUT of a fused expert, which has none: 0). */
+int lwq_recipe_check_unwritten_names(const lwq_recipe *r, const lwq_qnames *q, unsigned facts, lwq_qsel kind,
+                                     lwq_error *e);
 
 /* How the token embedding `embed_module` ("model.embed_tokens", the checkpoint's name) is written:
  * LWQ_LMHEAD_NONE (source dtype; always without embed_rules), or weight-only NVFP4 as an lm_head
@@ -166,11 +201,17 @@ int lwq_recipe_check_unwritten(const lwq_recipe *r, const char *module, unsigned
  * weight quantizer is NVFP4 (its input quantizer is hard-disabled, so input rules do not count);
  * any other weight format is an error naming the module (< 0). */
 int lwq_recipe_embedding(const lwq_recipe *r, const char *embed_module, lwq_error *e);
+/* The same under the embedding's in-memory names (nemotron_h's backbone.embeddings is
+ * model.embeddings in memory: layout/arch/arch_qnames.h). */
+int lwq_recipe_embedding_names(const lwq_recipe *r, const lwq_qnames *q, lwq_error *e);
 
 /* The KV cache mode the recipe gives one attention module (e.g. "model.layers.3.self_attn"). */
 lwq_kv_mode lwq_recipe_resolve_kv(const lwq_recipe *r, const char *attn_module);
 /* 0 when the module resolves to r->kv; else an error naming the module. */
 int lwq_recipe_check_kv(const lwq_recipe *r, const char *attn_module, lwq_error *e);
+/* The two above with the attention module's in-memory names. */
+lwq_kv_mode lwq_recipe_resolve_kv_names(const lwq_recipe *r, const lwq_qnames *attn);
+int lwq_recipe_check_kv_names(const lwq_recipe *r, const lwq_qnames *attn, lwq_error *e);
 /* The error for a choice with `split` set, naming the module. */
 int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_error *e);
 

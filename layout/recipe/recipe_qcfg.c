@@ -163,7 +163,131 @@ static int gs_equal(const globset *a, const globset *b)
     return 1;
 }
 
-static int push_rule(lwq_recipe *r, int *cap, const char *match, const lwq_recipe_rule *tmpl, lwq_error *e)
+/* Whether glob p matches some name ending in tail + a non-empty run of digits, the prefix before tail
+ * anything (a fused experts module's per-expert quantizer, "...experts.gate_up_proj_weight_quantizers.5":
+ * tail "_weight_quantizers.").  A set of pattern positions is run over the tail's characters, then
+ * over "any digit" to a fixed point: O(len(p)^2) steps, whatever the pattern. */
+static int reaches_digit_tail(const char *p, const char *tail)
+{
+    size_t len = strlen(p);
+    if (len > LWQ_QCFG_GLOB_MAX)
+        return 0;
+    size_t at[LWQ_QCFG_GLOB_MAX + 1];
+    int nt = 0;
+    for (size_t i = 0; i < len; i = tok_end(p, i))
+        at[nt++] = i;
+    at[nt] = len;
+    unsigned char cur[LWQ_QCFG_GLOB_MAX + 2], nxt[LWQ_QCFG_GLOB_MAX + 2];
+    char tok[LWQ_QCFG_GLOB_MAX + 1], one[2] = {0, 0};
+#define STAR(t) (p[at[t]] == '*')
+#define CLOSE(v)                                                                                   \
+    for (int t = 0; t < nt; t++)                                                                   \
+        if ((v)[t] && STAR(t))                                                                     \
+            (v)[t + 1] = 1
+    /* the free prefix: every position is reachable by some string (a token always matches one) */
+    memset(cur, 1, (size_t)nt + 1);
+    for (const char *c = tail;; c++) {
+        if (!*c) {
+            /* digits: one or more */
+            int first = 1, changed = 1;
+            unsigned char acc[LWQ_QCFG_GLOB_MAX + 2] = {0};
+            while (changed) {
+                memset(nxt, 0, (size_t)nt + 1);
+                for (int t = 0; t < nt; t++) {
+                    if (!(first ? cur[t] : acc[t]))
+                        continue;
+                    if (STAR(t)) {
+                        nxt[t] = 1;
+                        continue;
+                    }
+                    size_t n = at[t + 1] - at[t];
+                    memcpy(tok, p + at[t], n);
+                    tok[n] = 0;
+                    for (char d = '0'; d <= '9'; d++) {
+                        one[0] = d;
+                        if (lwq_glob_match(tok, one)) {
+                            nxt[t + 1] = 1;
+                            break;
+                        }
+                    }
+                }
+                CLOSE(nxt);
+                changed = 0;
+                for (int t = 0; t <= nt; t++)
+                    if (nxt[t] && !acc[t])
+                        acc[t] = changed = 1;
+                first = 0;
+            }
+            return acc[nt];
+        }
+        memset(nxt, 0, (size_t)nt + 1);
+        one[0] = *c;
+        for (int t = 0; t < nt; t++) {
+            if (!cur[t])
+                continue;
+            if (STAR(t)) {
+                nxt[t] = 1;
+                continue;
+            }
+            size_t n = at[t + 1] - at[t];
+            memcpy(tok, p + at[t], n);
+            tok[n] = 0;
+            if (lwq_glob_match(tok, one))
+                nxt[t + 1] = 1;
+        }
+        CLOSE(nxt);
+        memcpy(cur, nxt, (size_t)nt + 1);
+    }
+#undef CLOSE
+#undef STAR
+}
+
+/* Which quantizers of the in-memory model (recipe.h lwq_qnames) entry `en` can reach, by kind: a
+ * linear's "M.weight_quantizer", a fused experts module's "E.gate_up_proj_weight_quantizer" (the
+ * normalised name) or "E.gate_up_proj_weight_quantizers.N"; the inputs likewise. */
+typedef struct reach {
+    int w, in, kv, kv_all; /* kv_all: through an all-star module glob (the model's KV cache mode) */
+    int un[NUNWRITTEN];
+} reach;
+
+static int reach_of(const lwq_mo_entry *en, reach *out, lwq_error *e)
+{
+    memset(out, 0, sizeof *out);
+    globset w = {0}, w2 = {0}, in = {0}, in2 = {0}, k = {0}, v = {0};
+    int rc;
+    if ((rc = gs_make(&w, en, SUF_W, e)) || (rc = gs_make(&w2, en, "_weight_quantizer", e)) ||
+        (rc = gs_make(&in, en, SUF_I, e)) || (rc = gs_make(&in2, en, "_input_quantizer", e)) ||
+        (rc = gs_make(&k, en, SUF_K, e)) || (rc = gs_make(&v, en, SUF_V, e)))
+        goto out;
+    if (!gs_equal(&k, &v)) {
+        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s' treats the k and v cache quantizers "
+                      "differently; lwq writes one mode for both", en->where, en->glob);
+        goto out;
+    }
+    out->w = w.n > 0 || w2.n > 0 || reaches_digit_tail(en->glob, "_weight_quantizers.");
+    out->in = in.n > 0 || in2.n > 0;
+    out->kv = k.n > 0;
+    for (int i = 0; i < k.n; i++)
+        out->kv_all |= all_stars(k.g[i]);
+    for (int i = 0; i < NUNWRITTEN; i++) {
+        globset o = {0};
+        if ((rc = gs_make(&o, en, unwritten[i].suffix, e)) != 0)
+            goto out;
+        out->un[i] = o.n > 0;
+        gs_free(&o);
+    }
+out:
+    gs_free(&w);
+    gs_free(&w2);
+    gs_free(&in);
+    gs_free(&in2);
+    gs_free(&k);
+    gs_free(&v);
+    return rc;
+}
+
+/* Appends tmpl as a rule selecting by quantizer_name `qname` (Model Optimizer's own glob). */
+static int push_rule(lwq_recipe *r, int *cap, const char *qname, const lwq_recipe_rule *tmpl, lwq_error *e)
 {
     if (r->nrules == 4096)
         return lwq_errf(e, LWQ_EFORMAT, "the recipe becomes more than 4096 lwq rules");
@@ -177,19 +301,10 @@ static int push_rule(lwq_recipe *r, int *cap, const char *match, const lwq_recip
     }
     lwq_recipe_rule *u = &r->rules[r->nrules];
     *u = *tmpl;
-    if (!(u->match = strdup(match)))
+    u->match = NULL;
+    if (!(u->qname = strdup(qname)))
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
     r->nrules++;
-    return 0;
-}
-
-static int push_all(lwq_recipe *r, int *cap, const globset *s, const lwq_recipe_rule *tmpl, lwq_error *e)
-{
-    for (int i = 0; i < s->n; i++) {
-        int rc = push_rule(r, cap, s->g[i], tmpl, e);
-        if (rc)
-            return rc;
-    }
     return 0;
 }
 
@@ -252,27 +367,24 @@ static int check_sides(const lwq_mo_entry *en, const lwq_mo_algo *a, int w, int 
     return 0;
 }
 
-/* One entry's rules. */
+/* One entry's rules: each selects by the entry's own quantizer_name, so a module's quantizers are
+ * matched by their in-memory names as Model Optimizer matches them.  *kv_all / *kr_out: the
+ * entry's k/v rule when it reaches every attention module through an all-star glob. */
 static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, const int *want_unwritten, lwq_recipe *r,
-                         int *cap, lwq_error *e)
+                         int *cap, int *kv_all, lwq_recipe_rule *kr_out, lwq_error *e)
 {
-    globset w = {0}, in = {0}, k = {0}, v = {0}, o = {0};
     int enabling = en->has_cfg ? (!en->has_enable || en->enable) : (en->has_enable && en->enable);
     int rc = 0;
+    *kv_all = 0;
     if (en->has_enable && en->enable && !en->has_cfg)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s': enable: true without cfg turns a quantizer "
                         "back on with whatever attributes it had; lwq needs the cfg in the same entry",
                         en->where, en->glob);
-    if ((rc = gs_make(&w, en, SUF_W, e)) || (rc = gs_make(&in, en, SUF_I, e)) || (rc = gs_make(&k, en, SUF_K, e)) ||
-        (rc = gs_make(&v, en, SUF_V, e)))
-        goto out;
-    if (!gs_equal(&k, &v)) {
-        rc = lwq_errf(e, LWQ_EUNSUPPORTED, "%s: quant_cfg entry '%s' treats the k and v cache quantizers "
-                      "differently; lwq writes one mode for both", en->where, en->glob);
-        goto out;
-    }
-    if (en->has_cfg && (rc = check_sides(en, a, w.n > 0, in.n > 0, k.n > 0, e)))
-        goto out;
+    reach R;
+    if ((rc = reach_of(en, &R, e)) != 0)
+        return rc;
+    if (en->has_cfg && (rc = check_sides(en, a, R.w, R.in, R.kv, e)))
+        return rc;
 
     lwq_recipe_rule wr = {0}, ir = {0}, kr = {0};
     wr.has_embed = ir.has_embed = kr.has_embed = en->embedding_only;
@@ -295,29 +407,28 @@ static int compile_entry(const lwq_mo_entry *en, const lwq_mo_algo *a, const int
         wr.has_enable = ir.has_enable = kr.has_enable = 1;
         wr.enable = ir.enable = kr.enable = en->enable;
     }
-    if (gs_equal(&w, &in) && !ir.has_input_amax) {
-        wr.quantizer = LWQ_QSEL_BOTH; /* the same change to both quantizers of the same modules */
-        rc = push_all(r, cap, &w, &wr, e);
-    } else if (!(rc = push_all(r, cap, &w, &wr, e))) {
-        rc = push_all(r, cap, &in, &ir, e);
+    if (R.w && R.in && !ir.has_input_amax) {
+        wr.quantizer = LWQ_QSEL_BOTH; /* the same change to whichever of the two the name reaches */
+        rc = push_rule(r, cap, en->glob, &wr, e);
+    } else {
+        if (R.w)
+            rc = push_rule(r, cap, en->glob, &wr, e);
+        if (!rc && R.in)
+            rc = push_rule(r, cap, en->glob, &ir, e);
     }
     /* an nn.Embedding has weight, input and output quantizers only: no k/v or attention ones */
-    if (!rc && !en->embedding_only)
-        rc = push_all(r, cap, &k, &kr, e);
+    if (!rc && R.kv && !en->embedding_only) {
+        rc = push_rule(r, cap, en->glob, &kr, e);
+        *kv_all = R.kv_all;
+        *kr_out = kr;
+    }
     for (int i = 0; rc == 0 && i < NUNWRITTEN; i++) {
-        if (!want_unwritten[i] || (en->embedding_only && unwritten[i].sel != LWQ_QSEL_OUTPUT))
+        if (!want_unwritten[i] || !R.un[i] || (en->embedding_only && unwritten[i].sel != LWQ_QSEL_OUTPUT))
             continue;
         lwq_recipe_rule ur = {.quantizer = unwritten[i].sel, .has_enable = 1, .enable = enabling,
                               .has_embed = en->embedding_only, .embed = en->embedding_only};
-        if ((rc = gs_make(&o, en, unwritten[i].suffix, e)) == 0)
-            rc = push_all(r, cap, &o, &ur, e);
-        gs_free(&o);
+        rc = push_rule(r, cap, en->glob, &ur, e);
     }
-out:
-    gs_free(&w);
-    gs_free(&in);
-    gs_free(&k);
-    gs_free(&v);
     return rc;
 }
 
@@ -346,26 +457,25 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
             gs_free(&o);
         }
     }
-    int cap = r->nrules;
-    for (int i = 0; i < n; i++) {
-        int rc = compile_entry(&v[i], a, want, r, &cap, e);
-        if (rc)
-            return rc;
-    }
-    /* the model's KV cache mode: what a module only the all-star rules match gets; the engine
+    /* the model's KV cache mode: what a module only the all-star entries reach gets; the engine
      * checks every attention module against it */
     lwq_kv_mode mode = LWQ_KV_NONE;
     int on = 0;
-    for (int i = 0; i < r->nrules; i++) {
-        const lwq_recipe_rule *u = &r->rules[i];
-        if (u->quantizer != LWQ_QSEL_KV || !all_stars(u->match))
+    int cap = r->nrules;
+    for (int i = 0; i < n; i++) {
+        int all = 0;
+        lwq_recipe_rule kr;
+        int rc = compile_entry(&v[i], a, want, r, &cap, &all, &kr, e);
+        if (rc)
+            return rc;
+        if (!all)
             continue;
-        if (u->has_kv) {
-            mode = u->kv;
+        if (kr.has_kv) {
+            mode = kr.kv;
             on = 1;
         }
-        if (u->has_enable)
-            on = u->enable;
+        if (kr.has_enable)
+            on = kr.enable;
     }
     r->kv = on ? mode : LWQ_KV_NONE;
     /* Model Optimizer's quant_cfg reaches the token embedding's weight quantizer too (nn.Embedding

@@ -651,7 +651,9 @@ Test(recipe_yaml, a_pattern_ending_in_weight_quantizer_star_reaches_only_weights
     cr_assert_eq(lwq_recipe_check_unwritten(&r, "model.layers.0.mlp.gate_proj", 0, LWQ_QSEL_OUTPUT, &e), 0, "%s", e.msg);
     cr_assert_eq(pick(&r, "model.layers.0.mlp.up_proj").format, LWQ_QFMT_NONE);
     char *j = lwq_recipe_to_json(&r);
-    cr_assert(!strstr(j, "weight_quantizer"), "no rule names a module \"...weight_quantizer\": %s", j);
+    /* one rule, on weight quantizers only, by the entry's own quantizer_name; none on outputs */
+    cr_assert(strstr(j, "\"quantizer_name\":\t\"*mlp*gate_proj*weight_quantizer*\",\n\t\t\t\"quantizer\":\t\"weight\""), "%s", j);
+    cr_assert(!strstr(j, "\"output\""), "no output quantizer rule: %s", j);
     free(j);
     lwq_recipe_free(&r);
 }

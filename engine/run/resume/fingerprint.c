@@ -12,6 +12,7 @@
 #include "io/durable.h"
 #include "io/sys.h"
 #include "kernels/backend.h"
+#include "layout/arch/arch_qnames.h"
 
 static int cmp_path(const void *a, const void *b)
 {
@@ -82,7 +83,9 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
      * keep their fingerprints) */
     char em[LWQ_ARCH_NAME_MAX];
     lwq_names_full(&ck->cfg.names, "model.embed_tokens", em, sizeof em);
-    int embed = lwq_recipe_embedding(o->recipe, em, NULL);
+    lwq_qnames emq; /* under its in-memory name (layout/arch/arch_qnames.h) */
+    lwq_arch_qnames_module(ck->cfg.family, em, &emq);
+    int embed = lwq_recipe_embedding_names(o->recipe, &emq, NULL);
     kv |= embed > 0 ? embed << 12 : 0;
     lwq_xxh64_update(&s, &kv, sizeof kv);
     for (int L = 0; L < nlayers; L++)
