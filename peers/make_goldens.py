@@ -528,6 +528,39 @@ def add_mixed():
     print(f"make_goldens: {len(new)} mixed / autoq cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
 
 
+MIXED_NAMES_COMMAND = ("peers/run.sh --only mixed_names; "
+                       ".peers/venvs/modelopt/bin/python peers/make_goldens.py --add mixed_names")
+
+
+def add_mixed_names():
+    """--add mixed_names: the mixed recipe on mixtral and minimax_m2 (peers/run.py
+    mixed_names_cases), whose hub names differ from transformers' in-memory ones; in the mixed
+    group's test beside the others."""
+    res = json.load(open(os.path.join(run.WORK, "results.json")))
+    man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
+    bounds = dict(man["bf16_bounds"])
+    for k, b in res["bounds"].items():
+        if k in bounds and abs(bounds[k]["bound"] - b["bound"]) > 1e-12:
+            sys.exit(f"make_goldens: the BF16 bound of {k} moved ({bounds[k]['bound']} -> {b['bound']})")
+        bounds.setdefault(k, b)
+    new = []
+    for c in run.mixed_names_cases():
+        case = copy_case(c, bounds)
+        case["group"] = "mixed"
+        case["recipe_files"] = recipe_files(recipe_name(c.mo["recipe"]))
+        new.append(case)
+    names = {c["name"] for c in new}
+    man["cases"] = [c for c in man["cases"] if c["name"] not in names] + new
+    man["bf16_bounds"] = bounds
+    if MIXED_NAMES_COMMAND not in man["commands"]:
+        man["commands"].append(MIXED_NAMES_COMMAND)
+    with open(os.path.join(DEST, "MANIFEST.json"), "w") as f:
+        json.dump(man, f, indent=1)
+    write_readme(man)
+    size = sums_and_size()
+    print(f"make_goldens: {len(new)} mixed_names cases added, {len(man['cases'])} cases, {size / 1e6:.2f} MB in {DEST}")
+
+
 # issue 35: Nemotron-H (peers/run.py group "nemotron"): FP8, NVFP4 and Model Optimizer's
 # mamba_moe_nvfp4_conservative on each source, added with --add nemotron, and transformers'
 # per-layer forward of the F32 sources at 32 and 7 tokens and left-padded by 0, 15, 27, 31 (forward/)
@@ -613,7 +646,7 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "kimi_linear", "fp8block",
+    ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "mixed_names", "kimi_linear", "fp8block",
                                       "families34_w4a16", "group_mask", "autoq_active_moe"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
@@ -625,6 +658,8 @@ def main():
         return add_kimi()
     if a.add == "nemotron":
         return add_nemotron()
+    if a.add == "mixed_names":
+        return add_mixed_names()
     if a.add == "mixed":
         return add_mixed()
     if a.add == "autoq_active_moe":
@@ -892,9 +927,13 @@ although the tensors are written per expert; and a MIXED_PRECISION config has no
 of its own: `exclude_modules` (config.json `ignore`) holds only the MTP prefixes that
 `_add_mtp_exclusions` adds (`mtp*`, `mtp.layers.0*`; glm4_moe's `model.layers.2*`), and none at
 all without MTP (the key is absent).  lwq writes the same (layout/format/export.h; an empty
-`exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 are not among them:
-their hub names say `block_sparse_moe`, and the recipe's `*mlp.experts.*` glob meets
-transformers' in-memory `mlp.experts` in Model Optimizer but the hub names in lwq.
+`exclude_modules` where Model Optimizer has none).  mixtral and minimax_m2 (`peers/run.py` group
+`mixed_names`, in this group's test): their hub names say `block_sparse_moe.experts.E.w1`, but
+transformers holds `mlp.experts` (gate_up_proj / down_proj), and the recipe's `*mlp.experts.*`
+glob meets those names in Model Optimizer; lwq matches recipe globs against the same in-memory
+names (layout/arch/arch_qnames.h; before, lwq made these experts FP8).  `qnames/<src>.json`:
+Model Optimizer's own quantizer names of each F32 source (`peers/quantizer_names.py`), against
+which tests/layout/test_recipe_qnames.c checks lwq's in-memory names.
 
 ## Auto-quantize with weight-only NVFP4 (`peers/run.py` group `autoq`)
 

@@ -3,13 +3,16 @@
  * layout/recipe/recipe_yaml.c reads the YAML (imports, $import splicing, attribute validation) and hands
  * over the final ordered entry list; this file maps it onto lwq's rules exactly or refuses.
  *
- * Model Optimizer matches `quantizer_name` (fnmatch) against quantizer names such as
- * "model.layers.0.mlp.experts.3.up_proj.weight_quantizer" or "model.layers.0.self_attn.k_bmm_quantizer".
- * lwq's rules match module names.  For a fixed quantizer suffix S (".weight_quantizer",
- * ".input_quantizer", ".k_bmm_quantizer", ...) the set of modules M with fnmatch(P, M + S) is
- * exactly the union of the module globs P[:i] for every token boundary i where P[i:] matches S,
- * and P[:i+1] for every `*` at i where P[i:] matches S (the star spans the boundary).  So each
- * entry becomes rules over those globs, per quantizer, with no approximation. */
+ * Model Optimizer matches `quantizer_name` (fnmatch) against the quantizers' full names in the
+ * model as transformers holds it in memory ("model.layers.0.self_attn.k_bmm_quantizer",
+ * "model.layers.0.mlp.experts.gate_up_proj_weight_quantizers.3", ...).  Each entry becomes rules
+ * that keep the entry's own pattern ("quantizer_name" rules, recipe.h), matched against those
+ * names when a module is resolved (layout/arch/arch_qnames.h gives them), so lwq selects what
+ * Model Optimizer selects.  Which quantizer kinds an entry can reach, for its cfg checks, comes
+ * from the module globs of the pattern: for a fixed suffix S (".weight_quantizer", the fused
+ * experts' "_weight_quantizer", ".k_bmm_quantizer", ...) the modules M with fnmatch(P, M + S) are
+ * exactly those matched by P[:i] for every token boundary i where P[i:] matches S, and P[:i+1]
+ * for every `*` at i where P[i:] matches S (the star spans the boundary). */
 #ifndef LWQ_LAYOUT_RECIPE_QCFG_H
 #define LWQ_LAYOUT_RECIPE_QCFG_H
 
