@@ -101,6 +101,10 @@ int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t col
  * global_amax as for lwq_quant_nvfp4_sweep. */
 int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
                         const char *name, float *block_amax, lwq_error *err);
+/* The same over the candidates bamax * mult[k], k < nmult (1..LWQ_MSE_MAX_STEPS; mult NULL: the
+ * 39).  CPU. */
+int lwq_quant_nvfp4_mse_m(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err);
 
 /* Four-over-Six (Model Optimizer 0.47, `four_over_six: true` on a static NVFP4 weight
  * quantizer): block scales normalised to LWQ_NVFP4_46_FP8MAX = 256 (layout/format/quant_formats.h).
@@ -150,6 +154,10 @@ int lwq_quant_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float
  * (may be NULL) = k. */
 int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name, float *amax_out,
                       int *mult_index, lwq_error *err);
+/* The same over the candidates amax * mult[k], k < nmult (1..LWQ_MSE_MAX_STEPS: a recipe's own
+ * start_multiplier / stop_multiplier / step_size, lwq_mse_linspace); mult NULL: the 39.  CPU. */
+int lwq_quant_fp8_mse_m(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *mult, int nmult,
+                        const char *name, float *amax_out, int *mult_index, lwq_error *err);
 
 /* q: (n,) E4M3 -> out: (n,) of out_dt (F32, BF16 or F16), out = float(q) * weight_scale. */
 int lwq_quant_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,

@@ -158,6 +158,7 @@ def cases():
     out += autoq_cases()
     out += kimi_cases()
     out += nemotron_cases()
+    out += nemotron_recipes_cases()
     return out
 
 
@@ -290,6 +291,33 @@ def nemotron_cases():
     return out
 
 
+# issue 35: Model Optimizer 0.47's published Nemotron-3 recipes (modelopt_recipes/models/nvidia/
+# NVIDIA-Nemotron-3*/ptq/*.yaml) read from their own YAML; the mse ones (static NVFP4: Triton
+# inside Model Optimizer) through the patched peer
+NEMOTRON_RECIPES = ["NVIDIA-Nemotron-3-Nano-4B-BF16/ptq/nvfp4_w4a16",
+                    "NVIDIA-Nemotron-3-Super-120B-A12B-BF16/ptq/nvfp4-max-calib",
+                    "NVIDIA-Nemotron-3-Super-120B-A12B-BF16/ptq/nvfp4-mse",
+                    "NVIDIA-Nemotron-3-Ultra-550B-A55B-BF16/ptq/nvfp4-4o6",
+                    "NVIDIA-Nemotron-3.5-Lightning-30B-A3B-BF16/ptq/w4a16_nvfp4_4o6"]
+
+
+def nemotron_recipes_cases():
+    """Group nemotron_recipes: each of NEMOTRON_RECIPES on nemotron_h (F32, BF16)."""
+    out = []
+    for dt in ("f32", "bf16"):
+        src = f"nemotron_h-{dt}"
+        for name in NEMOTRON_RECIPES:
+            r = "models/nvidia/" + name
+            mo = dict(recipe=r)
+            label = r.replace("/", "_")
+            with open(os.path.join(recipe_root(), r + ".yaml")) as f:
+                if "method: mse" in f.read():
+                    mo["patch"] = "torch-nvfp4"
+                    label += "-patched"
+            out.append(Case("nemotron_recipes", src, label, mo, ["--recipe", r, "--recipe-root", recipe_root()]))
+    return out
+
+
 # ---- running -------------------------------------------------------------------------------------
 
 def sh(cmd, log):
@@ -408,7 +436,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
                     "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, families34_w4a16, "
-                    "fp8block, mixed, mixed_names, autoq, kimi_linear)")
+                    "fp8block, mixed, mixed_names, autoq, kimi_linear, nemotron, nemotron_recipes)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

@@ -75,10 +75,10 @@ int lwq_qlayer_check(const lwq_arch_layer *plan, const lwq_quant_choice *choice,
             return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: Four-over-Six NVFP4 is implemented with the mse multiplier search "
                             "(Model Optimizer's nvfp4_four_over_six), not with %s%s", l->name,
                             lwq_algo_name(choice[i].algo), choice[i].fp8_scale_sweep ? " + fp8_scale_sweep" : "");
-        if (choice[i].mse_range != LWQ_MSE_RANGE_DEFAULT && choice[i].algo == LWQ_ALGO_MSE &&
-            !choice[i].four_over_six)
-            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the mse multipliers [1.0, 1.5] are implemented for Four-over-Six "
-                            "NVFP4 weights only, not for %s", l->name, lwq_choice_format_name(&choice[i]));
+        float m[LWQ_MSE_MAX_STEPS];
+        if (choice[i].mse_range != LWQ_MSE_RANGE_DEFAULT && lwq_choice_mse_candidates(&choice[i], m) < 1)
+            return lwq_errf(e, LWQ_EINVAL, "%s: mse multipliers %g, %g, %g give no candidates (at most %d)", l->name,
+                            choice[i].mse_mult[0], choice[i].mse_mult[1], choice[i].mse_mult[2], LWQ_MSE_MAX_STEPS);
         if (choice[i].format == LWQ_QFMT_NVFP4 && l->in_features % 16 != 0)
             return lwq_errf(e, LWQ_EINVAL, "%s: in-features %lld is not a multiple of 16; NVFP4 needs blocks of 16",
                             l->name, (long long)l->in_features);
@@ -197,17 +197,21 @@ static int emit_nvfp4(lwq_qops *qo, const lwq_arch_linear *l, const lwq_quant_ch
         } else if (c->four_over_six) {
             /* Four-over-Six: the CPU kernels on the host, whatever the device (lwq_qlayer_check
              * allows it with mse only) */
-            static const float m46[2] = {1.0f, 1.5f};
-            rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, search_amax,
-                                       c->mse_range == LWQ_MSE_RANGE_46 ? m46 : NULL,
-                                       c->mse_range == LWQ_MSE_RANGE_46 ? 2 : 0, l->name, bamax, e);
+            float m[LWQ_MSE_MAX_STEPS];
+            int nm = lwq_choice_mse_candidates(c, m);
+            rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, search_amax, nm ? m : NULL, nm, l->name, bamax,
+                                       e);
             if (rc >= 0)
                 rc = lwq_quant_nvfp4_static46(w->data, w->dtype, rows, cols, bamax, global_amax, l->name, packed,
                                               scale, &ws2, e);
         } else if (c->fp8_scale_sweep) {
             rc = lwq_qops_nvfp4_sweep(qo, w, rows, cols, search_amax, NULL, l->name, bamax, e);
         } else {
-            rc = lwq_qops_nvfp4_mse(qo, w, rows, cols, search_amax, l->name, bamax, e);
+            /* a recipe's own multiplier range: the CPU kernel on the host, whatever the device */
+            float m[LWQ_MSE_MAX_STEPS];
+            int nm = lwq_choice_mse_candidates(c, m);
+            rc = nm ? lwq_quant_nvfp4_mse_m(w->data, w->dtype, rows, cols, search_amax, m, nm, l->name, bamax, e)
+                    : lwq_qops_nvfp4_mse(qo, w, rows, cols, search_amax, l->name, bamax, e);
         }
         if (rc >= 0 && !c->four_over_six)
             rc = lwq_qops_nvfp4_static(qo, w, rows, cols, bamax, global_amax, l->name, packed, scale, &ws2, e);
@@ -443,6 +447,18 @@ static int fp8_searched(const lwq_quant_choice *c)
     return c->format == LWQ_QFMT_FP8 && c->algo != LWQ_ALGO_MAX && c->algo != LWQ_ALGO_GPTQ;
 }
 
+/* One FP8 `mse` search: the device's over the default 39 candidates, the host's over a recipe's
+ * own range (lwq_choice_mse_candidates). */
+static int fp8_mse(lwq_qops *qo, const lwq_quant_choice *c, const lwq_htensor *w, int64_t rows, int64_t cols,
+                   const char *name, float *amax, lwq_error *e)
+{
+    float m[LWQ_MSE_MAX_STEPS];
+    int nm = c->algo == LWQ_ALGO_MSE ? lwq_choice_mse_candidates(c, m) : 0;
+    if (!nm)
+        return lwq_qops_fp8_mse(qo, w, rows, cols, name, amax, e);
+    return lwq_quant_fp8_mse_m(w->data, w->dtype, rows, cols, m, nm, name, amax, NULL, e);
+}
+
 /* The FP8 `mse` searches of a layer, into w_amax: one per linear, except a routed expert's gate
  * and up, searched once over the two stacked ([gate; up] rows), since Model Optimizer searches
  * the expert's gate_up_proj slice with its one weight quantizer (_QuantFusedExperts). */
@@ -459,7 +475,7 @@ static int fp8_searches(lwq_qops *qo, const lwq_arch_layer *plan, const lwq_quan
             if (k != i && plan->linears[k].group == l->group && fp8_searched(&choice[k]))
                 j = k;
         if (j < 0) {
-            LWQ_TRY(lwq_qops_fp8_mse(qo, w[i], w[i]->shape[0], w[i]->shape[w[i]->ndim - 1], l->name, &w_amax[i], e));
+            LWQ_TRY(fp8_mse(qo, &choice[i], w[i], w[i]->shape[0], w[i]->shape[w[i]->ndim - 1], l->name, &w_amax[i], e));
             continue;
         }
         if (j < i)
@@ -481,7 +497,7 @@ static int fp8_searches(lwq_qops *qo, const lwq_arch_layer *plan, const lwq_quan
         memcpy(both.data, wg->data, wg->nbytes);
         memcpy((char *)both.data + wg->nbytes, wu->data, wu->nbytes);
         float a = 0;
-        int rc = lwq_qops_fp8_mse(qo, &both, both.shape[0], both.shape[1], name, &a, e);
+        int rc = fp8_mse(qo, &choice[g], &both, both.shape[0], both.shape[1], name, &a, e);
         free(both.data);
         if (rc < 0)
             return rc;

@@ -54,6 +54,7 @@
 #define LWQ_NVFP4_BLOCK 16
 #define LWQ_NVFP4_WS2_DIV 2688.0f     /* 6 * 448 */
 #define LWQ_MSE_STEPS 39
+#define LWQ_MSE_MAX_STEPS 48 /* the most candidates of a recipe's own multiplier range */
 
 /* One NVFP4 block as stored: 16 E2M1 codes in 8 bytes (low nibble = lower index) plus one E4M3
  * scale byte that lives in the separate `weight_scale` tensor.  These structs exist to pin the
@@ -362,6 +363,29 @@ LWQ_HD float lwq_mse_multiplier(int k)
 {
     const float step = 3.75f / 38.0f;
     return k < 19 ? fmaf(step, (float)k, 0.25f) : fmaf(-step, (float)(38 - k), 4.0f);
+}
+
+/* The candidates of Model Optimizer's MseCalibrator for (start_multiplier, stop_multiplier,
+ * step_size) (modelopt/torch/quantization/calib/mse.py): n = ceil((stop - start) / step) + 1 in
+ * double (Python's math.ceil), then torch.linspace(start, stop, n) in float: step_f = (float(stop)
+ * - float(start)) / float(n - 1), the first n / 2 values fmaf(step_f, k, start), the others
+ * fmaf(-step_f, n - 1 - k, stop) (checked against torch 2.13's CPU linspace on 300 ranges of up to
+ * 200 values); n = 1 gives [start].  Writes at most `max` values to out; returns n, or -1 when the
+ * range is not a finite, positive, ascending one (start > 0, stop >= start, step > 0).  For the
+ * default range it gives lwq_mse_multiplier's 39. */
+static inline int lwq_mse_linspace(double start, double stop, double step, float *out, int max)
+{
+    if (!(start > 0.0) || !(stop >= start) || !(step > 0.0) || !isfinite(stop) || !isfinite(step))
+        return -1;
+    double nd = ceil((stop - start) / step) + 1.0;
+    if (!(nd >= 1.0) || nd > 1e6)
+        return -1;
+    int n = (int)nd;
+    float fs = (float)start, fe = (float)stop;
+    float st = n > 1 ? (fe - fs) / (float)(n - 1) : 0.0f;
+    for (int k = 0; k < n && k < max; k++)
+        out[k] = n == 1 ? fs : k < n / 2 ? fmaf(st, (float)k, fs) : fmaf(-st, (float)(n - 1 - k), fe);
+    return n;
 }
 
 /* FP8 per-tensor: the element stored for x with per-tensor scale `ws` (= amax / 448). */

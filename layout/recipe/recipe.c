@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/sys/file.h"
+#include "layout/format/quant_formats.h"
 
 #define RECIPE_MAX_BYTES (1u << 20)
 #define RECIPE_MAX_RULES 4096
@@ -246,7 +247,8 @@ lwq_quant_choice lwq_recipe_resolve_names(const lwq_recipe *r, const lwq_qnames 
 {
     lwq_quant_choice c = {.format = LWQ_QFMT_NONE, .algo = r->algo, .fp8_scale_sweep = r->fp8_scale_sweep,
                           .gptq_damp = r->gptq_damp, .gptq_act_order = r->gptq_act_order,
-                          .weight_format = LWQ_QFMT_NONE, .input_format = LWQ_QFMT_NONE, .mse_range = r->mse_range};
+                          .weight_format = LWQ_QFMT_NONE, .input_format = LWQ_QFMT_NONE, .mse_range = r->mse_range,
+                          .mse_mult = {r->mse_mult[0], r->mse_mult[1], r->mse_mult[2]}};
     int f46 = 0;
     qstate w = {LWQ_QFMT_NONE, 0, 0, 0}, in = {LWQ_QFMT_NONE, 0, 0, 0};
     for (int i = 0; i < r->nrules; i++) {
@@ -457,18 +459,25 @@ int lwq_recipe_mse_range(double start, double stop, double step)
 {
     if (start == 0.25 && stop == 4.0 && step == 0.1)
         return LWQ_MSE_RANGE_DEFAULT;
-    if (start == 1.0 && stop == 1.5 && step == 0.5)
-        return LWQ_MSE_RANGE_46;
-    return -1;
+    float m[LWQ_MSE_MAX_STEPS];
+    int n = lwq_mse_linspace(start, stop, step, m, LWQ_MSE_MAX_STEPS);
+    return n >= 1 && n <= LWQ_MSE_MAX_STEPS ? LWQ_MSE_RANGE_OWN : -1;
 }
 
-/* [start, stop, step] of a JSON array, as lwq_recipe_mse_range; -1 for anything else. */
-static int lwq_recipe_mse_range_of(const cJSON *a, int *rc)
+int lwq_choice_mse_candidates(const lwq_quant_choice *c, float *out)
+{
+    if (c->mse_range != LWQ_MSE_RANGE_OWN)
+        return 0;
+    int n = lwq_mse_linspace(c->mse_mult[0], c->mse_mult[1], c->mse_mult[2], out, LWQ_MSE_MAX_STEPS);
+    return n >= 1 && n <= LWQ_MSE_MAX_STEPS ? n : 0;
+}
+
+/* [start, stop, step] of a JSON array into v, as lwq_recipe_mse_range; -1 for anything else. */
+static int lwq_recipe_mse_range_of(const cJSON *a, double *v, int *rc)
 {
     *rc = 0;
     if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 3)
         return -1;
-    double v[3];
     for (int i = 0; i < 3; i++) {
         const cJSON *x = cJSON_GetArrayItem(a, i);
         if (!cJSON_IsNumber(x))
@@ -649,12 +658,12 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
                     r->gptq_damp = a->valuedouble;
                 } else if (!strcmp(a->string, "mse_multipliers")) {
                     /* [start, stop, step]: Model Optimizer's start_multiplier, stop_multiplier,
-                     * step_size; lwq implements its default and the Four-over-Six preset's */
-                    int range = lwq_recipe_mse_range_of(a, &rc);
+                     * step_size */
+                    int range = lwq_recipe_mse_range_of(a, r->mse_mult, &rc);
                     if (range < 0)
-                        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: algorithm.mse_multipliers must be [0.25, 4.0, 0.1] "
-                                        "(the default) or [1.0, 1.5, 0.5] (nvfp4_four_over_six's); other amax "
-                                        "ranges are not implemented", path);
+                        return lwq_errf(e, LWQ_EFORMAT, "%s: algorithm.mse_multipliers must be [start, stop, step] "
+                                        "with 0 < start <= stop, step > 0 and at most %d candidates "
+                                        "(ceil((stop - start) / step) + 1)", path, LWQ_MSE_MAX_STEPS);
                     r->mse_range = range;
                 } else if (!strcmp(a->string, "gptq_act_order")) {
                     if (!cJSON_IsBool(a))
@@ -883,11 +892,10 @@ char *lwq_recipe_to_json(const lwq_recipe *r)
     cJSON *alg = cJSON_AddObjectToObject(root, "algorithm");
     cJSON_AddStringToObject(alg, "method", lwq_algo_name(r->algo));
     cJSON_AddBoolToObject(alg, "fp8_scale_sweep", r->fp8_scale_sweep);
-    if (r->mse_range == LWQ_MSE_RANGE_46) { /* absent by default: other recipes keep their JSON */
+    if (r->mse_range == LWQ_MSE_RANGE_OWN) { /* absent by default: other recipes keep their JSON */
         cJSON *m = cJSON_AddArrayToObject(alg, "mse_multipliers");
-        cJSON_AddItemToArray(m, cJSON_CreateNumber(1.0));
-        cJSON_AddItemToArray(m, cJSON_CreateNumber(1.5));
-        cJSON_AddItemToArray(m, cJSON_CreateNumber(0.5));
+        for (int i = 0; i < 3; i++)
+            cJSON_AddItemToArray(m, cJSON_CreateNumber(r->mse_mult[i]));
     }
     if (lwq_recipe_uses_gptq(r)) {
         cJSON_AddNumberToObject(alg, "gptq_damp", r->gptq_damp);

@@ -101,6 +101,7 @@ typedef struct lwq_recipe {
                                  and rules concern linears (lwq's own recipes) */
     int mse_range;            /* the mse search's amax multipliers (Model Optimizer's start_multiplier,
                                  stop_multiplier, step_size): LWQ_MSE_RANGE_* */
+    double mse_mult[3];       /* with LWQ_MSE_RANGE_OWN: start, stop, step */
     int nrules;
     lwq_recipe_rule *rules;
 } lwq_recipe;
@@ -113,9 +114,10 @@ typedef struct lwq_recipe {
 enum { LWQ_LMHEAD_NONE = 0, LWQ_LMHEAD_MAX = 1, LWQ_LMHEAD_MSE = 2, LWQ_LMHEAD_SWEEP = 3 };
 const char *lwq_lm_head_name(int lm_head);
 
-/* The mse multiplier ranges lwq implements: Model Optimizer's default (0.25 to 4.0 by 0.1, 39
- * candidates) and the nvfp4_four_over_six preset's (1.0 to 1.5 by 0.5: [1.0, 1.5]). */
-enum { LWQ_MSE_RANGE_DEFAULT = 0, LWQ_MSE_RANGE_46 = 1 };
+/* The mse multiplier range: Model Optimizer's default (0.25 to 4.0 by 0.1, 39 candidates), or the
+ * recipe's own (mse_mult: start, stop, step; e.g. the nvfp4_four_over_six preset's 1.0 to 1.5 by
+ * 0.5: [1.0, 1.5]), whose candidates are lwq_mse_linspace's (at most LWQ_MSE_MAX_STEPS). */
+enum { LWQ_MSE_RANGE_DEFAULT = 0, LWQ_MSE_RANGE_OWN = 1 };
 
 /* What a module gets. */
 typedef struct lwq_quant_choice {
@@ -132,7 +134,13 @@ typedef struct lwq_quant_choice {
     float input_amax;
     int four_over_six;        /* NVFP4 weights: block scales normalised to 256 (Four-over-Six) */
     int mse_range;            /* the recipe's LWQ_MSE_RANGE_* */
+    double mse_mult[3];       /* the recipe's mse_mult */
 } lwq_quant_choice;
+
+/* The mse candidates of a choice (LWQ_MSE_RANGE_OWN: lwq_mse_linspace of its mse_mult) into
+ * out[LWQ_MSE_MAX_STEPS]; returns their count, or 0 for the default range (lwq_mse_multiplier's
+ * 39, which the kernels take as mult NULL). */
+int lwq_choice_mse_candidates(const lwq_quant_choice *c, float *out);
 
 /* Built-in presets: nvfp4, nvfp4_experts_only, nvfp4_mlp_only, fp8, nvfp4_experts-fp8_attn,
  * qwen3next_production, w4a16_nvfp4 (recipe.c says what each holds).
@@ -216,12 +224,12 @@ int lwq_recipe_check_kv_names(const lwq_recipe *r, const lwq_qnames *attn, lwq_e
 int lwq_recipe_split_error(const lwq_quant_choice *c, const char *module, lwq_error *e);
 
 int lwq_glob_match(const char *pattern, const char *name);
-/* LWQ_MSE_RANGE_* of Model Optimizer's (start_multiplier, stop_multiplier, step_size), or -1 when
- * lwq does not implement that range. */
 /* A rule that names an embedding ("embed" in its glob, the vision branch's '*embed_vision*' aside)
  * and turns a weight format on, in a recipe without embed_rules: refused, naming the rule (lwq's
  * own recipes never quantize the embedding). */
 int lwq_recipe_check_embedding(const lwq_recipe *r, const char *path, lwq_error *e);
+/* LWQ_MSE_RANGE_* of Model Optimizer's (start_multiplier, stop_multiplier, step_size), or -1 when
+ * it is no finite positive ascending range or has more than LWQ_MSE_MAX_STEPS candidates. */
 int lwq_recipe_mse_range(double start, double stop, double step);
 
 const char *lwq_qformat_name(lwq_qformat f);     /* "nvfp4", "fp8", "none" */

@@ -44,6 +44,7 @@ typedef struct lwq_mo_algo {
     int sweep;                /* fp8_scale_sweep (local_hessian: always 1) */
     const char *where;        /* for messages about static NVFP4 under max */
     int mse_range;            /* start_multiplier / stop_multiplier / step_size: LWQ_MSE_RANGE_* */
+    double mse_mult[3];       /* with LWQ_MSE_RANGE_OWN: the three */
 } lwq_mo_algo;
 
 /* Append the rules for entries[0..n) to r (r->name, algo, sweep set by the caller); sets r->kv. */

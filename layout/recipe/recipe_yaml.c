@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 
 #include "core/sys/file.h"
+#include "layout/format/quant_formats.h"
 #include "layout/recipe/recipe_qcfg.h"
 #include "layout/recipe/recipe_attrs.h"
 #include "layout/recipe/yaml_doc.h"
@@ -548,9 +549,12 @@ static int parse_algorithm(loader *L, const yfile *f, const lwq_ynode *alg, lwq_
         return rc;
     a->mse_range = lwq_recipe_mse_range(range[0], range[1], range[2]);
     if (a->mse_range < 0)
-        return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm start_multiplier %g, stop_multiplier %g, step_size %g "
-                   "are not implemented (lwq implements 0.25, 4.0, 0.1, the default, and 1.0, 1.5, 0.5, "
-                   "nvfp4_four_over_six's)", f->rel, range_line, range[0], range[1], range[2]);
+        return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm start_multiplier %g, stop_multiplier %g, step_size %g: "
+                   "lwq needs 0 < start_multiplier <= stop_multiplier, step_size > 0 and at most %d candidates "
+                   "(ceil((stop - start) / step) + 1)", f->rel, range_line, range[0], range[1], range[2],
+                   LWQ_MSE_MAX_STEPS);
+    for (int i = 0; i < 3; i++)
+        a->mse_mult[i] = range[i];
     if (a->mse_range != LWQ_MSE_RANGE_DEFAULT && a->method != LWQ_ALGO_MSE)
         return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.algorithm start_multiplier / stop_multiplier / step_size need "
                    "method mse", f->rel, range_line);
@@ -685,7 +689,7 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
             rc = aq_refuse(L, f, f->body->kids[2 * i + 1], f->body->kids[2 * i]->line);
     if (!rc)
         rc = load_imports(L, f);
-    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT};
+    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT, {0.25, 4.0, 0.1}};
     const lwq_ynode *qcfg = NULL;
     if (!rc)
         rc = parse_top(L, f, &a, run, &qcfg);
@@ -698,6 +702,7 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
         r->algo = a.method;
         r->fp8_scale_sweep = a.sweep;
         r->mse_range = a.mse_range;
+        memcpy(r->mse_mult, a.mse_mult, sizeof r->mse_mult);
         r->gptq_damp = 0.01; /* lwq's default, as its JSON recipes have */
         rc = lwq_qcfg_compile(L->ents, L->n, &a, path, r, e);
     }

@@ -256,3 +256,71 @@ Test(quant_fp8, group_unify_refuses_nan_member)
     cr_assert(strstr(e.msg, "layers.7.mlp.gate_up") && strstr(e.msg, "member 1"), "%s", e.msg);
     cr_assert(in[0] == 1.0f, "inputs untouched on error");
 }
+
+/* A recipe's own start_multiplier / stop_multiplier / step_size: Model Optimizer's candidates
+ * torch.linspace(start, stop, ceil((stop - start) / step) + 1) in float32, bits printed by torch 2.13
+ * on the CPU; the default range gives the 39 above. */
+Test(quant_fp8, mse_linspace_is_torch_linspace_bit_for_bit)
+{
+    static const uint32_t a[31] = {
+        0x3f000000u, 0x3f0ccccdu, 0x3f19999au, 0x3f266666u, 0x3f333333u, 0x3f400000u, 0x3f4ccccdu, 0x3f59999au,
+        0x3f666666u, 0x3f733333u, 0x3f800000u, 0x3f866666u, 0x3f8ccccdu, 0x3f933333u, 0x3f99999au, 0x3fa00000u,
+        0x3fa66666u, 0x3faccccdu, 0x3fb33333u, 0x3fb9999au, 0x3fc00000u, 0x3fc66666u, 0x3fcccccdu, 0x3fd33333u,
+        0x3fd9999au, 0x3fe00000u, 0x3fe66666u, 0x3feccccdu, 0x3ff33333u, 0x3ff9999au, 0x40000000u};
+    static const uint32_t b[43] = {
+        0x3dcccccdu, 0x3e2d1ad2u, 0x3e73cf3eu, 0x3e9d41d4u, 0x3ec09c0au, 0x3ee3f640u, 0x3f03a83bu, 0x3f155556u,
+        0x3f270271u, 0x3f38af8cu, 0x3f4a5ca6u, 0x3f5c09c1u, 0x3f6db6dcu, 0x3f7f63f7u, 0x3f888889u, 0x3f915f16u,
+        0x3f9a35a4u, 0x3fa30c31u, 0x3fabe2bfu, 0x3fb4b94cu, 0x3fbd8fdau, 0x3fc66666u, 0x3fcf3cf3u, 0x3fd81381u,
+        0x3fe0ea0eu, 0x3fe9c09cu, 0x3ff29729u, 0x3ffb6db6u, 0x40022222u, 0x40068d69u, 0x400af8afu, 0x400f63f6u,
+        0x4013cf3du, 0x40183a84u, 0x401ca5cau, 0x40211111u, 0x40257c58u, 0x4029e79eu, 0x402e52e5u, 0x4032be2cu,
+        0x40372973u, 0x403b94b9u, 0x40400000u};
+    float m[LWQ_MSE_MAX_STEPS];
+    cr_assert_eq(lwq_mse_linspace(0.5, 2.0, 0.05, m, LWQ_MSE_MAX_STEPS), 31);
+    for (int k = 0; k < 31; k++)
+        cr_assert_eq(lwq_f32_bits(m[k]), a[k], "[0.5, 2.0, 0.05] %d: %a", k, (double)m[k]);
+    cr_assert_eq(lwq_mse_linspace(0.1, 3.0, 0.07, m, LWQ_MSE_MAX_STEPS), 43);
+    for (int k = 0; k < 43; k++)
+        cr_assert_eq(lwq_f32_bits(m[k]), b[k], "[0.1, 3.0, 0.07] %d: %a", k, (double)m[k]);
+    cr_assert_eq(lwq_mse_linspace(1.0, 1.5, 0.5, m, LWQ_MSE_MAX_STEPS), 2);
+    cr_assert(m[0] == 1.0f && m[1] == 1.5f);
+    cr_assert_eq(lwq_mse_linspace(0.25, 4.0, 0.1, m, LWQ_MSE_MAX_STEPS), LWQ_MSE_STEPS);
+    for (int k = 0; k < LWQ_MSE_STEPS; k++)
+        cr_assert_eq(lwq_f32_bits(m[k]), lwq_f32_bits(lwq_mse_multiplier(k)), "default %d", k);
+    cr_assert_eq(lwq_mse_linspace(1.0, 1.0, 0.1, m, LWQ_MSE_MAX_STEPS), 1);
+    cr_assert_eq(m[0], 1.0f);
+    cr_assert_eq(lwq_mse_linspace(0.0, 1.0, 0.1, m, LWQ_MSE_MAX_STEPS), -1, "start 0 is refused");
+    cr_assert_eq(lwq_mse_linspace(2.0, 1.0, 0.1, m, LWQ_MSE_MAX_STEPS), -1, "a descending range is refused");
+    cr_assert_eq(lwq_mse_linspace(1.0, 2.0, 0.0, m, LWQ_MSE_MAX_STEPS), -1, "step 0 is refused");
+}
+
+/* The search over a recipe's candidates (Nemotron-3 Ultra's FP8 mamba projections: [1.0, 1.5])
+ * picks the brute-force argmin among them; NULL candidates are the default 39. */
+Test(quant_fp8, mse_over_own_candidates_picks_brute_force_argmin)
+{
+    const int64_t r = 8, c = 64, n = r * c;
+    uint16_t *w = malloc((size_t)n * 2);
+    float *f = malloc((size_t)n * 4), amax = 0, got, dflt;
+    fill(LWQ_BF16, w, f, n, 0.01f, 77);
+    f[5] *= 40.0f;
+    w[5] = lwq_f32_to_bf16(f[5]);
+    f[5] = lwq_bf16_to_f32(w[5]);
+    for (int64_t i = 0; i < n; i++)
+        amax = fmaxf(amax, fabsf(f[i]));
+    float m[LWQ_MSE_MAX_STEPS];
+    int nm = lwq_mse_linspace(0.5, 2.0, 0.05, m, LWQ_MSE_MAX_STEPS), bk = 0, k = -2;
+    double bl = INFINITY;
+    for (int j = 0; j < nm; j++) {
+        double l = naive_mse(f, r, c, amax * m[j]);
+        if (l < bl)
+            bl = l, bk = j;
+    }
+    lwq_error e = {0};
+    cr_assert_eq(lwq_quant_fp8_mse_m(w, LWQ_BF16, r, c, m, nm, "w", &got, &k, &e), 0, "%s", e.msg);
+    cr_assert_eq(k, bk, "k=%d vs %d", k, bk);
+    cr_assert_eq(got, lwq_round_to(amax * m[bk], LWQ_BF16));
+    cr_assert_eq(lwq_quant_fp8_mse_m(w, LWQ_BF16, r, c, NULL, 0, "w", &got, &k, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_quant_fp8_mse(w, LWQ_BF16, r, c, "w", &dflt, NULL, &e), 0, "%s", e.msg);
+    cr_assert_eq(got, dflt);
+    cr_assert_lt(lwq_quant_fp8_mse_m(w, LWQ_BF16, r, c, m, LWQ_MSE_MAX_STEPS + 1, "w", &got, &k, &e), 0);
+    free(w), free(f);
+}

@@ -139,6 +139,7 @@ static void check_mse(int four_over_six, const float *mult, int n)
             float g = fill(w, kind, bf16);
             lwq_error e = {0};
             int rc = four_over_six ? lwq_quant_nvfp4_mse46(w, LWQ_F32, ROWS, COLS, g, mult, n, "w", ba, &e)
+                     : mult        ? lwq_quant_nvfp4_mse_m(w, LWQ_F32, ROWS, COLS, g, mult, n, "w", ba, &e)
                                    : lwq_quant_nvfp4_mse(w, LWQ_F32, ROWS, COLS, g, "w", ba, &e);
             cr_assert_geq(rc, 0, "%s", e.msg);
             for (int b = 0; b < NB; b++) {
@@ -159,4 +160,17 @@ Test(quant_search_lanes, four_over_six_mse_picks_the_reference_amax)
     static const float m46[2] = {1.0f, 1.5f};
     check_mse(1, m46, 2);
     check_mse(1, NULL, 0);
+}
+
+/* a recipe's own range (lwq_mse_linspace), up to the 48 lanes, plain and Four-over-Six */
+Test(quant_search_lanes, own_range_mse_picks_the_reference_amax)
+{
+    float m[LWQ_MSE_MAX_STEPS];
+    int n = lwq_mse_linspace(0.1, 3.0, 0.07, m, LWQ_MSE_MAX_STEPS);
+    cr_assert_eq(n, 43);
+    check_mse(0, m, n);
+    check_mse(1, m, n);
+    n = lwq_mse_linspace(0.5, 1.5, 1.0 / 47, m, LWQ_MSE_MAX_STEPS);
+    cr_assert_eq(n, LWQ_MSE_MAX_STEPS);
+    check_mse(0, m, n);
 }

@@ -201,13 +201,13 @@ Test(recipe, four_over_six_preset_and_rules)
     cr_assert_eq(lwq_recipe_preset("nvfp4_four_over_six", &r, &e), 0, "%s", e.msg);
     lwq_quant_choice c = lwq_recipe_resolve(&r, "model.layers.0.mlp.down_proj");
     cr_assert(c.format == LWQ_QFMT_NVFP4 && c.four_over_six && !c.weight_only && c.algo == LWQ_ALGO_MSE &&
-              c.mse_range == LWQ_MSE_RANGE_46);
+              c.mse_range == LWQ_MSE_RANGE_OWN);
     cr_assert_eq(lwq_recipe_resolve(&r, "model.layers.0.mlp.gate").format, LWQ_QFMT_NONE);
     char *j = lwq_recipe_to_json(&r);
     lwq_recipe b;
     cr_assert_eq(lwq_recipe_parse("canonical", j, &b, &e), 0, "%s", e.msg);
     c = lwq_recipe_resolve(&b, "model.layers.0.mlp.down_proj");
-    cr_assert(c.four_over_six && c.mse_range == LWQ_MSE_RANGE_46, "the canonical JSON keeps it: %s", j);
+    cr_assert(c.four_over_six && c.mse_range == LWQ_MSE_RANGE_OWN, "the canonical JSON keeps it: %s", j);
     free(j);
     lwq_recipe_free(&b);
     lwq_recipe_free(&r);
@@ -232,7 +232,7 @@ Test(recipe, bad_recipes_name_the_key)
         {"{\"rules\":", "invalid JSON"},
         {"{\"extra\":1}", "unknown key \"extra\""},
         {"{\"rules\":[{\"match\":\"*\",\"quantizer\":\"input\",\"four_over_six\":true}]}", "four_over_six concerns"},
-        {"{\"algorithm\":{\"method\":\"mse\",\"mse_multipliers\":[0.5,2.0,0.5]}}", "mse_multipliers must be"},
+        {"{\"algorithm\":{\"method\":\"mse\",\"mse_multipliers\":[0.5,2.0,0.01]}}", "mse_multipliers must be"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lwq_recipe r;

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
+#include "layout/format/quant_formats.h"
 #include "layout/recipe/recipe.h"
 #include "layout/recipe/recipe_yaml.h"
 
@@ -566,7 +567,7 @@ Test(recipe_yaml, four_over_six_static_weights_under_its_mse_range)
     lwq_recipe_run run;
     lwq_error e = {0};
     cr_assert_eq(load_body(F46_HEAD, body, &r, &run, &e), 0, "%s", e.msg);
-    cr_assert_eq(r.mse_range, LWQ_MSE_RANGE_46);
+    cr_assert_eq(r.mse_range, LWQ_MSE_RANGE_OWN);
     lwq_quant_choice c = pick(&r, "model.layers.0.mlp.up_proj");
     cr_assert(c.format == LWQ_QFMT_NVFP4 && c.four_over_six && c.algo == LWQ_ALGO_MSE && !c.weight_only);
     lwq_recipe_free(&r);
@@ -581,12 +582,50 @@ Test(recipe_yaml, refuses_four_over_six_on_dynamic_blocks)
                             "(Model Optimizer's nvfp4_four_over_six)");
 }
 
-Test(recipe_yaml, refuses_an_mse_range_lwq_does_not_implement)
+Test(recipe_yaml, refuses_an_mse_range_of_too_many_candidates)
 {
-    refused("  algorithm: {method: mse, start_multiplier: 0.5}\n",
+    refused("  algorithm: {method: mse, step_size: 0.01}\n",
             "    - {quantizer_name: '*weight_quantizer', cfg: {$import: nvfp4_static}}\n",
-            "r.yaml:4: quantize.algorithm start_multiplier 0.5, stop_multiplier 4, step_size 0.1 are not implemented "
-            "(lwq implements 0.25, 4.0, 0.1, the default, and 1.0, 1.5, 0.5, nvfp4_four_over_six's)");
+            "r.yaml:4: quantize.algorithm start_multiplier 0.25, stop_multiplier 4, step_size 0.01: lwq needs 0 < "
+            "start_multiplier <= stop_multiplier, step_size > 0 and at most 48 candidates (ceil((stop - start) / "
+            "step) + 1)");
+    refused("  algorithm: {method: mse, start_multiplier: 2.0, stop_multiplier: 1.0}\n",
+            "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n",
+            "r.yaml:4: quantize.algorithm start_multiplier 2, stop_multiplier 1, step_size 0.1: lwq needs 0 < "
+            "start_multiplier <= stop_multiplier, step_size > 0 and at most 48 candidates (ceil((stop - start) / "
+            "step) + 1)");
+}
+
+/* Nemotron-3 Ultra's nvfp4-4o6: the recipe's [1.0, 1.5] reaches its FP8 per-tensor weights too
+ * (Model Optimizer's MseCalibrator searches every static weight quantizer over the range), and any
+ * other range is the recipe's own: it reaches the choice and the printed JSON, which loads back */
+Test(recipe_yaml, an_own_mse_range_reaches_fp8_and_static_nvfp4_weights)
+{
+    lwq_recipe r, b;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_body("  algorithm: {method: mse, start_multiplier: 0.5, stop_multiplier: 2.0, step_size: 0.05}\n",
+                           "    - {quantizer_name: '*mlp.up_proj*', cfg: {$import: fp8}}\n"
+                           "    - {quantizer_name: '*mlp.down_proj*weight_quantizer', cfg: {$import: nvfp4_static}}\n"
+                           "    - {quantizer_name: '*mlp.down_proj*input_quantizer', cfg: {$import: nvfp4}}\n",
+                           &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.mse_range, LWQ_MSE_RANGE_OWN);
+    lwq_quant_choice c = pick(&r, "model.layers.0.mlp.up_proj");
+    float m[LWQ_MSE_MAX_STEPS];
+    cr_assert(c.format == LWQ_QFMT_FP8 && c.algo == LWQ_ALGO_MSE);
+    cr_assert_eq(lwq_choice_mse_candidates(&c, m), 31);
+    cr_assert(m[0] == 0.5f && m[30] == 2.0f);
+    c = pick(&r, "model.layers.0.mlp.down_proj");
+    cr_assert(c.format == LWQ_QFMT_NVFP4 && !c.four_over_six);
+    cr_assert_eq(lwq_choice_mse_candidates(&c, m), 31);
+    char *j = lwq_recipe_to_json(&r);
+    cr_assert_not_null(strstr(j, "\"mse_multipliers\""), "%s", j);
+    cr_assert_eq(lwq_recipe_parse("printed", j, &b, &e), 0, "%s", e.msg);
+    c = lwq_recipe_resolve(&b, "model.layers.0.mlp.up_proj");
+    cr_assert(c.mse_range == LWQ_MSE_RANGE_OWN && c.mse_mult[0] == 0.5 && c.mse_mult[1] == 2.0 && c.mse_mult[2] == 0.05);
+    free(j);
+    lwq_recipe_free(&b);
+    lwq_recipe_free(&r);
 }
 
 Test(recipe_yaml, refuses_k_and_v_apart)

@@ -91,11 +91,13 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
     for (int L = 0; L < nlayers; L++)
         for (int i = 0; i < plans[L].nlinears; i++) {
             const lwq_quant_choice *c = &choice[L][i];
-            /* weight-only NVFP4 sets bit 8 of the format word, Four-over-Six bit 9, the mse range
-             * [1.0, 1.5] bit 10: other choices hash as they did */
+            /* weight-only NVFP4 sets bit 8 of the format word, Four-over-Six bit 9, a recipe's own mse
+             * range bit 10 (and its three values, unless [1.0, 1.5, 0.5]): other choices hash as they did */
             int32_t v[5] = {(int32_t)c->format | (c->weight_only ? 0x100 : 0) | (c->four_over_six ? 0x200 : 0) |
                                 (c->mse_range ? 0x400 : 0),
                             0, 0, 0, 0};
+            if (c->mse_range && !(c->mse_mult[0] == 1.0 && c->mse_mult[1] == 1.5 && c->mse_mult[2] == 0.5))
+                lwq_xxh64_update(&s, c->mse_mult, sizeof c->mse_mult); /* [1.0, 1.5, 0.5] hashes as before */
             float ia = 0;
             double damp = 0;
             if (c->format == LWQ_QFMT_FP8) /* FP8 reads max / gptq / anything else = the mse search */

@@ -25,8 +25,9 @@ typedef struct fp8_ctx {
     int64_t cols;
     float ws;                   /* quantization: weight_scale */
     uint8_t *q;
-    const float *cand_scale;    /* mse: (39,) candidate scales */
-    double *row_loss;           /* mse: (rows, 39) */
+    const float *cand_scale;    /* mse: (ncand,) candidate scales */
+    int ncand;
+    double *row_loss;           /* mse: (rows, ncand) */
     _Atomic int64_t bad;        /* smallest flat index of a NaN/Inf */
     _Atomic uint32_t amax;      /* max |w| as bits */
     _Atomic int nomem;
@@ -173,7 +174,7 @@ LWQ_CLONES static void mse_rows(void *vc, int64_t r0, int64_t r1, int tid)
     for (int64_t r = r0; r < r1; r++) {
         for (int64_t j = 0; j < n; j++)
             x[j] = lwq_load_f(c->w, c->dt, (size_t)(r * n + j));
-        for (int k = 0; k < LWQ_MSE_STEPS; k++) {
+        for (int k = 0; k < c->ncand; k++) {
             const float s = c->cand_scale[k];
             double lane[LANES] = {0};
             for (int64_t j = 0; j < full; j += LANES) {
@@ -187,7 +188,7 @@ LWQ_CLONES static void mse_rows(void *vc, int64_t r0, int64_t r1, int tid)
                 float e = x[j] - lwq_e4m3_to_f32(lwq_e4m3_from_f32(x[j] / s)) * s;
                 lane[j - full] += (double)e * (double)e;
             }
-            c->row_loss[r * LWQ_MSE_STEPS + k] = sum16_tree_d(lane);
+            c->row_loss[r * c->ncand + k] = sum16_tree_d(lane);
         }
     }
     free(x);
@@ -196,6 +197,16 @@ LWQ_CLONES static void mse_rows(void *vc, int64_t r0, int64_t r1, int tid)
 int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name, float *amax_out,
                       int *mult_index, lwq_error *err)
 {
+    return lwq_quant_fp8_mse_m(w, dt, rows, cols, NULL, 0, name, amax_out, mult_index, err);
+}
+
+int lwq_quant_fp8_mse_m(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *mult, int nmult,
+                        const char *name, float *amax_out, int *mult_index, lwq_error *err)
+{
+    if (mult && (nmult < 1 || nmult > LWQ_MSE_MAX_STEPS))
+        return lwq_errf(err, LWQ_EINVAL, "tensor %s: %d mse candidates (1 to %d)", lwq_quant_name(name), nmult,
+                        LWQ_MSE_MAX_STEPS);
+    const int nc = mult ? nmult : LWQ_MSE_STEPS;
     float amax;
     int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 0, err);
     if (rc < 0)
@@ -218,30 +229,31 @@ int lwq_quant_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, c
         return LWQ_QUANT_ZERO_TENSOR;
     }
     float g;
-    rc = lwq_quant_check_global(name, amax * lwq_mse_multiplier(0), INFINITY, &g, err);
-    if (rc < 0)
-        return rc;
-    float cand_amax[LWQ_MSE_STEPS], cand_scale[LWQ_MSE_STEPS];
-    for (int k = 0; k < LWQ_MSE_STEPS; k++) {
-        cand_amax[k] = amax * lwq_mse_multiplier(k);
+    float cand_amax[LWQ_MSE_MAX_STEPS], cand_scale[LWQ_MSE_MAX_STEPS];
+    for (int k = 0; k < nc; k++) {
+        cand_amax[k] = amax * (mult ? mult[k] : lwq_mse_multiplier(k));
+        /* a usable scale: the first of the 39 (the smallest), every one of a caller's (which need
+         * not ascend) */
+        if ((k == 0 || mult) && (rc = lwq_quant_check_global(name, cand_amax[k], INFINITY, &g, err)) < 0)
+            return rc;
         cand_scale[k] = cand_amax[k] / LWQ_E4M3_MAX;
     }
-    if ((uint64_t)rows > SIZE_MAX / sizeof(double) / LWQ_MSE_STEPS)
+    if ((uint64_t)rows > SIZE_MAX / sizeof(double) / (uint64_t)nc)
         return lwq_errf(err, LWQ_ENOMEM, "tensor %s: %lld rows are too many for the mse search", lwq_quant_name(name),
                         (long long)rows);
-    double *loss = malloc((size_t)rows * LWQ_MSE_STEPS * sizeof(double));
+    double *loss = malloc((size_t)rows * (size_t)nc * sizeof(double));
     if (!loss)
         return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for the mse search's %lld row losses",
                         lwq_quant_name(name), (long long)rows);
-    fp8_ctx c = {.w = w, .dt = dt, .cols = cols, .cand_scale = cand_scale, .row_loss = loss};
+    fp8_ctx c = {.w = w, .dt = dt, .cols = cols, .cand_scale = cand_scale, .ncand = nc, .row_loss = loss};
     atomic_init(&c.nomem, 0);
-    lwq_parallel_for(rows, min_rows(cols * LWQ_MSE_STEPS), mse_rows, &c);
+    lwq_parallel_for(rows, min_rows(cols * nc), mse_rows, &c);
     if (atomic_load(&c.nomem)) {
         free(loss);
         return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for a row buffer of the mse search",
                         lwq_quant_name(name));
     }
-    int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
+    int best = lwq_quant_mse_argmin(loss, rows, nc); /* rows in ascending order */
     free(loss);
     /* searched in F32, kept in the weight's dtype: Model Optimizer's MseCalibrator multiplies
      * the amax (a 0-dim tensor of the weight's dtype) by an F32 multiplier, which stays F32 in

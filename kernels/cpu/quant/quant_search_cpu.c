@@ -321,7 +321,8 @@ int lwq_quant_nvfp4_sweep(const void *w, lwq_dtype dt, int64_t rows, int64_t col
  * stopped after the first byte whose codes are all 0 (see sweep_range); it kept the first k of
  * smallest loss.  Here the losses of every byte from s_0 to the last one are computed 16 at a
  * time, and the same rule picks among the same candidates in the same order. */
-#define MSE_LANES 48 /* LWQ_MSE_STEPS (39) candidates, padded to whole vectors */
+#define MSE_LANES LWQ_MSE_MAX_STEPS /* up to 48 candidates (the default 39), padded to whole vectors */
+_Static_assert(MSE_LANES % 16 == 0 && MSE_LANES >= LWQ_MSE_STEPS, "whole vectors, the default's 39 included");
 
 LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid)
 {
@@ -366,7 +367,7 @@ LWQ_CLONES static void mse_blocks_rows(void *vc, int64_t r0, int64_t r1, int tid
             else
                 for (int k = 0; k < MSE_LANES; k++)
                     sv[k] = lwq_nvfp4_scale_static(av[k], c->global_eff);
-            int ss[LWQ_MSE_STEPS], n = 0, lo = LWQ_E4M3_NPOS, hi = 1;
+            int ss[MSE_LANES], n = 0, lo = LWQ_E4M3_NPOS, hi = 1;
             for (int k = 0; k < nmult; k++) {
                 int s = sv[k];
                 ss[n++] = s;
@@ -423,15 +424,29 @@ int lwq_quant_nvfp4_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols,
     return mse_run(w, dt, rows, cols, global_amax, 0.0f, NULL, 0, name, block_amax, err);
 }
 
-int lwq_quant_nvfp4_mse46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
-                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
+static int check_mult(const float *mult, int nmult, const char *name, lwq_error *err)
 {
-    if (mult && (nmult < 1 || nmult > LWQ_MSE_STEPS))
+    if (mult && (nmult < 1 || nmult > LWQ_MSE_MAX_STEPS))
         return lwq_errf(err, LWQ_EINVAL, "tensor %s: %d amax candidates (1 to %d)", lwq_quant_name(name), nmult,
-                        LWQ_MSE_STEPS);
+                        LWQ_MSE_MAX_STEPS);
     for (int k = 0; mult && k < nmult; k++)
         if (!(mult[k] > 0.0f) || !isfinite(mult[k]))
             return lwq_errf(err, LWQ_EINVAL, "tensor %s: amax candidate %d is %g (finite and > 0)",
                             lwq_quant_name(name), k, (double)mult[k]);
-    return mse_run(w, dt, rows, cols, global_amax, LWQ_NVFP4_46_FP8MAX, mult, nmult, name, block_amax, err);
+    return 0;
+}
+
+int lwq_quant_nvfp4_mse_m(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
+{
+    int rc = check_mult(mult, nmult, name, err);
+    return rc < 0 ? rc : mse_run(w, dt, rows, cols, global_amax, 0.0f, mult, nmult, name, block_amax, err);
+}
+
+int lwq_quant_nvfp4_mse46(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float global_amax,
+                          const float *mult, int nmult, const char *name, float *block_amax, lwq_error *err)
+{
+    int rc = check_mult(mult, nmult, name, err);
+    return rc < 0 ? rc
+                  : mse_run(w, dt, rows, cols, global_amax, LWQ_NVFP4_46_FP8MAX, mult, nmult, name, block_amax, err);
 }
