@@ -20,9 +20,16 @@ cd "$(dirname "$0")/.."
 root=$(pwd)
 base=${1:-main}
 new=${2:-HEAD}
-work=${LWQ_REFACTOR_CHECK_DIR:-/tmp/lwq-refactor-check}
+# per checkout by default (git-ignored as /build*/): two worktrees checking at once must not share
+# build-worktree/ or the run folders; a second run on the same folder is refused, not interleaved
+work=${LWQ_REFACTOR_CHECK_DIR:-$root/build-refactor-check}
 threads=${LWQ_REFACTOR_CHECK_THREADS:-2}
 mkdir -p "$work"
+exec 9>"$work/.lock"
+if ! flock -n 9; then
+    echo "refactor-check: another run is using $work (set LWQ_REFACTOR_CHECK_DIR to another folder)" >&2
+    exit 2
+fi
 if [ -z "${CMAKE_C_COMPILER_LAUNCHER:-}" ] && command -v ccache >/dev/null; then
     export CMAKE_C_COMPILER_LAUNCHER=ccache
 fi

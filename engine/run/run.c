@@ -250,8 +250,8 @@ static int process_layer(lwq_run *r, int L, const lwq_tlist *src, lwq_tlist *out
     lwq_layer_weights_init(&lw, &r->be, src, NULL, &r->ck.cfg.names);
     lwq_layer_weights_use_slab(&lw, &r->wslab);
     double t = lwq_now();
-    if (!no_output)
-        lwq_run_wait_boundary(r, nxt); /* the writer may still be saving layer L-1's output from it */
+    if (!no_output) /* bnd[nxt] holds layer L-2's output (L-1's input): the writer may still be saving it */
+        lwq_run_wait_boundary(r, nxt);
     LWQ_TRACE_BEGIN("forward", L);
     rc = lwq_run_forward_layer(r, L, &lw.w, r->cur, r->o->qdq_next || no_output ? -1 : nxt, &st, e);
     LWQ_TRACE_END();
