@@ -432,6 +432,35 @@ static int parse_args(int argc, char **argv, int is_plan, qargs *a, lwq_ranks_jo
     return 0;
 }
 
+/* An auto_quantize recipe (layout/recipe/recipe_yaml.h) is the search's options; an --auto-quantize-*
+ * option given on the command line wins, as over any recipe. */
+static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path, lwq_error *e)
+{
+    if (a->print_recipe)
+        return lwq_errf(e, LWQ_EINVAL, "%s is an auto_quantize recipe: --print-recipe does not run the auto-quantize "
+                        "search (it runs with lwq quantize -o OUT)", path);
+    if (a->aq_bits <= 0 && a->aq_gb <= 0)
+        a->aq_bits = run->aq_bits;
+    if (!a->aq_formats) {
+        memset(a->aq_fmt, 0, sizeof a->aq_fmt);
+        a->aq_fmt[LWQ_QFMT_NONE] = 1; /* always a candidate, as Model Optimizer adds it */
+        a->aq_fmt[LWQ_QFMT_NVFP4] = (uint8_t)run->aq_nvfp4;
+        a->aq_fmt[LWQ_QFMT_FP8] = (uint8_t)run->aq_fp8;
+        a->aq_fmt[LWQ_AQ_W4A16] = (uint8_t)run->aq_w4a16;
+    }
+    if (!a->aq_cost && run->aq_active_moe)
+        a->aq_cost = "active_moe";
+    if (a->aq_moe_ratio <= 0 && run->aq_moe_ratio > 0)
+        a->aq_moe_ratio = run->aq_moe_ratio;
+    if (!a->aq_score)
+        a->aq_score = run->aq_kl ? "kl" : "layer";
+    if (!run->aq_kl)
+        LWQ_INFO("%s: auto_quantize_method gradient has no lwq equivalent: lwq scores by the layer-output error", path);
+    if (a->aq_score_size <= 0)
+        a->aq_score_size = run->aq_score_size > 0 ? run->aq_score_size : 128; /* Model Optimizer's default */
+    return 0;
+}
+
 /* --recipe: lwq JSON, or Model Optimizer YAML whose layerwise block can set the resume directory
  * and --qdq-next (the command line wins over the recipe). */
 static int load_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
@@ -462,7 +491,7 @@ static int load_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
                  a->o.resume_dir);
     if (run.has_qdq_next && run.qdq_next)
         a->o.qdq_next = 1;
-    return 0;
+    return run.is_aq ? aq_from_recipe(a, &run, path, e) : 0;
 }
 
 static int build_recipe(qargs *a, lwq_recipe *r, lwq_error *e)
@@ -672,6 +701,9 @@ static int run_translated(qargs *a, lwq_ranks *rk, int is_plan, lwq_recipe *r, l
 {
     if (a->o.quiet)
         lwq_log_set_level(LWQ_LOG_WARN);
+    if (is_plan && (a->aq_bits > 0 || a->aq_gb > 0))
+        return lwq_errf(e, LWQ_EINVAL, "%s is an auto_quantize recipe: lwq plan does not run the auto-quantize search "
+                        "(it runs with lwq quantize -o OUT)", a->recipe_file);
     if (a->print_recipe) {
         if (rk->rank == 0) {
             char *s = lwq_recipe_to_json(r);

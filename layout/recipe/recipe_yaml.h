@@ -30,6 +30,16 @@ typedef struct lwq_recipe_run {
                                        lwq writes) */
     char checkpoint_dir_at[PATH_MAX + 16]; /* "file:line" of that key, for the message */
     int has_qdq_next, qdq_next;     /* layerwise.get_qdq_activations_from_prev_layer */
+    /* An auto_quantize recipe lwq runs (docs/RECIPES.md): its search, as the same command's
+     * --auto-quantize-* options; the lwq_recipe is then the preset `aq_qformat` (the search's base). */
+    int is_aq;
+    char aq_qformat[8];             /* "fp8" when an FP8 candidate is listed, else "nvfp4" */
+    double aq_bits;                 /* constraints.effective_bits */
+    int aq_nvfp4, aq_fp8, aq_w4a16; /* candidate_formats (none is always added, as Model Optimizer adds it) */
+    int aq_active_moe;              /* constraints.cost_model active_moe */
+    double aq_moe_ratio;            /* constraints.cost.active_moe_expert_ratio; 0: not given */
+    int aq_kl;                      /* auto_quantize_method kl_div (else gradient) */
+    int aq_score_size;              /* score_size; 0: not given (Model Optimizer's default, 128) */
 } lwq_recipe_run;
 
 /* Load a YAML recipe; imports resolve under `root` (NULL: the current directory). */

@@ -270,26 +270,74 @@ Test(recipe_yaml, refuses_auto_quantize)
     refused_file("metadata: {recipe_type: ptq}\nauto_quantize: {}\n",
                  "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits B "
-                 "--auto-quantize-formats F,... (lm_head and routers are not searched)");
+                 "--auto-quantize-formats F,... (lm_head and routers are not searched); candidate_formats is empty");
 }
 
 /* Model Optimizer's qwen3_6_moe auto_quantize recipe (its shape: presets imported as candidates,
- * LayerPatternList units lwq does not read, the active_moe cost model): refused before its imports
- * load, with the options of lwq's own search for it and what lwq lacks */
-Test(recipe_yaml, an_auto_quantize_recipe_is_refused_with_the_search_options)
+ * the shared LayerPatternList units, the active_moe cost model) */
+#define QWEN36_AQ \
+    "imports:\n  base_disabled_layers: configs/auto_quantize/units/base_disabled_layers\n" \
+    "  fp8: configs/ptq/presets/model/fp8\n  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n" \
+    "metadata:\n  recipe_type: auto_quantize\n" \
+    "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n    cost_model: active_moe\n" \
+    "    cost:\n      active_moe_expert_ratio: 0.03125\n  candidate_formats:\n    - $import: fp8\n    - $import: w4a16_nvfp4\n" \
+    "  auto_quantize_method: gradient\n  score_size: 128\n" \
+    "  disabled_layers:\n    - $import: base_disabled_layers\n    - \"*shared_expert_gate*\"\n"
+
+/* it is read as the search's options (its imports, schemas lwq does not read, are not loaded), and
+ * its base recipe is the fp8 preset */
+Test(recipe_yaml, an_auto_quantize_recipe_gives_the_search_options)
 {
-    refused_file("imports:\n  base_disabled_layers: configs/auto_quantize/units/base_disabled_layers\n"
-                 "  fp8: configs/ptq/presets/model/fp8\n  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n"
-                 "metadata:\n  recipe_type: auto_quantize\n"
-                 "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n    cost_model: active_moe\n"
-                 "    cost:\n      active_moe_expert_ratio: 0.03125\n  candidate_formats:\n    - $import: fp8\n    - $import: w4a16_nvfp4\n"
-                 "  auto_quantize_method: gradient\n  score_size: 128\n"
-                 "  disabled_layers:\n    - $import: base_disabled_layers\n    - \"*shared_expert_gate*\"\n",
+    lwq_recipe r, b;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", QWEN36_AQ);
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.is_aq);
+    cr_assert_str_eq(run.aq_qformat, "fp8");
+    cr_assert_float_eq(run.aq_bits, 6.0, 1e-12);
+    cr_assert(!run.aq_nvfp4 && run.aq_fp8 && run.aq_w4a16);
+    cr_assert(run.aq_active_moe);
+    cr_assert_float_eq(run.aq_moe_ratio, 0.03125, 1e-12);
+    cr_assert(!run.aq_kl);
+    cr_assert_eq(run.aq_score_size, 128);
+    cr_assert_eq(lwq_recipe_preset("fp8", &b, &e), 0, "%s", e.msg);
+    cr_assert_eq(pick(&r, "model.layers.0.mlp.down_proj").format, pick(&b, "model.layers.0.mlp.down_proj").format);
+    lwq_recipe_free(&r);
+    lwq_recipe_free(&b);
+}
+
+/* a fixed quantize baseline (Model Optimizer's baseline import, meant with module_search_spaces) is
+ * refused by name */
+Test(recipe_yaml, an_auto_quantize_baseline_is_refused_by_name)
+{
+    refused_file(QWEN36_AQ "quantize:\n  quant_cfg: []\n",
                  "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
                  "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
                  "--auto-quantize-active-moe-ratio 0.03125 --auto-quantize-score-size 128 (lm_head and routers are "
-                 "not searched)");
+                 "not searched); a fixed quantize baseline is not implemented (lwq's base recipe is the preset)");
+}
+
+/* a disabled_layers pattern beyond the base unit is named */
+Test(recipe_yaml, an_auto_quantize_disabled_pattern_lwq_lacks_is_named)
+{
+    refused_file(QWEN36_AQ "    - \"*mlp.experts.0.*\"\n",
+                 "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
+                 "--auto-quantize-active-moe-ratio 0.03125 --auto-quantize-score-size 128 (lm_head and routers are "
+                 "not searched); disabled_layers[2] (*mlp.experts.0.*) is not implemented (lwq keeps "
+                 "configs/auto_quantize/units/base_disabled_layers)");
+}
+
+/* bad numbers are refused as Model Optimizer's schema refuses them */
+Test(recipe_yaml, an_auto_quantize_bad_bits_is_refused)
+{
+    refused_file("metadata: {recipe_type: auto_quantize}\nimports: {fp8: configs/ptq/presets/model/fp8}\n"
+                 "auto_quantize: {constraints: {effective_bits: 17}, candidate_formats: [{$import: fp8}]}\n",
+                 "r.yaml:3: auto_quantize: effective_bits must be in (0, 16], active_moe_expert_ratio in (0, 1], "
+                 "score_size in [1, 1048576], auto_quantize_method gradient or kl_div");
 }
 
 /* a cost model lwq lacks is named */
