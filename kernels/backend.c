@@ -485,3 +485,67 @@ int lwq_backend_pci_bus_id(const lwq_backend *be, char *out, size_t cap)
 {
     return be->ops->pci_bus_id && cap > 0 ? be->ops->pci_bus_id(be->ctx, out, cap) : -1;
 }
+
+/* a float tensor of `ndim` dims and exactly `n` elements, or NULL where `optional` */
+static int check_mamba2_w(const lwq_backend *be, const char *arg, const lwq_tensor *t, int ndim, int64_t n,
+                          lwq_error *e)
+{
+    LWQ_TRY(check_t(be, "mamba2", arg, t, ndim, e));
+    LWQ_TRY(check_dt("mamba2", arg, t, lwq_dtype_is_act, "F32/BF16/F16", e));
+    if (lwq_tensor_numel(t) != n)
+        return lwq_errf(e, LWQ_EINVAL, "mamba2: %s has %" PRId64 " elements, expected %" PRId64, arg,
+                        lwq_tensor_numel(t), n);
+    return 0;
+}
+
+int lwq_backend_mamba2(const lwq_backend *be, const lwq_mamba2_args *a, lwq_error *e)
+{
+    const char *op = "mamba2";
+    if (!a)
+        return lwq_errf(e, LWQ_EINVAL, "mamba2: NULL args");
+    /* every size below stays far from int64 overflow: each factor is bounded first */
+    const int64_t lim = (int64_t)1 << 24;
+    if (a->batch < 0 || a->seq < 0 || a->batch > lim || a->seq > lim || a->heads <= 0 || a->heads > lim ||
+        a->head_dim <= 0 || a->head_dim > lim || a->state <= 0 || a->state > lim || a->groups <= 0 ||
+        a->heads % a->groups || a->kernel <= 0 || a->kernel > 64 || !(a->eps > 0.0f))
+        return lwq_errf(e, LWQ_EINVAL, "mamba2: bad geometry batch %" PRId64 " seq %" PRId64 " heads %" PRId64
+                        " head_dim %" PRId64 " state %" PRId64 " groups %" PRId64 " kernel %" PRId64 " eps %g (heads "
+                        "a multiple of groups, kernel 1..64, eps > 0)", a->batch, a->seq, a->heads, a->head_dim,
+                        a->state, a->groups, a->kernel, (double)a->eps);
+    const int64_t n = a->batch * a->seq, I = a->heads * a->head_dim, C = I + 2 * a->groups * a->state,
+                  W = I + C + a->heads;
+    if (I > ((int64_t)1 << 31) || C > ((int64_t)1 << 31) || (n > 0 && W > INT64_MAX / 4 / n))
+        return lwq_errf(e, LWQ_EINVAL, "mamba2: %" PRId64 " tokens of width %" PRId64 " are too large", n, W);
+    LWQ_TRY(check_t(be, op, "proj", a->proj, 2, e));
+    LWQ_TRY(check_dt(op, "proj", a->proj, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_shape2(op, "proj", a->proj, n, W, e));
+    LWQ_TRY(check_mamba2_w(be, "conv_w", a->conv_w, 3, C * a->kernel, e));
+    if (a->conv_w->shape[0] != C || a->conv_w->shape[1] != 1)
+        return lwq_errf(e, LWQ_EINVAL, "mamba2: conv_w is [%" PRId64 ", %" PRId64 ", %" PRId64 "], expected [%" PRId64
+                        ", 1, %" PRId64 "]", a->conv_w->shape[0], a->conv_w->shape[1], a->conv_w->shape[2], C,
+                        a->kernel);
+    if (a->conv_b)
+        LWQ_TRY(check_mamba2_w(be, "conv_b", a->conv_b, 1, C, e));
+    LWQ_TRY(check_mamba2_w(be, "a_log", a->a_log, 1, a->heads, e));
+    LWQ_TRY(check_mamba2_w(be, "dt_bias", a->dt_bias, 1, a->heads, e));
+    LWQ_TRY(check_mamba2_w(be, "d", a->d, 1, a->heads, e));
+    LWQ_TRY(check_mamba2_w(be, "norm_w", a->norm_w, 1, I, e));
+    LWQ_TRY(check_t(be, op, "valid", a->valid, 1, e));
+    LWQ_TRY(check_dt(op, "valid", a->valid, is_u8, "U8/BOOL", e));
+    LWQ_TRY(check_len(op, "valid", a->valid, n, e));
+    LWQ_TRY(check_t(be, op, "out", a->out, 2, e));
+    LWQ_TRY(check_dt(op, "out", a->out, lwq_dtype_is_act, "F32/BF16/F16", e));
+    LWQ_TRY(check_shape2(op, "out", a->out, n, I, e));
+    if (a->xbc_in) {
+        LWQ_TRY(check_t(be, op, "xbc_in", a->xbc_in, 2, e));
+        LWQ_TRY(check_dt(op, "xbc_in", a->xbc_in, lwq_dtype_is_act, "F32/BF16/F16", e));
+        LWQ_TRY(check_shape2(op, "xbc_in", a->xbc_in, n, C, e));
+    }
+    if (a->out->data == a->proj->data || (a->xbc_in && a->xbc_in->data == a->proj->data))
+        return lwq_errf(e, LWQ_EINVAL, "mamba2: an output aliases proj");
+    if (!be->ops->mamba2)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "mamba2: the %s backend has no Mamba2 op", be->ops->name);
+    if (n == 0)
+        return 0;
+    return be->ops->mamba2(be->ctx, a, e);
+}

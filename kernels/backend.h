@@ -62,6 +62,23 @@ typedef struct lwq_attn_args {
     float scale;                 /* softmax scale, usually head_dim^-0.5 */
 } lwq_attn_args;
 
+/* The non-GEMM part of a Mamba2 mixer (nemotron_h; engine/forward/model_nemotron.c has the
+ * formulas).  I = heads * head_dim, C = I + 2 * groups * state, W = I + C + heads; n = batch * seq.
+ * Rows whose valid byte is 0 are padding: their proj values are never read, their outputs are 0,
+ * and each sequence's conv history and scan state start at zero. */
+typedef struct lwq_mamba2_args {
+    const lwq_tensor *proj;      /* (n, W) act: in_proj's output, columns z | xBC | dt */
+    const lwq_tensor *conv_w;    /* (C, 1, K) float: the depthwise conv1d's weight */
+    const lwq_tensor *conv_b;    /* (C) float, or NULL */
+    const lwq_tensor *a_log, *dt_bias, *d; /* (heads) float each */
+    const lwq_tensor *norm_w;    /* (I) float: the gated RMSNorm's weight */
+    const lwq_tensor *valid;     /* U8 (n): 1 = real token */
+    lwq_tensor *xbc_in;          /* (n, C) act or NULL: the conv's input (proj's xBC), padding 0 */
+    lwq_tensor *out;             /* (n, I) act: the gated norm's output, out_proj's input */
+    int64_t batch, seq, heads, head_dim, state, groups, kernel;
+    float eps, dt_min;           /* the norm's epsilon; time_step_min */
+} lwq_mamba2_args;
+
 /* One product of lwq_backend_gemm_grouped: y = x W^T (+ bias), operands as lwq_backend_gemm's. */
 typedef struct lwq_gemm_group {
     const lwq_tensor *x, *w, *bias;
@@ -111,6 +128,8 @@ typedef struct lwq_backend_ops {
     int (*copy)(void *ctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
     /* count products at once (lwq_backend_gemm_grouped); NULL: the wrapper calls gemm per group */
     int (*gemm_grouped)(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e);
+    /* lwq_backend_mamba2; NULL: the backend has none (the wrapper refuses) */
+    int (*mamba2)(void *ctx, const lwq_mamba2_args *a, lwq_error *e);
     /* Quantization ops (quant_nvfp4, quant_fp8, mse/sweep search, hessian_accumulate) are added
      * here when they are wired: the reference quantizers are plain functions (layout/ and
      * kernels/cpu/ *_ref) and each gets a slot, a checking wrapper below and a CPU-vs-CUDA test,
@@ -235,6 +254,12 @@ int lwq_backend_amax(const lwq_backend *be, const lwq_tensor *x, const lwq_tenso
  * dst strides must be > 0 on every dim longer than 1, and dst must not overlap src.  The MLA
  * forward uses it to split heads into their nope/rope/value parts and to assemble q and k. */
 int lwq_backend_copy(const lwq_backend *be, const lwq_tensor *src, lwq_tensor *dst, lwq_error *e);
+
+/* The Mamba2 mixer's conv1d + SiLU, dt (softplus, clamp), sequential SSD scan from a zero state
+ * and grouped gated RMSNorm (lwq_mamba2_args).  proj's dtype is the act dtype every framework
+ * rounding goes to.  The CPU backend runs lwq_mamba2_ref (kernels/mamba2.h); the CUDA one runs
+ * the same arithmetic in the same order (kernels/cuda/mamba2_cuda.cu says which bytes match). */
+int lwq_backend_mamba2(const lwq_backend *be, const lwq_mamba2_args *a, lwq_error *e);
 
 /* True for F32, BF16, F16. */
 int lwq_dtype_is_act(lwq_dtype t);

@@ -256,7 +256,7 @@ t0=$(date +%s)
 TESTS=ON
 [ "$NO_CRITERION" = 1 ] && TESTS=OFF
 TARGETS=(lwq_cli lwq_cuda bench_quant_cuda bench_attn_cuda bench_h2d)
-[ "$TESTS" = ON ] && TARGETS+=(test_ops_cuda test_quant_cuda test_quantize_cuda test_gptq_cuda test_cuda_module
+[ "$TESTS" = ON ] && TARGETS+=(test_ops_cuda test_mamba2_cuda test_quant_cuda test_quantize_cuda test_gptq_cuda test_cuda_module
                                test_resume test_qwen3next_production)
 if [ -f "$BUILD/CMakeCache.txt" ] && [ -x "$BUILD/lwq" ] && [ "$NO_GPU" = 1 ] && [ "${REBUILD:-0}" != 1 ]; then
     row build ok "dry mode: reusing $BUILD as it is" $(($(date +%s) - t0))
@@ -505,7 +505,7 @@ if [ "$NO_CRITERION" = 1 ]; then
 else
     det=""
     st=0
-    for x in test_ops_cuda test_quant_cuda test_quantize_cuda test_cuda_module; do
+    for x in test_ops_cuda test_mamba2_cuda test_quant_cuda test_quantize_cuda test_cuda_module; do
         cr "$x" "" $((CAP - $(date +%s) + t0))
         r=$?
         det+="$x: $CR; "
@@ -583,7 +583,8 @@ else
     MC=(--tool memcheck --report-api-errors no --error-exitcode 99)
     OPS_F='ops_cuda/@(gemm_bf16_bias|swiglu_add_bf16|moe_route_gather_combine|gather_out_of_range_reported_at_synchronize|amax_masked|attention_tiled_equals_warp_short_and_fully_padded)'
     QUANT_F='quant_cuda/@(amax_and_nvfp4_max_equal_cpu|sweep_equal_cpu|fp8_mse_equal_cpu)'
-    for spec in "test_ops_cuda:$OPS_F" "test_quant_cuda:$QUANT_F"; do
+    M2_F='mamba2_cuda/@(left_padding_f32|wide_head_large_state_bf16)'
+    for spec in "test_ops_cuda:$OPS_F" "test_mamba2_cuda:$M2_F" "test_quant_cuda:$QUANT_F"; do
         x=${spec%%:*}
         [ -x "$BUILD/$x" ] || continue
         rc=0

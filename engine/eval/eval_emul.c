@@ -147,7 +147,7 @@ lwq_emul_linear *lwq_emul_find_weight(lwq_emul *em, const char *name)
 #define OPS(c) (((lwq_emul *)(c))->inner.ops)
 
 /* Every op of lwq_backend_ops must be forwarded below; a new op changes the struct's size. */
-_Static_assert(sizeof(lwq_backend_ops) == 25 * sizeof(void *), "a new backend op needs a forwarder in eval_emul.c");
+_Static_assert(sizeof(lwq_backend_ops) == 26 * sizeof(void *), "a new backend op needs a forwarder in eval_emul.c");
 
 static void w_destroy(void *c) { (void)c; }
 static int w_alloc(void *c, size_t b, void **o, lwq_error *e) { return OPS(c)->alloc(CTX(c), b, o, e); }
@@ -202,6 +202,8 @@ static void w_host_unregister(void *c, void *p)
 }
 static int w_pci_bus_id(void *c, char *o, size_t cap) { return OPS(c)->pci_bus_id ? OPS(c)->pci_bus_id(CTX(c), o, cap) : -1; }
 static int w_copy(void *c, const lwq_tensor *s, lwq_tensor *d, lwq_error *e) { return OPS(c)->copy(CTX(c), s, d, e); }
+/* no GEMM inside: nothing to emulate, the inner backend's op as it is */
+static int w_mamba2(void *c, const lwq_mamba2_args *a, lwq_error *e) { return OPS(c)->mamba2(CTX(c), a, e); }
 
 /* x (n, in) act on the device -> an f32 (n, in) device tensor holding the emulated input (on the
  * CPU backend a view of em->scratch, valid until the next call). */
@@ -437,6 +439,7 @@ void lwq_emul_init(lwq_emul *em, const lwq_backend *inner)
         /* no grouped GEMM: lwq_backend_gemm_grouped then calls w_gemm per group, so every
          * product is emulated (and memoised) like a single one */
         .gemm_grouped = NULL,
+        .mamba2 = inner->ops->mamba2 ? w_mamba2 : NULL,
     };
     em->ops = t;
     em->be.ops = &em->ops;

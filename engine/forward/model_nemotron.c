@@ -34,132 +34,19 @@
  * use_bias) and its conv output, so a left-padded sequence sees zero history and a zero state,
  * exactly as unpadded; padded rows' outputs are 0.
  *
- * Where it runs: GEMMs on the backend; the conv, scan and gated norm on the host in float32 (as
- * model_qwen3next.c does for the DeltaNet, and for the same reason: one definition of a
- * recurrence for every backend). */
+ * Where it runs: GEMMs on the backend; the conv, scan and gated norm are the backend's mamba2 op
+ * (kernels/backend.h lwq_backend_mamba2): on the CPU the float32 reference (kernels/mamba2.h,
+ * kernels/cpu/mamba2_cpu.c), on CUDA kernels in the same order of arithmetic
+ * (kernels/cuda/mamba2_cuda.cu), tested against it (tests/kernels/cuda/test_mamba2_cuda.c). */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/parallel/parallel.h"
 #include "engine/forward/forward_internal.h"
 
-static float *fbuf(int64_t n) { return (float *)malloc((size_t)(n > 0 ? n : 1) * sizeof(float)); }
-
-static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
-/* torch.nn.functional.softplus (beta 1, threshold 20) */
-static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
-
 /* ---- Mamba2 ------------------------------------------------------------------------------------- */
-
-typedef struct mamba_job {
-    const lwq_batch *b;
-    int64_t T, I, C, P, N, H, G, K; /* seq, inner, conv channels, head dim, state, heads, groups, kernel */
-    lwq_dtype dt;
-    float eps, dt_min;
-    const float *proj;  /* (n, I + C + H): z, xBC, dt */
-    const float *wc, *bc; /* conv (C, K), bias (C) or NULL */
-    const float *alog, *dtb, *dd, *wn; /* (H), (H), (H), (I) */
-    float *xbc;         /* (n, C): silu(conv) */
-    float *dts;         /* (n, H): dt after softplus and clamp */
-    float *y;           /* (n, I): scan output, then the gated norm's */
-    float *scratch;     /* per thread: S (P x N) */
-} mamba_job;
-
-/* Causal depthwise conv + bias + SiLU of sequences [s0, s1), and dt; padded rows are 0. */
-static void mamba_conv(void *ctx, int64_t s0, int64_t s1, int tid)
-{
-    (void)tid;
-    mamba_job *j = (mamba_job *)ctx;
-    const int64_t T = j->T, C = j->C, K = j->K, W = j->I + j->C + j->H;
-    for (int64_t s = s0; s < s1; s++)
-        for (int64_t t = 0; t < T; t++) {
-            const int64_t row = s * T + t;
-            float *o = j->xbc + row * C, *d = j->dts + row * j->H;
-            if (!j->b->valid_host[row]) {
-                memset(o, 0, (size_t)C * sizeof(float));
-                memset(d, 0, (size_t)j->H * sizeof(float));
-                continue;
-            }
-            for (int64_t ch = 0; ch < C; ch++) {
-                float acc = j->bc ? j->bc[ch] : 0.0f;
-                for (int64_t q = 0; q < K; q++) {
-                    int64_t tt = t - (K - 1) + q;
-                    if (tt < 0 || !j->b->valid_host[s * T + tt])
-                        continue; /* zero history (a padded row's input is zero) */
-                    acc += j->wc[ch * K + q] * j->proj[(s * T + tt) * W + j->I + ch];
-                }
-                float v = lwq_round_to(acc, j->dt);
-                o[ch] = lwq_round_to(v * sigmoidf(v), j->dt);
-            }
-            const float *dr = j->proj + row * W + j->I + C;
-            for (int64_t hh = 0; hh < j->H; hh++) {
-                float v = lwq_round_to(softplusf(lwq_round_to(dr[hh] + j->dtb[hh], j->dt)), j->dt);
-                float lo = lwq_round_to(j->dt_min, j->dt);
-                d[hh] = v < lo ? lo : v;
-            }
-        }
-}
-
-/* Items [i0, i1) of (sequence, head): the sequential scan from a zero state. */
-static void mamba_scan(void *ctx, int64_t i0, int64_t i1, int tid)
-{
-    mamba_job *j = (mamba_job *)ctx;
-    const int64_t T = j->T, P = j->P, N = j->N, C = j->C, I = j->I;
-    float *S = j->scratch + (int64_t)tid * (P * N);
-    for (int64_t it = i0; it < i1; it++) {
-        const int64_t s = it / j->H, hh = it % j->H, g = hh / (j->H / j->G);
-        const float A = -expf(j->alog[hh]), D = j->dd[hh];
-        memset(S, 0, (size_t)(P * N) * sizeof(float));
-        for (int64_t t = 0; t < T; t++) {
-            const int64_t row = s * T + t;
-            float *y = j->y + row * I + hh * P;
-            if (!j->b->valid_host[row]) {
-                memset(y, 0, (size_t)P * sizeof(float));
-                continue;
-            }
-            const float *xr = j->xbc + row * C, *x = xr + hh * P, *B = xr + I + g * N, *Cm = xr + I + j->G * N + g * N;
-            const float dtv = j->dts[row * j->H + hh];
-            const float decay = expf(A * dtv);
-            for (int64_t p = 0; p < P; p++) {
-                float *restrict Sp = S + p * N;
-                const float xd = x[p] * dtv;
-                float acc = 0.0f;
-                for (int64_t k = 0; k < N; k++) {
-                    Sp[k] = Sp[k] * decay + xd * B[k];
-                    acc += Sp[k] * Cm[k];
-                }
-                y[p] = acc + D * x[p];
-            }
-        }
-    }
-}
-
-/* Rows [r0, r1): y = (y * silu(z)) normalised per group, times the norm weight (float32). */
-static void mamba_norm(void *ctx, int64_t r0, int64_t r1, int tid)
-{
-    (void)tid;
-    mamba_job *j = (mamba_job *)ctx;
-    const int64_t I = j->I, gs = I / j->G, W = j->I + j->C + j->H;
-    for (int64_t row = r0; row < r1; row++) {
-        float *y = j->y + row * I;
-        if (!j->b->valid_host[row])
-            continue;
-        const float *z = j->proj + row * W;
-        for (int64_t i = 0; i < I; i++)
-            y[i] = y[i] * (z[i] * sigmoidf(z[i]));
-        for (int64_t g = 0; g < j->G; g++) {
-            float *yg = y + g * gs, ss = 0.0f;
-            for (int64_t i = 0; i < gs; i++)
-                ss += yg[i] * yg[i];
-            const float r = 1.0f / sqrtf(ss / (float)gs + j->eps);
-            for (int64_t i = 0; i < gs; i++)
-                yg[i] = j->wn[g * gs + i] * (yg[i] * r);
-        }
-    }
-}
 
 /* conv1d.weight [C, 1, K] (3-D: lwq_fwd_weight takes 1-D / 2-D). */
 static int conv_weight(lwq_model *m, const lwq_weights *w, int layer, const char *nm, int64_t C, int64_t K,
@@ -191,7 +78,7 @@ static int mamba2(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch
     snprintf(min, sizeof min, "model.layers.%d.mixer.in_proj", layer);
     snprintf(mconv, sizeof mconv, "model.layers.%d.mixer.conv1d", layer);
     snprintf(mout, sizeof mout, "model.layers.%d.mixer.out_proj", layer);
-    lwq_tensor win, wout, wconv, bconv, proj, xbc_t, core;
+    lwq_tensor win, wout, wconv, bconv, alog, dtb, dd, wn, proj, xbc_t, core;
     snprintf(nm, sizeof nm, "%s.weight", min);
     LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 2, W, Dm, 0, &win, e));
     snprintf(nm, sizeof nm, "%s.weight", mout);
@@ -202,79 +89,33 @@ static int mamba2(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch
         snprintf(nm, sizeof nm, "%s.bias", mconv);
         LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 1, C, 0, 0, &bconv, e));
     }
+    snprintf(nm, sizeof nm, "model.layers.%d.mixer.A_log", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 1, H, 0, 0, &alog, e));
+    snprintf(nm, sizeof nm, "model.layers.%d.mixer.dt_bias", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 1, H, 0, 0, &dtb, e));
+    snprintf(nm, sizeof nm, "model.layers.%d.mixer.D", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 1, H, 0, 0, &dd, e));
+    snprintf(nm, sizeof nm, "model.layers.%d.mixer.norm.weight", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, nm, 1, I, 0, 0, &wn, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, W, &proj, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, C, &xbc_t, e));
     LWQ_TRY(lwq_fwd_tensor(m, m->act, n, I, &core, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, min, x, &b->valid, e));
     LWQ_TRY(lwq_backend_gemm(m->be, x, &win, NULL, &proj, e));
-
-    const int threads = lwq_parallel_threads();
-    mamba_job j = {.b = b, .T = b->seq, .I = I, .C = C, .P = P, .N = N, .H = H, .G = G, .K = K, .dt = m->act,
-                   .eps = (float)c->rms_norm_eps, .dt_min = (float)c->time_step_min};
-    float *hp = fbuf(n * W), *hx = fbuf(n * C), *hd = fbuf(n * H), *hy = fbuf(n * I), *wc = fbuf(C * K),
-          *bc = c->mamba_conv_bias ? fbuf(C) : NULL, *alog = NULL, *dtb = NULL, *dd = NULL, *wn = NULL,
-          *scratch = fbuf((int64_t)(threads > 0 ? threads : 1) * P * N);
-    int rc = 0;
-    if (!hp || !hx || !hd || !hy || !wc || (c->mamba_conv_bias && !bc) || !scratch) {
-        rc = lwq_errf(e, LWQ_ENOMEM, "layer %d: no host memory for the Mamba2 mixer of %" PRId64 " tokens", layer, n);
-        goto out;
-    }
-    snprintf(nm, sizeof nm, "model.layers.%d.mixer.A_log", layer);
-    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, H, 0, &alog, e)) < 0)
-        goto out;
-    snprintf(nm, sizeof nm, "model.layers.%d.mixer.dt_bias", layer);
-    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, H, 0, &dtb, e)) < 0)
-        goto out;
-    snprintf(nm, sizeof nm, "model.layers.%d.mixer.D", layer);
-    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, H, 0, &dd, e)) < 0)
-        goto out;
-    snprintf(nm, sizeof nm, "model.layers.%d.mixer.norm.weight", layer);
-    if ((rc = lwq_fwd_host_weight(m, w, layer, nm, 1, I, 0, &wn, e)) < 0 ||
-        (rc = lwq_fwd_host_fetch(m, &wconv, C * K, wc, e)) < 0 ||
-        (bc && (rc = lwq_fwd_host_fetch(m, &bconv, C, bc, e)) < 0) ||
-        (rc = lwq_fwd_host_fetch(m, &proj, n * W, hp, e)) < 0)
-        goto out;
-    /* a padded row's projection is that of a zero input: 0 (no in_proj bias) */
-    for (int64_t t = 0; t < n; t++)
-        if (!b->valid_host[t])
-            memset(hp + t * W, 0, (size_t)W * sizeof(float));
+    /* a padded row's projection is that of a zero input (no in_proj bias): the op never reads it */
+    lwq_mamba2_args a = {.proj = &proj, .conv_w = &wconv, .conv_b = c->mamba_conv_bias ? &bconv : NULL,
+                         .a_log = &alog, .dt_bias = &dtb, .d = &dd, .norm_w = &wn, .valid = &b->valid,
+                         .xbc_in = &xbc_t, .out = &core, .batch = b->batch, .seq = b->seq, .heads = H,
+                         .head_dim = P, .state = N, .groups = G, .kernel = K, .eps = (float)c->rms_norm_eps,
+                         .dt_min = (float)c->time_step_min};
+    lwq_error sub = {0};
+    int rc = lwq_backend_mamba2(m->be, &a, &sub);
+    if (rc < 0)
+        return lwq_errf(e, rc, "layer %d: %s", layer, sub.msg);
     /* the conv1d's input, for a recipe that quantizes it (Model Optimizer's presets do not) */
-    for (int64_t t = 0; t < n; t++)
-        memcpy(hx + t * C, hp + t * W + I, (size_t)C * sizeof(float));
-    if ((rc = lwq_fwd_host_store(m, hx, &xbc_t, e)) < 0 ||
-        (rc = lwq_fwd_observe(obs, layer, mconv, &xbc_t, &b->valid, e)) < 0)
-        goto out;
-    j.proj = hp;
-    j.wc = wc;
-    j.bc = bc;
-    j.alog = alog;
-    j.dtb = dtb;
-    j.dd = dd;
-    j.wn = wn;
-    j.xbc = hx;
-    j.dts = hd;
-    j.y = hy;
-    j.scratch = scratch;
-    lwq_parallel_for(b->batch, 1, mamba_conv, &j);
-    lwq_parallel_for(b->batch * H, 1, mamba_scan, &j);
-    lwq_parallel_for(n, 16, mamba_norm, &j);
-    if ((rc = lwq_fwd_host_store(m, hy, &core, e)) < 0 ||
-        (rc = lwq_fwd_observe(obs, layer, mout, &core, &b->valid, e)) < 0)
-        goto out;
-    rc = lwq_backend_gemm(m->be, &core, &wout, NULL, out, e);
-out:
-    free(hp);
-    free(hx);
-    free(hd);
-    free(hy);
-    free(wc);
-    free(bc);
-    free(alog);
-    free(dtb);
-    free(dd);
-    free(wn);
-    free(scratch);
-    return rc;
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mconv, &xbc_t, &b->valid, e));
+    LWQ_TRY(lwq_fwd_observe(obs, layer, mout, &core, &b->valid, e));
+    return lwq_backend_gemm(m->be, &core, &wout, NULL, out, e);
 }
 
 /* ---- MoE ---------------------------------------------------------------------------------------- */

@@ -535,6 +535,7 @@ static const lwq_backend_ops cpu_ops = {
     .synchronize = cpu_sync,
     .copy = cpu_copy_strided,
     .gemm_grouped = lwq_cpu_gemm_grouped,
+    .mamba2 = lwq_cpu_mamba2,
 };
 
 const char *lwq_backend_cpu_kernels(void) { return lwq_cpu_kernels_get()->name; }

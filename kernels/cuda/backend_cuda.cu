@@ -21,6 +21,7 @@ extern "C" {
 }
 #include "kernels/cuda/attention_cuda.h"
 #include "kernels/cuda/grid.h"
+#include "kernels/cuda/mamba2_cuda.h"
 #include "kernels/cuda/module_cuda.h"
 #include "kernels/cuda/route.h"
 
@@ -404,6 +405,20 @@ static int cu_attention(void *vctx, const lwq_attn_args *a, lwq_error *e)
     return 0;
 }
 
+/* ---- Mamba2 (kernels/cuda/mamba2_cuda.cu) --------------------------------------------------- */
+
+/* The scratch is the GEMM workspace: every user of it is on this stream, so the scan's kernels
+ * finish before a later GEMM writes it (and ws_reserve synchronizes before it reallocates). */
+static int cu_mamba2(void *vctx, const lwq_mamba2_args *a, lwq_error *e)
+{
+    cuda_ctx *c = (cuda_ctx *)vctx;
+    CU(cudaSetDevice(c->device), "set device");
+    LWQ_TRY(ws_reserve(c, lwq_cuda_mamba2_scratch(a), e));
+    LWQ_TRY(lwq_cuda_mamba2(c->stream, c->device, c->ws, a, e));
+    LAUNCHED("mamba2");
+    return 0;
+}
+
 /* ---- MoE ------------------------------------------------------------------------------------- */
 
 __global__ void k_route(const void *lg, lwq_dtype dt, int64_t n, int E, int k, int mode,
@@ -614,7 +629,7 @@ static int cu_copy(void *vctx, const lwq_tensor *src, lwq_tensor *dst, lwq_error
  * are not portable before C++20); the comments name each slot of lwq_backend_ops
  * (kernels/backend.h) in declaration order, and the size check below fails the build when a
  * slot is added or removed without this table following. */
-static_assert(sizeof(lwq_backend_ops) == 25 * sizeof(void *), "cuda_ops: lwq_backend_ops changed; update the table");
+static_assert(sizeof(lwq_backend_ops) == 26 * sizeof(void *), "cuda_ops: lwq_backend_ops changed; update the table");
 static const lwq_backend_ops cuda_ops = {
     /* .name = */            "cuda",
     /* .device = */          LWQ_DEV_CUDA,
@@ -641,6 +656,7 @@ static const lwq_backend_ops cuda_ops = {
     /* .pci_bus_id = */      cu_pci_bus_id,
     /* .copy = */            cu_copy,
     /* .gemm_grouped = */    NULL, /* the wrapper runs the groups one cuBLAS GEMM each */
+    /* .mamba2 = */          cu_mamba2,
 };
 
 extern "C" int lwq_cuda_probe(lwq_error *e)
