@@ -10,7 +10,8 @@
 #   scripts/ranks-check.sh [BUILD_DIR]      (default build; LWQ_MPIEXEC picks the launcher)
 # REF_BIN=/path/to/lwq (a build configured -DLWQ_MPI=OFF) makes the "none" column that binary's.
 # Models come from `lwq mkmodel` (tiny: 3 layers, hidden 128) and tests/data/peers/src (the new
-# families), calibration 16 x 32 tokens in 4 batches of 4, so 4 ranks each get one batch.
+# families, nemotron_h and kimi_linear among them), calibration 16 x 32 tokens in 4 batches of 4,
+# so 4 ranks each get one batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
@@ -54,7 +55,8 @@ cases=(
 # the new families' transformers-written tiny sources (tests/data/peers/src) with their calibration
 # ids: qwen3_5_moe's experts fused 3-D on disk, glm_moe_dsa's DSA indexer and a routed expert no
 # token reaches (local_hessian's cold-expert count in the report)
-for m in qwen3_5_moe-bf16 glm4_moe-bf16 minimax_m2-bf16 deepseek_v32-bf16 glm_moe_dsa-bf16; do
+for m in qwen3_5_moe-bf16 glm4_moe-bf16 minimax_m2-bf16 deepseek_v32-bf16 glm_moe_dsa-bf16 \
+  nemotron_h-bf16 nemotron_h_latent-f32 kimi_linear-bf16; do
   cp -r "tests/data/peers/src/$m" "$work/$m"
 done
 pc="--calib $PWD/tests/data/peers/calib.jsonl"
@@ -65,6 +67,11 @@ cases+=(
   "minimax_m2-bf16|nvfp4 mse+sweep --expert-group 3|$pc --qformat nvfp4 --algo mse --fp8-scale-sweep --expert-group 3"
   "deepseek_v32-bf16|fp8 gptq (DSA indexer)|$pc --qformat fp8 --algo gptq"
   "glm_moe_dsa-bf16|nvfp4 local_hessian (DSA, a cold expert)|$pc --qformat nvfp4 --algo local_hessian"
+  "nemotron_h-bf16|nvfp4 (Mamba2, NoPE attention, ReLU2 MoE)|$pc --qformat nvfp4"
+  "nemotron_h-bf16|mamba_moe_nvfp4_conservative|$pc --qformat mamba_moe_nvfp4_conservative"
+  "nemotron_h_latent-f32|nvfp4 mse+sweep (latent MoE)|$pc --qformat nvfp4 --algo mse --fp8-scale-sweep"
+  "kimi_linear-bf16|nvfp4 (KDA, MLA)|$pc --qformat nvfp4"
+  "kimi_linear-bf16|fp8 gptq (KDA, MLA)|$pc --qformat fp8 --algo gptq"
 )
 printf '%-56s %-5s %-5s %-5s %-5s %-5s\n' "case" none np1 np2 np3 np4
 status=0

@@ -1,5 +1,6 @@
 /* mpirun -np N lwq quantize: the bytes of one process for any rank count, resume across rank counts, refusals. */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -89,10 +90,13 @@ static void np_ranks_write_the_bytes_of_one_process(const char *model, const cha
 /* tests/data/peers: the transformers-written tiny checkpoints of the peers goldens */
 static const char *peers_data(void)
 {
-    static char path[1024];
+    static char path[PATH_MAX];
     const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
     cr_assert_not_null(cut, "cannot find the source tree from %s", me);
-    snprintf(path, sizeof path, "%.*stests/data/peers", (int)(cut - me), me);
+    char rel[1024];
+    snprintf(rel, sizeof rel, "%.*stests/data/peers", (int)(cut - me), me);
+    /* __FILE__ may be relative to the build directory (ccache's base_dir); the runs cd elsewhere */
+    cr_assert_not_null(realpath(rel, path), "cannot find %s", rel);
     return path;
 }
 
@@ -127,6 +131,29 @@ Test(ranks, dsa_indexer_and_a_cold_expert_over_two_ranks_write_the_bytes_of_one_
                  0, "the report of 2 ranks does not count the cold expert's 3 linears");
 }
 
+/* nemotron_h with latent MoE projections (fc1/fc2_latent_proj around non-gated ReLU^2 experts),
+ * F32, mse with the scale sweep: 3 ranks write what one process writes. */
+Test(ranks, nemotron_h_latent_over_three_ranks_writes_the_bytes_of_one_process)
+{
+    need_mpi();
+    peers_source_over_ranks("nemotron_h_latent-f32", "--qformat nvfp4 --algo mse --fp8-scale-sweep", 3);
+}
+
+/* nemotron_h under Model Optimizer's mamba_moe_nvfp4_conservative preset over 4 ranks (one batch each). */
+Test(ranks, nemotron_h_preset_over_four_ranks_writes_the_bytes_of_one_process)
+{
+    need_mpi();
+    peers_source_over_ranks("nemotron_h-bf16", "--qformat mamba_moe_nvfp4_conservative", 4);
+}
+
+/* kimi_linear (Kimi delta attention, MLA, DeepSeek-style MoE), GPTQ: 2 ranks write what one
+ * process writes. */
+Test(ranks, kimi_linear_over_two_ranks_writes_the_bytes_of_one_process)
+{
+    need_mpi();
+    peers_source_over_ranks("kimi_linear-bf16", "--qformat fp8 --algo gptq", 2);
+}
+
 /* MoE, local_hessian (fixed-point Hessians met over ranks), expert streaming: 3 ranks write
  * what one process writes. */
 Test(ranks, three_ranks_write_the_bytes_of_one_process)
@@ -142,10 +169,8 @@ Test(ranks, three_ranks_write_the_bytes_of_one_process)
 Test(ranks, mistral4_over_two_ranks_writes_the_bytes_of_one_process)
 {
     need_mpi();
-    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
-    cr_assert_not_null(cut, "cannot find the source tree from %s", me);
-    char data[1024], args[1200];
-    snprintf(data, sizeof data, "%.*stests/data/peers", (int)(cut - me), me);
+    const char *data = peers_data();
+    char args[1200];
     cr_assert_eq(lwqt_sh("cp -r '%s/src/mistral4-bf16' '%s/m4'", data, dir), 0);
     snprintf(args, sizeof args, "--calib '%s/calib.jsonl' --qformat nvfp4 --expert-group 3", data);
     np_ranks_write_the_bytes_of_one_process("m4", args, 2);
@@ -173,26 +198,52 @@ Test(ranks, gptq_over_two_ranks_writes_the_bytes_of_one_process)
  * manifest of layer 1 for its writer at the meeting that ends layer 1 and goes on with layer 2;
  * the launcher may kill rank 0 before that manifest is durable (1 run in 6 under MPICH here), so
  * the state left names 1 or 2 committed layers, either with three ranks' boundary parts. */
-Test(ranks, a_killed_rank_resumes_with_another_rank_count)
+/* The job of 3 ranks on src (in dir) with args, rank 1 killed in layer 2; resumed by 2 ranks and,
+ * from a copy of the state, by one process: both write the bytes of the uninterrupted run. */
+static void a_killed_rank_resumes(const char *src, const char *a)
 {
-    need_mpi();
-    mkmodel("moe", "--arch qwen3_moe --experts 8 --top-k 2 --layers 4");
-    const char *a = "--qformat nvfp4 --algo mse --fp8-scale-sweep";
-    cr_assert_eq(quantize("", "moe", "ref", a), 0, "%s", log_of("ref"));
+    cr_assert_eq(quantize("", src, "ref", a), 0, "%s", log_of("ref"));
     char launch[300];
     snprintf(launch, sizeof launch, "LWQ_RANKS_KILL=1:2 '%s' -n 3", mpiexec);
-    cr_assert_neq(quantize(launch, "moe", "o", a), 0, "the job survived a killed rank");
+    cr_assert_neq(quantize(launch, src, "o", a), 0, "the job survived a killed rank");
     cr_assert_eq(lwqt_sh("grep -q -E '\"committed\":.[12],' '%s/o.layerwise_resume/manifest.json'", dir), 0,
                  "layer 0, or layers 0 and 1, committed before the kill");
     cr_assert_eq(lwqt_sh("test $(grep -c '\"batches\"' '%s/o.layerwise_resume/manifest.json') = 3", dir), 0,
                  "the manifest does not name three boundary parts");
     cr_assert_eq(lwqt_sh("cd '%s' && cp -r o p && cp -r o.layerwise_resume p.layerwise_resume", dir), 0);
     snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
-    cr_assert_eq(quantize(launch, "moe", "o", a), 0, "%s", log_of("o"));
-    cr_assert_eq(quantize("", "moe", "p", a), 0, "%s", log_of("p"));
+    cr_assert_eq(quantize(launch, src, "o", a), 0, "%s", log_of("o"));
+    cr_assert_eq(quantize("", src, "p", a), 0, "%s", log_of("p"));
     cr_assert_eq(same_files("ref", "o"), 0, "resumed with 2 ranks: other bytes");
     cr_assert_eq(same_files("ref", "p"), 0, "resumed by one process: other bytes");
     cr_assert_eq(lwqt_sh("ls '%s/o.layerwise_resume' | grep -q boundary", dir), 1, "boundary parts left behind");
+}
+
+Test(ranks, a_killed_rank_resumes_with_another_rank_count)
+{
+    need_mpi();
+    mkmodel("moe", "--arch qwen3_moe --experts 8 --top-k 2 --layers 4");
+    a_killed_rank_resumes("moe", "--qformat nvfp4 --algo mse --fp8-scale-sweep");
+}
+
+/* nemotron_h (Mamba2 layer, NoPE attention, ReLU^2 MoE): killed in its layer 2, resumed as above. */
+Test(ranks, a_killed_rank_on_nemotron_h_resumes_with_another_rank_count)
+{
+    need_mpi();
+    char a[1600];
+    snprintf(a, sizeof a, "--calib '%s/calib.jsonl' --qformat nvfp4 --algo mse --fp8-scale-sweep", peers_data());
+    cr_assert_eq(lwqt_sh("cp -r '%s/src/nemotron_h-bf16' '%s/m'", peers_data(), dir), 0);
+    a_killed_rank_resumes("m", a);
+}
+
+/* kimi_linear (KDA and MLA layers, DeepSeek-style MoE): killed in its layer 2, resumed as above. */
+Test(ranks, a_killed_rank_on_kimi_linear_resumes_with_another_rank_count)
+{
+    need_mpi();
+    char a[1600];
+    snprintf(a, sizeof a, "--calib '%s/calib.jsonl' --qformat nvfp4", peers_data());
+    cr_assert_eq(lwqt_sh("cp -r '%s/src/kimi_linear-bf16' '%s/m'", peers_data(), dir), 0);
+    a_killed_rank_resumes("m", a);
 }
 
 /* One rank cannot allocate the buffers the quantized tensors are gathered into: every rank stops
@@ -239,6 +290,20 @@ Test(ranks, ranks_with_different_inputs_are_refused_naming_the_rank)
                  2);
     cr_assert(strstr(log_of("o"), "rank 1 differs from rank 0 in: --calib-size (rank 1: 12, rank 0: 16)"), "%s",
               log_of("o"));
+    cr_assert_neq(lwqt_sh("ls '%s/o' 2>/dev/null | grep -q safetensors", dir), 0, "a shard was written");
+}
+
+/* The same refusal on nemotron_h: ranks with other --qformat are named before anything is written. */
+Test(ranks, nemotron_h_ranks_with_different_formats_are_refused_naming_the_rank)
+{
+    need_mpi();
+    cr_assert_eq(lwqt_sh("cp -r '%s/src/nemotron_h-bf16' '%s/m'", peers_data(), dir), 0);
+    cr_assert_eq(lwqt_sh("cd '%s' && '%s' -n 1 '%s' quantize m -o o --calib '%s/calib.jsonl' " CALIB
+                         " --qformat nvfp4 : -n 1 '%s' quantize m -o o --calib '%s/calib.jsonl' " CALIB
+                         " --qformat fp8 > o.log 2>&1",
+                         dir, mpiexec, lwqt_bin(), peers_data(), lwqt_bin(), peers_data()),
+                 2);
+    cr_assert(strstr(log_of("o"), "rank 1 differs from rank 0 in: --qformat"), "%s", log_of("o"));
     cr_assert_neq(lwqt_sh("ls '%s/o' 2>/dev/null | grep -q safetensors", dir), 0, "a shard was written");
 }
 
