@@ -64,6 +64,11 @@ static int fallback_allowed(void)
 
 #define SHARED_ROOT LWQ_SOURCE_DIR "/../shared/fixtures"
 
+const char *lwqt_source_dir(void)
+{
+    return LWQ_SOURCE_DIR;
+}
+
 const char *lwqt_fixture_roots(void)
 {
     static char buf[2048];

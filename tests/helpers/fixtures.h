@@ -45,5 +45,8 @@ const char *lwqt_fixture(const char *rel);
 const char *lwqt_fixture_find(const char *rel);
 /* One line saying where fixtures are looked for (for messages). */
 const char *lwqt_fixture_roots(void);
+/* The source tree this test was built from (absolute; __FILE__ may be relative under ccache's
+ * base_dir, and a test that changes directory cannot use it). */
+const char *lwqt_source_dir(void);
 
 #endif

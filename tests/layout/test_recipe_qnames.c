@@ -1,5 +1,6 @@
 /* Recipe globs against the names Model Optimizer 0.47 sees (transformers' in-memory modules), checked against its own quantizer lists (tests/data/peers/qnames). */
 #include <criterion/criterion.h>
+#include <limits.h>
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,13 +11,12 @@
 #include "layout/arch/arch_qnames.h"
 #include "layout/recipe/recipe_yaml.h"
 #include "tests/helpers/craft.h"
+#include "tests/helpers/fixtures.h"
 
 static const char *data_root(void)
 {
-    static char path[1024];
-    const char *me = __FILE__, *cut = strstr(me, "tests/layout/");
-    cr_assert_not_null(cut, "cannot find the source tree from %s", me);
-    snprintf(path, sizeof path, "%.*stests/data/peers", (int)(cut - me), me);
+    static char path[PATH_MAX];
+    snprintf(path, sizeof path, "%s/tests/data/peers", lwqt_source_dir());
     return path;
 }
 

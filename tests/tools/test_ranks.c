@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include "shell.h"
+#include "tests/helpers/fixtures.h"
 
 static char dir[256];
 static const char *mpiexec;
@@ -91,12 +92,7 @@ static void np_ranks_write_the_bytes_of_one_process(const char *model, const cha
 static const char *peers_data(void)
 {
     static char path[PATH_MAX];
-    const char *me = __FILE__, *cut = strstr(me, "tests/tools/");
-    cr_assert_not_null(cut, "cannot find the source tree from %s", me);
-    char rel[1024];
-    snprintf(rel, sizeof rel, "%.*stests/data/peers", (int)(cut - me), me);
-    /* __FILE__ may be relative to the build directory (ccache's base_dir); the runs cd elsewhere */
-    cr_assert_not_null(realpath(rel, path), "cannot find %s", rel);
+    snprintf(path, sizeof path, "%s/tests/data/peers", lwqt_source_dir());
     return path;
 }
 
