@@ -13,39 +13,9 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "tests/helpers/cuda_pair.h"
 
-static lwq_backend cpu, gpu;
-
-static void setup(void)
-{
-    lwq_error e = {0};
-    cr_assert_eq(lwq_backend_cpu_create(&cpu, 2, &e), 0);
-    if (lwq_backend_cuda_probe(&e) <= 0)
-        cr_skip_test("CPU-vs-CUDA Mamba2 op tests skipped: %s", e.msg);
-    cr_assert_eq(lwq_backend_cuda_create(&gpu, 0, &e), 0, "%s", e.msg);
-}
-
-static void teardown(void)
-{
-    lwq_backend_destroy(&cpu);
-    if (gpu.ops)
-        lwq_backend_destroy(&gpu);
-}
-
-TestSuite(mamba2_cuda, .init = setup, .fini = teardown);
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-typedef struct pair {
-    lwq_tensor c, g; /* same contents on cpu and gpu */
-} pair;
+LWQT_CUDA_SUITE(mamba2_cuda, "CPU-vs-CUDA Mamba2 op tests");
 
 /* a tensor of shape (d0[, d1[, d2]]) on both backends, uniform in [lo, hi) (U8: `valid` bytes) */
 static pair mk(lwq_dtype dt, int nd, int64_t d0, int64_t d1, int64_t d2, float lo, float hi, const uint8_t *bytes)
@@ -68,12 +38,6 @@ static pair mk(lwq_dtype dt, int nd, int64_t d0, int64_t d1, int64_t d2, float l
     size_t b = (size_t)n * lwq_dtype_size(dt);
     cr_assert_eq(lwq_backend_upload(&gpu, p.g.data, p.c.data, b, &e), 0, "%s", e.msg);
     return p;
-}
-
-static void drop(pair *p)
-{
-    lwq_backend_tensor_free(&cpu, &p->c);
-    lwq_backend_tensor_free(&gpu, &p->g);
 }
 
 static void same(const pair *p, double atol, double rtol, const char *what)

@@ -12,40 +12,10 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "tests/helpers/cuda_pair.h"
 #include "tests/helpers/fwd_fixture.h"
 
-static lwq_backend cpu, gpu;
-
-static void setup(void)
-{
-    lwq_error e = {0};
-    cr_assert_eq(lwq_backend_cpu_create(&cpu, 2, &e), 0);
-    if (lwq_backend_cuda_probe(&e) <= 0)
-        cr_skip_test("CPU-vs-CUDA op tests skipped: %s", e.msg);
-    cr_assert_eq(lwq_backend_cuda_create(&gpu, 0, &e), 0, "%s", e.msg);
-}
-
-static void teardown(void)
-{
-    lwq_backend_destroy(&cpu);
-    if (gpu.ops)
-        lwq_backend_destroy(&gpu);
-}
-
-TestSuite(ops_cuda, .init = setup, .fini = teardown);
-
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static float frand(void)
-{
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f;
-}
-
-typedef struct pair {
-    lwq_tensor c, g; /* same contents on cpu and gpu */
-} pair;
+LWQT_CUDA_SUITE(ops_cuda, "CPU-vs-CUDA op tests");
 
 static pair mk(lwq_dtype dt, int64_t r, int64_t cols, float scale)
 {
@@ -77,12 +47,6 @@ static void sync_to_gpu(pair *p)
     lwq_error e = {0};
     size_t b = (size_t)lwq_tensor_numel(&p->c) * lwq_dtype_size(p->c.dtype);
     cr_assert_eq(lwq_backend_upload(&gpu, p->g.data, p->c.data, b, &e), 0, "%s", e.msg);
-}
-
-static void drop(pair *p)
-{
-    lwq_backend_tensor_free(&cpu, &p->c);
-    lwq_backend_tensor_free(&gpu, &p->g);
 }
 
 /* Compare the gpu copy of p with the cpu copy. */
