@@ -9,7 +9,7 @@
  *           calibration samples: the replays cost ~6-9 layer forwards of the scored rows per
  *           candidate pair of formats, perf/RESULTS.md), each group alone in each
  *           format, everything else in the source dtype, run through the layer with the serving
- *           engine's activation quantization emulated (engine/eval/eval_emul.h).  Score "layer":
+ *           engine's activation quantization emulated (engine/eval/emul/eval_emul.h).  Score "layer":
  *           the squared error this adds to the layer's output relative to that output, times the
  *           gains of the later layers (each layer's gain: how much it grows the relative error
  *           of a perturbed input, measured with a probe, the previous layer's replay of one
@@ -17,7 +17,7 @@
  *           Score "kl": that output carried through the rest of the model in the source dtype to
  *           the logits, KL(P_src || P_q) per scored token (a stream per group and format: for
  *           models small enough).  Replays reuse the source's GEMM and attention results where
- *           their inputs are unchanged (engine/eval/eval_memo.h; CPU backend).  Each layer's
+ *           their inputs are unchanged (engine/eval/emul/eval_memo.h; CPU backend).  Each layer's
  *           scores and exact byte costs are committed to the resume directory with the boundary
  *           (the calibration activations entering the next layer), so a killed pass 1 resumes at
  *           the first uncommitted layer; the identical command gives identical scores.

@@ -8,9 +8,9 @@
 #include <time.h>
 
 #include "engine/autoq/autoq_internal.h"
-#include "engine/eval/eval_bset.h"
-#include "engine/eval/eval_emul.h"
-#include "engine/eval/eval_memo.h"
+#include "engine/eval/emul/eval_bset.h"
+#include "engine/eval/emul/eval_emul.h"
+#include "engine/eval/emul/eval_memo.h"
 #include "engine/forward/forward.h"
 #include "engine/quant/qops.h"
 #include "io/pool.h"

@@ -9,7 +9,7 @@
  * is either such a recipe or a quantized checkpoint directory (lwq's export or a Model Optimizer
  * HF export: NVFP4, FP8, MIXED_PRECISION), whose weights are dequantized from its own bytes.
  * The quantized streams run with the serving engine's activation and KV-cache quantization
- * emulated (engine/eval/eval_emul.h; docs/EVAL.md), or, with weights_only, with the dequantized
+ * emulated (engine/eval/emul/eval_emul.h; docs/EVAL.md), or, with weights_only, with the dequantized
  * weights alone: every activation and the KV cache stay in the activation dtype, which is what a
  * framework running the dequantized model computes (transformers on a dequantized checkpoint).
  * The source's layers come through the prefetch ring; a quantized checkpoint's layer is read

@@ -3,7 +3,7 @@
  * it, x being the expert's input in the candidate stream.  An observer on the candidate's forward
  * sees each expert's input (the rows routed to it) at its gate projection and runs the expert
  * twice beside the forward: with the source weights on the plain backend, and with the
- * candidate's weights through the emulating backend (engine/eval/eval_emul.h).  This doubles the
+ * candidate's weights through the emulating backend (engine/eval/emul/eval_emul.h).  This doubles the
  * candidate's expert compute on MoE layers, and nothing else. */
 #include <math.h>
 #include <stdio.h>

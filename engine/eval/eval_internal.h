@@ -5,7 +5,7 @@
 #define LWQ_ENGINE_EVAL_INTERNAL_H
 
 #include "engine/eval/eval.h"
-#include "engine/eval/eval_emul.h"
+#include "engine/eval/emul/eval_emul.h"
 #include "engine/source/tlist.h"
 #include "layout/arch/arch.h"
 #include "layout/checkpoint/checkpoint.h"

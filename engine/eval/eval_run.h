@@ -3,7 +3,7 @@
 #ifndef LWQ_ENGINE_EVAL_RUN_H
 #define LWQ_ENGINE_EVAL_RUN_H
 
-#include "engine/eval/eval_bset.h"
+#include "engine/eval/emul/eval_bset.h"
 #include "engine/eval/eval_internal.h"
 #include "engine/forward/forward.h"
 #include "engine/quant/qops.h"

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "core/data/dtype.h"
-#include "engine/eval/eval_emul.h"
+#include "engine/eval/emul/eval_emul.h"
 
 /* ---- naive reference: nearest representable value by exhaustive search, ties to the even code -- */
 

@@ -1,4 +1,4 @@
-/* engine/eval/eval_memo.h — reuse a layer forward's GEMM and attention results in a second
+/* engine/eval/emul/eval_memo.h — reuse a layer forward's GEMM and attention results in a second
  * forward of the same batch when an op is reached again with the same inputs.
  *
  * The auto-quantize search runs one layer over one batch many times, each time with one group of
@@ -60,7 +60,7 @@ void lwq_memo_record(lwq_memo *m);
 void lwq_memo_replay(lwq_memo *m);
 void lwq_memo_off(lwq_memo *m);
 
-/* For the backend wrapper (engine/eval/eval_emul.c).  *_lookup: 1 when the recorded output was
+/* For the backend wrapper (engine/eval/emul/eval_emul.c).  *_lookup: 1 when the recorded output was
  * copied into y / a->out (REPLAY only), 0 when the op must be computed.  *_store: after computing,
  * in RECORD mode, keep the call (0, or LWQ_ENOMEM). */
 int lwq_memo_gemm_lookup(lwq_memo *m, const lwq_tensor *x, const lwq_tensor *w, const lwq_tensor *bias, lwq_tensor *y);

@@ -1,4 +1,4 @@
-/* engine/eval/eval_emul.h — what a serving engine does to activations, emulated on the host in f32.
+/* engine/eval/emul/eval_emul.h — what a serving engine does to activations, emulated on the host in f32.
  *
  * NVFP4 W4A4 GEMM input (docs/EVAL.md gives the formulas in FORMATS.md terms): for every row and
  * every block of 16 consecutive input elements x[0..16) (read from the activation dtype into f32),
@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#include "engine/eval/eval_memo.h"
+#include "engine/eval/emul/eval_memo.h"
 #include "engine/forward/forward.h"
 #include "kernels/backend.h"
 #include "layout/recipe/recipe.h"
@@ -68,7 +68,7 @@ typedef struct lwq_emul {
     lwq_dtype last_dt;
     float k_scale, v_scale;
     lwq_memo *memo;          /* NULL, or GEMM / attention results recorded and replayed
-                                (engine/eval/eval_memo.h; CPU backend only) */
+                                (engine/eval/emul/eval_memo.h; CPU backend only) */
 } lwq_emul;
 
 /* The wrapper is self-referential (be.ctx points to it): do not copy it after init. */

@@ -1,6 +1,6 @@
-/* engine/eval/eval_emul.c — activation / KV-cache emulation of the serving engine and the backend
- * wrapper that applies it (engine/eval/eval_emul.h). */
-#include "engine/eval/eval_emul.h"
+/* engine/eval/emul/eval_emul.c — activation / KV-cache emulation of the serving engine and the backend
+ * wrapper that applies it (engine/eval/emul/eval_emul.h). */
+#include "engine/eval/emul/eval_emul.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* engine/eval/eval_bset.h — token sequences cut into left-padded batches, each with its place in
+/* engine/eval/emul/eval_bset.h — token sequences cut into left-padded batches, each with its place in
  * a host boundary buffer (the hidden states of every batch entering the next layer), and the
  * copies between a batch of the boundary and the device work tensor.  Shared by `lwq eval`
  * (engine/eval/eval.c) and the auto-quantize search (engine/autoq/).

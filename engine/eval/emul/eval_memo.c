@@ -1,5 +1,5 @@
-/* engine/eval/eval_memo.c — record / replay of GEMM and attention results (eval_memo.h). */
-#include "engine/eval/eval_memo.h"
+/* engine/eval/emul/eval_memo.c — record / replay of GEMM and attention results (eval_memo.h). */
+#include "engine/eval/emul/eval_memo.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,5 +1,5 @@
-/* engine/eval/eval_bset.c — batches of token sequences and their boundary slices (eval_bset.h). */
-#include "engine/eval/eval_bset.h"
+/* engine/eval/emul/eval_bset.c — batches of token sequences and their boundary slices (eval_bset.h). */
+#include "engine/eval/emul/eval_bset.h"
 
 #include <stdlib.h>
 #include <string.h>
