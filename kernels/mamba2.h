@@ -12,8 +12,14 @@
  *   norm:  y *= z * sigmoid(z); per group, ss += y^2 in ascending order, r = 1 / sqrt(ss/gs + eps),
  *          y = w * (y * r)
  * Every product and sum is rounded to f32 on its own (ISO C11: no FMA contraction).
- * Thread-safety: reentrant; it runs core/parallel's threads, one (sequence, head) per task, so the
- * bytes do not depend on the thread count.  Failure: LWQ_ENOMEM for its scratch. */
+ * How the host runs it (kernels/cpu/mamba2_cpu.c): the conv, dt and norm row by row over
+ * core/parallel's threads (a row reads only its own inputs and the K-1 rows before it), the
+ * element-wise loops vectorized per ISA with the scalar operations above (expf stays libm's); the
+ * scan one (sequence, head) per task, with the AVX-512, AVX2 or portable kernel of the GEMM's
+ * kernel choice (kernels/cpu/mamba2/mamba2_scan.h: head channels in vector lanes, k sequential),
+ * which all give the portable kernel's bits.  So the bytes depend neither on the thread count nor
+ * on the batch nor on the ISA.
+ * Thread-safety: reentrant.  Failure: LWQ_ENOMEM for its scratch. */
 #ifndef LWQ_KERNELS_MAMBA2_H
 #define LWQ_KERNELS_MAMBA2_H
 

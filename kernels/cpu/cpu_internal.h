@@ -74,7 +74,7 @@ int lwq_gemm_amx(const lwq_tensor *x, const lwq_tensor *w, const float *bias, lw
 int lwq_gemm_amx_grouped(const lwq_gemm_group *g, int count, lwq_error *e);
 int lwq_cpu_gemm_grouped(void *ctx, const lwq_gemm_group *g, int count, lwq_error *e);
 int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e);
-/* the Mamba2 op: lwq_mamba2_ref on float32 copies of its tensors (mamba2_cpu.c) */
+/* the Mamba2 op: lwq_mamba2_ref on float32 copies of its tensors (mamba2_cpu.c; the scan per ISA in mamba2/) */
 int lwq_cpu_mamba2(void *ctx, const lwq_mamba2_args *a, lwq_error *e);
 
 #endif

@@ -1,4 +1,4 @@
-/* The CPU backend's Mamba2 op (kernels/mamba2.h): the documented recurrence, padding, thread invariance and the wrapper's refusals. */
+/* The CPU backend's Mamba2 op (kernels/mamba2.h): the documented recurrence, padding, thread and ISA invariance, the wrapper's refusals. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "core/parallel/parallel.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 
 static lwq_backend be;
 
@@ -152,6 +153,44 @@ Test(mamba2_cpu, bytes_do_not_depend_on_the_thread_count)
     cr_assert(memcmp(first, m.out.data, bytes) == 0);
     free(first);
     m2_free(&m);
+}
+
+/* The AVX-512 and AVX2 scans hold head channels in vector lanes (kernels/cpu/mamba2/mamba2_scan.h):
+ * every head_dim around the vector widths, with left padding, gives the portable kernel's bytes. */
+Test(mamba2_cpu, vector_scans_give_the_portable_bytes)
+{
+    static const char *const vec[] = {"avx512", "avx2"};
+    static const int64_t dims[] = {1, 3, 8, 15, 16, 17, 40, 64, 70, 100};
+    int ran = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) {
+        m2 m;
+        const int64_t T = 9, P = dims[di];
+        m2_init(&m, 2, T, 4, P, 12, 2, 4);
+        ((uint8_t *)m.valid.data)[T] = 0; /* the second sequence starts with one padded token */
+        const size_t bytes = (size_t)lwq_tensor_numel(&m.out) * 4;
+        float *want = malloc(bytes);
+        cr_assert(want);
+        lwq_error e = {0};
+        cr_assert_eq(lwq_cpu_kernels_force("portable"), 0);
+        cr_assert_eq(lwq_backend_mamba2(&be, &m.a, &e), 0, "%s", e.msg);
+        memcpy(want, m.out.data, bytes);
+        for (size_t k = 0; k < sizeof vec / sizeof vec[0]; k++) {
+            if (lwq_cpu_kernels_force(vec[k]) != 0)
+                continue;
+            memset(m.out.data, 0xff, bytes);
+            cr_assert_eq(lwq_backend_mamba2(&be, &m.a, &e), 0, "%s", e.msg);
+            for (size_t i = 0; i < bytes / 4; i++)
+                cr_assert_eq(((uint32_t *)m.out.data)[i], ((uint32_t *)want)[i],
+                             "%s, head_dim %lld: element %zu is %.9g, portable %.9g", vec[k], (long long)P, i,
+                             ((float *)m.out.data)[i], want[i]);
+            ran++;
+        }
+        lwq_cpu_kernels_force(NULL);
+        free(want);
+        m2_free(&m);
+    }
+    if (!ran)
+        cr_skip_test("this CPU runs neither AVX-512 nor AVX2: only the portable scan");
 }
 
 Test(mamba2_cpu, groups_not_dividing_the_heads_are_refused)
