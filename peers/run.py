@@ -335,23 +335,27 @@ def last_line(path, grep=None):
         return ""
 
 
-def ensure_sources():
+def ensure_sources(todo=None):
+    """Make the sources (and the calibration ids) the cases in todo need, or every source when todo
+    is None.  Only what is asked: kimi_linear needs transformers >= 5.23, which this venv may lack,
+    so a run of other groups must not try to write it."""
     src = os.path.join(WORK, "src")
     calib = os.path.join(WORK, "calib.jsonl")
-    missing = [a for a in ARCHS + QWEN3_5 if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
-    if missing:
-        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing)], check=True)
-    missing34 = [a for a in FAMILIES34 + NEMOTRON if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
-    if missing34:
-        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(missing34)], check=True)
+    want = None if todo is None else {c.src.replace("-fp8block", "").rsplit("-", 1)[0] for c in todo}
+
+    def missing(archs):
+        return [a for a in archs if (want is None or a in want)
+                and not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
+
+    for archs in (ARCHS + QWEN3_5, FAMILIES34 + NEMOTRON, KIMI):  # kimi_linear: transformers >= 5.23
+        m = missing(archs)
+        if m:
+            subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(m)], check=True)
     for s in FP8BLOCK:
-        if not os.path.isdir(os.path.join(src, s + ".dequant")):
+        if (todo is None or any(c.src == s for c in todo)) and not os.path.isdir(os.path.join(src, s + ".dequant")):
             base = s.replace("-fp8block", "")
             subprocess.run([PY, os.path.join(HERE, "make_fp8_block.py"), os.path.join(src, base), os.path.join(src, s),
                             os.path.join(src, s + ".dequant")], check=True)
-    kimi = [a for a in KIMI if not all(os.path.isdir(os.path.join(src, f"{a}-{d}")) for d in ("f32", "bf16"))]
-    if kimi:  # needs transformers >= 5.23 in this venv
-        subprocess.run([PY, os.path.join(HERE, "make_sources.py"), src, "--archs", ",".join(kimi)], check=True)
     if not os.path.exists(calib):
         subprocess.run([PY, os.path.join(HERE, "make_sources.py"), "--calib", calib,
                         "--samples", str(CALIB["size"]), "--seq", str(CALIB["seq"])], check=True)
@@ -452,7 +456,7 @@ def main():
         sys.exit(f"run: no lwq binary at {LWQ} (build it, or set LWQ_BIN)")
     os.makedirs(WORK, exist_ok=True)
     t0 = time.time()
-    src_dir, calib = ensure_sources()
+    src_dir, calib = ensure_sources(todo)
     # every BF16 source's bound needs its fp8-kv_fp8 case
     need = {c.src for c in todo if c.src.endswith("-bf16")}
     extra = [c for c in allc if c.src in need and c.label == "fp8-kv_fp8" and c not in todo]
