@@ -122,8 +122,12 @@ static int write_configs(lwq_run *r, lwq_error *e)
     if (r->o->recipe->lm_head) { /* written weight-only by lwq_run_write_tail */
         lwq_names_full(&r->ck.cfg.names, "lm_head", lm, sizeof lm);
         mods[k].name = lm;
-        mods[k].format = LWQ_QFMT_NVFP4;
-        mods[k++].weight_only = 1;
+        /* weight-only FP8 is listed as FP8 (Model Optimizer 0.47's get_quantization_format does not
+         * look at the input quantizer for FP8): its config group has input_activations, and the
+         * checkpoint no input_scale for it */
+        int fp8 = r->o->recipe->lm_head == LWQ_LMHEAD_FP8;
+        mods[k].format = fp8 ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4;
+        mods[k++].weight_only = !fp8;
     }
     for (int L = r->nlayers; L < r->ck.nlayers; L++) {
         char g[96], canon[48];

@@ -589,11 +589,14 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
 }
 
 /* lm_head.weight (or the token embedding's weight: `canon`) of the tail, replaced by its weight-only
- * NVFP4 form (Model Optimizer 0.47's export of a module whose weight quantizer alone is NVFP4: the
- * packed weight, weight_scale,
- * weight_scale_2 = amax / 2688, no input_scale): dynamic block scales (LWQ_LMHEAD_MAX), or static
- * ones searched as a decoder linear's are (engine/quant/qlayer.c: the FP8 scale sweep without a
- * Hessian, or the mse search, against the tensor's own amax; on the host, whatever the device). */
+ * form, as Model Optimizer 0.47 exports a module whose weight quantizer alone is enabled:
+ *   - NVFP4 (W4A16_NVFP4): the packed weight, weight_scale, weight_scale_2 = amax / 2688, no
+ *     input_scale; dynamic block scales (LWQ_LMHEAD_MAX), or static ones searched as a decoder
+ *     linear's are (engine/quant/qlayer.c: the FP8 scale sweep without a Hessian, the mse search,
+ *     or Four-over-Six's mse search over the recipe's multipliers, weight_scale_2 = amax / 1536),
+ *     against the tensor's own amax; on the host, whatever the device;
+ *   - FP8 per tensor (LWQ_LMHEAD_FP8; Model Optimizer's quant_algo FP8): the E4M3 weight and
+ *     weight_scale = amax / 448, no input_scale (its input quantizer never calibrated). */
 static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, int mode, lwq_error *e)
 {
     char name[128];
@@ -606,23 +609,66 @@ static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, 
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes %s but the checkpoint has no %s (tied "
                         "word embeddings?); lwq does not quantize a shared embedding", r->ck.dir, canon, name);
     const lwq_htensor *w = &tail->v[at];
-    if (w->ndim != 2 || w->shape[1] % 16 || (w->dtype != LWQ_BF16 && w->dtype != LWQ_F16 && w->dtype != LWQ_F32))
-        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s must be a 2-D BF16/F16/F32 matrix whose width is a multiple of 16 "
-                        "for NVFP4, not %s with %d dimensions", r->ck.dir, name, lwq_dtype_name(w->dtype), w->ndim);
+    int fp8 = mode == LWQ_LMHEAD_FP8;
+    if (w->ndim != 2 || (!fp8 && w->shape[1] % 16) ||
+        (w->dtype != LWQ_BF16 && w->dtype != LWQ_F16 && w->dtype != LWQ_F32))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s must be a 2-D BF16/F16/F32 matrix%s, not %s with %d dimensions "
+                        "(width %lld)", r->ck.dir, name, fp8 ? "" : " whose width is a multiple of 16 for NVFP4",
+                        lwq_dtype_name(w->dtype), w->ndim, w->ndim == 2 ? (long long)w->shape[1] : -1LL);
     int64_t rows = w->shape[0], cols = w->shape[1];
+    if (rows <= 0 || cols <= 0 || rows > INT64_MAX / cols)
+        return lwq_errf(e, LWQ_EFORMAT, "%s: %s has shape [%lld, %lld]", r->ck.dir, name, (long long)rows,
+                        (long long)cols);
+    float amax = 0, ws = 0;
+    int rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e);
+    if (rc < 0)
+        return rc;
+    char sn[160], s2[160];
+    snprintf(sn, sizeof sn, "%.*s_scale", (int)strlen(name), name);
+    snprintf(s2, sizeof s2, "%.*s_scale_2", (int)strlen(name), name);
+    lwq_htensor *t = &tail->v[at];
+    if (fp8) {
+        uint8_t *q = malloc((size_t)(rows * cols));
+        if (!q)
+            return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+        if ((rc = lwq_quant_fp8(w->data, w->dtype, rows, cols, amax, name, q, &ws, e)) < 0) {
+            free(q);
+            return rc;
+        }
+        if (t->owned)
+            free(t->data);
+        t->dtype = LWQ_F8_E4M3;
+        t->data = q;
+        t->nbytes = (uint64_t)(rows * cols);
+        t->owned = 1;
+        if ((rc = lwq_tlist_add_scalar(tail, sn, ws, e)) < 0)
+            return rc;
+        lwq_tlist_sort(tail);
+        return 0;
+    }
     uint8_t *packed = malloc((size_t)(rows * cols / 2) + 1), *scale = malloc((size_t)(rows * (cols / 16)) + 1);
-    float amax = 0, ws2 = 0;
-    int rc = packed && scale ? 0 : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
+    rc = packed && scale ? 0 : lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
     float *bamax = NULL;
     if (rc == 0 && mode != LWQ_LMHEAD_MAX && !(bamax = malloc((size_t)(rows * (cols / 16)) * sizeof *bamax)))
         rc = lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", name);
-    if (rc == 0 && (rc = lwq_quant_amax(w->data, w->dtype, rows * cols, name, &amax, e)) >= 0) {
-        if (mode == LWQ_LMHEAD_MAX)
-            rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws2, e);
-        else if ((rc = mode == LWQ_LMHEAD_SWEEP
-                           ? lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, amax, NULL, name, bamax, NULL, e)
-                           : lwq_quant_nvfp4_mse(w->data, w->dtype, rows, cols, amax, name, bamax, e)) >= 0)
-            rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, amax, name, packed, scale, &ws2, e);
+    if (rc == 0 && mode == LWQ_LMHEAD_MAX) {
+        rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws, e);
+    } else if (rc == 0 && mode == LWQ_LMHEAD_F46) {
+        /* the recipe's multipliers, as a decoder linear's Four-over-Six choice takes them */
+        const lwq_recipe *rec = r->o->recipe;
+        lwq_quant_choice c = {.mse_range = rec->mse_range, .mse_mult = {rec->mse_mult[0], rec->mse_mult[1], rec->mse_mult[2]}};
+        float m[LWQ_MSE_MAX_STEPS];
+        int nm = lwq_choice_mse_candidates(&c, m);
+        if (rec->mse_range != LWQ_MSE_RANGE_DEFAULT && nm < 1)
+            rc = lwq_errf(e, LWQ_EINVAL, "%s: mse multipliers %g, %g, %g give no candidates (at most %d)", name,
+                          rec->mse_mult[0], rec->mse_mult[1], rec->mse_mult[2], LWQ_MSE_MAX_STEPS);
+        else if ((rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, amax, nm ? m : NULL, nm, name, bamax, e)) >= 0)
+            rc = lwq_quant_nvfp4_static46(w->data, w->dtype, rows, cols, bamax, amax, name, packed, scale, &ws, e);
+    } else if (rc == 0) {
+        if ((rc = mode == LWQ_LMHEAD_SWEEP
+                      ? lwq_quant_nvfp4_sweep(w->data, w->dtype, rows, cols, amax, NULL, name, bamax, NULL, e)
+                      : lwq_quant_nvfp4_mse(w->data, w->dtype, rows, cols, amax, name, bamax, e)) >= 0)
+            rc = lwq_quant_nvfp4_static(w->data, w->dtype, rows, cols, bamax, amax, name, packed, scale, &ws, e);
     }
     free(bamax);
     if (rc < 0) {
@@ -630,11 +676,7 @@ static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, 
         free(scale);
         return rc;
     }
-    char sn[160], s2[160];
-    snprintf(sn, sizeof sn, "%.*s_scale", (int)strlen(name), name);
-    snprintf(s2, sizeof s2, "%.*s_scale_2", (int)strlen(name), name);
     int64_t ss[2] = {rows, cols / 16};
-    lwq_htensor *t = &tail->v[at];
     if (t->owned)
         free(t->data);
     t->dtype = LWQ_U8;
@@ -644,7 +686,7 @@ static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, 
     t->owned = 1;
     if ((rc = lwq_tlist_add(tail, sn, LWQ_F8_E4M3, 2, ss, scale, 1, e)) < 0)
         return rc;
-    if ((rc = lwq_tlist_add_scalar(tail, s2, ws2, e)) < 0)
+    if ((rc = lwq_tlist_add_scalar(tail, s2, ws, e)) < 0)
         return rc;
     lwq_tlist_sort(tail);
     return 0;

@@ -658,10 +658,12 @@ static int check_quantized(const lwq_ckpt *c, const lwq_arch_layer *plan, const 
         rc = check_scale(c, plan, module, ".weight_scale", LWQ_F32, -1, NULL, r, e);
     }
     /* weight-only NVFP4 (W4A16_NVFP4) has no input_scale; whether the config says so is the
-     * reader's check (lwq verify: quant_algo per module) */
+     * reader's check (lwq verify: quant_algo per module).  An FP8 decoder linear always has one; an
+     * FP8 lm_head or embedding may be weight-only (Model Optimizer 0.47 lists it as FP8 all the
+     * same, and writes no input_scale for its never-calibrated input quantizer) */
     char is[LWQ_ARCH_NAME_MAX + 32];
     snprintf(is, sizeof is, "%s.input_scale", module);
-    if (rc == 0 && (kind != Q_NVFP4 || lwq_ckpt_find(c, is)))
+    if (rc == 0 && ((kind == Q_FP8 && p->linear >= 0) || lwq_ckpt_find(c, is)))
         rc = check_scale(c, plan, module, ".input_scale", LWQ_F32, -1, NULL, r, e);
     return rc;
 }

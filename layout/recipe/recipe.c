@@ -683,13 +683,13 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
             r->embed_rules = !strcmp(k->valuestring, "rules");
         } else if (!strcmp(key, "lm_head")) {
             int m = -1;
-            for (int i = LWQ_LMHEAD_NONE; cJSON_IsString(k) && i <= LWQ_LMHEAD_SWEEP && m < 0; i++)
+            for (int i = LWQ_LMHEAD_NONE; cJSON_IsString(k) && i <= LWQ_LMHEAD_LAST && m < 0; i++)
                 if (!strcmp(k->valuestring, lwq_lm_head_name(i)))
                     m = i;
             if (m < 0)
                 return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\", \"w4a16_nvfp4-mse\", "
-                                "\"w4a16_nvfp4-fp8_scale_sweep\" (weight-only NVFP4) or \"none\"; lwq quantizes no "
-                                "other lm_head", path);
+                                "\"w4a16_nvfp4-fp8_scale_sweep\", \"w4a16_nvfp4-four_over_six\" (weight-only NVFP4), "
+                                "\"w8a16_fp8\" (weight-only FP8) or \"none\"; lwq quantizes no other lm_head", path);
             r->lm_head = m;
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &r->kv) != 0)
@@ -871,8 +871,10 @@ int lwq_recipe_preset(const char *name, lwq_recipe *r, lwq_error *e)
 
 const char *lwq_lm_head_name(int lm_head)
 {
-    static const char *const n[] = {"none", "w4a16_nvfp4", "w4a16_nvfp4-mse", "w4a16_nvfp4-fp8_scale_sweep"};
-    return lm_head >= LWQ_LMHEAD_NONE && lm_head <= LWQ_LMHEAD_SWEEP ? n[lm_head] : "?";
+    static const char *const n[] = {"none", "w4a16_nvfp4", "w4a16_nvfp4-mse", "w4a16_nvfp4-fp8_scale_sweep",
+                                    "w8a16_fp8", "w4a16_nvfp4-four_over_six"};
+    _Static_assert(sizeof n / sizeof n[0] == LWQ_LMHEAD_LAST + 1, "one name per LWQ_LMHEAD_*");
+    return lm_head >= LWQ_LMHEAD_NONE && lm_head <= LWQ_LMHEAD_LAST ? n[lm_head] : "?";
 }
 
 int lwq_recipe_uses_gptq(const lwq_recipe *r)

@@ -94,7 +94,7 @@ typedef struct lwq_recipe {
     double gptq_damp;         /* GPTQ dampening, fraction of the mean Hessian diagonal */
     int gptq_act_order;       /* GPTQ visits columns by descending Hessian diagonal */
     lwq_kv_mode kv;           /* the model's KV cache mode (kv rules must agree per module) */
-    int lm_head;              /* LWQ_LMHEAD_*: lm_head quantized weight-only (W4A16 NVFP4) or not */
+    int lm_head;              /* LWQ_LMHEAD_*: lm_head quantized weight-only (NVFP4 or FP8) or not */
     int embed_rules;          /* 1: the rules decide the token embedding's weight quantizer too, as a
                                  Model Optimizer quant_cfg does (recipes read from its YAML; JSON
                                  "embedding": "rules"); 0: the embedding stays in the source dtype
@@ -110,8 +110,21 @@ typedef struct lwq_recipe {
  * weight-only NVFP4 (W4A16_NVFP4) with dynamic block scales ("w4a16_nvfp4", algorithm max), or
  * static ones from the weight searches of the decoder linears: the mse search ("w4a16_nvfp4-mse")
  * or the FP8 scale sweep ("w4a16_nvfp4-fp8_scale_sweep"; the huggingface/qwen3_5*
- * w4a16_nvfp4_mse recipes' nvfp4_static lm_head under method mse, fp8_scale_sweep true). */
-enum { LWQ_LMHEAD_NONE = 0, LWQ_LMHEAD_MAX = 1, LWQ_LMHEAD_MSE = 2, LWQ_LMHEAD_SWEEP = 3 };
+ * w4a16_nvfp4_mse recipes' nvfp4_static lm_head under method mse, fp8_scale_sweep true), or
+ * Four-over-Six static NVFP4 under mse over the recipe's multiplier range
+ * ("w4a16_nvfp4-four_over_six"; Nemotron-3.5-Lightning's w4a16_nvfp4_4o6); or FP8 per-tensor
+ * weight-only at the weight's amax ("w8a16_fp8", algorithm max; Nemotron-3-Nano-4B's nvfp4_w4a16:
+ * Model Optimizer 0.47 calls it quant_algo FP8, writes weight and weight_scale, no input_scale).
+ * The numbers are stable: the run fingerprint hashes them. */
+enum {
+    LWQ_LMHEAD_NONE = 0,
+    LWQ_LMHEAD_MAX = 1,
+    LWQ_LMHEAD_MSE = 2,
+    LWQ_LMHEAD_SWEEP = 3,
+    LWQ_LMHEAD_FP8 = 4,
+    LWQ_LMHEAD_F46 = 5,
+    LWQ_LMHEAD_LAST = LWQ_LMHEAD_F46
+};
 const char *lwq_lm_head_name(int lm_head);
 
 /* The mse multiplier range: Model Optimizer's default (0.25 to 4.0 by 0.1, 39 candidates), or the

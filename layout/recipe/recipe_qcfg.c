@@ -483,20 +483,39 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
     r->embed_rules = 1;
     lwq_quant_choice lm = lwq_recipe_resolve_module(r, "lm_head", 0);
     /* weight-only NVFP4 (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
-     * '*lm_head*weight_quantizer' with nvfp4, or nvfp4_static under mse + fp8_scale_sweep): lwq
-     * writes that with dynamic blocks (max) or the decoder linears' static searches; anything else it
-     * refuses */
-    if (lm.format == LWQ_QFMT_NVFP4 && lm.weight_only && !lm.four_over_six &&
+     * '*lm_head*weight_quantizer' with nvfp4, or nvfp4_static under mse + fp8_scale_sweep;
+     * Nemotron-3.5-Lightning's w4a16_nvfp4_4o6 gives it nvfp4_four_over_six under mse [1.0, 1.5]):
+     * lwq writes that with dynamic blocks (max), the decoder linears' static searches, or their
+     * Four-over-Six search; weight-only FP8 (Nemotron-3-Nano-4B's nvfp4_w4a16: '*lm_head*weight_quantizer'
+     * fp8, its input quantizer left disabled) at the weight's amax under max.  Anything else it refuses */
+    if (lm.format == LWQ_QFMT_NVFP4 && lm.weight_only && lm.four_over_six) {
+        if (lm.algo != LWQ_ALGO_MSE || lm.fp8_scale_sweep)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head as Four-over-Six NVFP4 under %s%s; "
+                            "lwq writes a Four-over-Six lm_head under mse without fp8_scale_sweep only", path,
+                            lwq_algo_name(lm.algo), lm.fp8_scale_sweep ? " + fp8_scale_sweep" : "");
+        r->lm_head = LWQ_LMHEAD_F46;
+        return 0;
+    }
+    if (lm.format == LWQ_QFMT_NVFP4 && lm.weight_only &&
         (lm.algo == LWQ_ALGO_MAX || (lm.algo == LWQ_ALGO_MSE && (lm.fp8_scale_sweep || lm.mse_range == LWQ_MSE_RANGE_DEFAULT)))) {
         r->lm_head = lm.algo == LWQ_ALGO_MAX ? LWQ_LMHEAD_MAX : lm.fp8_scale_sweep ? LWQ_LMHEAD_SWEEP : LWQ_LMHEAD_MSE;
         return 0;
     }
+    if (lm.split && lm.weight_format == LWQ_QFMT_FP8 && lm.input_format == LWQ_QFMT_NONE) {
+        if (lm.algo != LWQ_ALGO_MAX)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head as weight-only FP8 under %s; lwq "
+                            "writes a weight-only FP8 lm_head under max only (the weight's own amax)", path,
+                            lwq_algo_name(lm.algo));
+        r->lm_head = LWQ_LMHEAD_FP8;
+        return 0;
+    }
     if (lm.format != LWQ_QFMT_NONE || lm.split)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head (%s), which lwq keeps in the source "
-                        "dtype unless it is weight-only NVFP4 (dynamic blocks, or static ones under mse); add "
-                        "{quantizer_name: '*lm_head*', "
+                        "dtype unless it is weight-only: NVFP4 (dynamic blocks, or static ones under mse, "
+                        "Four-over-Six too) or FP8 under max; add {quantizer_name: '*lm_head*', "
                         "enable: false}", path,
-                        lwq_qformat_name(lm.format != LWQ_QFMT_NONE ? lm.format
-                                         : lm.weight_format != LWQ_QFMT_NONE ? lm.weight_format : lm.input_format));
+                        lm.split ? "weight and input quantizers of different formats"
+                                 : lwq_qformat_name(lm.format != LWQ_QFMT_NONE ? lm.format
+                                                    : lm.weight_format != LWQ_QFMT_NONE ? lm.weight_format : lm.input_format));
     return 0;
 }

@@ -752,8 +752,8 @@ Test(recipe_yaml, refuses_quantizing_lm_head)
                  "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
                  "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n",
                  "r.yaml: the recipe quantizes lm_head (fp8), which lwq keeps in the source dtype unless it is "
-                 "weight-only NVFP4 (dynamic blocks, or static ones under mse); add {quantizer_name: '*lm_head*', "
-                 "enable: false}");
+                 "weight-only: NVFP4 (dynamic blocks, or static ones under mse, Four-over-Six too) or FP8 under max; "
+                 "add {quantizer_name: '*lm_head*', enable: false}");
 }
 
 /* the huggingface/qwen3_5*\/ptq/w4a16_* recipes: '*lm_head*weight_quantizer' with nvfp4, last */
@@ -777,8 +777,8 @@ Test(recipe_yaml, a_weight_only_nvfp4_lm_head_is_quantized)
                  "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4}}\n"
                  "    - {quantizer_name: '*lm_head*input_quantizer', cfg: {$import: nvfp4}}\n",
                  "r.yaml: the recipe quantizes lm_head (nvfp4), which lwq keeps in the source dtype unless it is "
-                 "weight-only NVFP4 (dynamic blocks, or static ones under mse); add {quantizer_name: '*lm_head*', "
-                 "enable: false}");
+                 "weight-only: NVFP4 (dynamic blocks, or static ones under mse, Four-over-Six too) or FP8 under max; "
+                 "add {quantizer_name: '*lm_head*', enable: false}");
 }
 
 /* the huggingface/qwen3_5*\/ptq/w4a16_nvfp4_mse-* recipes: '*lm_head*weight_quantizer' with

@@ -75,8 +75,9 @@ int lwq_fingerprint_run(const lwq_ckpt *ck, int nlayers, const lwq_arch_layer *p
      * that resolve alike (a preset and its Model Optimizer YAML) write the same bytes */
     lwq_xxh64_init(&s, 0);
     lwq_xxh64_update(&s, o->recipe->name, strlen(o->recipe->name) + 1);
-    /* a weight-only lm_head: bit 8; its static searches (LWQ_LMHEAD_MSE, _SWEEP) in bits 9-10, 0 for
-     * the dynamic one, so that runs from before them keep their fingerprints */
+    /* a weight-only lm_head: bit 8; its other forms (LWQ_LMHEAD_MSE, _SWEEP, _FP8, _F46) as
+     * lm_head - LWQ_LMHEAD_MAX in bits 9-11, 0 for the dynamic one, so that runs from before them
+     * keep their fingerprints */
     int32_t kv = (int32_t)o->recipe->kv | (o->recipe->lm_head ? 0x100 : 0) |
                  (o->recipe->lm_head > LWQ_LMHEAD_MAX ? (o->recipe->lm_head - LWQ_LMHEAD_MAX) << 9 : 0);
     /* a weight-only NVFP4 token embedding (LWQ_LMHEAD_* in bits 12-13; 0 without, so that other runs
