@@ -304,7 +304,7 @@ dict() { # dict HARNESS SOURCE_FILE_NAME... [-- EXTRA_ENTRY...]
 dict safetensors safetensors.c dtype.c -- '{"' '":' '[0,' '],' '"data_offsets":[' '"shape":['
 dict config config.c -- 'null' 'true' 'false' '1e308' '-1' '4096' '"text_config":{'
 dict recipe_json recipe.c recipe_attrs.c -- '[!' '[a-z]' '*.' 'true' 'false' 'null' '1e-50'
-dict recipe_yaml recipe_yaml.c recipe_qcfg.c recipe_attrs.c yaml_doc.c -- 'imports:' '$import:' \
+dict recipe_yaml recipe_yaml.c recipe_autoq.c recipe_qcfg.c recipe_attrs.c yaml_doc.c -- 'imports:' '$import:' \
     'quant_cfg:' 'quantizer_name:' 'cfg:' '- ' ': ' '---' '[' ']' '{' '}' '&a' '*a' '!!str' '(4, 3)' '(2, 1)'
 dict scores autoq_state.c -- '"0123456789abcdef"' 'true' 'false' 'null' '1e308' '-1' 'nvfp4' 'fp8' 'none' \
     'state-0.bin' 'state-1.bin'

@@ -1,0 +1,146 @@
+/* layout/recipe/recipe_autoq.c — an auto_quantize recipe as the search's options (see recipe_autoq.h). */
+#include "layout/recipe/recipe_autoq.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int has_suffix(const char *s, const char *suf)
+{
+    size_t a = strlen(s), b = strlen(suf);
+    return a >= b && !strcmp(s + a - b, suf);
+}
+
+/* The path an alias of f's top-level imports names ("" when none). */
+static const char *aq_import(const lwq_ynode *imports, const lwq_ynode *item)
+{
+    const char *alias = lwq_y_str(lwq_y_get(item, "$import"));
+    const char *path = alias ? lwq_y_str(lwq_y_get(imports, alias)) : NULL;
+    return path ? path : "";
+}
+
+/* disabled_layers / cost_excluded_layers lwq's search already keeps: the shared base unit (routers,
+ * gates, conv1d, vision towers, MTP: modules lwq's search does not search or count), and for
+ * disabled_layers the qwen3_6_moe recipe's "*shared_expert_gate*", an entry of that unit. */
+static void aq_layers(const lwq_ynode *imports, const lwq_ynode *aq, const char *key, const char *unit, char *lacks,
+                      size_t cap)
+{
+    const lwq_ynode *l = lwq_y_get(aq, key);
+    for (int i = 0; l && i < (l->kind == LWQ_Y_SEQ ? l->n : 1); i++) {
+        const lwq_ynode *it = l->kind == LWQ_Y_SEQ ? l->kids[i] : l;
+        const char *s = lwq_y_str(it), *p = aq_import(imports, it);
+        if (has_suffix(p, unit) || (s && !strcmp(key, "disabled_layers") && !strcmp(s, "*shared_expert_gate*")))
+            continue;
+        snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; %s[%d] (%.60s) is not implemented (lwq keeps "
+                 "%s)", key, i, s ? s : *p ? p : "inline", unit);
+        return;
+    }
+}
+
+/* An auto_quantize recipe (Model Optimizer's ModelOptAutoQuantizeRecipe) is lwq's search with the same
+ * command's options (--auto-quantize-bits from constraints.effective_bits, --auto-quantize-formats from
+ * candidate_formats' preset names, none added as Model Optimizer adds it, the score and its size, the
+ * cost model): when lwq has all it says, run gets them; else the refusal gives those options and names
+ * what lwq lacks for it: module_search_spaces, a fixed quantize baseline, candidates that are no lwq
+ * format, layer patterns beyond the base units. */
+int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int line, lwq_recipe_run *run, lwq_error *e)
+{
+    const lwq_ynode *con = lwq_y_get(aq, "constraints"), *cands = lwq_y_get(aq, "candidate_formats");
+    const char *bits = lwq_y_str(lwq_y_get(con, "effective_bits")), *cost = lwq_y_str(lwq_y_get(con, "cost_model"));
+    const char *method = lwq_y_str(lwq_y_get(aq, "auto_quantize_method"));
+    const char *size = lwq_y_str(lwq_y_get(aq, "score_size"));
+    char fmts[96] = "", lacks[512] = "";
+    int nv = 0, fp = 0, wo = 0, bad = 0;
+    for (int i = 0; cands && cands->kind == LWQ_Y_SEQ && i < cands->n; i++) {
+        /* a candidate is {$import: alias}; the alias names a preset path in the file's imports */
+        const char *path = aq_import(f->imports, cands->kids[i]);
+        const char *b = strrchr(path, '/');
+        b = b ? b + 1 : path;
+        if (!strcmp(b, "nvfp4"))
+            nv = 1;
+        else if (!strcmp(b, "fp8"))
+            fp = 1;
+        else if (!strcmp(b, "w4a16_nvfp4"))
+            wo = 1;
+        else if (!bad++)
+            snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; candidate_formats[%d] (%s) is no format "
+                     "lwq searches (nvfp4, fp8, w4a16_nvfp4)", i, *path ? path : "inline");
+    }
+    if (nv || fp || wo)
+        snprintf(fmts, sizeof fmts, "%s%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
+    else /* no top-level candidates (module_search_spaces has its own) */
+        snprintf(fmts, sizeof fmts, "F,...");
+    /* active_moe is lwq's --auto-quantize-cost-model active_moe, its ratio the option's */
+    const char *ratio = lwq_y_str(lwq_y_get(lwq_y_get(con, "cost"), "active_moe_expert_ratio"));
+    char costopt[96] = "";
+    if (cost && !strcmp(cost, "active_moe"))
+        snprintf(costopt, sizeof costopt, " --auto-quantize-cost-model active_moe%s%.24s", ratio ?
+                 " --auto-quantize-active-moe-ratio " : "", ratio ? ratio : "");
+    else if (cost && strcmp(cost, "weight"))
+        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; constraints.cost_model %.40s is not "
+                 "implemented (lwq has weight and active_moe)", cost);
+    if (lwq_y_get(aq, "module_search_spaces"))
+        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; module_search_spaces is not implemented "
+                 "(lwq searches every group of the base recipe)");
+    if (lwq_y_get(f->body, "quantize"))
+        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; a fixed quantize baseline is not "
+                 "implemented (lwq's base recipe is the preset)");
+    for (int i = 0; aq->kind == LWQ_Y_MAP && i < aq->n; i++) {
+        const char *k = aq->kids[2 * i]->str;
+        if (strcmp(k, "constraints") && strcmp(k, "candidate_formats") && strcmp(k, "auto_quantize_method") &&
+            strcmp(k, "score_size") && strcmp(k, "disabled_layers") && strcmp(k, "cost_excluded_layers") &&
+            strcmp(k, "module_search_spaces"))
+            snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; auto_quantize.%.40s is not "
+                     "implemented", k);
+    }
+    aq_layers(f->imports, aq, "disabled_layers", "configs/auto_quantize/units/base_disabled_layers", lacks,
+              sizeof lacks);
+    aq_layers(f->imports, aq, "cost_excluded_layers", "configs/auto_quantize/units/base_cost_excluded_layers", lacks,
+              sizeof lacks);
+    /* the numbers, checked as Model Optimizer's schema checks them */
+    char *end = NULL;
+    double bv = bits ? strtod(bits, &end) : 4.8; /* Model Optimizer's default */
+    double rv = ratio ? strtod(ratio, NULL) : 0;
+    long sv = size ? strtol(size, NULL, 10) : 0;
+    if ((bits && (!end || *end || !(bv > 0 && bv <= 16))) || (ratio && !(rv > 0 && rv <= 1)) ||
+        (size && (sv < 1 || sv > (1 << 20))) || (method && strcmp(method, "gradient") && strcmp(method, "kl_div")))
+        return lwq_errf(e, LWQ_EFORMAT, "%s:%d: auto_quantize: effective_bits must be in (0, 16], "
+                        "active_moe_expert_ratio in (0, 1], score_size in [1, 1048576], auto_quantize_method "
+                        "gradient or kl_div", f->rel, line);
+    if (!nv && !fp && !wo && !*lacks)
+        snprintf(lacks, sizeof lacks, "; candidate_formats is empty");
+    if (!*lacks) {
+        run->is_aq = 1;
+        snprintf(run->aq_qformat, sizeof run->aq_qformat, "%s", fp ? "fp8" : "nvfp4");
+        run->aq_bits = bv;
+        run->aq_nvfp4 = nv, run->aq_fp8 = fp, run->aq_w4a16 = wo;
+        run->aq_active_moe = cost && !strcmp(cost, "active_moe");
+        run->aq_moe_ratio = rv;
+        run->aq_kl = method && !strcmp(method, "kl_div");
+        run->aq_score_size = (int)sv;
+        return 0;
+    }
+    return lwq_errf(e, LWQ_EUNSUPPORTED, "%s:%d: auto_quantize (AutoQuantize searches per-layer formats over the "
+                    "whole model) is not read as a recipe: lwq's search takes it as options: --qformat %s "
+                    "--auto-quantize-bits %s --auto-quantize-formats %s%s%s%s%s (lm_head and routers are not "
+                    "searched)%s", f->rel, line, fp ? "fp8" : "nvfp4", bits ? bits : "B", fmts, costopt,
+                    method && !strcmp(method, "kl_div") ? " --auto-quantize-score kl" : "",
+                    size ? " --auto-quantize-score-size " : "", size ? size : "", lacks);
+}
+
+/* An auto_quantize recipe's other top-level keys: imports, metadata with recipe_type auto_quantize. */
+int lwq_recipe_aq_top(const lwq_recipe_aq_file *f, lwq_error *e)
+{
+    for (int i = 0; i < f->body->n; i++) {
+        const char *k = f->body->kids[2 * i]->str;
+        if (strcmp(k, "imports") && strcmp(k, "metadata") && strcmp(k, "auto_quantize"))
+            return lwq_errf(e, LWQ_EFORMAT, "%s:%d: unknown top-level key \"%s\" (an auto_quantize recipe has "
+                            "imports, metadata and auto_quantize)", f->rel, f->body->kids[2 * i]->line, k);
+    }
+    const lwq_ynode *rt = lwq_y_get(lwq_y_get(f->body, "metadata"), "recipe_type");
+    if (!lwq_y_str(rt) || strcmp(rt->str, "auto_quantize"))
+        return lwq_errf(e, LWQ_EFORMAT, "%s: an auto_quantize recipe needs metadata.recipe_type auto_quantize",
+                        f->rel);
+    return 0;
+}
+
