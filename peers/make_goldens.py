@@ -81,6 +81,27 @@ for _src in ("nemotron_h-f32", "nemotron_h-bf16", "nemotron_h_latent-f32", "nemo
         KNOWN_DIFFERENCES[(_src, _label)] = [
             "hf_quant_config.json quantization.exclude_modules: backbone.embedding is excluded only in A",
             "config.json quantization_config.ignore: backbone.embedding is excluded only in A"]
+# The published Nemotron-3 recipes (group nemotron_recipes) are MIXED_PRECISION: the same mangling
+# reaches quantized_layers and the config groups' targets, which tests/helpers/peercmp.c then compares
+# by the names before the sentinel (and says so).  Nano-4B's recipe quantizes the embedding too:
+# lwq lists it by its checkpoint name, backbone.embedding (the module of backbone.embedding.weight);
+# Model Optimizer by its in-memory name, backbone.embeddings, which transformers' conversion mapping
+# gives the tensor only ("embedding.weight" -> "embeddings.weight"), so no export reverses it.
+_MANGLED = [f"{w}: B's module names end in Model Optimizer's mangled name sentinel (compared by the names before it)"
+            for w in ("hf_quant_config.json quantization.quantized_layers", "config.json quantization_config.config_groups",
+                      "config.json quantization_config.quantized_layers")]
+_EMBEDDING = ["hf_quant_config.json quantization.quantized_layers: backbone.embedding only in A",
+              "hf_quant_config.json quantization.quantized_layers: backbone.embeddings only in B",
+              "config.json quantization_config.config_groups.group_0 differs",
+              "config.json quantization_config.quantized_layers: backbone.embedding only in A",
+              "config.json quantization_config.quantized_layers: backbone.embeddings only in B"]
+for _src in ("nemotron_h-f32", "nemotron_h-bf16"):
+    for _name in run.NEMOTRON_RECIPES:
+        _label = "models_nvidia_" + _name.replace("/", "_")
+        if _name.endswith("/nvfp4_w4a16"):
+            KNOWN_DIFFERENCES[(_src, _label)] = _MANGLED + _EMBEDDING
+        else:  # the mse recipes run against the patched peer
+            KNOWN_DIFFERENCES[(_src, _label + "-patched" if "max-calib" not in _name else _label)] = _MANGLED
 LAYER_DUMPS = ("qwen3_5-f32", "qwen3_5_moe-f32", "qwen3_5_text-f32", "qwen3_5_moe_text-f32", "qwen3_next-f32",
                "qwen3_moe-f32")
 
@@ -242,7 +263,7 @@ def copy_case(c, bounds):
             "modelopt": {k: v.replace(ROOT + "/", "") if isinstance(v, str) else v for k, v in c.mo.items()}}
     if run.mo_source(c.src) != c.src:  # Model Optimizer quantized the dequantized form
         case["modelopt"]["source"] = f"{run.mo_source(c.src)} (peers/make_fp8_block.py; not committed)"
-    if is_qwen3_5(c.src) or c.group == "nemotron":
+    if is_qwen3_5(c.src) or c.group in ("nemotron", "nemotron_recipes"):
         # the group is the Criterion test that runs the case (tests/tools/families/test_peer_goldens.c); the
         # recipe's files name lwq's refusals of it
         case["group"] = c.group
@@ -326,11 +347,14 @@ def add_families34():
 # FP8-block sources (peers/run.py group "fp8block": lwq reads the FP8 form, Model Optimizer the
 # dequantized one) and weight-only NVFP4 on the issue-34 families (group "families34_w4a16"),
 # added with --add GROUP
-GROUP_LABELS = {"fp8block": {"fp8", "nvfp4"}, "families34_w4a16": {"w4a16_nvfp4"}}
+GROUP_LABELS = {"fp8block": {"fp8", "nvfp4"}, "families34_w4a16": {"w4a16_nvfp4"},
+                # issue 35: Model Optimizer 0.47's five published Nemotron-3 recipes on nemotron_h
+                # (F32, BF16), the mse ones against the patched peer: every case of the group
+                "nemotron_recipes": None}
 
 
 def add_group(group):
-    """--add fp8block / families34_w4a16: that group's goldens beside the ones in DEST."""
+    """--add fp8block / families34_w4a16 / nemotron_recipes: that group's goldens beside the ones in DEST."""
     res = json.load(open(os.path.join(run.WORK, "results.json")))
     man = json.load(open(os.path.join(DEST, "MANIFEST.json")))
     bounds = dict(man["bf16_bounds"])
@@ -338,7 +362,7 @@ def add_group(group):
         if k in bounds and abs(bounds[k]["bound"] - b["bound"]) > 1e-12:
             sys.exit(f"make_goldens: the BF16 bound of {k} moved ({bounds[k]['bound']} -> {b['bound']})")
         bounds.setdefault(k, b)
-    todo = [c for c in run.cases() if c.group == group and c.label in GROUP_LABELS[group]]
+    todo = [c for c in run.cases() if c.group == group and (GROUP_LABELS[group] is None or c.label in GROUP_LABELS[group])]
     for c in todo:  # a family not run (mistral4 while lwq refuses it) is left out, said so
         if not os.path.exists(os.path.join(c.mo_dir(), "PEERS_RUN.json")):
             print(f"make_goldens: {c.id}: no Model Optimizer export in {c.mo_dir()}; left out")
@@ -647,7 +671,7 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "mixed_names", "kimi_linear", "fp8block",
-                                      "families34_w4a16", "group_mask", "autoq_active_moe"),
+                                      "families34_w4a16", "nemotron_recipes", "group_mask", "autoq_active_moe"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
@@ -789,6 +813,23 @@ and 7 tokens and left-padded by 0, 15, 27, 31 tokens; added with `--add nemotron
 `known_differences`: Model Optimizer 0.47's export mangles every exclude_modules / ignore name of
 this model (its reverse-rename "backbone." rule eats the name sentinel: "lm_head.\\u0000backbone.
 pt_name_sentinel"), so its lists match no module and lwq's, which name the modules, differ.
+
+Model Optimizer 0.47's published Nemotron-3 recipes (issue 35; `peers/run.py` group
+`nemotron_recipes`, `--add nemotron_recipes`; docs/RECIPES.md section 10), read from their own YAML
+(copied under `modelopt_recipes/models/nvidia/`) on nemotron_h F32 and BF16: Super-120B
+`nvfp4-max-calib`, and against the **patched peer** Super-120B `nvfp4-mse`, Ultra-550B `nvfp4-4o6`
+and Nemotron-3.5-Lightning `w4a16_nvfp4_4o6` (its lm_head weight-only Four-over-Six NVFP4:
+`lm_head.weight` U8, `weight_scale`, `weight_scale_2`, no input_scale, `W4A16_NVFP4`), and unpatched
+Nano-4B `nvfp4_w4a16` (its lm_head weight-only FP8: `lm_head.weight` F8_E4M3 and an F32
+`weight_scale`, no input_scale, listed as quant_algo `FP8`, since Model Optimizer's
+get_quantization_format does not look at the input quantizer of an FP8 module; its embedding
+weight-only NVFP4).  All five are MIXED_PRECISION, so the mangling above reaches
+`quantized_layers` and the config groups' targets; tests/helpers/peercmp.c compares those by the
+names before the sentinel and records that it did (`known_differences`).  Nano-4B's also records
+the embedding's name: lwq lists `backbone.embedding`, the module of the checkpoint's
+`backbone.embedding.weight`; Model Optimizer lists the in-memory `backbone.embeddings`, a name
+transformers' conversion mapping gives the tensor only (`embedding.weight` -> `embeddings.weight`),
+so no export reverses it.
 
 Regenerate (needs the network once, for peers/setup.sh):
 

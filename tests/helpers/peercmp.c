@@ -145,16 +145,70 @@ static void compare_tensor(const pc_tensor *a, const pc_tensor *b, double rtol, 
 
 /* ---- configs ----------------------------------------------------------------------------------- */
 
-static cJSON *read_json(const char *dir, const char *file)
+/* *mangled: 1 when the text holds Model Optimizer 0.47's mangled name sentinel.  Its export of
+ * nemotron_h appends ".\u0000modelopt_name_sentinel" to every module name before reversing
+ * transformers' "backbone." -> "model." rename, which rewrites the sentinel itself, so the suffix
+ * is never removed: "lm_head.\u0000backbone.pt_name_sentinel" (tests/data/peers/README.md).  cJSON
+ * reads \u0000 as a NUL, so each such name reads as the module's name and a dot. */
+static cJSON *read_json(const char *dir, const char *file, int *mangled)
 {
     char p[1024], *s = NULL;
     lwq_error e = {0};
     snprintf(p, sizeof p, "%s/%s", dir, file);
     cr_assert_eq(lwq_file_read_all(p, 16u << 20, &s, NULL, &e), 0, "%s", e.msg);
+    *mangled = strstr(s, "\\u0000backbone.pt_name_sentinel") != NULL;
     cJSON *j = cJSON_Parse(s);
     free(s);
     cr_assert_not_null(j, "%s: not JSON", p);
     return j;
+}
+
+/* Names read up to the mangled sentinel (read_json): the trailing dot of every object key and
+ * string value under j dropped, in place; returns how many.  A module name never ends in a dot. */
+static int unmangle(cJSON *j)
+{
+    int k = 0;
+    for (cJSON *x = j ? j->child : NULL; x; x = x->next) {
+        size_t n;
+        if (x->string && (n = strlen(x->string)) > 0 && x->string[n - 1] == '.') {
+            x->string[n - 1] = 0;
+            k++;
+        }
+        if (cJSON_IsString(x) && (n = strlen(x->valuestring)) > 0 && x->valuestring[n - 1] == '.') {
+            x->valuestring[n - 1] = 0;
+            k++;
+        }
+        k += unmangle(x);
+    }
+    return k;
+}
+
+/* A map of modules or config groups (quantized_layers, config_groups), entry by entry: each entry
+ * only one side has, or that differs, named.  A side whose names carry the mangled sentinel is
+ * compared by the names before it, and said so once (a recorded difference of its own). */
+static void compare_entries(const char *what, const cJSON *ea, const cJSON *eb, const int mangled[2], pc_result *r)
+{
+    cJSON *d[2] = {cJSON_Duplicate(ea, 1), cJSON_Duplicate(eb, 1)};
+    cr_assert(d[0] && d[1], "%s: out of memory", what);
+    for (int s = 0; s < 2; s++)
+        if (mangled[s] && unmangle(d[s]) > 0)
+            note(r, "%s: %s's module names end in Model Optimizer's mangled name sentinel (compared by the "
+                    "names before it)", what, s ? "B" : "A");
+    if (!cJSON_IsObject(d[0]) || !cJSON_IsObject(d[1])) {
+        if (!cJSON_Compare(d[0], d[1], 1))
+            note(r, "%s differs", what);
+    } else {
+        for (int s = 0; s < 2; s++)
+            for (const cJSON *x = d[s]->child; x; x = x->next) {
+                const cJSON *y = cJSON_GetObjectItemCaseSensitive(d[1 - s], x->string);
+                if (!y)
+                    note(r, "%s: %s only in %s", what, x->string, s ? "B" : "A");
+                else if (s == 0 && !cJSON_Compare(x, y, 1))
+                    note(r, "%s.%s differs", what, x->string);
+            }
+    }
+    cJSON_Delete(d[0]);
+    cJSON_Delete(d[1]);
 }
 
 /* Whether the exclusion list covers module m: an exact name, an fnmatch glob, or an ancestor. */
@@ -192,7 +246,7 @@ static void compare_excludes(const char *what, const cJSON *la, const cJSON *lb,
 }
 
 static void compare_object(const char *what, const cJSON *oa, const cJSON *ob, const char *list_key, const pc_ckpt *a,
-                           const pc_ckpt *b, pc_result *r)
+                           const pc_ckpt *b, const int mangled[2], pc_result *r)
 {
     if (!cJSON_IsObject(oa) || !cJSON_IsObject(ob)) {
         note(r, "%s: missing in %s", what, cJSON_IsObject(oa) ? "B" : "A");
@@ -210,6 +264,8 @@ static void compare_object(const char *what, const cJSON *oa, const cJSON *ob, c
             snprintf(k, sizeof k, "%s.%s", what, x->string);
             if (!strcmp(x->string, list_key))
                 compare_excludes(k, ya, yb, a, b, r);
+            else if (ya && yb && (!strcmp(x->string, "quantized_layers") || !strcmp(x->string, "config_groups")))
+                compare_entries(k, ya, yb, mangled, r);
             else if (!ya || !yb || !cJSON_Compare(ya, yb, 1))
                 note(r, "%s differs", k);
         }
@@ -231,12 +287,13 @@ void pc_compare(const char *da, const char *db, double rtol, pc_result *r)
         else
             compare_tensor(&a.v[i++], &b.v[j++], rtol, r);
     }
-    cJSON *ha = read_json(da, "hf_quant_config.json"), *hb = read_json(db, "hf_quant_config.json");
+    int mh[2], mc[2];
+    cJSON *ha = read_json(da, "hf_quant_config.json", &mh[0]), *hb = read_json(db, "hf_quant_config.json", &mh[1]);
     compare_object("hf_quant_config.json quantization", cJSON_GetObjectItem(ha, "quantization"),
-                   cJSON_GetObjectItem(hb, "quantization"), "exclude_modules", &a, &b, r);
-    cJSON *ca = read_json(da, "config.json"), *cb = read_json(db, "config.json");
+                   cJSON_GetObjectItem(hb, "quantization"), "exclude_modules", &a, &b, mh, r);
+    cJSON *ca = read_json(da, "config.json", &mc[0]), *cb = read_json(db, "config.json", &mc[1]);
     compare_object("config.json quantization_config", cJSON_GetObjectItem(ca, "quantization_config"),
-                   cJSON_GetObjectItem(cb, "quantization_config"), "ignore", &a, &b, r);
+                   cJSON_GetObjectItem(cb, "quantization_config"), "ignore", &a, &b, mc, r);
     cJSON_Delete(ha);
     cJSON_Delete(hb);
     cJSON_Delete(ca);

@@ -4,7 +4,10 @@
  * within a relative tolerance; hf_quant_config.json's quantization and config.json's
  * quantization_config equal in meaning (every key equal except producer, and the exclusion lists
  * as the set of the checkpoints' quantizable modules -- a weight of two or more dimensions -- they
- * cover: a glob and the names it matches are the same exclusion).  Test-only; not thread-safe. */
+ * cover: a glob and the names it matches are the same exclusion; quantized_layers and config_groups
+ * entry by entry, each missing or differing entry named, and names that carry Model Optimizer 0.47's
+ * mangled nemotron_h sentinel read up to it, with a note saying so: peercmp.c read_json).
+ * Test-only; not thread-safe. */
 #ifndef LWQ_TESTS_PEERCMP_H
 #define LWQ_TESTS_PEERCMP_H
 

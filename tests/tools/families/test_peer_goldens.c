@@ -657,3 +657,9 @@ Test(peer_goldens, verify_checks_experts_against_their_experts_entry, .timeout =
  * Every tensor is compared; the cases carry one recorded difference, Model Optimizer's mangled
  * exclusion lists (known_differences, tests/data/peers/README.md), so the group reports them. */
 Test(peer_goldens, nemotron_h, .timeout = 300) { run_group("nemotron"); }
+/* issue 35: Model Optimizer 0.47's five published Nemotron-3 recipes (models/nvidia/NVIDIA-Nemotron-3*),
+ * read from their own YAML, on nemotron_h F32 and BF16; the mse ones against the patched peer.  Among
+ * them the two lm_head forms: Nano-4B's weight-only FP8 (quant_algo FP8, no input_scale) and
+ * Lightning's weight-only Four-over-Six NVFP4.  Every tensor is compared; the recorded differences
+ * are Model Optimizer's mangled module names (known_differences, tests/data/peers/README.md). */
+Test(peer_goldens, nemotron_recipes, .timeout = 300) { run_group("nemotron_recipes"); }
