@@ -78,6 +78,9 @@ typedef struct lwq_mem_plan {
     uint64_t stats_bytes;          /* Hessian sums etc. */
     uint64_t gptq_hessian_bytes;   /* of which GPTQ's full in x in sums (also in stats_bytes) */
     uint64_t gptq_factor_bytes;    /* GPTQ working memory for the largest linear */
+    uint64_t search_bytes;         /* the host's FP8 weight search for its largest linear: per-row
+                                      losses over every candidate (a recipe's own range: up to
+                                      LWQ_MSE_MAX_STEPS) and a routed expert's stacked gate+up copy */
     uint64_t writer_bytes;         /* quantized output of up to two layers in flight */
     uint64_t embed_bytes;          /* embedding matrix during the embedding step */
     uint64_t process_bytes;        /* the process itself: fixed allowances + the calibration ids (plan.c) */

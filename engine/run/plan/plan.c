@@ -3,8 +3,9 @@
  * Host peak = ring slots (K x the largest layer's aligned read extents) + two boundaries (every
  * calibration row x hidden x activation size) + the forward's scratch for the largest batch +
  * local-Hessian sums + the quantized output (and, for FP8-block / MXFP4 sources, the dequantized
- * weights) of up to two layers in flight at the writer + the
- * tail tensors read for the embedding step.  The process term is fixed allowances and the
+ * weights) of up to two layers in flight at the writer + the host's FP8 weight search (its per-row
+ * losses over the real candidate count, a recipe's own range up to LWQ_MSE_MAX_STEPS, and a routed
+ * expert's stacked gate+up copy) + the tail tensors read for the embedding step.  The process term is fixed allowances and the
  * calibration ids, never a sample of the live RSS, so what the plan decides (the expert group,
  * --batch-size 0) depends only on the inputs, the options and the machine's fixed facts.
  * GPU peak (CUDA backend) = the CUDA context and cuBLAS workspace + the larger of two phases:
@@ -94,9 +95,47 @@ static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t de
  * each operand that is not F32 is widened to F32 (256-byte aligned regions), and the output goes
  * through F32 when a bias or a dtype change needs the extra pass.  Quant is the quantizer's
  * (engine/quant/qops.c): the weight's device copy, the output buffers, the uploaded block amax /
- * Hessian, and the FP8 mse search's per-row losses in quant_cuda.cu. */
+ * Hessian, and the FP8 mse search's per-row losses in quant_cuda.cu (the default range's 39
+ * candidates: a recipe's own range is searched on the host, fp8_search). */
+/* The FP8 weight search of linear i (engine/quant/qlayer.c fp8_searches): 0 when none runs (max,
+ * GPTQ, another format, or a routed expert's up, searched with its gate); else the rows searched
+ * (a routed expert's gate and up stacked) into *rows, the candidates (a recipe's own range's
+ * lwq_mse_linspace count, at most LWQ_MSE_MAX_STEPS, or the default 39) into *ncand, the host
+ * copy of a stacked pair into *stacked, and whether the device runs it (the default range on
+ * CUDA; a recipe's own range is searched by the host kernel whatever the device). */
+static int fp8_search(const lwq_quantize_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plan, int i,
+                      const lwq_quant_choice *ch, uint64_t *rows, int *ncand, uint64_t *stacked, int *on_device)
+{
+    const lwq_arch_linear *l = &plan->linears[i];
+    if (ch->format != LWQ_QFMT_FP8 || ch->algo == LWQ_ALGO_MAX || ch->algo == LWQ_ALGO_GPTQ)
+        return 0;
+    float m[LWQ_MSE_MAX_STEPS];
+    int nm = ch->algo == LWQ_ALGO_MSE ? lwq_choice_mse_candidates(ch, m) : 0;
+    *ncand = nm ? nm : LWQ_MSE_STEPS;
+    *on_device = nm == 0;
+    *rows = (uint64_t)l->out_features;
+    *stacked = 0;
+    for (int k = 0; l->expert >= 0 && l->group >= 0 && k < plan->nlinears; k++) {
+        const lwq_arch_linear *pk = &plan->linears[k];
+        if (k == i || pk->group != l->group)
+            continue;
+        lwq_quant_choice ck2 = lwq_qlayer_choice(o->recipe, plan, k);
+        if (ck2.format != LWQ_QFMT_FP8 || ck2.algo == LWQ_ALGO_MAX || ck2.algo == LWQ_ALGO_GPTQ)
+            continue;
+        if (l->role != LWQ_ROLE_EXPERT_GATE)
+            return 0; /* searched with its gate, over the gate's choice */
+        uint64_t src = (uint64_t)pk->out_features * (uint64_t)pk->in_features * lwq_dtype_size(ck->cfg.dtype);
+        *rows += (uint64_t)pk->out_features;
+        *stacked = stored_bytes(ck, l->name, (uint64_t)l->out_features * (uint64_t)l->in_features *
+                                                 lwq_dtype_size(ck->cfg.dtype)) +
+                   stored_bytes(ck, pk->name, src);
+    }
+    return 1;
+}
+
 static void gpu_linear(const lwq_ckpt *ck, const lwq_arch_linear *l, const lwq_quant_choice *ch, lwq_dtype act_dt,
-                       uint64_t rows, uint64_t *staging, uint64_t *quant)
+                       uint64_t rows, uint64_t fp8_loss_rows, uint64_t fp8_stacked, uint64_t *staging,
+                       uint64_t *quant)
 {
     char name[512];
     uint64_t in = (uint64_t)l->in_features, outf = (uint64_t)l->out_features, n = in * outf;
@@ -124,9 +163,9 @@ static void gpu_linear(const lwq_ckpt *ck, const lwq_arch_linear *l, const lwq_q
         if (ch->algo == LWQ_ALGO_LOCAL_HESSIAN)
             q += in / 16 * 256 * sizeof(float);
     } else if (ch->format == LWQ_QFMT_FP8) {
-        q = wbytes + n;
-        if (ch->algo != LWQ_ALGO_MAX)
-            q += (uint64_t)l->out_features * LWQ_MSE_STEPS * sizeof(double);
+        /* the device's search: the default 39 candidates' per-row losses, over a routed expert's
+         * gate and up stacked (uploaded as one weight) */
+        q = (fp8_stacked > wbytes ? fp8_stacked : wbytes) + n + fp8_loss_rows * LWQ_MSE_STEPS * sizeof(double);
     }
     *quant = q > *quant ? q : *quant;
 }
@@ -153,6 +192,8 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         p->calib_rows += rows;
         max_rows = rows > max_rows ? rows : max_rows;
     }
+    const int cuda =
+        o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
     for (int L = 0; L < N && rc == 0; L++) {
         lwq_arch_layer plan;
         if ((rc = lwq_arch_layer_plan(c, L, &plan, e)) != 0)
@@ -202,7 +243,18 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
                 g = sw > g ? sw : g;
                 p->gpu_gptq_bytes = g > p->gpu_gptq_bytes ? g : p->gpu_gptq_bytes;
             }
-            gpu_linear(ck, l, &ch, c->dtype, (uint64_t)max_rows, &p->gpu_staging_bytes, &p->gpu_quant_bytes);
+            uint64_t srows = 0, stacked = 0, dev_rows = 0, dev_stacked = 0;
+            int ncand = 0, on_device = 0;
+            if (fp8_search(o, ck, &plan, i, &ch, &srows, &ncand, &stacked, &on_device)) {
+                /* the host's search (any on the CPU backend, a recipe's own range on CUDA): its
+                 * per-row losses over every candidate, and a stacked pair's copy */
+                uint64_t h = stacked + (on_device && cuda ? 0 : srows * (uint64_t)ncand * sizeof(double));
+                p->search_bytes = h > p->search_bytes ? h : p->search_bytes;
+                dev_rows = on_device ? srows : 0;
+                dev_stacked = on_device ? stacked : 0;
+            }
+            gpu_linear(ck, l, &ch, c->dtype, (uint64_t)max_rows, dev_rows, dev_stacked, &p->gpu_staging_bytes,
+                       &p->gpu_quant_bytes);
         }
         free(gptq);
         hess += ghess;
@@ -266,12 +318,11 @@ int lwq_quantize_plan_ckpt(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_m
         p->writer_bytes = o->dry_read ? 0 : 2 * (layer_out_max + deq_max);
         p->embed_bytes = o->dry_read ? 0 : ck->tail.bytes;
         uint64_t weights = o->whole_model ? ck->total_bytes - ck->tail.bytes : (uint64_t)p->slots * p->slot_bytes;
-        int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
         uint64_t work = (uint64_t)max_rows * (uint64_t)c->hidden_size * act;
         p->process_bytes = LWQ_PLAN_PROCESS_BYTES + (uint64_t)p->calib_tokens * sizeof(int32_t) +
                            (cuda ? LWQ_PLAN_CUDA_HOST_BYTES : 0);
         p->host_peak = p->process_bytes + weights + p->boundary_bytes + p->writer_bytes + p->stats_bytes +
-                       p->gptq_factor_bytes + p->embed_bytes +
+                       p->gptq_factor_bytes + p->search_bytes + p->embed_bytes +
                        (cuda ? (uint64_t)max_rows * (uint64_t)host_lin * 4 : p->workspace_bytes + work);
         p->gpu_runtime_bytes = cuda ? LWQ_PLAN_CUDA_CONTEXT_BYTES + LWQ_PLAN_CUBLAS_WS_BYTES : 0;
         if (!cuda) {
@@ -367,11 +418,11 @@ void lwq_mem_plan_print(const lwq_mem_plan *p, const lwq_quantize_opts *o)
             "plan: source %.3f GB; largest layer %d holds %.3f GB\n"
             "plan: calibration %lld tokens in %lld rows (batch %d)\n"
             "plan: host peak %.3f GB = process %.3f GB + ring %d x %.3f GB + boundaries %.3f GB + scratch %.3f GB"
-            " + writer %.3f GB + statistics %.3f GB + tail %.3f GB\n"
+            " + writer %.3f GB + statistics %.3f GB + FP8 search %.3f GB + tail %.3f GB\n"
             "plan: GPU peak %.3f GB%s; output %.3f GB\n",
             gb(p->source_bytes), p->largest_layer, gb(p->largest_layer_bytes), (long long)p->calib_tokens,
             (long long)p->calib_rows, o->batch_size, gb(p->host_peak), gb(p->process_bytes), p->slots, gb(p->slot_bytes),
-            gb(p->boundary_bytes), gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->embed_bytes),
+            gb(p->boundary_bytes), gb(p->workspace_bytes), gb(p->writer_bytes), gb(p->stats_bytes), gb(p->search_bytes), gb(p->embed_bytes),
             gb(p->gpu_peak), p->gpu_peak ? "" : " (CPU backend)", gb(p->output_bytes));
     if (p->gpu_peak)
         fprintf(stderr,

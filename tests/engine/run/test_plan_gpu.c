@@ -1,4 +1,4 @@
-/* `lwq plan`'s GPU peak counts what the CUDA run holds: the CUDA context and cuBLAS workspace, the quantizer's copy of a weight and its outputs, GPTQ's buffers and library handles on top of them, the F32 staging of mixed-dtype GEMMs (BF16 weights in an F16 model too), every layer and the embedding with --whole-model, the embedding step; and its process term is not a sample of the live RSS. */
+/* `lwq plan`'s GPU peak counts what the CUDA run holds: the CUDA context and cuBLAS workspace, the quantizer's copy of a weight and its outputs, GPTQ's buffers and library handles on top of them, the F32 staging of mixed-dtype GEMMs (BF16 weights in an F16 model too), every layer and the embedding with --whole-model, the embedding step, the FP8 mse search's per-row losses over its real candidate count (a recipe's own range of up to 48, searched on the host); and its process term is not a sample of the live RSS. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
@@ -6,6 +6,7 @@
 #include "tests/helpers/run.h"
 #include "engine/run/engine.h"
 #include "layout/checkpoint/checkpoint.h"
+#include "layout/format/quant_formats.h"
 #include "layout/recipe/recipe.h"
 
 TestSuite(plan_gpu, .init = lwqt_setup, .fini = lwqt_teardown);
@@ -215,4 +216,57 @@ Test(plan_gpu, the_process_term_does_not_follow_the_live_rss)
     cr_expect_eq(a.p.host_peak, b.p.host_peak);
     planned c = plan_with(m, "max", LWQ_DEVICE_CUDA, 0);
     cr_expect_gt(c.p.process_bytes, a.p.process_bytes, "a CUDA run counts the CUDA libraries' host memory");
+}
+
+/* FP8 mse over a recipe's own multiplier range: 0.5 to 1.5 by 1/47, lwq_mse_linspace's 48
+ * candidates (the most a range may have). */
+static lwq_mem_plan plan_fp8(const char *dir, int own, lwq_device_choice device)
+{
+    lwq_error e = {0};
+    lwq_recipe rec;
+    cr_assert_eq(lwq_recipe_preset("fp8", &rec, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_algo_parse("mse", &rec.algo), 0);
+    if (own) {
+        rec.mse_range = LWQ_MSE_RANGE_OWN;
+        rec.mse_mult[0] = 0.5, rec.mse_mult[1] = 1.5, rec.mse_mult[2] = 1.0 / 47;
+    }
+    lwq_calib_set cs = {0};
+    int64_t len[4] = {32, 32, 32, 32};
+    int32_t ids[32] = {0}, *rows[4] = {ids, ids, ids, ids};
+    cs.n = 4, cs.len = len, cs.ids = rows;
+    lwq_quantize_opts o;
+    memset(&o, 0, sizeof o);
+    o.model_dir = dir, o.recipe = &rec, o.calib = &cs, o.batch_size = 4, o.device = device;
+    lwq_ckpt ck;
+    lwq_mem_plan p;
+    cr_assert_eq(lwq_ckpt_open(dir, &ck, &e), 0, "%s", e.msg);
+    cr_assert_eq(lwq_quantize_plan_ckpt(&o, &ck, &p, &e), 0, "%s", e.msg);
+    lwq_ckpt_free(&ck);
+    lwq_recipe_free(&rec);
+    return p;
+}
+
+/* The plan sized the device's FP8 losses with the default 39 candidates for every range, while a
+ * recipe's own range (up to 48) is searched by the host kernel, which holds rows x 48 doubles:
+ * the host peak left them out and the GPU counted a buffer the device never allocates. */
+Test(plan_gpu, fp8_mse_own_range_losses_are_the_hosts_over_48_candidates)
+{
+    char m[600];
+    snprintf(m, sizeof m, "%s", lwqt_path("m"));
+    mkmodel(m, "bf16");
+    float c[LWQ_MSE_MAX_STEPS];
+    cr_assert_eq(lwq_mse_linspace(0.5, 1.5, 1.0 / 47, c, LWQ_MSE_MAX_STEPS), 48);
+    lwq_mem_plan def = plan_fp8(m, 0, LWQ_DEVICE_CUDA), own = plan_fp8(m, 1, LWQ_DEVICE_CUDA);
+    lwq_error e = {0};
+    lwq_ckpt ck;
+    cr_assert_eq(lwq_ckpt_open(m, &ck, &e), 0, "%s", e.msg);
+    uint64_t inter = (uint64_t)ck.cfg.intermediate_size, n = 256 * inter; /* gate/up: the most rows */
+    lwq_ckpt_free(&ck);
+    cr_expect_eq(def.gpu_quant_bytes, 2 * n + n + inter * 39 * 8, "default range: the device's 39 losses per row");
+    cr_expect_eq(own.gpu_quant_bytes, 2 * n + n, "own range: no losses on the device");
+    cr_expect_eq(own.host_peak - def.host_peak, inter * 48 * 8, "host peak %llu vs %llu: 48 losses per row",
+                 (unsigned long long)own.host_peak, (unsigned long long)def.host_peak);
+    lwq_mem_plan cpu39 = plan_fp8(m, 0, LWQ_DEVICE_CPU), cpu48 = plan_fp8(m, 1, LWQ_DEVICE_CPU);
+    cr_expect_eq(cpu48.host_peak - cpu39.host_peak, inter * (48 - 39) * 8,
+                 "CPU: the host searches both ranges, 9 more losses per row for the own one");
 }
