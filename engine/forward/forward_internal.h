@@ -120,6 +120,11 @@ typedef struct lwq_fwd_routed {
     int64_t y0;
     const lwq_tensor *slot, *ws;
     const int32_t *tok;   /* (off[count]) host: the batch row of each gathered row */
+    lwq_tensor *comb;     /* NULL, or the combine's rows when they are wider than y (an F32 sum
+                             carried over expert groups, fwd_stream.c): y's off[count] rows are
+                             copied (widened, exact) into comb_y, comb's rows for them, and the
+                             combine reads comb */
+    lwq_tensor *comb_y;
 } lwq_fwd_routed;
 
 /* Each expert of ex on its rows (in expert order), then out = moe_combine(y, slot, ws).  The

@@ -606,7 +606,11 @@ int lwq_fwd_moe_run(lwq_model *m, int layer, const lwq_weights *w, const lwq_bat
         if (r->off[j1] > r->off[j0]) /* g, u, xe are not there when no row is routed */
             rc = moe_grouped(m, layer, w, ex, r, j0, j1, names, robs, e);
     }
-    if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, r->y, r->slot, r->ws, out, e)) < 0)
+    if (rc == 0 && r->comb_y) {
+        lwq_tensor yv = lwq_fwd_rows(r->y, r->y0, r->off[ex->count]);
+        rc = lwq_backend_copy(m->be, &yv, r->comb_y, e);
+    }
+    if (rc < 0 || (rc = lwq_backend_moe_combine(m->be, r->comb ? r->comb : r->y, r->slot, r->ws, out, e)) < 0)
         return rc;
     if (!(obs && obs->all_experts && obs->linear_input && b->n_valid > 0))
         return 0;

@@ -1,4 +1,4 @@
-/* engine/forward/fwd_stream.c — a MoE layer's forward as dense part + expert groups (fwd_stream.h). */
+/* engine/forward/fwd_stream.c — a MoE layer's forward as dense part + expert groups (+ nemotron_h's tail) (fwd_stream.h). */
 #include "engine/forward/fwd_stream.h"
 
 #include <inttypes.h>
@@ -13,9 +13,17 @@ int lwq_fwd_stream_supported(const lwq_model *m, int layer, lwq_error *e)
     const lwq_model_config *c = m->cfg;
     if (!lwq_model_layer_is_moe(m, layer))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "layer %d has no routed experts", layer);
-    if (c->family->single) /* its MoE block is the whole layer, latent projections around the experts */
-        return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming is not implemented for %s yet: run without "
-                        "--expert-group, with a budget that holds a whole layer", c->model_type);
+    if (c->family->single) { /* nemotron_h: the MoE block is the whole layer */
+        if (c->family->experts != LWQ_EXPERTS_NEMOTRON)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming is not implemented for %s: run without "
+                            "--expert-group, with a budget that holds a whole layer", c->model_type);
+        if (c->moe_latent_size > c->hidden_size)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "expert streaming of %s: moe_latent_size %" PRId64 " is wider "
+                            "than hidden_size %" PRId64 " (the streamed MoE input is kept in a hidden-wide "
+                            "boundary): run without --expert-group", c->model_type, (int64_t)c->moe_latent_size,
+                            (int64_t)c->hidden_size);
+        return 0;
+    }
     /* every routed-expert block the family table has streams; the check stays for a block added
      * later without a streamed form */
     if (c->family->router != LWQ_ROUTER_SOFTMAX && c->family->router != LWQ_ROUTER_DEEPSEEK_V2 &&
@@ -27,11 +35,6 @@ int lwq_fwd_stream_supported(const lwq_model *m, int layer, lwq_error *e)
     return 0;
 }
 
-int lwq_fwd_stream_has_shared(const lwq_model *m)
-{
-    return lwq_fwd_has_shared(m->cfg);
-}
-
 static int count_experts(lwq_model *m, int layer, const lwq_batch *b, const int32_t *idx, const lwq_observer *obs,
                          lwq_error *e);
 
@@ -40,15 +43,114 @@ static void moe_names(const lwq_model *m, int layer, char *prefix, size_t cap, i
     lwq_fwd_experts_names(m->cfg, layer, prefix, cap, mixtral, I);
 }
 
+/* nemotron_h (family->experts NEMOTRON): its MoE always runs the ReLU^2 shared expert */
+static int nemotron(const lwq_model *m)
+{
+    return m->cfg->family->single && m->cfg->family->experts == LWQ_EXPERTS_NEMOTRON;
+}
+
+int lwq_fwd_stream_has_shared(const lwq_model *m)
+{
+    return nemotron(m) || lwq_fwd_has_shared(m->cfg);
+}
+
+int64_t lwq_fwd_stream_width(const lwq_model *m)
+{
+    return nemotron(m) && m->cfg->moe_latent_size > 0 ? m->cfg->moe_latent_size : m->cfg->hidden_size;
+}
+
+lwq_dtype lwq_fwd_stream_sum_dtype(const lwq_model *m)
+{
+    return nemotron(m) ? LWQ_F32 : m->act;
+}
+
+int lwq_fwd_stream_has_tail(const lwq_model *m)
+{
+    return nemotron(m) && m->cfg->moe_latent_size > 0;
+}
+
+/* nemotron_h's dense unit: x = norm(h); the DeepSeek-V3 routing and the shared expert on it;
+ * the experts' input: fc1_latent_proj(x) with a latent, else x (model_nemotron.c's moe, up to
+ * the experts).  h itself is unchanged: the block's output is added after the last group. */
+static int nemotron_dense(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b, const lwq_tensor *h,
+                          lwq_tensor *xe, int32_t *idx, float *wts, lwq_tensor *shared, const lwq_observer *obs,
+                          lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = h->shape[0], D = c->hidden_size;
+    char name[LWQ_NAME_MAX], prefix[128];
+    int mixtral;
+    int64_t I;
+    moe_names(m, layer, prefix, sizeof prefix, &mixtral, &I);
+    lwq_tensor ln, xs, *x = xe, wl, bl;
+    if (c->moe_latent_size > 0) {
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &xs, e));
+        x = &xs;
+    }
+    snprintf(name, sizeof name, "model.layers.%d.norm.weight", layer);
+    LWQ_TRY(lwq_fwd_weight(m, w, layer, name, 1, D, 0, 0, &ln, e));
+    LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &ln, (float)c->rms_norm_eps, x, e));
+    LWQ_TRY(lwq_fwd_deepseek_route(m, layer, w, b, x, idx, wts, obs, e));
+    snprintf(name, sizeof name, "%s.shared_experts", prefix);
+    LWQ_TRY(lwq_fwd_relu2_mlp(m, layer, w, name, c->shared_expert_intermediate_size, x, &b->valid, NULL, NULL, shared,
+                              obs, e));
+    if (c->moe_latent_size > 0) {
+        int hb;
+        snprintf(name, sizeof name, "%s.fc1_latent_proj", prefix);
+        LWQ_TRY(lwq_fwd_linear(m, w, layer, name, c->moe_latent_size, D, 0, &wl, &bl, &hb, e));
+        LWQ_TRY(lwq_fwd_observe(obs, layer, name, x, &b->valid, e));
+        LWQ_TRY(lwq_backend_gemm(m->be, x, &wl, hb ? &bl : NULL, xe, e));
+    }
+    LWQ_TRY(lwq_backend_synchronize(m->be, e));
+    return count_experts(m, layer, b, idx, obs, e);
+}
+
+int lwq_fwd_stream_finish(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b, lwq_tensor *h,
+                          lwq_tensor *partial, const lwq_tensor *shared, const lwq_observer *obs, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    const int64_t n = h->shape[0], D = c->hidden_size;
+    if (!nemotron(m)) { /* as the one-shot block: out = routed sum; out += shared experts; h += out */
+        if (shared)
+            LWQ_TRY(lwq_backend_add(m->be, partial, shared, e));
+        return lwq_backend_add(m->be, h, partial, e);
+    }
+    /* model_nemotron.c's moe after the experts: the float32 sum rounded once, fc2_latent_proj of it
+     * (the tail unit's weights), + the shared expert; h += out */
+    lwq_fwd_arena_reset(m);
+    LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
+    const int64_t L = lwq_fwd_stream_width(m);
+    lwq_tensor sum, out, wl, bl;
+    LWQ_TRY(lwq_fwd_tensor(m, m->act, n, L, &sum, e));
+    LWQ_TRY(lwq_backend_copy(m->be, partial, &sum, e));
+    if (c->moe_latent_size > 0) {
+        char prefix[128], name[LWQ_NAME_MAX];
+        int mixtral, hb;
+        int64_t I;
+        moe_names(m, layer, prefix, sizeof prefix, &mixtral, &I);
+        snprintf(name, sizeof name, "%s.fc2_latent_proj", prefix);
+        LWQ_TRY(lwq_fwd_tensor(m, m->act, n, D, &out, e));
+        LWQ_TRY(lwq_fwd_linear(m, w, layer, name, D, L, 0, &wl, &bl, &hb, e));
+        LWQ_TRY(lwq_fwd_observe(obs, layer, name, &sum, &b->valid, e));
+        LWQ_TRY(lwq_backend_gemm(m->be, &sum, &wl, hb ? &bl : NULL, &out, e));
+    } else {
+        out = sum;
+    }
+    LWQ_TRY(lwq_backend_add(m->be, &out, shared, e));
+    LWQ_TRY(lwq_backend_add(m->be, h, &out, e));
+    return lwq_backend_synchronize(m->be, e);
+}
+
+
 int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lwq_batch *b,
                          lwq_tensor *h, lwq_tensor *x, int32_t *idx, float *wts, lwq_tensor *shared,
                          const lwq_observer *obs, lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
     LWQ_TRY(lwq_fwd_stream_supported(m, layer, e));
-    const int64_t n = h->shape[0], D = c->hidden_size;
+    const int64_t n = h->shape[0], D = c->hidden_size, W = lwq_fwd_stream_width(m);
     const int E = c->num_experts, K = c->num_experts_per_tok;
-    if (n != b->batch * b->seq || x->shape[0] != n || h->shape[1] != D || x->shape[1] != D)
+    if (n != b->batch * b->seq || x->shape[0] != n || h->shape[1] != D || x->shape[1] != W)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: streamed forward on (%" PRId64 ", %" PRId64 ") rows, batch "
                         "has %" PRId64, layer, h->shape[0], h->shape[1], b->batch * b->seq);
     const int deepseek = c->family->router != LWQ_ROUTER_SOFTMAX;
@@ -57,6 +159,8 @@ int lwq_fwd_stream_dense(lwq_model *m, int layer, const lwq_weights *w, const lw
                         ") tensor", layer, n, D);
     lwq_fwd_arena_reset(m);
     LWQ_TRY(lwq_fwd_observe_batch(obs, layer, b, e));
+    if (nemotron(m))
+        return nemotron_dense(m, layer, w, b, h, x, idx, wts, shared, obs, e);
     /* the layer as forward.c composes it, up to the routed experts */
     LWQ_TRY(lwq_fwd_mixer_block(m, layer, w, b, h, obs, e));
     LWQ_TRY(lwq_fwd_post_norm(m, layer, w, h, x, e));
@@ -206,8 +310,14 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
 {
     const lwq_model_config *c = m->cfg;
     LWQ_TRY(lwq_fwd_stream_supported(m, layer, e));
-    const int64_t n = x->shape[0], D = c->hidden_size;
+    const int64_t n = x->shape[0], D = lwq_fwd_stream_width(m); /* hidden, or nemotron_h's latent */
     const int E = c->num_experts, K = c->num_experts_per_tok, G = e1 - e0;
+    if (x->shape[1] != D || partial->shape[0] != n || partial->shape[1] != D ||
+        partial->dtype != lwq_fwd_stream_sum_dtype(m))
+        return lwq_errf(e, LWQ_EINVAL, "layer %d: streamed experts on x (%" PRId64 ", %" PRId64 ") and a %s sum "
+                        "(%" PRId64 ", %" PRId64 "); expected (%" PRId64 ", %" PRId64 ") and %s", layer, x->shape[0],
+                        x->shape[1], lwq_dtype_name(partial->dtype), partial->shape[0], partial->shape[1], n, D,
+                        lwq_dtype_name(lwq_fwd_stream_sum_dtype(m)));
     if (e0 < 0 || e1 > E || G <= 0)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: expert group [%d, %d) outside [0, %d)", layer, e0, e1, E);
     char prefix[128];
@@ -233,11 +343,17 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
     int64_t maxc = 0;
     for (int xg = 0; xg < G; xg++)
         maxc = g.off[xg + 1] - g.off[xg] > maxc ? g.off[xg + 1] - g.off[xg] : maxc;
-    lwq_tensor rows, slot, ws, xe, y, gt, ut, ident;
+    /* the combine's rows: the running sum (n rows), then the group's expert outputs; with a sum
+     * wider than the act dtype (nemotron_h's float32) the experts write act-dtype rows `ya`,
+     * widened exactly into the combine's rows (as the one-shot combine reads them) */
+    const lwq_dtype sdt = partial->dtype;
+    const int wide = sdt != m->act;
+    lwq_tensor rows, slot, ws, xe, y, ya, gt, ut, ident;
     if ((rc = upload_i32(m, g.slot, n, K + 1, &slot, e)) < 0 ||
         (rc = lwq_fwd_tensor(m, LWQ_F32, n, K + 1, &ws, e)) < 0 ||
         (rc = lwq_backend_upload(m->be, ws.data, g.ws, (size_t)(n * (K + 1)) * 4, e)) < 0 ||
-        (rc = lwq_fwd_tensor(m, m->act, n + mrows, D, &y, e)) < 0)
+        (rc = lwq_fwd_tensor(m, sdt, n + mrows, D, &y, e)) < 0 ||
+        (wide && mrows > 0 && (rc = lwq_fwd_tensor(m, m->act, mrows, D, &ya, e)) < 0))
         goto out;
     if (!first) { /* the running sum into y's first n rows */
         for (int64_t t = 0; t < n; t++)
@@ -255,7 +371,9 @@ int lwq_fwd_stream_experts(lwq_model *m, int layer, const lwq_weights *w, const 
          (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0))
         goto out;
     const lwq_fwd_experts ex = {prefix, mixtral, I, e0, G, c->family->experts == LWQ_EXPERTS_NEMOTRON};
-    const lwq_fwd_routed r = {g.off, &xe, &y, &gt, &ut, n, &slot, &ws, g.rows};
+    lwq_tensor yw = mrows > 0 ? lwq_fwd_rows(&y, n, mrows) : y;
+    const lwq_fwd_routed r = {g.off, &xe, wide ? &ya : &y, &gt, &ut, wide ? 0 : n, &slot, &ws, g.rows,
+                              wide ? &y : NULL, wide && mrows > 0 ? &yw : NULL};
     rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, partial, g.vrows, obs, e);
     /* as lwq_model_layer_forward: the device flags errors it only sees while running (a gather
      * row out of range); synchronize reports them, so no unit ends with one unread */

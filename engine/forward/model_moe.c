@@ -199,7 +199,7 @@ int lwq_fwd_moe_experts(lwq_model *m, int layer, const lwq_weights *w, const lwq
         (rc = lwq_backend_gather_rows(m->be, x, &rows, &xe, e)) < 0)
         goto out;
     const lwq_fwd_experts ex = {prefix, mixtral_names, I, 0, E, c->family->experts == LWQ_EXPERTS_NEMOTRON};
-    const lwq_fwd_routed r = {h.off, &xe, &y, &g, &u, 0, &slot, &wsorted, h.rows};
+    const lwq_fwd_routed r = {h.off, &xe, &y, &g, &u, 0, &slot, &wsorted, h.rows, NULL, NULL};
     rc = lwq_fwd_moe_run(m, layer, w, b, x, &ex, &r, out, h.vrows, obs, e);
 out:
     moe_host_free(&h);

@@ -181,6 +181,7 @@ int lwq_run_whole(lwq_run *r, lwq_error *e);
 int lwq_run_stream_init(lwq_run *r, int group, lwq_error *e);
 void lwq_run_stream_free(lwq_run *r);
 int lwq_run_stream_active(const lwq_run *r, int L);
+int lwq_run_stream_tail_linear(const lwq_run *r, int L, const char *name);
 /* Raise *slot to the largest unit's ring slot. */
 int lwq_run_stream_slot(lwq_run *r, uint64_t *slot, lwq_error *e);
 /* Submit layer L's units as prefetch jobs; *job = the first one. */

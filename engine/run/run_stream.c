@@ -8,7 +8,9 @@
  *   each expert group: every batch's routed rows through the group's experts, the weighted sum
  *     continued in `partial`; the group's experts are quantized (their statistics are final), their
  *     quantized tensors parked in the layer's spill file (engine/run/spill.h), the slot released;
- *   then h += partial per batch, the experts' input scales recomputed from the final statistics
+ *   nemotron_h's latent MoE: a tail unit, its fc2_latent_proj, read last: the finished float32 sum
+ *     rounded, projected (fc2_latent_proj observed, then quantized), the shared expert added;
+ *   then h += partial per batch (lwq_fwd_stream_finish; with a tail, done there), the experts' input scales recomputed from the final statistics
  *     (cold experts filled from siblings in any group: they were quantized in their group and
  *     kept "quantized-pending" only for that scalar, no second read), and the shard committed by
  *     the usual protocol (shard -> boundary -> manifest), spilled tensors read back in name order.
@@ -107,6 +109,13 @@ int lwq_run_stream_init(lwq_run *r, int group, lwq_error *e)
     return 0;
 }
 
+/* Whether linear `name` of layer L is computed in the layer's tail unit (units.h). */
+int lwq_run_stream_tail_linear(const lwq_run *r, int L, const char *name)
+{
+    const lwq_units *us = &r->stream->units[L];
+    return us->n > 1 && us->v[us->n - 1].tail && lwq_units_is_tail(name);
+}
+
 int lwq_run_stream_active(const lwq_run *r, int L)
 {
     return r->stream && r->stream->units[L].n > 1;
@@ -157,26 +166,39 @@ static int64_t row0(const lwq_run *r, int b)
     return (int64_t)(lwq_run_bofs(r, b) / ((uint64_t)r->hidden * lwq_dtype_size(r->act)));
 }
 
-/* Batch b of a host activation array as a device tensor: a view on the CPU backend, else the
- * staging tensor `dev` (uploaded when `load`). */
-static int stage(lwq_run *r, unsigned char *host, lwq_tensor *dev, int b, int load, lwq_tensor *t, lwq_error *e)
+/* Batch b of a host array of `width` x `dt` per row as a device tensor: a view on the CPU backend,
+ * else a view of the staging tensor `dev` (uploaded when `load`).  The MoE input and the running
+ * sum are lwq_fwd_stream_width wide (nemotron_h's latent), the sum of lwq_fwd_stream_sum_dtype. */
+static size_t sofs(const lwq_run *r, int b, int64_t width, lwq_dtype dt)
 {
-    size_t n = (size_t)(r->boff[b + 1] - r->boff[b]);
-    int64_t shape[2] = {r->rows[b], r->hidden};
+    return (size_t)row0(r, b) * (size_t)width * lwq_dtype_size(dt);
+}
+
+static int stage_w(lwq_run *r, unsigned char *host, lwq_tensor *dev, int b, int load, int64_t width, lwq_dtype dt,
+                   lwq_tensor *t, lwq_error *e)
+{
+    int64_t shape[2] = {r->rows[b], width};
+    size_t n = (size_t)r->rows[b] * (size_t)width * lwq_dtype_size(dt);
     if (r->be.ops->device == LWQ_DEV_CPU) {
-        *t = lwq_tensor_view(host + lwq_run_bofs(r, b), r->act, 2, shape);
+        *t = lwq_tensor_view(host + sofs(r, b, width, dt), dt, 2, shape);
         return 0;
     }
-    *t = *dev;
-    t->shape[0] = r->rows[b];
-    return load ? lwq_backend_upload(&r->be, t->data, host + lwq_run_bofs(r, b), n, e) : 0;
+    *t = lwq_tensor_view(dev->data, dt, 2, shape);
+    t->device = dev->device;
+    return load ? lwq_backend_upload(&r->be, t->data, host + sofs(r, b, width, dt), n, e) : 0;
+}
+
+static int stage(lwq_run *r, unsigned char *host, lwq_tensor *dev, int b, int load, lwq_tensor *t, lwq_error *e)
+{
+    return stage_w(r, host, dev, b, load, r->hidden, r->act, t, e);
 }
 
 static int unstage(lwq_run *r, unsigned char *host, const lwq_tensor *t, int b, lwq_error *e)
 {
     if (r->be.ops->device == LWQ_DEV_CPU)
         return 0;
-    return lwq_backend_download(&r->be, host + lwq_run_bofs(r, b), t->data, (size_t)(r->boff[b + 1] - r->boff[b]), e);
+    return lwq_backend_download(&r->be, host + sofs(r, b, t->shape[1], t->dtype), t->data,
+                                (size_t)(t->shape[0] * t->shape[1]) * lwq_dtype_size(t->dtype), e);
 }
 
 static int buffers(lwq_run *r, lwq_error *e)
@@ -190,8 +212,12 @@ static int buffers(lwq_run *r, lwq_error *e)
         maxr = r->rows[b] > maxr ? r->rows[b] : maxr;
     }
     size_t K = (size_t)r->ck.cfg.num_experts_per_tok;
+    const int64_t W = lwq_fwd_stream_width(&r->model);
+    const lwq_dtype sdt = lwq_fwd_stream_sum_dtype(&r->model);
+    /* x and the sum, W wide (<= hidden: lwq_fwd_stream_supported), the sum of its own dtype */
+    size_t pbytes = (size_t)rows * (size_t)W * lwq_dtype_size(sdt);
     s->x = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
-    s->partial = malloc(r->bnd_bytes ? r->bnd_bytes : 1);
+    s->partial = malloc(pbytes ? pbytes : 1);
     s->idx = malloc(((size_t)rows * K + 1) * sizeof *s->idx);
     s->wts = malloc(((size_t)rows * K + 1) * sizeof *s->wts);
     int sh = lwq_fwd_stream_has_shared(&r->model);
@@ -201,10 +227,11 @@ static int buffers(lwq_run *r, lwq_error *e)
         return lwq_errf(e, LWQ_ENOMEM, "expert streaming: cannot allocate %d x %.2f GB of MoE activations",
                         2 + sh, (double)r->bnd_bytes / 1e9);
     if (r->be.ops->device != LWQ_DEV_CPU) {
-        int64_t shape[2] = {maxr, r->hidden};
+        /* dx stages x, then the shared experts' output (hidden wide) in the finish */
+        int64_t shape[2] = {maxr, r->hidden}, pshape[2] = {maxr, W};
         int rc = lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &s->dx, e);
         if (rc == 0)
-            rc = lwq_backend_tensor_alloc(&r->be, r->act, 2, shape, &s->dp, e);
+            rc = lwq_backend_tensor_alloc(&r->be, sdt, 2, pshape, &s->dp, e);
         return rc;
     }
     return 0;
@@ -290,21 +317,30 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
     lwq_layer_weights lw;
     lwq_layer_weights_init(&lw, &r->be, &src, NULL, &r->ck.cfg.names);
     t = lwq_now();
-    LWQ_TRACE_BEGIN(u == 0 ? "forward dense" : "forward experts", sl->L);
+    LWQ_TRACE_BEGIN(u == 0 ? "forward dense" : un->tail ? "forward tail" : "forward experts", sl->L);
+    const int64_t W = lwq_fwd_stream_width(&r->model);
+    const lwq_dtype sdt = lwq_fwd_stream_sum_dtype(&r->model);
     for (int b = r->b0; b < r->b1 && rc == 0; b++) {
         lwq_tensor h, x, part, sh;
         size_t ko = (size_t)row0(r, b) * (size_t)K;
-        if (u == 0) {
+        if (un->tail) { /* nemotron_h's fc2_latent_proj on the finished sum, + shared, h += out */
+            if ((rc = h_load(r, r->bnd[nxt], b, &h, e)) == 0 &&
+                (rc = stage_w(r, s->partial, &s->dp, b, 1, W, sdt, &part, e)) == 0 &&
+                (rc = stage(r, s->shared, &s->dx, b, 1, &sh, e)) == 0 &&
+                (rc = lwq_fwd_stream_finish(&r->model, sl->L, &lw.w, &r->batches[b], &h, &part, &sh, &sl->st.obs,
+                                            e)) == 0)
+                rc = h_store(r, r->bnd[nxt], b, e);
+        } else if (u == 0) {
             if ((rc = h_load(r, r->bnd[r->cur], b, &h, e)) == 0 &&
-                (rc = stage(r, s->x, &s->dx, b, 0, &x, e)) == 0 &&
+                (rc = stage_w(r, s->x, &s->dx, b, 0, W, r->act, &x, e)) == 0 &&
                 (!s->shared || (rc = stage(r, s->shared, &s->dp, b, 0, &sh, e)) == 0) &&
                 (rc = lwq_fwd_stream_dense(&r->model, sl->L, &lw.w, &r->batches[b], &h, &x, s->idx + ko, s->wts + ko,
                                            s->shared ? &sh : NULL, &sl->st.obs, e)) == 0 &&
                 (rc = h_store(r, r->bnd[nxt], b, e)) == 0 && (rc = unstage(r, s->x, &x, b, e)) == 0 && s->shared)
                 rc = unstage(r, s->shared, &sh, b, e);
         } else {
-            if ((rc = stage(r, s->x, &s->dx, b, 1, &x, e)) == 0 &&
-                (rc = stage(r, s->partial, &s->dp, b, u > 1, &part, e)) == 0 &&
+            if ((rc = stage_w(r, s->x, &s->dx, b, 1, W, r->act, &x, e)) == 0 &&
+                (rc = stage_w(r, s->partial, &s->dp, b, u > 1, W, sdt, &part, e)) == 0 &&
                 (rc = lwq_fwd_stream_experts(&r->model, sl->L, &lw.w, &r->batches[b], &x, s->idx + ko, s->wts + ko,
                                              un->e0, un->e1, u == 1, &part, &sl->st.obs, e)) == 0)
                 rc = unstage(r, s->partial, &part, b, e);
@@ -319,8 +355,8 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
     rc = lwq_run_agree(r, rc, e); /* the forward's outcome, on every rank, before the reduction */
     if (rc == 0) {
         for (int i = 0; i < sl->p->nlinears; i++) {
-            int x = sl->p->linears[i].expert;
-            sl->only[i] = u == 0 ? x < 0 : x >= un->e0 && x < un->e1;
+            int x = sl->p->linears[i].expert, tl = lwq_run_stream_tail_linear(r, sl->L, sl->p->linears[i].name);
+            sl->only[i] = un->tail ? tl : u == 0 ? x < 0 && !tl : x >= un->e0 && x < un->e1;
         }
         lwq_qlayer_report rp = {0};
         rc = lwq_run_stats_done(r, &sl->st, sl->only, u == 0, rc, e);
@@ -334,7 +370,7 @@ static int run_unit(stream_layer *sl, int u, lwq_error *e)
     }
     if (rc == 0)
         rc = own_views(&sl->out, from, e);
-    if (rc == 0 && u > 0 && r->rk->rank == 0) /* rank 0 holds the layer's quantized experts */
+    if (rc == 0 && u > 0 && !un->tail && r->rk->rank == 0) /* rank 0 holds the layer's quantized experts */
         rc = lwq_spill_move(&sl->spill, &sl->out, from, e);
     LWQ_TRACE_END();
     ls->quantize_s += lwq_now() - t;
@@ -353,13 +389,16 @@ static int finish_layer(stream_layer *sl, lwq_error *e)
     lwq_stream *s = r->stream;
     int nxt = 1 - r->cur, rc = 0;
     double t = lwq_now();
-    for (int b = r->b0; b < r->b1 && rc == 0; b++) {
+    const int64_t W = lwq_fwd_stream_width(&r->model);
+    const lwq_dtype sdt = lwq_fwd_stream_sum_dtype(&r->model);
+    /* as the one-shot block (lwq_fwd_stream_finish); with a tail unit it ran there */
+    for (int b = r->b0; b < r->b1 && rc == 0 && !lwq_fwd_stream_has_tail(&r->model); b++) {
         lwq_tensor h, part, sh;
-        /* as the one-shot block: out = routed sum; out += shared experts (DeepSeek); h += out */
-        if ((rc = h_load(r, r->bnd[nxt], b, &h, e)) == 0 && (rc = stage(r, s->partial, &s->dp, b, 1, &part, e)) == 0 &&
-            (!s->shared || ((rc = stage(r, s->shared, &s->dx, b, 1, &sh, e)) == 0 &&
-                            (rc = lwq_backend_add(&r->be, &part, &sh, e)) == 0)) &&
-            (rc = lwq_backend_add(&r->be, &h, &part, e)) == 0)
+        if ((rc = h_load(r, r->bnd[nxt], b, &h, e)) == 0 &&
+            (rc = stage_w(r, s->partial, &s->dp, b, 1, W, sdt, &part, e)) == 0 &&
+            (!s->shared || (rc = stage(r, s->shared, &s->dx, b, 1, &sh, e)) == 0) &&
+            (rc = lwq_fwd_stream_finish(&r->model, sl->L, NULL, &r->batches[b], &h, &part, s->shared ? &sh : NULL,
+                                        NULL, e)) == 0)
             rc = h_store(r, r->bnd[nxt], b, e);
     }
     r->lstat[sl->L].forward_s += lwq_now() - t;

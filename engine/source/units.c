@@ -24,6 +24,12 @@ int lwq_units_expert_of(const char *name, int n_experts)
     return (int)v;
 }
 
+int lwq_units_is_tail(const char *name)
+{
+    return strstr(name, ".fc2_latent_proj.") != NULL || (strlen(name) >= 16 &&
+                                                         strcmp(name + strlen(name) - 16, ".fc2_latent_proj") == 0);
+}
+
 void lwq_units_free(lwq_units *u)
 {
     for (int i = 0; i < u->n; i++)
@@ -39,15 +45,19 @@ int lwq_units_split(const lwq_ckpt *ck, int layer, int group, lwq_units *u, lwq_
     int E = ck->cfg.num_experts, has_experts = 0;
     for (int k = 0; k < L->n && !has_experts; k++)
         has_experts = lwq_units_expert_of(ck->tensors[L->idx[k]].name, E) >= 0;
-    int ng = group > 0 && has_experts ? (E + group - 1) / group : 0;
-    u->v = calloc((size_t)ng + 1, sizeof *u->v);
+    int ng = group > 0 && has_experts ? (E + group - 1) / group : 0, tail = 0;
+    for (int k = 0; k < L->n && ng && !tail; k++)
+        tail = lwq_units_is_tail(ck->tensors[L->idx[k]].name);
+    u->v = calloc((size_t)ng + 1 + (size_t)tail, sizeof *u->v);
     if (!u->v)
         return lwq_errf(e, LWQ_ENOMEM, "layer %d: out of memory", layer);
-    u->n = ng + 1;
+    u->n = ng + 1 + tail;
     for (int i = 0; i < u->n; i++) {
+        int grp = i > 0 && i <= ng;
         u->v[i].layer = layer;
-        u->v[i].e0 = i == 0 ? -1 : (i - 1) * group;
-        u->v[i].e1 = i == 0 ? -1 : (i * group < E ? i * group : E);
+        u->v[i].tail = i > ng;
+        u->v[i].e0 = grp ? (i - 1) * group : -1;
+        u->v[i].e1 = grp ? (i * group < E ? i * group : E) : -1;
         u->v[i].idx = calloc((size_t)(L->n ? L->n : 1), sizeof(int));
         if (!u->v[i].idx) {
             lwq_units_free(u);
@@ -57,7 +67,7 @@ int lwq_units_split(const lwq_ckpt *ck, int layer, int group, lwq_units *u, lwq_
     for (int k = 0; k < L->n; k++) {
         const lwq_ckpt_tensor *t = &ck->tensors[L->idx[k]];
         int x = ng ? lwq_units_expert_of(t->name, E) : -1;
-        lwq_unit *d = &u->v[x < 0 ? 0 : 1 + x / group];
+        lwq_unit *d = &u->v[x >= 0 ? 1 + x / group : tail && lwq_units_is_tail(t->name) ? ng + 1 : 0];
         d->idx[d->n++] = L->idx[k];
         d->bytes += t->nbytes;
     }

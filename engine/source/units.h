@@ -3,7 +3,9 @@
  * A MoE layer splits into a dense unit (attention, norms, router, shared experts: every tensor
  * whose name does not hold ".experts.<E>.") followed by groups of `group` routed experts, in
  * ascending expert order ([0, group), [group, 2 group), ...).  A layer without routed experts, or
- * group 0, is one unit holding every tensor.  Each unit is one prefetch job: its tensors' byte
+ * group 0, is one unit holding every tensor.  nemotron_h's latent MoE adds a last unit: its
+ * fc2_latent_proj, which runs on the finished expert sum (so it is read, computed and quantized
+ * after every group).  Each unit is one prefetch job: its tensors' byte
  * ranges (lwq_units_ranges) land in one ring slot, and lwq_units_views makes the sorted tensor
  * list the forward and the quantizer use (FP8-block / MXFP4 sources dequantized, as
  * engine/source/layersrc.h does for whole layers).
@@ -20,7 +22,8 @@
 
 typedef struct lwq_unit {
     int layer;
-    int e0, e1;          /* routed experts [e0, e1); -1, -1 for the dense part or a whole layer */
+    int e0, e1;          /* routed experts [e0, e1); -1, -1 for the dense part, the tail or a whole layer */
+    int tail;            /* 1: the layer's last unit, after every group (lwq_units_is_tail's tensors) */
     int n;               /* tensors */
     int *idx;            /* checkpoint tensor indexes, in the layer's order */
     uint64_t bytes;      /* source bytes of those tensors */
@@ -33,6 +36,9 @@ typedef struct lwq_units {
 
 /* Routed expert index named by a tensor (".experts.<E>." with E < n_experts), or -1. */
 int lwq_units_expert_of(const char *name, int n_experts);
+/* Whether a tensor or linear name belongs in a streamed layer's tail unit: nemotron_h's
+ * fc2_latent_proj, the projection of the finished expert sum. */
+int lwq_units_is_tail(const char *name);
 /* Units of decoder layer L with `group` experts per group (0: the whole layer as one unit). */
 int lwq_units_split(const lwq_ckpt *ck, int layer, int group, lwq_units *u, lwq_error *e);
 void lwq_units_free(lwq_units *u);

@@ -43,7 +43,11 @@ static int peaks_for(const lwq_quantize_opts *o, const lwq_ckpt *ck, const lwq_m
         rows = r > rows ? r : rows;
     }
     /* h, x and the running sum instead of one batch of rows (plan.c's gpu_act_bytes has one) */
-    q->act = p->gpu_act_bytes + 2 * rows * (uint64_t)ck->cfg.hidden_size * act;
+    const lwq_model_config *c = &ck->cfg;
+    uint64_t sum = rows * (uint64_t)c->hidden_size * act; /* nemotron_h: latent wide, float32 */
+    if (c->family->single && c->family->experts == LWQ_EXPERTS_NEMOTRON)
+        sum = rows * (uint64_t)(c->moe_latent_size > 0 ? c->moe_latent_size : c->hidden_size) * sizeof(float);
+    q->act = p->gpu_act_bytes + rows * (uint64_t)c->hidden_size * act + sum;
     uint64_t layer = q->slot + q->act + p->gpu_staging_bytes + p->gpu_quant_bytes + p->gpu_gptq_bytes;
     q->gpu = cuda ? p->gpu_runtime_bytes + (layer >= p->gpu_embed_bytes ? layer : p->gpu_embed_bytes) : 0;
     return 0;
@@ -78,10 +82,17 @@ int lwq_plan_stream(const lwq_quantize_opts *o, const lwq_ckpt *ck, lwq_mem_plan
         return rc;
     int cuda = o->device == LWQ_DEVICE_CUDA || (o->device == LWQ_DEVICE_AUTO && lwq_backend_cuda_device_count() > 0);
     /* x and the running sum (+ DeepSeek's shared-expert output): one boundary each; the routing */
-    int shared = (c->family->shared == LWQ_SHARED_DEEPSEEK && c->n_shared_experts > 0) ||
+    /* nemotron_h: its ReLU^2 shared expert always, and the sum in float32 (run_stream.c buffers) */
+    const int nemotron = c->family->single && c->family->experts == LWQ_EXPERTS_NEMOTRON;
+    int shared = nemotron || (c->family->shared == LWQ_SHARED_DEEPSEEK && c->n_shared_experts > 0) ||
                  (c->family->shared == LWQ_SHARED_GATED && c->shared_expert_intermediate_size > 0);
+    uint64_t sum = p->boundary_bytes / 2;
+    if (nemotron && c->hidden_size > 0) {
+        uint64_t w = (uint64_t)(c->moe_latent_size > 0 ? c->moe_latent_size : c->hidden_size);
+        sum = sum / (uint64_t)c->hidden_size / lwq_dtype_size(c->dtype) * w * sizeof(float);
+    }
     p->stream_bytes = o->dry_read ? 0
-                                  : p->boundary_bytes / 2 * (uint64_t)(2 + shared) +
+                                  : p->boundary_bytes / 2 * (uint64_t)(1 + shared) + sum +
                                         (uint64_t)p->calib_rows * (uint64_t)c->num_experts_per_tok * 8;
     peaks one;
     if ((rc = peaks_for(o, ck, p, 1, cuda, &one, e)) != 0)

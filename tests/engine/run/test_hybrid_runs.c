@@ -1,4 +1,4 @@
-/* nemotron_h (Mamba2, latent MoE) and kimi_linear (KDA, MLA): SIGKILL at a deterministic sample of the durable-write steps (the first layers' every step, every 7th, the tail's every step) then resume writes the uninterrupted run's bytes; kimi_linear streams its experts byte-identically, nemotron_h's streaming is refused by name. */
+/* nemotron_h (Mamba2, latent MoE) and kimi_linear (KDA, MLA): SIGKILL at a deterministic sample of the durable-write steps (the first layers' every step, every 7th, the tail's every step) then resume writes the uninterrupted run's bytes; kimi_linear and nemotron_h (plain and latent) stream their experts byte-identically, and a kill inside a streamed nemotron_h layer resumes to the same bytes. */
 #include <criterion/criterion.h>
 #include <limits.h>
 #include <signal.h>
@@ -128,12 +128,59 @@ Test(hybrid, kimi_linear_streams_its_experts_byte_identically)
     }
 }
 
-/* nemotron_h's MoE block is the whole layer (latent projections around the experts, the expert
- * sum in float32 rounded once): streaming it is not implemented and is refused by name, before
- * any shard is written. */
-Test(hybrid, nemotron_h_expert_streaming_is_refused_by_name)
+/* nemotron_h, plain and latent (its MoE block is the whole layer: the norm, DeepSeek-V3 routing,
+ * the shared expert and fc1_latent_proj in the dense unit, ReLU^2 experts summed in float32 over
+ * the groups, fc2_latent_proj in its own last unit): every group size, one expert to all 8,
+ * writes the unstreamed bytes, BF16 and F32.  Refused by name before this existed. */
+Test(hybrid, nemotron_h_streams_its_experts_byte_identically)
 {
-    cr_assert_eq(quantize("nemotron_h-bf16", "o", NULL, "--qformat nvfp4 --expert-group 3"), 2);
-    cr_assert(stderr_has("expert streaming is not implemented for nemotron_h"), "the refusal does not name nemotron_h");
-    cr_assert_neq(lwqt_sh("ls %s/o 2>/dev/null | grep -q safetensors", g_tmp), 0, "a shard was written");
+    static const char *src[] = {"nemotron_h-bf16", "nemotron_h-f32", "nemotron_h_latent-bf16", "nemotron_h_latent-f32"};
+    static const char *groups[] = {"1", "3", "8"};
+    for (size_t s = 0; s < sizeof src / sizeof src[0]; s++) {
+        lwqt_sh("rm -rf %s/ref %s/ref.layerwise_resume", g_tmp, g_tmp);
+        cr_assert_eq(quantize(src[s], "ref", NULL, "--qformat nvfp4"), 0, "%s unstreamed failed", src[s]);
+        for (size_t i = 0; i < sizeof groups / sizeof groups[0]; i++) {
+            char out[32], args[64];
+            snprintf(out, sizeof out, "g%s-%zu", groups[i], s);
+            snprintf(args, sizeof args, "--qformat nvfp4 --expert-group %s", groups[i]);
+            cr_assert_eq(quantize(src[s], out, NULL, args), 0, "%s --expert-group %s failed", src[s], groups[i]);
+            cr_assert(same_dirs("ref", out), "%s --expert-group %s: other bytes than unstreamed", src[s], groups[i]);
+        }
+    }
+}
+
+/* The preset with mse weights (every linear's statistics, fc2_latent_proj's on the rounded sum) */
+Test(hybrid, nemotron_h_latent_preset_streams_byte_identically)
+{
+    const char *a = "--qformat mamba_moe_nvfp4_conservative --algo mse";
+    cr_assert_eq(quantize("nemotron_h_latent-f32", "ref", NULL, a), 0);
+    cr_assert_eq(quantize("nemotron_h_latent-f32", "g3", NULL, "--qformat mamba_moe_nvfp4_conservative --algo mse "
+                                                               "--expert-group 3"), 0);
+    cr_assert(same_dirs("ref", "g3"), "mamba_moe_nvfp4_conservative --expert-group 3: other bytes than unstreamed");
+}
+
+/* SIGKILL while a streamed nemotron_h_latent layer is in flight (its expert spill file written,
+ * groups done, fc2_latent_proj's unit not yet), then the same command: the unstreamed bytes. */
+Test(hybrid, nemotron_h_latent_sigkill_inside_a_streamed_layer_resumes_byte_identical)
+{
+    const char *src = "nemotron_h_latent-bf16", *a = "--qformat nvfp4 --expert-group 3";
+    cr_assert_eq(quantize(src, "ref", NULL, "--qformat nvfp4"), 0);
+    /* in fail mode the first failing step names its file: the spill file (model-layer-N.spill) is
+     * written only while a streamed layer is in flight */
+    int spill[64], ns = 0, completed = 0;
+    for (int k = 0; k < 400 && !completed && ns < 64; k += 6) {
+        char env[96];
+        lwqt_sh("rm -rf %s/f %s/f.layerwise_resume %s/stderr.txt", g_tmp, g_tmp, g_tmp);
+        snprintf(env, sizeof env, "LWQ_SYS_CRASH_STEP=%d LWQ_SYS_CRASH_MODE=fail", k);
+        if (quantize(src, "f", env, a) == 0)
+            completed = 1;
+        else if (stderr_has(".spill"))
+            spill[ns++] = k;
+    }
+    cr_assert(completed, "the streamed run never completed");
+    cr_assert(ns >= 2, "only %d crash points inside streamed layers", ns);
+    int pick[3] = {spill[0], spill[ns / 2], spill[ns - 1]};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(crash_at(src, a, pick[i]), 1, "no kill at step %d", pick[i]);
+    }
 }

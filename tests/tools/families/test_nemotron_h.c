@@ -142,12 +142,3 @@ Test(nemotron_h, a_tensor_shape_disagreeing_with_the_config_is_refused_by_name)
     refused("s/\"ssm_state_size\": 8/\"ssm_state_size\": 16/", "\"ssm_state_size\": 16",
             "layer 0: bad shape backbone.layers.0.mixer.in_proj.weight: expected [132, 32], found [100, 32]", 1);
 }
-
-/* until the streamed MoE of this family exists (docs/FAMILIES.md): refused, naming it */
-Test(nemotron_h, expert_streaming_is_refused_by_name)
-{
-    copy_model("nemotron_h-f32");
-    cr_assert_neq(quantize("s", NULL, "--qformat nvfp4 --expert-group 3"), 0);
-    cr_assert_eq(lwqt_sh("grep -q 'expert streaming is not implemented for nemotron_h' %s/stderr.txt", g_tmp), 0,
-                 "the refusal does not name the family");
-}
