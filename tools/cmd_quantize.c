@@ -134,6 +134,9 @@ typedef struct qargs {
     int help, print_recipe, sweep, calib_size, calib_seq, act_order, aq_score_size;
     double aq_bits, aq_gb;
     uint8_t aq_fmt[LWQ_AQ_FORMATS]; /* candidate formats (engine/autoq/autoq.h) */
+    int aq_nspaces;                 /* an auto_quantize recipe's module_search_spaces */
+    lwq_recipe_aq_space aq_space[LWQ_RECIPE_AQ_MAX_SPACES];
+    uint8_t aq_unmatched[LWQ_AQ_FORMATS]; /* with them: the formats of the groups none matches */
     double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;
@@ -447,6 +450,18 @@ static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path,
         a->aq_fmt[LWQ_QFMT_NVFP4] = (uint8_t)run->aq_nvfp4;
         a->aq_fmt[LWQ_QFMT_FP8] = (uint8_t)run->aq_fp8;
         a->aq_fmt[LWQ_AQ_W4A16] = (uint8_t)run->aq_w4a16;
+    }
+    /* module_search_spaces: the top-level candidates (or --auto-quantize-formats, which wins) are the
+     * unmatched groups'; the search quantizes every candidate of either */
+    a->aq_nspaces = run->aq_nspaces;
+    if (run->aq_nspaces > 0) {
+        memcpy(a->aq_space, run->aq_space, sizeof a->aq_space);
+        memcpy(a->aq_unmatched, a->aq_fmt, sizeof a->aq_unmatched);
+        for (int k = 0; k < run->aq_nspaces; k++) {
+            a->aq_fmt[LWQ_QFMT_NVFP4] |= (uint8_t)(run->aq_space[k].nvfp4 != 0);
+            a->aq_fmt[LWQ_QFMT_FP8] |= (uint8_t)(run->aq_space[k].fp8 != 0);
+            a->aq_fmt[LWQ_AQ_W4A16] |= (uint8_t)(run->aq_space[k].w4a16 != 0);
+        }
     }
     if (!a->aq_cost && run->aq_active_moe)
         a->aq_cost = "active_moe";
@@ -788,6 +803,9 @@ static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
     ao.active_moe = a->aq_cost && !strcmp(a->aq_cost, "active_moe");
     ao.active_moe_ratio = a->aq_moe_ratio;
     memcpy(ao.formats, a->aq_fmt, sizeof ao.formats);
+    ao.spaces = a->aq_space;
+    ao.nspaces = a->aq_nspaces;
+    memcpy(ao.unmatched, a->aq_unmatched, sizeof ao.unmatched);
     if (a->aq_score && !strcmp(a->aq_score, "kl"))
         ao.score = LWQ_AQ_SCORE_KL;
     else if (a->aq_score && strcmp(a->aq_score, "layer"))

@@ -62,6 +62,7 @@
 #include <stdint.h>
 
 #include "engine/run/engine.h"
+#include "layout/recipe/recipe_yaml.h"
 
 typedef enum lwq_aq_score { LWQ_AQ_SCORE_LAYER = 0, LWQ_AQ_SCORE_KL } lwq_aq_score;
 
@@ -88,6 +89,16 @@ typedef struct lwq_autoq_opts {
     int active_moe;          /* Model Optimizer's cost_model active_moe (else "weight"): see below */
     double active_moe_ratio; /* its active_moe_expert_ratio in (0, 1]; 0: num_experts_per_tok /
                                 num_experts of the config, as Model Optimizer infers it */
+    /* Model Optimizer 0.47's module_search_spaces (an auto_quantize recipe's; nspaces 0: none).  A group
+     * every member of which matches one of a space's patterns takes that space's candidates (none only
+     * with its allow_no_quant: without it a group keeps a quantized format, as Model Optimizer filters
+     * its internal no-quant reference out before the LP); a group no space matches takes `unmatched`
+     * (the recipe's top-level candidate_formats and none; only none when it has none).  `formats` is then
+     * every candidate of either: what pass 1 quantizes and scores.  A space matching part of a group, or
+     * two spaces matching one group, is an error naming both, as Model Optimizer refuses them. */
+    const lwq_recipe_aq_space *spaces;
+    int nspaces;
+    uint8_t unmatched[LWQ_AQ_FORMATS];
 } lwq_autoq_opts;
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);

@@ -146,6 +146,77 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
     return 0;
 }
 
+/* Group k's formats under o's module_search_spaces: the matching space's, else o->unmatched. */
+static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const lwq_autoq_opts *o, lwq_error *e)
+{
+    lwq_aq_group *g = &a->g[k];
+    int hit = -1;
+    for (int s = 0; s < o->nspaces; s++) {
+        const lwq_recipe_aq_space *sp = &o->spaces[s];
+        int m = 0, miss = -1;
+        for (int i = 0; i < g->n; i++) {
+            int any = 0;
+            for (int j = 0; j < sp->npatterns && !any; j++)
+                any = lwq_glob_match(sp->pattern[j], p->linears[g->lin[i]].name);
+            m += any;
+            if (!any && miss < 0)
+                miss = g->lin[i];
+        }
+        if (!m)
+            continue;
+        if (m < g->n)
+            return lwq_errf(e, LWQ_EINVAL, "layer %d: module_search_spaces[%d] matches part of the %s group (not %s): "
+                            "a group takes one format, so a space must match all of it or none of it (Model "
+                            "Optimizer refuses it alike)", p->layer, s, lwq_aq_kind_name(g->kind),
+                            p->linears[miss].name);
+        if (hit >= 0)
+            return lwq_errf(e, LWQ_EINVAL, "layer %d: module_search_spaces[%d] and [%d] both match the %s group (%s): "
+                            "make their patterns disjoint (Model Optimizer refuses it alike)", p->layer, hit, s,
+                            lwq_aq_kind_name(g->kind), p->linears[g->lin[0]].name);
+        hit = s;
+    }
+    uint8_t want[LWQ_AQ_FORMATS];
+    if (hit >= 0) {
+        const lwq_recipe_aq_space *sp = &o->spaces[hit];
+        want[LWQ_QFMT_NONE] = (uint8_t)(sp->allow_no_quant != 0);
+        want[LWQ_QFMT_NVFP4] = (uint8_t)(sp->nvfp4 != 0);
+        want[LWQ_QFMT_FP8] = (uint8_t)(sp->fp8 != 0);
+        want[LWQ_AQ_W4A16] = (uint8_t)(sp->w4a16 != 0);
+    } else {
+        memcpy(want, o->unmatched, sizeof want);
+    }
+    g->allowed[LWQ_QFMT_NONE] = want[LWQ_QFMT_NONE];
+    for (int f = 1; f < LWQ_AQ_FORMATS; f++) {
+        g->allowed[f] = want[f];
+        for (int i = 0; i < g->n; i++)
+            g->allowed[f] &= (uint8_t)can_take(&p->linears[g->lin[i]], f);
+    }
+    if (g->allowed[LWQ_QFMT_NONE] || lwq_aq_nquantized(g->allowed))
+        return 0;
+    char list[32];
+    lwq_aq_formats_str(want, list, sizeof list);
+    if (hit >= 0)
+        return lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group (%s) can take none of module_search_spaces[%d]'s "
+                        "candidates %s (NVFP4 and w4a16_nvfp4 need in-features divisible by 16) and its allow_no_quant "
+                        "is false", p->layer, lwq_aq_kind_name(g->kind), p->linears[g->lin[0]].name, hit, list);
+    return lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group (%s), which no module_search_spaces entry matches, can take "
+                    "none of the top-level candidates %s (NVFP4 and w4a16_nvfp4 need in-features divisible by 16)",
+                    p->layer, lwq_aq_kind_name(g->kind), p->linears[g->lin[0]].name, list);
+}
+
+int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r, const lwq_autoq_opts *o,
+                       lwq_error *e)
+{
+    int rc = lwq_aq_layer_init(a, p, r, o->formats, e);
+    if (rc)
+        return rc;
+    for (int k = 0; rc == 0 && k < a->ngroups && o->nspaces > 0; k++)
+        rc = apply_spaces(a, p, k, o, e);
+    if (rc)
+        lwq_aq_layer_free(a);
+    return rc;
+}
+
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",

@@ -76,6 +76,10 @@ typedef struct lwq_aq_layer {
 int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r,
                       const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e);
 void lwq_aq_layer_free(lwq_aq_layer *a);
+/* The groups the search of o sees: lwq_aq_layer_init with o->formats, then o's module_search_spaces
+ * (engine/autoq/autoq.h) restricting each group's formats. */
+int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r, const lwq_autoq_opts *o,
+                       lwq_error *e);
 /* "nvfp4,fp8,w4a16_nvfp4,none" for the formats in want (in that order), as --auto-quantize-formats
  * spells it. */
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap);

@@ -15,7 +15,7 @@
 
 int lwq_aq_layer_groups(const lwq_aq_ctx *c, int L, lwq_aq_layer *A, lwq_error *e)
 {
-    return lwq_aq_layer_init(A, &c->plans[L], c->o->q.recipe, c->o->formats, e);
+    return lwq_aq_layer_build(A, &c->plans[L], c->o->q.recipe, c->o, e);
 }
 
 /* Sum over the real rows of batch b of (q - h)^2 and of h^2 (h, q: the batch's bytes). */

@@ -123,7 +123,7 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     for (int L = 0, idx = 0; L < N && rc == 0; L++) {
         const lwq_arch_layer *p = &plans[L];
         lwq_aq_layer A;
-        if ((rc = lwq_aq_layer_init(&A, p, base, o->formats, e)) != 0)
+        if ((rc = lwq_aq_layer_build(&A, p, base, o, e)) != 0)
             break;
         if (idx + A.ngroups > sol->ngroups) {
             lwq_aq_layer_free(&A);

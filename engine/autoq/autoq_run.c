@@ -382,7 +382,7 @@ static int active_moe_setup(lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
     }
     for (int L = 0; L < N; L++) {
         lwq_aq_layer A;
-        int rc = lwq_aq_layer_init(&A, &plans[L], o->q.recipe, o->formats, e);
+        int rc = lwq_aq_layer_build(&A, &plans[L], o->q.recipe, o, e);
         if (rc)
             return rc;
         for (int i = 0; i < plans[L].nlinears && rc == 0; i++) {
@@ -435,7 +435,7 @@ static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
     double share = c->num_experts > 0 ? (double)c->num_experts_per_tok / (double)c->num_experts : 1;
     for (int L = 0; L < c->num_hidden_layers && rc == 0; L++) {
         lwq_aq_layer A;
-        if ((rc = lwq_aq_layer_init(&A, &plans[L], o->q.recipe, o->formats, e)) != 0)
+        if ((rc = lwq_aq_layer_build(&A, &plans[L], o->q.recipe, o, e)) != 0)
             break;
         uint64_t copies = 0, memo = 0;
         for (int k = 0; k < A.ngroups; k++) {

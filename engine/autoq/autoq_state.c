@@ -72,6 +72,16 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
     int64_t w4a16 = o->formats[LWQ_AQ_W4A16];
     if (w4a16)
         lwq_xxh64_update(&s, &w4a16, sizeof w4a16);
+    /* module_search_spaces: likewise mixed in only when there are some */
+    for (int k = 0; k < o->nspaces; k++) {
+        const lwq_recipe_aq_space *sp = &o->spaces[k];
+        int64_t v[6] = {k, sp->npatterns, sp->nvfp4, sp->fp8, sp->w4a16, sp->allow_no_quant};
+        lwq_xxh64_update(&s, v, sizeof v);
+        for (int j = 0; j < sp->npatterns; j++)
+            lwq_xxh64_update(&s, sp->pattern[j], strlen(sp->pattern[j]) + 1);
+        if (k == o->nspaces - 1)
+            lwq_xxh64_update(&s, o->unmatched, sizeof o->unmatched);
+    }
     fp->part[LWQ_FP_OPTIONS] = lwq_xxh64_digest(&s);
     lwq_fp_finish(fp);
     return 0;
@@ -479,7 +489,7 @@ static int check_layer(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_sr
                        const lwq_aq_lrec *r, int L, const char *file, lwq_error *e)
 {
     lwq_aq_layer A;
-    int rc = lwq_aq_layer_init(&A, p, o->q.recipe, o->formats, e);
+    int rc = lwq_aq_layer_build(&A, p, o->q.recipe, o, e);
     if (rc)
         return rc;
     char what[LWQ_ARCH_NAME_MAX + 96];

@@ -37,6 +37,75 @@ static void aq_layers(const lwq_ynode *imports, const lwq_ynode *aq, const char 
     }
 }
 
+/* The candidates of a candidate_formats list `cands` (its name `key` for messages): each an {$import:
+ * alias} whose preset path ends in nvfp4, fp8 or w4a16_nvfp4; anything else (an inline QuantizeConfig,
+ * another preset) is appended to lacks, the first only. */
+static void aq_cands(const lwq_ynode *imports, const lwq_ynode *cands, const char *key, int *nv, int *fp, int *wo,
+                     char *lacks, size_t cap)
+{
+    int bad = 0;
+    for (int i = 0; cands && cands->kind == LWQ_Y_SEQ && i < cands->n; i++) {
+        /* a candidate is {$import: alias}; the alias names a preset path in the file's imports */
+        const char *path = aq_import(imports, cands->kids[i]);
+        const char *b = strrchr(path, '/');
+        b = b ? b + 1 : path;
+        if (!strcmp(b, "nvfp4"))
+            *nv = 1;
+        else if (!strcmp(b, "fp8"))
+            *fp = 1;
+        else if (!strcmp(b, "w4a16_nvfp4"))
+            *wo = 1;
+        else if (!bad++)
+            snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; %.60s[%d] (%s) is no format lwq searches "
+                     "(nvfp4, fp8, w4a16_nvfp4)", key, i, *path ? path : "inline");
+    }
+}
+
+/* module_search_spaces (`l`, NULL when absent) into run->aq_space: the count, or -(i + 1) when entry i
+ * breaks Model Optimizer's schema (not a mapping, other keys, no pattern, no candidate, too many or too
+ * long).  What lwq lacks for an entry goes to lacks: candidates that are no lwq format, and a pattern
+ * that matches lm_head (Model Optimizer searches it; lwq's search has decoder-layer groups only). */
+static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe_run *run, char *lacks, size_t cap)
+{
+    if (!l)
+        return 0;
+    if (l->kind != LWQ_Y_SEQ || l->n > LWQ_RECIPE_AQ_MAX_SPACES)
+        return -1;
+    for (int i = 0; i < l->n; i++) {
+        const lwq_ynode *m = l->kids[i], *pats = lwq_y_get(m, "module_name_patterns");
+        const lwq_ynode *cands = lwq_y_get(m, "candidate_formats"), *anq = lwq_y_get(m, "allow_no_quant");
+        lwq_recipe_aq_space *sp = &run->aq_space[i];
+        memset(sp, 0, sizeof *sp);
+        sp->line = m->line;
+        sp->allow_no_quant = 1; /* Model Optimizer's default */
+        if (m->kind != LWQ_Y_MAP || !pats || pats->kind != LWQ_Y_SEQ || pats->n < 1 ||
+            pats->n > LWQ_RECIPE_AQ_MAX_PATTERNS || !cands || cands->kind != LWQ_Y_SEQ || cands->n < 1 ||
+            (anq && lwq_y_bool(anq, &sp->allow_no_quant)))
+            return -(i + 1);
+        for (int k = 0; k < m->n; k++) {
+            const char *key = m->kids[2 * k]->str;
+            if (strcmp(key, "module_name_patterns") && strcmp(key, "candidate_formats") &&
+                strcmp(key, "allow_no_quant"))
+                return -(i + 1);
+        }
+        for (int k = 0; k < pats->n; k++) {
+            const char *p = lwq_y_str(pats->kids[k]);
+            if (!p || strlen(p) >= LWQ_RECIPE_AQ_PATTERN_MAX)
+                return -(i + 1);
+            snprintf(sp->pattern[k], sizeof sp->pattern[k], "%s", p);
+            if (lwq_glob_match(p, "lm_head"))
+                snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; module_search_spaces[%d] pattern %.60s "
+                         "matches lm_head, which Model Optimizer then searches and lwq's search does not (lm_head "
+                         "keeps the base recipe's choice)", i, p);
+        }
+        sp->npatterns = pats->n;
+        char key[48];
+        snprintf(key, sizeof key, "module_search_spaces[%d].candidate_formats", i);
+        aq_cands(f->imports, cands, key, &sp->nvfp4, &sp->fp8, &sp->w4a16, lacks, cap);
+    }
+    return l->n;
+}
+
 /* An auto_quantize recipe (Model Optimizer's ModelOptAutoQuantizeRecipe) is lwq's search with the same
  * command's options (--auto-quantize-bits from constraints.effective_bits, --auto-quantize-formats from
  * candidate_formats' preset names, none added as Model Optimizer adds it, the score and its size, the
@@ -50,22 +119,9 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
     const char *method = lwq_y_str(lwq_y_get(aq, "auto_quantize_method"));
     const char *size = lwq_y_str(lwq_y_get(aq, "score_size"));
     char fmts[96] = "", lacks[512] = "";
-    int nv = 0, fp = 0, wo = 0, bad = 0;
-    for (int i = 0; cands && cands->kind == LWQ_Y_SEQ && i < cands->n; i++) {
-        /* a candidate is {$import: alias}; the alias names a preset path in the file's imports */
-        const char *path = aq_import(f->imports, cands->kids[i]);
-        const char *b = strrchr(path, '/');
-        b = b ? b + 1 : path;
-        if (!strcmp(b, "nvfp4"))
-            nv = 1;
-        else if (!strcmp(b, "fp8"))
-            fp = 1;
-        else if (!strcmp(b, "w4a16_nvfp4"))
-            wo = 1;
-        else if (!bad++)
-            snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; candidate_formats[%d] (%s) is no format "
-                     "lwq searches (nvfp4, fp8, w4a16_nvfp4)", i, *path ? path : "inline");
-    }
+    int nv = 0, fp = 0, wo = 0;
+    aq_cands(f->imports, cands, "candidate_formats", &nv, &fp, &wo, lacks, sizeof lacks);
+    int nsp = aq_spaces(f, lwq_y_get(aq, "module_search_spaces"), run, lacks, sizeof lacks);
     if (nv || fp || wo)
         snprintf(fmts, sizeof fmts, "%s%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
     else /* no top-level candidates (module_search_spaces has its own) */
@@ -79,9 +135,6 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
     else if (cost && strcmp(cost, "weight"))
         snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; constraints.cost_model %.40s is not "
                  "implemented (lwq has weight and active_moe)", cost);
-    if (lwq_y_get(aq, "module_search_spaces"))
-        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; module_search_spaces is not implemented "
-                 "(lwq searches every group of the base recipe)");
     if (lwq_y_get(f->body, "quantize"))
         snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; a fixed quantize baseline is not "
                  "implemented (lwq's base recipe is the preset)");
@@ -107,11 +160,24 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
         return lwq_errf(e, LWQ_EFORMAT, "%s:%d: auto_quantize: effective_bits must be in (0, 16], "
                         "active_moe_expert_ratio in (0, 1], score_size in [1, 1048576], auto_quantize_method "
                         "gradient or kl_div", f->rel, line);
-    if (!nv && !fp && !wo && !*lacks)
+    if (nsp < 0)
+        return lwq_errf(e, LWQ_EFORMAT, "%s:%d: auto_quantize.module_search_spaces[%d]: an entry is a mapping of "
+                        "module_name_patterns (1 to %d strings of at most %d characters), candidate_formats (at least "
+                        "one) and allow_no_quant (a boolean); at most %d entries", f->rel, line, -nsp - 1,
+                        LWQ_RECIPE_AQ_MAX_PATTERNS, LWQ_RECIPE_AQ_PATTERN_MAX - 1, LWQ_RECIPE_AQ_MAX_SPACES);
+    int sq = 0; /* a space has a quantized candidate */
+    for (int k = 0; k < nsp; k++)
+        sq |= run->aq_space[k].nvfp4 | run->aq_space[k].fp8 | run->aq_space[k].w4a16;
+    if (!nv && !fp && !wo && !sq && !*lacks)
         snprintf(lacks, sizeof lacks, "; candidate_formats is empty");
     if (!*lacks) {
+        /* the base preset: fp8 when FP8 is a candidate anywhere, as without spaces */
+        int anyfp = fp;
+        for (int k = 0; k < nsp; k++)
+            anyfp |= run->aq_space[k].fp8;
         run->is_aq = 1;
-        snprintf(run->aq_qformat, sizeof run->aq_qformat, "%s", fp ? "fp8" : "nvfp4");
+        run->aq_nspaces = nsp;
+        snprintf(run->aq_qformat, sizeof run->aq_qformat, "%s", anyfp ? "fp8" : "nvfp4");
         run->aq_bits = bv;
         run->aq_nvfp4 = nv, run->aq_fp8 = fp, run->aq_w4a16 = wo;
         run->aq_active_moe = cost && !strcmp(cost, "active_moe");
@@ -120,6 +186,7 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
         run->aq_score_size = (int)sv;
         return 0;
     }
+    run->aq_nspaces = 0;
     return lwq_errf(e, LWQ_EUNSUPPORTED, "%s:%d: auto_quantize (AutoQuantize searches per-layer formats over the "
                     "whole model) is not read as a recipe: lwq's search takes it as options: --qformat %s "
                     "--auto-quantize-bits %s --auto-quantize-formats %s%s%s%s%s (lm_head and routers are not "

@@ -21,6 +21,22 @@
 #define LWQ_RECIPE_YAML_MAX_FILES 64
 #define LWQ_RECIPE_YAML_MAX_DEPTH 16
 
+#define LWQ_RECIPE_AQ_MAX_SPACES 16
+#define LWQ_RECIPE_AQ_MAX_PATTERNS 16
+#define LWQ_RECIPE_AQ_PATTERN_MAX 128
+
+/* One of an auto_quantize recipe's module_search_spaces (Model Optimizer 0.47's
+ * AutoQuantizeModuleSearchSpace): a search group every member of which matches one of the globs
+ * (over module names, Model Optimizer's fnmatch) takes these candidates instead of the top-level
+ * ones; none only with allow_no_quant (Model Optimizer's default: true). */
+typedef struct lwq_recipe_aq_space {
+    int npatterns;
+    char pattern[LWQ_RECIPE_AQ_MAX_PATTERNS][LWQ_RECIPE_AQ_PATTERN_MAX];
+    int nvfp4, fp8, w4a16;          /* candidate_formats, by their presets' paths */
+    int allow_no_quant;
+    int line;                       /* of the entry, for messages */
+} lwq_recipe_aq_space;
+
 /* Run settings the algorithm's `layerwise` block carries (lwq is always layerwise). */
 typedef struct lwq_recipe_run {
     int has_checkpoint_dir;
@@ -40,6 +56,10 @@ typedef struct lwq_recipe_run {
     double aq_moe_ratio;            /* constraints.cost.active_moe_expert_ratio; 0: not given */
     int aq_kl;                      /* auto_quantize_method kl_div (else gradient) */
     int aq_score_size;              /* score_size; 0: not given (Model Optimizer's default, 128) */
+    int aq_nspaces;                 /* module_search_spaces; with them aq_nvfp4/fp8/w4a16 are the top-level
+                                       candidates of the groups no space matches (none always among them,
+                                       all of them when candidate_formats is absent: a group then takes none) */
+    lwq_recipe_aq_space aq_space[LWQ_RECIPE_AQ_MAX_SPACES];
 } lwq_recipe_run;
 
 /* Load a YAML recipe; imports resolve under `root` (NULL: the current directory). */

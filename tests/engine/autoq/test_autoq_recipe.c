@@ -1,4 +1,5 @@
 /* lwq quantize --recipe on a Model Optimizer auto_quantize recipe: the same search, and bytes, as its --auto-quantize-* options; what lwq lacks is refused by name. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
@@ -73,17 +74,116 @@ Test(autoq_recipe, the_recipe_runs_as_its_options)
     cr_assert_eq(lwqt_sh("test -s %s", lwqt_path("a/auto_quantize.json")), 0, "no search ran");
 }
 
-/* module_search_spaces (the module_spaces recipe) is refused by name, and nothing is written */
-Test(autoq_recipe, module_search_spaces_is_refused_by_name)
+/* An auto_quantize recipe with module_search_spaces (cost_model weight, top-level candidates nvfp4); `spaces`
+ * is its module_search_spaces list */
+static void write_spaces(const char *rel, const char *bits, const char *spaces)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "imports:\n"
+             "  nvfp4: configs/ptq/presets/model/nvfp4\n"
+             "  fp8: configs/ptq/presets/model/fp8\n"
+             "  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n"
+             "metadata:\n"
+             "  recipe_type: auto_quantize\n"
+             "auto_quantize:\n"
+             "  constraints:\n"
+             "    effective_bits: %s\n"
+             "  candidate_formats:\n"
+             "    - $import: nvfp4\n"
+             "  module_search_spaces:\n%s"
+             "  score_size: 1\n",
+             bits, spaces);
+    lwqt_write_str(rel, buf);
+}
+
+/* the candidates each group of a/auto_quantize.json was given, as "nvfp4,none" (its "candidates" keys),
+ * and the format chosen; cr_asserts that group i exists */
+static void group_of(const cJSON *root, int i, char *kind, char *cands, const char **chosen)
+{
+    const cJSON *g = cJSON_GetArrayItem(cJSON_GetObjectItem(root, "groups"), i);
+    cr_assert(g, "group %d missing", i);
+    snprintf(kind, 32, "%s", cJSON_GetObjectItem(g, "group")->valuestring);
+    cands[0] = 0;
+    for (const cJSON *c = cJSON_GetObjectItem(g, "candidates")->child; c; c = c->next)
+        snprintf(cands + strlen(cands), 64 - strlen(cands), "%s%s", cands[0] ? "," : "", c->string);
+    *chosen = cJSON_GetObjectItem(g, "format")->valuestring;
+}
+
+/* Model Optimizer's module_search_spaces: the attention groups a space matches take its candidates (fp8
+ * alone: allow_no_quant false), every other group the top-level nvfp4 and none */
+Test(autoq_recipe, a_space_gives_the_groups_it_matches_its_candidates)
 {
     make_moe();
-    write_recipe("aq.yaml", "1", "  module_search_spaces:\n    - module_name_patterns: ['*mlp.experts*']\n"
-                                 "      candidate_formats: [{$import: w4a16_nvfp4}]\n");
+    write_spaces("aq.yaml", "8.0", "    - module_name_patterns: ['*self_attn*']\n"
+                                   "      candidate_formats: [{$import: fp8}]\n"
+                                   "      allow_no_quant: false\n");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
+    cr_assert_eq(run("a", extra), 0, "%s", lwqt_slurp(lwqt_path("stderr.txt")));
+    cJSON *root = lwqt_json(lwqt_path("a/auto_quantize.json"));
+    cr_assert(root);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(root, "groups")), attn = 0;
+    cr_assert_gt(n, 3);
+    for (int i = 0; i < n; i++) {
+        char kind[32], cands[64];
+        const char *chosen;
+        group_of(root, i, kind, cands, &chosen);
+        int is_attn = !strcmp(kind, "qkv") || !strcmp(kind, "o");
+        attn += is_attn;
+        cr_assert_str_eq(cands, is_attn ? "fp8" : "none,nvfp4", "group %d (%s)", i, kind);
+        if (is_attn)
+            cr_assert_str_eq(chosen, "fp8", "group %d (%s)", i, kind);
+    }
+    cr_assert_eq(attn, 6, "3 layers' qkv and o groups");
+    cJSON_Delete(root);
+}
+
+/* allow_no_quant left out is Model Optimizer's default, true: the space's groups may stay unquantized */
+Test(autoq_recipe, allow_no_quant_defaults_to_true)
+{
+    make_moe();
+    write_spaces("aq.yaml", "8.0", "    - module_name_patterns: ['*self_attn*']\n"
+                                   "      candidate_formats: [{$import: fp8}]\n");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
+    cr_assert_eq(run("a", extra), 0, "%s", lwqt_slurp(lwqt_path("stderr.txt")));
+    cJSON *root = lwqt_json(lwqt_path("a/auto_quantize.json"));
+    cr_assert(root);
+    char kind[32], cands[64];
+    const char *chosen;
+    group_of(root, 0, kind, cands, &chosen);
+    cr_assert_str_eq(kind, "qkv");
+    cr_assert_str_eq(cands, "none,fp8");
+    cJSON_Delete(root);
+}
+
+/* a space that matches q_proj but not k_proj / v_proj (one group, one format) is refused naming the group,
+ * as Model Optimizer refuses a rule that partially matches a group */
+Test(autoq_recipe, a_space_matching_part_of_a_group_is_refused)
+{
+    make_moe();
+    write_spaces("aq.yaml", "8.0", "    - module_name_patterns: ['*q_proj']\n"
+                                   "      candidate_formats: [{$import: fp8}]\n");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
+    cr_assert_neq(run("a", extra), 0);
+    const char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    cr_assert(strstr(err, "layer 0: module_search_spaces[0] matches part of the qkv group"), "%s", err);
+    cr_assert_neq(lwqt_sh("test -e %s/model.safetensors.index.json", lwqt_path("a")), 0, "an output was written");
+}
+
+/* a space whose pattern matches lm_head is refused by name: Model Optimizer would search lm_head, lwq does not */
+Test(autoq_recipe, a_space_matching_lm_head_is_refused_by_name)
+{
+    make_moe();
+    write_spaces("aq.yaml", "8.0", "    - module_name_patterns: ['*self_attn*', '*lm_head*']\n"
+                                   "      candidate_formats: [{$import: fp8}]\n");
     char extra[1024];
     snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
     cr_assert_eq(run("a", extra), 2);
     const char *err = lwqt_slurp(lwqt_path("stderr.txt"));
-    cr_assert(strstr(err, "module_search_spaces is not implemented"), "%s", err);
+    cr_assert(strstr(err, "module_search_spaces[0] pattern *lm_head* matches lm_head"), "%s", err);
     cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
 }
 

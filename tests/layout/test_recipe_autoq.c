@@ -1,0 +1,182 @@
+/* Model Optimizer auto_quantize recipe YAML -> the search's options and spaces, and every refusal's exact message. */
+#include <criterion/criterion.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "tests/helpers/craft.h"
+#include "layout/recipe/recipe.h"
+#include "layout/recipe/recipe_yaml.h"
+
+static void setup(void)
+{
+    lwqt_setup();
+    cr_assert_eq(chdir(lwqt_dir), 0);
+}
+
+TestSuite(recipe_autoq, .init = setup, .fini = lwqt_teardown);
+
+/* `text` as r.yaml is refused with exactly `msg` */
+static void refused_file(const char *text, const char *msg)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", text);
+    cr_assert_neq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0);
+    cr_assert_str_eq(e.msg, msg);
+}
+
+static lwq_quant_choice pick(const lwq_recipe *r, const char *m) { return lwq_recipe_resolve(r, m); }
+
+Test(recipe_autoq, refuses_auto_quantize)
+{
+    refused_file("metadata: {recipe_type: ptq}\nauto_quantize: {}\n",
+                 "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits B "
+                 "--auto-quantize-formats F,... (lm_head and routers are not searched); candidate_formats is empty");
+}
+
+/* Model Optimizer's qwen3_6_moe auto_quantize recipe (its shape: presets imported as candidates,
+ * the shared LayerPatternList units, the active_moe cost model) */
+#define QWEN36_AQ \
+    "imports:\n  base_disabled_layers: configs/auto_quantize/units/base_disabled_layers\n" \
+    "  fp8: configs/ptq/presets/model/fp8\n  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n" \
+    "metadata:\n  recipe_type: auto_quantize\n" \
+    "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n    cost_model: active_moe\n" \
+    "    cost:\n      active_moe_expert_ratio: 0.03125\n  candidate_formats:\n    - $import: fp8\n    - $import: w4a16_nvfp4\n" \
+    "  auto_quantize_method: gradient\n  score_size: 128\n" \
+    "  disabled_layers:\n    - $import: base_disabled_layers\n    - \"*shared_expert_gate*\"\n"
+
+/* it is read as the search's options (its imports, schemas lwq does not read, are not loaded), and
+ * its base recipe is the fp8 preset */
+Test(recipe_autoq, an_auto_quantize_recipe_gives_the_search_options)
+{
+    lwq_recipe r, b;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", QWEN36_AQ);
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.is_aq);
+    cr_assert_str_eq(run.aq_qformat, "fp8");
+    cr_assert_float_eq(run.aq_bits, 6.0, 1e-12);
+    cr_assert(!run.aq_nvfp4 && run.aq_fp8 && run.aq_w4a16);
+    cr_assert(run.aq_active_moe);
+    cr_assert_float_eq(run.aq_moe_ratio, 0.03125, 1e-12);
+    cr_assert(!run.aq_kl);
+    cr_assert_eq(run.aq_score_size, 128);
+    cr_assert_eq(lwq_recipe_preset("fp8", &b, &e), 0, "%s", e.msg);
+    cr_assert_eq(pick(&r, "model.layers.0.mlp.down_proj").format, pick(&b, "model.layers.0.mlp.down_proj").format);
+    lwq_recipe_free(&r);
+    lwq_recipe_free(&b);
+}
+
+/* a fixed quantize baseline (Model Optimizer's baseline import, meant with module_search_spaces) is
+ * refused by name */
+Test(recipe_autoq, an_auto_quantize_baseline_is_refused_by_name)
+{
+    refused_file(QWEN36_AQ "quantize:\n  quant_cfg: []\n",
+                 "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
+                 "--auto-quantize-active-moe-ratio 0.03125 --auto-quantize-score-size 128 (lm_head and routers are "
+                 "not searched); a fixed quantize baseline is not implemented (lwq's base recipe is the preset)");
+}
+
+/* a disabled_layers pattern beyond the base unit is named */
+Test(recipe_autoq, an_auto_quantize_disabled_pattern_lwq_lacks_is_named)
+{
+    refused_file(QWEN36_AQ "    - \"*mlp.experts.0.*\"\n",
+                 "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
+                 "--auto-quantize-active-moe-ratio 0.03125 --auto-quantize-score-size 128 (lm_head and routers are "
+                 "not searched); disabled_layers[2] (*mlp.experts.0.*) is not implemented (lwq keeps "
+                 "configs/auto_quantize/units/base_disabled_layers)");
+}
+
+/* module_search_spaces are read: each entry's patterns, its candidates by preset path, allow_no_quant
+ * (Model Optimizer's default true); the top-level candidates stay the unmatched groups' */
+Test(recipe_autoq, an_auto_quantize_module_search_spaces_are_read)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", QWEN36_AQ "  module_search_spaces:\n"
+                   "    - module_name_patterns: ['*mlp.shared_expert*', '*self_attn*']\n"
+                   "      candidate_formats: [{$import: w4a16_nvfp4}, {$import: fp8}]\n"
+                   "      allow_no_quant: false\n"
+                   "    - module_name_patterns: ['*mlp.experts*']\n"
+                   "      candidate_formats: [{$import: w4a16_nvfp4}]\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.is_aq);
+    cr_assert_eq(run.aq_nspaces, 2);
+    cr_assert_eq(run.aq_space[0].npatterns, 2);
+    cr_assert_str_eq(run.aq_space[0].pattern[1], "*self_attn*");
+    cr_assert(run.aq_space[0].w4a16 && run.aq_space[0].fp8 && !run.aq_space[0].nvfp4);
+    cr_assert(!run.aq_space[0].allow_no_quant);
+    cr_assert(run.aq_space[1].w4a16 && !run.aq_space[1].fp8 && run.aq_space[1].allow_no_quant);
+    cr_assert(!run.aq_nvfp4 && run.aq_fp8 && run.aq_w4a16, "the top-level candidates");
+    lwq_recipe_free(&r);
+}
+
+/* an entry with a key Model Optimizer's schema lacks is refused naming the entry */
+Test(recipe_autoq, an_auto_quantize_space_with_an_unknown_key_is_refused)
+{
+    refused_file(QWEN36_AQ "  module_search_spaces:\n"
+                 "    - module_name_patterns: ['*self_attn*']\n"
+                 "      candidate_formats: [{$import: fp8}]\n"
+                 "      allow_bf16: true\n",
+                 "r.yaml:7: auto_quantize.module_search_spaces[0]: an entry is a mapping of module_name_patterns (1 "
+                 "to 16 strings of at most 127 characters), candidate_formats (at least one) and allow_no_quant (a "
+                 "boolean); at most 16 entries");
+}
+
+/* an inline candidate (a QuantizeConfig written in the entry, as Muse-Glimmer's) is named */
+Test(recipe_autoq, an_auto_quantize_inline_space_candidate_is_named)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", QWEN36_AQ "  module_search_spaces:\n"
+                   "    - module_name_patterns: ['*self_attn*']\n"
+                   "      candidate_formats:\n"
+                   "        - algorithm: max\n"
+                   "          quant_cfg: []\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "; module_search_spaces[0].candidate_formats[0] (inline) is no format lwq searches"),
+              "%s", e.msg);
+}
+
+/* bad numbers are refused as Model Optimizer's schema refuses them */
+Test(recipe_autoq, an_auto_quantize_bad_bits_is_refused)
+{
+    refused_file("metadata: {recipe_type: auto_quantize}\nimports: {fp8: configs/ptq/presets/model/fp8}\n"
+                 "auto_quantize: {constraints: {effective_bits: 17}, candidate_formats: [{$import: fp8}]}\n",
+                 "r.yaml:3: auto_quantize: effective_bits must be in (0, 16], active_moe_expert_ratio in (0, 1], "
+                 "score_size in [1, 1048576], auto_quantize_method gradient or kl_div");
+}
+
+/* a cost model lwq lacks is named */
+Test(recipe_autoq, an_auto_quantize_cost_model_lwq_lacks_is_named)
+{
+    refused_file("metadata: {recipe_type: auto_quantize}\n"
+                 "auto_quantize: {constraints: {effective_bits: 6.0, cost_model: flops}}\n",
+                 "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats F,... (lm_head and routers are not searched); constraints.cost_model flops "
+                 "is not implemented (lwq has weight and active_moe)");
+}
+
+/* a candidate lwq does not search is named (general/auto_quantize/w4a8_awq_beta_fp8_at_6p0bits) */
+Test(recipe_autoq, an_auto_quantize_candidate_lwq_lacks_is_named)
+{
+    refused_file("imports: {w4a8: configs/ptq/presets/model/w4a8_awq_beta, fp8: configs/ptq/presets/model/fp8}\n"
+                 "metadata: {recipe_type: auto_quantize}\n"
+                 "auto_quantize: {constraints: {effective_bits: 6.0}, candidate_formats: [{$import: w4a8}, "
+                 "{$import: fp8}], auto_quantize_method: kl_div}\n",
+                 "r.yaml:3: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
+                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
+                 "--auto-quantize-formats fp8,none --auto-quantize-score kl (lm_head and routers are not searched); "
+                 "candidate_formats[0] (configs/ptq/presets/model/w4a8_awq_beta) is no format lwq searches (nvfp4, "
+                 "fp8, w4a16_nvfp4)");
+}
