@@ -2,6 +2,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "tests/helpers/run.h"
@@ -168,9 +169,10 @@ Test(autoq_recipe, a_space_matching_part_of_a_group_is_refused)
     char extra[1024];
     snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
     cr_assert_neq(run("a", extra), 0);
-    const char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    char *err = lwqt_slurp(lwqt_path("stderr.txt"));
     cr_assert(strstr(err, "layer 0: module_search_spaces[0] matches part of the qkv group"), "%s", err);
-    cr_assert_neq(lwqt_sh("test -e %s/model.safetensors.index.json", lwqt_path("a")), 0, "an output was written");
+    free(err);
+    cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
 }
 
 /* a space whose pattern matches lm_head is refused by name: Model Optimizer would search lm_head, lwq does not */
@@ -182,8 +184,9 @@ Test(autoq_recipe, a_space_matching_lm_head_is_refused_by_name)
     char extra[1024];
     snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
     cr_assert_eq(run("a", extra), 2);
-    const char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    char *err = lwqt_slurp(lwqt_path("stderr.txt"));
     cr_assert(strstr(err, "module_search_spaces[0] pattern *lm_head* matches lm_head"), "%s", err);
+    free(err);
     cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
 }
 
@@ -194,6 +197,7 @@ Test(autoq_recipe, plan_refuses_it)
     write_recipe("aq.yaml", "1", "");
     cr_assert_neq(lwqt_sh("%s plan %s --recipe %s 2>%s", lwqt_bin(), lwqt_path("m"), lwqt_path("aq.yaml"),
                           lwqt_path("stderr.txt")), 0);
-    const char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    char *err = lwqt_slurp(lwqt_path("stderr.txt"));
     cr_assert(strstr(err, "lwq plan does not run the auto-quantize search"), "%s", err);
+    free(err);
 }
