@@ -9,8 +9,12 @@
  *           norm, out_proj, residual)
  *   gemms   that layer's two GEMMs alone (in_proj and out_proj on the same rows)
  *   attn    lwq_model_layer_forward of the first attention layer (norm, q/k/v/o, causal GQA)
+ *   op      the backend's mamba2 op alone on that layer's in_proj output (conv1d, dt, scan, gated
+ *           norm and its dtype conversions), with the scan kernel of the automatic choice, and
+ *           again with the portable (scalar) scan kernel forced: their difference is what the
+ *           vector scan saves; both must give the same bytes (checked)
  * and prints per token: mamba, gemms, mamba - gemms (the host part: conv1d, scan, gated norm,
- * the transfers and the norm/residual, which the attention layer has too), attn, and the ratios.
+ * the transfers and the norm/residual, which the attention layer has too), attn, op, and the ratios.
  * The dev VM is shared: CPU time is the stable figure, and only ratios of one run are compared.
  *
  * usage: bench_nemotron MODEL_DIR [threads] [batch] [seq]   (defaults 1, 4, 512) */
@@ -21,6 +25,7 @@
 
 #include "core/parallel/parallel.h"
 #include "engine/forward/forward.h"
+#include "kernels/cpu/gemm/gemm_isa.h"
 #include "layout/checkpoint/checkpoint.h"
 
 typedef struct src {
@@ -129,6 +134,19 @@ int main(int argc, char **argv)
     snprintf(nm, sizeof nm, "model.layers.%d.mixer.out_proj.weight", lm);
     if (get(&s, nm, &wout, &e))
         return fprintf(stderr, "bench_nemotron: no %s\n", nm), 1;
+    lwq_tensor wconv, bconv, alog, dtb, dd, wn;
+    const char *mw[] = {"conv1d.weight", "conv1d.bias", "A_log", "dt_bias", "D", "norm.weight"};
+    lwq_tensor *mt[] = {&wconv, &bconv, &alog, &dtb, &dd, &wn};
+    for (int i = 0; i < 6; i++) {
+        snprintf(nm, sizeof nm, "model.layers.%d.mixer.%s", lm, mw[i]);
+        if (get(&s, nm, mt[i], &e) && !(i == 1 && !c->mamba_conv_bias))
+            return fprintf(stderr, "bench_nemotron: no %s\n", nm), 1;
+    }
+    lwq_mamba2_args op = {.proj = &proj, .conv_w = &wconv, .conv_b = c->mamba_conv_bias ? &bconv : NULL,
+                          .a_log = &alog, .dt_bias = &dtb, .d = &dd, .norm_w = &wn, .valid = &b.valid,
+                          .out = &core, .batch = B, .seq = T, .heads = H, .head_dim = c->mamba_head_dim,
+                          .state = c->ssm_state_size, .groups = c->mamba_n_groups, .kernel = c->mamba_conv_kernel,
+                          .eps = (float)c->rms_norm_eps, .dt_min = (float)c->time_step_min};
     memset(core.data, 0, (size_t)(n * I) * lwq_dtype_size(core.dtype));
     const size_t hb = (size_t)(n * D) * lwq_dtype_size(m.act);
     /* correctness before timing: the Mamba2 layer twice on the same input gives the same bytes */
@@ -144,6 +162,20 @@ int main(int argc, char **argv)
             return 1;
         }
     }
+    /* the op alone: the automatic scan kernel and the portable one give the same bytes */
+    const char *kname = lwq_cpu_kernels_get()->name;
+    const size_t cb = (size_t)(n * I) * lwq_dtype_size(core.dtype);
+    void *cref = malloc(cb);
+    if (lwq_backend_gemm(&be, &h0, &win, NULL, &proj, &e) || lwq_backend_mamba2(&be, &op, &e))
+        return die(&e);
+    memcpy(cref, core.data, cb);
+    if (lwq_cpu_kernels_force("portable") || lwq_backend_mamba2(&be, &op, &e) || lwq_cpu_kernels_force(NULL))
+        return fprintf(stderr, "bench_nemotron: the portable mamba2 op failed: %s\n", e.msg), 1;
+    if (memcmp(cref, core.data, cb)) {
+        fprintf(stderr, "bench_nemotron: the %s and portable scans differ\n", kname);
+        return 1;
+    }
+    best bo = {0}, bp = {0};
     best bm = {0}, bg = {0}, ba = {0};
     for (int rep = 0; rep < 3; rep++) {
         memcpy(h.data, h0.data, hb);
@@ -160,17 +192,30 @@ int main(int argc, char **argv)
         if (lwq_model_layer_forward(&m, la, &w, &b, &h, NULL, &e))
             return die(&e);
         take(&ba, w0, c0);
+        w0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
+        if (lwq_backend_mamba2(&be, &op, &e))
+            return die(&e);
+        take(&bo, w0, c0);
+        lwq_cpu_kernels_force("portable");
+        w0 = clk(CLOCK_MONOTONIC), c0 = clk(CLOCK_PROCESS_CPUTIME_ID);
+        if (lwq_backend_mamba2(&be, &op, &e))
+            return die(&e);
+        take(&bp, w0, c0);
+        lwq_cpu_kernels_force(NULL);
     }
     const double us = 1e6 / (double)n;
     printf("bench_nemotron: %s, %.2f GB, %s, %d thread(s), %lld x %lld tokens; Mamba2 layer %d (%d heads x %lld, "
-           "%d groups, state %lld, conv %d), attention layer %d (%d heads, %d kv, head_dim %lld)\n",
+           "%d groups, state %lld, conv %d), attention layer %d (%d heads, %d kv, head_dim %lld); %s kernels\n",
            argv[1], (double)bytes / 1e9, lwq_dtype_name(c->dtype), threads, (long long)B, (long long)T, lm, (int)H,
            (long long)c->mamba_head_dim, c->mamba_n_groups, (long long)c->ssm_state_size, c->mamba_conv_kernel, la,
-           c->num_attention_heads, c->num_key_value_heads, (long long)c->head_dim);
+           c->num_attention_heads, c->num_key_value_heads, (long long)c->head_dim, kname);
     printf("  per token (CPU us / wall us): mamba2 layer %.1f / %.1f, its in_proj+out_proj GEMMs %.1f / %.1f, "
            "rest (conv1d, scan, gated norm, transfers, norm, residual) %.1f / %.1f; attention layer %.1f / %.1f\n",
            bm.cpu * us, bm.wall * us, bg.cpu * us, bg.wall * us, (bm.cpu - bg.cpu) * us, (bm.wall - bg.wall) * us,
            ba.cpu * us, ba.wall * us);
+    printf("  mamba2 op alone (CPU us / wall us): %s scan %.1f / %.1f, portable scan %.1f / %.1f; attention layer / "
+           "op %.2f\n",
+           kname, bo.cpu * us, bo.wall * us, bp.cpu * us, bp.wall * us, ba.cpu / bo.cpu);
     printf("  ratios (CPU time): mamba2 layer / attention layer %.2f; scan part / attention layer %.2f; scan part "
            "/ mamba2 layer %.2f\n",
            bm.cpu / ba.cpu, (bm.cpu - bg.cpu) / ba.cpu, (bm.cpu - bg.cpu) / bm.cpu);
