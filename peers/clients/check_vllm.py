@@ -118,6 +118,49 @@ def setup_vllm():
     from vllm.v1.worker.workspace import init_workspace_manager
     init_workspace_manager(torch.device("cpu"))
 
+    # Nemotron-H's non-gated ReLU^2 experts (is_act_and_mul=False): FusedMoEConfig refuses them on
+    # any platform but CUDA, XPU and ROCm ("is_act_and_mul=False is supported only for CUDA, XPU
+    # and ROCm for now"), before any parameter exists.  The check is passed for that one call (the
+    # module's current_platform answers is_cuda_alike() = True inside __post_init__); the expert
+    # parameters are then the quant method's own, and no MoE kernel runs.
+    import vllm.model_executor.layers.fused_moe.config as fmc
+    post = fmc.FusedMoEConfig.__post_init__
+
+    class CudaAlike:
+        def __init__(self, p):
+            self._p = p
+
+        def is_cuda_alike(self):
+            return True
+
+        def __getattr__(self, k):
+            return getattr(self._p, k)
+
+    def post_init(self):
+        if self.activation.is_gated:
+            return post(self)
+        real = fmc.current_platform
+        fmc.current_platform = CudaAlike(real)
+        try:
+            PATCHED.add("non-gated MoE: FusedMoEConfig's CUDA/XPU/ROCm-only check passed on the CPU (no kernel runs)")
+            return post(self)
+        finally:
+            fmc.current_platform = real
+    fmc.FusedMoEConfig.__post_init__ = post_init
+
+    # Kimi-Linear: vLLM 0.33's KimiLinearModel.__init__ (vllm/models/kimi_k3/nvidia/model.py)
+    # creates a CUDA stream for overlapping the MLA output gate's GEMM (`aux_stream =
+    # torch.cuda.Stream()`), which raises on a machine without a CUDA driver before any parameter
+    # exists.  Without CUDA, torch.cuda.Stream gives None, which the decoder layers accept
+    # (`aux_stream: torch.cuda.Stream | None = None`); no stream is used by loading.
+    if not torch.cuda.is_available():
+        class NoStream:  # a class, so that vLLM's `torch.cuda.Stream | None` annotations still evaluate
+            def __new__(cls, *a, **k):
+                PATCHED.add("torch.cuda.Stream() -> None (no CUDA driver; KimiLinearModel's aux_stream, "
+                            "not used by loading)")
+                return None
+        torch.cuda.Stream = NoStream
+
 
 PATCHED = set()
 CONVERTED = []  # quantized tensors a loader copied into a parameter of another dtype
@@ -178,6 +221,18 @@ def overrides(d):
       Optimizer's exports included, fails ("'MiniMaxM2Config' object has no attribute
       'rotary_dim'"; without use_routing_bias vLLM builds no e_score_correction_bias):
       hf_overrides supplies the three with the values transformers computes with.
+    - kimi_linear: transformers 5.23 (the sources' writer) writes its own form of the config,
+      which vLLM 0.33's KimiLinearConfig (Moonshot's form) does not read, so every
+      transformers-written checkpoint, Model Optimizer's exports included, is built wrong or
+      refused.  (a) `mla_use_nope` is not written when it is transformers' default, true (its MLA
+      has no RoPE; lwq reads the same default, layout/config/config_kimi.c); vLLM defaults it to
+      false and refuses ("Kimi-K3 MLA (MultiHeadLatentAttention) is NoPE-only").  (b) the layer
+      kinds are `layer_types` / `mlp_layer_types` with `linear_num_heads`, `linear_head_dim`,
+      `linear_conv_kernel_dim`; vLLM reads `linear_attn_config` (1-based `kda_layers`,
+      `full_attn_layers`, `num_heads`, `head_dim`, `short_conv_kernel_size`) and
+      `first_k_dense_replace`, and without them builds every layer as MLA + MoE ("KeyError:
+      'layers.0.mlp.down_proj.input_scale'").  hf_overrides supplies Moonshot's keys with the
+      values of transformers' (docs/FAMILIES.md lists both forms).
     - vLLM's CPU platform has no MLA attention with an FP8 KV cache ("--kv-cache-dtype fp8_e4m3
       is not supported by MLA attention on CPU"): the KV cache is set to bfloat16 for the run;
       the checkpoint's k/v scales still load into the attention layer's KV-cache parameters."""
@@ -190,6 +245,24 @@ def overrides(d):
         if "topk_method" not in cfg:
             kw["hf_overrides"] = {"topk_method": "noaux_tc"}
         kw["kv_cache_dtype"] = "bfloat16"
+    if cfg.get("model_type") == "kimi_linear":
+        km = {}
+        if "mla_use_nope" not in cfg:
+            km["mla_use_nope"] = True
+        lt = cfg.get("layer_types")
+        if "linear_attn_config" not in cfg and lt:
+            km["linear_attn_config"] = {
+                "kda_layers": [i + 1 for i, t in enumerate(lt) if t == "linear_attention"],
+                "full_attn_layers": [i + 1 for i, t in enumerate(lt) if t == "full_attention"],
+                "num_heads": cfg["linear_num_heads"], "head_dim": cfg["linear_head_dim"],
+                "short_conv_kernel_size": cfg["linear_conv_kernel_dim"]}
+        mt = cfg.get("mlp_layer_types")
+        if mt and "first_k_dense_replace" not in cfg:
+            k = next((i for i, t in enumerate(mt) if t != "dense"), len(mt))
+            if all(t == "sparse" for t in mt[k:]):
+                km["first_k_dense_replace"] = k
+        if km:
+            kw["hf_overrides"] = km
     if cfg.get("model_type") == "minimax_m2":
         rp = cfg.get("rope_parameters") or {}
         f = rp.get("partial_rotary_factor", cfg.get("partial_rotary_factor", 1.0))
@@ -239,6 +312,19 @@ def as_bytes(t):
     return t.reshape(-1).view(torch.uint8)
 
 
+def renamed(model, k):
+    """The name vLLM's loader is given for checkpoint tensor k.  Nemotron-H: transformers 5.14.1 (the
+    sources' writer) saves the embedding as `backbone.embedding.weight` (its conversion mapping renames
+    `embeddings` to `embedding` on save and back on load), and Model Optimizer's export and lwq keep
+    that name; vLLM 0.33's NemotronH WeightsMapper maps only `embeddings` (NVIDIA's published
+    checkpoints' name) to `embed_tokens`.  The one tensor is fed under NVIDIA's name, recorded."""
+    if type(model).__name__ == "NemotronHForCausalLM" and k == "backbone.embedding.weight":
+        PATCHED.add("renamed backbone.embedding.weight (transformers' name) to backbone.embeddings.weight "
+                    "(NVIDIA's, the one vLLM's NemotronH mapper reads)")
+        return "backbone.embeddings.weight"
+    return k
+
+
 def build_and_load(vc, d, fill):
     """The model with every parameter byte preset to `fill`, loaded from d: (params snapshot,
     per-tensor record, loaded names, model)."""
@@ -276,7 +362,7 @@ def build_and_load(vc, d, fill):
         def it():
             for k, t in checkpoint_tensors(d):
                 tensors[k] = (t.untyped_storage().data_ptr(), tuple(t.shape), str(t.dtype).replace("torch.", ""), t)
-                yield k, t
+                yield renamed(model, k), t
         loaded = model.load_weights(it())
         snap = {n: p.data.detach().clone() for n, p in model.named_parameters()}
         rows = {k: {"shape": v[1], "dtype": v[2], "params": accepted.get(v[0], [])} for k, v in tensors.items()}

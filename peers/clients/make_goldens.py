@@ -67,7 +67,8 @@ def vllm_versions():
 
 def vllm_goldens():
     """tests/data/clients/vllm.json: what vLLM's loader said of lwq's output of each new-family
-    case (peers/clients/run.sh --only vllm --modelopt over run.NEW_SOURCES), and, for each case it
+    case (peers/clients/run.sh --only vllm --modelopt over run.NEW_SOURCES and issue 35's NEMOTRON_SOURCES
+    and KIMI_SOURCES; a run over some of them keeps the others' recorded cases), and, for each case it
     accepted, the tensors (names, dtypes, shapes) and the quantization config it accepted.
     tests/tools/families/test_vllm_golden.c quantizes every accepted case again and checks lwq still writes
     exactly those tensors and that config: a change to them needs vLLM run again."""
@@ -75,7 +76,7 @@ def vllm_goldens():
     opts = {(s, c): o for s, c, o in run.cases()}
     cases = []
     for r in res["rows"]:
-        if r["src"] not in run.NEW_SOURCES or "vllm" not in r:
+        if r["src"] not in run.NEW_SOURCES + run.NEMOTRON_SOURCES + run.KIMI_SOURCES or "vllm" not in r:
             continue
         v, m = r["vllm"], r.get("vllm_modelopt")
         c = {"source": r["src"], "case": r["case"], "quantize": [x.replace(run.ROOT, "@ROOT@") for x in opts[(r["src"], r["case"])]],
@@ -88,6 +89,12 @@ def vllm_goldens():
                      hf_quant_config=json.load(open(os.path.join(r["lwq"], "hf_quant_config.json")))["quantization"],
                      tensors=st_tensors(r["lwq"]))
         cases.append(c)
+    # a run over some of the sources (--src) keeps the recorded cases of the others
+    done = {(c["source"], c["case"]) for c in cases}
+    old = os.path.join(DEST, "vllm.json")
+    if cases and os.path.exists(old):
+        kept = [c for c in json.load(open(old))["cases"] if (c["source"], c["case"]) not in done]
+        cases = kept + cases
     if not cases:
         sys.exit(f"make_goldens: no vLLM result for the new families in {run.WORK}/clients/results.json: run "
                  "peers/clients/run.sh --only vllm --modelopt --src ... first")

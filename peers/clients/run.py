@@ -67,6 +67,10 @@ NEW_SOURCES = ["qwen3_5-f32", "qwen3_5-bf16", "qwen3_5_moe-f32", "qwen3_5_moe-bf
                "qwen3_5_moe_text-f32"] + [f"{a}-{d}" for a in ("glm4_moe", "minimax_m2", "deepseek_v32", "glm_moe_dsa")
                                            for d in ("f32", "bf16")]
 NEW_MLA = ("deepseek_v32", "glm_moe_dsa", "mistral4")
+# issue 35: Nemotron-H (Mamba2, NoPE attention, non-gated and latent MoE) and Kimi-Linear (KDA +
+# MLA); the cases of peers/run.py's nemotron and kimi_linear groups, Model Optimizer's goldens
+NEMOTRON_SOURCES = [f"{a}-{d}" for a in ("nemotron_h", "nemotron_h_latent") for d in ("f32", "bf16")]
+KIMI_SOURCES = ["kimi_linear-f32", "kimi_linear-bf16"]
 
 
 def cases():
@@ -105,6 +109,13 @@ def cases():
         if s.startswith(NEW_MLA):
             out.append((s, "nvfp4-as_modelopt_preset",
                         ["--recipe", os.path.join(ROOT, "peers", "lwq_recipes", "nvfp4_modelopt.json")]))
+    for s in NEMOTRON_SOURCES:
+        for q in ("fp8", "nvfp4", "mamba_moe_nvfp4_conservative"):
+            out.append((s, q, ["--qformat", q, "--kv-cache", "none"]))
+    for s in KIMI_SOURCES:
+        out.append((s, "fp8", ["--qformat", "fp8", "--kv-cache", "none"]))
+        out.append((s, "nvfp4-as_modelopt_preset",
+                    ["--recipe", os.path.join(ROOT, "peers", "lwq_recipes", "nvfp4_modelopt.json")]))
     # peers/run.py's recipes group: every published general/ptq recipe of Model Optimizer, on qwen3_moe
     root = recipe_root()
     if root:

@@ -190,3 +190,5 @@ Test(vllm_golden, glm4_moe, .timeout = 300) { run_sources("glm4_moe"); }
 Test(vllm_golden, minimax_m2, .timeout = 300) { run_sources("minimax_m2"); }
 Test(vllm_golden, deepseek_v32, .timeout = 300) { run_sources("deepseek_v32"); }
 Test(vllm_golden, glm_moe_dsa, .timeout = 300) { run_sources("glm_moe_dsa"); }
+/* issue 35: nemotron_h and nemotron_h_latent (kimi_linear has no accepted case: perf/RESULTS.md) */
+Test(vllm_golden, nemotron_h, .timeout = 300) { run_sources("nemotron_h"); }
