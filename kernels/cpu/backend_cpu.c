@@ -10,6 +10,7 @@
 #include "core/parallel/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
+#include "kernels/topk.h"
 
 static int cpu_alloc(void *ctx, size_t bytes, void **out, lwq_error *e)
 {
@@ -216,36 +217,25 @@ typedef struct route_job {
     lwq_dtype wdt;
     int32_t *idx;
     float *wts;
-    float *scratch; /* 2*E floats per thread (probabilities, taken flags) */
+    float *scratch; /* 2*E floats per thread (probabilities, then E int32 of top-k positions) */
 } route_job;
 
-/* Index of the largest p[i] not yet taken; ties go to the lower index, NaN never wins. */
-static int argmax_free(const float *p, const uint8_t *taken, int64_t n)
-{
-    int best = -1;
-    for (int64_t i = 0; i < n; i++)
-        if (!taken[i] && (best < 0 || p[i] > p[best] || (p[best] != p[best] && p[i] == p[i])))
-            best = (int)i;
-    return best;
-}
-
+/* Each row's top-k in torch.topk's CPU order (kernels/topk.h), sorted, as transformers' softmax
+ * routers call it: equal probabilities go where torch puts them, not to the lower index. */
 static void route_rows(void *ctx, int64_t b, int64_t e, int tid)
 {
     route_job *j = (route_job *)ctx;
     int64_t E = j->logits->shape[1];
     float *p = j->scratch + (int64_t)tid * 2 * E;
-    uint8_t *taken = (uint8_t *)(p + E);
+    int32_t *q = (int32_t *)(p + E);
     for (int64_t r = b; r < e; r++) {
         lwq_cpu_load_f32(j->logits->data, j->logits->dtype, r * E, E, p);
-        memset(taken, 0, (size_t)E);
         int32_t *idx = j->idx + r * j->k;
         float *w = j->wts + r * j->k;
         if (j->mode == LWQ_ROUTE_TOPK_SOFTMAX) {
-            for (int s = 0; s < j->k; s++) {
-                idx[s] = argmax_free(p, taken, E);
-                taken[idx[s]] = 1;
+            lwq_topk_torch(p, E, j->k, 1, q, idx);
+            for (int s = 0; s < j->k; s++)
                 w[s] = p[idx[s]];
-            }
             float mx = w[0], sum = 0.0f;
             for (int s = 0; s < j->k; s++) {
                 w[s] = expf(w[s] - mx);
@@ -263,10 +253,9 @@ static void route_rows(void *ctx, int64_t b, int64_t e, int tid)
             }
             for (int64_t i = 0; i < E; i++)
                 p[i] /= sum;
+            lwq_topk_torch(p, E, j->k, 1, q, idx);
             float ksum = 0.0f;
             for (int s = 0; s < j->k; s++) {
-                idx[s] = argmax_free(p, taken, E);
-                taken[idx[s]] = 1;
                 w[s] = p[idx[s]];
                 ksum += w[s];
             }

@@ -422,21 +422,25 @@ static int cu_mamba2(void *vctx, const lwq_mamba2_args *a, lwq_error *e)
 /* ---- MoE ------------------------------------------------------------------------------------- */
 
 __global__ void k_route(const void *lg, lwq_dtype dt, int64_t n, int E, int k, int mode,
-                        lwq_dtype wdt, int32_t *idx, float *w)
+                        lwq_dtype wdt, int32_t *idx, float *w, float *ps, int32_t *qs)
 {
-    /* grid-stride: grid_for() caps the grid, so one thread may own several rows */
-    LWQ_CUDA_GRID_STRIDE(r, n) lwq_route_row(lg, dt, r, E, k, mode, wdt, idx, w);
+    /* grid-stride: grid_for() caps the grid, so one thread may own several rows; row r's
+     * scratch is ps/qs + r * E (the top-k works on a position array, kernels/topk.h) */
+    LWQ_CUDA_GRID_STRIDE(r, n) lwq_route_row(lg, dt, r, E, k, mode, wdt, idx, w, ps + r * E, qs + r * E);
 }
 
+/* The scratch is the GEMM workspace, on this stream like every other user of it. */
 static int cu_moe_route(void *vctx, const lwq_tensor *logits, int k, lwq_route_mode mode,
                         lwq_dtype wdt, lwq_tensor *idx, lwq_tensor *wts, lwq_error *e)
 {
     cuda_ctx *c = (cuda_ctx *)vctx;
     CU(cudaSetDevice(c->device), "set device");
-    int64_t n = logits->shape[0];
-    k_route<<<grid_for(n, 128), 128, 0, c->stream>>>(logits->data, logits->dtype, n,
-                                                      (int)logits->shape[1], k, (int)mode, wdt,
-                                                      (int32_t *)idx->data, (float *)wts->data);
+    int64_t n = logits->shape[0], E = logits->shape[1];
+    LWQ_TRY(ws_reserve(c, (size_t)n * (size_t)E * (sizeof(float) + sizeof(int32_t)), e));
+    float *ps = (float *)c->ws;
+    int32_t *qs = (int32_t *)(ps + n * E);
+    k_route<<<grid_for(n, 128), 128, 0, c->stream>>>(logits->data, logits->dtype, n, (int)E, k, (int)mode, wdt,
+                                                      (int32_t *)idx->data, (float *)wts->data, ps, qs);
     LAUNCHED("moe_route");
     return 0;
 }

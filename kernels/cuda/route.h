@@ -3,10 +3,11 @@
  * the CPU backend (tests/kernels/cuda/test_cuda_route.c).  LWQ_HD: compiled for the device by nvcc and
  * as plain C for the test.
  *
- * Picks follow the CPU's argmax_free order (kernels/cpu/backend_cpu.c): values that are not NaN
- * by value descending, ties to the lower index; once those are used up, NaN values by index
- * ascending.  So a row whose logits are all NaN (or, in the softmax modes, that has any NaN:
- * the sum is NaN) routes to experts 0..k-1 with NaN weights, as on the CPU, instead of index -1. */
+ * Picks follow the CPU backend (kernels/cpu/backend_cpu.c route_rows): torch.topk's CPU order
+ * (kernels/topk.h), sorted, over the softmax probabilities (or the logits in TOPK_SOFTMAX mode),
+ * NaN counting above every number as in torch.  So a row whose logits are all NaN (or, in the
+ * softmax modes, that has any NaN: the sum is NaN) routes to k distinct experts with NaN
+ * weights, as on the CPU, never to index -1. */
 #ifndef LWQ_KERNELS_CUDA_ROUTE_H
 #define LWQ_KERNELS_CUDA_ROUTE_H
 
@@ -15,66 +16,31 @@
 
 #include "core/data/dtype.h"
 #include "kernels/backend.h"
+#include "kernels/topk.h"
 
-/* The next pick after (pv, pi) in that order, or -1 when every expert is taken; *v its value. */
-LWQ_HD int lwq_route_next(const void *lg, lwq_dtype dt, int64_t base, int E, int soft, float mx, float sum,
-                          float pv, int pi, float *v)
-{
-    int best = -1;
-    float bv = 0.0f;
-    const int pnan = pi >= 0 && pv != pv; /* the previous pick was already a NaN */
-    if (!pnan)
-        for (int i = 0; i < E; i++) {
-            float x = lwq_load_f(lg, dt, (size_t)(base + i));
-            if (soft)
-                x = expf(x - mx) / sum;
-            if (x != x || (pi >= 0 && !(x < pv || (x == pv && i > pi))))
-                continue;
-            if (best < 0 || x > bv) {
-                best = i;
-                bv = x;
-            }
-        }
-    if (best < 0) /* no value left that is not NaN: the lowest NaN index after the last one taken */
-        for (int i = pnan ? pi + 1 : 0; i < E; i++) {
-            float x = lwq_load_f(lg, dt, (size_t)(base + i));
-            if (soft)
-                x = expf(x - mx) / sum;
-            if (x != x) {
-                best = i;
-                bv = x;
-                break;
-            }
-        }
-    *v = bv;
-    return best;
-}
-
-/* Row `r` of logits lg (E experts of dtype dt) -> idx (k), w (k) as lwq_backend_moe_route. */
+/* Row `r` of logits lg (E experts of dtype dt) -> idx (k), w (k) as lwq_backend_moe_route;
+ * p (E floats) and q (E int32): this row's scratch. */
 LWQ_HD void lwq_route_row(const void *lg, lwq_dtype dt, int64_t r, int E, int k, int mode, lwq_dtype wdt,
-                          int32_t *idx, float *w)
+                          int32_t *idx, float *w, float *p, int32_t *q)
 {
     const int64_t base = r * E;
     float mx = -INFINITY, sum = 0.0f;
     const int soft = mode != LWQ_ROUTE_TOPK_SOFTMAX;
+    for (int i = 0; i < E; i++)
+        p[i] = lwq_load_f(lg, dt, (size_t)(base + i));
     if (soft) {
+        for (int i = 0; i < E; i++)
+            mx = p[i] > mx ? p[i] : mx;
         for (int i = 0; i < E; i++) {
-            float v = lwq_load_f(lg, dt, (size_t)(base + i));
-            mx = v > mx ? v : mx;
+            p[i] = expf(p[i] - mx);
+            sum += p[i];
         }
         for (int i = 0; i < E; i++)
-            sum += expf(lwq_load_f(lg, dt, (size_t)(base + i)) - mx);
+            p[i] /= sum;
     }
-    float pv = INFINITY;
-    int pi = -1;
-    for (int s = 0; s < k; s++) {
-        float bv;
-        int best = lwq_route_next(lg, dt, base, E, soft, mx, sum, pv, pi, &bv);
-        idx[r * k + s] = best;
-        w[r * k + s] = bv;
-        pv = bv;
-        pi = best;
-    }
+    lwq_topk_torch(p, E, k, 1, q, idx + r * k);
+    for (int s = 0; s < k; s++)
+        w[r * k + s] = p[idx[r * k + s]];
     float *wr = w + r * k;
     if (mode == LWQ_ROUTE_TOPK_SOFTMAX) {
         float m0 = wr[0], z = 0.0f;

@@ -364,7 +364,7 @@ Test(ops_cpu, moe_route_softmax_topk_and_norm)
     float w[3];
     double z = exp(0.5) + 2 * exp(2.0) + exp(-1.0) + exp(1.0);
     route(LWQ_ROUTE_SOFTMAX_TOPK, lg, 5, 3, idx, w);
-    cr_assert(idx[0] == 1 && idx[1] == 3 && idx[2] == 4, "tie goes to the lower index: %d %d %d",
+    cr_assert(idx[0] == 1 && idx[1] == 3 && idx[2] == 4, "torch.topk's order of the tie: %d %d %d",
               idx[0], idx[1], idx[2]);
     close_to(w[0], exp(2.0) / z, 0, 1e-6, "w", 0);
     close_to(w[2], exp(1.0) / z, 0, 1e-6, "w", 2);

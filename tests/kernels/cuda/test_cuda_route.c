@@ -1,4 +1,4 @@
-/* The CUDA router's row logic (kernels/cuda/route.h, run here on the host) routes like the CPU backend: same experts and weights for random, tied and NaN logits; an all-NaN row goes to experts 0..k-1 with NaN weights, not index -1. */
+/* The CUDA router's row logic (kernels/cuda/route.h, run here on the host) routes like the CPU backend: same experts and weights for random, tied and NaN logits; an all-NaN row goes to k distinct experts (torch.topk's order) with NaN weights, not index -1. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdlib.h>
@@ -41,12 +41,13 @@ static lwq_tensor t2(void *data, lwq_dtype dt, int64_t r, int64_t c)
 static void same_routing(const float *lg, int k, lwq_route_mode mode)
 {
     int32_t ic[ROWS * E], ig[ROWS * E];
-    float wc[ROWS * E], wg[ROWS * E];
+    float wc[ROWS * E], wg[ROWS * E], ps[E];
+    int32_t qs[E];
     lwq_tensor L = t2((void *)lg, LWQ_F32, ROWS, E), I = t2(ic, LWQ_I32, ROWS, k), W = t2(wc, LWQ_F32, ROWS, k);
     lwq_error e = {0};
     cr_assert_eq(lwq_backend_moe_route(&g_cpu, &L, k, mode, LWQ_BF16, &I, &W, &e), 0, "%s", e.msg);
     for (int64_t r = 0; r < ROWS; r++)
-        lwq_route_row(lg, LWQ_F32, r, E, k, (int)mode, LWQ_BF16, ig, wg);
+        lwq_route_row(lg, LWQ_F32, r, E, k, (int)mode, LWQ_BF16, ig, wg, ps, qs);
     for (int i = 0; i < ROWS * k; i++) {
         cr_expect_eq(ig[i], ic[i], "mode %d k %d row %d slot %d: expert %d on CUDA, %d on the CPU", (int)mode, k,
                      i / k, i % k, ig[i], ic[i]);
@@ -68,7 +69,7 @@ static void all_modes(const float *lg)
 }
 
 /* The kernel skipped NaN and, with nothing else left, wrote index -1 and weight 0: the CPU gives
- * experts 0..k-1 and NaN weights (its argmax takes an untaken NaN when nothing else is left). */
+ * two distinct experts and NaN weights (torch.topk's order of 8 tied NaN at k = 2: 6, 5). */
 Test(cuda_route, all_nan_logits_route_as_on_the_cpu)
 {
     float lg[ROWS * E];
@@ -76,9 +77,10 @@ Test(cuda_route, all_nan_logits_route_as_on_the_cpu)
         lg[i] = NAN;
     all_modes(lg);
     int32_t idx[E];
-    float w[E];
-    lwq_route_row(lg, LWQ_F32, 0, E, 2, LWQ_ROUTE_SOFTMAX_TOPK, LWQ_F32, idx, w);
-    cr_expect(idx[0] == 0 && idx[1] == 1, "all-NaN row: experts %d %d", idx[0], idx[1]);
+    float w[E], ps[E];
+    int32_t qs[E];
+    lwq_route_row(lg, LWQ_F32, 0, E, 2, LWQ_ROUTE_SOFTMAX_TOPK, LWQ_F32, idx, w, ps, qs);
+    cr_expect(idx[0] == 6 && idx[1] == 5, "all-NaN row: experts %d %d", idx[0], idx[1]);
     cr_expect(w[0] != w[0] && w[1] != w[1], "all-NaN row: weights %g %g", (double)w[0], (double)w[1]);
 }
 
