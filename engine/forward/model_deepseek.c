@@ -56,7 +56,9 @@
  *       n_shared_experts).
  * Routing runs on the host (router logits are downloaded), threaded over tokens: a few passes
  * over n x n_experts floats, small next to the expert GEMMs, and it keeps the selection rules in
- * one place for every backend.  Ties in every top-k go to the lower index. */
+ * one place for every backend.  The group choice and the final top-k are torch.topk(...,
+ * sorted=False)'s picks and order on the CPU (kernels/topk.h), ties included; a group's score
+ * takes its best one or two values, whichever of tied experts they come from. */
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
@@ -67,6 +69,7 @@
 
 #include "core/parallel/parallel.h"
 #include "engine/forward/forward_internal.h"
+#include "kernels/topk.h"
 
 /* Geometry checks of an MLA config (lwq_model_init, after the common checks). */
 int lwq_fwd_mla_check(const lwq_model_config *c, lwq_error *e)
@@ -450,8 +453,9 @@ int lwq_fwd_mla_attention_block(lwq_model *m, int layer, const lwq_weights *w, c
 /* ---- routing ---------------------------------------------------------------------------------- */
 
 /* Indexes of the k largest of v[0..n) into out (descending, ties to the lower index), in one
- * pass with an insertion-sorted list.  NaN never enters; slots left empty get -1 (the caller
- * reports a token whose scores are NaN). */
+ * pass with an insertion-sorted list.  NaN never enters; slots left empty get -1.  Used only for
+ * a group's best one or two VALUES, which do not depend on which of tied experts they come from
+ * (a token with a NaN score is reported before). */
 static void topk(const float *v, int n, int k, int *out)
 {
     int m = 0;
@@ -473,7 +477,7 @@ static void topk(const float *v, int n, int k, int *out)
 /* Keep only the experts of the topk_group groups with the best group score (`fill` elsewhere:
  * 0.0, or -inf where the row says so). */
 static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill, lwq_dtype dt, float *gscore,
-                        int *gsel)
+                        int32_t *gsel, int32_t *q)
 {
     const int gs = E / ng;
     for (int g = 0; g < ng; g++) {
@@ -488,7 +492,7 @@ static void mask_groups(float *choice, int E, int ng, int tg, int v3, float fill
             gscore[g] = t1 >= 0 ? cg[t1] : NAN;
         }
     }
-    topk(gscore, ng, tg, gsel);
+    lwq_topk_torch(gscore, ng, tg, 0, q, gsel); /* torch.topk(group_scores, sorted=False) */
     for (int g = 0; g < ng; g++) {
         int keep = 0;
         for (int t = 0; t < tg && !keep; t++)
@@ -521,13 +525,14 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
     const lwq_dtype rd = sg ? j->act : LWQ_F32; /* Mistral-4 rounds every step to the act dtype */
     const int ng = c->n_group > 0 ? c->n_group : 1, tg = c->topk_group > 0 ? c->topk_group : 1;
     float *score = malloc((size_t)(2 * E + ng) * sizeof(float));
-    int *gsel = malloc((size_t)ng * sizeof(int)), sel[64];
+    int32_t *gsel = malloc((size_t)(ng + E + ng) * sizeof(int32_t)), sel[64];
     if (!score || !gsel) {
         j->bad[tid] = -2;
         free(score);
         free(gsel);
         return;
     }
+    int32_t *q = gsel + ng; /* the top-k's positions (kernels/topk.h) */
     float *choice = score + E, *gscore = choice + E;
     for (int64_t t = t0; t < t1; t++) {
         int32_t *idx = j->idx + t * K;
@@ -564,15 +569,10 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         if (nan && j->bad[tid] == -1) /* group masking would hide a NaN behind 0.0 */
             j->bad[tid] = t;
         if (grouped && ng > 1)
-            mask_groups(choice, E, ng, tg, v3 || sg, c->family->group_mask_inf ? -INFINITY : 0.0f, rd, gscore, gsel);
-        topk(choice, E, K, sel);
+            mask_groups(choice, E, ng, tg, v3 || sg, c->family->group_mask_inf ? -INFINITY : 0.0f, rd, gscore, gsel, q);
+        lwq_topk_torch(choice, E, K, 0, q, sel); /* torch.topk(scores_for_choice, sorted=False) */
         float wsum = 0.0f;
         for (int s = 0; s < K; s++) {
-            if (sel[s] < 0) {
-                if (j->bad[tid] == -1)
-                    j->bad[tid] = t;
-                sel[s] = 0;
-            }
             idx[s] = sel[s];
             wts[s] = score[sel[s]];
             wsum += score[sel[s]];
