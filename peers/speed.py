@@ -41,6 +41,43 @@ def timed(cmd, log):
     return wall, int(m.group(1)) * 1024 if m else 0, p.returncode
 
 
+def bf16_moe_bound():
+    """The input_scale bound of tests/data/peers for the BF16 qwen3_moe (MANIFEST bf16_bounds: twice
+    torch's own BF16-vs-F32 drift of a calibrated scale, at least one BF16 step), and where it is
+    from.  README "Side by side with the real tools" says what it covers on MoE checkpoints."""
+    man = os.path.join(ROOT, "tests", "data", "peers", "MANIFEST.json")
+    b = json.load(open(man))["bf16_bounds"]["qwen3_moe-bf16"]
+    return b["bound"], f"tests/data/peers qwen3_moe-bf16: 2 x torch's BF16-vs-F32 drift {b['delta']:.3g}"
+
+
+def outputs_side_by_side(work, formats, rows):
+    """Lines comparing lwq's and Model Optimizer's exports of each format: weights, weight scales
+    and unquantized tensors byte for byte, input scales against the BF16 MoE bound."""
+    import compare
+    ok = {(r["tool"], r["format"]) for r in rows if r["rc"] == 0}
+    bound, why = bf16_moe_bound()
+    out = []
+    for fmt in formats:
+        if ("lwq", fmt) not in ok or ("modelopt", fmt) not in ok:
+            continue
+        r = compare.compare(os.path.join(work, f"out-lwq-{fmt}"), os.path.join(work, f"out-modelopt-{fmt}"), bound)
+        beyond = r["scale_diffs"]
+        w = r["worst"]["input"]
+        out += ["", f"outputs {fmt}: {r['exact_identical']} of {r['exact_total']} tensors besides the input scales "
+                f"byte-identical; {r['scales'] - len(beyond)} of {r['scales']} input scales within the BF16 MoE bound "
+                f"{bound:.3g} ({why}), {len(beyond)} beyond it"
+                + (f"; worst {w[0]:.3g} at {w[1]} (lwq {w[2]:.6g}, Model Optimizer {w[3]:.6g})" if w else "")]
+        out += [f"  beyond: {d}" for d in beyond[:10]]
+        if len(beyond) > 10:
+            out.append(f"  ... and {len(beyond) - 10} more")
+        out += [f"  differs: {d}" for d in r["exact_diffs"][:10]]
+    if out:
+        out += ["", "A routed expert's input scale can lie beyond the bound where a calibration token's BF16 hidden "
+                "state has drifted far enough to change its top-k (in torch's BF16 forward as in lwq's): that "
+                "expert's amax is then one token's (README, peers: the BF16 MoE bound)."]
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--samples", type=int, default=64)
@@ -100,6 +137,7 @@ def main():
         xr = f"{r['peak_rss_gb'] / base['peak_rss_gb']:.1f}" if base and base["peak_rss_gb"] else "-"
         lines.append(f"| {r['format']} | {r['tool']} | {r['wall_s']} | {xw} | {r['peak_rss_gb']} | {xr} | "
                      f"{r['quantize_only_s'] if r['quantize_only_s'] is not None else '-'} | {r['rc']} |")
+    lines += outputs_side_by_side(work, a.formats.split(","), rows)
     table = "\n".join(lines)
     print(table)
     open(os.path.join(work, "table.md"), "w").write(table + "\n")
