@@ -76,8 +76,7 @@ static void norm_rows(void *ctx, int64_t b, int64_t e, int tid)
             ss += (double)buf[i] * buf[i];
         float var = (float)(ss / (double)d);
         float rs = 1.0f / sqrtf(var + j->eps);
-        for (int64_t i = 0; i < d; i++)
-            buf[i] = lwq_round_to(wf[i] * lwq_round_to(buf[i] * rs, j->x->dtype), j->y->dtype);
+        lwq_cpu_norm_apply(buf, rs, wf, buf, d, j->x->dtype, j->y->dtype);
         lwq_cpu_store_f32(j->y->data, j->y->dtype, r * d, d, buf);
     }
 }
@@ -124,16 +123,8 @@ static void rope_rows(void *ctx, int64_t b, int64_t e, int tid)
             sn[i] = lwq_round_to(sinf(ang) * j->scaling, dt);
         }
         lwq_cpu_load_f32(j->x->data, dt, r * cols, cols, row);
-        for (int64_t h = 0; h < cols; h += j->hd) {
-            float *x = row + h;
-            for (int64_t i = 0; i < half; i++) {
-                float x1 = x[i], x2 = x[i + half];
-                x[i] = lwq_round_to(lwq_round_to(x1 * cs[i], dt) + lwq_round_to(-x2 * sn[i], dt),
-                                    dt);
-                x[i + half] = lwq_round_to(lwq_round_to(x2 * cs[i], dt) +
-                                           lwq_round_to(x1 * sn[i], dt), dt);
-            }
-        }
+        for (int64_t h = 0; h < cols; h += j->hd)
+            lwq_cpu_rope_apply(row + h, cs, sn, half, dt);
         lwq_cpu_store_f32(j->x->data, dt, r * cols, cols, row);
     }
 }
@@ -345,8 +336,7 @@ static void combine_rows(void *ctx, int64_t b, int64_t e, int tid)
                     continue;
                 float ws = w[t * k + s];
                 lwq_cpu_load_f32(j->y->data, j->y->dtype, (int64_t)row * d + c0, nc, yb);
-                for (int64_t i = 0; i < nc; i++)
-                    acc[i] = lwq_round_to(acc[i] + lwq_round_to(ws * yb[i], dt), dt);
+                lwq_cpu_axpy_round(acc, ws, yb, nc, dt);
             }
             lwq_cpu_store_f32(j->out->data, dt, t * d + c0, nc, acc);
         }

@@ -36,3 +36,74 @@ LWQ_VEC void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, 
         d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
     }
 }
+
+/* ---- fused row steps: the element-wise tails of the ops, BF16 rounding in vector lanes ------- */
+
+/* lwq_round_to(f, LWQ_BF16) without the dtype switch or a call, so the loops below vectorize:
+ * nearest even on the bits, NaN kept quiet (core/data/dtype.h lwq_f32_to_bf16, widened back). */
+static inline float bf16r(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
+    uint32_t q = (u & 0xffff0000u) | 0x00400000u;
+    u = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+LWQ_VEC static void norm_apply_bf16(const float *x, float rs, const float *restrict w, float *y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        y[i] = bf16r(w[i] * bf16r(x[i] * rs));
+}
+
+void lwq_cpu_norm_apply(const float *x, float rs, const float *w, float *y, int64_t n, lwq_dtype xdt,
+                        lwq_dtype ydt)
+{
+    if (xdt == LWQ_BF16 && ydt == LWQ_BF16) {
+        norm_apply_bf16(x, rs, w, y, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        y[i] = lwq_round_to(w[i] * lwq_round_to(x[i] * rs, xdt), ydt);
+}
+
+LWQ_VEC static void axpy_round_bf16(float *restrict acc, float a, const float *restrict y, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        acc[i] = bf16r(acc[i] + bf16r(a * y[i]));
+}
+
+void lwq_cpu_axpy_round(float *acc, float a, const float *y, int64_t n, lwq_dtype dt)
+{
+    if (dt == LWQ_BF16) {
+        axpy_round_bf16(acc, a, y, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        acc[i] = lwq_round_to(acc[i] + lwq_round_to(a * y[i], dt), dt);
+}
+
+LWQ_VEC static void rope_half_bf16(float *restrict x1, float *restrict x2, const float *restrict cs,
+                                   const float *restrict sn, int64_t half)
+{
+    for (int64_t i = 0; i < half; i++) {
+        float a = x1[i], b = x2[i];
+        x1[i] = bf16r(bf16r(a * cs[i]) + bf16r(-b * sn[i]));
+        x2[i] = bf16r(bf16r(b * cs[i]) + bf16r(a * sn[i]));
+    }
+}
+
+void lwq_cpu_rope_apply(float *x, const float *cs, const float *sn, int64_t half, lwq_dtype dt)
+{
+    if (dt == LWQ_BF16) {
+        rope_half_bf16(x, x + half, cs, sn, half);
+        return;
+    }
+    for (int64_t i = 0; i < half; i++) {
+        float a = x[i], b = x[i + half];
+        x[i] = lwq_round_to(lwq_round_to(a * cs[i], dt) + lwq_round_to(-b * sn[i], dt), dt);
+        x[i + half] = lwq_round_to(lwq_round_to(b * cs[i], dt) + lwq_round_to(a * sn[i], dt), dt);
+    }
+}

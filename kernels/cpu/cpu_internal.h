@@ -13,6 +13,16 @@
 void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, int64_t n);
 void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, int64_t n);
 
+/* The element-wise tails of the row ops (convert_cpu.c), each element exactly the scalar
+ * lwq_round_to expression written beside it, vectorized for BF16:
+ *   norm_apply  y[i] = R_ydt(w[i] * R_xdt(x[i] * rs))                 (y may be x)
+ *   axpy_round  acc[i] = R(acc[i] + R(a * y[i]))
+ *   rope_apply  x[i], x[i + half] = R(R(x1 cs) + R(-x2 sn)), R(R(x2 cs) + R(x1 sn)) */
+void lwq_cpu_norm_apply(const float *x, float rs, const float *w, float *y, int64_t n, lwq_dtype xdt,
+                        lwq_dtype ydt);
+void lwq_cpu_axpy_round(float *acc, float a, const float *y, int64_t n, lwq_dtype dt);
+void lwq_cpu_rope_apply(float *x, const float *cs, const float *sn, int64_t half, lwq_dtype dt);
+
 /* dst[i] = (float)src[off + i] for i < n. */
 static inline void lwq_cpu_load_f32(const void *src, lwq_dtype dt, int64_t off, int64_t n,
                                     float *dst)
