@@ -82,7 +82,7 @@ for _src in ("nemotron_h-f32", "nemotron_h-bf16", "nemotron_h_latent-f32", "nemo
             "hf_quant_config.json quantization.exclude_modules: backbone.embedding is excluded only in A",
             "config.json quantization_config.ignore: backbone.embedding is excluded only in A"]
 # The published Nemotron-3 recipes (group nemotron_recipes) are MIXED_PRECISION: the same mangling
-# reaches quantized_layers and the config groups' targets, which tests/helpers/peercmp.c then compares
+# reaches quantized_layers and the config groups' targets, which tests/helpers/check/peercmp.c then compares
 # by the names before the sentinel (and says so).  Nano-4B's recipe quantizes the embedding too:
 # lwq lists it by its checkpoint name, backbone.embedding (the module of backbone.embedding.weight);
 # Model Optimizer by its in-memory name, backbone.embeddings, which transformers' conversion mapping
@@ -824,7 +824,7 @@ Nano-4B `nvfp4_w4a16` (its lm_head weight-only FP8: `lm_head.weight` F8_E4M3 and
 `weight_scale`, no input_scale, listed as quant_algo `FP8`, since Model Optimizer's
 get_quantization_format does not look at the input quantizer of an FP8 module; its embedding
 weight-only NVFP4).  All five are MIXED_PRECISION, so the mangling above reaches
-`quantized_layers` and the config groups' targets; tests/helpers/peercmp.c compares those by the
+`quantized_layers` and the config groups' targets; tests/helpers/check/peercmp.c compares those by the
 names before the sentinel and records that it did (`known_differences`).  Nano-4B's also records
 the embedding's name: lwq lists `backbone.embedding`, the module of the checkpoint's
 `backbone.embedding.weight`; Model Optimizer lists the in-memory `backbone.embeddings`, a name

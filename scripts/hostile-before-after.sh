@@ -234,7 +234,7 @@ run p1 build test_hostile_recipe test_hostile_resume
 
 # p2: before f833c53 (F2-F6, F10-F13).  lwq_qlayer_view_make gained weights_only later (817b2ea).
 tree p2 f833c53^
-cp "$SRC"/tests/helpers/* "$W/p2/tests/helpers/"
+cp -r "$SRC"/tests/helpers/* "$W/p2/tests/helpers/"
 sed -i 's/lwq_qlayer_view_make(&plan, &qt, 0, 0, &em/lwq_qlayer_view_make(\&plan, \&qt, 0, \&em/' \
     "$W/p2/$H/test_hostile_qdir.c"
 build p2 build -DLWQ_CUDA=OFF lwq_cli test_hostile_recipe test_hostile_files test_hostile_qdir test_calib_hostile \
@@ -246,7 +246,7 @@ run p2 build test_hostile_recipe test_hostile_files test_hostile_qdir test_calib
 # ASan), which also lacks 9c1717b (verify's and bench-io's opens).  Built without CUDA, which is
 # where test_cuda_probe failed; test_stream in an ASan build.
 tree p3 23f3f82^
-cp "$SRC"/tests/helpers/* "$W/p3/tests/helpers/"
+cp -r "$SRC"/tests/helpers/* "$W/p3/tests/helpers/"
 build p3 build -DLWQ_CUDA=OFF lwq_cli test_hostile_resume test_parallel test_inspect test_cuda_probe \
     test_leakcheck test_hostile_files
 run p3 build test_parallel test_inspect test_cuda_probe test_hostile_resume test_hostile_files test_leakcheck

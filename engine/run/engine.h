@@ -53,7 +53,7 @@ typedef struct lwq_quantize_opts {
     int dry_read;                /* every layer through the I/O path; nothing computed/written */
     lwq_device_choice device;
     /* NULL: the run makes its backend from `device`.  Else the run computes on this one and does
-     * not destroy it (the tests run the engine on a fake device: tests/helpers/fakedev.h); the
+     * not destroy it (the tests run the engine on a fake device: tests/helpers/device/fakedev.h); the
      * plan still follows `device`. */
     const struct lwq_backend *backend;
     int threads;                 /* 0: all cores */

@@ -6,7 +6,7 @@
 #include "core/parallel/parallel.h"
 #include "kernels/gptq.h"
 #include "kernels/quant.h"
-#include "tests/helpers/quant_naive.h"
+#include "tests/helpers/check/quant_naive.h"
 
 /* ---- random linears ------------------------------------------------------------------------- */
 

@@ -4,7 +4,7 @@
 
 #include "kernels/quant.h"
 #include "layout/format/quant_formats.h"
-#include "tests/helpers/quant_naive.h"
+#include "tests/helpers/check/quant_naive.h"
 
 static void fill(lwq_dtype dt, void *data, float *f, int64_t n, float scale, uint64_t seed)
 {

@@ -1,10 +1,10 @@
-/* NVFP4 quantization (max, static, sweep, local_hessian, dequant) against tests/helpers/quant_naive.h. */
+/* NVFP4 quantization (max, static, sweep, local_hessian, dequant) against tests/helpers/check/quant_naive.h. */
 #include <criterion/criterion.h>
 #include <string.h>
 
 #include "core/parallel/parallel.h"
 #include "kernels/quant.h"
-#include "tests/helpers/quant_naive.h"
+#include "tests/helpers/check/quant_naive.h"
 
 typedef struct tens {
     lwq_dtype dt;

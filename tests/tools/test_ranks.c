@@ -5,7 +5,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "shell.h"
+#include "tests/helpers/shell.h"
 #include "tests/helpers/fixtures.h"
 
 static char dir[256];

@@ -17,7 +17,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/model/fwd_fixture.h"
 
 static double run_logits(const char *fixture, lwq_dtype act, int *nchecked)
 {

@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/model/fwd_fixture.h"
 
 #define MAXMOD 256
 

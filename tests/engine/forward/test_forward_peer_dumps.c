@@ -20,7 +20,7 @@
 
 #include "core/sys/file.h"
 #include "layout/checkpoint/safetensors.h"
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/model/fwd_fixture.h"
 
 static const char *data_root(void)
 {

@@ -25,7 +25,7 @@
 
 #include "core/sys/file.h"
 #include "layout/checkpoint/safetensors.h"
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/model/fwd_fixture.h"
 
 #define BOUND 1e-5
 

@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/model/fwd_fixture.h"
 #include "tests/helpers/run.h"
 
 typedef struct refw {

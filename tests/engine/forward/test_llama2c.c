@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tests/helpers/fwd_fixture.h"
-#include "tests/helpers/llama2c.h"
+#include "tests/helpers/model/fwd_fixture.h"
+#include "tests/helpers/model/llama2c.h"
 #include "tests/helpers/craft.h"
 
 TestSuite(llama2c, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -1,10 +1,10 @@
-/* The GPU plan covers what the engine keeps on a device: quantize on a fake CUDA device (tests/helpers/fakedev.h) and its peak of live device bytes stays within the plan's engine terms, layer by layer, with --whole-model, with an embedding larger than a layer and with expert streaming; a device error flagged in a streamed unit is reported by that run. */
+/* The GPU plan covers what the engine keeps on a device: quantize on a fake CUDA device (tests/helpers/device/fakedev.h) and its peak of live device bytes stays within the plan's engine terms, layer by layer, with --whole-model, with an embedding larger than a layer and with expert streaming; a device error flagged in a streamed unit is reported by that run. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "engine/run/engine.h"
-#include "fakedev.h"
+#include "tests/helpers/device/fakedev.h"
 #include "layout/checkpoint/checkpoint.h"
 #include "layout/recipe/recipe.h"
 #include "tests/helpers/run.h"

@@ -15,7 +15,7 @@
 
 #include "tests/helpers/run.h"
 #include "layout/checkpoint/checkpoint.h"
-#include "tests/helpers/qcheck.h"
+#include "tests/helpers/check/qcheck.h"
 
 #define NEXP 8
 #define COLD 5

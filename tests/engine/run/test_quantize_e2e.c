@@ -2,7 +2,7 @@
  *
  * Each case runs the built binary on a fixture with a calibration .jsonl of input_ids (ten
  * samples of mixed lengths, batches of four, so left padding is exercised), then checks the
- * output with tests/helpers/qcheck.h: every tensor FORMATS.md asks for with its dtype and shape,
+ * output with tests/helpers/check/qcheck.h: every tensor FORMATS.md asks for with its dtype and shape,
  * the index, the shard of every tensor, unquantized tensors byte-identical to the source,
  * dequantization within one code step, weight and input scales (recomputed from a separate
  * forward with host-side amax observers, fused-group max and cold-expert rules applied), k/v
@@ -15,8 +15,8 @@
 #include "layout/checkpoint/checkpoint.h"
 #include "text/dataset.h"
 #include "text/tokenizer.h"
-#include "tests/helpers/fwd_fixture.h"
-#include "tests/helpers/qcheck.h"
+#include "tests/helpers/model/fwd_fixture.h"
+#include "tests/helpers/check/qcheck.h"
 
 static const int64_t LENS[10] = {32, 7, 19, 32, 3, 25, 11, 32, 16, 28};
 

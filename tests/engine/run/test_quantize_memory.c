@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "tests/helpers/run.h"
-#include "tests/helpers/qcheck.h"
+#include "tests/helpers/check/qcheck.h"
 
 static const int64_t LENS[8] = {32, 32, 32, 32, 32, 32, 32, 32};
 

@@ -10,8 +10,8 @@
 
 #include "tests/helpers/run.h"
 #include "layout/checkpoint/checkpoint.h"
-#include "tests/helpers/fwd_fixture.h"
-#include "tests/helpers/qcheck.h"
+#include "tests/helpers/model/fwd_fixture.h"
+#include "tests/helpers/check/qcheck.h"
 
 #define MOE "agilerl-tiny-qwen3-moe"
 #define LLAMA3 "mlxd-tiny-llama3-bf16"

@@ -7,7 +7,7 @@
 #include "engine/source/layersrc.h"
 #include "engine/quant/qops.h"
 #include "kernels/quant.h"
-#include "fakedev.h"
+#include "tests/helpers/device/fakedev.h"
 
 static lwq_backend fake;
 static lwq_devslab slab;

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "tests/helpers/cuda_pair.h"
+#include "tests/helpers/device/cuda_pair.h"
 
 LWQT_CUDA_SUITE(mamba2_cuda, "CPU-vs-CUDA Mamba2 op tests");
 

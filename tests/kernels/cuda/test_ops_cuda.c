@@ -12,8 +12,8 @@
 #include <string.h>
 
 #include "kernels/backend.h"
-#include "tests/helpers/cuda_pair.h"
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/device/cuda_pair.h"
+#include "tests/helpers/model/fwd_fixture.h"
 
 LWQT_CUDA_SUITE(ops_cuda, "CPU-vs-CUDA op tests");
 

@@ -15,7 +15,7 @@
 #include "kernels/cuda/quant_cuda.h"
 #endif
 
-#include "tests/helpers/quant_naive.h"
+#include "tests/helpers/check/quant_naive.h"
 
 #ifndef LWQ_HAVE_CUDA
 

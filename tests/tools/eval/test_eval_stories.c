@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "tests/helpers/run.h"
-#include "tests/helpers/llama2c.h"
+#include "tests/helpers/model/llama2c.h"
 
 TestSuite(eval_stories, .init = lwqt_setup, .fini = lwqt_teardown);
 

@@ -4,7 +4,7 @@
  * what Model Optimizer 0.47.0 exported from them on the CPU (peers/make_goldens.py; MANIFEST.json
  * records the command, the versions and, per case, lwq's arguments and the scale tolerance).
  * Each test quantizes the sources of one architecture with lwq and compares with the goldens
- * (tests/helpers/peercmp.h: every tensor but the activation/KV scales byte-identical, those within
+ * (tests/helpers/check/peercmp.h: every tensor but the activation/KV scales byte-identical, those within
  * the case's tolerance, configs equal in meaning); one_changed_byte_of_a_golden_fails shows the
  * comparison catches an edited golden, and SHA256SUMS pins every byte besides (a last-bit change
  * of an input_scale is within tolerance).  No torch needed.
@@ -27,7 +27,7 @@
 
 #include "core/sys/file.h"
 #include "layout/checkpoint/safetensors.h"
-#include "tests/helpers/peercmp.h"
+#include "tests/helpers/check/peercmp.h"
 #include "tests/helpers/shell.h"
 
 static const char *data_root(void)

@@ -4,7 +4,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "tests/helpers/llama2c.h"
+#include "tests/helpers/model/llama2c.h"
 #include "tests/helpers/run.h"
 
 TestSuite(autoq_stories, .init = lwqt_setup, .fini = lwqt_teardown);

@@ -1,4 +1,4 @@
-/* tests/helpers/llama2c.h — the trained llama2.c checkpoint of the fixtures
+/* tests/helpers/model/llama2c.h — the trained llama2.c checkpoint of the fixtures
  * (llama2c-stories260K-raw/stories260K.bin) as a test model: load it, convert it into a Hugging
  * Face LlamaForCausalLM checkpoint (config.json + model.safetensors, F32, tied embeddings), and
  * run it in float64 with llama2.c's own semantics (interleaved-pair RoPE on the unpermuted q/k),

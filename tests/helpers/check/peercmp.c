@@ -1,5 +1,5 @@
-/* tests/helpers/peercmp.c — pc_compare (see peercmp.h). */
-#include "tests/helpers/peercmp.h"
+/* tests/helpers/check/peercmp.c — pc_compare (see peercmp.h). */
+#include "tests/helpers/check/peercmp.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>

@@ -1,5 +1,5 @@
-/* tests/helpers/qcheck.c — see qcheck.h. */
-#include "tests/helpers/qcheck.h"
+/* tests/helpers/check/qcheck.c — see qcheck.h. */
+#include "tests/helpers/check/qcheck.h"
 
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -15,7 +15,7 @@
 #include "kernels/quant.h"
 #include "layout/checkpoint/checkpoint.h"
 #include "layout/format/quant_formats.h"
-#include "tests/helpers/fwd_fixture.h"
+#include "tests/helpers/model/fwd_fixture.h"
 
 /* ---- names ---------------------------------------------------------------------------------- */
 

@@ -1,5 +1,5 @@
-/* tests/helpers/fwd_fixture.c — see fwd_fixture.h. */
-#include "tests/helpers/fwd_fixture.h"
+/* tests/helpers/model/fwd_fixture.c — see fwd_fixture.h. */
+#include "tests/helpers/model/fwd_fixture.h"
 
 #include <cjson/cJSON.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-/* tests/helpers/quant_naive.h — a deliberately naive second implementation of FORMATS.md for
+/* tests/helpers/check/quant_naive.h — a deliberately naive second implementation of FORMATS.md for
  * the quantizer tests: table searches in double for every rounding decision, no bit tricks, no
  * shared code with layout/format/quant_formats.h.  The float32 operations that FORMATS.md prescribes
  * (divisions and products of scales) are written out as float expressions. */

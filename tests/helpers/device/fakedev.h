@@ -1,4 +1,4 @@
-/* tests/helpers/fakedev.h — host fakes of a device backend for CPU tests of device-side logic:
+/* tests/helpers/device/fakedev.h — host fakes of a device backend for CPU tests of device-side logic:
  * "device" memory is malloc'd host memory behind the backend table (device = CUDA).
  *   fakedev_init: memory only (alloc, free, upload, download), with counters of allocations,
  *     uploads and live buffers;

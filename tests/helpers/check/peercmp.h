@@ -1,4 +1,4 @@
-/* tests/helpers/peercmp.h — compare two exported checkpoints tensor by tensor, by name, whatever
+/* tests/helpers/check/peercmp.h — compare two exported checkpoints tensor by tensor, by name, whatever
  * their shard layouts, with the rules of issue 23 (the same as peers/compare.py): every tensor
  * except input_scale / k_scale / v_scale byte-identical (dtype, shape, bytes); those F32 scalars
  * within a relative tolerance; hf_quant_config.json's quantization and config.json's

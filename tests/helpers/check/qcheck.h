@@ -1,4 +1,4 @@
-/* tests/helpers/qcheck.h — check a `lwq quantize` output directory against its source checkpoint,
+/* tests/helpers/check/qcheck.h — check a `lwq quantize` output directory against its source checkpoint,
  * ../shared/spec/FORMATS.md and statistics recomputed independently of the engine.  Test-only.
  *
  * The recomputation (qc_ref_compute) runs the source model through engine/forward/forward.h batch by

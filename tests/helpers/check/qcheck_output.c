@@ -1,4 +1,4 @@
-/* tests/helpers/qcheck_output.c — qc_check_output (see qcheck.h): one output directory against
+/* tests/helpers/check/qcheck_output.c — qc_check_output (see qcheck.h): one output directory against
  * its source, FORMATS.md and the recomputed statistics. */
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
@@ -12,7 +12,7 @@
 #include "kernels/quant.h"
 #include "layout/checkpoint/checkpoint.h"
 #include "layout/format/quant_formats.h"
-#include "tests/helpers/qcheck.h"
+#include "tests/helpers/check/qcheck.h"
 
 typedef struct qmod {
     char name[128];

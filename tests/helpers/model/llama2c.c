@@ -1,6 +1,6 @@
-/* tests/helpers/llama2c.c — llama2.c checkpoint loader, HF converter and float64 reference
- * (tests/helpers/llama2c.h). */
-#include "llama2c.h"
+/* tests/helpers/model/llama2c.c — llama2.c checkpoint loader, HF converter and float64 reference
+ * (tests/helpers/model/llama2c.h). */
+#include "tests/helpers/model/llama2c.h"
 
 #include <errno.h>
 #include <math.h>

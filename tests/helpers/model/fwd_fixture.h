@@ -1,4 +1,4 @@
-/* tests/helpers/fwd_fixture.h — serve a fixture checkpoint's tensors to the forward (host
+/* tests/helpers/model/fwd_fixture.h — serve a fixture checkpoint's tensors to the forward (host
  * memory, CPU backend), and read a fixture's reference_logits.json.  Test-only. */
 #ifndef LWQ_TESTS_FWD_FIXTURE_H
 #define LWQ_TESTS_FWD_FIXTURE_H
