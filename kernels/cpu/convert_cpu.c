@@ -6,17 +6,8 @@
 #include <string.h>
 
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/vec_clones.h"
 
-/* GCC only, as in quant_cpu.c: clang has no optimize attribute, vectorizes at -O2 anyway, and its
- * (14's) target_clones on a function called from other files resolves those calls to the resolver
- * itself, so a clang build keeps plain functions */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LWQ_VEC                                                                                    \
-    __attribute__((target_clones("avx512f", "avx2", "default"),                                   \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#else
-#define LWQ_VEC
-#endif
 
 LWQ_VEC void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, int64_t n)
 {

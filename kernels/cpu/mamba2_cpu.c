@@ -13,23 +13,15 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 #include "kernels/cpu/mamba2/mamba2_scan.h"
+#include "kernels/cpu/vec_clones.h"
 #include "kernels/mamba2.h"
 
 /* torch.nn.functional.softplus (beta 1, threshold 20) */
 static inline float softplusf(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
-/* GCC on x86-64: the element-wise row loops below compiled per ISA (target_clones, as
- * convert_cpu.c) with the vectorizer on.  Each loop is element by element with IEEE operations
- * (no FMA: ISO C mode), the float reductions (the norm's sum of squares) stay sequential (GCC
- * reorders no float sum without -ffast-math) and expf / log1pf stay libm calls, so every clone
- * gives the bits of the plain loop. */
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
-#define LWQ_VEC                                                                                    \
-    __attribute__((target_clones("avx512f", "avx2", "default"),                                   \
-                   optimize("tree-vectorize", "vect-cost-model=dynamic")))
-#else
-#define LWQ_VEC
-#endif
+/* The element-wise row loops below are LWQ_VEC (kernels/cpu/vec_clones.h): element by element,
+ * the norm's sum of squares sequential, expf / log1pf libm calls, so every clone gives the bits
+ * of the plain loop. */
 
 typedef struct mamba_job {
     const lwq_mamba2_ref_args *a;

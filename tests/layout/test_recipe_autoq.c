@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
+#include "tests/helpers/check/recipe_refused.h"
 #include "layout/recipe/recipe.h"
 #include "layout/recipe/recipe_yaml.h"
 
@@ -15,22 +16,11 @@ static void setup(void)
 
 TestSuite(recipe_autoq, .init = setup, .fini = lwqt_teardown);
 
-/* `text` as r.yaml is refused with exactly `msg` */
-static void refused_file(const char *text, const char *msg)
-{
-    lwq_recipe r;
-    lwq_recipe_run run;
-    lwq_error e = {0};
-    lwqt_write_str("r.yaml", text);
-    cr_assert_neq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0);
-    cr_assert_str_eq(e.msg, msg);
-}
-
 static lwq_quant_choice pick(const lwq_recipe *r, const char *m) { return lwq_recipe_resolve(r, m); }
 
 Test(recipe_autoq, refuses_auto_quantize)
 {
-    refused_file("metadata: {recipe_type: ptq}\nauto_quantize: {}\n",
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\nauto_quantize: {}\n",
                  "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits B "
                  "--auto-quantize-formats F,... (lm_head and routers are not searched); candidate_formats is empty");
@@ -74,7 +64,7 @@ Test(recipe_autoq, an_auto_quantize_recipe_gives_the_search_options)
  * refused by name */
 Test(recipe_autoq, an_auto_quantize_baseline_is_refused_by_name)
 {
-    refused_file(QWEN36_AQ "quantize:\n  quant_cfg: []\n",
+    lwqt_recipe_refused(QWEN36_AQ "quantize:\n  quant_cfg: []\n",
                  "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
                  "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
@@ -85,7 +75,7 @@ Test(recipe_autoq, an_auto_quantize_baseline_is_refused_by_name)
 /* a disabled_layers pattern beyond the base unit is named */
 Test(recipe_autoq, an_auto_quantize_disabled_pattern_lwq_lacks_is_named)
 {
-    refused_file(QWEN36_AQ "    - \"*mlp.experts.0.*\"\n",
+    lwqt_recipe_refused(QWEN36_AQ "    - \"*mlp.experts.0.*\"\n",
                  "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
                  "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
@@ -122,7 +112,7 @@ Test(recipe_autoq, an_auto_quantize_module_search_spaces_are_read)
 /* an entry with a key Model Optimizer's schema lacks is refused naming the entry */
 Test(recipe_autoq, an_auto_quantize_space_with_an_unknown_key_is_refused)
 {
-    refused_file(QWEN36_AQ "  module_search_spaces:\n"
+    lwqt_recipe_refused(QWEN36_AQ "  module_search_spaces:\n"
                  "    - module_name_patterns: ['*self_attn*']\n"
                  "      candidate_formats: [{$import: fp8}]\n"
                  "      allow_bf16: true\n",
@@ -150,7 +140,7 @@ Test(recipe_autoq, an_auto_quantize_inline_space_candidate_is_named)
 /* bad numbers are refused as Model Optimizer's schema refuses them */
 Test(recipe_autoq, an_auto_quantize_bad_bits_is_refused)
 {
-    refused_file("metadata: {recipe_type: auto_quantize}\nimports: {fp8: configs/ptq/presets/model/fp8}\n"
+    lwqt_recipe_refused("metadata: {recipe_type: auto_quantize}\nimports: {fp8: configs/ptq/presets/model/fp8}\n"
                  "auto_quantize: {constraints: {effective_bits: 17}, candidate_formats: [{$import: fp8}]}\n",
                  "r.yaml:3: auto_quantize: effective_bits must be in (0, 16], active_moe_expert_ratio in (0, 1], "
                  "score_size in [1, 1048576], auto_quantize_method gradient or kl_div");
@@ -159,7 +149,7 @@ Test(recipe_autoq, an_auto_quantize_bad_bits_is_refused)
 /* a cost model lwq lacks is named */
 Test(recipe_autoq, an_auto_quantize_cost_model_lwq_lacks_is_named)
 {
-    refused_file("metadata: {recipe_type: auto_quantize}\n"
+    lwqt_recipe_refused("metadata: {recipe_type: auto_quantize}\n"
                  "auto_quantize: {constraints: {effective_bits: 6.0, cost_model: flops}}\n",
                  "r.yaml:2: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat nvfp4 --auto-quantize-bits 6.0 "
@@ -170,7 +160,7 @@ Test(recipe_autoq, an_auto_quantize_cost_model_lwq_lacks_is_named)
 /* a candidate lwq does not search is named (general/auto_quantize/w4a8_awq_beta_fp8_at_6p0bits) */
 Test(recipe_autoq, an_auto_quantize_candidate_lwq_lacks_is_named)
 {
-    refused_file("imports: {w4a8: configs/ptq/presets/model/w4a8_awq_beta, fp8: configs/ptq/presets/model/fp8}\n"
+    lwqt_recipe_refused("imports: {w4a8: configs/ptq/presets/model/w4a8_awq_beta, fp8: configs/ptq/presets/model/fp8}\n"
                  "metadata: {recipe_type: auto_quantize}\n"
                  "auto_quantize: {constraints: {effective_bits: 6.0}, candidate_formats: [{$import: w4a8}, "
                  "{$import: fp8}], auto_quantize_method: kl_div}\n",

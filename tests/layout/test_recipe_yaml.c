@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
+#include "tests/helpers/check/recipe_refused.h"
 #include "layout/format/quant_formats.h"
 #include "layout/recipe/recipe.h"
 #include "layout/recipe/recipe_yaml.h"
@@ -57,16 +58,6 @@ static void refused(const char *head, const char *entries, const char *msg)
     lwq_recipe_run run;
     lwq_error e = {0};
     cr_assert_neq(load_body(head, entries, &r, &run, &e), 0, "accepted: %s", entries);
-    cr_assert_str_eq(e.msg, msg);
-}
-
-static void refused_file(const char *text, const char *msg)
-{
-    lwq_recipe r;
-    lwq_recipe_run run;
-    lwq_error e = {0};
-    lwqt_write_str("r.yaml", text);
-    cr_assert_neq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0);
     cr_assert_str_eq(e.msg, msg);
 }
 
@@ -256,18 +247,18 @@ Test(recipe_yaml, printed_recipe_parses_back_to_the_same)
 
 Test(recipe_yaml, refuses_recipe_type_other_than_ptq)
 {
-    refused_file("metadata: {recipe_type: auto_quantize}\nquantize: {quant_cfg: []}\n",
+    lwqt_recipe_refused("metadata: {recipe_type: auto_quantize}\nquantize: {quant_cfg: []}\n",
                  "r.yaml:1: metadata.recipe_type auto_quantize is not supported (lwq runs ptq recipes)");
 }
 
 Test(recipe_yaml, refuses_missing_recipe_type)
 {
-    refused_file("quantize: {quant_cfg: []}\n", "r.yaml: a recipe needs metadata.recipe_type (ptq)");
+    lwqt_recipe_refused("quantize: {quant_cfg: []}\n", "r.yaml: a recipe needs metadata.recipe_type (ptq)");
 }
 
 Test(recipe_yaml, refuses_sparsity)
 {
-    refused_file("metadata: {recipe_type: ptq}\nsparsity: {}\n",
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\nsparsity: {}\n",
                  "r.yaml:2: sparsity is not supported (lwq writes dense checkpoints)");
 }
 
@@ -348,7 +339,7 @@ Test(recipe_yaml, refuses_unknown_layerwise_settings)
 
 Test(recipe_yaml, refuses_a_first_entry_other_than_deny_all)
 {
-    refused_file("metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
                  "    - {quantizer_name: '*weight_quantizer', enable: false}\n",
                  "r.yaml:4: quant_cfg must start with {quantizer_name: '*', enable: false} "
                  "(configs/ptq/units/base_disable_all): quantizers no entry names keep Model Optimizer's default "
@@ -647,7 +638,7 @@ Test(recipe_yaml, a_pattern_ending_in_weight_quantizer_star_reaches_only_weights
 
 Test(recipe_yaml, refuses_quantizing_lm_head)
 {
-    refused_file("imports: {fp8: n/fp8, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
+    lwqt_recipe_refused("imports: {fp8: n/fp8, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
                  "    - $import: off\n"
                  "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
                  "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n",
@@ -672,7 +663,7 @@ Test(recipe_yaml, a_weight_only_nvfp4_lm_head_is_quantized)
     cr_assert(strstr(j, "\"lm_head\":\t\"w4a16_nvfp4\""), "%s", j);
     free(j);
     lwq_recipe_free(&r);
-    refused_file("imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
+    lwqt_recipe_refused("imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
                  "    - $import: off\n"
                  "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4}}\n"
                  "    - {quantizer_name: '*lm_head*input_quantizer', cfg: {$import: nvfp4}}\n",
@@ -809,9 +800,9 @@ Test(recipe_yaml, refuses_gptq_and_unknown_methods)
 
 Test(recipe_yaml, refuses_unknown_top_level_and_quantize_keys)
 {
-    refused_file("metadata: {recipe_type: ptq}\nexport: {}\n",
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\nexport: {}\n",
                  "r.yaml:2: unknown top-level key \"export\" (a ptq recipe has imports, metadata and quantize)");
-    refused_file("metadata: {recipe_type: ptq}\nquantize: {quant_cfg: [], kv_cache: fp8}\n",
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\nquantize: {quant_cfg: [], kv_cache: fp8}\n",
                  "r.yaml:2: quantize.kv_cache is not supported (algorithm, quant_cfg)");
 }
 
@@ -824,7 +815,7 @@ Test(recipe_yaml, refuses_a_bad_constant_amax)
 
 Test(recipe_yaml, refuses_a_header_document_with_more_than_imports)
 {
-    refused_file("metadata: {recipe_type: ptq}\n---\nquantize: {quant_cfg: []}\n",
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\n---\nquantize: {quant_cfg: []}\n",
                  "r.yaml:1: the first of two YAML documents may hold only imports");
 }
 

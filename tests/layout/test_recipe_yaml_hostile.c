@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
+#include "tests/helpers/check/recipe_refused.h"
 #include "layout/recipe/recipe.h"
 #include "layout/recipe/recipe_yaml.h"
 #include "layout/recipe/yaml_doc.h"
@@ -18,29 +19,19 @@ static void in_tmp(void)
 
 TestSuite(recipe_yaml_hostile, .init = in_tmp, .fini = lwqt_teardown);
 
-static void refused(const char *text, const char *msg)
-{
-    lwq_recipe r;
-    lwq_recipe_run run;
-    lwq_error e = {0};
-    lwqt_write_str("r.yaml", text);
-    cr_assert_neq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0);
-    cr_assert_str_eq(e.msg, msg);
-}
-
 #define HEAD "metadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
 #define LIST "# modelopt-schema: modelopt.torch.quantization.config.QuantizerCfgListConfig\n"
 
 Test(recipe_yaml_hostile, billion_laughs_aliases_are_refused)
 {
-    refused("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
+    lwqt_recipe_refused("a: &a [x, x, x, x, x, x, x, x, x]\nb: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\n"
             "c: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n",
             "r.yaml:2: YAML aliases (*a) are not supported in recipes");
 }
 
 Test(recipe_yaml_hostile, tags_are_refused)
 {
-    refused("metadata: !!python/object:os.system {recipe_type: ptq}\n",
+    lwqt_recipe_refused("metadata: !!python/object:os.system {recipe_type: ptq}\n",
             "r.yaml:1: YAML tags (tag:yaml.org,2002:python/object:os.system) are not supported in recipes");
 }
 
@@ -54,23 +45,23 @@ Test(recipe_yaml_hostile, deep_nesting_is_refused)
         buf[k++] = ']';
     buf[k++] = '\n';
     buf[k] = 0;
-    refused(buf, "r.yaml:1: nested deeper than 64 levels");
+    lwqt_recipe_refused(buf, "r.yaml:1: nested deeper than 64 levels");
 }
 
 Test(recipe_yaml_hostile, a_third_document_is_refused)
 {
-    refused("a: 1\n---\nb: 2\n---\nc: 3\n",
+    lwqt_recipe_refused("a: 1\n---\nb: 2\n---\nc: 3\n",
             "r.yaml:4: more than 2 YAML documents (a recipe or unit has one, or an imports header and a list)");
 }
 
 Test(recipe_yaml_hostile, duplicate_keys_are_refused)
 {
-    refused("metadata: {recipe_type: ptq}\nmetadata: {recipe_type: ptq}\n", "r.yaml:2: duplicate key \"metadata\"");
+    lwqt_recipe_refused("metadata: {recipe_type: ptq}\nmetadata: {recipe_type: ptq}\n", "r.yaml:2: duplicate key \"metadata\"");
 }
 
 Test(recipe_yaml_hostile, invalid_yaml_names_the_line)
 {
-    refused("metadata: {recipe_type: ptq\nquantize: 1\n",
+    lwqt_recipe_refused("metadata: {recipe_type: ptq\nquantize: 1\n",
             "r.yaml:2: invalid YAML: did not find expected ',' or '}'");
 }
 
@@ -82,7 +73,7 @@ Test(recipe_yaml_hostile, too_many_nodes_are_refused)
     for (int i = 0; i < 100001; i++)
         k += (size_t)snprintf(b + k, n - k, "1,");
     snprintf(b + k, n - k, "1]\n");
-    refused(b, "r.yaml:1: more than 100000 YAML nodes");
+    lwqt_recipe_refused(b, "r.yaml:1: more than 100000 YAML nodes");
     free(b);
 }
 
@@ -90,22 +81,22 @@ Test(recipe_yaml_hostile, import_cycles_are_refused)
 {
     lwqt_write_str("u/a.yaml", LIST "imports: {b: u/b}\n---\n- $import: b\n");
     lwqt_write_str("u/b.yaml", LIST "imports: {a: u/a}\n---\n- $import: a\n");
-    refused("imports: {a: u/a}\n" HEAD "    - $import: a\n",
+    lwqt_recipe_refused("imports: {a: u/a}\n" HEAD "    - $import: a\n",
             "u/b:2: import a (u/a) is already being loaded: circular import");
 }
 
 Test(recipe_yaml_hostile, a_self_import_is_a_cycle)
 {
     lwqt_write_str("u/a.yaml", LIST "imports: {me: u/a.yaml}\n---\n- $import: me\n");
-    refused("imports: {a: u/a}\n" HEAD "    - $import: a\n",
+    lwqt_recipe_refused("imports: {a: u/a}\n" HEAD "    - $import: a\n",
             "u/a:2: import me (u/a.yaml) is already being loaded: circular import");
 }
 
 Test(recipe_yaml_hostile, imports_cannot_leave_the_root)
 {
-    refused("imports: {x: ../etc/passwd}\n" HEAD,
+    lwqt_recipe_refused("imports: {x: ../etc/passwd}\n" HEAD,
             "r.yaml:1: import x \"../etc/passwd\": the path must be relative to the recipe root, without \"..\"");
-    refused("imports: {x: /etc/passwd}\n" HEAD,
+    lwqt_recipe_refused("imports: {x: /etc/passwd}\n" HEAD,
             "r.yaml:1: import x \"/etc/passwd\": the path must be relative to the recipe root, without \"..\"");
 }
 
@@ -137,7 +128,7 @@ Test(recipe_yaml_hostile, missing_imports_name_the_probes)
 Test(recipe_yaml_hostile, imports_need_a_schema_comment)
 {
     lwqt_write_str("u/a.yaml", "- {quantizer_name: '*', enable: false}\n");
-    refused("imports: {a: u/a}\n" HEAD "    - $import: a\n",
+    lwqt_recipe_refused("imports: {a: u/a}\n" HEAD "    - $import: a\n",
             "r.yaml:1: import a (u/a) has no '# modelopt-schema:' comment, which Model Optimizer requires of imported "
             "units");
 }
@@ -145,7 +136,7 @@ Test(recipe_yaml_hostile, imports_need_a_schema_comment)
 Test(recipe_yaml_hostile, whole_configs_are_not_importable)
 {
     lwqt_write_str("u/a.yaml", "# modelopt-schema: modelopt.torch.quantization.config.QuantizeConfig\nalgorithm: max\n");
-    refused("imports: {a: u/a}\n" HEAD,
+    lwqt_recipe_refused("imports: {a: u/a}\n" HEAD,
             "r.yaml:1: import a (u/a): modelopt-schema modelopt.torch.quantization.config.QuantizeConfig is not "
             "supported as an import (QuantizerAttributeConfig, QuantizerCfgEntry and QuantizerCfgListConfig are)");
 }
@@ -153,18 +144,18 @@ Test(recipe_yaml_hostile, whole_configs_are_not_importable)
 Test(recipe_yaml_hostile, unknown_import_names_are_refused)
 {
     lwqt_write_str("u/a.yaml", LIST "- {quantizer_name: '*', enable: false}\n");
-    refused("imports: {a: u/a}\n" HEAD "    - $import: b\n", "r.yaml:5: $import b: no such name in imports (a)");
+    lwqt_recipe_refused("imports: {a: u/a}\n" HEAD "    - $import: b\n", "r.yaml:5: $import b: no such name in imports (a)");
 }
 
 Test(recipe_yaml_hostile, units_must_fit_where_they_are_spliced)
 {
     lwqt_write_str("u/n.yaml", "# modelopt-schema: modelopt.torch.quantization.config.QuantizerAttributeConfig\n"
                                "num_bits: e4m3\n");
-    refused("imports: {n: u/n}\n" HEAD "    - $import: n\n",
+    lwqt_recipe_refused("imports: {n: u/n}\n" HEAD "    - $import: n\n",
             "r.yaml:5: $import n in quant_cfg names u/n (modelopt.torch.quantization.config.QuantizerAttributeConfig); "
             "a list entry takes a QuantizerCfgEntry or QuantizerCfgListConfig unit");
     lwqt_write_str("u/l.yaml", LIST "- {quantizer_name: '*', enable: false}\n");
-    refused("imports: {l: u/l}\n" HEAD "    - {quantizer_name: '*', cfg: {$import: l}}\n",
+    lwqt_recipe_refused("imports: {l: u/l}\n" HEAD "    - {quantizer_name: '*', cfg: {$import: l}}\n",
             "r.yaml:5: $import l in a cfg must name a QuantizerAttributeConfig unit (u/l is "
             "modelopt.torch.quantization.config.QuantizerCfgListConfig)");
 }
@@ -178,7 +169,7 @@ Test(recipe_yaml_hostile, deep_import_chains_are_refused)
         lwqt_write_str(name, text);
     }
     lwqt_write_str("u/c20.yaml", LIST "- {quantizer_name: '*', enable: false}\n");
-    refused("imports: {c: u/c0}\n" HEAD "    - $import: c\n", "u/c16: imports nested deeper than 16");
+    lwqt_recipe_refused("imports: {c: u/c0}\n" HEAD "    - $import: c\n", "u/c16: imports nested deeper than 16");
 }
 
 Test(recipe_yaml_hostile, import_fan_out_is_bounded)
@@ -193,7 +184,7 @@ Test(recipe_yaml_hostile, import_fan_out_is_bounded)
         lwqt_write_str(name, text);
     }
     lwqt_write_str("u/f5.yaml", LIST "- {quantizer_name: '*', enable: false}\n");
-    refused("imports: {f: u/f0}\n" HEAD "    - $import: f\n",
+    lwqt_recipe_refused("imports: {f: u/f0}\n" HEAD "    - $import: f\n",
             "u/f5:2: quant_cfg has more than 4096 entries after imports");
 }
 
@@ -277,7 +268,7 @@ Test(recipe_yaml_hostile, too_many_files_are_refused)
         k += snprintf(rec + k, sizeof rec - (size_t)k, "  a%d: u/a%d\n", i, i);
     }
     snprintf(rec + k, sizeof rec - (size_t)k, HEAD);
-    refused(rec, "u/l7_6: more than 64 recipe files through imports");
+    lwqt_recipe_refused(rec, "u/l7_6: more than 64 recipe files through imports");
 }
 
 Test(recipe_yaml_hostile, intricate_globs_are_bounded)
