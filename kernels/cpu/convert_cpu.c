@@ -8,7 +8,6 @@
 #include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/vec_clones.h"
 
-
 LWQ_VEC void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
@@ -17,28 +16,32 @@ LWQ_VEC void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, 
     }
 }
 
+/* core/data/dtype.h's lwq_f32_to_bf16 without branches, so the loops that use it vectorize:
+ * nearest even on the bits, NaN kept quiet */
+static inline uint32_t bf16_bits(uint32_t u)
+{
+    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    uint32_t q = (u >> 16) | 0x40u;
+    return (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+}
+
 LWQ_VEC void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) {
         uint32_t u;
         memcpy(&u, &s[i], 4);
-        uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-        uint32_t q = (u >> 16) | 0x40u;
-        d[i] = (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? q : r);
+        d[i] = (uint16_t)bf16_bits(u);
     }
 }
 
 /* ---- fused row steps: the element-wise tails of the ops, BF16 rounding in vector lanes ------- */
 
-/* lwq_round_to(f, LWQ_BF16) without the dtype switch or a call, so the loops below vectorize:
- * nearest even on the bits, NaN kept quiet (core/data/dtype.h lwq_f32_to_bf16, widened back). */
+/* lwq_round_to(f, LWQ_BF16) without the dtype switch or a call, so the loops below vectorize */
 static inline float bf16r(float f)
 {
     uint32_t u;
     memcpy(&u, &f, 4);
-    uint32_t r = (u + 0x7fffu + ((u >> 16) & 1u)) & 0xffff0000u;
-    uint32_t q = (u & 0xffff0000u) | 0x00400000u;
-    u = (u & 0x7fffffffu) > 0x7f800000u ? q : r;
+    u = bf16_bits(u) << 16;
     memcpy(&f, &u, 4);
     return f;
 }
