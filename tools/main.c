@@ -40,7 +40,7 @@ static void usage(FILE *fp)
 int main(int argc, char **argv)
 {
     /* Under an MPI launcher every rank meets the others first, whatever it was asked to do: an
-     * `lwq quantize` rank (which meets them in tools/cmd_quantize.c) must not wait for ever for
+     * `lwq quantize` rank (which meets them in tools/quantize/cmd_quantize.c) must not wait for ever for
      * one that runs another command and leaves.  "lwq plan --eval" meets them in lwq_cmd_plan. */
     if (argc < 2 || (strcmp(argv[1], "quantize") && strcmp(argv[1], "plan"))) {
         char what[128];

@@ -252,6 +252,7 @@ const char *lwq_algo_name(lwq_calib_algo a);     /* "max", "mse", "local_hessian
 /* 1 when some rule or the default selects gptq (the run then calibrates sequentially). */
 int lwq_recipe_uses_gptq(const lwq_recipe *r);
 const char *lwq_kv_mode_name(lwq_kv_mode k);     /* "none", "fp8", "fp8_cast", "nvfp4_cast" */
+const char *lwq_qsel_name(lwq_qsel q);          /* "" (both), "weight", "input", "kv", "output", ... */
 int lwq_qformat_parse(const char *s, lwq_qformat *out);
 int lwq_algo_parse(const char *s, lwq_calib_algo *out);
 int lwq_kv_mode_parse(const char *s, lwq_kv_mode *out);
