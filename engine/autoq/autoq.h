@@ -99,6 +99,14 @@ typedef struct lwq_autoq_opts {
     const lwq_recipe_aq_space *spaces;
     int nspaces;
     uint8_t unmatched[LWQ_AQ_FORMATS];
+    /* q.recipe is the recipe's fixed `quantize` baseline (Model Optimizer 0.47's fixed_quantization_config,
+     * algorithms.py _resolve_fixed_group_recipe): a group no space matches is not searched but keeps the
+     * baseline's format, a search group with that one choice, so its bytes enter the budget (weighted by
+     * the cost model, as its fixed hparam's cost does) and the solver cannot change it; `unmatched` is
+     * unused.  The baseline must give every such group one and the same format (or leave it unquantized:
+     * then it is in no group), its cheapest; anything else is refused naming the group, as Model
+     * Optimizer refuses it. */
+    int baseline;
 } lwq_autoq_opts;
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);

@@ -74,8 +74,31 @@ void lwq_aq_layer_free(lwq_aq_layer *a)
     memset(a, 0, sizeof *a);
 }
 
+/* Whether one of o's spaces names linear l (any of its patterns). */
+static int space_names(const lwq_autoq_opts *o, const lwq_arch_linear *l)
+{
+    for (int s = 0; s < o->nspaces; s++)
+        for (int j = 0; j < o->spaces[s].npatterns; j++)
+            if (lwq_glob_match(o->spaces[s].pattern[j], l->name))
+                return 1;
+    return 0;
+}
+
+static int layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r, const uint8_t want[LWQ_AQ_FORMATS],
+                      const lwq_autoq_opts *o, lwq_error *e);
+
 int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r,
                       const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e)
+{
+    return layer_init(a, p, r, want, NULL, e);
+}
+
+/* o (may be NULL): with a fixed baseline, a linear a space names is searched whatever the baseline gives it
+ * (Model Optimizer replaces a searched module's baseline quantizers by its candidates'), except what the
+ * base_disabled_layers unit disables and lwq never searches: routers and gates (not grouped), the conv1d,
+ * the linear-attention in_proj_a / in_proj_b (in_proj_ba). */
+static int layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r, const uint8_t want[LWQ_AQ_FORMATS],
+                      const lwq_autoq_opts *o, lwq_error *e)
 {
     memset(a, 0, sizeof *a);
     a->layer = p->layer;
@@ -101,7 +124,8 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
         }
         int k = kind_of(l->role);
         /* the base recipe's exclusions stand: what it leaves unquantized is not searched */
-        if (k < 0 || l->is_router || a->base[i].format == LWQ_QFMT_NONE)
+        int searched = o && o->baseline && l->role != LWQ_ROLE_LIN_BA && space_names(o, l);
+        if (k < 0 || l->is_router || (a->base[i].format == LWQ_QFMT_NONE && !searched))
             continue;
         if (slot[k] < 0) {
             slot[k] = a->ngroups++;
@@ -146,6 +170,78 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
     return 0;
 }
 
+/* The candidate a base choice is: NVFP4 with its input quantizer off is W4A16. */
+static int base_candidate(const lwq_quant_choice *b)
+{
+    return b->format == LWQ_QFMT_NVFP4 && b->weight_only ? LWQ_AQ_W4A16 : (int)b->format;
+}
+
+/* Group k, which no space matches, under a fixed baseline: its one choice is the baseline's format, which
+ * its members must share (Model Optimizer's _resolve_fixed_group_recipe refuses a runtime group the
+ * baseline gives incompatible formats). */
+static int fix_to_baseline(lwq_aq_layer *a, const lwq_arch_layer *p, int k, lwq_error *e)
+{
+    lwq_aq_group *g = &a->g[k];
+    int f0 = base_candidate(&a->base[g->lin[0]]);
+    for (int i = 1; i < g->n; i++) {
+        int f = base_candidate(&a->base[g->lin[i]]);
+        if (f != f0)
+            return lwq_errf(e, LWQ_EINVAL, "layer %d: the fixed quantize baseline gives the %s group two formats (%s "
+                            "%s, %s %s), which no module_search_spaces entry matches: move the whole group into one "
+                            "entry (Model Optimizer refuses it alike)", p->layer, lwq_aq_kind_name(g->kind),
+                            p->linears[g->lin[0]].name, lwq_aq_format_name(f0), p->linears[g->lin[i]].name,
+                            lwq_aq_format_name(f));
+    }
+    memset(g->allowed, 0, sizeof g->allowed);
+    g->allowed[f0] = 1;
+    g->fixed = 1;
+    return 0;
+}
+
+/* The effective bits Model Optimizer gives a candidate (estimate_quant_compression: NVFP4's numerics carry
+ * effective_bits 4.5, FP8 e4m3 counts 4 + 3 + 1), times 2. */
+static int half_bits(int f)
+{
+    return f == LWQ_QFMT_FP8 ? 16 : f == LWQ_QFMT_NONE ? 32 : 9;
+}
+
+int lwq_aq_baseline_check(const lwq_autoq_opts *o, const lwq_arch_layer *plans, int N, lwq_error *e)
+{
+    if (!o->baseline)
+        return 0;
+    /* the baseline's compression: its cheapest format anywhere (weights, inputs, the KV cache) */
+    int least = o->q.recipe->kv == LWQ_KV_NONE ? half_bits(LWQ_QFMT_NONE)
+                : o->q.recipe->kv == LWQ_KV_NVFP4_CAST ? half_bits(LWQ_QFMT_NVFP4) : half_bits(LWQ_QFMT_FP8);
+    for (int L = 0; L < N; L++)
+        for (int i = 0; i < plans[L].nlinears; i++) {
+            lwq_quant_choice c = lwq_qlayer_choice(o->q.recipe, &plans[L], i);
+            if (c.format != LWQ_QFMT_NONE && half_bits(c.format) < least)
+                least = half_bits(c.format);
+            if (c.split && c.input_format != LWQ_QFMT_NONE && half_bits(c.input_format) < least)
+                least = half_bits(c.input_format);
+        }
+    int rc = 0;
+    for (int L = 0; L < N && rc == 0; L++) {
+        lwq_aq_layer A;
+        if ((rc = lwq_aq_layer_build(&A, &plans[L], o->q.recipe, o, e)) != 0)
+            return rc;
+        for (int k = 0; k < A.ngroups && rc == 0; k++) {
+            int f = 0;
+            while (A.g[k].fixed && !A.g[k].allowed[f])
+                f++;
+            if (A.g[k].fixed && half_bits(f) != least)
+                rc = lwq_errf(e, LWQ_EINVAL, "layer %d: the fixed quantize baseline gives the %s group (%s), which no "
+                              "module_search_spaces entry matches, %s at %g effective bits, but the baseline's cost is "
+                              "its cheapest format's, %g: use one uniform format for the modules no space matches and "
+                              "put the others in module_search_spaces (Model Optimizer refuses it alike)", L,
+                              lwq_aq_kind_name(A.g[k].kind), plans[L].linears[A.g[k].lin[0]].name,
+                              lwq_aq_format_name(f), half_bits(f) / 2.0, least / 2.0);
+        }
+        lwq_aq_layer_free(&A);
+    }
+    return rc;
+}
+
 /* Group k's formats under o's module_search_spaces: the matching space's, else o->unmatched. */
 static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const lwq_autoq_opts *o, lwq_error *e)
 {
@@ -175,6 +271,8 @@ static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const l
                             lwq_aq_kind_name(g->kind), p->linears[g->lin[0]].name);
         hit = s;
     }
+    if (hit < 0 && o->baseline)
+        return fix_to_baseline(a, p, k, e);
     uint8_t want[LWQ_AQ_FORMATS];
     if (hit >= 0) {
         const lwq_recipe_aq_space *sp = &o->spaces[hit];
@@ -207,7 +305,7 @@ static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const l
 int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r, const lwq_autoq_opts *o,
                        lwq_error *e)
 {
-    int rc = lwq_aq_layer_init(a, p, r, o->formats, e);
+    int rc = layer_init(a, p, r, o->formats, o, e);
     if (rc)
         return rc;
     for (int k = 0; rc == 0 && k < a->ngroups && o->nspaces > 0; k++)

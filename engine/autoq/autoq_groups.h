@@ -60,6 +60,7 @@ typedef struct lwq_aq_group {
     int *lin;                  /* (n) linear indexes into the layer plan, ascending */
     uint8_t allowed[LWQ_AQ_FORMATS]; /* may take format f (NONE: when asked for); at least one */
     uint64_t elements;         /* weight elements of the members */
+    int fixed;                 /* the fixed baseline's format, its one choice (autoq.h `baseline`) */
 } lwq_aq_group;
 
 typedef struct lwq_aq_layer {
@@ -77,9 +78,15 @@ int lwq_aq_layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
                       const uint8_t want[LWQ_AQ_FORMATS], lwq_error *e);
 void lwq_aq_layer_free(lwq_aq_layer *a);
 /* The groups the search of o sees: lwq_aq_layer_init with o->formats, then o's module_search_spaces
- * (engine/autoq/autoq.h) restricting each group's formats. */
+ * (engine/autoq/autoq.h) restricting each group's formats; with o->baseline a group no space matches
+ * takes the base recipe's format as its one choice (fixed), its members agreeing on it. */
 int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe *r, const lwq_autoq_opts *o,
                        lwq_error *e);
+/* Model Optimizer's refusals of a fixed baseline over the whole model (plans: N layers): every fixed group
+ * in one format, the cheapest the baseline gives any searched linear or fixed group (its effective
+ * bits: NVFP4 4.5, FP8 8).  An error names the group. */
+int lwq_aq_baseline_check(const lwq_autoq_opts *o, const lwq_arch_layer *plans, int N, lwq_error *e);
+
 /* "nvfp4,fp8,w4a16_nvfp4,none" for the formats in want (in that order), as --auto-quantize-formats
  * spells it. */
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap);

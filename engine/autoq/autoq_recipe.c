@@ -102,6 +102,18 @@ static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_
     }
 }
 
+/* lm_head's LWQ_LMHEAD_* mode as a module's choice for the YAML (weight-only NVFP4 or FP8); 0 for a mode
+ * the YAML's attributes do not express alone (Four-over-Six), which the read-back then reports. */
+static int lm_head_choice(int mode, lwq_quant_choice *c)
+{
+    memset(c, 0, sizeof *c);
+    c->weight_only = 1;
+    c->format = c->weight_format = mode == LWQ_LMHEAD_FP8 ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4;
+    c->algo = mode == LWQ_LMHEAD_MSE || mode == LWQ_LMHEAD_SWEEP ? LWQ_ALGO_MSE : LWQ_ALGO_MAX;
+    c->fp8_scale_sweep = mode == LWQ_LMHEAD_SWEEP;
+    return mode != LWQ_LMHEAD_F46;
+}
+
 int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, const lwq_arch_layer *plans, int N,
                         const char *name, const char *yaml_path, lwq_aq_recipe *out, lwq_error *e)
 {
@@ -181,6 +193,19 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
         idx += A.ngroups;
         lwq_aq_layer_free(&A);
     }
+    /* lm_head as the recipe writes it (a fixed baseline's '*lm_head*weight_quantizer' rule): weight-only */
+    lwq_quant_choice head = {0};
+    if (rc == 0 && base->lm_head != LWQ_LMHEAD_NONE && lm_head_choice(base->lm_head, &head)) {
+        lwq_yaml_module *t = nym + 1 > cap ? realloc(ym, (size_t)(nym + 1) * sizeof *t) : ym;
+        if (!t) {
+            rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+        } else {
+            ym = t;
+            cap = nym + 1 > cap ? nym + 1 : cap;
+            ym[nym].glob = strdup("lm_head");
+            ym[nym++].c = head;
+        }
+    }
     for (int i = 0; rc == 0 && i < nym; i++)
         if (!ym[i].glob)
             rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
@@ -207,6 +232,9 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
                 snprintf(out->yaml_why, sizeof out->yaml_why, "it does not load: %s", ye.msg);
             else
                 compare(plans, N, want, &yr, base->kv, out->yaml_why, sizeof out->yaml_why);
+            if (!out->yaml_why[0] && yr.lm_head != base->lm_head)
+                snprintf(out->yaml_why, sizeof out->yaml_why, "lm_head reads back as %s, not %s",
+                         lwq_lm_head_name(yr.lm_head), lwq_lm_head_name(base->lm_head));
             lwq_recipe_free(&yr);
             if (out->yaml_why[0]) {
                 free(out->yaml);

@@ -111,23 +111,25 @@ static int open_scores(const lwq_autoq_opts *o, const aq_paths *p, const lwq_ckp
 static int written(const lwq_autoq_opts *o, const lwq_ckpt *src, const lwq_arch_layer *plans, uint64_t *lin,
                    uint64_t *all, lwq_error *e)
 {
-    lwq_qdir q;
-    int rc = lwq_qdir_open(&q, o->q.out_dir, src, e);
+    /* the tensors only: lwq eval's reader (lwq_qdir_open) also refuses what it does not emulate, such as
+     * the quantized lm_head of a baseline or a searched lm_head, which the bytes do not depend on */
+    lwq_ckpt ck;
+    int rc = lwq_ckpt_open(o->q.out_dir, &ck, e);
     if (rc)
         return rc;
     static const char *const parts[] = {".weight", ".weight_scale", ".weight_scale_2", ".input_scale"};
     *lin = *all = 0;
-    for (int i = 0; i < q.ck.ntensors; i++)
-        *all += q.ck.tensors[i].nbytes;
+    for (int i = 0; i < ck.ntensors; i++)
+        *all += ck.tensors[i].nbytes;
     for (int L = 0; L < src->cfg.num_hidden_layers; L++)
         for (int i = 0; i < plans[L].nlinears; i++)
             for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
                 char n[LWQ_ARCH_NAME_MAX + 24];
                 snprintf(n, sizeof n, "%s%s", plans[L].linears[i].name, parts[k]);
-                const lwq_ckpt_tensor *t = lwq_ckpt_find(&q.ck, n);
+                const lwq_ckpt_tensor *t = lwq_ckpt_find(&ck, n);
                 *lin += t ? t->nbytes : 0;
             }
-    lwq_qdir_free(&q);
+    lwq_ckpt_free(&ck);
     return 0;
 }
 
@@ -532,7 +534,8 @@ static int search(lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_error *e)
     for (int L = 0; L < r->N; L++)
         if ((rc = lwq_arch_layer_plan(&r->ck.cfg, L, &r->plans[L], e)) != 0)
             return rc;
-    if ((rc = active_moe_setup(o, &r->ck, r->plans, r->N, e)) != 0)
+    if ((rc = lwq_aq_baseline_check(o, r->plans, r->N, e)) != 0 ||
+        (rc = active_moe_setup(o, &r->ck, r->plans, r->N, e)) != 0)
         return rc;
     /* a named CUDA module that cannot be loaded is an error before anything is written, not a
      * CPU search (kernels/backend.h) */

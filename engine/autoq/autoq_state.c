@@ -82,6 +82,10 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
         if (k == o->nspaces - 1)
             lwq_xxh64_update(&s, o->unmatched, sizeof o->unmatched);
     }
+    /* a fixed baseline (its rules are in the base choices above): the unmatched groups fixed, not searched */
+    int64_t baseline = o->baseline;
+    if (baseline)
+        lwq_xxh64_update(&s, &baseline, sizeof baseline);
     fp->part[LWQ_FP_OPTIONS] = lwq_xxh64_digest(&s);
     lwq_fp_finish(fp);
     return 0;

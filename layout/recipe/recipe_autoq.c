@@ -110,8 +110,8 @@ static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe
  * command's options (--auto-quantize-bits from constraints.effective_bits, --auto-quantize-formats from
  * candidate_formats' preset names, none added as Model Optimizer adds it, the score and its size, the
  * cost model): when lwq has all it says, run gets them; else the refusal gives those options and names
- * what lwq lacks for it: module_search_spaces, a fixed quantize baseline, candidates that are no lwq
- * format, layer patterns beyond the base units. */
+ * what lwq lacks for it: candidates that are no lwq format, layer patterns beyond the base units.  A
+ * fixed quantize baseline sets run->aq_baseline (recipe_yaml.c compiles it as the base recipe). */
 int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int line, lwq_recipe_run *run, lwq_error *e)
 {
     const lwq_ynode *con = lwq_y_get(aq, "constraints"), *cands = lwq_y_get(aq, "candidate_formats");
@@ -135,9 +135,19 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
     else if (cost && strcmp(cost, "weight"))
         snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; constraints.cost_model %.40s is not "
                  "implemented (lwq has weight and active_moe)", cost);
-    if (lwq_y_get(f->body, "quantize"))
-        snprintf(lacks + strlen(lacks), sizeof lacks - strlen(lacks), "; a fixed quantize baseline is not "
-                 "implemented (lwq's base recipe is the preset)");
+    /* the fixed baseline: Model Optimizer's ModelOptAutoQuantizeRecipe validator (recipe/config.py) takes
+     * it only without top-level candidate_formats and with module_search_spaces */
+    const lwq_ynode *baseline = lwq_y_get(f->body, "quantize");
+    int global = cands && (cands->kind != LWQ_Y_SEQ || cands->n > 0);
+    if (baseline && (global || nsp == 0))
+        return lwq_errf(e, LWQ_EFORMAT, "%s:%d: an auto_quantize recipe with a fixed quantize baseline must %s (Model "
+                        "Optimizer's schema refuses it alike: the baseline covers the modules no search space "
+                        "matches)", f->rel, line, global ? "omit top-level auto_quantize.candidate_formats and list "
+                        "the searched modules under module_search_spaces" : "have at least one "
+                        "auto_quantize.module_search_spaces entry");
+    if (baseline && baseline->kind != LWQ_Y_MAP)
+        return lwq_errf(e, LWQ_EFORMAT, "%s:%d: quantize (the fixed baseline) must be a mapping of algorithm and "
+                        "quant_cfg", f->rel, baseline->line);
     for (int i = 0; aq->kind == LWQ_Y_MAP && i < aq->n; i++) {
         const char *k = aq->kids[2 * i]->str;
         if (strcmp(k, "constraints") && strcmp(k, "candidate_formats") && strcmp(k, "auto_quantize_method") &&
@@ -176,6 +186,7 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
         for (int k = 0; k < nsp; k++)
             anyfp |= run->aq_space[k].fp8;
         run->is_aq = 1;
+        run->aq_baseline = baseline != NULL;
         run->aq_nspaces = nsp;
         snprintf(run->aq_qformat, sizeof run->aq_qformat, "%s", anyfp ? "fp8" : "nvfp4");
         run->aq_bits = bv;
@@ -200,9 +211,10 @@ int lwq_recipe_aq_top(const lwq_recipe_aq_file *f, lwq_error *e)
 {
     for (int i = 0; i < f->body->n; i++) {
         const char *k = f->body->kids[2 * i]->str;
-        if (strcmp(k, "imports") && strcmp(k, "metadata") && strcmp(k, "auto_quantize"))
+        if (strcmp(k, "imports") && strcmp(k, "metadata") && strcmp(k, "auto_quantize") && strcmp(k, "quantize"))
             return lwq_errf(e, LWQ_EFORMAT, "%s:%d: unknown top-level key \"%s\" (an auto_quantize recipe has "
-                            "imports, metadata and auto_quantize)", f->rel, f->body->kids[2 * i]->line, k);
+                            "imports, metadata, auto_quantize and optionally quantize, its fixed baseline)", f->rel,
+                            f->body->kids[2 * i]->line, k);
     }
     const lwq_ynode *rt = lwq_y_get(lwq_y_get(f->body, "metadata"), "recipe_type");
     if (!lwq_y_str(rt) || strcmp(rt->str, "auto_quantize"))

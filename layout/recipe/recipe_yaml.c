@@ -175,8 +175,31 @@ static ukind kind_of_schema(const char *s)
     return U_RECIPE;
 }
 
-/* Resolve f's imports (loading each file once), refusing cycles and escapes. */
-static int load_imports(loader *L, yfile *f)
+/* Whether node n (a subtree of a recipe) names alias in a $import. */
+static int names_import(const lwq_ynode *n, const char *alias)
+{
+    if (!n || n->kind == LWQ_Y_SCALAR)
+        return 0;
+    const lwq_ynode *imp = n->kind == LWQ_Y_MAP ? lwq_y_get(n, "$import") : NULL;
+    for (int i = 0; imp && i < (imp->kind == LWQ_Y_SEQ ? imp->n : 1); i++) {
+        const char *s = lwq_y_str(imp->kind == LWQ_Y_SEQ ? imp->kids[i] : imp);
+        if (s && !strcmp(s, alias))
+            return 1;
+    }
+    int kids = n->kind == LWQ_Y_MAP ? 2 * n->n : n->n;
+    for (int i = 0; i < kids; i++)
+        if (names_import(n->kids[i], alias))
+            return 1;
+    return 0;
+}
+
+/* Resolve f's imports (loading each file once), refusing cycles and escapes; with `only`, just the
+ * top-level imports that subtree names (an auto_quantize recipe's baseline: its other imports are
+ * candidate presets and layer lists, schemas the ptq loader does not read). */
+static int load_imports_of(loader *L, yfile *f, const lwq_ynode *only);
+static int load_imports(loader *L, yfile *f) { return load_imports_of(L, f, NULL); }
+
+static int load_imports_of(loader *L, yfile *f, const lwq_ynode *only)
 {
     if (L->depth > LWQ_RECIPE_YAML_MAX_DEPTH)
         return ERR(LWQ_EFORMAT, "%s: imports nested deeper than %d", f->rel, LWQ_RECIPE_YAML_MAX_DEPTH);
@@ -185,6 +208,8 @@ static int load_imports(loader *L, yfile *f)
     for (int i = 0; i < f->nimp && !rc; i++) {
         const lwq_ynode *imports = f->doc.ndocs == 2 ? lwq_y_get(f->doc.docs[0], "imports") : lwq_y_get(f->body, "imports");
         const lwq_ynode *pv = imports->kids[2 * i + 1];
+        if (only && !names_import(only, f->alias[i]))
+            continue;
         char what[PATH_MAX + 64], real[PATH_MAX];
         snprintf(what, sizeof what, "%s:%d: import %s", f->rel, pv->line, f->alias[i]);
         if ((rc = resolve_under(L->root, pv->str, real, L->e, what)) != 0)
@@ -238,8 +263,12 @@ static yfile *lookup(loader *L, const yfile *f, const lwq_ynode *ref, int *rc)
         return NULL;
     }
     for (int i = 0; i < f->nimp; i++)
-        if (!strcmp(f->alias[i], name))
+        if (!strcmp(f->alias[i], name)) {
+            if (!f->target[i]) /* not loaded: an auto_quantize recipe's import outside its baseline */
+                *rc = ERR(LWQ_EFORMAT, "%s:%d: $import %s: not an import of the quantize block", f->rel, ref->line,
+                          name);
             return f->target[i];
+        }
     char known[512] = "";
     size_t k = 0;
     for (int i = 0; i < f->nimp && k < sizeof known; i++)
@@ -592,6 +621,8 @@ static int parse_top(loader *L, const yfile *f, lwq_mo_algo *a, lwq_recipe_run *
             meta = b->kids[2 * i + 1];
         else if (!strcmp(k, "quantize"))
             quant = b->kids[2 * i + 1];
+        else if (!strcmp(k, "auto_quantize") && run->aq_baseline)
+            continue; /* read already: this is its fixed baseline's compile */
         else if (!strcmp(k, "auto_quantize"))
             return lwq_recipe_aq_parse(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f)}, b->kids[2 * i + 1],
                                        line, run, L->e);
@@ -604,7 +635,7 @@ static int parse_top(loader *L, const yfile *f, lwq_mo_algo *a, lwq_recipe_run *
     const lwq_ynode *rt = lwq_y_get(meta, "recipe_type");
     if (!lwq_y_str(rt))
         return ERR(LWQ_EFORMAT, "%s: a recipe needs metadata.recipe_type (ptq)", f->rel);
-    if (strcmp(rt->str, "ptq"))
+    if (strcmp(rt->str, run->aq_baseline ? "auto_quantize" : "ptq"))
         return ERR(LWQ_EUNSUPPORTED, "%s:%d: metadata.recipe_type %s is not supported (lwq runs ptq recipes)", f->rel,
                    rt->line, rt->str);
     if (!quant || quant->kind != LWQ_Y_MAP)
@@ -646,17 +677,18 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
                                      f->body->kids[2 * i]->line, run, e);
     if (!rc && run->is_aq)
         rc = lwq_recipe_aq_top(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f)}, e);
-    if (!rc && run->is_aq)
+    if (!rc && run->is_aq && !run->aq_baseline)
         rc = lwq_recipe_preset(run->aq_qformat, r, e);
-    if (!rc && run->is_aq) {
+    if (!rc && run->is_aq && !run->aq_baseline) {
         for (int i = 0; i < L->nfiles; i++)
             yfile_free(L->files[i]);
         free(L->ents);
         free(L);
         return 0;
     }
+    /* a ptq recipe, or an auto_quantize recipe's fixed baseline (its quantize block and what that imports) */
     if (!rc)
-        rc = load_imports(L, f);
+        rc = load_imports_of(L, f, run->aq_baseline ? lwq_y_get(f->body, "quantize") : NULL);
     lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT, {0.25, 4.0, 0.1}};
     const lwq_ynode *qcfg = NULL;
     if (!rc)

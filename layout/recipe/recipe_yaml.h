@@ -60,6 +60,11 @@ typedef struct lwq_recipe_run {
                                        candidates of the groups no space matches (none always among them,
                                        all of them when candidate_formats is absent: a group then takes none) */
     lwq_recipe_aq_space aq_space[LWQ_RECIPE_AQ_MAX_SPACES];
+    /* A top-level `quantize` beside auto_quantize (Model Optimizer's fixed PTQ baseline): the lwq_recipe is
+     * then that baseline, compiled as a ptq recipe's quantize block is; the groups no space matches keep
+     * its format (engine/autoq/autoq.h).  As Model Optimizer's schema requires, it comes with
+     * module_search_spaces and without top-level candidate_formats. */
+    int aq_baseline;
 } lwq_recipe_run;
 
 /* Load a YAML recipe; imports resolve under `root` (NULL: the current directory). */

@@ -1,6 +1,7 @@
 /* Model Optimizer auto_quantize recipe YAML -> the search's options and spaces, and every refusal's exact message. */
 #include <criterion/criterion.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "tests/helpers/craft.h"
@@ -60,16 +61,66 @@ Test(recipe_autoq, an_auto_quantize_recipe_gives_the_search_options)
     lwq_recipe_free(&b);
 }
 
-/* a fixed quantize baseline (Model Optimizer's baseline import, meant with module_search_spaces) is
- * refused by name */
-Test(recipe_autoq, an_auto_quantize_baseline_is_refused_by_name)
+/* the qwen3_6_moe module-spaces recipe's shape without top-level candidates: one space over attention, a
+ * fixed baseline `quantize` (its quant_cfg: `baseline`) */
+#define BASELINE_AQ(baseline) \
+    "imports:\n  base_disabled_layers: configs/auto_quantize/units/base_disabled_layers\n" \
+    "  fp8: configs/ptq/presets/model/fp8\n  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n" \
+    "  nv: u/nvfp4\n" \
+    "metadata:\n  recipe_type: auto_quantize\n" \
+    "quantize:\n  algorithm: {method: max, layerwise: {enable: false}}\n  quant_cfg:\n" baseline \
+    "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n    cost_model: active_moe\n" \
+    "  module_search_spaces:\n    - module_name_patterns: ['*self_attn*']\n" \
+    "      candidate_formats: [{$import: w4a16_nvfp4}, {$import: fp8}]\n      allow_no_quant: false\n" \
+    "  disabled_layers:\n    - $import: base_disabled_layers\n"
+
+#define BASELINE_CFG \
+    "    - {quantizer_name: '*', enable: false}\n" \
+    "    - {quantizer_name: '*mlp.experts*weight_quantizer*', cfg: {$import: nv}}\n" \
+    "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nv}}\n" \
+    "    - {quantizer_name: '*[kv]_bmm_quantizer', cfg: {num_bits: e4m3, use_constant_amax: true}}\n"
+
+/* the fixed baseline is the base recipe: compiled as a ptq recipe's quantize block is, with only the imports
+ * it names loaded (the candidate presets and layer units, which are not here, are not read) */
+Test(recipe_autoq, an_auto_quantize_baseline_is_the_base_recipe)
 {
-    lwqt_recipe_refused(QWEN36_AQ "quantize:\n  quant_cfg: []\n",
-                 "r.yaml:7: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
-                 "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
-                 "--auto-quantize-formats fp8,w4a16_nvfp4,none --auto-quantize-cost-model active_moe "
-                 "--auto-quantize-active-moe-ratio 0.03125 --auto-quantize-score-size 128 (lm_head and routers are "
-                 "not searched); a fixed quantize baseline is not implemented (lwq's base recipe is the preset)");
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(mkdir("u", 0755), 0);
+    lwqt_write_str("u/nvfp4.yaml", "# modelopt-schema: modelopt.torch.quantization.config.QuantizerAttributeConfig\n"
+                   "num_bits: e2m1\nblock_sizes: {-1: 16, type: dynamic, scale_bits: e4m3}\n");
+    lwqt_write_str("r.yaml", BASELINE_AQ(BASELINE_CFG));
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.is_aq && run.aq_baseline);
+    cr_assert_eq(run.aq_nspaces, 1);
+    cr_assert(!run.aq_nvfp4 && !run.aq_fp8 && !run.aq_w4a16, "no top-level candidates");
+    lwq_quant_choice x = pick(&r, "model.layers.0.mlp.experts.3.down_proj");
+    cr_assert(x.format == LWQ_QFMT_NVFP4 && x.weight_only, "the experts W4A16 (%d, %d)", x.format, x.weight_only);
+    cr_assert_eq(pick(&r, "model.layers.0.self_attn.q_proj").format, LWQ_QFMT_NONE);
+    cr_assert_eq(r.kv, LWQ_KV_FP8_CAST);
+    cr_assert_eq(r.lm_head, LWQ_LMHEAD_MAX);
+    lwq_recipe_free(&r);
+}
+
+/* Model Optimizer's schema (ModelOptAutoQuantizeRecipe): a baseline comes without top-level candidates ... */
+Test(recipe_autoq, a_baseline_with_top_level_candidates_is_refused)
+{
+    lwqt_recipe_refused(QWEN36_AQ "  module_search_spaces:\n    - module_name_patterns: ['*self_attn*']\n"
+                        "      candidate_formats: [{$import: fp8}]\nquantize:\n  quant_cfg: []\n",
+                 "r.yaml:7: an auto_quantize recipe with a fixed quantize baseline must omit top-level "
+                 "auto_quantize.candidate_formats and list the searched modules under module_search_spaces (Model "
+                 "Optimizer's schema refuses it alike: the baseline covers the modules no search space matches)");
+}
+
+/* ... and with module_search_spaces */
+Test(recipe_autoq, a_baseline_without_spaces_is_refused)
+{
+    lwqt_recipe_refused("metadata: {recipe_type: auto_quantize}\nquantize:\n  quant_cfg: []\n"
+                        "auto_quantize:\n  constraints: {effective_bits: 6.0}\n",
+                 "r.yaml:4: an auto_quantize recipe with a fixed quantize baseline must have at least one "
+                 "auto_quantize.module_search_spaces entry (Model Optimizer's schema refuses it alike: the baseline "
+                 "covers the modules no search space matches)");
 }
 
 /* a disabled_layers pattern beyond the base unit is named */

@@ -301,6 +301,7 @@ static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
     ao.spaces = a->aq_space;
     ao.nspaces = a->aq_nspaces;
     memcpy(ao.unmatched, a->aq_unmatched, sizeof ao.unmatched);
+    ao.baseline = a->aq_baseline;
     if (a->aq_score && !strcmp(a->aq_score, "kl"))
         ao.score = LWQ_AQ_SCORE_KL;
     else if (a->aq_score && strcmp(a->aq_score, "layer"))

@@ -24,6 +24,7 @@ typedef struct qargs {
     int aq_nspaces;                 /* an auto_quantize recipe's module_search_spaces */
     lwq_recipe_aq_space aq_space[LWQ_RECIPE_AQ_MAX_SPACES];
     uint8_t aq_unmatched[LWQ_AQ_FORMATS]; /* with them: the formats of the groups none matches */
+    int aq_baseline;                /* the recipe's fixed quantize baseline is the base recipe */
     double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;

@@ -17,6 +17,11 @@ static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path,
     if (a->print_recipe)
         return lwq_errf(e, LWQ_EINVAL, "%s is an auto_quantize recipe: --print-recipe does not run the auto-quantize "
                         "search (it runs with lwq quantize -o OUT)", path);
+    if (run->aq_baseline && a->aq_formats)
+        return lwq_errf(e, LWQ_EINVAL, "%s has a fixed quantize baseline: the groups no module_search_spaces entry "
+                        "matches keep its formats, so --auto-quantize-formats %s has nothing to apply to", path,
+                        a->aq_formats);
+    a->aq_baseline = run->aq_baseline;
     if (a->aq_bits <= 0 && a->aq_gb <= 0)
         a->aq_bits = run->aq_bits;
     if (!a->aq_formats) {

@@ -190,6 +190,122 @@ Test(autoq_recipe, a_space_matching_lm_head_is_refused_by_name)
     cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
 }
 
+/* An auto_quantize recipe with a fixed quantize baseline (its quant_cfg entries: `cfg`, NVFP4 and FP8 attributes
+ * inline) and one space over attention with the qwen3_6_moe recipe's candidates, active_moe */
+static void write_baseline(const char *rel, const char *cfg)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf,
+             "imports:\n"
+             "  fp8: configs/ptq/presets/model/fp8\n"
+             "  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n"
+             "metadata:\n"
+             "  recipe_type: auto_quantize\n"
+             "quantize:\n"
+             "  algorithm: {method: max, layerwise: {enable: false}}\n"
+             "  quant_cfg:\n"
+             "    - {quantizer_name: '*', enable: false}\n%s"
+             "auto_quantize:\n"
+             "  constraints:\n"
+             "    effective_bits: 7.0\n"
+             "    cost_model: active_moe\n"
+             "  module_search_spaces:\n"
+             "    - module_name_patterns: ['*self_attn*']\n"
+             "      candidate_formats: [{$import: w4a16_nvfp4}, {$import: fp8}]\n"
+             "      allow_no_quant: false\n"
+             "  score_size: 1\n",
+             cfg);
+    lwqt_write_str(rel, buf);
+}
+
+#define NV "{num_bits: e2m1, block_sizes: {-1: 16, type: dynamic, scale_bits: e4m3}}"
+#define F8 "{num_bits: e4m3, axis: null}"
+
+/* Model Optimizer's fixed baseline ("Unmatched modules retain that fixed baseline"): the routed experts, which
+ * no space matches, keep its W4A16 as their one choice (a group the solver cannot change, its bytes in the
+ * budget at the expert weight), attention is searched over the space's candidates */
+Test(autoq_recipe, a_baseline_fixes_the_groups_no_space_matches)
+{
+    make_moe();
+    write_baseline("aq.yaml", "    - {quantizer_name: '*mlp.experts*weight_quantizer*', cfg: " NV "}\n");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
+    cr_assert_eq(run("a", extra), 0, "%s", lwqt_slurp(lwqt_path("stderr.txt")));
+    cJSON *root = lwqt_json(lwqt_path("a/auto_quantize.json"));
+    cr_assert(root);
+    int n = cJSON_GetArraySize(cJSON_GetObjectItem(root, "groups")), experts = 0;
+    for (int i = 0; i < n; i++) {
+        char kind[32], cands[64];
+        const char *chosen;
+        group_of(root, i, kind, cands, &chosen);
+        if (!strcmp(kind, "experts")) {
+            experts++;
+            cr_assert_str_eq(cands, "w4a16_nvfp4", "group %d", i);
+            cr_assert_str_eq(chosen, "w4a16_nvfp4", "group %d", i);
+        } else {
+            cr_assert_str_eq(cands, "fp8,w4a16_nvfp4", "group %d (%s)", i, kind);
+        }
+    }
+    cr_assert_eq(experts, 3, "one experts group a layer");
+    cJSON_Delete(root);
+    char *q = lwqt_slurp(lwqt_path("a/hf_quant_config.json"));
+    for (int L = 0; L < 3; L++) {
+        char want[128];
+        snprintf(want, sizeof want, "\"model.layers.%d.mlp.experts\":\t{\n\t\t\t\t\"quant_algo\":\t\"W4A16_NVFP4\"", L);
+        cr_assert(strstr(q, want), "layer %d's experts: %s", L, q);
+    }
+    free(q);
+}
+
+/* Model Optimizer costs the baseline at its cheapest format (estimate_quant_compression) and refuses unmatched
+ * modules it gives another (_resolve_fixed_group_recipe): FP8 experts beside NVFP4 attention */
+Test(autoq_recipe, a_baseline_unmatched_format_other_than_its_cheapest_is_refused)
+{
+    make_moe();
+    write_baseline("aq.yaml", "    - {quantizer_name: '*mlp.experts*weight_quantizer*', cfg: " F8 "}\n"
+                              "    - {quantizer_name: '*mlp.experts*input_quantizer*', cfg: " F8 "}\n"
+                              "    - {quantizer_name: '*self_attn*weight_quantizer', cfg: " NV "}\n");
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
+    cr_assert_neq(run("a", extra), 0);
+    char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    cr_assert(strstr(err, "layer 0: the fixed quantize baseline gives the experts group (model.layers.0.mlp.experts.0."),
+              "%s", err);
+    cr_assert(strstr(err, "fp8 at 8 effective bits, but the baseline's cost is its cheapest format's, 4.5"), "%s", err);
+    free(err);
+    cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
+}
+
+/* a group no space matches whose members the baseline gives two formats is refused naming both, as Model
+ * Optimizer refuses incompatible formats in one runtime group */
+Test(autoq_recipe, a_group_the_baseline_splits_is_refused)
+{
+    make_moe();
+    write_baseline("aq.yaml", "    - {quantizer_name: '*mlp.experts*weight_quantizer*', cfg: " NV "}\n");
+    /* the space over experts instead, attention (q/k/v one group) left to a baseline that splits it */
+    char *t = lwqt_slurp(lwqt_path("aq.yaml"));
+    char *at = strstr(t, "'*self_attn*'");
+    cr_assert(at);
+    memcpy(at, "'*mlp.exp*'  ", 13);
+    lwqt_write_str("aq2.yaml", t);
+    free(t);
+    t = lwqt_slurp(lwqt_path("aq2.yaml"));
+    char buf[4096];
+    const char *cut = strstr(t, "auto_quantize:\n");
+    snprintf(buf, sizeof buf, "%.*s    - {quantizer_name: '*q_proj.weight_quantizer', cfg: " F8 "}\n"
+             "    - {quantizer_name: '*q_proj.input_quantizer', cfg: " F8 "}\n"
+             "    - {quantizer_name: '*[kv]_proj.weight_quantizer', cfg: " NV "}\n%s", (int)(cut - t), t, cut);
+    free(t);
+    lwqt_write_str("aq2.yaml", buf);
+    char extra[1024];
+    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq2.yaml"));
+    cr_assert_neq(run("a", extra), 0);
+    char *err = lwqt_slurp(lwqt_path("stderr.txt"));
+    cr_assert(strstr(err, "layer 0: the fixed quantize baseline gives the qkv group two formats "
+                          "(model.layers.0.self_attn.q_proj fp8, model.layers.0.self_attn.k_proj w4a16_nvfp4)"), "%s", err);
+    free(err);
+}
+
 /* lwq plan does not run the search: the recipe is refused there rather than planned as its base */
 Test(autoq_recipe, plan_refuses_it)
 {
