@@ -49,6 +49,8 @@ typedef struct lwq_run {
     lwq_arch_layer *plans;        /* nlayers */
     lwq_quant_choice **choice;    /* [layer][linear] */
     int embed;                    /* LWQ_LMHEAD_*: how the token embedding is written (lwq_recipe_embedding) */
+    lwq_quant_choice lm_choice;   /* lm_head's choice, resolved as a decoder linear's is (lwq_qlayer_choice):
+                                   * the mse candidates of a Four-over-Six lm_head come from it */
     lwq_backend be;
     int be_open;
     int be_owned;                 /* made here (destroyed at the end), not the caller's o->backend */

@@ -654,14 +654,13 @@ static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, 
     if (rc == 0 && mode == LWQ_LMHEAD_MAX) {
         rc = lwq_quant_nvfp4_max(w->data, w->dtype, rows, cols, amax, name, packed, scale, &ws, e);
     } else if (rc == 0 && mode == LWQ_LMHEAD_F46) {
-        /* the recipe's multipliers, as a decoder linear's Four-over-Six choice takes them */
-        const lwq_recipe *rec = r->o->recipe;
-        lwq_quant_choice c = {.mse_range = rec->mse_range, .mse_mult = {rec->mse_mult[0], rec->mse_mult[1], rec->mse_mult[2]}};
+        /* lm_head's resolved choice (run_setup.c), as a decoder linear's Four-over-Six search takes it */
+        const lwq_quant_choice *c = &r->lm_choice;
         float m[LWQ_MSE_MAX_STEPS];
-        int nm = lwq_choice_mse_candidates(&c, m);
-        if (rec->mse_range != LWQ_MSE_RANGE_DEFAULT && nm < 1)
+        int nm = lwq_choice_mse_candidates(c, m);
+        if (c->mse_range != LWQ_MSE_RANGE_DEFAULT && nm < 1)
             rc = lwq_errf(e, LWQ_EINVAL, "%s: mse multipliers %g, %g, %g give no candidates (at most %d)", name,
-                          rec->mse_mult[0], rec->mse_mult[1], rec->mse_mult[2], LWQ_MSE_MAX_STEPS);
+                          c->mse_mult[0], c->mse_mult[1], c->mse_mult[2], LWQ_MSE_MAX_STEPS);
         else if ((rc = lwq_quant_nvfp4_mse46(w->data, w->dtype, rows, cols, amax, nm ? m : NULL, nm, name, bamax, e)) >= 0)
             rc = lwq_quant_nvfp4_static46(w->data, w->dtype, rows, cols, bamax, amax, name, packed, scale, &ws, e);
     } else if (rc == 0) {

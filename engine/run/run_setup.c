@@ -143,6 +143,9 @@ static int build_plans(lwq_run *r, lwq_error *e)
         if (rc)
             return rc;
     }
+    /* lm_head's choice, by the decoder linears' path (lwq_qlayer_choice: the in-memory names); how
+     * lm_head is written is the recipe's lm_head, its search's candidates are this choice's */
+    r->lm_choice = lwq_recipe_resolve_names(r->o->recipe, &mq[0], 0);
     /* the token embedding: weight-only NVFP4 when a Model Optimizer recipe's rules say so */
     if ((r->embed = lwq_recipe_embedding_names(r->o->recipe, &mq[1], e)) < 0)
         return r->embed;
