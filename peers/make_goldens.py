@@ -993,6 +993,19 @@ integer program of its gradient search, `modelopt.torch.opt.searcher.LPS`) run b
 weight (scored once, the other budgets solved from those scores as `--auto-quantize-scores` does;
 budgets below the least mix left out); `auto_quantize_choice_is_model_optimizers` checks lwq's
 choice at each against it.
+
+## Auto-quantize with a fixed `quantize` baseline (`peers/autoq_baseline.py`)
+
+`qwen3_5_moe-f32/autoq-module_spaces-baseline-7bits`: Model Optimizer's
+`huggingface/qwen3_6_moe/auto_quantize/w4a16_nvfp4_fp8_module_spaces_at_6p0bits-active_moe` with
+`"*lm_head*"` left out of its search space (lwq does not search lm_head yet; it keeps the baseline's
+weight-only NVFP4), `issue33/qwen3_6_moe-module_spaces-no_lm_head.yaml` with its imports, run by lwq
+at `--auto-quantize-bits 7` (the tiny source's least mix under lwq's byte costs is 6.2352 active_moe
+bits).  The routed experts, which no space matches, keep the baseline's W4A16; attention, linear
+attention and the shared experts are searched over W4A16 / FP8.  The golden is Model Optimizer's
+export of the mix lwq chose (`issue33/autoq-module_spaces-baseline-7bits-qwen3_5_moe-f32.yaml`,
+lwq's `OUT/auto_quantize_recipe.yaml`: the baseline's lm_head and FP8 cast KV cache with it) through
+`peers/modelopt_driver.py --recipe`; the case runs lwq's search and compares.
 """
 
 if __name__ == "__main__":
