@@ -9,7 +9,9 @@
  * tensor's as in a trained model; the Hessian is X^T X of 64 normal tokens per input block.  For
  * each search it prints the best wall time, the CPU time of that run, GB/s of BF16 input and an
  * FNV-1a hash of the output bytes: two builds that print the same hashes wrote the same bytes
- * (perf/bench_sweep_ab.sh runs two builds alternately and compares). */
+ * (perf/bench_sweep_ab.sh runs two builds alternately and compares).  BENCH_DIST=ih: the weights
+ * of `lwq mkmodel` instead (bounded Irwin-Hall, no outliers: short candidate ranges, where a
+ * block's fixed costs weigh most; the 4 GB model of perf/bench_e2e.sh is made of these). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -80,8 +82,13 @@ int main(int argc, char **argv)
         fprintf(stderr, "bench_sweep: out of memory\n");
         return 1;
     }
+    const char *dist = getenv("BENCH_DIST");
+    const int ih = dist && !strcmp(dist, "ih");
     for (int64_t i = 0; i < n; i++) {
-        float v = (float)(nrand() * 0.02 * (urand() < 1.0 / 4096 ? 8.0 : 1.0));
+        /* ih: lwq mkmodel's weights (Irwin-Hall of four uniforms at unit variance, times 0.02):
+         * bounded, so most blocks sit near the tensor's amax and each block tries few candidates */
+        float v = ih ? (float)((urand() + urand() + urand() + urand() - 2.0) * 1.7320508075688772 * 0.02)
+                     : (float)(nrand() * 0.02 * (urand() < 1.0 / 4096 ? 8.0 : 1.0));
         b.w[i] = lwq_f32_to_bf16(v);
     }
     for (int64_t k = 0; k < cols / 16; k++) {

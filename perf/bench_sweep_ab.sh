@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Old against new NVFP4 block searches in one run: builds perf/bench_sweep at BASE_REV (with this
-# tree's perf/bench_sweep.c when the base has none), runs it and this tree's build/bench_sweep
-# alternately ROUNDS times on the same weight, and prints per search the median CPU time of each
+# tree's perf/bench_sweep.c, so both time the same weights; BENCH_DIST passes through), runs it
+# and this tree's build/bench_sweep alternately ROUNDS times on the same weight, and prints per search the median CPU time of each
 # (CPU time, not wall: on a shared machine the wall time includes waiting for a core) and
 # old / new.  Exit 1 when the two builds' output hashes differ (other bytes), 0 otherwise.
 #
@@ -18,13 +18,15 @@ new=build/bench_sweep
 [ -x "$new" ] || { echo "bench_sweep_ab.sh: no $new (cmake --build build --target bench_sweep)" >&2; exit 2; }
 sha=$(git rev-parse --short=12 "$base")
 src=$work/src-$sha bdir=$work/build-$sha
-if [ ! -x "$bdir/bench_sweep" ]; then
+if [ ! -f "$src/CMakeLists.txt" ]; then
     rm -rf "$src" && mkdir -p "$src"
     git archive "$sha" | tar -x -C "$src"
-    [ -f "$src/perf/bench_sweep.c" ] || cp perf/bench_sweep.c "$src/perf/"
     cmake -S "$src" -B "$bdir" -DCMAKE_BUILD_TYPE=Release -DLWQ_CUDA=OFF >"$work/cmake-$sha.log" 2>&1
-    cmake --build "$bdir" -j2 --target bench_sweep >"$work/build-$sha.log" 2>&1
 fi
+# the same bench (weights, BENCH_DIST) around both kernels; copied only when it changed, so an
+# unchanged base build is reused
+cmp -s perf/bench_sweep.c "$src/perf/bench_sweep.c" || cp perf/bench_sweep.c "$src/perf/"
+cmake --build "$bdir" -j2 --target bench_sweep >"$work/build-$sha.log" 2>&1
 out=$work/runs.txt
 : >"$out"
 for r in $(seq "$rounds"); do
