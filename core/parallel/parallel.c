@@ -1,5 +1,6 @@
 #include "core/parallel/parallel.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -58,20 +59,19 @@ static void *worker(void *arg)
     return NULL;
 }
 
-/* The CPUs this process may run on: its affinity mask (taskset, cgroup cpusets, an MPI launcher's
- * binding), not every online CPU, so a run pinned to one core starts one thread. */
-static long usable_cpus(void)
+int lwq_parallel_usable_cpus(void)
 {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
         return CPU_COUNT(&set);
-    return sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    return n < 1 ? 1 : n > INT_MAX ? INT_MAX : (int)n;
 }
 
 static int default_threads(void)
 {
     const char *s = getenv("LWQ_THREADS");
-    long n = s ? strtol(s, NULL, 10) : usable_cpus();
+    long n = s ? strtol(s, NULL, 10) : lwq_parallel_usable_cpus();
     if (n < 1)
         n = 1;
     if (n > LWQ_PAR_MAX)

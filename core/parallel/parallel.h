@@ -16,6 +16,9 @@
 typedef void (*lwq_parallel_fn)(void *ctx, int64_t begin, int64_t end, int tid);
 
 /* Set the thread count (>= 1) for later loops; stops and restarts the pool if it changed. */
+/* The CPUs this process may run on (>= 1): its affinity mask (taskset, cgroup cpusets, an MPI launcher's
+ * binding), not every online CPU, so a run pinned to one core starts one thread. */
+int lwq_parallel_usable_cpus(void);
 void lwq_parallel_set_threads(int n);
 int lwq_parallel_threads(void);
 /* Run fn over [0, n) in at most lwq_parallel_threads() chunks, each at least `min_chunk` long. */

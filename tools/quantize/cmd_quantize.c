@@ -4,7 +4,6 @@
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +13,7 @@
 
 #include "core/sys/file.h"
 #include "core/sys/log.h"
+#include "core/parallel/parallel.h"
 #include "core/parallel/ranks.h"
 #include "engine/autoq/autoq.h"
 #include "engine/run/engine.h"
@@ -268,16 +268,6 @@ static int run_translated(qargs *a, lwq_ranks *rk, int is_plan, lwq_recipe *r, l
     return rc;
 }
 
-/* CPUs this process may run on (an MPI launcher's binding, a cgroup or taskset narrow it). */
-static int cpus_allowed(void)
-{
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0)
-        return CPU_COUNT(&set);
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
-    return n > 0 ? (int)n : 1;
-}
-
 /* lwq quantize, or the auto-quantize search (engine/autoq/), which runs in one process. */
 static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
 {
@@ -320,7 +310,7 @@ static int quantize_ranks(qargs *a, lwq_ranks *rk_, lwq_error *e, int *quiet_err
             a->o.ranks = &rk;
         /* ranks on one node share its cores unless --threads says otherwise */
         if (a->o.threads == 0 && rk.local_size > 1) {
-            int n = cpus_allowed();
+            int n = lwq_parallel_usable_cpus();
             a->o.threads = n > rk.local_size ? n / rk.local_size : 1;
         }
         signal(SIGINT, on_signal);
