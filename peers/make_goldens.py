@@ -974,7 +974,7 @@ transformers holds `mlp.experts` (gate_up_proj / down_proj), and the recipe's `*
 glob meets those names in Model Optimizer; lwq matches recipe globs against the same in-memory
 names (layout/arch/arch_qnames.h; before, lwq made these experts FP8).  `qnames/<src>.json`:
 Model Optimizer's own quantizer names of each F32 source (`peers/quantizer_names.py`), against
-which tests/layout/test_recipe_qnames.c checks lwq's in-memory names.
+which tests/layout/recipe/test_recipe_qnames.c checks lwq's in-memory names.
 
 ## Auto-quantize with weight-only NVFP4 (`peers/run.py` group `autoq`)
 

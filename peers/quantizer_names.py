@@ -7,7 +7,7 @@ conversion.py _match_quantizer sees them.  Written to tests/data/peers/qnames/<s
 
     .peers/venvs/modelopt/bin/python peers/quantizer_names.py [SRC...]
 
-tests/layout/test_recipe_qnames.c checks lwq's in-memory names of every planned linear against
+tests/layout/recipe/test_recipe_qnames.c checks lwq's in-memory names of every planned linear against
 these lists."""
 import json
 import os

@@ -1,4 +1,5 @@
-// kernels/cuda/quant_cuda.cu — CUDA kernels behind kernels/cuda/quant_cuda.h.
+// kernels/cuda/quant_cuda.cu — CUDA kernels behind kernels/cuda/quant_cuda.h (the FP8 ones are in
+// quant_fp8_cuda.cu, what both share in quant_cuda_internal.cuh).
 //
 // Each kernel evaluates the same LWQ_HD functions of layout/format/quant_formats.h as the CPU code, in
 // the same order per output element; the float operations there are the `_rn` intrinsics in
@@ -6,88 +7,7 @@
 // block (NVFP4 quantize, sweep, dequant), per 8 elements (FP8), per Hessian entry (accumulate).
 // Bad input is reported through a small status struct in device memory (atomicMin of the first
 // bad index, atomicMax of an amax), read back before the wrapper returns.
-#include <cuda_runtime.h>
-#include <math.h>
-#include <stddef.h>
-#include <stdint.h>
-#include <stdlib.h>
-
-// core/ headers have no C++ guards: give their declarations C linkage here
-extern "C" {
-#include "core/data/dtype.h"
-#include "core/sys/error.h"
-#include "core/sys/log.h"
-#include "kernels/backend.h"
-}
-#include "kernels/cuda/module_cuda.h"
-#include "kernels/cuda/quant_cuda.h"
-#include "kernels/quant.h"
-#include "kernels/quant_check.h"
-#include "layout/format/quant_formats.h"
-
-#define BLK LWQ_NVFP4_BLOCK
-#define NONE 0xffffffffffffffffull
-
-struct qstatus {
-    unsigned long long bad;     // smallest flat index of a NaN/Inf element
-    unsigned long long badamax; // smallest index of a bad static block amax / Hessian entry
-    unsigned int over;          // largest block amax bits above the allowed global amax
-    unsigned int amax;          // max |x| bits
-};
-static_assert(sizeof(qstatus) == 24 && offsetof(qstatus, over) == 16, "call::start() memsets this layout");
-
-// ---- loads ----------------------------------------------------------------------------------
-
-// 16 elements at flat offset off; vector loads when the base pointer allows them.
-__device__ __forceinline__ void load16(const void *w, lwq_dtype dt, bool vec, int64_t off, float *x)
-{
-    if (dt == LWQ_BF16 || dt == LWQ_F16) {
-        const uint16_t *s = (const uint16_t *)w + off;
-        uint32_t u[8];
-        if (vec) {
-            uint4 a = ((const uint4 *)s)[0], b = ((const uint4 *)s)[1];
-            u[0] = a.x, u[1] = a.y, u[2] = a.z, u[3] = a.w, u[4] = b.x, u[5] = b.y, u[6] = b.z, u[7] = b.w;
-        } else {
-            for (int k = 0; k < 8; k++)
-                u[k] = (uint32_t)s[2 * k] | ((uint32_t)s[2 * k + 1] << 16);
-        }
-        for (int k = 0; k < 8; k++) {
-            uint16_t lo = (uint16_t)(u[k] & 0xffffu), hi = (uint16_t)(u[k] >> 16);
-            x[2 * k] = dt == LWQ_BF16 ? lwq_bf16_to_f32(lo) : lwq_f16_to_f32(lo);
-            x[2 * k + 1] = dt == LWQ_BF16 ? lwq_bf16_to_f32(hi) : lwq_f16_to_f32(hi);
-        }
-    } else {
-        const float *s = (const float *)w + off;
-        if (vec) {
-            for (int k = 0; k < 4; k++) {
-                float4 v = ((const float4 *)s)[k];
-                x[4 * k] = v.x, x[4 * k + 1] = v.y, x[4 * k + 2] = v.z, x[4 * k + 3] = v.w;
-            }
-        } else {
-            for (int k = 0; k < BLK; k++)
-                x[k] = s[k];
-        }
-    }
-}
-
-// max |x| bits of 16 values; false if one is NaN/Inf (and then the first is reported).
-__device__ __forceinline__ bool amax16(const float *x, int64_t off, qstatus *st, uint32_t *m)
-{
-    uint32_t mm = 0;
-    for (int k = 0; k < BLK; k++) {
-        uint32_t a = lwq_f32_bits(x[k]) & 0x7fffffffu;
-        mm = a > mm ? a : mm;
-    }
-    *m = mm;
-    if (mm < 0x7f800000u)
-        return true;
-    for (int k = 0; k < BLK; k++)
-        if ((lwq_f32_bits(x[k]) & 0x7fffffffu) >= 0x7f800000u) {
-            atomicMin(&st->bad, (unsigned long long)(off + k));
-            break;
-        }
-    return false;
-}
+#include "kernels/cuda/quant_cuda_internal.cuh"
 
 // ---- kernels --------------------------------------------------------------------------------
 
@@ -303,16 +223,6 @@ __global__ void k_mse_blocks(const void *w, lwq_dtype dt, bool vec, int64_t nblk
     out_amax[i] = best_a;
 }
 
-__device__ __forceinline__ void store_f(void *out, lwq_dtype dt, int64_t i, float v)
-{
-    if (dt == LWQ_BF16)
-        ((uint16_t *)out)[i] = lwq_f32_to_bf16(v);
-    else if (dt == LWQ_F16)
-        ((uint16_t *)out)[i] = lwq_f32_to_f16(v);
-    else
-        ((float *)out)[i] = v;
-}
-
 __global__ void k_nvfp4_dq(const uint8_t *packed, const uint8_t *scale, float ws2, int64_t nblk, lwq_dtype dt,
                            void *out)
 {
@@ -355,162 +265,9 @@ __global__ void k_hess_fin(const double *hs, double n, int64_t count, float *h, 
     h[i] = v;
 }
 
-// FP8: one thread per 8 consecutive elements of the flat tensor.
-__global__ void k_fp8(const void *w, lwq_dtype dt, bool vec, int64_t n, float ws, uint8_t *q, qstatus *st)
-{
-    int64_t g = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    int64_t i0 = g * 8;
-    uint32_t m = 0;
-    if (i0 < n) {
-        int cnt = n - i0 < 8 ? (int)(n - i0) : 8;
-        float x[8];
-        if (vec && cnt == 8 && dt != LWQ_F32) {
-            uint4 a = *(const uint4 *)((const uint16_t *)w + i0);
-            uint32_t u[4] = {a.x, a.y, a.z, a.w};
-            for (int k = 0; k < 4; k++) {
-                uint16_t lo = (uint16_t)(u[k] & 0xffffu), hi = (uint16_t)(u[k] >> 16);
-                x[2 * k] = dt == LWQ_BF16 ? lwq_bf16_to_f32(lo) : lwq_f16_to_f32(lo);
-                x[2 * k + 1] = dt == LWQ_BF16 ? lwq_bf16_to_f32(hi) : lwq_f16_to_f32(hi);
-            }
-        } else {
-            for (int k = 0; k < cnt; k++)
-                x[k] = lwq_load_f(w, dt, (size_t)(i0 + k));
-        }
-        uint32_t lo = 0, hi = 0;
-        for (int k = 0; k < cnt; k++) {
-            uint32_t a = lwq_f32_bits(x[k]) & 0x7fffffffu;
-            if (a >= 0x7f800000u)
-                atomicMin(&st->bad, (unsigned long long)(i0 + k));
-            m = a > m ? a : m;
-            /* rounded to the weight's dtype before E4M3, as the CPU kernel (kernels/quant.h) */
-            uint32_t byte = lwq_e4m3_from_f32(lwq_round_to(LWQ_FDIV(x[k], ws), dt));
-            if (k < 4)
-                lo |= byte << (8 * k);
-            else
-                hi |= byte << (8 * (k - 4));
-        }
-        if (vec && cnt == 8) {
-            *(uint2 *)(q + i0) = make_uint2(lo, hi);
-        } else {
-            for (int k = 0; k < cnt; k++)
-                q[i0 + k] = (uint8_t)((k < 4 ? lo >> (8 * k) : hi >> (8 * (k - 4))) & 0xffu);
-        }
-    }
-    m = __reduce_max_sync(0xffffffffu, m);
-    if ((threadIdx.x & 31) == 0)
-        atomicMax(&st->amax, m);
-}
-
-// FP8 mse, per-row losses: one CTA per row, thread k < 39 evaluates candidate k over the row in
-// the CPU's order (lane j % 16 accumulates element j ascending, in double; the products of two
-// floats are exact in double, so FMA or not gives the same sums), then the lwq_sum16_tree order.
-struct mse_scales {
-    float s[LWQ_MSE_STEPS];
-};
-
-__global__ void k_fp8_mse_rows(const void *w, lwq_dtype dt, int64_t cols, mse_scales sc, double *row_loss)
-{
-    const int k = threadIdx.x;
-    if (k >= LWQ_MSE_STEPS)
-        return;
-    const int64_t r = blockIdx.x;
-    const float s = sc.s[k];
-    double lane[16];
-    for (int l = 0; l < 16; l++)
-        lane[l] = 0.0;
-    // steps of 16 with an unrolled inner loop keep every lane index static (registers, not local
-    // memory); the tail adds element j to lane j % 16 like the CPU's
-    const int64_t full = cols / 16 * 16;
-    for (int64_t j0 = 0; j0 < full; j0 += 16) {
-#pragma unroll
-        for (int l = 0; l < 16; l++) {
-            float x = lwq_load_f(w, dt, (size_t)(r * cols + j0 + l));
-            float e = LWQ_FSUB(x, LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s));
-            lane[l] = __dadd_rn(lane[l], __dmul_rn((double)e, (double)e));
-        }
-    }
-#pragma unroll
-    for (int l = 0; l < 16; l++) {
-        if (full + l < cols) {
-            float x = lwq_load_f(w, dt, (size_t)(r * cols + full + l));
-            float e = LWQ_FSUB(x, LWQ_FMUL(lwq_e4m3_to_f32_i32(lwq_e4m3_from_f32_i32(LWQ_FDIV(x, s))), s));
-            lane[l] = __dadd_rn(lane[l], __dmul_rn((double)e, (double)e));
-        }
-    }
-    for (int h = 8; h >= 1; h /= 2)
-        for (int i = 0; i < h; i++)
-            lane[i] = __dadd_rn(lane[i], lane[i + h]);
-    row_loss[r * LWQ_MSE_STEPS + k] = lane[0];
-}
-
-__global__ void k_fp8_dq(const uint8_t *q, float ws, int64_t n, lwq_dtype dt, void *out)
-{
-    int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n)
-        store_f(out, dt, i, LWQ_FMUL(lwq_e4m3_to_f32(q[i]), ws));
-}
-
 // ---- host side ------------------------------------------------------------------------------
 
 namespace {
-
-// The status struct of one call, allocated on the call's stream.
-struct call {
-    cudaStream_t s;
-    qstatus *dev = nullptr;
-    qstatus host;
-    const char *name;
-    lwq_error *err;
-    int rc = 0;
-
-    call(void *stream, const char *n, lwq_error *e) : s((cudaStream_t)stream), name(lwq_quant_name(n)), err(e)
-    {
-        host.bad = NONE;
-        host.badamax = NONE;
-        host.over = 0;
-        host.amax = 0;
-    }
-    ~call()
-    {
-        // a destructor cannot return the failure: it goes to the log, and the last-error state
-        // is reset so the next call's launch check does not take it for its own (see ok())
-        if (dev && cudaFreeAsync(dev, s) != cudaSuccess)
-            LWQ_WARN("tensor %s: cudaFreeAsync of the status buffer: %s", name,
-                     cudaGetErrorString(cudaGetLastError()));
-    }
-    // Every failure resets the thread's last-error state (cudaGetLastError), so a caller that
-    // tolerates it does not see it again as the next launch's error.
-    bool ok(cudaError_t e, const char *what)
-    {
-        if (e == cudaSuccess)
-            return true;
-        (void)cudaGetLastError();
-        if (rc == 0)
-            rc = lwq_errf(err, LWQ_EDEVICE, "tensor %s: %s: %s", name, what, cudaGetErrorString(e));
-        return false;
-    }
-    // bad / badamax = NONE (all ones), over / amax = 0: two memsets, no host round trip
-    bool start()
-    {
-        return ok(cudaMallocAsync((void **)&dev, sizeof(qstatus), s), "cudaMallocAsync") && sampled() &&
-               ok(cudaMemsetAsync(dev, 0xff, 2 * sizeof(unsigned long long), s), "status init") &&
-               ok(cudaMemsetAsync(&dev->over, 0, 2 * sizeof(unsigned int), s), "status init");
-    }
-    bool sampled()
-    {
-        lwq_cuda_mem_sample();
-        return true;
-    }
-    // After the kernels: launch errors, then read the status back (synchronizes the stream).
-    bool finish()
-    {
-        return ok(cudaGetLastError(), "kernel launch") &&
-               ok(cudaMemcpyAsync(&host, dev, sizeof host, cudaMemcpyDeviceToHost, s), "status download") &&
-               ok(cudaStreamSynchronize(s), "cudaStreamSynchronize");
-    }
-};
-
-unsigned grid_for(int64_t n, int threads) { return (unsigned)((n + threads - 1) / threads); }
 
 // Host side, as kernels/cpu/quant/quant_cpu.c's search_thresholds: byte v's divisor v * ws2.
 void search_thresholds(float ws2, thr_tab *t)
@@ -521,9 +278,10 @@ void search_thresholds(float ws2, thr_tab *t)
         lwq_e2m1_thresholds(lwq_nvfp4_block_div((uint8_t)v, ws2), t->b[v]);
 }
 
-bool aligned(const void *p, unsigned a) { return ((uintptr_t)p % a) == 0; }
+} // namespace
 
-// max |x| of x: (n,); *bad = the first NaN/Inf index or -1 (then *amax is meaningless).
+namespace lwq_qcuda {
+
 int cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *amax, int64_t *bad, void *stream,
               lwq_error *err)
 {
@@ -541,6 +299,11 @@ int cuda_amax(const void *x, lwq_dtype dt, int64_t n, const char *name, float *a
     *amax = lwq_bits_f32(c.host.amax);
     return 0;
 }
+
+} // namespace lwq_qcuda
+using lwq_qcuda::cuda_amax;
+
+namespace {
 
 int nvfp4_run(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const float *block_amax, float global_amax,
               const char *name, uint8_t *packed, uint8_t *scale, float *ws2, void *stream, lwq_error *err)
@@ -771,113 +534,6 @@ int lwq_quant_cuda_hessian_finalize(const double *h_sum, int64_t ntokens, int64_
         return lwq_errf(err, LWQ_ENUMERIC, "Hessian of %s: entry %lld of input block %lld overflows float32",
                         lwq_quant_name(name), (long long)(c.host.badamax % (BLK * BLK)),
                         (long long)(c.host.badamax / (BLK * BLK)));
-    return 0;
-}
-
-int lwq_quant_cuda_fp8(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, float amax, const char *name,
-                       uint8_t *q, float *weight_scale, void *stream, lwq_error *err)
-{
-    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 0, err);
-    if (rc < 0)
-        return rc;
-    if (!q || !weight_scale)
-        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output buffer", lwq_quant_name(name));
-    float g;
-    int zero = lwq_quant_check_global(name, amax, INFINITY, &g, err);
-    if (zero < 0)
-        return zero;
-    const float ws = g / LWQ_E4M3_MAX; // host division, as on the CPU path
-    const int64_t n = rows * cols;
-    call c(stream, name, err);
-    if (!c.start())
-        return c.rc;
-    k_fp8<<<grid_for((n + 7) / 8, 256), 256, 0, c.s>>>(w, dt, aligned(w, 16) && aligned(q, 8), n, ws, q, c.dev);
-    if (!c.finish())
-        return c.rc;
-    if (c.host.bad != NONE)
-        return lwq_quant_err_nonfinite(name, (int64_t)c.host.bad, cols, err);
-    if (zero && c.host.amax != 0)
-        return lwq_quant_err_over_global(name, lwq_bits_f32(c.host.amax), amax, err);
-    *weight_scale = ws;
-    return zero ? LWQ_QUANT_ZERO_TENSOR : 0;
-}
-
-int lwq_quant_cuda_fp8_mse(const void *w, lwq_dtype dt, int64_t rows, int64_t cols, const char *name,
-                           float *amax_out, int *mult_index, void *stream, lwq_error *err)
-{
-    int rc = lwq_quant_check_shape(name, w, dt, rows, cols, 0, err);
-    if (rc < 0)
-        return rc;
-    if (!amax_out)
-        return lwq_errf(err, LWQ_EINVAL, "tensor %s: NULL output", lwq_quant_name(name));
-    if (rows > 0x7fffffff)
-        return lwq_errf(err, LWQ_EUNSUPPORTED, "tensor %s: %lld rows exceed the CUDA mse grid", lwq_quant_name(name),
-                        (long long)rows);
-    float amax;
-    int64_t bad = -1;
-    rc = cuda_amax(w, dt, rows * cols, name, &amax, &bad, stream, err);
-    if (rc < 0)
-        return rc;
-    if (bad >= 0)
-        return lwq_quant_err_nonfinite(name, bad, cols, err);
-    if (amax == 0.0f) {
-        *amax_out = 0.0f;
-        if (mult_index)
-            *mult_index = -1;
-        return LWQ_QUANT_ZERO_TENSOR;
-    }
-    float g;
-    rc = lwq_quant_check_global(name, amax * lwq_mse_multiplier(0), INFINITY, &g, err);
-    if (rc < 0)
-        return rc;
-    float cand_amax[LWQ_MSE_STEPS];
-    mse_scales sc;
-    for (int k = 0; k < LWQ_MSE_STEPS; k++) { // host arithmetic, as on the CPU path
-        cand_amax[k] = amax * lwq_mse_multiplier(k);
-        sc.s[k] = cand_amax[k] / LWQ_E4M3_MAX;
-    }
-    size_t bytes = (size_t)rows * LWQ_MSE_STEPS * sizeof(double);
-    double *loss = (double *)malloc(bytes);
-    if (!loss)
-        return lwq_errf(err, LWQ_ENOMEM, "tensor %s: no memory for the mse search's %lld row losses",
-                        lwq_quant_name(name), (long long)rows);
-    call c(stream, name, err);
-    double *dloss = NULL;
-    bool ok = c.ok(cudaMallocAsync((void **)&dloss, bytes, c.s), "cudaMallocAsync");
-    if (ok) {
-        lwq_cuda_mem_sample();
-        k_fp8_mse_rows<<<(unsigned)rows, 64, 0, c.s>>>(w, dt, cols, sc, dloss);
-        ok = c.ok(cudaGetLastError(), "kernel launch") &&
-             c.ok(cudaMemcpyAsync(loss, dloss, bytes, cudaMemcpyDeviceToHost, c.s), "loss download") &&
-             c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize");
-        ok = c.ok(cudaFreeAsync(dloss, c.s), "cudaFreeAsync") && ok;
-    }
-    if (!ok) {
-        free(loss);
-        return c.rc;
-    }
-    int best = lwq_quant_mse_argmin(loss, rows, LWQ_MSE_STEPS); /* rows in ascending order */
-    free(loss);
-    /* searched in F32, kept in the weight's dtype: Model Optimizer's MseCalibrator multiplies
-     * the amax (a 0-dim tensor of the weight's dtype) by an F32 multiplier, which stays F32 in
-     * torch, then stores the winner into the weight quantizer's amax buffer, of the weight's
-     * dtype: a BF16 weight exports a BF16 amax / 448 */
-    *amax_out = lwq_round_to(cand_amax[best], dt);
-    if (mult_index)
-        *mult_index = best;
-    return 0;
-}
-
-int lwq_quant_cuda_fp8_dequant(const uint8_t *q, float weight_scale, int64_t n, lwq_dtype out_dt, void *out,
-                               void *stream, lwq_error *err)
-{
-    int rc = lwq_quant_check_dq(q, out, out_dt, 1, n, 0, weight_scale, err);
-    if (rc < 0)
-        return rc;
-    call c(stream, "dequantize", err);
-    k_fp8_dq<<<grid_for(n, 256), 256, 0, c.s>>>(q, weight_scale, n, out_dt, out);
-    if (!c.ok(cudaGetLastError(), "kernel launch") || !c.ok(cudaStreamSynchronize(c.s), "cudaStreamSynchronize"))
-        return c.rc;
     return 0;
 }
 

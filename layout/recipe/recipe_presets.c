@@ -42,7 +42,7 @@
     "{\"match\":\"*.linear_attn.out_proj\",\"format\":\"fp8\",\"algo\":\"max\"}]}"
 
 /* NVIDIA's NVFP4 DeepSeek-V3.1 / Kimi-K2.6 keep the MLA q/kv projections in BF16, and so does
- * lwq's nvfp4 preset (tests/layout/test_recipe_mla.c).  Model Optimizer 0.47's nvfp4 preset
+ * lwq's nvfp4 preset (tests/layout/recipe/test_recipe_mla.c).  Model Optimizer 0.47's nvfp4 preset
  * quantizes them; its recipe YAML read by lwq (--recipe general/ptq/nvfp4_default-kv_fp8) does
  * what it does (perf/RESULTS.md, "Side by side with Model Optimizer"). */
 #define MLA_PROJ_OFF "{\"match\":\"*\",\"mla_projection\":true,\"enable\":false}"

@@ -95,7 +95,7 @@ static uint64_t stored_bytes(const lwq_ckpt *ck, const char *module, uint64_t de
  * each operand that is not F32 is widened to F32 (256-byte aligned regions), and the output goes
  * through F32 when a bias or a dtype change needs the extra pass.  Quant is the quantizer's
  * (engine/quant/qops.c): the weight's device copy, the output buffers, the uploaded block amax /
- * Hessian, and the FP8 mse search's per-row losses in quant_cuda.cu (the default range's 39
+ * Hessian, and the FP8 mse search's per-row losses in quant_fp8_cuda.cu (the default range's 39
  * candidates: a recipe's own range is searched on the host, fp8_search). */
 /* The FP8 weight search of linear i (engine/quant/qlayer.c fp8_searches): 0 when none runs (max,
  * GPTQ, another format, or a routed expert's up, searched with its gate); else the rows searched

@@ -1,4 +1,4 @@
-/* tests/layout/test_recipe.c — recipes: glob matching, presets, rule order, JSON round trip,
+/* tests/layout/recipe/test_recipe.c — recipes: glob matching, presets, rule order, JSON round trip,
  * errors. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
