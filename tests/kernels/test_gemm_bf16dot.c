@@ -55,8 +55,7 @@ static void gemm(const uint16_t *x, const uint16_t *w, const float *bias, int64_
 static void check_path(const char *name, int with_bias)
 {
     if (lwq_cpu_kernels_force(name) != 0) {
-        cr_log_warn("kernels %s: this CPU (or its OS) cannot run them, skipped", name);
-        return;
+        cr_skip_test("kernels %s: this CPU (or its OS) cannot run them", name);
     }
     cr_assert_str_eq(lwq_cpu_kernels_get()->name, name);
     static const int64_t ks[] = {13, 64, 100, 1100};
@@ -126,9 +125,9 @@ Test(gemm_bf16dot, f32_activations_keep_the_fma_bits, .init = be_open, .fini = b
         cr_assert(memcmp(ya, yb, (size_t)(n * out) * 4) == 0, "%s changed an f32 x bf16 product",
                   lwq_cpu_kernels_get()->name);
     }
-    if (!ran)
-        cr_log_warn("neither amx nor avx512bf16 runs here: nothing compared");
     free(x), free(ya), free(yb), free(w);
+    if (!ran)
+        cr_skip_test("neither amx nor avx512bf16 runs here: nothing compared");
 }
 
 /* AMX packs at most 256 tokens (about 1 MiB) per slice: rows of a 300-row call on both sides of
@@ -136,8 +135,7 @@ Test(gemm_bf16dot, f32_activations_keep_the_fma_bits, .init = be_open, .fini = b
 Test(gemm_bf16dot, amx_rows_across_token_slices_same_bits, .init = be_open, .fini = be_close)
 {
     if (lwq_cpu_kernels_force("amx") != 0) {
-        cr_log_warn("kernels amx: this CPU (or its OS) cannot run them, skipped");
-        return;
+        cr_skip_test("kernels amx: this CPU (or its OS) cannot run them");
     }
     const int64_t n = 300, k = 2048, out = 40;
     uint16_t *x = malloc((size_t)(n * k) * 2), *w = malloc((size_t)(out * k) * 2);
@@ -160,8 +158,7 @@ Test(gemm_bf16dot, amx_rows_across_token_slices_same_bits, .init = be_open, .fin
 static void grouped_vs_single(const char *path, int threads)
 {
     if (lwq_cpu_kernels_force(path) != 0) {
-        cr_log_warn("kernels %s: this CPU (or its OS) cannot run them, skipped", path);
-        return;
+        cr_skip_test("kernels %s: this CPU (or its OS) cannot run them", path);
     }
     lwq_parallel_set_threads(threads);
     enum { NG = 5 };
