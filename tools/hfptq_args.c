@@ -198,43 +198,45 @@ static int qformat(lwq_hfptq_argv *a, const char *v, FILE *err)
 
 /* hf_ptq's AutoQuantize takes its candidates from --qformat A,B: lwq searches formats, so each
  * name must be one format (nvfp4, fp8, w4a16_nvfp4 (weight-only NVFP4, as the qwen3_6_moe
- * auto_quantize recipes use it); an NVFP4 preset with a weight algorithm sets the base recipe's
- * algorithm).  The base recipe is the fp8 preset when fp8 is a candidate (it leaves only routers
+ * auto_quantize recipes use it), nvfp4_w4a4_weight_mse_fp8_sweep (NVFP4 with its own weight
+ * algorithm, as Model Optimizer calibrates each candidate with its own); nvfp4_w4a4_weight_local_hessian
+ * sets the base recipe's algorithm).  The base recipe is the fp8 preset when fp8 is a candidate (it leaves only routers
  * out), else nvfp4; "none" is always a candidate, as in Model Optimizer. */
 static int aq_qformats(lwq_hfptq_argv *a, const char *v, FILE *err)
 {
-    char buf[256], list[64] = "";
+    char buf[256], list[96] = "";
     if (strlen(v) >= sizeof buf) {
         fprintf(err, "lwq: --qformat %s: too long\n", v);
         return -1;
     }
     snprintf(buf, sizeof buf, "%s", v);
     const char *algo[4] = {NULL, NULL, NULL, NULL};
-    int nv = 0, fp = 0, wo = 0;
+    int nv = 0, fp = 0, wo = 0, nm = 0;
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         if (!strcmp(t, "fp8")) {
             fp = 1;
         } else if (!strcmp(t, "w4a16_nvfp4")) {
             wo = 1;
-        } else if (!strcmp(t, "nvfp4") || !strcmp(t, "nvfp4_w4a4_weight_mse_fp8_sweep") ||
-                   !strcmp(t, "nvfp4_w4a4_weight_local_hessian")) {
+        } else if (!strcmp(t, "nvfp4_w4a4_weight_mse_fp8_sweep")) {
+            nm = 1;
+        } else if (!strcmp(t, "nvfp4") || !strcmp(t, "nvfp4_w4a4_weight_local_hessian")) {
             if (nv++) {
                 fprintf(err, "lwq: --qformat %s: lwq's search chooses among formats, so it takes one NVFP4 "
-                             "candidate, not several\n", v);
+                             "candidate of nvfp4 and nvfp4_w4a4_weight_local_hessian, not both\n", v);
                 return -1;
             }
-            if (!strcmp(t, "nvfp4_w4a4_weight_mse_fp8_sweep"))
-                algo[0] = "--algo", algo[1] = "mse", algo[2] = "--fp8-scale-sweep";
-            else if (!strcmp(t, "nvfp4_w4a4_weight_local_hessian"))
+            if (!strcmp(t, "nvfp4_w4a4_weight_local_hessian"))
                 algo[0] = "--algo", algo[1] = "local_hessian";
         } else {
             fprintf(err, "lwq: --qformat %s with --auto_quantize_bits: candidate %s is not supported: lwq's search "
-                         "chooses a format (nvfp4, fp8, w4a16_nvfp4 or none) per group of every layer; give the "
+                         "chooses a format (nvfp4, fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep or none) per "
+                         "group of every layer; give the "
                          "formats (e.g. --qformat nvfp4,fp8)\n", v, t);
             return -1;
         }
     }
-    snprintf(list, sizeof list, "%s%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
+    snprintf(list, sizeof list, "%s%s%s%snone", nv ? "nvfp4," : "", nm ? "nvfp4_w4a4_weight_mse_fp8_sweep," : "",
+             fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
     if (keep(a, "--qformat") || keep(a, fp ? "fp8" : "nvfp4"))
         return -1;
     for (int k = 0; k < 3 && algo[k]; k++)

@@ -71,8 +71,14 @@ typedef enum lwq_aq_score { LWQ_AQ_SCORE_LAYER = 0, LWQ_AQ_SCORE_KL } lwq_aq_sco
  * input quantizer, no input_scale), a candidate of Model Optimizer's qwen3_6_moe auto_quantize
  * recipes.  Its cost is what lwq writes (4.5 bits per weight plus weight_scale_2; Model Optimizer
  * counts NVFP4 and W4A16 alike, 4.5 effective bits: the weight quantizer's, configs/numerics/nvfp4);
- * its score the replay with the weights dequantized and the inputs unquantized. */
-enum { LWQ_AQ_W4A16 = 3, LWQ_AQ_FORMATS = 4 };
+ * its score the replay with the weights dequantized and the inputs unquantized.  LWQ_AQ_NVFP4_MSE is
+ * NVFP4 W4A4 whose weights get their own algorithm, the mse search with the FP8 scale sweep (static
+ * block scales; Model Optimizer's preset configs/ptq/presets/model/nvfp4_w4a4_weight_mse_fp8_sweep,
+ * the candidate of its general/auto_quantize/nvfp4_mse_fp8_at_6p0bits): Model Optimizer calibrates each
+ * candidate with its own algorithm (algorithms.py before_search: calibrate(model, recipe.config.algorithm)
+ * with every group set to that candidate), so the other candidates keep the base recipe's.  Its bytes
+ * are NVFP4's; its score the replay of those weights. */
+enum { LWQ_AQ_W4A16 = 3, LWQ_AQ_NVFP4_MSE = 4, LWQ_AQ_FORMATS = 5 };
 
 typedef struct lwq_autoq_opts {
     lwq_quantize_opts q;     /* pass 2's run; q.recipe is the base recipe, q.calib the calibration */
@@ -111,8 +117,8 @@ typedef struct lwq_autoq_opts {
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);
 
-/* "none", "nvfp4", "fp8", "w4a16_nvfp4": candidate f as --auto-quantize-formats and scores.json
- * spell it; "?" out of range. */
+/* "none", "nvfp4", "fp8", "w4a16_nvfp4", "nvfp4_w4a4_weight_mse_fp8_sweep": candidate f as
+ * --auto-quantize-formats and scores.json spell it (Model Optimizer's preset names); "?" out of range. */
 const char *lwq_aq_format_name(int f);
 /* name -> candidate index; -1 when unknown */
 int lwq_aq_format_parse(const char *name);

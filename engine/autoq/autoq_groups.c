@@ -40,12 +40,37 @@ static int can_take(const lwq_arch_linear *l, int f)
     return lwq_aq_qformat(f) != LWQ_QFMT_NVFP4 || l->in_features % 16 == 0;
 }
 
-_Static_assert(LWQ_QFMT_NONE == 0 && LWQ_QFMT_NVFP4 == 1 && LWQ_QFMT_FP8 == 2 && LWQ_AQ_W4A16 == 3,
+_Static_assert(LWQ_QFMT_NONE == 0 && LWQ_QFMT_NVFP4 == 1 && LWQ_QFMT_FP8 == 2 && LWQ_AQ_W4A16 == 3 &&
+                   LWQ_AQ_NVFP4_MSE == 4 && LWQ_AQ_FORMATS == 5,
                "the candidate indexes extend lwq_qformat");
-static const char *const format_names[LWQ_AQ_FORMATS] = {"none", "nvfp4", "fp8", "w4a16_nvfp4"};
+static const char *const format_names[LWQ_AQ_FORMATS] = {"none", "nvfp4", "fp8", "w4a16_nvfp4",
+                                                         "nvfp4_w4a4_weight_mse_fp8_sweep"};
 
-lwq_qformat lwq_aq_qformat(int f) { return f == LWQ_AQ_W4A16 ? LWQ_QFMT_NVFP4 : (lwq_qformat)f; }
+lwq_qformat lwq_aq_qformat(int f)
+{
+    return f == LWQ_AQ_W4A16 || f == LWQ_AQ_NVFP4_MSE ? LWQ_QFMT_NVFP4 : (lwq_qformat)f;
+}
 int lwq_aq_weight_only(int f) { return f == LWQ_AQ_W4A16; }
+
+lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f)
+{
+    lwq_quant_choice c = *base;
+    c.format = lwq_aq_qformat(f);
+    c.weight_format = c.format;
+    /* W4A4 NVFP4, W8A8 FP8, weight-only NVFP4 (its input quantizer off) or none */
+    c.weight_only = lwq_aq_weight_only(f);
+    c.input_format = c.weight_only ? LWQ_QFMT_NONE : c.format;
+    c.split = 0;
+    if (c.format == LWQ_QFMT_NONE || c.weight_only)
+        c.has_input_amax = 0;
+    if (f == LWQ_AQ_NVFP4_MSE) { /* its own weight algorithm, whatever the base recipe's */
+        c.algo = LWQ_ALGO_MSE;
+        c.fp8_scale_sweep = 1;
+        c.four_over_six = 0;
+        c.mse_range = LWQ_MSE_RANGE_DEFAULT;
+    }
+    return c;
+}
 const char *lwq_aq_format_name(int f) { return f >= 0 && f < LWQ_AQ_FORMATS ? format_names[f] : "?"; }
 
 int lwq_aq_format_parse(const char *name)
@@ -158,7 +183,7 @@ static int layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
                 bad = &p->linears[g->lin[m]];
                 break;
             }
-        char list[32];
+        char list[96];
         lwq_aq_formats_str(want, list, sizeof list);
         int rc = lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group can take none of --auto-quantize-formats %s: NVFP4 "
                           "(and w4a16_nvfp4) needs in-features divisible by 16, and %s has %lld%s; add fp8 or none to the formats",
@@ -280,6 +305,7 @@ static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const l
         want[LWQ_QFMT_NVFP4] = (uint8_t)(sp->nvfp4 != 0);
         want[LWQ_QFMT_FP8] = (uint8_t)(sp->fp8 != 0);
         want[LWQ_AQ_W4A16] = (uint8_t)(sp->w4a16 != 0);
+        want[LWQ_AQ_NVFP4_MSE] = (uint8_t)(sp->nvfp4_mse != 0);
     } else {
         memcpy(want, o->unmatched, sizeof want);
     }
@@ -291,7 +317,7 @@ static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const l
     }
     if (g->allowed[LWQ_QFMT_NONE] || lwq_aq_nquantized(g->allowed))
         return 0;
-    char list[32];
+    char list[96];
     lwq_aq_formats_str(want, list, sizeof list);
     if (hit >= 0)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group (%s) can take none of module_search_spaces[%d]'s "
@@ -317,7 +343,8 @@ int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recip
 
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",
+    snprintf(buf, cap, "%s%s%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "",
+             want[LWQ_AQ_NVFP4_MSE] ? ",nvfp4_w4a4_weight_mse_fp8_sweep" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",
              want[LWQ_AQ_W4A16] ? ",w4a16_nvfp4" : "", want[LWQ_QFMT_NONE] ? ",none" : "");
     if (buf[0] == ',')
         memmove(buf, buf + 1, strlen(buf));
@@ -325,20 +352,8 @@ void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t ca
 
 void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const uint8_t *fmt, lwq_quant_choice *out)
 {
-    for (int i = 0; i < p->nlinears; i++) {
-        out[i] = a->base[i];
-        if (a->group_of[i] < 0)
-            continue;
-        int f = fmt[a->group_of[i]];
-        out[i].format = lwq_aq_qformat(f);
-        out[i].weight_format = out[i].format;
-        /* W4A4 NVFP4, W8A8 FP8, weight-only NVFP4 (its input quantizer off) or none */
-        out[i].weight_only = lwq_aq_weight_only(f);
-        out[i].input_format = out[i].weight_only ? LWQ_QFMT_NONE : out[i].format;
-        out[i].split = 0;
-        if (out[i].format == LWQ_QFMT_NONE || out[i].weight_only)
-            out[i].has_input_amax = 0;
-    }
+    for (int i = 0; i < p->nlinears; i++)
+        out[i] = a->group_of[i] < 0 ? a->base[i] : lwq_aq_candidate_choice(&a->base[i], fmt[a->group_of[i]]);
 }
 
 uint64_t lwq_aq_linear_bytes(const lwq_tlist *t, const lwq_arch_linear *l)

@@ -34,10 +34,15 @@
 #include "layout/arch/arch.h"
 #include "layout/recipe/recipe.h"
 
-/* The candidate formats (LWQ_AQ_FORMATS, LWQ_AQ_W4A16): engine/autoq/autoq.h.  What candidate f
- * writes: its lwq_qformat (NVFP4 for W4A16) and whether the input quantizer is off. */
+/* The candidate formats (LWQ_AQ_FORMATS, LWQ_AQ_W4A16, LWQ_AQ_NVFP4_MSE): engine/autoq/autoq.h.  What
+ * candidate f writes: its lwq_qformat (NVFP4 for W4A16 and NVFP4_MSE) and whether the input quantizer
+ * is off. */
 lwq_qformat lwq_aq_qformat(int f);
 int lwq_aq_weight_only(int f);
+/* A linear's choice in candidate f from its base recipe choice: the format replaced (W4A16: NVFP4,
+ * weight_only), the base's calibration settings kept, except a candidate with its own weight
+ * algorithm (NVFP4_MSE: mse with the FP8 scale sweep). */
+lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f);
 /* The quantized candidates a group may take (NVFP4, FP8, W4A16). */
 int lwq_aq_nquantized(const uint8_t allowed[LWQ_AQ_FORMATS]);
 
@@ -87,13 +92,13 @@ int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recip
  * bits: NVFP4 4.5, FP8 8).  An error names the group. */
 int lwq_aq_baseline_check(const lwq_autoq_opts *o, const lwq_arch_layer *plans, int N, lwq_error *e);
 
-/* "nvfp4,fp8,w4a16_nvfp4,none" for the formats in want (in that order), as --auto-quantize-formats
- * spells it. */
+/* "nvfp4,nvfp4_w4a4_weight_mse_fp8_sweep,fp8,w4a16_nvfp4,none" for the formats in want (in that order),
+ * as --auto-quantize-formats spells it (at most 64 characters). */
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap);
 
-/* The choice of every linear of the layer when group k takes candidate fmt[k] (fmt: (ngroups)): the
- * base choice with its format replaced (W4A16: NVFP4, weight_only); linears in no group keep their
- * base choice (routers: NONE). */
+/* The choice of every linear of the layer when group k takes candidate fmt[k] (fmt: (ngroups)):
+ * lwq_aq_candidate_choice of the base choice; linears in no group keep their base choice (routers:
+ * NONE). */
 void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const uint8_t *fmt, lwq_quant_choice *out);
 
 /* Bytes written for linear l's weight and scales in the sorted tensors t of a layer (what

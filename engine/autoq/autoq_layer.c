@@ -45,13 +45,11 @@ static uint8_t *hessians_wanted(const lwq_arch_layer *p, const lwq_aq_layer *A)
 {
     uint8_t *w = calloc((size_t)(p->nlinears ? p->nlinears : 1), 1);
     for (int i = 0; w && i < p->nlinears; i++) {
-        lwq_quant_choice ch = A->base[i];
         int g = A->group_of[i];
         for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
             if (g < 0 ? f != (int)A->base[i].format : !A->g[g].allowed[f])
                 continue;
-            ch.format = lwq_aq_qformat(f);
-            ch.weight_only = lwq_aq_weight_only(f);
+            lwq_quant_choice ch = g < 0 ? A->base[i] : lwq_aq_candidate_choice(&A->base[i], f);
             int h = lwq_qlayer_hessian(&p->linears[i], &ch);
             w[i] = (uint8_t)(h > w[i] ? h : w[i]);
         }
@@ -187,13 +185,13 @@ static int probe_gain(lwq_aq_ctx *c, int L, const lwq_weights *w, double *gain, 
     return rc;
 }
 
-/* The group whose FP8 replay (NVFP4 when none takes FP8, W4A16 when none takes either) becomes
- * the next layer's probe. */
+/* The group whose FP8 replay (NVFP4 when none takes FP8, then NVFP4_MSE, then W4A16) becomes the
+ * next layer's probe. */
 static void probe_pick(const lwq_aq_layer *A, int *pk, int *pf)
 {
-    static const int pref[] = {LWQ_QFMT_FP8, LWQ_QFMT_NVFP4, LWQ_AQ_W4A16};
+    static const int pref[] = {LWQ_QFMT_FP8, LWQ_QFMT_NVFP4, LWQ_AQ_NVFP4_MSE, LWQ_AQ_W4A16};
     *pk = -1;
-    for (int j = 0; j < 3 && *pk < 0; j++)
+    for (int j = 0; j < 4 && *pk < 0; j++)
         for (int k = 0; k < A->ngroups && *pk < 0; k++)
             if (A->g[k].allowed[pref[j]]) {
                 *pk = k;
@@ -230,7 +228,7 @@ static int replays(lwq_aq_ctx *c, int L, const lwq_aq_layer *A, const lwq_tlist 
         if (pk < 0) /* nothing quantizable: the next layer's input unperturbed */
             memcpy(c->probe + c->sc.boff[b], want, n);
         for (int k = 0; k < A->ngroups && rc == 0; k++)
-            for (int f = 1; f < LWQ_AQ_FORMATS && rc == 0; f++) { /* NVFP4, FP8, W4A16 */
+            for (int f = 1; f < LWQ_AQ_FORMATS && rc == 0; f++) { /* NVFP4, FP8, W4A16, NVFP4_MSE */
                 if (!A->g[k].allowed[f])
                     continue;
                 if ((rc = replay(c, L, &A->g[k], src, &Q[f], b, e)) != 0 || (rc = work_out(c, hb, n, e)) != 0)

@@ -75,14 +75,19 @@ static void compare(const lwq_arch_layer *plans, int N, lwq_quant_choice *const 
         }
 }
 
-/* The rules that give `match` candidate cand (engine/autoq/autoq.h): its format, for weight-only
- * NVFP4 then its input quantizer disabled, and the base recipe's fixed input amax again. */
+/* The rules that give `match` candidate cand (engine/autoq/autoq.h): its format (with the weight
+ * algorithm of a candidate that has its own: NVFP4_MSE's mse + FP8 scale sweep), for weight-only NVFP4
+ * then its input quantizer disabled, and the base recipe's fixed input amax again. */
 static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_choice *base)
 {
     lwq_qformat f = lwq_aq_qformat(cand);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "match", match);
     cJSON_AddStringToObject(o, "format", lwq_qformat_name(f));
+    if (cand == LWQ_AQ_NVFP4_MSE) {
+        cJSON_AddStringToObject(o, "algo", "mse");
+        cJSON_AddBoolToObject(o, "fp8_scale_sweep", 1);
+    }
     cJSON_AddItemToArray(rules, o);
     if (lwq_aq_weight_only(cand)) { /* W4A16: NVFP4 weights, the input quantizer off */
         o = cJSON_CreateObject();

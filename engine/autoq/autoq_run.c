@@ -201,6 +201,20 @@ static int correlations(const lwq_aq_scores *s, double rho[3], int *pairs)
     return rc;
 }
 
+/* The uniform mixes the run writes beside the search's: nvfp4 and fp8, then each other quantized
+ * candidate asked for (w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep); their count. */
+static int uniform_list(const lwq_autoq_opts *o, int uni[LWQ_AQ_FORMATS])
+{
+    int n = 0;
+    uni[n++] = LWQ_QFMT_NVFP4;
+    uni[n++] = LWQ_QFMT_FP8;
+    if (o->formats[LWQ_AQ_W4A16])
+        uni[n++] = LWQ_AQ_W4A16;
+    if (o->formats[LWQ_AQ_NVFP4_MSE])
+        uni[n++] = LWQ_AQ_NVFP4_MSE;
+    return n;
+}
+
 static void put_raw(cJSON *o, const char *k, const char *fmt, double v)
 {
     char b[48];
@@ -220,7 +234,7 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     else
         put_raw(bud, "gb", "%.17g", o->gb);
     cJSON *fs = cJSON_AddArrayToObject(root, "formats");
-    static const int shown[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16, LWQ_QFMT_NONE};
+    static const int shown[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16, LWQ_AQ_NVFP4_MSE, LWQ_QFMT_NONE};
     for (int j = 0; j < LWQ_AQ_FORMATS; j++)
         if (o->formats[shown[j]])
             cJSON_AddItemToArray(fs, cJSON_CreateString(lwq_aq_format_name(shown[j])));
@@ -248,10 +262,12 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     }
     put_raw(root, "linear_weights", "%.0f", (double)sol->linear_elements);
     cJSON *un = cJSON_AddArrayToObject(root, "uniform");
-    static const char *const uni[3] = {"uniform_nvfp4", "uniform_fp8", "uniform_w4a16_nvfp4"};
-    for (int u = 0; u < 2 + (o->formats[LWQ_AQ_W4A16] != 0); u++) {
+    int uni[LWQ_AQ_FORMATS], nuni = uniform_list(o, uni);
+    for (int u = 0; u < nuni; u++) {
         cJSON *x = cJSON_CreateObject();
-        cJSON_AddStringToObject(x, "recipe", uni[u]);
+        char name[48];
+        snprintf(name, sizeof name, "uniform_%s", lwq_aq_format_name(uni[u]));
+        cJSON_AddStringToObject(x, "recipe", name);
         put_raw(x, "bits_per_weight", "%.6f", uni_bits[u]);
         put_raw(x, "bytes", "%.0f", (double)uni_bytes[u]);
         cJSON_AddItemToArray(un, x);
@@ -305,22 +321,26 @@ static void print_table(const lwq_autoq_opts *o, const lwq_aq_scores *s, const l
 {
     fprintf(stderr, "auto-quantize: %s score; per group the score of each format (0 for none) and the choice\n",
             lwq_aq_score_name(s->score));
-    int wo = o->formats[LWQ_AQ_W4A16];
-    fprintf(stderr, "%5s  %-11s %12s %12s%s  %s\n", "layer", "group", "nvfp4", "fp8", wo ? "  w4a16_nvfp4" : "",
-            "chosen");
+    int wo = o->formats[LWQ_AQ_W4A16], wm = o->formats[LWQ_AQ_NVFP4_MSE];
+    fprintf(stderr, "%5s  %-11s %12s %12s%s%s  %s\n", "layer", "group", "nvfp4", "fp8", wo ? "  w4a16_nvfp4" : "",
+            wm ? "    nvfp4_mse" : "", "chosen");
     for (int L = 0, i = 0; L < s->nlayers; L++)
         for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
             const lwq_aq_gscore *g = &s->rec[L].g[k];
-            char a[24] = "-", b[24] = "-", c[24] = "-";
+            char a[24] = "-", b[24] = "-", c[24] = "-", d[24] = "-";
             if (g->allowed[LWQ_QFMT_NVFP4])
                 snprintf(a, sizeof a, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_QFMT_NVFP4));
             if (g->allowed[LWQ_QFMT_FP8])
                 snprintf(b, sizeof b, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_QFMT_FP8));
             if (g->allowed[LWQ_AQ_W4A16])
                 snprintf(c, sizeof c, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_AQ_W4A16));
+            if (g->allowed[LWQ_AQ_NVFP4_MSE])
+                snprintf(d, sizeof d, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_AQ_NVFP4_MSE));
             fprintf(stderr, "%5d  %-11s %12s %12s", L, lwq_aq_kind_name(g->kind), a, b);
             if (wo)
                 fprintf(stderr, " %12s", c);
+            if (wm)
+                fprintf(stderr, " %12s", d);
             fprintf(stderr, "  %s\n", lwq_aq_format_name(sol->fmt[i]));
         }
     if (o->bits > 0)
@@ -444,6 +464,7 @@ static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
             nstreams += (uint64_t)lwq_aq_nquantized(A.g[k].allowed);
             copies += A.g[k].elements * (A.g[k].allowed[LWQ_QFMT_NVFP4] ? 9 : 0) / 16 +
                       A.g[k].elements * (A.g[k].allowed[LWQ_AQ_W4A16] ? 9 : 0) / 16 +
+                      A.g[k].elements * (A.g[k].allowed[LWQ_AQ_NVFP4_MSE] ? 9 : 0) / 16 +
                       A.g[k].elements * A.g[k].allowed[LWQ_QFMT_FP8];
             ap->overlay = 4 * A.g[k].elements > ap->overlay ? 4 * A.g[k].elements : ap->overlay;
         }
@@ -498,9 +519,8 @@ typedef struct aq_run {
     lwq_aq_recipe rec;
     lwq_runlock lock;
     char *report;
-    double uni_bits[3];       /* the uniform nvfp4 / fp8 (/ w4a16_nvfp4, when a candidate) mixes of the
-                                 same groups */
-    uint64_t uni_bytes[3];
+    double uni_bits[LWQ_AQ_FORMATS]; /* the uniform mixes of the same groups (uniform_list) */
+    uint64_t uni_bytes[LWQ_AQ_FORMATS];
 } aq_run;
 
 static void run_free(aq_run *r)
@@ -573,11 +593,11 @@ static int search(lwq_autoq_opts *o, const aq_paths *p, aq_run *r, lwq_error *e)
     if ((rc = write_text(p->dir, LWQ_AQ_RECIPE_JSON, r->rec.json, e)) != 0)
         return rc;
     /* the uniform mixes of the same groups, as recipes to evaluate beside the search's */
-    static const int uni[3] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16};
-    for (int u = 0; u < 2 + (o->formats[LWQ_AQ_W4A16] != 0) && rc == 0; u++) {
+    int uni[LWQ_AQ_FORMATS], nuni = uniform_list(o, uni);
+    for (int u = 0; u < nuni && rc == 0; u++) {
         lwq_aq_solution us;
         lwq_aq_recipe ur;
-        char name[32], file[48];
+        char name[48], file[64];
         snprintf(name, sizeof name, "uniform_%s", lwq_aq_format_name(uni[u]));
         snprintf(file, sizeof file, "%s.yaml", name);
         if ((rc = lwq_aq_uniform(&r->s, uni[u], &us, e)) != 0 ||

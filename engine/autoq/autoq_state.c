@@ -72,15 +72,23 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
     int64_t w4a16 = o->formats[LWQ_AQ_W4A16];
     if (w4a16)
         lwq_xxh64_update(&s, &w4a16, sizeof w4a16);
+    /* NVFP4 with its own weight algorithm: likewise, with its index so that it differs from the above */
+    int64_t mse[2] = {LWQ_AQ_NVFP4_MSE, o->formats[LWQ_AQ_NVFP4_MSE]};
+    if (mse[1])
+        lwq_xxh64_update(&s, mse, sizeof mse);
     /* module_search_spaces: likewise mixed in only when there are some */
     for (int k = 0; k < o->nspaces; k++) {
         const lwq_recipe_aq_space *sp = &o->spaces[k];
         int64_t v[6] = {k, sp->npatterns, sp->nvfp4, sp->fp8, sp->w4a16, sp->allow_no_quant};
         lwq_xxh64_update(&s, v, sizeof v);
+        int64_t vm[2] = {LWQ_AQ_NVFP4_MSE, sp->nvfp4_mse};
+        if (vm[1])
+            lwq_xxh64_update(&s, vm, sizeof vm);
         for (int j = 0; j < sp->npatterns; j++)
             lwq_xxh64_update(&s, sp->pattern[j], strlen(sp->pattern[j]) + 1);
+        /* the first four candidates as before NVFP4_MSE existed, then it only when it is one */
         if (k == o->nspaces - 1)
-            lwq_xxh64_update(&s, o->unmatched, sizeof o->unmatched);
+            lwq_xxh64_update(&s, o->unmatched, LWQ_AQ_NVFP4_MSE + o->unmatched[LWQ_AQ_NVFP4_MSE]);
     }
     /* a fixed baseline (its rules are in the base choices above): the unmatched groups fixed, not searched */
     int64_t baseline = o->baseline;
@@ -468,15 +476,13 @@ static uint64_t weight_src_bytes(const lwq_ckpt *ck, const lwq_srcfmt *sf, const
 }
 
 /* What lwq writes for linear l's weight and scales in candidate f: NVFP4 packed weight, E4M3
- * block scales, weight_scale_2 and input_scale (W4A16: no input_scale); FP8 weight and two
- * scalars; else the source weight. */
+ * block scales, weight_scale_2 and input_scale (W4A16: no input_scale; NVFP4_MSE as NVFP4); FP8
+ * weight and two scalars; else the source weight. */
 static uint64_t linear_cost(const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_linear *l, int f)
 {
     uint64_t n = (uint64_t)l->out_features * (uint64_t)l->in_features;
-    if (f == LWQ_AQ_W4A16)
-        return n / 2 + n / 16 + 4;
-    if (f == LWQ_QFMT_NVFP4)
-        return n / 2 + n / 16 + 8;
+    if (lwq_aq_qformat(f) == LWQ_QFMT_NVFP4)
+        return n / 2 + n / 16 + (lwq_aq_weight_only(f) ? 4 : 8);
     if (f == LWQ_QFMT_FP8)
         return n + 8;
     return weight_src_bytes(ck, sf, l);

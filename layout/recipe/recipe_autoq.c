@@ -38,10 +38,10 @@ static void aq_layers(const lwq_ynode *imports, const lwq_ynode *aq, const char 
 }
 
 /* The candidates of a candidate_formats list `cands` (its name `key` for messages): each an {$import:
- * alias} whose preset path ends in nvfp4, fp8 or w4a16_nvfp4; anything else (an inline QuantizeConfig,
- * another preset) is appended to lacks, the first only. */
+ * alias} whose preset path ends in nvfp4, fp8, w4a16_nvfp4 or nvfp4_w4a4_weight_mse_fp8_sweep; anything
+ * else (an inline QuantizeConfig, another preset) is appended to lacks, the first only. */
 static void aq_cands(const lwq_ynode *imports, const lwq_ynode *cands, const char *key, int *nv, int *fp, int *wo,
-                     char *lacks, size_t cap)
+                     int *nm, char *lacks, size_t cap)
 {
     int bad = 0;
     for (int i = 0; cands && cands->kind == LWQ_Y_SEQ && i < cands->n; i++) {
@@ -55,9 +55,11 @@ static void aq_cands(const lwq_ynode *imports, const lwq_ynode *cands, const cha
             *fp = 1;
         else if (!strcmp(b, "w4a16_nvfp4"))
             *wo = 1;
+        else if (!strcmp(b, "nvfp4_w4a4_weight_mse_fp8_sweep"))
+            *nm = 1;
         else if (!bad++)
             snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; %.60s[%d] (%s) is no format lwq searches "
-                     "(nvfp4, fp8, w4a16_nvfp4)", key, i, *path ? path : "inline");
+                     "(nvfp4, fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep)", key, i, *path ? path : "inline");
     }
 }
 
@@ -101,7 +103,7 @@ static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe
         sp->npatterns = pats->n;
         char key[48];
         snprintf(key, sizeof key, "module_search_spaces[%d].candidate_formats", i);
-        aq_cands(f->imports, cands, key, &sp->nvfp4, &sp->fp8, &sp->w4a16, lacks, cap);
+        aq_cands(f->imports, cands, key, &sp->nvfp4, &sp->fp8, &sp->w4a16, &sp->nvfp4_mse, lacks, cap);
     }
     return l->n;
 }
@@ -118,12 +120,13 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
     const char *bits = lwq_y_str(lwq_y_get(con, "effective_bits")), *cost = lwq_y_str(lwq_y_get(con, "cost_model"));
     const char *method = lwq_y_str(lwq_y_get(aq, "auto_quantize_method"));
     const char *size = lwq_y_str(lwq_y_get(aq, "score_size"));
-    char fmts[96] = "", lacks[512] = "";
-    int nv = 0, fp = 0, wo = 0;
-    aq_cands(f->imports, cands, "candidate_formats", &nv, &fp, &wo, lacks, sizeof lacks);
+    char fmts[128] = "", lacks[512] = "";
+    int nv = 0, fp = 0, wo = 0, nm = 0;
+    aq_cands(f->imports, cands, "candidate_formats", &nv, &fp, &wo, &nm, lacks, sizeof lacks);
     int nsp = aq_spaces(f, lwq_y_get(aq, "module_search_spaces"), run, lacks, sizeof lacks);
-    if (nv || fp || wo)
-        snprintf(fmts, sizeof fmts, "%s%s%snone", nv ? "nvfp4," : "", fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
+    if (nv || fp || wo || nm)
+        snprintf(fmts, sizeof fmts, "%s%s%s%snone", nv ? "nvfp4," : "", nm ? "nvfp4_w4a4_weight_mse_fp8_sweep," : "",
+                 fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
     else /* no top-level candidates (module_search_spaces has its own) */
         snprintf(fmts, sizeof fmts, "F,...");
     /* active_moe is lwq's --auto-quantize-cost-model active_moe, its ratio the option's */
@@ -177,8 +180,8 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
                         LWQ_RECIPE_AQ_MAX_PATTERNS, LWQ_RECIPE_AQ_PATTERN_MAX - 1, LWQ_RECIPE_AQ_MAX_SPACES);
     int sq = 0; /* a space has a quantized candidate */
     for (int k = 0; k < nsp; k++)
-        sq |= run->aq_space[k].nvfp4 | run->aq_space[k].fp8 | run->aq_space[k].w4a16;
-    if (!nv && !fp && !wo && !sq && !*lacks)
+        sq |= run->aq_space[k].nvfp4 | run->aq_space[k].fp8 | run->aq_space[k].w4a16 | run->aq_space[k].nvfp4_mse;
+    if (!nv && !fp && !wo && !nm && !sq && !*lacks)
         snprintf(lacks, sizeof lacks, "; candidate_formats is empty");
     if (!*lacks) {
         /* the base preset: fp8 when FP8 is a candidate anywhere, as without spaces */
@@ -190,7 +193,7 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
         run->aq_nspaces = nsp;
         snprintf(run->aq_qformat, sizeof run->aq_qformat, "%s", anyfp ? "fp8" : "nvfp4");
         run->aq_bits = bv;
-        run->aq_nvfp4 = nv, run->aq_fp8 = fp, run->aq_w4a16 = wo;
+        run->aq_nvfp4 = nv, run->aq_fp8 = fp, run->aq_w4a16 = wo, run->aq_nvfp4_mse = nm;
         run->aq_active_moe = cost && !strcmp(cost, "active_moe");
         run->aq_moe_ratio = rv;
         run->aq_kl = method && !strcmp(method, "kl_div");

@@ -33,6 +33,7 @@ typedef struct lwq_recipe_aq_space {
     int npatterns;
     char pattern[LWQ_RECIPE_AQ_MAX_PATTERNS][LWQ_RECIPE_AQ_PATTERN_MAX];
     int nvfp4, fp8, w4a16;          /* candidate_formats, by their presets' paths */
+    int nvfp4_mse;                  /* nvfp4_w4a4_weight_mse_fp8_sweep (NVFP4 with its own weight algorithm) */
     int allow_no_quant;
     int line;                       /* of the entry, for messages */
 } lwq_recipe_aq_space;
@@ -52,6 +53,7 @@ typedef struct lwq_recipe_run {
     char aq_qformat[8];             /* "fp8" when an FP8 candidate is listed, else "nvfp4" */
     double aq_bits;                 /* constraints.effective_bits */
     int aq_nvfp4, aq_fp8, aq_w4a16; /* candidate_formats (none is always added, as Model Optimizer adds it) */
+    int aq_nvfp4_mse;               /* the nvfp4_w4a4_weight_mse_fp8_sweep preset among them */
     int aq_active_moe;              /* constraints.cost_model active_moe */
     double aq_moe_ratio;            /* constraints.cost.active_moe_expert_ratio; 0: not given */
     int aq_kl;                      /* auto_quantize_method kl_div (else gradient) */

@@ -39,8 +39,10 @@ void lwq_quantize_usage(FILE *fp, const char *cmd)
             "                       included, as lwq eval counts them)\n"
             "  --auto-quantize-gb G     at most G GB (1e9 bytes) of tensors written\n"
             "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, w4a16_nvfp4 (weight-only\n"
-            "                       NVFP4), none (default nvfp4,fp8,none); only those: without none every\n"
-            "                       searched group is quantized\n"
+            "                       NVFP4), nvfp4_w4a4_weight_mse_fp8_sweep (NVFP4 whose weights take the mse\n"
+            "                       search with the FP8 scale sweep, whatever the base recipe's algorithm),\n"
+            "                       none (default nvfp4,fp8,none); only those: without none every searched\n"
+            "                       group is quantized\n"
             "  --auto-quantize-score S  layer (default): each group alone quantized, the error it adds to its\n"
             "                       layer's output (relative), times how much the later layers grow such an\n"
             "                       error; kl: that output carried to the logits, KL to the source\n"
@@ -191,7 +193,8 @@ static int parse_device(const char *what, const char *d, lwq_device_choice *out)
     return 0;
 }
 
-/* --auto-quantize-formats "nvfp4,fp8,w4a16_nvfp4,none" -> f[candidate] (engine/autoq/autoq.h). */
+/* --auto-quantize-formats "nvfp4,fp8,w4a16_nvfp4,nvfp4_w4a4_weight_mse_fp8_sweep,none" -> f[candidate]
+ * (engine/autoq/autoq.h). */
 static int parse_formats(const char *list, uint8_t f[LWQ_AQ_FORMATS])
 {
     memset(f, 0, LWQ_AQ_FORMATS);
@@ -204,7 +207,8 @@ static int parse_formats(const char *list, uint8_t f[LWQ_AQ_FORMATS])
     for (char *save = NULL, *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
         int q = lwq_aq_format_parse(t);
         if (q < 0) {
-            fprintf(perr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, w4a16_nvfp4, none)\n", t);
+            fprintf(perr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, w4a16_nvfp4, "
+                    "nvfp4_w4a4_weight_mse_fp8_sweep, none)\n", t);
             return -1;
         }
         f[q] = 1;
@@ -234,8 +238,9 @@ int lwq_quantize_args_parse(int argc, char **argv, int is_plan, qargs *a, lwq_ra
     a->calib_size = 64;
     a->calib_seq = 256;
     a->o.batch_size = 8;
-    memset(a->aq_fmt, 1, sizeof a->aq_fmt); /* nvfp4, fp8, none; w4a16_nvfp4 only when listed */
+    memset(a->aq_fmt, 1, sizeof a->aq_fmt); /* nvfp4, fp8, none; the others only when listed */
     a->aq_fmt[LWQ_AQ_W4A16] = 0;
+    a->aq_fmt[LWQ_AQ_NVFP4_MSE] = 0;
     /* the default device may come from the environment (perf/gpu-check.sh runs the resume and
      * production tests with LWQ_DEVICE=cuda, so they cannot fall back to the CPU silently) */
     const char *env_dev = getenv("LWQ_DEVICE");

@@ -30,6 +30,7 @@ static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path,
         a->aq_fmt[LWQ_QFMT_NVFP4] = (uint8_t)run->aq_nvfp4;
         a->aq_fmt[LWQ_QFMT_FP8] = (uint8_t)run->aq_fp8;
         a->aq_fmt[LWQ_AQ_W4A16] = (uint8_t)run->aq_w4a16;
+        a->aq_fmt[LWQ_AQ_NVFP4_MSE] = (uint8_t)(run->aq_nvfp4_mse != 0);
     }
     /* module_search_spaces: the top-level candidates (or --auto-quantize-formats, which wins) are the
      * unmatched groups'; the search quantizes every candidate of either */
@@ -41,6 +42,7 @@ static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path,
             a->aq_fmt[LWQ_QFMT_NVFP4] |= (uint8_t)(run->aq_space[k].nvfp4 != 0);
             a->aq_fmt[LWQ_QFMT_FP8] |= (uint8_t)(run->aq_space[k].fp8 != 0);
             a->aq_fmt[LWQ_AQ_W4A16] |= (uint8_t)(run->aq_space[k].w4a16 != 0);
+            a->aq_fmt[LWQ_AQ_NVFP4_MSE] |= (uint8_t)(run->aq_space[k].nvfp4_mse != 0);
         }
     }
     if (!a->aq_cost && run->aq_active_moe)

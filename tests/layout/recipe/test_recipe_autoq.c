@@ -219,5 +219,22 @@ Test(recipe_autoq, an_auto_quantize_candidate_lwq_lacks_is_named)
                  "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
                  "--auto-quantize-formats fp8,none --auto-quantize-score kl (lm_head and routers are not searched); "
                  "candidate_formats[0] (configs/ptq/presets/model/w4a8_awq_beta) is no format lwq searches (nvfp4, "
-                 "fp8, w4a16_nvfp4)");
+                 "fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep)");
+}
+
+/* general/auto_quantize/nvfp4_mse_fp8_at_6p0bits: its NVFP4 candidate with its own weight algorithm
+ * (the nvfp4_w4a4_weight_mse_fp8_sweep preset) is that candidate, not plain NVFP4 */
+Test(recipe_autoq, an_auto_quantize_mse_sweep_candidate_is_read)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports:\n  nvfp4_mse: configs/ptq/presets/model/nvfp4_w4a4_weight_mse_fp8_sweep\n"
+                   "  fp8: configs/ptq/presets/model/fp8\nmetadata:\n  recipe_type: auto_quantize\n"
+                   "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n"
+                   "  candidate_formats:\n    - $import: nvfp4_mse\n    - $import: fp8\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.is_aq && run.aq_nvfp4_mse && run.aq_fp8 && !run.aq_nvfp4 && !run.aq_w4a16);
+    cr_assert_str_eq(run.aq_qformat, "fp8");
+    lwq_recipe_free(&r);
 }

@@ -5,10 +5,10 @@
 
 TestSuite(hostile_hfptq, .init = lwqt_setup, .fini = lwqt_teardown, .timeout = 60);
 
-/* Each `--qformat=nvfp4_w4a4_weight_mse_fp8_sweep,fp8` with --auto_quantize_bits becomes 7 words
- * (--qformat fp8 --algo mse --fp8-scale-sweep --auto-quantize-formats nvfp4,fp8); the translated
- * argv was sized for 6 per argument, so 46 of them wrote past it (glibc: "corrupted size vs.
- * prev_size", SIGABRT). */
+/* Each `--qformat=nvfp4_w4a4_weight_mse_fp8_sweep,fp8` with --auto_quantize_bits became 7 words
+ * (--qformat fp8 --algo mse --fp8-scale-sweep --auto-quantize-formats nvfp4,fp8; now 4, the
+ * candidate having its own name); the translated argv was sized for 6 per argument, so 46 of them
+ * wrote past it (glibc: "corrupted size vs. prev_size", SIGABRT). */
 Test(hostile_hfptq, seven_words_per_argument_fit)
 {
     char args[3000] = "";

@@ -38,8 +38,8 @@ REFUSES(refuses_sparsity, "lwq: --sparsity_fmt sparsegpt is not supported: lwq w
 REFUSES(refuses_awq_flags, "lwq: --awq_block_size is not supported: AWQ searches pre-quantization scales over the "
                            "whole model, which lwq does not write per layer\n", "--awq_block_size", "128")
 REFUSES(refuses_auto_quantize_candidates_that_are_no_format, "lwq: --qformat nvfp4,int8 with --auto_quantize_bits: "
-        "candidate int8 is not supported: lwq's search chooses a format (nvfp4, fp8, w4a16_nvfp4 or none) per group of "
-        "every layer; give the formats (e.g. --qformat nvfp4,fp8)\n", "--auto_quantize_bits=4.8", "--qformat", "nvfp4,int8")
+        "candidate int8 is not supported: lwq's search chooses a format (nvfp4, fp8, w4a16_nvfp4, "
+        "nvfp4_w4a4_weight_mse_fp8_sweep or none) per group of every layer; give the formats (e.g. --qformat nvfp4,fp8)\n", "--auto_quantize_bits=4.8", "--qformat", "nvfp4,int8")
 REFUSES(refuses_an_unknown_auto_quantize_cost_model, "lwq: --auto_quantize_cost_model flops: unknown (weight, "
         "active_moe)\n", "--auto_quantize_bits", "6", "--auto_quantize_cost_model", "flops")
 REFUSES(refuses_unknown_flags, "lwq: unknown option --calib_with_images (lwq quantize --help)\n", "--calib_with_images")
