@@ -350,7 +350,9 @@ def add_families34():
 GROUP_LABELS = {"fp8block": {"fp8", "nvfp4"}, "families34_w4a16": {"w4a16_nvfp4"},
                 # issue 35: Model Optimizer 0.47's five published Nemotron-3 recipes on nemotron_h
                 # (F32, BF16), the mse ones against the patched peer: every case of the group
-                "nemotron_recipes": None}
+                "nemotron_recipes": None,
+                # a W8A8 FP8 lm_head (peers/recipes/fp8-lm_head.yaml) on llama F32 and qwen3_moe BF16
+                "lm_head": None}
 
 
 def add_group(group):
@@ -671,7 +673,7 @@ FORMAT_COMMAND = ("peers/run.sh --only formats --src llama-f32,llama-bf16,qwen3_
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--add", choices=("formats", "qwen3_5", "families34", "nemotron", "mixed", "mixed_names", "kimi_linear", "fp8block",
-                                      "families34_w4a16", "nemotron_recipes", "group_mask", "autoq_active_moe"),
+                                      "families34_w4a16", "nemotron_recipes", "group_mask", "autoq_active_moe", "lm_head"),
                     help="add one group's goldens to those in tests/data/peers")
     a = ap.parse_args()
     if a.add == "formats":
@@ -775,6 +777,11 @@ and a weight-only NVFP4 token embedding (`w4a16_nvfp4-embed`: `peers/recipes/w4a
 the Nemotron-3-Nano W4A16 recipe's `*embeddings*weight_quantizer` rule on `*embed_tokens*`:
 Model Optimizer 0.47 wraps nn.Embedding as a QuantEmbedding and exports `model.embed_tokens.weight`
 packed, with `weight_scale` and `weight_scale_2`, and leaves it out of `exclude_modules`).
+A W8A8 FP8 lm_head (`fp8-lm_head`, llama F32 and qwen3_moe BF16, group `lm_head`:
+`peers/recipes/fp8-lm_head.yaml`, the fp8 preset with `*lm_head*` weight and input quantizers
+re-enabled, what Model Optimizer's auto_quantize `fp8` candidate gives lm_head): `lm_head.weight`
+F8_E4M3, F32 scalars `weight_scale` and `input_scale` (the calibrated amax of the final norm's
+output / 448), quant_algo `FP8`, lm_head out of `exclude_modules`.
 Four-over-Six (`nvfp4_four_over_six-patched`, llama F32 and qwen3_moe F32/BF16) is from the
 **patched peer**: Model Optimizer computes it with its static NVFP4 fake quant, a Triton kernel
 that needs CUDA (unpatched on the CPU: `static_blockwise_fp4_fake_quant requires triton`), so

@@ -129,6 +129,10 @@ def cases():
         r = os.path.join(HERE, "recipes", "w4a16_nvfp4-lm_head.yaml")
         out.append(Case("formats", src, "w4a16_nvfp4-lm_head", dict(recipe=r),
                         ["--recipe", r, "--recipe-root", recipe_root()]))
+        # a W8A8 FP8 lm_head (what Model Optimizer's auto_quantize `fp8` candidate gives lm_head): group lm_head
+        if src in ("llama-f32", "qwen3_moe-bf16"):
+            r = os.path.join(HERE, "recipes", "fp8-lm_head.yaml")
+            out.append(Case("lm_head", src, "fp8-lm_head", dict(recipe=r), ["--recipe", r, "--recipe-root", recipe_root()]))
         # a weight-only NVFP4 token embedding (the Nemotron-3-Nano W4A16 recipe's
         # '*embeddings*weight_quantizer' rule, on this family's embed_tokens)
         r = os.path.join(HERE, "recipes", "w4a16_nvfp4-embed.yaml")
@@ -440,7 +444,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", help="comma-separated groups (core, kv, subsets, layerwise, patched, algos, recipes, formats, "
                     "qwen3_5, qwen3_5_w4a16, qwen3_5_patched, qwen3_5_recipes, families34, families34_w4a16, "
-                    "fp8block, mixed, mixed_names, autoq, kimi_linear, nemotron, nemotron_recipes)")
+                    "fp8block, mixed, mixed_names, autoq, kimi_linear, nemotron, nemotron_recipes, lm_head)")
     ap.add_argument("--src", help="comma-separated sources (e.g. llama-f32,qwen3_moe-bf16)")
     ap.add_argument("--force", action="store_true", help="rerun cases whose outputs exist")
     ap.add_argument("--groups", action="store_true")

@@ -107,13 +107,14 @@ static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_
     }
 }
 
-/* lm_head's LWQ_LMHEAD_* mode as a module's choice for the YAML (weight-only NVFP4 or FP8); 0 for a mode
+/* lm_head's LWQ_LMHEAD_* mode as a module's choice for the YAML (weight-only NVFP4 or FP8, W8A8 FP8); 0 for a mode
  * the YAML's attributes do not express alone (Four-over-Six), which the read-back then reports. */
 static int lm_head_choice(int mode, lwq_quant_choice *c)
 {
     memset(c, 0, sizeof *c);
-    c->weight_only = 1;
-    c->format = c->weight_format = mode == LWQ_LMHEAD_FP8 ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4;
+    c->weight_only = mode != LWQ_LMHEAD_W8A8;
+    c->format = c->weight_format = mode == LWQ_LMHEAD_FP8 || mode == LWQ_LMHEAD_W8A8 ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4;
+    c->input_format = mode == LWQ_LMHEAD_W8A8 ? LWQ_QFMT_FP8 : LWQ_QFMT_NONE;
     c->algo = mode == LWQ_LMHEAD_MSE || mode == LWQ_LMHEAD_SWEEP ? LWQ_ALGO_MSE : LWQ_ALGO_MAX;
     c->fp8_scale_sweep = mode == LWQ_LMHEAD_SWEEP;
     return mode != LWQ_LMHEAD_F46;

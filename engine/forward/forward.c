@@ -260,13 +260,23 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
     return lwq_backend_synchronize(m->be, e);
 }
 
+int lwq_model_final_norm(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_error *e)
+{
+    const lwq_model_config *c = m->cfg;
+    LWQ_TRY(check_h(m, h, -1, "final norm", e));
+    lwq_tensor norm;
+    LWQ_TRY(lwq_fwd_weight(m, w, -1, "model.norm.weight", 1, c->hidden_size, 0, 0, &norm, e));
+    if (c->family->norm == LWQ_NORM_RMS_1P)
+        return lwq_fwd_rmsnorm_1p(m, h, &norm, h, e);
+    return lwq_backend_rmsnorm(m->be, h, &norm, (float)c->rms_norm_eps, h, e);
+}
+
 int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor *logits,
                    lwq_error *e)
 {
     const lwq_model_config *c = m->cfg;
     LWQ_TRY(check_h(m, h, -1, "head", e));
-    lwq_tensor norm, head;
-    LWQ_TRY(lwq_fwd_weight(m, w, -1, "model.norm.weight", 1, c->hidden_size, 0, 0, &norm, e));
+    lwq_tensor head;
     int rc = lwq_fwd_weight(m, w, -1, "lm_head.weight", 2, c->vocab_size, c->hidden_size,
                             c->tie_word_embeddings, &head, e);
     if (rc < 0)
@@ -274,10 +284,7 @@ int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor
     if (rc == 1) /* tied and absent: transformers reuses the embedding matrix */
         LWQ_TRY(lwq_fwd_weight(m, w, -1, "model.embed_tokens.weight", 2, c->vocab_size,
                                c->hidden_size, 0, &head, e));
-    if (c->family->norm == LWQ_NORM_RMS_1P)
-        LWQ_TRY(lwq_fwd_rmsnorm_1p(m, h, &norm, h, e));
-    else
-        LWQ_TRY(lwq_backend_rmsnorm(m->be, h, &norm, (float)c->rms_norm_eps, h, e));
+    LWQ_TRY(lwq_model_final_norm(m, w, h, e));
     return lwq_backend_gemm(m->be, h, &head, NULL, logits, e);
 }
 

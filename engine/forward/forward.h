@@ -125,6 +125,8 @@ int lwq_model_layer_forward(lwq_model *m, int layer, const lwq_weights *w, const
  * absent): logits (n, vocab) act on the device.  h is overwritten by the normed hidden state. */
 int lwq_model_head(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_tensor *logits,
                    lwq_error *e);
+/* The final norm alone, in place on h (n, hidden): lm_head's input (a W8A8 lm_head's input amax). */
+int lwq_model_final_norm(lwq_model *m, const lwq_weights *w, lwq_tensor *h, lwq_error *e);
 /* embed -> all layers -> head.  tokens (n) host; logits (n, vocab) on the device. */
 int lwq_model_forward(lwq_model *m, const lwq_weights *w, const int32_t *tokens,
                       const lwq_batch *b, lwq_tensor *logits, const lwq_observer *obs,

@@ -167,8 +167,14 @@ static int run_layerwise(lwq_run *r, lwq_error *e)
             lwq_tlist_free(&out);
             lwq_tlist_free(&src);
         } else {
-            /* the slot is released, and src/out freed, once the shard is on disk */
-            rc = lwq_run_commit_layer(r, L, &out, &src, job, e);
+            /* a W8A8 lm_head's input amax, from the last layer's output, goes with its commit */
+            if (L == r->nlayers - 1 && (rc = lwq_run_head_amax(r, 1 - r->cur, e)) != 0) {
+                lwq_tlist_free(&out);
+                lwq_tlist_free(&src);
+            } else {
+                /* the slot is released, and src/out freed, once the shard is on disk */
+                rc = lwq_run_commit_layer(r, L, &out, &src, job, e);
+            }
         }
         if ((rc = end_layer(r, L, rc, e)) != 0)
             break;

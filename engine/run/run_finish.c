@@ -125,7 +125,7 @@ static int write_configs(lwq_run *r, lwq_error *e)
         /* weight-only FP8 is listed as FP8 (Model Optimizer 0.47's get_quantization_format does not
          * look at the input quantizer for FP8): its config group has input_activations, and the
          * checkpoint no input_scale for it */
-        int fp8 = r->o->recipe->lm_head == LWQ_LMHEAD_FP8;
+        int fp8 = r->o->recipe->lm_head == LWQ_LMHEAD_FP8 || r->o->recipe->lm_head == LWQ_LMHEAD_W8A8;
         mods[k].format = fp8 ? LWQ_QFMT_FP8 : LWQ_QFMT_NVFP4;
         mods[k++].weight_only = !fp8;
     }

@@ -115,6 +115,8 @@ typedef struct lwq_run {
     char fp_hex[17];
     lwq_manifest man;             /* split between engine and writer thread: see run.c */
     int start_layer;              /* first layer to compute (resume) */
+    int has_head_amax;            /* engine thread: a W8A8 lm_head's input amax is known (lwq_run_head_amax), */
+    float head_amax;              /* handed to the last commit's manifest job (run_output.c) */
     int tail_written;             /* model-tail.safetensors made durable by this process */
 
     /* report */
@@ -160,6 +162,12 @@ int lwq_run_build_batches(lwq_run *r, lwq_error *e);
 lwq_tensor lwq_run_work_view(lwq_run *r, int b);
 /* Step 1: embed every batch into the host boundary dst. */
 int lwq_run_embed(lwq_run *r, unsigned char *dst, lwq_error *e);
+/* A W8A8 lm_head (LWQ_LMHEAD_W8A8): the calibration amax of its input, the final norm of the last layer's
+ * output bnd[outb] over this rank's rows (real tokens, padding too with --include-padding), the max over
+ * ranks (every rank calls it); into r->head_amax for the last commit.  0 without a W8A8 lm_head. */
+int lwq_run_head_amax(lwq_run *r, int outb, lwq_error *e);
+/* The same on one batch's final hidden state h (the whole-model path; h is overwritten by the norm). */
+int lwq_run_head_amax_batch(lwq_run *r, const lwq_weights *tail, int b, lwq_tensor *h, float *amax, lwq_error *e);
 /* The observers of layer L (with Hessians for the linears that want them). */
 int lwq_run_stats_init(lwq_run *r, int L, lwq_layer_stats *st, lwq_error *e);
 /* Step 3: forward layer L over every batch from bnd[in] into bnd[outb] (outb < 0: outputs

@@ -162,3 +162,58 @@ int lwq_run_stats_done(lwq_run *r, lwq_layer_stats *st, const uint8_t *only, int
     r->lstat[st->plan->layer].reduce_s += lwq_now() - t;
     return rc;
 }
+
+int lwq_run_head_amax_batch(lwq_run *r, const lwq_weights *tail, int b, lwq_tensor *h, float *amax, lwq_error *e)
+{
+    float a = 0;
+    int rc = lwq_model_final_norm(&r->model, tail, h, e);
+    if (rc == 0)
+        rc = lwq_backend_amax(&r->be, h, r->o->include_padding ? NULL : &r->batches[b].valid, &a, e);
+    if (rc == 0 && a > *amax)
+        *amax = a;
+    return rc;
+}
+
+/* The final norm's weight alone (the tail's embedding and lm_head are the largest tensors). */
+static int read_final_norm(lwq_run *r, lwq_tlist *t, lwq_error *e)
+{
+    char name[LWQ_ARCH_NAME_MAX + 8];
+    lwq_names_full(&r->ck.cfg.names, "model.norm.weight", name, sizeof name);
+    const lwq_ckpt_tensor *s = lwq_ckpt_find(&r->ck, name);
+    if (!s) /* the forward names what it misses */
+        return 0;
+    void *buf = malloc(s->nbytes ? s->nbytes : 1);
+    if (!buf)
+        return lwq_errf(e, LWQ_ENOMEM, "%s: cannot allocate %llu bytes", name, (unsigned long long)s->nbytes);
+    int rc = lwq_ckpt_read_tensor(&r->ck, s, buf, e);
+    if (rc) {
+        free(buf);
+        return rc;
+    }
+    return lwq_tlist_add(t, s->name, s->dtype, s->ndim, s->shape, buf, 1, e) < 0 ? e->code : 0;
+}
+
+int lwq_run_head_amax(lwq_run *r, int outb, lwq_error *e)
+{
+    if (r->o->recipe->lm_head != LWQ_LMHEAD_W8A8)
+        return 0;
+    lwq_tlist tail = {0};
+    float amax = 0;
+    int rc = read_final_norm(r, &tail, e);
+    lwq_layer_weights lw;
+    lwq_layer_weights_init(&lw, &r->be, &tail, NULL, &r->ck.cfg.names);
+    for (int b = r->b0; b < r->b1 && rc == 0; b++) {
+        lwq_tensor h = lwq_run_work_view(r, b);
+        if ((rc = to_work(r, b, r->bnd[outb], e)) == 0)
+            rc = lwq_run_head_amax_batch(r, &lw.w, b, &h, &amax, e);
+    }
+    lwq_layer_weights_free(&lw);
+    lwq_tlist_free(&tail);
+    if (r->rk->size > 1 && (rc = lwq_ranks_agree(r->rk, rc, e)) == 0)
+        rc = lwq_ranks_max_f32(r->rk, &amax, 1, e);
+    if (rc == 0) {
+        r->has_head_amax = 1;
+        r->head_amax = amax;
+    }
+    return rc;
+}

@@ -232,6 +232,8 @@ typedef struct manifest_job {
     lwq_manifest_part *stale;   /* the parts the previous manifest named, removed once replaced */
     int nstale, stale_layer;
     char stale_file[32];        /* a one-file boundary replaced by parts */
+    int has_head_amax;          /* the last commit of a run with a W8A8 lm_head: its input amax */
+    float head_amax;
 } manifest_job;
 
 static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
@@ -253,6 +255,10 @@ static int manifest_serialize(void *ctx, lwq_durable_file *f, lwq_error *e)
     if (j->nparts && m->boundary_file[0])
         snprintf(j->stale_file, sizeof j->stale_file, "%s", m->boundary_file);
     m->committed = j->committed;
+    if (j->has_head_amax) {
+        m->has_head_amax = 1;
+        m->head_amax = j->head_amax;
+    }
     if (j->committed < m->num_layers && j->nparts) {
         m->boundary_file[0] = 0;
         m->parts = j->parts;
@@ -439,6 +445,12 @@ int lwq_run_submit_manifest(lwq_run *r, int layer, lwq_manifest_part *parts, int
     mj->committed = layer + 1;
     mj->parts = parts;
     mj->nparts = nparts;
+    /* the engine thread set it before this submission (lwq_run_head_amax); the writer copies it into the
+     * manifest of the last commit only */
+    if (layer + 1 == r->nlayers && r->has_head_amax) {
+        mj->has_head_amax = 1;
+        mj->head_amax = r->head_amax;
+    }
     lwq_writer_job mjob = {r->manifest_path, NULL, 0, manifest_serialize, mj, manifest_done, mj};
     if (lwq_writer_submit(r->wr, &mjob, e) < 0) {
         free(parts);
@@ -596,7 +608,10 @@ int lwq_run_submit_tail(lwq_run *r, lwq_error *e)
  *     or Four-over-Six's mse search over the recipe's multipliers, weight_scale_2 = amax / 1536),
  *     against the tensor's own amax; on the host, whatever the device;
  *   - FP8 per tensor (LWQ_LMHEAD_FP8; Model Optimizer's quant_algo FP8): the E4M3 weight and
- *     weight_scale = amax / 448, no input_scale (its input quantizer never calibrated). */
+ *     weight_scale = amax / 448, no input_scale (its input quantizer never calibrated);
+ *   - W8A8 FP8 (LWQ_LMHEAD_W8A8): the same weight and weight_scale, and input_scale = the calibration
+ *     amax of lm_head's input (the manifest's, lwq_run_head_amax) / 448, as Model Optimizer 0.47
+ *     exports an FP8 lm_head whose input quantizer is enabled (F32 scalars). */
 static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, int mode, lwq_error *e)
 {
     char name[128];
@@ -609,7 +624,7 @@ static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, 
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes %s but the checkpoint has no %s (tied "
                         "word embeddings?); lwq does not quantize a shared embedding", r->ck.dir, canon, name);
     const lwq_htensor *w = &tail->v[at];
-    int fp8 = mode == LWQ_LMHEAD_FP8;
+    int fp8 = mode == LWQ_LMHEAD_FP8 || mode == LWQ_LMHEAD_W8A8;
     if (w->ndim != 2 || (!fp8 && w->shape[1] % 16) ||
         (w->dtype != LWQ_BF16 && w->dtype != LWQ_F16 && w->dtype != LWQ_F32))
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: %s must be a 2-D BF16/F16/F32 matrix%s, not %s with %d dimensions "
@@ -643,6 +658,17 @@ static int quantize_weight_only(lwq_run *r, lwq_tlist *tail, const char *canon, 
         t->owned = 1;
         if ((rc = lwq_tlist_add_scalar(tail, sn, ws, e)) < 0)
             return rc;
+        if (mode == LWQ_LMHEAD_W8A8) {
+            float is = 0;
+            char in[160];
+            snprintf(in, sizeof in, "%.*sinput_scale", (int)(strlen(name) - strlen("weight")), name);
+            if (!r->man.has_head_amax)
+                return lwq_errf(e, LWQ_ESTATE, "%s: %s: no calibration amax of lm_head's input was committed (remove "
+                                "the resume directory to start over)", r->manifest_path, name);
+            if ((rc = lwq_quant_input_scale(r->man.head_amax, LWQ_QUANT_FP8, in, &is, e)) < 0 ||
+                (rc = lwq_tlist_add_scalar(tail, in, is, e)) < 0)
+                return rc;
+        }
         lwq_tlist_sort(tail);
         return 0;
     }

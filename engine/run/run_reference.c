@@ -32,6 +32,10 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
     lwq_layer_weights tw;
     lwq_layer_weights_init(&tw, &r->be, &tail, NULL, &r->ck.cfg.names);
     int passes = r->o->qdq_next ? N : 1;
+    /* a W8A8 lm_head's input amax: the final norm of every batch's last hidden state (never with
+     * --qdq-next: run_setup.c refuses the pair) */
+    int head = r->o->recipe->lm_head == LWQ_LMHEAD_W8A8 && !r->o->qdq_next;
+    float head_amax = 0;
     for (int pass = 0; pass < passes && rc == 0; pass++) {
         for (int b = r->b0; b < r->b1 && rc == 0; b++) {
             lwq_tensor h = lwq_run_work_view(r, b);
@@ -41,6 +45,14 @@ int lwq_run_whole(lwq_run *r, lwq_error *e)
                 int observe = !r->o->qdq_next || L == pass;
                 rc = lwq_model_layer_forward(&r->model, L, &lw[L].w, &r->batches[b], &h, observe ? &st[L].obs : NULL, e);
             }
+            if (rc == 0 && head)
+                rc = lwq_run_head_amax_batch(r, &tw.w, b, &h, &head_amax, e);
+        }
+        if (head && r->rk->size > 1 && (rc = lwq_ranks_agree(r->rk, rc, e)) == 0)
+            rc = lwq_ranks_max_f32(r->rk, &head_amax, 1, e);
+        if (rc == 0 && head) { /* no commits here: lwq_run_finish writes the manifest, complete */
+            r->man.has_head_amax = 1;
+            r->man.head_amax = head_amax;
         }
         int q0 = r->o->qdq_next ? pass : 0, q1 = r->o->qdq_next ? pass : N - 1;
         for (int L = q0; L <= q1 && rc == 0; L++) {

@@ -146,6 +146,20 @@ static int build_plans(lwq_run *r, lwq_error *e)
     /* lm_head's choice, by the decoder linears' path (lwq_qlayer_choice: the in-memory names); how
      * lm_head is written is the recipe's lm_head, its search's candidates are this choice's */
     r->lm_choice = lwq_recipe_resolve_names(r->o->recipe, &mq[0], 0);
+    /* a quantized lm_head needs its own matrix: refused before any weight is read */
+    char lmw[LWQ_ARCH_NAME_MAX + 8];
+    lwq_names_full(&r->ck.cfg.names, "lm_head.weight", lmw, sizeof lmw);
+    if (r->o->recipe->lm_head && !lwq_ckpt_find(&r->ck, lmw))
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head (%s) but the checkpoint has no %s "
+                        "(tie_word_embeddings): lwq does not quantize a shared embedding", m[0],
+                        lwq_lm_head_name(r->o->recipe->lm_head), lmw);
+    /* a W8A8 lm_head's input amax is the source model's final norm output over the calibration set (Model
+     * Optimizer 0.47 calibrates every quantizer in one forward of the source model); lwq's sequential
+     * calibration (--qdq-next, gptq) feeds the last layers another model's activations */
+    if (r->o->recipe->lm_head == LWQ_LMHEAD_W8A8 && r->o->qdq_next)
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head as W8A8 FP8 and the run calibrates "
+                        "sequentially (--qdq-next or gptq); lwq calibrates a W8A8 lm_head's input on the source "
+                        "model only", m[0]);
     /* the token embedding: weight-only NVFP4 when a Model Optimizer recipe's rules say so */
     if ((r->embed = lwq_recipe_embedding_names(r->o->recipe, &mq[1], e)) < 0)
         return r->embed;

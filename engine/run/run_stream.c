@@ -465,6 +465,12 @@ int lwq_run_stream_layer(lwq_run *r, int L, lwq_error *e)
         lwq_spill_close(&sl.spill);
         return rc;
     }
+    /* a W8A8 lm_head's input amax, from the last layer's output, goes with its commit */
+    if (L == r->nlayers - 1 && (rc = lwq_run_head_amax(r, 1 - r->cur, e)) != 0) {
+        lwq_tlist_free(&sl.out);
+        lwq_spill_close(&sl.spill);
+        return rc;
+    }
     lwq_tlist none = {0};
     return lwq_run_commit_layer_spill(r, L, &sl.out, &none, -1, &sl.spill, e);
 }

@@ -333,7 +333,7 @@ static int parse_tree(const char *path, const cJSON *root, lwq_recipe *r, lwq_er
             if (m < 0)
                 return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: lm_head must be \"w4a16_nvfp4\", \"w4a16_nvfp4-mse\", "
                                 "\"w4a16_nvfp4-fp8_scale_sweep\", \"w4a16_nvfp4-four_over_six\" (weight-only NVFP4), "
-                                "\"w8a16_fp8\" (weight-only FP8) or \"none\"; lwq quantizes no other lm_head", path);
+                                "\"w8a16_fp8\" (weight-only FP8), \"fp8\" (W8A8 FP8) or \"none\"; lwq quantizes no other lm_head", path);
             r->lm_head = m;
         } else if (!strcmp(key, "kv_cache")) {
             if (!cJSON_IsString(k) || lwq_kv_mode_parse(k->valuestring, &r->kv) != 0)
@@ -391,7 +391,7 @@ int lwq_recipe_load(const char *path, lwq_recipe *r, lwq_error *e)
 const char *lwq_lm_head_name(int lm_head)
 {
     static const char *const n[] = {"none", "w4a16_nvfp4", "w4a16_nvfp4-mse", "w4a16_nvfp4-fp8_scale_sweep",
-                                    "w8a16_fp8", "w4a16_nvfp4-four_over_six"};
+                                    "w8a16_fp8", "w4a16_nvfp4-four_over_six", "fp8"};
     _Static_assert(sizeof n / sizeof n[0] == LWQ_LMHEAD_LAST + 1, "one name per LWQ_LMHEAD_*");
     return lm_head >= LWQ_LMHEAD_NONE && lm_head <= LWQ_LMHEAD_LAST ? n[lm_head] : "?";
 }

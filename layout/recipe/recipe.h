@@ -114,7 +114,10 @@ typedef struct lwq_recipe {
  * Four-over-Six static NVFP4 under mse over the recipe's multiplier range
  * ("w4a16_nvfp4-four_over_six"; Nemotron-3.5-Lightning's w4a16_nvfp4_4o6); or FP8 per-tensor
  * weight-only at the weight's amax ("w8a16_fp8", algorithm max; Nemotron-3-Nano-4B's nvfp4_w4a16:
- * Model Optimizer 0.47 calls it quant_algo FP8, writes weight and weight_scale, no input_scale).
+ * Model Optimizer 0.47 calls it quant_algo FP8, writes weight and weight_scale, no input_scale); or
+ * FP8 W8A8 ("fp8", algorithm max: a recipe enabling '*lm_head*' FP8 weight and input quantizers, the
+ * `fp8` candidate of Model Optimizer's auto_quantize search on lm_head): the weight at its amax, an
+ * input_scale from the calibration amax of lm_head's input (the final norm's output).
  * The numbers are stable: the run fingerprint hashes them. */
 enum {
     LWQ_LMHEAD_NONE = 0,
@@ -123,7 +126,8 @@ enum {
     LWQ_LMHEAD_SWEEP = 3,
     LWQ_LMHEAD_FP8 = 4,
     LWQ_LMHEAD_F46 = 5,
-    LWQ_LMHEAD_LAST = LWQ_LMHEAD_F46
+    LWQ_LMHEAD_W8A8 = 6,
+    LWQ_LMHEAD_LAST = LWQ_LMHEAD_W8A8
 };
 const char *lwq_lm_head_name(int lm_head);
 

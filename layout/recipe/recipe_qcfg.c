@@ -509,10 +509,20 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
         r->lm_head = LWQ_LMHEAD_FP8;
         return 0;
     }
+    /* W8A8 FP8 (per-tensor weight and input quantizers, both calibrated under max): the input_scale from
+     * the calibration amax of lm_head's input, as Model Optimizer 0.47 calibrates it */
+    if (lm.format == LWQ_QFMT_FP8 && !lm.split && !lm.weight_only) {
+        if (lm.algo != LWQ_ALGO_MAX || lm.has_input_amax)
+            return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head as W8A8 FP8 under %s%s; lwq writes "
+                            "a W8A8 FP8 lm_head under max only (the weight's amax, the calibrated input amax)", path,
+                            lwq_algo_name(lm.algo), lm.has_input_amax ? " with a fixed input amax" : "");
+        r->lm_head = LWQ_LMHEAD_W8A8;
+        return 0;
+    }
     if (lm.format != LWQ_QFMT_NONE || lm.split)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: the recipe quantizes lm_head (%s), which lwq keeps in the source "
-                        "dtype unless it is weight-only: NVFP4 (dynamic blocks, or static ones under mse, "
-                        "Four-over-Six too) or FP8 under max; add {quantizer_name: '*lm_head*', "
+                        "dtype unless it is weight-only NVFP4 (dynamic blocks, or static ones under mse, "
+                        "Four-over-Six too), weight-only FP8 or W8A8 FP8 under max; add {quantizer_name: '*lm_head*', "
                         "enable: false}", path,
                         lm.split ? "weight and input quantizers of different formats"
                                  : lwq_qformat_name(lm.format != LWQ_QFMT_NONE ? lm.format

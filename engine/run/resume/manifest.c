@@ -112,6 +112,11 @@ char *lwq_manifest_render(const lwq_manifest *m)
     cJSON_AddNumberToObject(root, "num_layers", m->num_layers);
     cJSON_AddNumberToObject(root, "committed", m->committed);
     cJSON_AddBoolToObject(root, "complete", m->complete);
+    if (m->has_head_amax) {
+        uint32_t bits;
+        memcpy(&bits, &m->head_amax, sizeof bits);
+        lwq_json_put_hex(root, "lm_head_input_amax", bits);
+    }
     cJSON *b = cJSON_AddObjectToObject(root, "boundary");
     cJSON_AddStringToObject(b, "file", m->boundary_file);
     cJSON_AddNumberToObject(b, "bytes", (double)m->boundary_bytes);
@@ -230,6 +235,20 @@ int lwq_manifest_load(const char *path, lwq_manifest *m, lwq_error *e)
     }
     if (!bad && load_parts(b, m) != 0)
         bad = "boundary.parts";
+    if (!bad && cJSON_GetObjectItemCaseSensitive(root, "lm_head_input_amax")) {
+        uint64_t bits = 0;
+        float a = -1;
+        if (lwq_json_get_hex(root, "lm_head_input_amax", &bits) || bits > UINT32_MAX || cm != nl)
+            bad = "lm_head_input_amax";
+        uint32_t b32 = (uint32_t)bits;
+        memcpy(&a, &b32, sizeof a);
+        if (!bad && !(a >= 0 && a <= 3.4e38f)) /* finite, not negative, not NaN */
+            bad = "lm_head_input_amax";
+        if (!bad) {
+            m->has_head_amax = 1;
+            m->head_amax = a;
+        }
+    }
     /* The boundary is the input of the first uncommitted layer: it exists exactly when some but
      * not all layers are committed, and then it is the file the commit of layer committed-1
      * wrote (run_output.c alternates them), or the parts a run over ranks wrote.  Without this

@@ -56,6 +56,9 @@ typedef struct lwq_manifest {
     int nparts;                    /* 0, or the boundary is these parts (boundary_file is "") */
     lwq_manifest_part *parts;
     lwq_manifest_layer *layers;    /* num_layers entries (committed ones meaningful) */
+    int has_head_amax;             /* a W8A8 lm_head: its input's calibration amax, committed with the last
+                                      layer (the final norm of that layer's output, which is kept nowhere) */
+    float head_amax;               /* "lm_head_input_amax": its f32 bits as hex, exact */
 } lwq_manifest;
 
 int lwq_manifest_init(lwq_manifest *m, const lwq_fingerprint *fp, int num_layers, lwq_error *e);

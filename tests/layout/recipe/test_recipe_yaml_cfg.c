@@ -316,15 +316,34 @@ Test(recipe_yaml_cfg, a_pattern_ending_in_weight_quantizer_star_reaches_only_wei
     lwq_recipe_free(&r);
 }
 
+/* FP8 on every weight and input quantizer reaches lm_head too (as in Model Optimizer): W8A8 FP8 lm_head */
+Test(recipe_yaml_cfg, fp8_on_every_quantizer_quantizes_lm_head_w8a8)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "imports: {fp8: n/fp8, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
+                             "    - $import: off\n"
+                             "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
+                             "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n");
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert_eq(r.lm_head, LWQ_LMHEAD_W8A8);
+    char *j = lwq_recipe_to_json(&r);
+    cr_assert(strstr(j, "\"lm_head\":\t\"fp8\""), "%s", j);
+    free(j);
+    lwq_recipe_free(&r);
+}
+
+/* an NVFP4 input quantizer on lm_head (W4A4) is no lm_head lwq writes */
 Test(recipe_yaml_cfg, refuses_quantizing_lm_head)
 {
-    lwqt_recipe_refused("imports: {fp8: n/fp8, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
+    lwqt_recipe_refused("imports: {nvfp4: n/nvfp4, off: u/off}\nmetadata: {recipe_type: ptq}\nquantize:\n  quant_cfg:\n"
                  "    - $import: off\n"
-                 "    - {quantizer_name: '*weight_quantizer', cfg: {$import: fp8}}\n"
-                 "    - {quantizer_name: '*input_quantizer', cfg: {$import: fp8}}\n",
-                 "r.yaml: the recipe quantizes lm_head (fp8), which lwq keeps in the source dtype unless it is "
-                 "weight-only: NVFP4 (dynamic blocks, or static ones under mse, Four-over-Six too) or FP8 under max; "
-                 "add {quantizer_name: '*lm_head*', enable: false}");
+                 "    - {quantizer_name: '*weight_quantizer', cfg: {$import: nvfp4}}\n"
+                 "    - {quantizer_name: '*input_quantizer', cfg: {$import: nvfp4}}\n",
+                 "r.yaml: the recipe quantizes lm_head (nvfp4), which lwq keeps in the source dtype unless it is "
+                 "weight-only NVFP4 (dynamic blocks, or static ones under mse, Four-over-Six too), weight-only FP8 or "
+                 "W8A8 FP8 under max; add {quantizer_name: '*lm_head*', enable: false}");
 }
 
 /* the huggingface/qwen3_5*\/ptq/w4a16_* recipes: '*lm_head*weight_quantizer' with nvfp4, last */
@@ -348,8 +367,8 @@ Test(recipe_yaml_cfg, a_weight_only_nvfp4_lm_head_is_quantized)
                  "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {$import: nvfp4}}\n"
                  "    - {quantizer_name: '*lm_head*input_quantizer', cfg: {$import: nvfp4}}\n",
                  "r.yaml: the recipe quantizes lm_head (nvfp4), which lwq keeps in the source dtype unless it is "
-                 "weight-only: NVFP4 (dynamic blocks, or static ones under mse, Four-over-Six too) or FP8 under max; "
-                 "add {quantizer_name: '*lm_head*', enable: false}");
+                 "weight-only NVFP4 (dynamic blocks, or static ones under mse, Four-over-Six too), weight-only FP8 or "
+                 "W8A8 FP8 under max; add {quantizer_name: '*lm_head*', enable: false}");
 }
 
 /* the huggingface/qwen3_5*\/ptq/w4a16_nvfp4_mse-* recipes: '*lm_head*weight_quantizer' with
