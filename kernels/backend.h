@@ -150,6 +150,10 @@ int lwq_backend_cpu_create(lwq_backend *be, int threads, lwq_error *e);
 /* The CPU GEMM path in use ("avx512bf16", "avx512", "avx2" or "portable"; kernels/cpu/gemm/gemm_isa.h):
  * the run logs it, because BF16 x BF16 products on the avx512bf16 path have bits of their own. */
 const char *lwq_backend_cpu_kernels(void);
+/* The CPU expf in use ("avx512", "avx2", "libm", or "scalar" when forced; kernels/cpu/exp/exp.h):
+ * the vector ones only where they give the C library's expf bits, so the bytes do not depend on
+ * it; the run logs it beside the GEMM path. */
+const char *lwq_backend_cpu_exp(void);
 /* What the CPU path's bytes depend on: "fma" for the FMA paths (avx512, avx2, portable: the same
  * bits on every CPU), else the BF16 dot path's name ("amx", "avx512bf16"), whose BF16 x BF16
  * products are summed in an order of its own.  The run's fingerprint carries it (engine/run). */

@@ -69,6 +69,7 @@
 
 #include "core/parallel/parallel.h"
 #include "engine/forward/forward_internal.h"
+#include "kernels/cpu/exp/exp.h"
 #include "kernels/topk.h"
 
 /* Geometry checks of an MLA config (lwq_model_init, after the common checks). */
@@ -533,6 +534,7 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         return;
     }
     int32_t *q = gsel + ng; /* the top-k's positions (kernels/topk.h) */
+    const lwq_exp_kernels *ek = lwq_exp_kernels_get();
     float *choice = score + E, *gscore = choice + E;
     for (int64_t t = t0; t < t1; t++) {
         int32_t *idx = j->idx + t * K;
@@ -546,18 +548,16 @@ static void route_rows(void *ctx, int64_t t0, int64_t t1, int tid)
         }
         const float *lg = j->logits + t * E;
         if (v3) {
-            for (int i = 0; i < E; i++) {
-                score[i] = 1.0f / (1.0f + expf(-lg[i]));
+            ek->sigmoid(lg, score, E); /* score[i] = 1 / (1 + expf(-lg[i])) */
+            for (int i = 0; i < E; i++)
                 choice[i] = score[i] + j->bias[i];
-            }
         } else {
             float mx = -INFINITY, sum = 0.0f;
             for (int i = 0; i < E; i++)
                 mx = lg[i] > mx ? lg[i] : mx;
-            for (int i = 0; i < E; i++) {
-                score[i] = expf(lg[i] - mx);
+            ek->exp_sub(lg, mx, score, E); /* score[i] = expf(lg[i] - mx) */
+            for (int i = 0; i < E; i++)
                 sum += score[i];
-            }
             for (int i = 0; i < E; i++) {
                 score[i] = lwq_round_to(score[i] / sum, rd);
                 choice[i] = score[i];

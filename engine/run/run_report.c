@@ -55,10 +55,10 @@ void lwq_run_summary(lwq_run *r, double wall)
              "{\"event\":\"summary\",\"layers\":%d,\"wall_s\":%.3f,\"bytes_read\":%" PRIu64 ",\"read_gbps\":%.3f,"
              "\"setup_s\":%.3f,\"loop_s\":%.3f,\"read_wait_s\":%.3f,\"peak_rss_bytes\":%" PRIu64 ",\"plan_host_peak_bytes\":%" PRIu64
              ",\"peak_gpu_bytes\":%" PRIu64
-             ",\"output_layer_bytes\":%" PRIu64 ",\"source_layer_bytes\":%" PRIu64 ",\"source_bytes\":%" PRIu64 ",\"cold_experts\":%d,\"backend\":\"%s\",\"cpu_kernels\":\"%s\"}",
+             ",\"output_layer_bytes\":%" PRIu64 ",\"source_layer_bytes\":%" PRIu64 ",\"source_bytes\":%" PRIu64 ",\"cold_experts\":%d,\"backend\":\"%s\",\"cpu_kernels\":\"%s\",\"cpu_expf\":\"%s\"}",
              r->nlayers, wall, r->bytes_read, wall > 0 ? (double)r->bytes_read / 1e9 / wall : 0, r->setup_s, r->loop_s,
              r->read_wait_total, hwm, r->plan_host_peak, r->peak_gpu, out_bytes, in_bytes, r->ck.total_bytes, r->cold_total,
-             r->be.ops->name, lwq_backend_cpu_kernels());
+             r->be.ops->name, lwq_backend_cpu_kernels(), lwq_backend_cpu_exp());
     lwq_run_jlog(r, buf);
     if (r->o->quiet)
         return;

@@ -197,10 +197,12 @@ static int make_backend(lwq_run *r, lwq_error *e)
     lwq_qops_init(&r->qops, &r->be);
     lwq_devslab_init(&r->wslab, &r->be);
     if (!r->o->quiet)
-        LWQ_INFO("forward on the %s backend%s%s%s; weights quantized on the %s", r->be.ops->name,
+        LWQ_INFO("forward on the %s backend%s%s%s%s%s; weights quantized on the %s", r->be.ops->name,
                  r->be.ops->device == LWQ_DEV_CPU ? " (" : "",
                  r->be.ops->device == LWQ_DEV_CPU ? lwq_backend_cpu_kernels() : "",
-                 r->be.ops->device == LWQ_DEV_CPU ? " GEMM kernels)" : "", lwq_qops_where(&r->qops));
+                 r->be.ops->device == LWQ_DEV_CPU ? " GEMM kernels, " : "",
+                 r->be.ops->device == LWQ_DEV_CPU ? lwq_backend_cpu_exp() : "",
+                 r->be.ops->device == LWQ_DEV_CPU ? " expf)" : "", lwq_qops_where(&r->qops));
     if (r->o->threads > 0)
         lwq_parallel_set_threads(r->o->threads);
     return 0;

@@ -26,6 +26,7 @@
 
 #include "core/parallel/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/exp/exp.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 
 #define ATT_QT 64
@@ -34,6 +35,7 @@
 typedef struct att_job {
     const lwq_attn_args *a;
     const lwq_cpu_kernels *kern;
+    const lwq_exp_kernels *ek;
     const uint8_t *valid;
     const int64_t *first;    /* per sequence: its first valid key (seq when none) */
     int64_t nqt;             /* query tiles per sequence (at most) */
@@ -148,11 +150,11 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
                 float mn = mt > m[r] ? mt : m[r];
                 float corr = expf(m[r] - mn); /* 0 when m[r] is -inf */
                 float sum = 0.0f;
-                for (int64_t c = 0; c < vis[r]; c++) {
-                    float pc = sr[c] == -INFINITY ? 0.0f : expf(sr[c] - mn);
-                    sr[c] = pc;
-                    sum += pc;
-                }
+                /* sr[c] = expf(sr[c] - mn): exactly 0 for a skipped key (-inf - mn is -inf, mn
+                 * being a finite or +inf maximum) */
+                j->ek->exp_sub(sr, mn, sr, vis[r]);
+                for (int64_t c = 0; c < vis[r]; c++)
+                    sum += sr[c];
                 l[r] = l[r] * corr + sum;
                 m[r] = mn;
                 float *ar = acc + r * hd;
@@ -198,6 +200,7 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
     memset(&j, 0, sizeof j);
     j.a = a;
     j.kern = lwq_cpu_kernels_get();
+    j.ek = lwq_exp_kernels_get();
     j.hdp = lwq_gemm_kp(a->head_dim);
     j.valid = a->key_valid ? (const uint8_t *)a->key_valid->data : NULL;
     j.nqt = (a->seq + ATT_QT - 1) / ATT_QT;

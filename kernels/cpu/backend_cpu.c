@@ -9,6 +9,7 @@
 
 #include "core/parallel/parallel.h"
 #include "kernels/cpu/cpu_internal.h"
+#include "kernels/cpu/exp/exp.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 #include "kernels/topk.h"
 
@@ -151,6 +152,7 @@ typedef struct ew_job {
     const lwq_tensor *a, *b;
     lwq_tensor *out;
     int kind; /* 0 swiglu(a=gate, b=up), 1 add */
+    const lwq_exp_kernels *ek;
 } ew_job;
 
 static void ew_rows(void *ctx, int64_t b, int64_t e, int tid)
@@ -166,11 +168,9 @@ static void ew_rows(void *ctx, int64_t b, int64_t e, int tid)
             lwq_cpu_load_f32(j->a->data, j->a->dtype, r * d + c0, nc, buf[0]);
             lwq_cpu_load_f32(j->b->data, j->b->dtype, r * d + c0, nc, buf[1]);
             if (j->kind == 0) {
-                for (int64_t i = 0; i < nc; i++) {
-                    float g = buf[0][i];
-                    float s = lwq_round_to(g / (1.0f + expf(-g)), j->a->dtype);
-                    buf[0][i] = s * buf[1][i];
-                }
+                /* R_gate(g / (1 + expf(-g))) * up, per element */
+                j->ek->silu(buf[0], buf[0], nc);
+                lwq_cpu_mul_round(buf[0], buf[1], nc, j->a->dtype);
             } else {
                 for (int64_t i = 0; i < nc; i++)
                     buf[0][i] = buf[0][i] + buf[1][i];
@@ -185,7 +185,7 @@ static int cpu_swiglu(void *ctx, const lwq_tensor *gate, const lwq_tensor *up, l
 {
     (void)ctx;
     (void)e;
-    ew_job j = {gate, up, out, 0};
+    ew_job j = {gate, up, out, 0, lwq_exp_kernels_get()};
     lwq_parallel_for(out->shape[0], 16, ew_rows, &j);
     return 0;
 }
@@ -194,7 +194,7 @@ static int cpu_add(void *ctx, lwq_tensor *acc, const lwq_tensor *x, lwq_error *e
 {
     (void)ctx;
     (void)e;
-    ew_job j = {acc, x, acc, 1};
+    ew_job j = {acc, x, acc, 1, NULL};
     lwq_parallel_for(acc->shape[0], 16, ew_rows, &j);
     return 0;
 }
@@ -209,6 +209,7 @@ typedef struct route_job {
     int32_t *idx;
     float *wts;
     float *scratch; /* 2*E floats per thread (probabilities, then E int32 of top-k positions) */
+    const lwq_exp_kernels *ek;
 } route_job;
 
 /* Each row's top-k in torch.topk's CPU order (kernels/topk.h), sorted, as transformers' softmax
@@ -228,20 +229,18 @@ static void route_rows(void *ctx, int64_t b, int64_t e, int tid)
             for (int s = 0; s < j->k; s++)
                 w[s] = p[idx[s]];
             float mx = w[0], sum = 0.0f;
-            for (int s = 0; s < j->k; s++) {
-                w[s] = expf(w[s] - mx);
+            j->ek->exp_sub(w, mx, w, j->k); /* w[s] = expf(w[s] - mx) */
+            for (int s = 0; s < j->k; s++)
                 sum += w[s];
-            }
             for (int s = 0; s < j->k; s++)
                 w[s] /= sum;
         } else {
             float mx = -INFINITY, sum = 0.0f;
             for (int64_t i = 0; i < E; i++)
                 mx = p[i] > mx ? p[i] : mx;
-            for (int64_t i = 0; i < E; i++) {
-                p[i] = expf(p[i] - mx);
+            j->ek->exp_sub(p, mx, p, E); /* p[i] = expf(p[i] - mx) */
+            for (int64_t i = 0; i < E; i++)
                 sum += p[i];
-            }
             for (int64_t i = 0; i < E; i++)
                 p[i] /= sum;
             lwq_topk_torch(p, E, j->k, 1, q, idx);
@@ -263,7 +262,8 @@ static int cpu_moe_route(void *ctx, const lwq_tensor *logits, int k, lwq_route_m
                          lwq_dtype weight_dtype, lwq_tensor *idx, lwq_tensor *wts, lwq_error *e)
 {
     (void)ctx;
-    route_job j = {logits, k, mode, weight_dtype, (int32_t *)idx->data, (float *)wts->data, NULL};
+    route_job j = {logits, k, mode, weight_dtype, (int32_t *)idx->data, (float *)wts->data, NULL,
+                   lwq_exp_kernels_get()};
     j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ROWS,
                                               2 * logits->shape[1] * lwq_parallel_threads(),
                                               sizeof(float));
@@ -518,6 +518,8 @@ static const lwq_backend_ops cpu_ops = {
 };
 
 const char *lwq_backend_cpu_kernels(void) { return lwq_cpu_kernels_get()->name; }
+
+const char *lwq_backend_cpu_exp(void) { return lwq_exp_kernels_get()->name; }
 
 const char *lwq_backend_cpu_bytes(void)
 {

@@ -101,3 +101,19 @@ void lwq_cpu_rope_apply(float *x, const float *cs, const float *sn, int64_t half
         x[i + half] = lwq_round_to(lwq_round_to(b * cs[i], dt) + lwq_round_to(a * sn[i], dt), dt);
     }
 }
+
+LWQ_VEC static void mul_round_bf16(float *restrict a, const float *restrict b, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++)
+        a[i] = bf16r(a[i]) * b[i];
+}
+
+void lwq_cpu_mul_round(float *a, const float *b, int64_t n, lwq_dtype dt)
+{
+    if (dt == LWQ_BF16) {
+        mul_round_bf16(a, b, n);
+        return;
+    }
+    for (int64_t i = 0; i < n; i++)
+        a[i] = lwq_round_to(a[i], dt) * b[i];
+}

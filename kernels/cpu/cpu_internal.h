@@ -22,6 +22,8 @@ void lwq_cpu_norm_apply(const float *x, float rs, const float *w, float *y, int6
                         lwq_dtype ydt);
 void lwq_cpu_axpy_round(float *acc, float a, const float *y, int64_t n, lwq_dtype dt);
 void lwq_cpu_rope_apply(float *x, const float *cs, const float *sn, int64_t half, lwq_dtype dt);
+/* a[i] = R_dt(a[i]) * b[i]                 (SwiGLU's product after the SiLU; a, b distinct) */
+void lwq_cpu_mul_round(float *a, const float *b, int64_t n, lwq_dtype dt);
 
 /* dst[i] = (float)src[off + i] for i < n. */
 static inline void lwq_cpu_load_f32(const void *src, lwq_dtype dt, int64_t off, int64_t n,
