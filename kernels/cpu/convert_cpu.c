@@ -34,6 +34,56 @@ LWQ_VEC void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, 
     }
 }
 
+/* lwq_gemm_pack_row (gemm_isa.h) without the scalar loop: each 32-block's even-k values, then its
+ * odd-k values, zeros past k.  From BF16 the widening is the packing: a pair (k, k + 1) read as one
+ * 32-bit word w gives the even value's f32 bits as w << 16 and the odd one's as w & 0xffff0000
+ * (little-endian), exactly lwq_bf16_to_f32 of each.  Values are moved as bits, never as floats. */
+LWQ_VEC void lwq_cpu_pack_row_bf16(const uint16_t *restrict s, int64_t k, float *restrict d)
+{
+    const int64_t nf = k / 32;
+    for (int64_t b = 0; b < nf; b++)
+        for (int l = 0; l < 16; l++) {
+            uint32_t w;
+            memcpy(&w, s + 32 * b + 2 * l, 4);
+            const uint32_t ev = w << 16, od = w & 0xffff0000u;
+            memcpy(&d[32 * b + l], &ev, 4);
+            memcpy(&d[32 * b + 16 + l], &od, 4);
+        }
+    if (nf * 32 < k)
+        for (int l = 0; l < 16; l++) {
+            const int64_t i = nf * 32 + 2 * l;
+            const uint32_t ev = i < k ? (uint32_t)s[i] << 16 : 0u;
+            const uint32_t od = i + 1 < k ? (uint32_t)s[i + 1] << 16 : 0u;
+            memcpy(&d[nf * 32 + l], &ev, 4);
+            memcpy(&d[nf * 32 + 16 + l], &od, 4);
+        }
+}
+
+LWQ_VEC void lwq_cpu_pack_row_f32(const float *restrict s, int64_t k, float *restrict d)
+{
+    const uint32_t *u = (const uint32_t *)(const void *)s;
+    const int64_t nf = k / 32;
+    for (int64_t b = 0; b < nf; b++)
+        for (int l = 0; l < 16; l++) {
+            uint32_t ev, od;
+            memcpy(&ev, u + 32 * b + 2 * l, 4);
+            memcpy(&od, u + 32 * b + 2 * l + 1, 4);
+            memcpy(&d[32 * b + l], &ev, 4);
+            memcpy(&d[32 * b + 16 + l], &od, 4);
+        }
+    if (nf * 32 < k)
+        for (int l = 0; l < 16; l++) {
+            const int64_t i = nf * 32 + 2 * l;
+            uint32_t ev = 0, od = 0;
+            if (i < k)
+                memcpy(&ev, u + i, 4);
+            if (i + 1 < k)
+                memcpy(&od, u + i + 1, 4);
+            memcpy(&d[nf * 32 + l], &ev, 4);
+            memcpy(&d[nf * 32 + 16 + l], &od, 4);
+        }
+}
+
 /* ---- fused row steps: the element-wise tails of the ops, BF16 rounding in vector lanes ------- */
 
 /* lwq_round_to(f, LWQ_BF16) without the dtype switch or a call, so the loops below vectorize */

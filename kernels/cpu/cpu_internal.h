@@ -13,6 +13,11 @@
 void lwq_cpu_bf16_to_f32(const uint16_t *restrict s, float *restrict d, int64_t n);
 void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, int64_t n);
 
+/* lwq_gemm_pack_row (gemm_isa.h) of a BF16 row (widened on the way) or an f32 row: the same
+ * packed floats, bit for bit, vectorized (convert_cpu.c). */
+void lwq_cpu_pack_row_bf16(const uint16_t *restrict s, int64_t k, float *restrict d);
+void lwq_cpu_pack_row_f32(const float *restrict s, int64_t k, float *restrict d);
+
 /* The element-wise tails of the row ops (convert_cpu.c), each element exactly the scalar
  * lwq_round_to expression written beside it, vectorized for BF16:
  *   norm_apply  y[i] = R_ydt(w[i] * R_xdt(x[i] * rs))                 (y may be x)

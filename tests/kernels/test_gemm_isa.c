@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "kernels/backend.h"
+#include "kernels/cpu/cpu_internal.h"
 #include "kernels/cpu/gemm/gemm_isa.h"
 
 static lwq_backend g_be;
@@ -209,4 +210,34 @@ Test(gemm_isa, pv_equals_the_axpy_chain_on_every_path, .init = be_open, .fini = 
     }
     cr_assert_geq(ran, 1);
     free(p), free(v), free(a0), free(a1);
+}
+
+/* The vectorized packers of the GEMM's x rows (convert_cpu.c) write lwq_gemm_pack_row's floats bit
+ * for bit: BF16 widened on the way, f32 as bits (NaN payloads, -0 and denormals kept), every k from
+ * 1 to 97 (partial last blocks, zeros past k). */
+Test(gemm_isa, packed_rows_equal_the_scalar_packing)
+{
+    uint64_t s = 99;
+    for (int64_t k = 1; k <= 97; k++) {
+        const int64_t kp = lwq_gemm_kp(k);
+        uint16_t hb[97];
+        float src[97], wide[97], a[128], b[128];
+        for (int64_t i = 0; i < k; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            const uint32_t r = (uint32_t)(s >> 32);
+            hb[i] = i % 11 == 3 ? 0x7fc5 : i % 13 == 4 ? 0x8000 : i % 17 == 5 ? 0x0003 : (uint16_t)r;
+            const uint32_t fb = i % 11 == 3 ? 0x7fa00001u : i % 13 == 4 ? 0x80000000u : i % 17 == 5 ? 0x00000007u : r;
+            memcpy(&src[i], &fb, 4);
+            wide[i] = lwq_bf16_to_f32(hb[i]);
+        }
+        memset(a, 0xab, sizeof a);
+        memset(b, 0xcd, sizeof b);
+        lwq_gemm_pack_row(wide, k, a);
+        lwq_cpu_pack_row_bf16(hb, k, b);
+        cr_assert(memcmp(a, b, (size_t)kp * 4) == 0, "BF16 row of k %lld packs differently", (long long)k);
+        memset(b, 0xcd, sizeof b);
+        lwq_gemm_pack_row(src, k, a);
+        lwq_cpu_pack_row_f32(src, k, b);
+        cr_assert(memcmp(a, b, (size_t)kp * 4) == 0, "f32 row of k %lld packs differently", (long long)k);
+    }
 }

@@ -142,12 +142,17 @@ static void gemm_blocks(void *ctx, int64_t b, int64_t e, int tid)
             memset(xh + r * j->kp + j->in, 0, (size_t)(j->kp - j->in) * 2);
         }
         for (int64_t r = 0; r < p.nr && !dot; r++) {
+            const int64_t off = (r0 + r) * j->in;
+            if (j->x->dtype == LWQ_BF16) {
+                lwq_cpu_pack_row_bf16((const uint16_t *)j->x->data + off, j->in, xs + r * j->kp);
+                continue;
+            }
             const float *src = row;
             if (j->x->dtype == LWQ_F32)
-                src = (const float *)j->x->data + (r0 + r) * j->in;
+                src = (const float *)j->x->data + off;
             else
-                lwq_cpu_load_f32(j->x->data, j->x->dtype, (r0 + r) * j->in, j->in, row);
-            lwq_gemm_pack_row(src, j->in, xs + r * j->kp);
+                lwq_cpu_load_f32(j->x->data, j->x->dtype, off, j->in, row);
+            lwq_cpu_pack_row_f32(src, j->in, xs + r * j->kp);
         }
         for (int64_t blk = b; blk < e; blk++) {
             int64_t c0 = blk * GEMM_NB, nc = j->out - c0 < GEMM_NB ? j->out - c0 : GEMM_NB;
