@@ -1,17 +1,18 @@
 /* kernels/cpu/attention_cpu.c — causal grouped-query attention on the CPU, flash style.
  *
  * Work items are (sequence, head, query tile of ATT_QT rows); a query tile walks the key tiles
- * (ATT_KT keys) it can see, computing the scores Q K^T with the GEMM panel kernel (gemm_isa.h:
- * each score is one fixed-order dot product), scaling them, and folding each row's visible keys
+ * (ATT_KT keys) it can see, computing the scores Q K^T with the kernels' scores (gemm_isa.h:
+ * each score is the GEMM panel's fixed-order dot product, computed for 16 keys at once from keys
+ * transposed to (head dim, key), bit for bit the panel's), scaling them, and folding each row's visible keys
  * (causal, not padding) into its running maximum / sum / output (online softmax, all f32; the
  * output is a chain of fused multiply-adds over the keys in order).  Keys a row cannot see are
  * skipped, not weighted by 0.  P V runs through the kernels' blocked pv (4 query rows at a time
  * over the keys all of them see, the same fused chain per element as one axpy per key), the
  * remaining keys of each row one axpy each.  A thread widens the keys and values of the
- * (sequence, kv head) of its items to f32 once per run of items on them, and each query tile as
- * it comes, so no f32 copy of the whole q, k, v is made.  Memory per thread is about
- * ATT_QT x (ATT_KT + 3 head_dim) + 2 seq x head_dim floats plus the panel's accumulators, kept
- * from call to call (scratch_cpu.c).  Items are ordered (sequence, head,
+ * (sequence, kv head) of its items to f32 once per run of items on them (the keys transposed),
+ * and each query tile as it comes, so no f32 copy of the whole q, k, v is made.  Memory per thread
+ * is about ATT_QT x (ATT_KT + 4 head_dim) + 2 (seq + 32) x (head_dim + 32) floats, kept from call
+ * to call (scratch_cpu.c).  Items are ordered (sequence, head,
  * tile) so the static split of core/parallel gives each thread a similar mix of short and long
  * causal rows.
  *
@@ -40,6 +41,7 @@ typedef struct att_job {
     const int64_t *first;    /* per sequence: its first valid key (seq when none) */
     int64_t nqt;             /* query tiles per sequence (at most) */
     int64_t hdp;             /* head_dim rounded up to 32 (packed query rows) */
+    int64_t ldk;             /* the transposed keys' row: seq rounded up to 16, plus 16 */
     float *scratch;
     int64_t per_thread;
 } att_job;
@@ -53,11 +55,24 @@ static void load_rows(const lwq_tensor *t, int64_t r0, int64_t nr, int64_t c0, i
         lwq_cpu_load_f32(t->data, t->dtype, (r0 + r) * ld + c0, hd, dst + r * hd);
 }
 
+/* Rows [r0, r0 + nr) of t's columns [c0, c0 + hd) transposed into kt: kt[d * ldk + i] = row
+ * r0 + i's element d, as f32 (exact: a widening); row is one key's scratch of hd floats. */
+static void load_keys_t(const lwq_tensor *t, int64_t r0, int64_t nr, int64_t c0, int64_t hd,
+                        float *kt, int64_t ldk, float *row)
+{
+    const int64_t ld = t->shape[1];
+    for (int64_t i = 0; i < nr; i++) {
+        lwq_cpu_load_f32(t->data, t->dtype, (r0 + i) * ld + c0, hd, row);
+        for (int64_t d = 0; d < hd; d++)
+            kt[d * ldk + i] = row[d];
+    }
+}
+
 static void att_items(void *ctx, int64_t b, int64_t e, int tid)
 {
     att_job *j = (att_job *)ctx;
     const lwq_attn_args *a = j->a;
-    const int64_t hd = a->head_dim, T = a->seq, hdp = j->hdp;
+    const int64_t hd = a->head_dim, T = a->seq, hdp = j->hdp, ldk = j->ldk;
     const int64_t ldq = (int64_t)a->n_heads * hd;
     const int group = a->n_heads / a->n_kv_heads;
     float *S = j->scratch + (int64_t)tid * j->per_thread;
@@ -66,17 +81,10 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
     float *m = acc + ATT_QT * hd;
     float *l = m + ATT_QT;
     float *qp = l + ATT_QT;             /* ATT_QT packed query rows */
-    float *kt = qp + ATT_QT * hdp;      /* ATT_KT key tails, 32 floats each */
-    float *qf = kt + ATT_KT * 32;       /* the query rows, f32, hd apart */
-    float *kall = qf + ATT_QT * hd;     /* the item's sequence and kv head: keys, f32, hd apart */
-    float *vall = kall + T * hd;        /* ... and values */
-    float *accbuf = (float *)(((uintptr_t)(vall + T * hd) + 63) & ~(uintptr_t)63); /* the panel's */
-    lwq_gemm_panel p;
-    p.ldx = hdp;
-    p.ldw = hd * (int64_t)sizeof(float);
-    p.wkind = 2;
-    p.nfull = hd / 32;
-    p.y = S;
+    float *qf = qp + ATT_QT * hdp;      /* the query rows, f32, hd apart; a key row while widening */
+    float *kall = qf + ATT_QT * hd;     /* the item's sequence and kv head: keys, f32, transposed
+                                           (hdp rows of ldk, zero past hd and past T) */
+    float *vall = kall + hdp * ldk;     /* ... and values, hd apart */
     int64_t have = -1; /* the (sequence, kv head) whose keys and values kall / vall hold */
     for (int64_t it = b; it < e; it++) {
         int64_t qt = it % j->nqt;
@@ -96,39 +104,28 @@ static void att_items(void *ctx, int64_t b, int64_t e, int tid)
         /* items run (sequence, head, tile) in order and heads of one kv head are neighbours, so a
          * thread widens each kv head's keys and values once per run of its items */
         if (have != s * a->n_kv_heads + g) {
-            load_rows(a->k, row0 + base, T - base, g * hd, hd, kall + base * hd);
+            if (have < 0) /* the zeros past hd and past T stay from one (sequence, kv head) to the next */
+                memset(kall, 0, (size_t)(hdp * ldk) * sizeof(float));
+            load_keys_t(a->k, row0 + base, T - base, g * hd, hd, kall + base, ldk, qf);
             load_rows(a->v, row0 + base, T - base, g * hd, hd, vall + base * hd);
             have = s * a->n_kv_heads + g;
         }
         load_rows(a->q, row0 + i0, nq, h * hd, hd, qf);
         for (int64_t r = 0; r < nq; r++) {
-            lwq_gemm_pack_row(qf + r * hd, hd, qp + r * hdp);
+            lwq_cpu_pack_row_f32(qf + r * hd, hd, qp + r * hdp);
             m[r] = -INFINITY;
             l[r] = 0.0f;
         }
         memset(acc, 0, (size_t)(nq * hd) * sizeof(float));
-        p.x = qp;
-        p.nr = nq;
         for (int64_t j0 = base; j0 < i0 + nq; j0 += ATT_KT) {
             int64_t nk = i0 + nq - j0 < ATT_KT ? i0 + nq - j0 : ATT_KT;
-            const float *kf = kall + j0 * hd, *vf = vall + j0 * hd;
+            const float *vf = vall + j0 * hd;
             int all_valid = 1;
             for (int64_t c = 0; j->valid && c < nk; c++)
                 all_valid &= j->valid[row0 + j0 + c] != 0;
             /* S = Q K^T for the tile (each score is the fixed dot product of gemm_isa.h) */
-            p.w = (const char *)kf;
-            p.wt = NULL;
-            if (hd % 32) {
-                memset(kt, 0, (size_t)(nk * 32) * sizeof(float));
-                for (int64_t c = 0; c < nk; c++)
-                    memcpy(kt + c * 32, kf + c * hd + p.nfull * 32,
-                           (size_t)(hd % 32) * sizeof(float));
-                p.wt = (const char *)kt;
-            }
-            p.nc = nk;
-            p.ldy = nk;
-            j->kern->panel(&p, accbuf);
-            for (int64_t r = 0; r < nq; r++) {
+            j->kern->scores(qp, hdp, kall + j0, ldk, hdp / 32, S, nk, nq, nk);
+        for (int64_t r = 0; r < nq; r++) {
                 /* keys this row sees: causal (<= its position) and not padding; the others are
                  * skipped, not weighted by 0, so a row depends on its visible keys alone */
                 float *sr = S + r * nk;
@@ -213,12 +210,12 @@ int lwq_cpu_attention(void *ctx, const lwq_attn_args *a, lwq_error *e)
         first[s] = f;
     }
     j.first = first;
-    if (a->seq > (INT64_MAX / 16 - LWQ_GEMM_ACC_FLOATS) / 4 / a->head_dim / lwq_parallel_threads())
+    if (a->seq > INT64_MAX / 64 / (a->head_dim + 32) / lwq_parallel_threads())
         return lwq_errf(e, LWQ_EINVAL, "attention: sequences of %lld tokens are too long",
                         (long long)a->seq);
+    j.ldk = (a->seq + 15) / 16 * 16 + 16;
     j.per_thread = ATT_QT * ATT_KT + ATT_QT * a->head_dim + 2 * ATT_QT + ATT_QT * j.hdp +
-                   ATT_KT * 32 + ATT_QT * a->head_dim + 2 * a->seq * a->head_dim + 2 * ATT_QT +
-                   16 + LWQ_GEMM_ACC_FLOATS;
+                   ATT_QT * a->head_dim + j.hdp * j.ldk + a->seq * a->head_dim + 2 * ATT_QT;
     j.per_thread = (j.per_thread + 15) / 16 * 16; /* each thread's block 64-byte aligned */
     int threads = lwq_parallel_threads();
     j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ATTN, j.per_thread * threads,

@@ -241,3 +241,54 @@ Test(gemm_isa, packed_rows_equal_the_scalar_packing)
         cr_assert(memcmp(a, b, (size_t)kp * 4) == 0, "f32 row of k %lld packs differently", (long long)k);
     }
 }
+
+/* Attention's Q K^T kernel (scores: vectorised over keys, the keys transposed) gives every score
+ * the bits of the panel's dot product of the same packed query row and f32 key row, on every path:
+ * head dims with and without a partial block, query and key counts off every tile edge, -0 and
+ * denormal products included. */
+Test(gemm_isa, scores_equal_the_panel_dot_products, .init = be_open, .fini = be_close)
+{
+    static const int64_t hds[] = {64, 128, 80, 5, 33};
+    const int64_t nrmax = 7, ncmax = 41, ldk = 64;
+    int ran = 0;
+    for (size_t kk = 0; kk < sizeof KERNELS / sizeof KERNELS[0]; kk++) {
+        if (lwq_cpu_kernels_force(KERNELS[kk]) != 0) {
+            cr_log_warn("kernels %s: this CPU cannot run them, skipped", KERNELS[kk]);
+            continue;
+        }
+        const lwq_cpu_kernels *kern = lwq_cpu_kernels_get();
+        for (size_t h = 0; h < sizeof hds / sizeof hds[0]; h++) {
+            const int64_t hd = hds[h], kp = lwq_gemm_kp(hd), nfull = hd / 32;
+            float *q = malloc((size_t)(nrmax * hd) * 4), *qp = malloc((size_t)(nrmax * kp) * 4);
+            float *k = malloc((size_t)(ncmax * hd) * 4), *kt = calloc((size_t)(kp * ldk), 4);
+            float *wt = calloc((size_t)(ncmax * 32), 4), *s0 = malloc((size_t)(nrmax * ncmax) * 4);
+            float *s1 = malloc((size_t)(nrmax * ncmax) * 4), *acc = aligned_alloc(64, LWQ_GEMM_ACC_FLOATS * 4);
+            fill(q, LWQ_F32, nrmax * hd, 51 + (uint64_t)hd);
+            fill(k, LWQ_F32, ncmax * hd, 52 + (uint64_t)hd);
+            q[3] = -0.0f, k[3] = 1.0f, q[hd + 1] = 1e-30f, k[hd + 1] = -1e-20f; /* -0, an underflow */
+            for (int64_t r = 0; r < nrmax; r++)
+                lwq_gemm_pack_row(q + r * hd, hd, qp + r * kp);
+            for (int64_t c = 0; c < ncmax; c++) {
+                for (int64_t d = 0; d < hd; d++)
+                    kt[d * ldk + c] = k[c * hd + d];
+                for (int64_t d = nfull * 32; d < hd; d++)
+                    wt[c * 32 + d - nfull * 32] = k[c * hd + d];
+            }
+            for (int64_t nr = 1; nr <= nrmax; nr += 3)
+                for (int64_t nc = 1; nc <= ncmax; nc += 4) {
+                    lwq_gemm_panel p = {0};
+                    p.x = qp, p.ldx = kp, p.w = (const char *)k, p.ldw = hd * 4, p.wkind = 2;
+                    p.wt = hd % 32 ? (const char *)wt : NULL, p.nfull = nfull, p.y = s0, p.ldy = nc;
+                    p.nr = nr, p.nc = nc;
+                    kern->panel(&p, acc);
+                    kern->scores(qp, kp, kt, ldk, kp / 32, s1, nc, nr, nc);
+                    cr_assert(memcmp(s0, s1, (size_t)(nr * nc) * 4) == 0, "%s: scores (head_dim %lld, "
+                              "%lld x %lld) differ from the panel's", KERNELS[kk], (long long)hd,
+                              (long long)nr, (long long)nc);
+                }
+            free(q), free(qp), free(k), free(kt), free(wt), free(s0), free(s1), free(acc);
+        }
+        ran++;
+    }
+    cr_assert_geq(ran, 1);
+}

@@ -29,6 +29,7 @@ static inline v16 v_fma(v16 a, v16 b, v16 c)
 {
     return (v16){_mm256_fmadd_ps(a.lo, b.lo, c.lo), _mm256_fmadd_ps(a.hi, b.hi, c.hi)};
 }
+static inline v16 v_add(v16 a, v16 b) { return (v16){_mm256_add_ps(a.lo, b.lo), _mm256_add_ps(a.hi, b.hi)}; }
 static inline v16 v_ld(const float *p) { return (v16){_mm256_loadu_ps(p), _mm256_loadu_ps(p + 8)}; }
 static inline void v_st(float *p, v16 v)
 {
@@ -47,6 +48,7 @@ static inline float v_sum(v16 a)
 #define V_ZERO() v_zero()
 #define V_SET1(a) v_set1(a)
 #define V_FMA(a, b, c) v_fma(a, b, c)
+#define V_ADD(a, b) v_add(a, b)
 #define V_LD(p) v_ld(p)
 #define V_ST(p, v) v_st(p, v)
 #define V_SUM(v) v_sum(v)
@@ -97,6 +99,9 @@ static inline float v_sum(v16 a)
 #define lwq_gemm_panel_avx2_ lwq_gemm_panel_avx2
 #define lwq_gemm_axpy_avx2_ lwq_gemm_axpy_avx2
 #define lwq_gemm_pv_avx2_ lwq_gemm_pv_avx2
+#define lwq_gemm_scores_avx2_ lwq_gemm_scores_avx2
+#define SC_R 1
+#define SC_C 1
 
 #include "kernels/cpu/gemm/gemm_kern.h"
 

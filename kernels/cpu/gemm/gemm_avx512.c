@@ -25,6 +25,7 @@
 #define V_ZERO() _mm512_setzero_ps()
 #define V_SET1(a) _mm512_set1_ps(a)
 #define V_FMA(a, b, c) _mm512_fmadd_ps(a, b, c)
+#define V_ADD(a, b) _mm512_add_ps(a, b)
 #define V_LD(p) _mm512_loadu_ps(p)
 #define V_ST(p, v) _mm512_storeu_ps(p, v)
 #define V_SUM(v) v_sum(v)
@@ -97,6 +98,9 @@ static inline float v_sum(__m512 a)
 #define lwq_gemm_panel_avx512_ lwq_gemm_panel_avx512
 #define lwq_gemm_axpy_avx512_ lwq_gemm_axpy_avx512
 #define lwq_gemm_pv_avx512_ lwq_gemm_pv_avx512
+#define lwq_gemm_scores_avx512_ lwq_gemm_scores_avx512
+#define SC_R 2 /* scores: query rows x 16-key vectors per register tile */
+#define SC_C 2
 
 #include "kernels/cpu/gemm/gemm_kern.h"
 

@@ -30,16 +30,16 @@
 /* ---- kernel choice ------------------------------------------------------------------------- */
 
 static const lwq_cpu_kernels k_amx = {"amx", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 1,
-                                      lwq_gemm_pv_avx512};
+                                      lwq_gemm_pv_avx512, lwq_gemm_scores_avx512};
 static const lwq_cpu_kernels k_avx512bf16 = {"avx512bf16", lwq_gemm_panel_avx512,
                                              lwq_gemm_axpy_avx512, lwq_gemm_panel_avx512bf16, 0,
-                                             lwq_gemm_pv_avx512};
+                                             lwq_gemm_pv_avx512, lwq_gemm_scores_avx512};
 static const lwq_cpu_kernels k_avx512 = {"avx512", lwq_gemm_panel_avx512, lwq_gemm_axpy_avx512, NULL, 0,
-                                         lwq_gemm_pv_avx512};
+                                         lwq_gemm_pv_avx512, lwq_gemm_scores_avx512};
 static const lwq_cpu_kernels k_avx2 = {"avx2", lwq_gemm_panel_avx2, lwq_gemm_axpy_avx2, NULL, 0,
-                                       lwq_gemm_pv_avx2};
+                                       lwq_gemm_pv_avx2, lwq_gemm_scores_avx2};
 static const lwq_cpu_kernels k_ref = {"portable", lwq_gemm_panel_ref, lwq_gemm_axpy_ref, NULL, 0,
-                                      lwq_gemm_pv_ref};
+                                      lwq_gemm_pv_ref, lwq_gemm_scores_ref};
 
 static const lwq_cpu_kernels *kernels_named(const char *name)
 {

@@ -47,6 +47,12 @@ typedef void (*lwq_axpy_fn)(float a, const float *x, float *y, int64_t n);
 typedef void (*lwq_pv_fn)(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc,
                           int64_t lda, int64_t nr, int64_t nc, int64_t n);
 
+/* s[r][c] = the dot product above of packed query row r and key c, the keys transposed
+ * (kt[k * ldk + c], zero past the head dim, columns readable up to nc rounded up to 16): attention's
+ * Q K^T with the panel's bits, vectorised over 16 keys (gemm_kern.h) */
+typedef void (*lwq_scores_fn)(const float *q, int64_t ldq, const float *kt, int64_t ldk, int64_t nblk,
+                              float *s, int64_t lds, int64_t nr, int64_t nc);
+
 typedef struct lwq_cpu_kernels {
     const char *name; /* "amx", "avx512bf16", "avx512", "avx2", "portable" */
     lwq_gemm_panel_fn panel;
@@ -56,6 +62,7 @@ typedef struct lwq_cpu_kernels {
     lwq_gemm_panel_fn panel_bf16;
     int amx; /* 1: BF16 x BF16 products on AMX tiles instead (gemm_amx.c, bits of their own) */
     lwq_pv_fn pv; /* attention's P V, the same bits as `axpy` per element */
+    lwq_scores_fn scores; /* attention's Q K^T, the same bits as `panel` per score */
 } lwq_cpu_kernels;
 
 void lwq_gemm_panel_avx512(const lwq_gemm_panel *p, float *accbuf);
@@ -71,6 +78,12 @@ void lwq_gemm_pv_avx2(const float *p, int64_t ldp, const float *v, int64_t ldv, 
                       int64_t lda, int64_t nr, int64_t nc, int64_t n);
 void lwq_gemm_pv_ref(const float *p, int64_t ldp, const float *v, int64_t ldv, float *acc,
                      int64_t lda, int64_t nr, int64_t nc, int64_t n);
+void lwq_gemm_scores_avx512(const float *q, int64_t ldq, const float *kt, int64_t ldk, int64_t nblk,
+                            float *s, int64_t lds, int64_t nr, int64_t nc);
+void lwq_gemm_scores_avx2(const float *q, int64_t ldq, const float *kt, int64_t ldk, int64_t nblk,
+                          float *s, int64_t lds, int64_t nr, int64_t nc);
+void lwq_gemm_scores_ref(const float *q, int64_t ldq, const float *kt, int64_t ldk, int64_t nblk,
+                         float *s, int64_t lds, int64_t nr, int64_t nc);
 
 /* The kernels in use: the fastest this CPU runs (amx, then avx512, avx2, portable), unless
  * LWQ_CPU_KERNELS (amx | avx512bf16 | avx512 | avx2 | portable) or lwq_cpu_kernels_force chose

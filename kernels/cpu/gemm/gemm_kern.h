@@ -6,6 +6,8 @@
  *   V_FMA(a, b, c)   lane-wise fused a * b + c (one rounding)
  *   V_LD(p), V_ST(p, v)   16 floats at p (any alignment)
  *   V_SUM(v)         the lane tree of gemm_isa.h: ((l_i + l_i+8) + (.. i+4)) + (.. i+2), then 0 + 1
+ *   V_ADD(a, b)      lane-wise a + b
+ *   SC_R, SC_C       query rows and 16-key vectors of a scores register tile
  *   W_BF16(p, e, o), W_F16(p, e, o), W_F32(p, e, o)
  *                    widen the 32 weights at p into e (lane l = p[2l]) and o (lane l = p[2l+1])
  *   MR, MC           rows and outputs of a full register tile
@@ -190,4 +192,125 @@ void KNAME(pv)(const float *p, int64_t ldp, const float *v, int64_t ldv, float *
     for (; r < nr; r++)
         for (int64_t c = 0; c < nc; c++)
             KNAME(axpy)(p[r * ldp + c], v + c * ldv, acc + r * lda, n);
+}
+
+/* ---- attention scores: the panel's dot products, vectorised over keys ------------------------- */
+
+/* acc[r][c] = lane l's chain of gemm_isa.h for query row r and the 16 keys of vector c: the fmas
+ * of k = 32b + 2l, then k = 32b + 2l + 1, block after block, from +0 (q packed: its value of k =
+ * 32b + 2l + h at 32b + 16h + l; keys transposed: key j's value of k at kt[k * ldk + j]). */
+static inline __attribute__((always_inline)) void
+KNAME(sc_lane)(const int R, const int C, int l, const float *q, int64_t ldq, const float *kt,
+               int64_t ldk, int64_t nblk, V acc[SC_R][SC_C])
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            acc[r][c] = V_ZERO();
+    for (int64_t b = 0; b < nblk; b++)
+#pragma GCC unroll 2
+        for (int h = 0; h < 2; h++) {
+            const float *kr = kt + (32 * b + 2 * l + h) * ldk;
+            V kv[SC_C];
+#pragma GCC unroll 4
+            for (int c = 0; c < C; c++)
+                kv[c] = V_LD(kr + 16 * c);
+#pragma GCC unroll 4
+            for (int r = 0; r < R; r++) {
+                const V qb = V_SET1(q[r * ldq + 32 * b + 16 * h + l]);
+#pragma GCC unroll 4
+                for (int c = 0; c < C; c++)
+                    acc[r][c] = V_FMA(qb, kv[c], acc[r][c]);
+            }
+        }
+}
+
+/* t = lane l + lane l + 8 (the first level of the tree) */
+static inline __attribute__((always_inline)) void
+KNAME(sc_pair)(const int R, const int C, int l, const float *q, int64_t ldq, const float *kt,
+               int64_t ldk, int64_t nblk, V t[SC_R][SC_C])
+{
+    V hi[SC_R][SC_C];
+    KNAME(sc_lane)(R, C, l, q, ldq, kt, ldk, nblk, t);
+    KNAME(sc_lane)(R, C, l + 8, q, ldq, kt, ldk, nblk, hi);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            t[r][c] = V_ADD(t[r][c], hi[r][c]);
+}
+
+static inline __attribute__((always_inline)) void
+KNAME(sc_add)(const int R, const int C, V a[SC_R][SC_C], V b[SC_R][SC_C])
+{
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++)
+            a[r][c] = V_ADD(a[r][c], b[r][c]);
+}
+
+/* R query rows x C vectors of 16 keys: s = ((t0 + t4) + (t2 + t6)) + ((t1 + t5) + (t3 + t7)), the
+ * lane tree of gemm_isa.h (V_SUM) with each level's operands in V_SUM's order. */
+static inline __attribute__((always_inline)) void
+KNAME(sc_tile)(const int R, const int C, const float *q, int64_t ldq, const float *kt, int64_t ldk,
+               int64_t nblk, float *s, int64_t lds, int64_t nc)
+{
+    V v0[SC_R][SC_C], v1[SC_R][SC_C], a[SC_R][SC_C], b[SC_R][SC_C];
+    KNAME(sc_pair)(R, C, 0, q, ldq, kt, ldk, nblk, v0);
+    KNAME(sc_pair)(R, C, 4, q, ldq, kt, ldk, nblk, a);
+    KNAME(sc_add)(R, C, v0, a); /* u0 */
+    KNAME(sc_pair)(R, C, 2, q, ldq, kt, ldk, nblk, a);
+    KNAME(sc_pair)(R, C, 6, q, ldq, kt, ldk, nblk, b);
+    KNAME(sc_add)(R, C, a, b); /* u2 */
+    KNAME(sc_add)(R, C, v0, a); /* v0 = u0 + u2 */
+    KNAME(sc_pair)(R, C, 1, q, ldq, kt, ldk, nblk, v1);
+    KNAME(sc_pair)(R, C, 5, q, ldq, kt, ldk, nblk, a);
+    KNAME(sc_add)(R, C, v1, a); /* u1 */
+    KNAME(sc_pair)(R, C, 3, q, ldq, kt, ldk, nblk, a);
+    KNAME(sc_pair)(R, C, 7, q, ldq, kt, ldk, nblk, b);
+    KNAME(sc_add)(R, C, a, b); /* u3 */
+    KNAME(sc_add)(R, C, v1, a); /* v1 = u1 + u3 */
+    KNAME(sc_add)(R, C, v0, v1);
+#pragma GCC unroll 4
+    for (int r = 0; r < R; r++)
+#pragma GCC unroll 4
+        for (int c = 0; c < C; c++) {
+            const int64_t n = nc - 16 * c < 16 ? nc - 16 * c : 16;
+            if (n == 16) {
+                V_ST(s + r * lds + 16 * c, v0[r][c]);
+            } else if (n > 0) {
+                float tmp[16];
+                V_ST(tmp, v0[r][c]);
+                for (int64_t i = 0; i < n; i++)
+                    s[r * lds + 16 * c + i] = tmp[i];
+            }
+        }
+}
+
+/* s[r][c] (rows lds apart) = the dot product of gemm_isa.h of packed query row r (q, rows ldq
+ * apart, nblk 32-blocks, lwq_gemm_pack_row's order) and key c, for r < nr, c < nc; the keys
+ * transposed: kt[k * ldk + c] = key c's element k, zero for k past the head dim, columns readable
+ * up to nc rounded up to 16.  Each score is exactly the panel's (the same fmas per lane in the same
+ * order, the same tree), computed for 16 keys at once without a horizontal sum or weight permutes. */
+void KNAME(scores)(const float *q, int64_t ldq, const float *kt, int64_t ldk, int64_t nblk, float *s,
+                   int64_t lds, int64_t nr, int64_t nc)
+{
+    for (int64_t r0 = 0; r0 < nr; r0 += SC_R) {
+        const int R = nr - r0 < SC_R ? (int)(nr - r0) : SC_R;
+        for (int64_t c0 = 0; c0 < nc; c0 += 16 * SC_C) {
+            const int C = nc - c0 < 16 * SC_C ? (int)((nc - c0 + 15) / 16) : SC_C;
+            const float *qr = q + r0 * ldq, *kc = kt + c0;
+            float *sr = s + r0 * lds + c0;
+            if (R == SC_R && C == SC_C)
+                KNAME(sc_tile)(SC_R, SC_C, qr, ldq, kc, ldk, nblk, sr, lds, nc - c0);
+            else if (R == SC_R)
+                KNAME(sc_tile)(SC_R, 1, qr, ldq, kc, ldk, nblk, sr, lds, nc - c0);
+            else if (C == SC_C)
+                KNAME(sc_tile)(1, SC_C, qr, ldq, kc, ldk, nblk, sr, lds, nc - c0);
+            else
+                KNAME(sc_tile)(1, 1, qr, ldq, kc, ldk, nblk, sr, lds, nc - c0);
+        }
+    }
 }

@@ -30,6 +30,12 @@ static inline v16 v_fma(v16 a, v16 b, v16 c)
         c.l[i] = fmaf(a.l[i], b.l[i], c.l[i]);
     return c;
 }
+static inline v16 v_add(v16 a, v16 b)
+{
+    for (int i = 0; i < 16; i++)
+        a.l[i] = a.l[i] + b.l[i];
+    return a;
+}
 static inline v16 v_ld(const float *p)
 {
     v16 v;
@@ -83,6 +89,7 @@ static inline void w_f32(const char *p, v16 *e, v16 *o)
 #define V_ZERO() v_zero()
 #define V_SET1(a) v_set1(a)
 #define V_FMA(a, b, c) v_fma(a, b, c)
+#define V_ADD(a, b) v_add(a, b)
 #define V_LD(p) v_ld(p)
 #define V_ST(p, v) v_st(p, v)
 #define V_SUM(v) v_sum(v)
@@ -98,5 +105,8 @@ static inline void w_f32(const char *p, v16 *e, v16 *o)
 #define lwq_gemm_panel_ref_ lwq_gemm_panel_ref
 #define lwq_gemm_axpy_ref_ lwq_gemm_axpy_ref
 #define lwq_gemm_pv_ref_ lwq_gemm_pv_ref
+#define lwq_gemm_scores_ref_ lwq_gemm_scores_ref
+#define SC_R 1
+#define SC_C 1
 
 #include "kernels/cpu/gemm/gemm_kern.h"
