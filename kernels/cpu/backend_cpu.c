@@ -56,29 +56,46 @@ static int cpu_sync(void *ctx, lwq_error *e)
 
 /* ---- rmsnorm ------------------------------------------------------------------------------- */
 
+#define NORM_ROWS 4 /* rows whose sums of squares run side by side */
+
 typedef struct norm_job {
     const lwq_tensor *x, *w;
     lwq_tensor *y;
     float eps;
-    float *scratch; /* 2*d floats per thread */
+    float *scratch; /* (NORM_ROWS + 1) * d floats per thread */
 } norm_job;
 
+/* Each row's sum of squares is one sequential chain of double adds in element order (the bits of
+ * the formula); NORM_ROWS rows' chains are interleaved, so the core overlaps their add latencies
+ * instead of waiting on one chain per row. */
 static void norm_rows(void *ctx, int64_t b, int64_t e, int tid)
 {
     norm_job *j = (norm_job *)ctx;
     int64_t d = j->x->shape[1];
-    float *buf = j->scratch + (int64_t)tid * 2 * d;
-    float *wf = buf + d;
+    float *buf = j->scratch + (int64_t)tid * (NORM_ROWS + 1) * d;
+    float *wf = buf + NORM_ROWS * d;
     lwq_cpu_load_f32(j->w->data, j->w->dtype, 0, d, wf);
-    for (int64_t r = b; r < e; r++) {
-        lwq_cpu_load_f32(j->x->data, j->x->dtype, r * d, d, buf);
-        double ss = 0.0;
-        for (int64_t i = 0; i < d; i++)
-            ss += (double)buf[i] * buf[i];
-        float var = (float)(ss / (double)d);
-        float rs = 1.0f / sqrtf(var + j->eps);
-        lwq_cpu_norm_apply(buf, rs, wf, buf, d, j->x->dtype, j->y->dtype);
-        lwq_cpu_store_f32(j->y->data, j->y->dtype, r * d, d, buf);
+    for (int64_t r = b; r < e; r += NORM_ROWS) {
+        const int nr = e - r < NORM_ROWS ? (int)(e - r) : NORM_ROWS;
+        double ss[NORM_ROWS] = {0.0};
+        for (int q = 0; q < nr; q++)
+            lwq_cpu_load_f32(j->x->data, j->x->dtype, (r + q) * d, d, buf + q * d);
+        if (nr == NORM_ROWS) {
+            for (int64_t i = 0; i < d; i++)
+                for (int q = 0; q < NORM_ROWS; q++)
+                    ss[q] += (double)buf[q * d + i] * buf[q * d + i];
+        } else {
+            for (int q = 0; q < nr; q++)
+                for (int64_t i = 0; i < d; i++)
+                    ss[q] += (double)buf[q * d + i] * buf[q * d + i];
+        }
+        for (int q = 0; q < nr; q++) {
+            float var = (float)(ss[q] / (double)d);
+            float rs = 1.0f / sqrtf(var + j->eps);
+            float *row = buf + q * d;
+            lwq_cpu_norm_apply(row, rs, wf, row, d, j->x->dtype, j->y->dtype);
+            lwq_cpu_store_f32(j->y->data, j->y->dtype, (r + q) * d, d, row);
+        }
     }
 }
 
@@ -90,7 +107,8 @@ static int cpu_rmsnorm(void *ctx, const lwq_tensor *x, const lwq_tensor *w, floa
         return lwq_errf(e, LWQ_EINVAL, "rmsnorm: row of %lld elements is too long",
                         (long long)x->shape[1]);
     norm_job j = {x, w, y, eps, NULL};
-    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ROWS, 2 * x->shape[1] * lwq_parallel_threads(),
+    j.scratch = (float *)lwq_cpu_scratch_slot(LWQ_SCRATCH_ROWS,
+                                              (NORM_ROWS + 1) * x->shape[1] * lwq_parallel_threads(),
                                               sizeof(float));
     if (!j.scratch)
         return lwq_errf(e, LWQ_ENOMEM, "rmsnorm: no memory for row scratch (d %lld)",
