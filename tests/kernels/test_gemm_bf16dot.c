@@ -203,6 +203,67 @@ Test(gemm_bf16dot, fma_grouped_same_bits_as_single, .init = be_open, .fini = be_
     grouped_vs_single("avx512", 2);
 }
 
+/* The FMA paths' one scheduled loop (no bias, k a multiple of 32): products that share x (an
+ * expert's gate and up: consecutive groups on one x, packed once per row slice), others on their own
+ * x, groups of 0, 1, 70 (two row slices) and 130 rows, partial output blocks; each group gets the
+ * bits of its own lwq_backend_gemm on every FMA path, with 1 and 2 threads. */
+static void families_vs_single(const char *path, int threads)
+{
+    if (lwq_cpu_kernels_force(path) != 0) {
+        cr_log_info("kernels %s: this CPU cannot run them, skipped", path);
+        return;
+    }
+    lwq_parallel_set_threads(threads);
+    enum { NG = 7 };
+    /* groups 0-1 share x 0, 2 is alone on x 1, 3-5 share x 2, 6 is alone on x 3 (0 rows) */
+    static const int xof[NG] = {0, 0, 1, 2, 2, 2, 3};
+    static const int64_t xrows[4] = {70, 1, 130, 0}, outs[NG] = {100, 100, 48, 33, 16, 96, 20};
+    const int64_t k = 320;
+    uint16_t *x[4], *w[NG];
+    float *yg[NG], *ys[NG];
+    lwq_tensor X[4], W[NG], YG[NG], YS[NG];
+    lwq_gemm_group g[NG];
+    lwq_error e = {0};
+    for (int i = 0; i < 4; i++) {
+        int64_t xs[2] = {xrows[i], k};
+        x[i] = malloc((size_t)(xrows[i] * k) * 2 + 2);
+        fill_bf16(x[i], xrows[i] * k, 61 + (uint64_t)i);
+        X[i] = lwq_tensor_view(x[i], LWQ_BF16, 2, xs);
+    }
+    for (int i = 0; i < NG; i++) {
+        const int64_t n = xrows[xof[i]];
+        int64_t ws[2] = {outs[i], k}, yss[2] = {n, outs[i]};
+        w[i] = malloc((size_t)(outs[i] * k) * 2);
+        yg[i] = malloc((size_t)(n * outs[i]) * 4 + 4);
+        ys[i] = malloc((size_t)(n * outs[i]) * 4 + 4);
+        fill_bf16(w[i], outs[i] * k, 71 + (uint64_t)i);
+        W[i] = lwq_tensor_view(w[i], LWQ_BF16, 2, ws);
+        YG[i] = lwq_tensor_view(yg[i], i % 2 ? LWQ_BF16 : LWQ_F32, 2, yss);
+        YS[i] = lwq_tensor_view(ys[i], i % 2 ? LWQ_BF16 : LWQ_F32, 2, yss);
+        g[i] = (lwq_gemm_group){&X[xof[i]], &W[i], NULL, &YG[i]};
+        cr_assert_eq(lwq_backend_gemm(&g_be, &X[xof[i]], &W[i], NULL, &YS[i], &e), 0, "%s", e.msg);
+    }
+    cr_assert_eq(lwq_backend_gemm_grouped(&g_be, g, NG, &e), 0, "%s", e.msg);
+    for (int i = 0; i < NG; i++) {
+        const int64_t n = xrows[xof[i]];
+        cr_assert(memcmp(yg[i], ys[i], (size_t)(n * outs[i]) * lwq_dtype_size(YS[i].dtype)) == 0,
+                  "%s, %d threads: group %d (%lld rows) differs from its own gemm", path, threads, i,
+                  (long long)n);
+        free(w[i]), free(yg[i]), free(ys[i]);
+    }
+    for (int i = 0; i < 4; i++)
+        free(x[i]);
+}
+
+Test(gemm_bf16dot, fma_grouped_families_same_bits_as_single, .init = be_open, .fini = be_close)
+{
+    static const char *const paths[] = {"avx512", "avx2", "portable", "avx512bf16"};
+    for (size_t p = 0; p < sizeof paths / sizeof paths[0]; p++) {
+        families_vs_single(paths[p], 2);
+        families_vs_single(paths[p], 1);
+    }
+}
+
 /* A bad group is refused naming its index, before any product runs. */
 Test(gemm_bf16dot, grouped_bad_group_is_named, .init = be_open, .fini = be_close)
 {
