@@ -253,7 +253,7 @@ Test(gemm_isa, scores_equal_the_panel_dot_products, .init = be_open, .fini = be_
     int ran = 0;
     for (size_t kk = 0; kk < sizeof KERNELS / sizeof KERNELS[0]; kk++) {
         if (lwq_cpu_kernels_force(KERNELS[kk]) != 0) {
-            cr_log_warn("kernels %s: this CPU cannot run them, skipped", KERNELS[kk]);
+            cr_log_info("kernels %s: this CPU cannot run them, skipped", KERNELS[kk]);
             continue;
         }
         const lwq_cpu_kernels *kern = lwq_cpu_kernels_get();
