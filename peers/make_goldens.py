@@ -1005,14 +1005,23 @@ choice at each against it.
 
 `qwen3_5_moe-f32/autoq-module_spaces-baseline-7bits`: Model Optimizer's
 `huggingface/qwen3_6_moe/auto_quantize/w4a16_nvfp4_fp8_module_spaces_at_6p0bits-active_moe` with
-`"*lm_head*"` left out of its search space (lwq does not search lm_head yet; it keeps the baseline's
-weight-only NVFP4), `issue33/qwen3_6_moe-module_spaces-no_lm_head.yaml` with its imports, run by lwq
+`"*lm_head*"` left out of its search space (lm_head then keeps the baseline's weight-only NVFP4,
+outside the search), `issue33/qwen3_6_moe-module_spaces-no_lm_head.yaml` with its imports, run by lwq
 at `--auto-quantize-bits 7` (the tiny source's least mix under lwq's byte costs is 6.2352 active_moe
 bits).  The routed experts, which no space matches, keep the baseline's W4A16; attention, linear
 attention and the shared experts are searched over W4A16 / FP8.  The golden is Model Optimizer's
 export of the mix lwq chose (`issue33/autoq-module_spaces-baseline-7bits-qwen3_5_moe-f32.yaml`,
 lwq's `OUT/auto_quantize_recipe.yaml`: the baseline's lm_head and FP8 cast KV cache with it) through
 `peers/modelopt_driver.py --recipe`; the case runs lwq's search and compares.
+
+`qwen3_5_moe-f32/autoq-module_spaces-lm_head-7bits` and `-6p3bits`: the published recipe itself
+(`huggingface/qwen3_6_moe/...`, copied with its imports), `"*lm_head*"` in its space, so lm_head is a
+search group of its own (cost weight 1, in the budget's numerator and denominator, candidates fp8 and
+w4a16_nvfp4 as the space gives them, Model Optimizer 0.47's semantics): at 7 bits lwq chooses lm_head
+fp8, written W8A8 (`lm_head.input_scale` from the calibrated amax of the final norm's output), at 6.3
+bits weight-only NVFP4.  Each golden is Model Optimizer's export of the mix lwq chose, lm_head
+included; the 7-bit case's `autoq/qwen3_5_moe-f32-autoq-module_spaces-lm_head.lps.json` holds Model
+Optimizer's solver on lwq's scores (lm_head's group among them) at every budget the source meets.
 """
 
 if __name__ == "__main__":

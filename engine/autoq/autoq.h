@@ -33,7 +33,9 @@
  * Budgets: bits per weight = 8 x (bytes of every decoder-layer linear weight and its scales) /
  * (their elements), routers and the base recipe's unquantized linears included at their source
  * bytes, exactly lwq eval's bits/weight; GB = 1e9 bytes of every tensor written (decoder layers
- * and the tail; safetensors headers excluded).
+ * and the tail; safetensors headers excluded).  lm_head is a search group too when a
+ * module_search_spaces entry matches it (engine/autoq/head/autoq_head.h: scored at the logits after
+ * the last layer), and then counts in both sums of the bits per weight.
  *
  * Cost model active_moe (Model Optimizer 0.47's constraints.cost_model, _auto_quantize_cost.py):
  * a routed-expert group (a member named ".experts." and not "shared_expert") weighs ratio, every

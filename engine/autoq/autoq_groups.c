@@ -7,7 +7,8 @@
 
 #include "engine/quant/qlayer.h"
 
-static const char *const kind_names[LWQ_AQ_KINDS] = {"qkv", "o", "gate_up", "down", "experts", "linear_attn"};
+static const char *const kind_names[LWQ_AQ_KINDS] = {"qkv", "o", "gate_up", "down", "experts", "linear_attn",
+                                                      "lm_head"};
 
 const char *lwq_aq_kind_name(lwq_aq_kind k) { return (unsigned)k < LWQ_AQ_KINDS ? kind_names[k] : "?"; }
 

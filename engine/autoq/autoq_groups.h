@@ -53,10 +53,11 @@ typedef enum lwq_aq_kind {
     LWQ_AQ_DOWN,
     LWQ_AQ_EXPERTS,
     LWQ_AQ_LINEAR_ATTN,
+    LWQ_AQ_HEAD,               /* lm_head, a group of its own outside the layers (engine/autoq/head/autoq_head.h) */
     LWQ_AQ_KINDS
 } lwq_aq_kind;
 
-/* "qkv", "o", "gate_up", "down", "experts", "linear_attn" */
+/* "qkv", "o", "gate_up", "down", "experts", "linear_attn", "lm_head" */
 const char *lwq_aq_kind_name(lwq_aq_kind k);
 
 typedef struct lwq_aq_group {

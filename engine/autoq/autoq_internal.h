@@ -7,6 +7,7 @@
  *   autoq_solve.c   scores -> knapsack -> the chosen formats, the recipe, the report
  *   autoq_run.c     the command: pass 1, solve, pass 2, report
  *   autoq_recipe.c  the chosen formats as lwq JSON and Model Optimizer YAML
+ *   head/autoq_head.c  lm_head as a search group: its candidates, bytes, check and pass-1 scores
  * Calls go one way: autoq_run -> autoq_score -> autoq_layer -> autoq_kl; autoq_score ->
  * autoq_state; autoq_run -> autoq_recipe, autoq_solve -> autoq_state.  Not public. */
 #ifndef LWQ_ENGINE_AUTOQ_INTERNAL_H
@@ -63,10 +64,16 @@ typedef struct lwq_aq_scores {
     int nstreams;             /* kl streams held in the state file */
     char state_file[32];      /* "" or state-0.bin / state-1.bin */
     uint64_t state_bytes, state_xxh64;
-    uint64_t tail_bytes;      /* tensors outside the decoder layers, as written */
+    uint64_t tail_bytes;      /* tensors outside the decoder layers, as written (lm_head's excluded when
+                                 it is searched: its bytes are its group's) */
     lwq_aq_score score;
-    lwq_aq_lrec *rec;         /* (nlayers) */
+    int has_head;             /* lm_head is a search group: rec[nlayers] is its record (measured at the end
+                                 of pass 1, in scores.json once complete; engine/autoq/head/autoq_head.h) */
+    lwq_aq_lrec *rec;         /* (nlayers + 1): the layers', then lm_head's */
 } lwq_aq_scores;
+
+/* The records the solve sees: the layers, then lm_head's when it is searched. */
+static inline int lwq_aq_nrec(const lwq_aq_scores *s) { return s->nlayers + (s->has_head ? 1 : 0); }
 
 /* ---- autoq_state.c ---- */
 /* The pass-1 fingerprint: a quantize run's (engine/run/resume/fingerprint.h) over the base recipe's
@@ -78,6 +85,9 @@ void lwq_aq_scores_free(lwq_aq_scores *s);
 /* LWQ_ENOENT (no message) when there is no scores.json; the file is untrusted input. */
 int lwq_aq_scores_load(const char *path, lwq_aq_scores *s, lwq_error *e);
 int lwq_aq_scores_save(const char *path, const lwq_aq_scores *s, lwq_error *e);
+/* The bytes of every tensor outside the decoder layers, lm_head's weight left out when o searches it
+ * (its bytes are then its group's): s->tail_bytes. */
+uint64_t lwq_aq_tail_bytes(const lwq_autoq_opts *o, const lwq_ckpt *ck);
 /* The state file (boundary + streams) for a commit: written durably into dir/state-<k>.bin with
  * k the one the manifest does not name; its name, size and checksum go into s. */
 int lwq_aq_state_write(const char *dir, lwq_aq_scores *s, const void *const *parts, const uint64_t *bytes, int nparts,

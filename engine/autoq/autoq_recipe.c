@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "engine/autoq/autoq_recipe.h"
+#include "engine/autoq/head/autoq_head.h"
 #include "engine/quant/qlayer.h"
 #include "io/durable.h"
 #include "layout/arch/arch_qnames.h"
@@ -138,7 +139,8 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
         if (!rules)
             rules = cJSON_AddArrayToObject(root, "rules");
     }
-    for (int L = 0, idx = 0; L < N && rc == 0; L++) {
+    int idx = 0;
+    for (int L = 0; L < N && rc == 0; L++) {
         const lwq_arch_layer *p = &plans[L];
         lwq_aq_layer A;
         if ((rc = lwq_aq_layer_build(&A, p, base, o, e)) != 0)
@@ -199,9 +201,23 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
         idx += A.ngroups;
         lwq_aq_layer_free(&A);
     }
-    /* lm_head as the recipe writes it (a fixed baseline's '*lm_head*weight_quantizer' rule): weight-only */
+    /* lm_head as the recipe writes it: a searched lm_head's choice (the last group of the solution,
+     * engine/autoq/head/autoq_head.h), else the base recipe's (a fixed baseline's
+     * '*lm_head*weight_quantizer' rule: weight-only) */
+    int head_mode = base->lm_head;
+    if (rc == 0 && sol->ngroups == idx + 1) {
+        head_mode = lwq_aq_head_mode(sol->fmt[idx]);
+        if (head_mode < 0)
+            rc = lwq_errf(e, LWQ_ESTATE, "lm_head: candidate %s is no lm_head lwq writes", lwq_aq_format_name(sol->fmt[idx]));
+        else if (cJSON_GetObjectItemCaseSensitive(root, "lm_head"))
+            cJSON_ReplaceItemInObjectCaseSensitive(root, "lm_head", cJSON_CreateString(lwq_lm_head_name(head_mode)));
+        else
+            cJSON_AddStringToObject(root, "lm_head", lwq_lm_head_name(head_mode));
+    } else if (rc == 0 && sol->ngroups != idx) {
+        rc = lwq_errf(e, LWQ_ESTATE, "the solution has %d groups, the layers %d", sol->ngroups, idx);
+    }
     lwq_quant_choice head = {0};
-    if (rc == 0 && base->lm_head != LWQ_LMHEAD_NONE && lm_head_choice(base->lm_head, &head)) {
+    if (rc == 0 && head_mode != LWQ_LMHEAD_NONE && lm_head_choice(head_mode, &head)) {
         lwq_yaml_module *t = nym + 1 > cap ? realloc(ym, (size_t)(nym + 1) * sizeof *t) : ym;
         if (!t) {
             rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
@@ -220,6 +236,9 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     if (rc == 0 && (rc = lwq_recipe_parse("the auto-quantize recipe", out->json, &out->r, e)) == 0) {
         char why[512];
         compare(plans, N, want, &out->r, base->kv, why, sizeof why);
+        if (!why[0] && out->r.lm_head != head_mode)
+            snprintf(why, sizeof why, "lm_head reads back as %s, not %s", lwq_lm_head_name(out->r.lm_head),
+                     lwq_lm_head_name(head_mode));
         if (why[0])
             rc = lwq_errf(e, LWQ_ESTATE, "the auto-quantize recipe does not say what was chosen: %s", why);
     }
@@ -238,9 +257,9 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
                 snprintf(out->yaml_why, sizeof out->yaml_why, "it does not load: %s", ye.msg);
             else
                 compare(plans, N, want, &yr, base->kv, out->yaml_why, sizeof out->yaml_why);
-            if (!out->yaml_why[0] && yr.lm_head != base->lm_head)
+            if (!out->yaml_why[0] && yr.lm_head != head_mode)
                 snprintf(out->yaml_why, sizeof out->yaml_why, "lm_head reads back as %s, not %s",
-                         lwq_lm_head_name(yr.lm_head), lwq_lm_head_name(base->lm_head));
+                         lwq_lm_head_name(yr.lm_head), lwq_lm_head_name(head_mode));
             lwq_recipe_free(&yr);
             if (out->yaml_why[0]) {
                 free(out->yaml);

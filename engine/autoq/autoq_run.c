@@ -20,6 +20,7 @@
 #include "core/sys/file.h"
 #include "core/sys/log.h"
 #include "engine/autoq/autoq_recipe.h"
+#include "engine/autoq/head/autoq_head.h"
 #include "engine/eval/eval_internal.h"
 #include "io/durable.h"
 
@@ -81,7 +82,7 @@ static int open_scores(const lwq_autoq_opts *o, const aq_paths *p, const lwq_ckp
         s->fp = fp;
         s->nlayers = ck->cfg.num_hidden_layers;
         s->score = o->score;
-        if (!(s->rec = calloc((size_t)s->nlayers, sizeof *s->rec)))
+        if (!(s->rec = calloc((size_t)s->nlayers + 1, sizeof *s->rec)))
             return lwq_errf(e, LWQ_ENOMEM, "out of memory");
         return lwq_aq_scores_save(p->scores, s, e);
     }
@@ -129,6 +130,17 @@ static int written(const lwq_autoq_opts *o, const lwq_ckpt *src, const lwq_arch_
                 const lwq_ckpt_tensor *t = lwq_ckpt_find(&ck, n);
                 *lin += t ? t->nbytes : 0;
             }
+    /* a searched lm_head counts as the linears do (its group is in the budget) */
+    uint8_t hallow[LWQ_AQ_FORMATS];
+    lwq_error ig = {0};
+    if (lwq_aq_head_allowed(o, src, hallow, &ig) > 0)
+        for (size_t k = 0; k < sizeof parts / sizeof parts[0]; k++) {
+            char c[LWQ_ARCH_NAME_MAX], n[LWQ_ARCH_NAME_MAX + 24];
+            lwq_names_full(&src->cfg.names, "lm_head", c, sizeof c);
+            snprintf(n, sizeof n, "%s%s", c, parts[k]);
+            const lwq_ckpt_tensor *t = lwq_ckpt_find(&ck, n);
+            *lin += t ? t->nbytes : 0;
+        }
     lwq_ckpt_free(&ck);
     return 0;
 }
@@ -291,11 +303,12 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     if (!rc_->yaml)
         cJSON_AddStringToObject(root, "yaml_not_written", rc_->yaml_why);
     cJSON *gs = cJSON_AddArrayToObject(root, "groups");
-    for (int L = 0, i = 0; L < s->nlayers; L++)
+    for (int L = 0, i = 0; L < lwq_aq_nrec(s); L++)
         for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
             const lwq_aq_gscore *g = &s->rec[L].g[k];
             cJSON *go = cJSON_CreateObject();
-            cJSON_AddNumberToObject(go, "layer", L);
+            if (L < s->nlayers) /* lm_head's group (the last) is in no layer */
+                cJSON_AddNumberToObject(go, "layer", L);
             cJSON_AddStringToObject(go, "group", lwq_aq_kind_name(g->kind));
             cJSON_AddStringToObject(go, "first_module", g->first);
             cJSON_AddNumberToObject(go, "modules", g->nmembers);
@@ -324,10 +337,12 @@ static void print_table(const lwq_autoq_opts *o, const lwq_aq_scores *s, const l
     int wo = o->formats[LWQ_AQ_W4A16], wm = o->formats[LWQ_AQ_NVFP4_MSE];
     fprintf(stderr, "%5s  %-11s %12s %12s%s%s  %s\n", "layer", "group", "nvfp4", "fp8", wo ? "  w4a16_nvfp4" : "",
             wm ? "    nvfp4_mse" : "", "chosen");
-    for (int L = 0, i = 0; L < s->nlayers; L++)
+    for (int L = 0, i = 0; L < lwq_aq_nrec(s); L++)
         for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
             const lwq_aq_gscore *g = &s->rec[L].g[k];
-            char a[24] = "-", b[24] = "-", c[24] = "-", d[24] = "-";
+            char a[24] = "-", b[24] = "-", c[24] = "-", d[24] = "-", l[16] = "-";
+            if (L < s->nlayers)
+                snprintf(l, sizeof l, "%d", L);
             if (g->allowed[LWQ_QFMT_NVFP4])
                 snprintf(a, sizeof a, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_QFMT_NVFP4));
             if (g->allowed[LWQ_QFMT_FP8])
@@ -336,7 +351,7 @@ static void print_table(const lwq_autoq_opts *o, const lwq_aq_scores *s, const l
                 snprintf(c, sizeof c, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_AQ_W4A16));
             if (g->allowed[LWQ_AQ_NVFP4_MSE])
                 snprintf(d, sizeof d, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_AQ_NVFP4_MSE));
-            fprintf(stderr, "%5d  %-11s %12s %12s", L, lwq_aq_kind_name(g->kind), a, b);
+            fprintf(stderr, "%5s  %-11s %12s %12s", l, lwq_aq_kind_name(g->kind), a, b);
             if (wo)
                 fprintf(stderr, " %12s", c);
             if (wm)
@@ -433,6 +448,8 @@ static int active_moe_setup(lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
 typedef struct aq_plan {
     lwq_mem_plan q;
     uint64_t streams, copies, overlay, memo, state, host, gpu;
+    uint64_t head;            /* a searched lm_head, after the last layer: the tail read whole, one
+                                 dequantized lm_head, two chunks of logits (engine/autoq/head/) */
 } aq_plan;
 
 static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans, aq_plan *ap,
@@ -487,6 +504,23 @@ static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
     ap->host = ap->q.host_peak - ap->q.writer_bytes + ap->streams + ap->copies + (cpu ? ap->overlay : 0) + ap->memo +
                ap->state;
     ap->gpu = ap->q.gpu_peak ? ap->q.gpu_peak + ap->overlay : 0;
+    uint8_t hallow[LWQ_AQ_FORMATS];
+    if ((rc = lwq_aq_head_allowed(o, ck, hallow, e)) < 0)
+        return rc;
+    if (rc > 0) {
+        char wn[LWQ_ARCH_NAME_MAX + 8];
+        lwq_names_full(&ck->cfg.names, "lm_head.weight", wn, sizeof wn);
+        const lwq_ckpt_tensor *w = lwq_ckpt_find(ck, wn);
+        uint64_t tail = 0;
+        for (int i = 0; i < ck->ntensors; i++)
+            if (ck->tensors[i].layer < 0 || ck->tensors[i].layer >= c->num_hidden_layers)
+                tail += ck->tensors[i].nbytes;
+        ap->head = tail + (w ? 2 * w->nbytes : 0) + 2 * 64 * (uint64_t)c->vocab_size * 4;
+        /* it runs once the layers are done: beside the boundaries and the streams, not a layer's copies */
+        uint64_t h = ap->q.host_peak - ap->q.writer_bytes + ap->streams + ap->state + ap->head;
+        ap->host = h > ap->host ? h : ap->host;
+        ap->gpu = ap->gpu ? ap->gpu + 2 * 64 * (uint64_t)c->vocab_size * 4 + (w ? w->nbytes : 0) : 0;
+    }
     return 0;
 }
 
@@ -499,6 +533,10 @@ static int check_plan(const lwq_autoq_opts *o, const aq_plan *ap, lwq_error *e)
                 (double)(ap->q.host_peak - ap->q.writer_bytes) / 1e9, (double)ap->streams / 1e9,
                 (double)ap->copies / 1e9, (double)ap->overlay / 1e9, (double)ap->memo / 1e9, (double)ap->state / 1e9,
                 (double)ap->gpu / 1e9);
+    if (!o->q.quiet && ap->head)
+        fprintf(stderr, "auto-quantize pass 1: lm_head is searched after the last layer: the host peak is then at most "
+                "%.3f GB (its %.3f GB: the tail read whole, a dequantized lm_head, two chunks of logits)\n",
+                (double)ap->host / 1e9, (double)ap->head / 1e9);
     if (o->q.max_cpu_gb > 0 && (double)ap->host > o->q.max_cpu_gb * 1e9)
         return lwq_errf(e, LWQ_ENOMEM, "auto-quantize pass 1 needs %.2f GB of host memory, more than "
                         "--max-cpu-memory-gb %.2f; lower --auto-quantize-score-size, --calib-size or --calib-seq%s",

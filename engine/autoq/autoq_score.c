@@ -28,6 +28,7 @@
 #include "core/parallel/parallel.h"
 #include "core/sys/proc.h"
 #include "engine/autoq/autoq_pass1.h"
+#include "engine/autoq/head/autoq_head.h"
 #include "engine/eval/eval_internal.h"
 #include "engine/quant/qlayer.h"
 #include "engine/quant/stats.h"
@@ -222,10 +223,7 @@ static int initial_state(lwq_aq_ctx *c, lwq_error *e)
         }
     lwq_layer_weights_free(&lw);
     lwq_tlist_free(&tail);
-    s->tail_bytes = 0;
-    for (int i = 0; i < c->ck.ntensors; i++)
-        if (c->ck.tensors[i].layer < 0 || c->ck.tensors[i].layer >= c->N)
-            s->tail_bytes += c->ck.tensors[i].nbytes;
+    s->tail_bytes = lwq_aq_tail_bytes(c->o, &c->ck);
     return rc;
 }
 
@@ -360,7 +358,18 @@ int lwq_aq_pass1(const lwq_autoq_opts *o, const char *dir, lwq_aq_scores *s, lwq
             lwq_prefetch_cancel(c.pf);
     }
     if (rc == 0 && !s->complete) {
-        if (o->score == LWQ_AQ_SCORE_KL)
+        /* lm_head's group, from the source's output of the last layer (autoq_head.h) */
+        uint8_t hallow[LWQ_AQ_FORMATS];
+        int head = lwq_aq_head_allowed(o, &c.ck, hallow, e);
+        rc = head < 0 ? head : 0;
+        if (rc == 0 && head && (rc = lwq_aq_head_record(o, &c.ck, &s->rec[s->nlayers], e)) == 0) {
+            double t = lwq_aq_cpu_now();
+            if ((rc = lwq_aq_head_score(&c, &s->rec[s->nlayers], e)) == 0)
+                s->has_head = 1;
+            if (rc == 0 && !o->q.quiet)
+                LWQ_INFO("auto-quantize pass 1: lm_head scored in %.2f CPU seconds", lwq_aq_cpu_now() - t);
+        }
+        if (rc == 0 && o->score == LWQ_AQ_SCORE_KL)
             rc = lwq_aq_streams_head(&c, e);
         /* final: the scores stay (a few KB), the state files go */
         char path[PATH_MAX];

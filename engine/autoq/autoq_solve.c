@@ -75,7 +75,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
     uint64_t fixed_lin = 0, other = s->tail_bytes, elements = 0, one = o->active_moe ? LWQ_AQ_WEIGHT_ONE : 1;
     long double welements = 0; /* sum of weight x elements, exact below 2^64 */
     int n = 0;
-    for (int L = 0; L < s->nlayers; L++) {
+    for (int L = 0; L < lwq_aq_nrec(s); L++) {
         fixed_lin += s->rec[L].fixed_bytes;
         other += s->rec[L].other_bytes;
         elements += s->rec[L].linear_elements;
@@ -93,7 +93,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
         return lwq_errf(e, LWQ_EINVAL, "the model has no linear weights to search over");
     /* the weighted costs must fit the knapsack's integers, with room for their sums */
     long double wmax = (long double)fixed_lin * one;
-    for (int L = 0; L < s->nlayers; L++)
+    for (int L = 0; L < lwq_aq_nrec(s); L++)
         for (int k = 0; k < s->rec[L].ngroups; k++) {
             uint64_t mx = 0;
             for (int f = 0; f < LWQ_AQ_FORMATS; f++)
@@ -115,7 +115,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
     }
     uint64_t least = fixed_lin * one;
-    for (int L = 0, i = 0; L < s->nlayers; L++)
+    for (int L = 0, i = 0; L < lwq_aq_nrec(s); L++)
         for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
             const lwq_aq_gscore *g = &s->rec[L].g[k];
             uint64_t mn = UINT64_MAX, w = lwq_aq_cost_weight(o, g);
@@ -156,7 +156,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
             sol->lp_bound = res.lp_bound;
             sol->free_items = res.free_items;
             sol->linear_bytes = fixed_lin;
-            for (int L = 0, i = 0; L < s->nlayers; L++)
+            for (int L = 0, i = 0; L < lwq_aq_nrec(s); L++)
                 for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
                     sol->fmt[i] = (uint8_t)fmt_of[i * LWQ_AQ_FORMATS + pick[i]];
                     sol->linear_bytes += s->rec[L].g[k].cost[sol->fmt[i]];
@@ -180,13 +180,13 @@ int lwq_aq_uniform(const lwq_aq_scores *s, int pref, lwq_aq_solution *sol, lwq_e
 {
     memset(sol, 0, sizeof *sol);
     int n = 0;
-    for (int L = 0; L < s->nlayers; L++)
+    for (int L = 0; L < lwq_aq_nrec(s); L++)
         n += s->rec[L].ngroups;
     if (!(sol->fmt = calloc((size_t)(n ? n : 1), sizeof *sol->fmt)))
         return lwq_errf(e, LWQ_ENOMEM, "out of memory");
     sol->ngroups = n;
     uint64_t other = s->tail_bytes;
-    for (int L = 0, i = 0; L < s->nlayers; L++) {
+    for (int L = 0, i = 0; L < lwq_aq_nrec(s); L++) {
         const lwq_aq_lrec *r = &s->rec[L];
         other += r->other_bytes;
         sol->linear_bytes += r->fixed_bytes;

@@ -22,6 +22,7 @@
 #include "core/sys/file.h"
 #include "core/data/hash.h"
 #include "engine/autoq/autoq_internal.h"
+#include "engine/autoq/head/autoq_head.h"
 #include "engine/quant/qlayer.h"
 #include "engine/run/resume/fingerprint.h"
 #include "io/durable.h"
@@ -101,7 +102,7 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
 
 void lwq_aq_scores_free(lwq_aq_scores *s)
 {
-    for (int L = 0; s->rec && L < s->nlayers; L++)
+    for (int L = 0; s->rec && L <= s->nlayers; L++) /* rec[nlayers]: lm_head's */
         free(s->rec[L].g);
     free(s->rec);
     memset(s, 0, sizeof *s);
@@ -155,10 +156,11 @@ static cJSON *render(const lwq_aq_scores *s)
     lwq_json_put_hex(st, "xxh64", s->state_xxh64);
     cJSON_AddNumberToObject(st, "streams", s->nstreams);
     cJSON *ls = cJSON_AddArrayToObject(root, "layers");
-    for (int L = 0; L < s->committed; L++) {
-        const lwq_aq_lrec *r = &s->rec[L];
+    /* the layers, then lm_head's record ("head", layer -1) once it is measured */
+    for (int L = 0; L < s->committed + (s->has_head && s->complete); L++) {
+        const lwq_aq_lrec *r = &s->rec[L < s->committed ? L : s->nlayers];
         cJSON *l = cJSON_CreateObject();
-        cJSON_AddNumberToObject(l, "layer", L);
+        cJSON_AddNumberToObject(l, "layer", L < s->committed ? L : -1);
         put_u64(l, "tokens", (uint64_t)r->tokens);
         put_num(l, "out_sq", r->out_sq);
         put_num(l, "gain", r->gain);
@@ -184,7 +186,10 @@ static cJSON *render(const lwq_aq_scores *s)
             }
             cJSON_AddItemToArray(gs, go);
         }
-        cJSON_AddItemToArray(ls, l);
+        if (L < s->committed)
+            cJSON_AddItemToArray(ls, l);
+        else
+            cJSON_AddItemToObject(root, "head", l);
     }
     return root;
 }
@@ -270,6 +275,7 @@ int lwq_aq_scores_load(const char *path, lwq_aq_scores *s, lwq_error *e)
     const cJSON *cp = cJSON_GetObjectItemCaseSensitive(root, "complete");
     const cJSON *st = cJSON_GetObjectItemCaseSensitive(root, "state");
     const cJSON *ls = cJSON_GetObjectItemCaseSensitive(root, "layers");
+    const cJSON *hd = cJSON_GetObjectItemCaseSensitive(root, "head");
     uint64_t nl = 0, cm = 0, ns = 0;
     const char *bad = NULL;
     if (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "lwq-auto-quantize-scores") || !cJSON_IsNumber(ver) ||
@@ -311,7 +317,7 @@ int lwq_aq_scores_load(const char *path, lwq_aq_scores *s, lwq_error *e)
         s->committed = (int)cm;
         s->complete = cJSON_IsTrue(cp);
         s->nstreams = (int)ns;
-        if (!(s->rec = calloc(nl, sizeof *s->rec))) {
+        if (!(s->rec = calloc(nl + 1, sizeof *s->rec))) {
             cJSON_Delete(root);
             return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
         }
@@ -325,6 +331,17 @@ int lwq_aq_scores_load(const char *path, lwq_aq_scores *s, lwq_error *e)
             }
             if (r)
                 bad = "a layer record";
+        }
+        if (!bad && hd) { /* lm_head's record: in a complete file only, one group of kind lm_head */
+            int r = parse_layer(hd, -1, &s->rec[nl]);
+            s->has_head = 1;
+            if (r == -2) {
+                cJSON_Delete(root);
+                lwq_aq_scores_free(s);
+                return lwq_errf(e, LWQ_ENOMEM, "%s: out of memory", path);
+            }
+            if (r || !s->complete || s->rec[nl].ngroups != 1 || s->rec[nl].g[0].kind != LWQ_AQ_HEAD)
+                bad = "the lm_head record";
         }
     }
     cJSON_Delete(root);
@@ -573,6 +590,21 @@ static int check_layer(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_sr
     return rc;
 }
 
+uint64_t lwq_aq_tail_bytes(const lwq_autoq_opts *o, const lwq_ckpt *ck)
+{
+    uint8_t allowed[LWQ_AQ_FORMATS];
+    lwq_error ig = {0};
+    int head = lwq_aq_head_allowed(o, ck, allowed, &ig) > 0; /* its errors are the search's, reported there */
+    char wn[LWQ_ARCH_NAME_MAX + 8];
+    lwq_names_full(&ck->cfg.names, "lm_head.weight", wn, sizeof wn);
+    uint64_t tail = 0;
+    for (int i = 0; i < ck->ntensors; i++)
+        if ((ck->tensors[i].layer < 0 || ck->tensors[i].layer >= ck->cfg.num_hidden_layers) &&
+            !(head && !strcmp(ck->tensors[i].name, wn)))
+            tail += ck->tensors[i].nbytes;
+    return tail;
+}
+
 int lwq_aq_scores_check(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arch_layer *plans,
                         const lwq_aq_scores *s, const char *file, lwq_error *e)
 {
@@ -585,11 +617,19 @@ int lwq_aq_scores_check(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_a
                         s->nlayers, ck->cfg.num_hidden_layers);
     for (int L = 0; L < s->committed && rc == 0; L++)
         rc = check_layer(o, ck, &sf, &plans[L], &s->rec[L], L, file, e);
+    /* lm_head: searched by this run exactly when the complete file has its record */
+    uint8_t hallow[LWQ_AQ_FORMATS];
+    int head = rc == 0 ? lwq_aq_head_allowed(o, ck, hallow, e) : 0;
+    if (head < 0)
+        return head;
+    if (rc == 0 && s->complete && head != s->has_head)
+        rc = lwq_errf(e, LWQ_ESTATE, "%s: %s lm_head record, and this search %s lm_head (the scores do not belong to "
+                      "this recipe, or were edited: remove the file, or the resume directory it is in, to score "
+                      "again)", file, s->has_head ? "has an" : "has no", head ? "searches" : "does not search");
+    if (rc == 0 && s->has_head)
+        rc = lwq_aq_head_check(o, ck, &s->rec[s->nlayers], file, e);
     if (rc == 0 && s->committed > 0) { /* pass 1 counts the tail when it starts */
-        uint64_t tail = 0;
-        for (int i = 0; i < ck->ntensors; i++)
-            if (ck->tensors[i].layer < 0 || ck->tensors[i].layer >= ck->cfg.num_hidden_layers)
-                tail += ck->tensors[i].nbytes;
+        uint64_t tail = lwq_aq_tail_bytes(o, ck);
         if (tail != s->tail_bytes)
             rc = lwq_errf(e, LWQ_ESTATE, "%s: the tensors outside the decoder layers are %" PRIu64 " bytes in the "
                           "file, %" PRIu64 " in this model (the scores do not belong to this model, or were edited: "

@@ -65,8 +65,9 @@ static void aq_cands(const lwq_ynode *imports, const lwq_ynode *cands, const cha
 
 /* module_search_spaces (`l`, NULL when absent) into run->aq_space: the count, or -(i + 1) when entry i
  * breaks Model Optimizer's schema (not a mapping, other keys, no pattern, no candidate, too many or too
- * long).  What lwq lacks for an entry goes to lacks: candidates that are no lwq format, and a pattern
- * that matches lm_head (Model Optimizer searches it; lwq's search has decoder-layer groups only). */
+ * long).  What lwq lacks for an entry goes to lacks: candidates that are no lwq format.  A pattern that
+ * matches lm_head makes lm_head a search group (engine/autoq/head/autoq_head.h, as Model Optimizer 0.47
+ * searches it). */
 static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe_run *run, char *lacks, size_t cap)
 {
     if (!l)
@@ -95,10 +96,6 @@ static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe
             if (!p || strlen(p) >= LWQ_RECIPE_AQ_PATTERN_MAX)
                 return -(i + 1);
             snprintf(sp->pattern[k], sizeof sp->pattern[k], "%s", p);
-            if (lwq_glob_match(p, "lm_head"))
-                snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; module_search_spaces[%d] pattern %.60s "
-                         "matches lm_head, which Model Optimizer then searches and lwq's search does not (lm_head "
-                         "keeps the base recipe's choice)", i, p);
         }
         sp->npatterns = pats->n;
         char key[48];

@@ -175,21 +175,6 @@ Test(autoq_recipe, a_space_matching_part_of_a_group_is_refused)
     cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
 }
 
-/* a space whose pattern matches lm_head is refused by name: Model Optimizer would search lm_head, lwq does not */
-Test(autoq_recipe, a_space_matching_lm_head_is_refused_by_name)
-{
-    make_moe();
-    write_spaces("aq.yaml", "8.0", "    - module_name_patterns: ['*self_attn*', '*lm_head*']\n"
-                                   "      candidate_formats: [{$import: fp8}]\n");
-    char extra[1024];
-    snprintf(extra, sizeof extra, "--recipe %s", lwqt_path("aq.yaml"));
-    cr_assert_eq(run("a", extra), 2);
-    char *err = lwqt_slurp(lwqt_path("stderr.txt"));
-    cr_assert(strstr(err, "module_search_spaces[0] pattern *lm_head* matches lm_head"), "%s", err);
-    free(err);
-    cr_assert_neq(lwqt_sh("test -e %s", lwqt_path("a")), 0, "an output was written");
-}
-
 /* An auto_quantize recipe with a fixed quantize baseline (its quant_cfg entries: `cfg`, NVFP4 and FP8 attributes
  * inline) and one space over attention with the qwen3_6_moe recipe's candidates, active_moe */
 static void write_baseline(const char *rel, const char *cfg)

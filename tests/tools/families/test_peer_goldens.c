@@ -99,8 +99,14 @@ static int search_case_rc(const cJSON *m, const cJSON *c, const char *out, const
     int swap = 0;
     for (const cJSON *a = cJSON_GetObjectItem(c, "lwq")->child; a; a = a->next) {
         size_t n = strlen(args);
-        snprintf(args + n, sizeof args - n, " '%s'", swap ? bits : a->valuestring);
-        swap = !strcmp(a->valuestring, "--auto-quantize-bits");
+        const char *v = a->valuestring;
+        if (swap)
+            snprintf(args + n, sizeof args - n, " '%s'", bits);
+        else if (!strncmp(v, "@DATA@/", 7)) /* a file of tests/data/peers (a recipe, its root) */
+            snprintf(args + n, sizeof args - n, " '%s/%s'", data_root(), v + 7);
+        else
+            snprintf(args + n, sizeof args - n, " '%s'", v);
+        swap = !strcmp(v, "--auto-quantize-bits");
     }
     return lwqt_sh("'%s' quantize '%s/%s' -o '%s' --calib '%s/%s' --calib-size %d --calib-seq %d --batch-size %d "
                    "--quiet%s %s > '%s.log' 2>&1",
@@ -533,7 +539,8 @@ static int check_lps(const cJSON *m, const cJSON *c, const char *file, const cha
         for (; g && want; g = g->next, want = want->next, k++)
             cr_assert_str_eq(cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring,
                              "%s (%s) at %s bits: group %d (layer %d %s): lwq chose %s, Model Optimizer's solver %s",
-                             str_of(c, "name"), file, bits, k, cJSON_GetObjectItem(g, "layer")->valueint,
+                             str_of(c, "name"), file, bits, k,
+                             cJSON_GetObjectItem(g, "layer") ? cJSON_GetObjectItem(g, "layer")->valueint : -1, /* lm_head */
                              cJSON_GetObjectItem(g, "group")->valuestring,
                              cJSON_GetObjectItem(g, "format")->valuestring, want->valuestring);
         cr_assert(!g && !want, "%s at %s bits: %d groups here, another number in %s", str_of(c, "name"), bits, k, p);
