@@ -4,7 +4,7 @@
 The recipe is Model Optimizer 0.47's
 huggingface/qwen3_6_moe/auto_quantize/w4a16_nvfp4_fp8_module_spaces_at_6p0bits-active_moe with
 "*lm_head*" left out of its one module_search_spaces entry (lm_head then keeps the baseline's
-'*lm_head*weight_quantizer' NVFP4, weight-only, outside the search), kept as
+'*lm_head*weight_quantizer' NVFP4, weight-only: a fixed group inside the budget), kept as
 peers/recipes/qwen3_6_moe-module_spaces-no_lm_head.yaml, at --auto-quantize-bits 7 (under lwq's byte
 costs the tiny source's least mix is 6.2352 active_moe bits: F32 routers and unsearched linears count
 at 32 bits).  Model Optimizer's own search does not run on the CPU (its dynamic NVFP4 block fake quant
@@ -41,9 +41,10 @@ PUBLISHED = "huggingface/qwen3_6_moe/auto_quantize/w4a16_nvfp4_fp8_module_spaces
 RECIPE = os.path.join(HERE, "recipes", "qwen3_6_moe-module_spaces-no_lm_head.yaml")
 COMMAND = ".peers/venvs/modelopt/bin/python peers/autoq_baseline.py --commit"
 # label, the recipe lwq runs (a file of peers/recipes, or the published recipe's name), the budget, and what
-# lwq must choose for lm_head there (None: lm_head is not searched; the baseline's weight-only NVFP4)
+# lwq must choose for lm_head there (without "*lm_head*" in the space: the baseline's weight-only NVFP4, its
+# one choice, inside the budget as Model Optimizer resolves an unmatched group with the baseline)
 # and whether its golden carries Model Optimizer's solver on lwq's scores at every budget (an lps file)
-CASES = [("autoq-module_spaces-baseline-7bits", RECIPE, "7", None, False),
+CASES = [("autoq-module_spaces-baseline-7bits", RECIPE, "7", "w4a16_nvfp4", False),
          ("autoq-module_spaces-lm_head-7bits", PUBLISHED, "7", "fp8", True),
          ("autoq-module_spaces-lm_head-6p3bits", PUBLISHED, "6.3", "w4a16_nvfp4", False)]
 
@@ -54,7 +55,7 @@ def make_recipe(root):
     if text.count(line) != 1:
         sys.exit(f"autoq_baseline: {PUBLISHED} has no single '*lm_head*' pattern line")
     head = ("# lwq peers: Model Optimizer 0.47's " + PUBLISHED + "\n# with \"*lm_head*\" left out of its "
-            "module_search_spaces entry (lm_head then keeps the baseline's weight-only NVFP4 outside the search): "
+            "module_search_spaces entry (lm_head then keeps the baseline's weight-only NVFP4, a fixed group): "
             "peers/autoq_baseline.py\n")
     with open(RECIPE, "w") as f:
         f.write(head + text.replace(line, ""))

@@ -1005,8 +1005,8 @@ choice at each against it.
 
 `qwen3_5_moe-f32/autoq-module_spaces-baseline-7bits`: Model Optimizer's
 `huggingface/qwen3_6_moe/auto_quantize/w4a16_nvfp4_fp8_module_spaces_at_6p0bits-active_moe` with
-`"*lm_head*"` left out of its search space (lm_head then keeps the baseline's weight-only NVFP4,
-outside the search), `issue33/qwen3_6_moe-module_spaces-no_lm_head.yaml` with its imports, run by lwq
+`"*lm_head*"` left out of its search space (lm_head then keeps the baseline's weight-only NVFP4, a
+fixed group inside the budget), `issue33/qwen3_6_moe-module_spaces-no_lm_head.yaml` with its imports, run by lwq
 at `--auto-quantize-bits 7` (the tiny source's least mix under lwq's byte costs is 6.2352 active_moe
 bits).  The routed experts, which no space matches, keep the baseline's W4A16; attention, linear
 attention and the shared experts are searched over W4A16 / FP8.  The golden is Model Optimizer's

@@ -622,10 +622,10 @@ int lwq_aq_scores_check(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_a
     int head = rc == 0 ? lwq_aq_head_allowed(o, ck, hallow, e) : 0;
     if (head < 0)
         return head;
-    if (rc == 0 && s->complete && head != s->has_head)
-        rc = lwq_errf(e, LWQ_ESTATE, "%s: %s lm_head record, and this search %s lm_head (the scores do not belong to "
+    if (rc == 0 && s->complete && (head > 0) != s->has_head)
+        rc = lwq_errf(e, LWQ_ESTATE, "%s: %s lm_head record, and this search %s lm_head in its budget (the scores do not belong to "
                       "this recipe, or were edited: remove the file, or the resume directory it is in, to score "
-                      "again)", file, s->has_head ? "has an" : "has no", head ? "searches" : "does not search");
+                      "again)", file, s->has_head ? "has an" : "has no", head ? "counts" : "does not count");
     if (rc == 0 && s->has_head)
         rc = lwq_aq_head_check(o, ck, &s->rec[s->nlayers], file, e);
     if (rc == 0 && s->committed > 0) { /* pass 1 counts the tail when it starts */

@@ -61,8 +61,19 @@ int lwq_aq_head_allowed(const lwq_autoq_opts *o, const lwq_ckpt *ck, uint8_t all
                             o->spaces[hit].line, s, o->spaces[s].line);
         hit = s;
     }
-    if (hit < 0)
-        return 0;
+    if (hit < 0) {
+        /* no entry matches it: under a fixed baseline its one choice is the baseline's lm_head, inside the
+         * budget (Model Optimizer's _resolve_fixed_group_recipe, as for a decoder group no entry matches);
+         * a form no candidate is (weight-only FP8, the static NVFP4 searches, Four-over-Six) and a tied
+         * lm_head stay outside the search, the base recipe's */
+        int f = o->baseline && o->nspaces > 0 ? lwq_aq_head_format(o->q.recipe->lm_head) : -1;
+        const lwq_ckpt_tensor *w = lwq_ckpt_find(ck, wn);
+        if (f < 0 || !w || w->ndim != 2 || (f == LWQ_AQ_W4A16 && w->shape[1] % 16) ||
+            (w->dtype != LWQ_BF16 && w->dtype != LWQ_F16 && w->dtype != LWQ_F32))
+            return 0;
+        allowed[f] = 1;
+        return 2;
+    }
     const lwq_recipe_aq_space *sp = &o->spaces[hit];
     if (sp->nvfp4 || sp->nvfp4_mse)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: module_search_spaces[%d] (line %d) offers it %s (W4A4); lwq writes "

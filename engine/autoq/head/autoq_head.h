@@ -8,8 +8,12 @@
  * lwq searches lm_head when exactly one module_search_spaces entry has a pattern matching its name
  * (the qwen3_6_moe module_spaces recipe's "*lm_head*"): its candidates are that entry's (none with
  * its allow_no_quant).  An `nvfp4` (W4A4, or its mse variant) candidate on lm_head, two entries matching it, and a tied
- * lm_head (no lm_head.weight of its own) are refused naming lm_head.  Without such an entry lm_head
- * keeps the base recipe's choice outside the search (as before; README says so).
+ * lm_head (no lm_head.weight of its own) are refused naming lm_head.  Under a fixed `quantize` baseline
+ * with no entry matching lm_head, its one choice is the baseline's lm_head (weight-only NVFP4, W8A8 FP8
+ * or none), a fixed group inside the budget, as Model Optimizer resolves an unmatched group with the
+ * baseline; a baseline lm_head no candidate is (weight-only FP8, static NVFP4, Four-over-Six) stays
+ * outside the search.  Without a baseline or an entry lm_head keeps the base recipe's choice outside
+ * the search (Model Optimizer would search it with the top-level candidates; README says so).
  *
  * The group's record is the extra record rec[nlayers] of the scores (lwq_aq_nrec): one group of kind
  * LWQ_AQ_HEAD, gain 1, no fixed or other bytes, lm_head's weight elements.  Pass 1 measures it after
@@ -39,8 +43,8 @@
 struct lwq_aq_lrec;
 struct lwq_aq_ctx;
 
-/* Whether o's search takes lm_head (1, allowed[] its candidates), or not (0); < 0 an error naming
- * lm_head and the space(s). */
+/* Whether o's search takes lm_head: 1 searched (allowed[] its candidates), 2 fixed at the baseline's
+ * format (allowed[] that one), 0 not; < 0 an error naming lm_head and the space(s). */
 int lwq_aq_head_allowed(const lwq_autoq_opts *o, const lwq_ckpt *ck, uint8_t allowed[LWQ_AQ_FORMATS], lwq_error *e);
 /* The LWQ_LMHEAD_* mode candidate f writes lm_head as (FP8: W8A8, W4A16: dynamic weight-only NVFP4,
  * NONE: none); -1 for a candidate lm_head cannot take. */

@@ -275,3 +275,49 @@ Test(autoq_head, lwq_eval_refuses_the_output_naming_lm_head)
     cr_assert(strstr(err_text(), "lm_head.weight is quantized; a quantized lm_head outside the decoder layers is not "
                                  "emulated"), "%s", err_text());
 }
+
+/* a fixed quantize baseline whose spaces leave lm_head out: lm_head keeps the baseline's weight-only NVFP4 as
+ * its one choice, a group inside the budget (Model Optimizer resolves an unmatched group with the baseline) */
+Test(autoq_head, a_baseline_fixes_lm_head_at_its_format_inside_the_budget)
+{
+    make_moe("");
+    lwqt_write_str("aq.yaml",
+                   "imports:\n"
+                   "  fp8: configs/ptq/presets/model/fp8\n"
+                   "  w4a16_nvfp4: configs/ptq/presets/model/w4a16_nvfp4\n"
+                   "metadata:\n"
+                   "  recipe_type: auto_quantize\n"
+                   "quantize:\n"
+                   "  algorithm: max\n"
+                   "  quant_cfg:\n"
+                   "    - {quantizer_name: '*', enable: false}\n"
+                   "    - {quantizer_name: '*mlp.experts*weight_quantizer*', cfg: {num_bits: e2m1, block_sizes: "
+                   "{-1: 16, type: dynamic, scale_bits: e4m3}}}\n"
+                   "    - {quantizer_name: '*lm_head*weight_quantizer', cfg: {num_bits: e2m1, block_sizes: "
+                   "{-1: 16, type: dynamic, scale_bits: e4m3}}}\n"
+                   "auto_quantize:\n"
+                   "  constraints:\n"
+                   "    effective_bits: 12\n"
+                   "  module_search_spaces:\n"
+                   "    - module_name_patterns: ['*self_attn*']\n"
+                   "      candidate_formats: [{$import: w4a16_nvfp4}, {$import: fp8}]\n"
+                   "      allow_no_quant: false\n"
+                   "  score_size: 2\n");
+    cr_assert_eq(run(NULL, "a", NULL), 0, "%s", err_text());
+    cJSON *root = lwqt_json(lwqt_path("a/auto_quantize.json"));
+    cJSON *g = head_group(root);
+    const cJSON *c = cJSON_GetObjectItem(g, "candidates");
+    cr_assert_eq(cJSON_GetArraySize(c), 1);
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(c, "w4a16_nvfp4"), "bytes")->valuedouble, 512.0 * 128 * 9 / 16 + 4);
+    cr_assert_str_eq(cJSON_GetObjectItem(g, "format")->valuestring, "w4a16_nvfp4");
+    double pred = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "predicted"), "bits_per_weight")->valuedouble;
+    double wrote = cJSON_GetObjectItem(cJSON_GetObjectItem(root, "written"), "bits_per_weight")->valuedouble;
+    cJSON_Delete(root);
+    cr_assert_eq(pred, wrote, "predicted %.6f, written %.6f (lm_head counted in both)", pred, wrote);
+    lwq_ckpt ck;
+    lwq_error e = {0};
+    cr_assert_eq(lwq_ckpt_open(lwqt_path("a"), &ck, &e), 0, "%s", e.msg);
+    const lwq_ckpt_tensor *t = lwq_ckpt_find(&ck, "lm_head.weight");
+    cr_assert(t && t->dtype == LWQ_U8, "lm_head.weight is not NVFP4-packed");
+    lwq_ckpt_free(&ck);
+}
