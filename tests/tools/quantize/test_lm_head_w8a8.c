@@ -1,4 +1,4 @@
-/* A W8A8 FP8 lm_head (recipe "lm_head": "fp8", or '*lm_head*' FP8 weight and input quantizers): written with an input_scale from the calibration amax of the final norm's output, on every path and through a resume; refusals by name (issue 33). */
+/* A W8A8 FP8 lm_head (recipe "lm_head": "fp8", or '*lm_head*' FP8 weight and input quantizers): written with an input_scale from the calibration amax of the final norm's output, the same bytes on every path (whole-model, expert streaming, MPI ranks) and through a resume; refusals by name (issue 33). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <signal.h>
@@ -113,6 +113,39 @@ Test(lm_head_w8a8, the_whole_model_path_writes_the_layerwise_bytes)
     cr_assert_eq(quantize("a", "r.json", NULL, NULL), 0);
     cr_assert_eq(quantize("b", "r.json", NULL, "--whole-model"), 0);
     cr_assert(same_dirs("a", "b"), "--whole-model wrote other bytes");
+}
+
+/* Expert streaming (the MoE layers as the dense part and groups of experts) writes the unstreamed bytes */
+Test(lm_head_w8a8, expert_streaming_writes_the_unstreamed_bytes)
+{
+    make_model("");
+    lwqt_write_str("r.json", RECIPE);
+    cr_assert_eq(quantize("a", "r.json", NULL, NULL), 0);
+    cr_assert_eq(quantize("b", "r.json", NULL, "--expert-group 1"), 0);
+    cr_assert(same_dirs("a", "b"), "--expert-group 1 wrote other bytes");
+}
+
+/* Over 2 MPI ranks (each rank's rows of the final hidden state, the amax met by MAX) the bytes of one process */
+Test(lm_head_w8a8, two_ranks_write_the_bytes_of_one_process)
+{
+    const char *mpiexec = getenv("LWQ_MPIEXEC");
+    if (!mpiexec || !*mpiexec)
+        cr_skip_test("this lwq was built without MPI: no launcher to test with");
+    if (access(mpiexec, X_OK) != 0)
+        cr_skip_test("the MPI launcher this lwq was built with, %s, is not here", mpiexec);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 1);
+    setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 1);
+    setenv("OMPI_MCA_rmaps_base_oversubscribe", "1", 1);
+    setenv("OMPI_MCA_hwloc_base_binding_policy", "none", 1);
+    setenv("OMPI_MCA_plm_rsh_agent", "", 1);
+    setenv("OMPI_MCA_mpi_yield_when_idle", "1", 1);
+    make_model("");
+    lwqt_write_str("r.json", RECIPE);
+    cr_assert_eq(quantize("a", "r.json", NULL, "--threads 1"), 0);
+    char launch[600];
+    snprintf(launch, sizeof launch, "'%s' -n 2", mpiexec);
+    cr_assert_eq(quantize("b", "r.json", launch, "--threads 1"), 0, "%s", lwqt_slurp(lwqt_path("stderr.txt")));
+    cr_assert(same_dirs("a", "b"), "2 ranks wrote other bytes than one process");
 }
 
 /* The amax is committed with the last layer (the manifest): a run killed at any durable write step,
