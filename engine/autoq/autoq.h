@@ -80,7 +80,12 @@ typedef enum lwq_aq_score { LWQ_AQ_SCORE_LAYER = 0, LWQ_AQ_SCORE_KL } lwq_aq_sco
  * candidate with its own algorithm (algorithms.py before_search: calibrate(model, recipe.config.algorithm)
  * with every group set to that candidate), so the other candidates keep the base recipe's.  Its bytes
  * are NVFP4's; its score the replay of those weights. */
-enum { LWQ_AQ_W4A16 = 3, LWQ_AQ_NVFP4_MSE = 4, LWQ_AQ_FORMATS = 5 };
+enum { LWQ_AQ_W4A16 = 3, LWQ_AQ_NVFP4_MSE = 4, LWQ_AQ_W4A16_F46 = 5, LWQ_AQ_FORMATS = 6 };
+/* LWQ_AQ_W4A16_F46 is weight-only Four-over-Six NVFP4 (lwq's --qformat nvfp4_four_over_six weights without
+ * the input quantizer): the mse search over the multipliers 1.0 and 1.5 (start 1.0, stop 1.5, step 0.5,
+ * no FP8 scale sweep) with block scales normalised to 256, as the inline candidate of Model Optimizer's
+ * Muse-Glimmer-30B w4a16_nvfp4_4o6_mixed recipe asks; W4A16's bytes. */
+#define LWQ_AQ_F46_MULT {1.0, 1.5, 0.5}
 
 typedef struct lwq_autoq_opts {
     lwq_quantize_opts q;     /* pass 2's run; q.recipe is the base recipe, q.calib the calibration */
@@ -115,12 +120,20 @@ typedef struct lwq_autoq_opts {
      * then it is in no group), its cheapest; anything else is refused naming the group, as Model
      * Optimizer refuses it. */
     int baseline;
+    double baseline_bits;    /* the baseline's effective_bits (0: none): Model Optimizer then costs every group
+                                it quantizes at them, so lwq_aq_baseline_check's cheapest-format test is moot */
+    /* The candidates carry their own calibration algorithm, as Model Optimizer 0.47 calibrates each
+     * candidate with its own (an auto_quantize recipe's: its presets' max, or an inline candidate's):
+     * nvfp4, fp8 and w4a16_nvfp4 are then max-calibrated whatever the base recipe's algorithm (a fixed
+     * baseline's mse, say).  0: they keep the base recipe's (lwq's own --qformat X --auto-quantize-*). */
+    int own_algos;
 } lwq_autoq_opts;
 
 int lwq_autoq_run(const lwq_autoq_opts *o, lwq_error *e);
 
-/* "none", "nvfp4", "fp8", "w4a16_nvfp4", "nvfp4_w4a4_weight_mse_fp8_sweep": candidate f as
- * --auto-quantize-formats and scores.json spell it (Model Optimizer's preset names); "?" out of range. */
+/* "none", "nvfp4", "fp8", "w4a16_nvfp4", "nvfp4_w4a4_weight_mse_fp8_sweep", "w4a16_nvfp4_four_over_six":
+ * candidate f as --auto-quantize-formats and scores.json spell it (Model Optimizer's preset names where it
+ * has one); "?" out of range. */
 const char *lwq_aq_format_name(int f);
 /* name -> candidate index; -1 when unknown */
 int lwq_aq_format_parse(const char *name);

@@ -42,18 +42,19 @@ static int can_take(const lwq_arch_linear *l, int f)
 }
 
 _Static_assert(LWQ_QFMT_NONE == 0 && LWQ_QFMT_NVFP4 == 1 && LWQ_QFMT_FP8 == 2 && LWQ_AQ_W4A16 == 3 &&
-                   LWQ_AQ_NVFP4_MSE == 4 && LWQ_AQ_FORMATS == 5,
+                   LWQ_AQ_NVFP4_MSE == 4 && LWQ_AQ_W4A16_F46 == 5 && LWQ_AQ_FORMATS == 6,
                "the candidate indexes extend lwq_qformat");
 static const char *const format_names[LWQ_AQ_FORMATS] = {"none", "nvfp4", "fp8", "w4a16_nvfp4",
-                                                         "nvfp4_w4a4_weight_mse_fp8_sweep"};
+                                                         "nvfp4_w4a4_weight_mse_fp8_sweep",
+                                                         "w4a16_nvfp4_four_over_six"};
 
 lwq_qformat lwq_aq_qformat(int f)
 {
-    return f == LWQ_AQ_W4A16 || f == LWQ_AQ_NVFP4_MSE ? LWQ_QFMT_NVFP4 : (lwq_qformat)f;
+    return f == LWQ_AQ_W4A16 || f == LWQ_AQ_NVFP4_MSE || f == LWQ_AQ_W4A16_F46 ? LWQ_QFMT_NVFP4 : (lwq_qformat)f;
 }
-int lwq_aq_weight_only(int f) { return f == LWQ_AQ_W4A16; }
+int lwq_aq_weight_only(int f) { return f == LWQ_AQ_W4A16 || f == LWQ_AQ_W4A16_F46; }
 
-lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f)
+lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f, int own_algos)
 {
     lwq_quant_choice c = *base;
     c.format = lwq_aq_qformat(f);
@@ -64,12 +65,18 @@ lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f)
     c.split = 0;
     if (c.format == LWQ_QFMT_NONE || c.weight_only)
         c.has_input_amax = 0;
-    if (f == LWQ_AQ_NVFP4_MSE) { /* its own weight algorithm, whatever the base recipe's */
-        c.algo = LWQ_ALGO_MSE;
-        c.fp8_scale_sweep = 1;
-        c.four_over_six = 0;
-        c.mse_range = LWQ_MSE_RANGE_DEFAULT;
+    if (c.format != LWQ_QFMT_NONE && (own_algos || f == LWQ_AQ_NVFP4_MSE || f == LWQ_AQ_W4A16_F46)) {
+        /* its own weight algorithm, whatever the base recipe's: max, unless the candidate says otherwise */
+        static const double f46[3] = LWQ_AQ_F46_MULT;
+        c.algo = f == LWQ_AQ_NVFP4_MSE || f == LWQ_AQ_W4A16_F46 ? LWQ_ALGO_MSE : LWQ_ALGO_MAX;
+        c.fp8_scale_sweep = f == LWQ_AQ_NVFP4_MSE;
+        c.four_over_six = f == LWQ_AQ_W4A16_F46;
+        c.mse_range = f == LWQ_AQ_W4A16_F46 ? LWQ_MSE_RANGE_OWN : LWQ_MSE_RANGE_DEFAULT;
+        if (f == LWQ_AQ_W4A16_F46)
+            memcpy(c.mse_mult, f46, sizeof f46);
     }
+    if (own_algos) /* the candidate's own input quantizer: calibrated, not a baseline's constant_amax */
+        c.has_input_amax = 0;
     return c;
 }
 const char *lwq_aq_format_name(int f) { return f >= 0 && f < LWQ_AQ_FORMATS ? format_names[f] : "?"; }
@@ -184,7 +191,7 @@ static int layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
                 bad = &p->linears[g->lin[m]];
                 break;
             }
-        char list[96];
+        char list[128];
         lwq_aq_formats_str(want, list, sizeof list);
         int rc = lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group can take none of --auto-quantize-formats %s: NVFP4 "
                           "(and w4a16_nvfp4) needs in-features divisible by 16, and %s has %lld%s; add fp8 or none to the formats",
@@ -196,10 +203,15 @@ static int layer_init(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recipe
     return 0;
 }
 
-/* The candidate a base choice is: NVFP4 with its input quantizer off is W4A16. */
+/* The candidate a base choice is: NVFP4 with its input quantizer off is W4A16 (W4A16_F46 with
+ * Four-over-Six), NVFP4 under mse with the FP8 scale sweep NVFP4_MSE. */
 static int base_candidate(const lwq_quant_choice *b)
 {
-    return b->format == LWQ_QFMT_NVFP4 && b->weight_only ? LWQ_AQ_W4A16 : (int)b->format;
+    if (b->format == LWQ_QFMT_NVFP4 && b->weight_only)
+        return b->four_over_six ? LWQ_AQ_W4A16_F46 : LWQ_AQ_W4A16;
+    if (b->format == LWQ_QFMT_NVFP4 && b->algo == LWQ_ALGO_MSE && b->fp8_scale_sweep)
+        return LWQ_AQ_NVFP4_MSE;
+    return (int)b->format;
 }
 
 /* Group k, which no space matches, under a fixed baseline: its one choice is the baseline's format, which
@@ -233,7 +245,9 @@ static int half_bits(int f)
 
 int lwq_aq_baseline_check(const lwq_autoq_opts *o, const lwq_arch_layer *plans, int N, lwq_error *e)
 {
-    if (!o->baseline)
+    /* with the baseline's effective_bits Model Optimizer costs every group it quantizes at them
+     * (_fixed_module_weight_compression's override), so no format is other than its cost */
+    if (!o->baseline || o->baseline_bits > 0)
         return 0;
     /* the baseline's compression: its cheapest format anywhere (weights, inputs, the KV cache) */
     int least = o->q.recipe->kv == LWQ_KV_NONE ? half_bits(LWQ_QFMT_NONE)
@@ -307,6 +321,7 @@ static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const l
         want[LWQ_QFMT_FP8] = (uint8_t)(sp->fp8 != 0);
         want[LWQ_AQ_W4A16] = (uint8_t)(sp->w4a16 != 0);
         want[LWQ_AQ_NVFP4_MSE] = (uint8_t)(sp->nvfp4_mse != 0);
+        want[LWQ_AQ_W4A16_F46] = (uint8_t)(sp->w4a16_f46 != 0);
     } else {
         memcpy(want, o->unmatched, sizeof want);
     }
@@ -318,7 +333,7 @@ static int apply_spaces(lwq_aq_layer *a, const lwq_arch_layer *p, int k, const l
     }
     if (g->allowed[LWQ_QFMT_NONE] || lwq_aq_nquantized(g->allowed))
         return 0;
-    char list[96];
+    char list[128];
     lwq_aq_formats_str(want, list, sizeof list);
     if (hit >= 0)
         return lwq_errf(e, LWQ_EINVAL, "layer %d: the %s group (%s) can take none of module_search_spaces[%d]'s "
@@ -335,6 +350,7 @@ int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recip
     int rc = layer_init(a, p, r, o->formats, o, e);
     if (rc)
         return rc;
+    a->own_algos = o->own_algos;
     for (int k = 0; rc == 0 && k < a->ngroups && o->nspaces > 0; k++)
         rc = apply_spaces(a, p, k, o, e);
     if (rc)
@@ -344,17 +360,21 @@ int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recip
 
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s%s%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "",
+    snprintf(buf, cap, "%s%s%s%s%s%s", want[LWQ_QFMT_NVFP4] ? ",nvfp4" : "",
              want[LWQ_AQ_NVFP4_MSE] ? ",nvfp4_w4a4_weight_mse_fp8_sweep" : "", want[LWQ_QFMT_FP8] ? ",fp8" : "",
-             want[LWQ_AQ_W4A16] ? ",w4a16_nvfp4" : "", want[LWQ_QFMT_NONE] ? ",none" : "");
+             want[LWQ_AQ_W4A16] ? ",w4a16_nvfp4" : "", want[LWQ_AQ_W4A16_F46] ? ",w4a16_nvfp4_four_over_six" : "",
+             want[LWQ_QFMT_NONE] ? ",none" : "");
     if (buf[0] == ',')
         memmove(buf, buf + 1, strlen(buf));
 }
 
 void lwq_aq_choices(const lwq_aq_layer *a, const lwq_arch_layer *p, const uint8_t *fmt, lwq_quant_choice *out)
 {
+    /* a fixed group (the baseline's one choice) is the baseline's choice as it is */
     for (int i = 0; i < p->nlinears; i++)
-        out[i] = a->group_of[i] < 0 ? a->base[i] : lwq_aq_candidate_choice(&a->base[i], fmt[a->group_of[i]]);
+        out[i] = a->group_of[i] < 0 || a->g[a->group_of[i]].fixed
+                     ? a->base[i]
+                     : lwq_aq_candidate_choice(&a->base[i], fmt[a->group_of[i]], a->own_algos);
 }
 
 uint64_t lwq_aq_linear_bytes(const lwq_tlist *t, const lwq_arch_linear *l)

@@ -41,8 +41,9 @@ lwq_qformat lwq_aq_qformat(int f);
 int lwq_aq_weight_only(int f);
 /* A linear's choice in candidate f from its base recipe choice: the format replaced (W4A16: NVFP4,
  * weight_only), the base's calibration settings kept, except a candidate with its own weight
- * algorithm (NVFP4_MSE: mse with the FP8 scale sweep). */
-lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f);
+ * algorithm (NVFP4_MSE: mse with the FP8 scale sweep; W4A16_F46: Four-over-Six mse over 1.0 and 1.5)
+ * and, with own_algos (engine/autoq/autoq.h), every candidate (the others: max). */
+lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f, int own_algos);
 /* The quantized candidates a group may take (NVFP4, FP8, W4A16). */
 int lwq_aq_nquantized(const uint8_t allowed[LWQ_AQ_FORMATS]);
 
@@ -74,6 +75,7 @@ typedef struct lwq_aq_layer {
     int ngroups;
     lwq_aq_group *g;
     int *group_of;             /* (plan->nlinears) the group of linear i, or -1 (fixed at its base choice) */
+    int own_algos;             /* lwq_aq_layer_build's o->own_algos (lwq_aq_layer_init: 0) */
     lwq_quant_choice *base;    /* (plan->nlinears) the base recipe's choice of each linear */
 } lwq_aq_layer;
 
@@ -93,8 +95,8 @@ int lwq_aq_layer_build(lwq_aq_layer *a, const lwq_arch_layer *p, const lwq_recip
  * bits: NVFP4 4.5, FP8 8).  An error names the group. */
 int lwq_aq_baseline_check(const lwq_autoq_opts *o, const lwq_arch_layer *plans, int N, lwq_error *e);
 
-/* "nvfp4,nvfp4_w4a4_weight_mse_fp8_sweep,fp8,w4a16_nvfp4,none" for the formats in want (in that order),
- * as --auto-quantize-formats spells it (at most 64 characters). */
+/* "nvfp4,nvfp4_w4a4_weight_mse_fp8_sweep,fp8,w4a16_nvfp4,w4a16_nvfp4_four_over_six,none" for the
+ * formats in want (in that order), as --auto-quantize-formats spells it (at most 96 characters). */
 void lwq_aq_formats_str(const uint8_t want[LWQ_AQ_FORMATS], char *buf, size_t cap);
 
 /* The choice of every linear of the layer when group k takes candidate fmt[k] (fmt: (ngroups)):

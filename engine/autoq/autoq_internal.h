@@ -137,7 +137,7 @@ double lwq_aq_amplification(const lwq_aq_scores *s, int L);
 double lwq_aq_score_of(const lwq_aq_scores *s, const lwq_aq_lrec *rec, const lwq_aq_gscore *g, int f);
 int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solution *sol, lwq_error *e);
 /* The uniform mix of the same groups: every group in candidate pref where it can take it, else FP8,
- * else NVFP4, else NVFP4_MSE, else W4A16, else none (the comparison the report prints beside the search). */
+ * else NVFP4, else NVFP4_MSE, else W4A16, else W4A16_F46, else none (the comparison the report prints beside the search). */
 int lwq_aq_uniform(const lwq_aq_scores *s, int pref, lwq_aq_solution *sol, lwq_error *e);
 void lwq_aq_solution_free(lwq_aq_solution *sol);
 

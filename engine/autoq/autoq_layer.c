@@ -49,7 +49,8 @@ static uint8_t *hessians_wanted(const lwq_arch_layer *p, const lwq_aq_layer *A)
         for (int f = 0; f < LWQ_AQ_FORMATS; f++) {
             if (g < 0 ? f != (int)A->base[i].format : !A->g[g].allowed[f])
                 continue;
-            lwq_quant_choice ch = g < 0 ? A->base[i] : lwq_aq_candidate_choice(&A->base[i], f);
+            lwq_quant_choice ch = g < 0 || A->g[g].fixed ? A->base[i]
+                                                          : lwq_aq_candidate_choice(&A->base[i], f, A->own_algos);
             int h = lwq_qlayer_hessian(&p->linears[i], &ch);
             w[i] = (uint8_t)(h > w[i] ? h : w[i]);
         }
@@ -185,13 +186,13 @@ static int probe_gain(lwq_aq_ctx *c, int L, const lwq_weights *w, double *gain, 
     return rc;
 }
 
-/* The group whose FP8 replay (NVFP4 when none takes FP8, then NVFP4_MSE, then W4A16) becomes the
- * next layer's probe. */
+/* The group whose FP8 replay (NVFP4 when none takes FP8, then NVFP4_MSE, W4A16, W4A16_F46) becomes
+ * the next layer's probe. */
 static void probe_pick(const lwq_aq_layer *A, int *pk, int *pf)
 {
-    static const int pref[] = {LWQ_QFMT_FP8, LWQ_QFMT_NVFP4, LWQ_AQ_NVFP4_MSE, LWQ_AQ_W4A16};
+    static const int pref[] = {LWQ_QFMT_FP8, LWQ_QFMT_NVFP4, LWQ_AQ_NVFP4_MSE, LWQ_AQ_W4A16, LWQ_AQ_W4A16_F46};
     *pk = -1;
-    for (int j = 0; j < 4 && *pk < 0; j++)
+    for (int j = 0; j < 5 && *pk < 0; j++)
         for (int k = 0; k < A->ngroups && *pk < 0; k++)
             if (A->g[k].allowed[pref[j]]) {
                 *pk = k;

@@ -41,12 +41,32 @@ static void experts_glob(const lwq_arch_layer *p, const lwq_aq_layer *A, int k, 
         }
 }
 
+/* Whether a choice's weights take the mse multiplier search (so its range matters) */
+static int uses_range(const lwq_quant_choice *c)
+{
+    if (c->format == LWQ_QFMT_FP8)
+        return c->algo == LWQ_ALGO_MSE || c->algo == LWQ_ALGO_LOCAL_HESSIAN;
+    return c->format == LWQ_QFMT_NVFP4 && c->algo == LWQ_ALGO_MSE && !c->fp8_scale_sweep;
+}
+
+static int same_range(const lwq_quant_choice *a, const lwq_quant_choice *b)
+{
+    if (uses_range(a) != uses_range(b))
+        return 0;
+    if (!uses_range(a))
+        return 1;
+    return a->mse_range == b->mse_range &&
+           (a->mse_range == LWQ_MSE_RANGE_DEFAULT || !memcmp(a->mse_mult, b->mse_mult, sizeof a->mse_mult));
+}
+
 static int same_choice(const lwq_quant_choice *a, const lwq_quant_choice *b)
 {
     if (a->format != b->format || (a->format == LWQ_QFMT_NVFP4 && a->weight_only != b->weight_only))
         return 0;
     if (a->format == LWQ_QFMT_NONE)
         return 1;
+    if ((a->format == LWQ_QFMT_NVFP4 && a->four_over_six != b->four_over_six) || !same_range(a, b))
+        return 0;
     int ca = a->format == LWQ_QFMT_FP8 ? a->algo != LWQ_ALGO_MAX : (int)a->algo;
     int cb = b->format == LWQ_QFMT_FP8 ? b->algo != LWQ_ALGO_MAX : (int)b->algo;
     int sa = a->format == LWQ_QFMT_NVFP4 && a->algo == LWQ_ALGO_MSE && a->fp8_scale_sweep;
@@ -68,27 +88,35 @@ static void compare(const lwq_arch_layer *plans, int N, lwq_quant_choice *const 
         for (int i = 0; i < plans[L].nlinears; i++) {
             lwq_quant_choice c = lwq_qlayer_choice(r, &plans[L], i);
             if (!same_choice(&c, &want[L][i])) {
-                snprintf(why, cap, "%s reads back as %s (%s), not %s (%s)", plans[L].linears[i].name,
-                         lwq_choice_format_name(&c), lwq_algo_name(c.algo), lwq_choice_format_name(&want[L][i]),
-                         lwq_algo_name(want[L][i].algo));
+                const lwq_quant_choice *w = &want[L][i];
+                snprintf(why, cap, "%s reads back as %s (%s%s%s%s), not %s (%s%s%s%s)", plans[L].linears[i].name,
+                         lwq_choice_format_name(&c), lwq_algo_name(c.algo), c.fp8_scale_sweep ? ", fp8_scale_sweep" : "",
+                         c.four_over_six ? ", four_over_six" : "", c.mse_range ? ", its own mse multipliers" : "",
+                         lwq_choice_format_name(w), lwq_algo_name(w->algo), w->fp8_scale_sweep ? ", fp8_scale_sweep" : "",
+                         w->four_over_six ? ", four_over_six" : "", w->mse_range ? ", its own mse multipliers" : "");
                 return;
             }
         }
 }
 
-/* The rules that give `match` candidate cand (engine/autoq/autoq.h): its format (with the weight
- * algorithm of a candidate that has its own: NVFP4_MSE's mse + FP8 scale sweep), for weight-only NVFP4
- * then its input quantizer disabled, and the base recipe's fixed input amax again. */
-static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_choice *base)
+/* The rules that give `match` the choice `want` (candidate cand, engine/autoq/autoq.h) where the base
+ * recipe gives `base`: its format, the weight algorithm and FP8 scale sweep where they differ from the
+ * base's (a candidate with its own algorithm), Four-over-Six (which a format resets), for weight-only
+ * NVFP4 then its input quantizer disabled, and want's fixed input amax again (a format resets it).
+ * (The mse multipliers are the recipe's: lwq_aq_recipe_build sets them.) */
+static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_choice *base,
+                     const lwq_quant_choice *want)
 {
     lwq_qformat f = lwq_aq_qformat(cand);
     cJSON *o = cJSON_CreateObject();
     cJSON_AddStringToObject(o, "match", match);
     cJSON_AddStringToObject(o, "format", lwq_qformat_name(f));
-    if (cand == LWQ_AQ_NVFP4_MSE) {
-        cJSON_AddStringToObject(o, "algo", "mse");
-        cJSON_AddBoolToObject(o, "fp8_scale_sweep", 1);
-    }
+    if (f != LWQ_QFMT_NONE && want->algo != base->algo)
+        cJSON_AddStringToObject(o, "algo", lwq_algo_name(want->algo));
+    if (f != LWQ_QFMT_NONE && want->fp8_scale_sweep != base->fp8_scale_sweep)
+        cJSON_AddBoolToObject(o, "fp8_scale_sweep", want->fp8_scale_sweep);
+    if (f == LWQ_QFMT_NVFP4 && want->four_over_six) /* a format rule resets it */
+        cJSON_AddBoolToObject(o, "four_over_six", 1);
     cJSON_AddItemToArray(rules, o);
     if (lwq_aq_weight_only(cand)) { /* W4A16: NVFP4 weights, the input quantizer off */
         o = cJSON_CreateObject();
@@ -98,12 +126,12 @@ static void add_rule(cJSON *rules, const char *match, int cand, const lwq_quant_
         cJSON_AddItemToArray(rules, o);
         return;
     }
-    if (f != LWQ_QFMT_NONE && base->has_input_amax) { /* a format rule resets the input's fixed amax */
+    if (f != LWQ_QFMT_NONE && want->has_input_amax) { /* a format rule resets the input's fixed amax */
         o = cJSON_CreateObject();
         cJSON_AddStringToObject(o, "match", match);
         cJSON_AddStringToObject(o, "quantizer", "input");
         cJSON_AddStringToObject(o, "format", lwq_qformat_name(f));
-        cJSON_AddNumberToObject(o, "input_amax", (double)base->input_amax);
+        cJSON_AddNumberToObject(o, "input_amax", (double)want->input_amax);
         cJSON_AddItemToArray(rules, o);
     }
 }
@@ -133,6 +161,8 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     lwq_yaml_module *ym = NULL;
     int nym = 0, cap = 0, rc = root && want ? 0 : lwq_errf(e, LWQ_ENOMEM, "out of memory");
     cJSON *rules = root ? cJSON_GetObjectItemCaseSensitive(root, "rules") : NULL;
+    lwq_quant_choice range; /* a searched choice with its own mse multipliers (has_range) */
+    int has_range = 0;
     if (root) {
         /* the name a YAML recipe takes from its file's stem: the JSON and the YAML rerun alike */
         cJSON_ReplaceItemInObjectCaseSensitive(root, "name", cJSON_CreateString(name));
@@ -171,11 +201,17 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
             int f = sol->fmt[idx + k];
             experts_glob(p, &A, k, gglob[k], sizeof gglob[k]);
             if (gglob[k][0]) {
-                add_rule(rules, gglob[k], f, &A.base[A.g[k].lin[0]]);
+                add_rule(rules, gglob[k], f, &A.base[A.g[k].lin[0]], &want[L][A.g[k].lin[0]]);
             } else {
                 for (int m = 0; m < A.g[k].n; m++)
-                    add_rule(rules, p->linears[A.g[k].lin[m]].name, f, &A.base[A.g[k].lin[m]]);
+                    add_rule(rules, p->linears[A.g[k].lin[m]].name, f, &A.base[A.g[k].lin[m]],
+                             &want[L][A.g[k].lin[m]]);
             }
+            /* a searched candidate's own mse multipliers (Four-over-Six's) become the recipe's: the
+             * read-back below refuses a mix another module of which needs the base's */
+            const lwq_quant_choice *w0 = &want[L][A.g[k].lin[0]];
+            if (!A.g[k].fixed && w0->mse_range == LWQ_MSE_RANGE_OWN && uses_range(w0))
+                memcpy(&range, w0, sizeof range), has_range = 1;
             /* the YAML takes the glob only when every expert resolved alike */
             for (int m = 1; gglob[k][0] && m < A.g[k].n; m++)
                 if (!same_choice(&want[L][A.g[k].lin[m]], &want[L][A.g[k].lin[0]]))
@@ -231,6 +267,21 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
     for (int i = 0; rc == 0 && i < nym; i++)
         if (!ym[i].glob)
             rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
+    /* the recipe's mse multipliers: a searched candidate's own (lwq's recipe has one range, as Model
+     * Optimizer's algorithm has) */
+    double mult[3] = {base->mse_mult[0], base->mse_mult[1], base->mse_mult[2]};
+    int mrange = base->mse_range;
+    if (rc == 0 && has_range) {
+        cJSON *alg = cJSON_GetObjectItemCaseSensitive(root, "algorithm");
+        if (!alg)
+            alg = cJSON_AddObjectToObject(root, "algorithm");
+        cJSON_DeleteItemFromObjectCaseSensitive(alg, "mse_multipliers");
+        cJSON *m = cJSON_AddArrayToObject(alg, "mse_multipliers");
+        for (int i = 0; i < 3; i++)
+            cJSON_AddItemToArray(m, cJSON_CreateNumber(range.mse_mult[i]));
+        memcpy(mult, range.mse_mult, sizeof mult);
+        mrange = LWQ_MSE_RANGE_OWN;
+    }
     if (rc == 0 && !(out->json = cJSON_Print(root)))
         rc = lwq_errf(e, LWQ_ENOMEM, "out of memory");
     if (rc == 0 && (rc = lwq_recipe_parse("the auto-quantize recipe", out->json, &out->r, e)) == 0) {
@@ -246,7 +297,8 @@ int lwq_aq_recipe_build(const lwq_autoq_opts *o, const lwq_aq_solution *sol, con
         char desc[256];
         snprintf(desc, sizeof desc, "lwq auto-quantize %s: %.4f bits per weight predicted, %s score, base recipe %s",
                  name, sol->bits, lwq_aq_score_name(o->score), base->name);
-        out->yaml = lwq_recipe_yaml_render(desc, base->algo, base->fp8_scale_sweep, base->kv, ym, nym, out->yaml_why,
+        out->yaml = lwq_recipe_yaml_render_range(desc, base->algo, base->fp8_scale_sweep, mrange, mult, base->kv, ym,
+                                                 nym, out->yaml_why,
                                            sizeof out->yaml_why);
         /* read it back as lwq quantize --recipe would, and compare */
         lwq_recipe yr = {0};

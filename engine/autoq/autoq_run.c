@@ -214,7 +214,8 @@ static int correlations(const lwq_aq_scores *s, double rho[3], int *pairs)
 }
 
 /* The uniform mixes the run writes beside the search's: nvfp4 and fp8, then each other quantized
- * candidate asked for (w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep); their count. */
+ * candidate asked for (w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep, w4a16_nvfp4_four_over_six); their
+ * count. */
 static int uniform_list(const lwq_autoq_opts *o, int uni[LWQ_AQ_FORMATS])
 {
     int n = 0;
@@ -224,6 +225,8 @@ static int uniform_list(const lwq_autoq_opts *o, int uni[LWQ_AQ_FORMATS])
         uni[n++] = LWQ_AQ_W4A16;
     if (o->formats[LWQ_AQ_NVFP4_MSE])
         uni[n++] = LWQ_AQ_NVFP4_MSE;
+    if (o->formats[LWQ_AQ_W4A16_F46])
+        uni[n++] = LWQ_AQ_W4A16_F46;
     return n;
 }
 
@@ -246,7 +249,8 @@ static char *report_json(const lwq_autoq_opts *o, const lwq_aq_scores *s, const 
     else
         put_raw(bud, "gb", "%.17g", o->gb);
     cJSON *fs = cJSON_AddArrayToObject(root, "formats");
-    static const int shown[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16, LWQ_AQ_NVFP4_MSE, LWQ_QFMT_NONE};
+    static const int shown[] = {LWQ_QFMT_NVFP4, LWQ_QFMT_FP8, LWQ_AQ_W4A16, LWQ_AQ_NVFP4_MSE, LWQ_AQ_W4A16_F46,
+                                LWQ_QFMT_NONE};
     for (int j = 0; j < LWQ_AQ_FORMATS; j++)
         if (o->formats[shown[j]])
             cJSON_AddItemToArray(fs, cJSON_CreateString(lwq_aq_format_name(shown[j])));
@@ -334,13 +338,13 @@ static void print_table(const lwq_autoq_opts *o, const lwq_aq_scores *s, const l
 {
     fprintf(stderr, "auto-quantize: %s score; per group the score of each format (0 for none) and the choice\n",
             lwq_aq_score_name(s->score));
-    int wo = o->formats[LWQ_AQ_W4A16], wm = o->formats[LWQ_AQ_NVFP4_MSE];
-    fprintf(stderr, "%5s  %-11s %12s %12s%s%s  %s\n", "layer", "group", "nvfp4", "fp8", wo ? "  w4a16_nvfp4" : "",
-            wm ? "    nvfp4_mse" : "", "chosen");
+    int wo = o->formats[LWQ_AQ_W4A16], wm = o->formats[LWQ_AQ_NVFP4_MSE], wf = o->formats[LWQ_AQ_W4A16_F46];
+    fprintf(stderr, "%5s  %-11s %12s %12s%s%s%s  %s\n", "layer", "group", "nvfp4", "fp8", wo ? "  w4a16_nvfp4" : "",
+            wm ? "    nvfp4_mse" : "", wf ? "    w4a16_4o6" : "", "chosen");
     for (int L = 0, i = 0; L < lwq_aq_nrec(s); L++)
         for (int k = 0; k < s->rec[L].ngroups; k++, i++) {
             const lwq_aq_gscore *g = &s->rec[L].g[k];
-            char a[24] = "-", b[24] = "-", c[24] = "-", d[24] = "-", l[16] = "-";
+            char a[24] = "-", b[24] = "-", c[24] = "-", d[24] = "-", x[24] = "-", l[16] = "-";
             if (L < s->nlayers)
                 snprintf(l, sizeof l, "%d", L);
             if (g->allowed[LWQ_QFMT_NVFP4])
@@ -354,8 +358,12 @@ static void print_table(const lwq_autoq_opts *o, const lwq_aq_scores *s, const l
             fprintf(stderr, "%5s  %-11s %12s %12s", l, lwq_aq_kind_name(g->kind), a, b);
             if (wo)
                 fprintf(stderr, " %12s", c);
+            if (g->allowed[LWQ_AQ_W4A16_F46])
+                snprintf(x, sizeof x, "%.4g", lwq_aq_score_of(s, &s->rec[L], g, LWQ_AQ_W4A16_F46));
             if (wm)
                 fprintf(stderr, " %12s", d);
+            if (wf)
+                fprintf(stderr, " %12s", x);
             fprintf(stderr, "  %s\n", lwq_aq_format_name(sol->fmt[i]));
         }
     if (o->bits > 0)
@@ -482,6 +490,7 @@ static int plan_pass1(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_arc
             copies += A.g[k].elements * (A.g[k].allowed[LWQ_QFMT_NVFP4] ? 9 : 0) / 16 +
                       A.g[k].elements * (A.g[k].allowed[LWQ_AQ_W4A16] ? 9 : 0) / 16 +
                       A.g[k].elements * (A.g[k].allowed[LWQ_AQ_NVFP4_MSE] ? 9 : 0) / 16 +
+                      A.g[k].elements * (A.g[k].allowed[LWQ_AQ_W4A16_F46] ? 9 : 0) / 16 +
                       A.g[k].elements * A.g[k].allowed[LWQ_QFMT_FP8];
             ap->overlay = 4 * A.g[k].elements > ap->overlay ? 4 * A.g[k].elements : ap->overlay;
         }

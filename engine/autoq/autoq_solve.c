@@ -135,7 +135,7 @@ int lwq_aq_solve(const lwq_autoq_opts *o, const lwq_aq_scores *s, lwq_aq_solutio
     long double want = o->bits > 0 ? floorl((long double)o->bits * welements / 8.0L) : floorl((long double)o->gb * 1e9L);
     int rc = 0;
     if (want < (long double)(o->bits > 0 ? least : least + other)) {
-        char list[96];
+        char list[128];
         lwq_aq_formats_str(o->formats, list, sizeof list);
         if (o->bits > 0)
             rc = lwq_errf(e, LWQ_EINVAL, "--auto-quantize-bits %g is below the smallest mix this model and recipe "
@@ -195,7 +195,8 @@ int lwq_aq_uniform(const lwq_aq_scores *s, int pref, lwq_aq_solution *sol, lwq_e
             const lwq_aq_gscore *g = &r->g[k];
             int f = g->allowed[pref] ? pref : g->allowed[LWQ_QFMT_FP8] ? LWQ_QFMT_FP8
                     : g->allowed[LWQ_QFMT_NVFP4] ? LWQ_QFMT_NVFP4 : g->allowed[LWQ_AQ_NVFP4_MSE] ? LWQ_AQ_NVFP4_MSE
-                    : g->allowed[LWQ_AQ_W4A16] ? LWQ_AQ_W4A16 : LWQ_QFMT_NONE;
+                    : g->allowed[LWQ_AQ_W4A16] ? LWQ_AQ_W4A16 : g->allowed[LWQ_AQ_W4A16_F46] ? LWQ_AQ_W4A16_F46
+                    : LWQ_QFMT_NONE;
             sol->fmt[i] = (uint8_t)f;
             sol->linear_bytes += g->cost[f];
             sol->score += lwq_aq_score_of(s, r, g, f);

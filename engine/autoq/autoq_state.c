@@ -77,6 +77,21 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
     int64_t mse[2] = {LWQ_AQ_NVFP4_MSE, o->formats[LWQ_AQ_NVFP4_MSE]};
     if (mse[1])
         lwq_xxh64_update(&s, mse, sizeof mse);
+    int64_t f46[2] = {LWQ_AQ_W4A16_F46, o->formats[LWQ_AQ_W4A16_F46]};
+    if (f46[1])
+        lwq_xxh64_update(&s, f46, sizeof f46);
+    /* candidates with their own algorithms: mixed in only where a base choice's algorithm is not max
+     * (elsewhere it changes nothing) */
+    int64_t own[2] = {-1, o->own_algos};
+    for (int L = 0; own[1] && L < N && own[0] < 0; L++)
+        for (int i = 0; i < plans[L].nlinears && own[0] < 0; i++)
+            if (lwq_qlayer_choice(o->q.recipe, &plans[L], i).algo != LWQ_ALGO_MAX)
+                own[0] = 1;
+    if (own[0] > 0)
+        lwq_xxh64_update(&s, own, sizeof own);
+    int64_t bb = (int64_t)(o->baseline_bits * 1e6);
+    if (bb)
+        lwq_xxh64_update(&s, &bb, sizeof bb);
     /* module_search_spaces: likewise mixed in only when there are some */
     for (int k = 0; k < o->nspaces; k++) {
         const lwq_recipe_aq_space *sp = &o->spaces[k];
@@ -85,11 +100,17 @@ int lwq_aq_fingerprint(const lwq_autoq_opts *o, const lwq_ckpt *ck, const lwq_ar
         int64_t vm[2] = {LWQ_AQ_NVFP4_MSE, sp->nvfp4_mse};
         if (vm[1])
             lwq_xxh64_update(&s, vm, sizeof vm);
+        int64_t vf[2] = {LWQ_AQ_W4A16_F46, sp->w4a16_f46};
+        if (vf[1])
+            lwq_xxh64_update(&s, vf, sizeof vf);
         for (int j = 0; j < sp->npatterns; j++)
             lwq_xxh64_update(&s, sp->pattern[j], strlen(sp->pattern[j]) + 1);
-        /* the first four candidates as before NVFP4_MSE existed, then it only when it is one */
-        if (k == o->nspaces - 1)
-            lwq_xxh64_update(&s, o->unmatched, LWQ_AQ_NVFP4_MSE + o->unmatched[LWQ_AQ_NVFP4_MSE]);
+        /* the first four candidates as before the others existed, then each only when it is one */
+        if (k == o->nspaces - 1) {
+            lwq_xxh64_update(&s, o->unmatched, LWQ_AQ_NVFP4_MSE + (o->unmatched[LWQ_AQ_NVFP4_MSE] != 0));
+            if (o->unmatched[LWQ_AQ_W4A16_F46])
+                lwq_xxh64_update(&s, f46, sizeof f46);
+        }
     }
     /* a fixed baseline (its rules are in the base choices above): the unmatched groups fixed, not searched */
     int64_t baseline = o->baseline;

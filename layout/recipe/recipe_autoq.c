@@ -37,38 +37,154 @@ static void aq_layers(const lwq_ynode *imports, const lwq_ynode *aq, const char 
     }
 }
 
-/* The candidates of a candidate_formats list `cands` (its name `key` for messages): each an {$import:
- * alias} whose preset path ends in nvfp4, fp8, w4a16_nvfp4 or nvfp4_w4a4_weight_mse_fp8_sweep; anything
- * else (an inline QuantizeConfig, another preset) is appended to lacks, the first only. */
-static void aq_cands(const lwq_ynode *imports, const lwq_ynode *cands, const char *key, int *nv, int *fp, int *wo,
-                     int *nm, char *lacks, size_t cap)
+/* The candidates of one candidate_formats list: lwq's formats by what they write (recipe_yaml.h) */
+typedef struct aq_fmts {
+    int nv, fp, wo, nm, f46;
+} aq_fmts;
+
+/* An inline candidate's compiled choice (a plain linear's quantizers) as one of lwq's formats: 1 nvfp4,
+ * 2 fp8, 3 w4a16_nvfp4, 4 nvfp4_w4a4_weight_mse_fp8_sweep, 5 w4a16_nvfp4_four_over_six; 0 with `why`
+ * naming the key that makes it another. */
+static int aq_inline_format(const lwq_quant_choice *c, char *why, size_t cap)
+{
+    static const double f46[3] = {1.0, 1.5, 0.5};
+    if (c->split) {
+        snprintf(why, cap, "its quant_cfg gives the weight quantizer %s and the input quantizer %s (lwq's candidates "
+                 "are W4A4 / W8A8 pairs or weight-only NVFP4)", lwq_qformat_name(c->weight_format),
+                 lwq_qformat_name(c->input_format));
+        return 0;
+    }
+    if (c->format == LWQ_QFMT_NONE) {
+        snprintf(why, cap, "its quant_cfg enables no weight quantizer");
+        return 0;
+    }
+    if (c->has_input_amax) {
+        snprintf(why, cap, "its input quantizer has a constant_amax (lwq's candidates calibrate it)");
+        return 0;
+    }
+    const char *m = lwq_algo_name(c->algo);
+    if (c->format == LWQ_QFMT_FP8) {
+        if (c->algo == LWQ_ALGO_MAX)
+            return 2;
+        snprintf(why, cap, "FP8 under algorithm.method %s (lwq's fp8 candidate is max-calibrated)", m);
+        return 0;
+    }
+    if (c->weight_only && c->four_over_six) {
+        if (c->algo == LWQ_ALGO_MSE && !c->fp8_scale_sweep && c->mse_range == LWQ_MSE_RANGE_OWN &&
+            !memcmp(c->mse_mult, f46, sizeof f46))
+            return 5;
+        snprintf(why, cap, "weight-only Four-over-Six NVFP4 with algorithm start_multiplier %g, stop_multiplier %g, "
+                 "step_size %g (lwq's w4a16_nvfp4_four_over_six candidate: method mse, fp8_scale_sweep false, 1.0, "
+                 "1.5, 0.5)", c->mse_range == LWQ_MSE_RANGE_OWN ? c->mse_mult[0] : 0.25,
+                 c->mse_range == LWQ_MSE_RANGE_OWN ? c->mse_mult[1] : 4.0,
+                 c->mse_range == LWQ_MSE_RANGE_OWN ? c->mse_mult[2] : 0.1);
+        return 0;
+    }
+    if (c->four_over_six) {
+        snprintf(why, cap, "W4A4 Four-over-Six NVFP4 (cfg.block_sizes.four_over_six with the input quantizer on) is "
+                 "no candidate of lwq's search (weight-only is: w4a16_nvfp4_four_over_six)");
+        return 0;
+    }
+    if (c->weight_only) {
+        if (c->algo == LWQ_ALGO_MAX)
+            return 3;
+        snprintf(why, cap, "weight-only NVFP4 under algorithm.method %s%s (lwq's w4a16_nvfp4 candidate is "
+                 "max-calibrated, dynamic blocks)", m, c->fp8_scale_sweep ? " with fp8_scale_sweep" : "");
+        return 0;
+    }
+    if (c->algo == LWQ_ALGO_MAX)
+        return 1;
+    if (c->algo == LWQ_ALGO_MSE && c->fp8_scale_sweep)
+        return 4;
+    snprintf(why, cap, "NVFP4 under algorithm.method %s%s (lwq's NVFP4 candidates: max with dynamic blocks, and mse "
+             "with fp8_scale_sweep true and static blocks)", m, c->fp8_scale_sweep ? " with fp8_scale_sweep" : "");
+    return 0;
+}
+
+/* The candidates of a candidate_formats list `cands` (its name `key` for messages): an {$import: alias}
+ * whose preset path ends in nvfp4, fp8, w4a16_nvfp4 or nvfp4_w4a4_weight_mse_fp8_sweep, or an inline
+ * QuantizeConfig (algorithm, quant_cfg, effective_bits) that compiles to one of lwq's formats (through
+ * f->compile); what is none (another preset, an inline candidate that writes something else) is
+ * appended to lacks, the first only.  0, or a negative LWQ_E* when an inline candidate does not compile
+ * (its imports, its entries: the message in e names the file and line). */
+static int aq_cands(const lwq_recipe_aq_file *f, const lwq_ynode *cands, const char *key, aq_fmts *out, char *lacks,
+                    size_t cap, lwq_error *e)
 {
     int bad = 0;
     for (int i = 0; cands && cands->kind == LWQ_Y_SEQ && i < cands->n; i++) {
+        const lwq_ynode *it = cands->kids[i];
+        if (it->kind == LWQ_Y_MAP && !lwq_y_get(it, "$import")) {
+            /* inline: its keys are Model Optimizer's QuantizeConfig's */
+            char why[400] = "";
+            for (int k = 0; k < it->n && !why[0]; k++) {
+                const char *kk = it->kids[2 * k]->str;
+                if (strcmp(kk, "algorithm") && strcmp(kk, "quant_cfg") && strcmp(kk, "effective_bits"))
+                    snprintf(why, sizeof why, "its key %.40s is not read (algorithm, quant_cfg, effective_bits)", kk);
+            }
+            double eb = 0;
+            const lwq_ynode *ebn = lwq_y_get(it, "effective_bits");
+            if (!why[0] && ebn && (lwq_y_number(ebn, &eb) || !(eb > 0 && eb <= 16)))
+                return lwq_errf(e, LWQ_EFORMAT, "%s:%d: %s[%d].effective_bits must be a number in (0, 16]", f->rel,
+                                ebn->line, key, i);
+            const lwq_ynode *qc = lwq_y_get(it, "quant_cfg");
+            if (!why[0] && (!qc || qc->kind != LWQ_Y_SEQ))
+                return lwq_errf(e, LWQ_EFORMAT, "%s:%d: %s[%d]: an inline candidate needs a quant_cfg list", f->rel,
+                                it->line, key, i);
+            int fm = 0;
+            if (!why[0] && qc->n == 0)
+                snprintf(why, sizeof why, "its quant_cfg is empty (it enables no quantizer)");
+            if (!why[0] && !f->compile)
+                snprintf(why, sizeof why, "inline candidates are read only from a recipe file");
+            if (!why[0]) {
+                lwq_quant_choice c;
+                int rc = f->compile(f->ctx, it, &c, e);
+                if (rc)
+                    return rc;
+                fm = aq_inline_format(&c, why, sizeof why);
+            }
+            if (fm == 1)
+                out->nv = 1;
+            else if (fm == 2)
+                out->fp = 1;
+            else if (fm == 3)
+                out->wo = 1;
+            else if (fm == 4)
+                out->nm = 1;
+            else if (fm == 5)
+                out->f46 = 1;
+            else if (!bad++)
+                snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; %.60s[%d] (inline, %s:%d) is no format lwq "
+                         "searches: %s", key, i, f->rel, it->line, why);
+            continue;
+        }
         /* a candidate is {$import: alias}; the alias names a preset path in the file's imports */
-        const char *path = aq_import(imports, cands->kids[i]);
+        const char *path = aq_import(f->imports, it);
         const char *b = strrchr(path, '/');
         b = b ? b + 1 : path;
         if (!strcmp(b, "nvfp4"))
-            *nv = 1;
+            out->nv = 1;
         else if (!strcmp(b, "fp8"))
-            *fp = 1;
+            out->fp = 1;
         else if (!strcmp(b, "w4a16_nvfp4"))
-            *wo = 1;
+            out->wo = 1;
         else if (!strcmp(b, "nvfp4_w4a4_weight_mse_fp8_sweep"))
-            *nm = 1;
+            out->nm = 1;
         else if (!bad++)
-            snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; %.60s[%d] (%s) is no format lwq searches "
-                     "(nvfp4, fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep)", key, i, *path ? path : "inline");
+            snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; %.60s[%d] (%s, %s:%d) is no format lwq searches "
+                     "(nvfp4, fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep, or an inline candidate that "
+                     "compiles to one of them or to weight-only Four-over-Six NVFP4)", key, i, *path ? path : "inline",
+                     f->rel, it->line);
     }
+    return 0;
 }
 
 /* module_search_spaces (`l`, NULL when absent) into run->aq_space: the count, or -(i + 1) when entry i
  * breaks Model Optimizer's schema (not a mapping, other keys, no pattern, no candidate, too many or too
  * long).  What lwq lacks for an entry goes to lacks: candidates that are no lwq format.  A pattern that
  * matches lm_head makes lm_head a search group (engine/autoq/head/autoq_head.h, as Model Optimizer 0.47
- * searches it). */
-static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe_run *run, char *lacks, size_t cap)
+ * searches it).  A negative LWQ_E* - 1000000: an inline candidate did not compile (the message in e). */
+static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe_run *run, char *lacks, size_t cap,
+                     lwq_error *e)
 {
     if (!l)
         return 0;
@@ -100,7 +216,20 @@ static int aq_spaces(const lwq_recipe_aq_file *f, const lwq_ynode *l, lwq_recipe
         sp->npatterns = pats->n;
         char key[48];
         snprintf(key, sizeof key, "module_search_spaces[%d].candidate_formats", i);
-        aq_cands(f->imports, cands, key, &sp->nvfp4, &sp->fp8, &sp->w4a16, &sp->nvfp4_mse, lacks, cap);
+        aq_fmts fm = {0};
+        int rc = aq_cands(f, cands, key, &fm, lacks, cap, e);
+        if (rc)
+            return rc - 1000000; /* below every -(i + 1): a compile error, its message in e */
+        sp->nvfp4 = fm.nv, sp->fp8 = fm.fp, sp->w4a16 = fm.wo, sp->nvfp4_mse = fm.nm, sp->w4a16_f46 = fm.f46;
+        /* lm_head's search has fp8, w4a16_nvfp4 and none (engine/autoq/head/autoq_head.h, which refuses the
+         * others again by the model's own name): refused here too, with the file and line */
+        for (int k = 0; k < sp->npatterns && fm.f46; k++)
+            if (lwq_glob_match(sp->pattern[k], "lm_head")) {
+                snprintf(lacks + strlen(lacks), cap - strlen(lacks), "; module_search_spaces[%d] (%s:%d) pattern %.60s "
+                         "offers lm_head w4a16_nvfp4_four_over_six, which lwq's lm_head search does not have (fp8, "
+                         "w4a16_nvfp4, none)", i, f->rel, sp->line, sp->pattern[k]);
+                break;
+            }
     }
     return l->n;
 }
@@ -117,13 +246,18 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
     const char *bits = lwq_y_str(lwq_y_get(con, "effective_bits")), *cost = lwq_y_str(lwq_y_get(con, "cost_model"));
     const char *method = lwq_y_str(lwq_y_get(aq, "auto_quantize_method"));
     const char *size = lwq_y_str(lwq_y_get(aq, "score_size"));
-    char fmts[128] = "", lacks[512] = "";
-    int nv = 0, fp = 0, wo = 0, nm = 0;
-    aq_cands(f->imports, cands, "candidate_formats", &nv, &fp, &wo, &nm, lacks, sizeof lacks);
-    int nsp = aq_spaces(f, lwq_y_get(aq, "module_search_spaces"), run, lacks, sizeof lacks);
-    if (nv || fp || wo || nm)
-        snprintf(fmts, sizeof fmts, "%s%s%s%snone", nv ? "nvfp4," : "", nm ? "nvfp4_w4a4_weight_mse_fp8_sweep," : "",
-                 fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "");
+    char fmts[160] = "", lacks[1024] = "";
+    aq_fmts top = {0};
+    int rc = aq_cands(f, cands, "candidate_formats", &top, lacks, sizeof lacks, e);
+    if (rc)
+        return rc;
+    int nv = top.nv, fp = top.fp, wo = top.wo, nm = top.nm, f46 = top.f46;
+    int nsp = aq_spaces(f, lwq_y_get(aq, "module_search_spaces"), run, lacks, sizeof lacks, e);
+    if (nsp < -1000000)
+        return nsp + 1000000;
+    if (nv || fp || wo || nm || f46)
+        snprintf(fmts, sizeof fmts, "%s%s%s%s%snone", nv ? "nvfp4," : "", nm ? "nvfp4_w4a4_weight_mse_fp8_sweep," : "",
+                 fp ? "fp8," : "", wo ? "w4a16_nvfp4," : "", f46 ? "w4a16_nvfp4_four_over_six," : "");
     else /* no top-level candidates (module_search_spaces has its own) */
         snprintf(fmts, sizeof fmts, "F,...");
     /* active_moe is lwq's --auto-quantize-cost-model active_moe, its ratio the option's */
@@ -177,8 +311,9 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
                         LWQ_RECIPE_AQ_MAX_PATTERNS, LWQ_RECIPE_AQ_PATTERN_MAX - 1, LWQ_RECIPE_AQ_MAX_SPACES);
     int sq = 0; /* a space has a quantized candidate */
     for (int k = 0; k < nsp; k++)
-        sq |= run->aq_space[k].nvfp4 | run->aq_space[k].fp8 | run->aq_space[k].w4a16 | run->aq_space[k].nvfp4_mse;
-    if (!nv && !fp && !wo && !nm && !sq && !*lacks)
+        sq |= run->aq_space[k].nvfp4 | run->aq_space[k].fp8 | run->aq_space[k].w4a16 | run->aq_space[k].nvfp4_mse |
+              run->aq_space[k].w4a16_f46;
+    if (!nv && !fp && !wo && !nm && !f46 && !sq && !*lacks)
         snprintf(lacks, sizeof lacks, "; candidate_formats is empty");
     if (!*lacks) {
         /* the base preset: fp8 when FP8 is a candidate anywhere, as without spaces */
@@ -190,7 +325,7 @@ int lwq_recipe_aq_parse(const lwq_recipe_aq_file *f, const lwq_ynode *aq, int li
         run->aq_nspaces = nsp;
         snprintf(run->aq_qformat, sizeof run->aq_qformat, "%s", anyfp ? "fp8" : "nvfp4");
         run->aq_bits = bv;
-        run->aq_nvfp4 = nv, run->aq_fp8 = fp, run->aq_w4a16 = wo, run->aq_nvfp4_mse = nm;
+        run->aq_nvfp4 = nv, run->aq_fp8 = fp, run->aq_w4a16 = wo, run->aq_nvfp4_mse = nm, run->aq_w4a16_f46 = f46;
         run->aq_active_moe = cost && !strcmp(cost, "active_moe");
         run->aq_moe_ratio = rv;
         run->aq_kl = method && !strcmp(method, "kl_div");

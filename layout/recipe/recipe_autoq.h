@@ -10,12 +10,19 @@
 #include "layout/recipe/recipe_yaml.h"
 #include "layout/recipe/yaml_doc.h"
 
-/* The recipe file as this part sees it: its name for messages, its top-level mapping, and its
- * top-level imports (alias -> path; NULL when none). */
+/* The recipe file as this part sees it: its name for messages, its top-level mapping, its top-level
+ * imports (alias -> path; NULL when none), and how an inline candidate (a QuantizeConfig written in
+ * the recipe) compiles: `compile` loads the imports it names and compiles its algorithm and quant_cfg
+ * as a ptq recipe's quantize block, then resolves a plain linear's weight and input quantizers under
+ * the names Model Optimizer applies a candidate with (relative to the module: weight_quantizer,
+ * input_quantizer) into *c; 0, or a negative LWQ_E* with the message in e (NULL: inline candidates
+ * are refused). */
 typedef struct lwq_recipe_aq_file {
     const char *rel;
     const lwq_ynode *body;
     const lwq_ynode *imports;
+    int (*compile)(void *ctx, const lwq_ynode *cand, lwq_quant_choice *c, lwq_error *e);
+    void *ctx;
 } lwq_recipe_aq_file;
 
 /* The `auto_quantize` mapping `aq` (at `line` of f): fills run (is_aq and the search's options) when lwq

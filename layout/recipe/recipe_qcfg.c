@@ -481,6 +481,8 @@ int lwq_qcfg_compile(const lwq_mo_entry *v, int n, const lwq_mo_algo *a, const c
     /* Model Optimizer's quant_cfg reaches the token embedding's weight quantizer too (nn.Embedding
      * is a QuantModule in 0.47): the engine resolves it with the embedding's name */
     r->embed_rules = 1;
+    if (a->candidate)
+        return 0;
     lwq_quant_choice lm = lwq_recipe_resolve_module(r, "lm_head", 0);
     /* weight-only NVFP4 (the huggingface/qwen3_5 and qwen3_5_moe ptq recipes re-enable
      * '*lm_head*weight_quantizer' with nvfp4, or nvfp4_static under mse + fp8_scale_sweep;

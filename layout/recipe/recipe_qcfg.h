@@ -45,6 +45,8 @@ typedef struct lwq_mo_algo {
     const char *where;        /* for messages about static NVFP4 under max */
     int mse_range;            /* start_multiplier / stop_multiplier / step_size: LWQ_MSE_RANGE_* */
     double mse_mult[3];       /* with LWQ_MSE_RANGE_OWN: the three */
+    int candidate;            /* an auto_quantize candidate's quant_cfg: applied to one module at a time
+                                 (names relative to it), so the model's lm_head is none of its business */
 } lwq_mo_algo;
 
 /* Append the rules for entries[0..n) to r (r->name, algo, sweep set by the caller); sets r->kv. */

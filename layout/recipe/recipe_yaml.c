@@ -624,7 +624,7 @@ static int parse_top(loader *L, const yfile *f, lwq_mo_algo *a, lwq_recipe_run *
         else if (!strcmp(k, "auto_quantize") && run->aq_baseline)
             continue; /* read already: this is its fixed baseline's compile */
         else if (!strcmp(k, "auto_quantize"))
-            return lwq_recipe_aq_parse(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f)}, b->kids[2 * i + 1],
+            return lwq_recipe_aq_parse(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f), NULL, NULL}, b->kids[2 * i + 1],
                                        line, run, L->e);
         else if (!strcmp(k, "sparsity") || !strcmp(k, "sparsify"))
             return ERR(LWQ_EUNSUPPORTED, "%s:%d: %s is not supported (lwq writes dense checkpoints)", f->rel, line, k);
@@ -642,14 +642,74 @@ static int parse_top(loader *L, const yfile *f, lwq_mo_algo *a, lwq_recipe_run *
         return ERR(LWQ_EFORMAT, "%s: a ptq recipe needs a quantize mapping", f->rel);
     for (int i = 0; i < quant->n; i++) {
         const char *k = quant->kids[2 * i]->str;
+        const lwq_ynode *v = quant->kids[2 * i + 1];
+        if (!strcmp(k, "effective_bits") && run->aq_baseline) {
+            /* the fixed baseline's cost (Model Optimizer's QuantizeConfig.effective_bits): lwq counts bytes */
+            if (lwq_y_number(v, &run->aq_baseline_bits) || !(run->aq_baseline_bits > 0 && run->aq_baseline_bits <= 16))
+                return ERR(LWQ_EFORMAT, "%s:%d: quantize.effective_bits must be a number in (0, 16]", f->rel, v->line);
+            continue;
+        }
         if (strcmp(k, "algorithm") && strcmp(k, "quant_cfg"))
-            return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.%s is not supported (algorithm, quant_cfg)", f->rel,
-                       quant->kids[2 * i]->line, k);
+            return ERR(LWQ_EUNSUPPORTED, "%s:%d: quantize.%s is not supported (algorithm, quant_cfg%s)", f->rel,
+                       quant->kids[2 * i]->line, k, run->aq_baseline ? ", effective_bits" : "");
     }
     *qcfg = lwq_y_get(quant, "quant_cfg");
     if (!*qcfg || (*qcfg)->kind != LWQ_Y_SEQ)
         return ERR(LWQ_EFORMAT, "%s: quantize.quant_cfg must be a list of entries", f->rel);
     return parse_algorithm(L, f, lwq_y_get(quant, "algorithm"), a, run);
+}
+
+/* An auto_quantize recipe's inline candidate `cand` of file f (recipe_autoq.h lwq_recipe_aq_file.compile):
+ * its imports loaded, its algorithm and quant_cfg compiled as a ptq recipe's, a plain linear's quantizers
+ * resolved under the names relative to the module that Model Optimizer applies a candidate's quant_cfg
+ * to (set_quantizer_by_cfg on the module). */
+typedef struct aq_inline_ctx {
+    loader *L;
+    yfile *f;
+} aq_inline_ctx;
+
+static int aq_inline_compile(void *ctx, const lwq_ynode *cand, lwq_quant_choice *c, lwq_error *e)
+{
+    aq_inline_ctx *x = ctx;
+    loader *L = x->L;
+    (void)e; /* L->e is the same error */
+    int rc = load_imports_of(L, x->f, cand), n0 = L->n;
+    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, x->f->rel, LWQ_MSE_RANGE_DEFAULT, {0.25, 4.0, 0.1}, 1};
+    lwq_recipe_run *scratch = calloc(1, sizeof *scratch);
+    if (!rc && !scratch)
+        rc = ERR(LWQ_ENOMEM, "out of memory");
+    if (!rc)
+        rc = parse_algorithm(L, x->f, lwq_y_get(cand, "algorithm"), &a, scratch);
+    if (!rc && scratch->has_checkpoint_dir)
+        rc = ERR(LWQ_EUNSUPPORTED, "%s:%d: an inline auto_quantize candidate's algorithm.layerwise.checkpoint_dir is "
+                 "not read", x->f->rel, cand->line);
+    free(scratch);
+    const lwq_ynode *qc = lwq_y_get(cand, "quant_cfg");
+    for (int i = 0; !rc && i < qc->n; i++)
+        rc = add_item(L, x->f, qc->kids[i]);
+    lwq_recipe r;
+    memset(&r, 0, sizeof r);
+    if (!rc) {
+        r.algo = a.method;
+        r.fp8_scale_sweep = a.sweep;
+        r.mse_range = a.mse_range;
+        memcpy(r.mse_mult, a.mse_mult, sizeof r.mse_mult);
+        r.gptq_damp = 0.01;
+        rc = lwq_qcfg_compile(L->ents + n0, L->n - n0, &a, x->f->rel, &r, L->e);
+    }
+    L->n = n0; /* the candidate's entries are not the recipe's */
+    if (!rc) {
+        lwq_qnames q;
+        memset(&q, 0, sizeof q);
+        q.module = "";
+        snprintf(q.weight[0], sizeof q.weight[0], "weight_quantizer");
+        q.nweight = 1;
+        snprintf(q.input, sizeof q.input, "input_quantizer");
+        snprintf(q.output, sizeof q.output, "output_quantizer");
+        *c = lwq_recipe_resolve_names(&r, &q, 0);
+    }
+    lwq_recipe_free(&r);
+    return rc;
 }
 
 int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_recipe_run *run, lwq_error *e)
@@ -669,14 +729,15 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
         rc = lwq_errsys(e, -errno, "%s", path);
     if (!rc)
         rc = read_yfile(L, path, real, &f);
-    /* an auto_quantize recipe is read (or refused) before its imports (schemas lwq does not read) load;
-     * one lwq runs is the search's options and its base preset */
+    /* an auto_quantize recipe is read (or refused) before its imports (schemas lwq does not read) load,
+     * except those an inline candidate names; one lwq runs is the search's options and its base preset */
+    aq_inline_ctx ictx = {L, f};
     for (int i = 0; !rc && f->body->kind == LWQ_Y_MAP && i < f->body->n; i++)
         if (!strcmp(f->body->kids[2 * i]->str, "auto_quantize"))
-            rc = lwq_recipe_aq_parse(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f)}, f->body->kids[2 * i + 1],
-                                     f->body->kids[2 * i]->line, run, e);
+            rc = lwq_recipe_aq_parse(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f), aq_inline_compile, &ictx},
+                                     f->body->kids[2 * i + 1], f->body->kids[2 * i]->line, run, e);
     if (!rc && run->is_aq)
-        rc = lwq_recipe_aq_top(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f)}, e);
+        rc = lwq_recipe_aq_top(&(lwq_recipe_aq_file){f->rel, f->body, file_imports(f), NULL, NULL}, e);
     if (!rc && run->is_aq && !run->aq_baseline)
         rc = lwq_recipe_preset(run->aq_qformat, r, e);
     if (!rc && run->is_aq && !run->aq_baseline) {
@@ -689,7 +750,7 @@ int lwq_recipe_yaml_load(const char *path, const char *root, lwq_recipe *r, lwq_
     /* a ptq recipe, or an auto_quantize recipe's fixed baseline (its quantize block and what that imports) */
     if (!rc)
         rc = load_imports_of(L, f, run->aq_baseline ? lwq_y_get(f->body, "quantize") : NULL);
-    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT, {0.25, 4.0, 0.1}};
+    lwq_mo_algo a = {LWQ_ALGO_MAX, 0, path, LWQ_MSE_RANGE_DEFAULT, {0.25, 4.0, 0.1}, 0};
     const lwq_ynode *qcfg = NULL;
     if (!rc)
         rc = parse_top(L, f, &a, run, &qcfg);

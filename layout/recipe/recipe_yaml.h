@@ -34,6 +34,7 @@ typedef struct lwq_recipe_aq_space {
     char pattern[LWQ_RECIPE_AQ_MAX_PATTERNS][LWQ_RECIPE_AQ_PATTERN_MAX];
     int nvfp4, fp8, w4a16;          /* candidate_formats, by their presets' paths */
     int nvfp4_mse;                  /* nvfp4_w4a4_weight_mse_fp8_sweep (NVFP4 with its own weight algorithm) */
+    int w4a16_f46;                  /* weight-only Four-over-Six NVFP4 (an inline candidate's) */
     int allow_no_quant;
     int line;                       /* of the entry, for messages */
 } lwq_recipe_aq_space;
@@ -54,6 +55,7 @@ typedef struct lwq_recipe_run {
     double aq_bits;                 /* constraints.effective_bits */
     int aq_nvfp4, aq_fp8, aq_w4a16; /* candidate_formats (none is always added, as Model Optimizer adds it) */
     int aq_nvfp4_mse;               /* the nvfp4_w4a4_weight_mse_fp8_sweep preset among them */
+    int aq_w4a16_f46;               /* weight-only Four-over-Six NVFP4 among them (an inline candidate) */
     int aq_active_moe;              /* constraints.cost_model active_moe */
     double aq_moe_ratio;            /* constraints.cost.active_moe_expert_ratio; 0: not given */
     int aq_kl;                      /* auto_quantize_method kl_div (else gradient) */
@@ -67,6 +69,7 @@ typedef struct lwq_recipe_run {
      * its format (engine/autoq/autoq.h).  As Model Optimizer's schema requires, it comes with
      * module_search_spaces and without top-level candidate_formats. */
     int aq_baseline;
+    double aq_baseline_bits;        /* the baseline's quantize.effective_bits (0: none) */
 } lwq_recipe_run;
 
 /* Load a YAML recipe; imports resolve under `root` (NULL: the current directory). */

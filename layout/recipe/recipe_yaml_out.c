@@ -30,8 +30,13 @@ static int lwq_calib(const lwq_quant_choice *c)
     }
 }
 
-/* Whether every module can be written under method m / sweep s; *bad: the first that cannot. */
-static int expressible(lwq_calib_algo m, int s, const lwq_yaml_module *mod, int n, int *bad)
+/* Whether a module's weights take the mse multiplier search (calib: lwq_calib's) */
+static int takes_range(int calib) { return calib == 1; }
+
+/* Whether every module can be written under method m / sweep s and the recipe's mse multipliers (range,
+ * mult); *bad: the first that cannot. */
+static int expressible(lwq_calib_algo m, int s, int range, const double *mult, const lwq_yaml_module *mod, int n,
+                       int *bad)
 {
     for (int i = 0; i < n; i++) {
         const lwq_quant_choice *c = &mod[i].c;
@@ -40,6 +45,13 @@ static int expressible(lwq_calib_algo m, int s, const lwq_yaml_module *mod, int 
         int want = lwq_calib(c);
         int ok = want >= 0 && (yaml_calib(c->format, 0, m, s) == want ||
                                (c->format == LWQ_QFMT_NVFP4 && yaml_calib(c->format, 1, m, s) == want));
+        /* Four-over-Six: static blocks under mse without the sweep */
+        if (c->four_over_six && !(m == LWQ_ALGO_MSE && !s))
+            ok = 0;
+        /* its multipliers are the recipe's */
+        if (ok && takes_range(want) &&
+            (c->mse_range != range || (range == LWQ_MSE_RANGE_OWN && memcmp(c->mse_mult, mult, 3 * sizeof *mult))))
+            ok = 0;
         if (!ok) {
             *bad = i;
             return 0;
@@ -95,13 +107,23 @@ static void quoted(buf *b, const char *s)
     put(b, "'");
 }
 
-static void nvfp4_cfg(buf *b, int is_static)
+static void nvfp4_cfg(buf *b, int is_static, int f46)
 {
-    put(b, "{num_bits: e2m1, block_sizes: {-1: 16, type: %s, scale_bits: e4m3}", is_static ? "static" : "dynamic");
+    put(b, "{num_bits: e2m1, block_sizes: {-1: 16, type: %s, scale_bits: e4m3%s}", is_static ? "static" : "dynamic",
+        f46 ? ", four_over_six: true" : "");
 }
 
 char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int sweep, lwq_kv_mode kv,
                              const lwq_yaml_module *m, int n, char *why, size_t why_cap)
+{
+    static const double dflt[3] = {0.25, 4.0, 0.1};
+    return lwq_recipe_yaml_render_range(description, method, sweep, LWQ_MSE_RANGE_DEFAULT, dflt, kv, m, n, why,
+                                        why_cap);
+}
+
+char *lwq_recipe_yaml_render_range(const char *description, lwq_calib_algo method, int sweep, int mse_range,
+                                   const double *mult, lwq_kv_mode kv, const lwq_yaml_module *m, int n, char *why,
+                                   size_t why_cap)
 {
     /* the recipe's own algorithm first, then those that express more mixes */
     static const struct {
@@ -115,18 +137,19 @@ char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int
         snprintf(why, why_cap, "gptq has no Model Optimizer recipe equivalent in lwq (docs/RECIPES.md section 4)");
         return NULL;
     }
-    found = expressible(M, S, m, n, &bad);
+    found = expressible(M, S, mse_range, mult, m, n, &bad);
     for (size_t t = 0; !found && t < sizeof tries / sizeof tries[0]; t++)
-        if (expressible(tries[t].m, tries[t].s, m, n, &bad)) {
+        if (expressible(tries[t].m, tries[t].s, mse_range, mult, m, n, &bad)) {
             M = tries[t].m;
             S = tries[t].s;
             found = 1;
         }
     if (!found) {
         const lwq_quant_choice *c = &m[bad].c;
-        snprintf(why, why_cap, "%s: %s with %s%s cannot be told apart from the other modules' calibration by "
+        snprintf(why, why_cap, "%s: %s with %s%s%s cannot be told apart from the other modules' calibration by "
                  "Model Optimizer's quantizer attributes (one algorithm per recipe)", m[bad].glob,
-                 lwq_qformat_name(c->format), lwq_algo_name(c->algo), c->fp8_scale_sweep ? " + fp8_scale_sweep" : "");
+                 lwq_qformat_name(c->format), lwq_algo_name(c->algo), c->fp8_scale_sweep ? " + fp8_scale_sweep" : "",
+                 c->four_over_six ? " + four_over_six" : "");
         return NULL;
     }
     buf b = {0};
@@ -137,6 +160,9 @@ char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int
     put(&b, "\nquantize:\n  algorithm:\n    method: %s\n", lwq_algo_name(M));
     if (M == LWQ_ALGO_MSE || M == LWQ_ALGO_LOCAL_HESSIAN)
         put(&b, "    fp8_scale_sweep: %s\n", S ? "true" : "false");
+    if (M == LWQ_ALGO_MSE && mse_range == LWQ_MSE_RANGE_OWN)
+        put(&b, "    start_multiplier: %.17g\n    stop_multiplier: %.17g\n    step_size: %.17g\n", mult[0], mult[1],
+            mult[2]);
     put(&b, "  quant_cfg:\n    - {quantizer_name: '*', enable: false}\n");
     for (int i = 0; i < n; i++) {
         const lwq_quant_choice *c = &m[i].c;
@@ -156,7 +182,7 @@ char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int
             quoted(&b, name);
             put(&b, "\n      cfg: ");
             if (c->format == LWQ_QFMT_NVFP4)
-                nvfp4_cfg(&b, k == 0 && is_static);
+                nvfp4_cfg(&b, k == 0 && is_static, k == 0 && c->four_over_six);
             else
                 put(&b, "{num_bits: e4m3, axis: null");
             if (k == 1 && c->has_input_amax)

@@ -29,5 +29,12 @@ typedef struct lwq_yaml_module {
  * memory).  method / sweep: the recipe's algorithm; kv: its KV cache; description: one line. */
 char *lwq_recipe_yaml_render(const char *description, lwq_calib_algo method, int sweep, lwq_kv_mode kv,
                              const lwq_yaml_module *m, int n, char *why, size_t why_cap);
+/* The same with the recipe's mse multipliers (mse_range LWQ_MSE_RANGE_*, mult its start, stop, step),
+ * written as the algorithm's start_multiplier / stop_multiplier / step_size under method mse; every module
+ * whose weights take the multiplier search must have them.  A Four-over-Six module (static NVFP4 weights,
+ * `four_over_six: true`) needs method mse without the FP8 scale sweep. */
+char *lwq_recipe_yaml_render_range(const char *description, lwq_calib_algo method, int sweep, int mse_range,
+                                   const double *mult, lwq_kv_mode kv, const lwq_yaml_module *m, int n, char *why,
+                                   size_t why_cap);
 
 #endif

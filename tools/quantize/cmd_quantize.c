@@ -292,6 +292,8 @@ static int run_one(qargs *a, lwq_ranks *rk, lwq_error *e)
     ao.nspaces = a->aq_nspaces;
     memcpy(ao.unmatched, a->aq_unmatched, sizeof ao.unmatched);
     ao.baseline = a->aq_baseline;
+    ao.baseline_bits = a->aq_baseline_bits;
+    ao.own_algos = a->aq_own_algos;
     if (a->aq_score && !strcmp(a->aq_score, "kl"))
         ao.score = LWQ_AQ_SCORE_KL;
     else if (a->aq_score && strcmp(a->aq_score, "layer"))

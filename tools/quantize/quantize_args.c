@@ -41,6 +41,8 @@ void lwq_quantize_usage(FILE *fp, const char *cmd)
             "  --auto-quantize-formats F,...  candidate formats per group: nvfp4, fp8, w4a16_nvfp4 (weight-only\n"
             "                       NVFP4), nvfp4_w4a4_weight_mse_fp8_sweep (NVFP4 whose weights take the mse\n"
             "                       search with the FP8 scale sweep, whatever the base recipe's algorithm),\n"
+            "                       w4a16_nvfp4_four_over_six (weight-only Four-over-Six NVFP4, mse over the\n"
+            "                       multipliers 1.0 and 1.5),\n"
             "                       none (default nvfp4,fp8,none); only those: without none every searched\n"
             "                       group is quantized\n"
             "  --auto-quantize-score S  layer (default): each group alone quantized, the error it adds to its\n"
@@ -208,7 +210,7 @@ static int parse_formats(const char *list, uint8_t f[LWQ_AQ_FORMATS])
         int q = lwq_aq_format_parse(t);
         if (q < 0) {
             fprintf(perr, "lwq: --auto-quantize-formats: unknown format \"%s\" (nvfp4, fp8, w4a16_nvfp4, "
-                    "nvfp4_w4a4_weight_mse_fp8_sweep, none)\n", t);
+                    "nvfp4_w4a4_weight_mse_fp8_sweep, w4a16_nvfp4_four_over_six, none)\n", t);
             return -1;
         }
         f[q] = 1;
@@ -241,6 +243,7 @@ int lwq_quantize_args_parse(int argc, char **argv, int is_plan, qargs *a, lwq_ra
     memset(a->aq_fmt, 1, sizeof a->aq_fmt); /* nvfp4, fp8, none; the others only when listed */
     a->aq_fmt[LWQ_AQ_W4A16] = 0;
     a->aq_fmt[LWQ_AQ_NVFP4_MSE] = 0;
+    a->aq_fmt[LWQ_AQ_W4A16_F46] = 0;
     /* the default device may come from the environment (perf/gpu-check.sh runs the resume and
      * production tests with LWQ_DEVICE=cuda, so they cannot fall back to the CPU silently) */
     const char *env_dev = getenv("LWQ_DEVICE");

@@ -25,6 +25,8 @@ typedef struct qargs {
     lwq_recipe_aq_space aq_space[LWQ_RECIPE_AQ_MAX_SPACES];
     uint8_t aq_unmatched[LWQ_AQ_FORMATS]; /* with them: the formats of the groups none matches */
     int aq_baseline;                /* the recipe's fixed quantize baseline is the base recipe */
+    double aq_baseline_bits;        /* its effective_bits (0: none) */
+    int aq_own_algos;               /* an auto_quantize recipe's candidates carry their own algorithms */
     double damp; /* 0: the recipe's */
     lwq_quantize_opts o;
 } qargs;

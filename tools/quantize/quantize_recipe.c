@@ -31,7 +31,11 @@ static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path,
         a->aq_fmt[LWQ_QFMT_FP8] = (uint8_t)run->aq_fp8;
         a->aq_fmt[LWQ_AQ_W4A16] = (uint8_t)run->aq_w4a16;
         a->aq_fmt[LWQ_AQ_NVFP4_MSE] = (uint8_t)(run->aq_nvfp4_mse != 0);
+        a->aq_fmt[LWQ_AQ_W4A16_F46] = (uint8_t)(run->aq_w4a16_f46 != 0);
     }
+    /* Model Optimizer calibrates each of a recipe's candidates with its own algorithm */
+    a->aq_own_algos = 1;
+    a->aq_baseline_bits = run->aq_baseline_bits;
     /* module_search_spaces: the top-level candidates (or --auto-quantize-formats, which wins) are the
      * unmatched groups'; the search quantizes every candidate of either */
     a->aq_nspaces = run->aq_nspaces;
@@ -43,6 +47,7 @@ static int aq_from_recipe(qargs *a, const lwq_recipe_run *run, const char *path,
             a->aq_fmt[LWQ_QFMT_FP8] |= (uint8_t)(run->aq_space[k].fp8 != 0);
             a->aq_fmt[LWQ_AQ_W4A16] |= (uint8_t)(run->aq_space[k].w4a16 != 0);
             a->aq_fmt[LWQ_AQ_NVFP4_MSE] |= (uint8_t)(run->aq_space[k].nvfp4_mse != 0);
+            a->aq_fmt[LWQ_AQ_W4A16_F46] |= (uint8_t)(run->aq_space[k].w4a16_f46 != 0);
         }
     }
     if (!a->aq_cost && run->aq_active_moe)

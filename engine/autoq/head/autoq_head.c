@@ -79,6 +79,11 @@ int lwq_aq_head_allowed(const lwq_autoq_opts *o, const lwq_ckpt *ck, uint8_t all
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: module_search_spaces[%d] (line %d) offers it %s (W4A4); lwq writes "
                         "an lm_head as fp8 (W8A8), w4a16_nvfp4 or in the source dtype only", mod, hit, sp->line,
                         sp->nvfp4 ? "nvfp4" : "nvfp4_w4a4_weight_mse_fp8_sweep");
+    if (sp->w4a16_f46) /* Muse-Glimmer's: its scores and bytes would need the Four-over-Six search on lm_head */
+        return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: module_search_spaces[%d] (line %d) offers it w4a16_nvfp4_four_over_six; "
+                        "lwq's lm_head search has fp8 (W8A8), w4a16_nvfp4 and the source dtype only (a searched "
+                        "Four-over-Six lm_head is not implemented: leave lm_head out of the entry's patterns)", mod, hit,
+                        sp->line);
     const lwq_ckpt_tensor *w = lwq_ckpt_find(ck, wn);
     if (!w)
         return lwq_errf(e, LWQ_EUNSUPPORTED, "%s: module_search_spaces[%d] (line %d) searches it, but the checkpoint has "

@@ -184,8 +184,8 @@ Test(recipe_autoq, an_auto_quantize_inline_space_candidate_is_named)
                    "        - algorithm: max\n"
                    "          quant_cfg: []\n");
     cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), LWQ_EUNSUPPORTED);
-    cr_assert(strstr(e.msg, "; module_search_spaces[0].candidate_formats[0] (inline) is no format lwq searches"),
-              "%s", e.msg);
+    cr_assert(strstr(e.msg, "; module_search_spaces[0].candidate_formats[0] (inline, r.yaml:24) is no format lwq "
+                            "searches: its quant_cfg is empty (it enables no quantizer)"), "%s", e.msg);
 }
 
 /* bad numbers are refused as Model Optimizer's schema refuses them */
@@ -218,8 +218,9 @@ Test(recipe_autoq, an_auto_quantize_candidate_lwq_lacks_is_named)
                  "r.yaml:3: auto_quantize (AutoQuantize searches per-layer formats over the whole model) is not read "
                  "as a recipe: lwq's search takes it as options: --qformat fp8 --auto-quantize-bits 6.0 "
                  "--auto-quantize-formats fp8,none --auto-quantize-score kl (lm_head and routers are not searched); "
-                 "candidate_formats[0] (configs/ptq/presets/model/w4a8_awq_beta) is no format lwq searches (nvfp4, "
-                 "fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep)");
+                 "candidate_formats[0] (configs/ptq/presets/model/w4a8_awq_beta, r.yaml:3) is no format lwq searches "
+                 "(nvfp4, fp8, w4a16_nvfp4, nvfp4_w4a4_weight_mse_fp8_sweep, or an inline candidate that compiles to "
+                 "one of them or to weight-only Four-over-Six NVFP4)");
 }
 
 /* general/auto_quantize/nvfp4_mse_fp8_at_6p0bits: its NVFP4 candidate with its own weight algorithm
@@ -236,5 +237,98 @@ Test(recipe_autoq, an_auto_quantize_mse_sweep_candidate_is_read)
     cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
     cr_assert(run.is_aq && run.aq_nvfp4_mse && run.aq_fp8 && !run.aq_nvfp4 && !run.aq_w4a16);
     cr_assert_str_eq(run.aq_qformat, "fp8");
+    lwq_recipe_free(&r);
+}
+
+/* An auto_quantize recipe with one module_search_spaces entry whose candidates are `cands` (inline
+ * QuantizeConfigs, YAML at the entry's indentation), loaded into run */
+static int load_inline(const char *cands, lwq_recipe *r, lwq_recipe_run *run, lwq_error *e)
+{
+    char buf[4096];
+    snprintf(buf, sizeof buf, "metadata:\n  recipe_type: auto_quantize\n"
+             "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n  module_search_spaces:\n"
+             "    - module_name_patterns: ['*layers.*']\n      candidate_formats:\n%s", cands);
+    lwqt_write_str("r.yaml", buf);
+    return lwq_recipe_yaml_load("r.yaml", NULL, r, run, e);
+}
+
+#define OFF "            - {quantizer_name: '*', enable: false}\n"
+#define W_F46 "            - {quantizer_name: '*weight_quantizer', cfg: {num_bits: e2m1, block_sizes: {-1: 16, type: " \
+              "static, scale_bits: e4m3, four_over_six: true}}}\n"
+#define MSE_46(start, stop, step) "        - algorithm: {method: mse, fp8_scale_sweep: false, start_multiplier: " \
+              start ", stop_multiplier: " stop ", step_size: " step "}\n          effective_bits: 4.5\n" \
+              "          quant_cfg:\n" OFF W_F46
+#define FP8_MAX "        - algorithm: max\n          quant_cfg:\n" OFF \
+              "            - {quantizer_name: '*weight_quantizer', cfg: {num_bits: e4m3, axis: null}}\n" \
+              "            - {quantizer_name: '*input_quantizer', cfg: {num_bits: e4m3, axis: null}}\n"
+
+/* Muse-Glimmer's inline candidates: weight-only Four-over-Six NVFP4 under mse over 1.0 and 1.5, and
+ * W8A8 FP8 under max, are lwq's w4a16_nvfp4_four_over_six and fp8 */
+Test(recipe_autoq, inline_candidates_are_identified)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_inline(MSE_46("1.0", "1.5", "0.5") FP8_MAX, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.is_aq && run.aq_nspaces == 1);
+    const lwq_recipe_aq_space *sp = &run.aq_space[0];
+    cr_assert(sp->w4a16_f46 && sp->fp8 && !sp->nvfp4 && !sp->w4a16 && !sp->nvfp4_mse);
+    cr_assert_str_eq(run.aq_qformat, "fp8");
+    lwq_recipe_free(&r);
+}
+
+/* Four-over-Six with other multipliers is another format: refused naming them */
+Test(recipe_autoq, inline_four_over_six_with_other_multipliers_is_refused)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_inline(MSE_46("1.0", "2.0", "0.5"), &r, &run, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "module_search_spaces[0].candidate_formats[0] (inline, r.yaml:9) is no format lwq "
+                            "searches: weight-only Four-over-Six NVFP4 with algorithm start_multiplier 1, "
+                            "stop_multiplier 2, step_size 0.5"), "%s", e.msg);
+}
+
+/* NVFP4 W4A4 under mse without the FP8 scale sweep is no candidate: refused naming the method */
+Test(recipe_autoq, inline_nvfp4_under_plain_mse_is_refused)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_inline("        - algorithm: {method: mse}\n          quant_cfg:\n" OFF
+                             "            - {quantizer_name: '*weight_quantizer', cfg: {num_bits: e2m1, block_sizes: "
+                             "{-1: 16, type: static, scale_bits: e4m3}}}\n"
+                             "            - {quantizer_name: '*input_quantizer', cfg: {num_bits: e2m1, block_sizes: "
+                             "{-1: 16, type: dynamic, scale_bits: e4m3}}}\n", &r, &run, &e), LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "is no format lwq searches: NVFP4 under algorithm.method mse (lwq's NVFP4 candidates"),
+              "%s", e.msg);
+}
+
+/* an inline candidate that does not compile is refused with its file and line */
+Test(recipe_autoq, an_inline_candidate_that_does_not_compile_names_its_line)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    cr_assert_eq(load_inline("        - algorithm: max\n          quant_cfg:\n"
+                             "            - {quantizer_name: '*weight_quantizer', cfg: {num_bits: 7}}\n", &r, &run, &e),
+                 LWQ_EUNSUPPORTED);
+    cr_assert(strstr(e.msg, "r.yaml:11"), "%s", e.msg);
+}
+
+/* a fixed baseline's quantize.effective_bits (Muse-Glimmer's 4.5) is read */
+Test(recipe_autoq, a_baseline_effective_bits_is_read)
+{
+    lwq_recipe r;
+    lwq_recipe_run run;
+    lwq_error e = {0};
+    lwqt_write_str("r.yaml", "metadata:\n  recipe_type: auto_quantize\n"
+                   "quantize:\n  effective_bits: 4.5\n  algorithm: max\n  quant_cfg:\n"
+                   "    - {quantizer_name: '*', enable: false}\n"
+                   "auto_quantize:\n  constraints:\n    effective_bits: 6.0\n  module_search_spaces:\n"
+                   "    - module_name_patterns: ['*layers.*']\n      candidate_formats:\n" FP8_MAX);
+    cr_assert_eq(lwq_recipe_yaml_load("r.yaml", NULL, &r, &run, &e), 0, "%s", e.msg);
+    cr_assert(run.aq_baseline);
+    cr_assert_float_eq(run.aq_baseline_bits, 4.5, 1e-12);
     lwq_recipe_free(&r);
 }
