@@ -84,6 +84,31 @@ LWQ_VEC void lwq_cpu_pack_row_f32(const float *restrict s, int64_t k, float *res
         }
 }
 
+/* The GEMM's output tile to BF16 rows: dst[r * ldd + c] = bf16(src[r * nc + c] (+ bias[c])) for
+ * r < nr, c < nc: the f32 add (when bias) and lwq_cpu_f32_to_bf16's rounding, one call per tile
+ * instead of one per row. */
+LWQ_VEC void lwq_cpu_store_tile_bf16(const float *restrict src, int64_t nr, int64_t nc,
+                                     const float *restrict bias, uint16_t *restrict dst, int64_t ldd)
+{
+    for (int64_t r = 0; r < nr; r++) {
+        const float *s = src + r * nc;
+        uint16_t *d = dst + r * ldd;
+        if (bias)
+            for (int64_t c = 0; c < nc; c++) {
+                const float v = s[c] + bias[c];
+                uint32_t u;
+                memcpy(&u, &v, 4);
+                d[c] = (uint16_t)bf16_bits(u);
+            }
+        else
+            for (int64_t c = 0; c < nc; c++) {
+                uint32_t u;
+                memcpy(&u, &s[c], 4);
+                d[c] = (uint16_t)bf16_bits(u);
+            }
+    }
+}
+
 /* ---- fused row steps: the element-wise tails of the ops, BF16 rounding in vector lanes ------- */
 
 /* lwq_round_to(f, LWQ_BF16) without the dtype switch or a call, so the loops below vectorize */

@@ -18,6 +18,11 @@ void lwq_cpu_f32_to_bf16(const float *restrict s, uint16_t *restrict d, int64_t 
 void lwq_cpu_pack_row_bf16(const uint16_t *restrict s, int64_t k, float *restrict d);
 void lwq_cpu_pack_row_f32(const float *restrict s, int64_t k, float *restrict d);
 
+/* The GEMM's (nr, nc) f32 output tile (rows nc apart), plus bias[c] when bias, rounded to BF16 rows
+ * ldd apart (convert_cpu.c): the per-row store's bits, one vectorized call per tile. */
+void lwq_cpu_store_tile_bf16(const float *restrict src, int64_t nr, int64_t nc,
+                             const float *restrict bias, uint16_t *restrict dst, int64_t ldd);
+
 /* The element-wise tails of the row ops (convert_cpu.c), each element exactly the scalar
  * lwq_round_to expression written beside it, vectorized for BF16:
  *   norm_apply  y[i] = R_ydt(w[i] * R_xdt(x[i] * rs))                 (y may be x)

@@ -292,3 +292,41 @@ Test(gemm_isa, scores_equal_the_panel_dot_products, .init = be_open, .fini = be_
     }
     cr_assert_geq(ran, 1);
 }
+
+/* The GEMM's tile store to BF16 (convert_cpu.c) writes the bits of the per-row path it replaces:
+ * f32 + bias (when given), then lwq_cpu_f32_to_bf16's rounding (ties to even, NaN kept quiet, Inf,
+ * -0, denormals), for tiles off every vector width, into rows wider than the tile. */
+Test(gemm_isa, tile_store_equals_the_row_store)
+{
+    uint64_t s = 7;
+    const int64_t nr = 5, ldd = 80;
+    for (int64_t nc = 1; nc <= 48; nc += 7) {
+        float src[5 * 48], bias[48], row[48];
+        uint16_t a[5 * 80], b[5 * 80];
+        for (int64_t i = 0; i < nr * nc; i++) {
+            s = s * 6364136223846793005ull + 1442695040888963407ull;
+            uint32_t u = (uint32_t)(s >> 32);
+            if (i % 9 == 1)
+                u = (u & 0xffff0000u) | 0x8000u; /* a rounding tie */
+            if (i % 23 == 2)
+                u = 0x7fc00001u;
+            if (i % 29 == 3)
+                u = 0xff800000u;
+            memcpy(&src[i], &u, 4);
+        }
+        for (int64_t c = 0; c < nc; c++)
+            bias[c] = c % 5 == 0 ? -0.0f : (float)c * 0.37f - 3.0f;
+        for (int with_bias = 0; with_bias < 2; with_bias++) {
+            memset(a, 0x5a, sizeof a);
+            memset(b, 0x5a, sizeof b);
+            for (int64_t r = 0; r < nr; r++) {
+                for (int64_t c = 0; c < nc; c++)
+                    row[c] = with_bias ? src[r * nc + c] + bias[c] : src[r * nc + c];
+                lwq_cpu_f32_to_bf16(row, a + r * ldd, nc);
+            }
+            lwq_cpu_store_tile_bf16(src, nr, nc, with_bias ? bias : NULL, b, ldd);
+            cr_assert(memcmp(a, b, sizeof a) == 0, "tile of %lld outputs (bias %d) stores differently",
+                      (long long)nc, with_bias);
+        }
+    }
+}

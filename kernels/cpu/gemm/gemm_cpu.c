@@ -176,6 +176,11 @@ static void gemm_run_blocks(const gemm_job *j, int64_t r0, int64_t nr, int64_t b
         p.ldy = nc;
         p.y = t->yt;
         j->panel(&p, t->acc);
+        if (j->y->dtype == LWQ_BF16) {
+            lwq_cpu_store_tile_bf16(t->yt, nr, nc, j->bias ? j->bias + c0 : NULL,
+                                    (uint16_t *)j->y->data + r0 * j->out + c0, j->out);
+            continue;
+        }
         for (int64_t r = 0; r < nr; r++) {
             float *yr = t->yt + r * nc;
             if (j->bias)
