@@ -414,8 +414,9 @@ static int swiglu_mlp(lwq_model *m, int layer, const lwq_weights *w, const char 
     }
     LWQ_TRY(lwq_fwd_observe_tok(obs, layer, mg, x, valid, tok, e));
     LWQ_TRY(lwq_fwd_observe_tok(obs, layer, mu, x, valid, tok, e));
-    LWQ_TRY(lwq_backend_gemm(m->be, x, &wg, hbg ? &bg : NULL, g, e));
-    LWQ_TRY(lwq_backend_gemm(m->be, x, &wu, hbu ? &bu : NULL, u, e));
+    /* gate and up read the same x: one grouped call, which packs it once */
+    const lwq_gemm_group gu[2] = {{x, &wg, hbg ? &bg : NULL, g}, {x, &wu, hbu ? &bu : NULL, u}};
+    LWQ_TRY(lwq_backend_gemm_grouped(m->be, gu, 2, e));
     LWQ_TRY(lwq_backend_swiglu(m->be, g, u, g, e));
     LWQ_TRY(lwq_fwd_observe_tok(obs, layer, md, g, valid, tok, e));
     return lwq_backend_gemm(m->be, g, &wd, hbd ? &bd : NULL, out, e);

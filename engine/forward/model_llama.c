@@ -91,9 +91,10 @@ int lwq_fwd_attention_block(lwq_model *m, int layer, const lwq_weights *w, const
     LWQ_TRY(lwq_fwd_observe(obs, layer, mq, &x, &b->valid, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mk, &x, &b->valid, e));
     LWQ_TRY(lwq_fwd_observe(obs, layer, mv, &x, &b->valid, e));
-    LWQ_TRY(lwq_backend_gemm(be, &x, &wq, hbq ? &bq : NULL, &q, e));
-    LWQ_TRY(lwq_backend_gemm(be, &x, &wk, hbk ? &bk : NULL, &k, e));
-    LWQ_TRY(lwq_backend_gemm(be, &x, &wv, hbv ? &bv : NULL, &v, e));
+    /* one grouped call: the three products read the same x, which the backend packs once */
+    const lwq_gemm_group qkv[3] = {{&x, &wq, hbq ? &bq : NULL, &q}, {&x, &wk, hbk ? &bk : NULL, &k},
+                                   {&x, &wv, hbv ? &bv : NULL, &v}};
+    LWQ_TRY(lwq_backend_gemm_grouped(be, qkv, 3, e));
     if (has_qk_norm(c) && full_norm) {
         LWQ_TRY(lwq_backend_rmsnorm(be, &q, &qn, eps, &q, e));
         LWQ_TRY(lwq_backend_rmsnorm(be, &k, &kn, eps, &k, e));
