@@ -73,6 +73,12 @@ static const lwq_cpu_kernels *kernels_auto(void)
     const lwq_cpu_kernels *k = env && *env ? kernels_named(env) : NULL;
     if (!k)
         k = kernels_named("amx");
+    /* AMD's AVX512-BF16 (Zen 4 and later) runs vdpbf16ps at twice its FMA rate (perf/RESULTS.md,
+     * "fourth pass"); Intel's without AMX (Cooper Lake, or a Sapphire Rapids whose OS withholds the
+     * tile state: half the FMA rate measured there) stays on the FMA path.  A rule of the CPU's
+     * identity, never a timing, so a CPU always picks the same path and writes the same bytes. */
+    if (!k && __builtin_cpu_is("amd"))
+        k = kernels_named("avx512bf16");
     if (!k)
         k = kernels_named("avx512");
     if (!k)

@@ -85,12 +85,12 @@ void lwq_gemm_scores_avx2(const float *q, int64_t ldq, const float *kt, int64_t 
 void lwq_gemm_scores_ref(const float *q, int64_t ldq, const float *kt, int64_t ldk, int64_t nblk,
                          float *s, int64_t lds, int64_t nr, int64_t nc);
 
-/* The kernels in use: the fastest this CPU runs (amx, then avx512, avx2, portable), unless
+/* The kernels in use: the fastest this CPU runs (amx; avx512bf16 on AMD; avx512, avx2, portable), unless
  * LWQ_CPU_KERNELS (amx | avx512bf16 | avx512 | avx2 | portable) or lwq_cpu_kernels_force chose
  * others.  avx512, avx2 and portable give the same bits everywhere; amx and avx512bf16 give bits
  * of their own for BF16 x BF16 products (and the FMA paths' bits for every other dtype pair).
- * avx512bf16 is never picked by itself: on the one CPU measured (a Sapphire Rapids VM) vdpbf16ps
- * runs at half the FMA path's flop rate (perf/RESULTS.md). */
+ * avx512bf16 is picked by itself on AMD CPUs only: vdpbf16ps runs at twice the FMA rate on the AMD
+ * EPYC measured, at half of it on the Sapphire Rapids VM (perf/RESULTS.md). */
 const lwq_cpu_kernels *lwq_cpu_kernels_get(void);
 /* Use `name`'s kernels from now on (NULL: back to the automatic choice).  -1 when this CPU cannot
  * run them or the name is unknown; the choice is then unchanged. */
