@@ -43,8 +43,7 @@ int lwq_aq_streams_layer(lwq_aq_ctx *c, int L, const lwq_weights *w, lwq_error *
     return rc;
 }
 
-/* Final norm + lm_head on rows [r0, r0 + n) of scored batch b of boundary bnd -> host logits. */
-static int head_rows(lwq_aq_ctx *c, const lwq_weights *w, const unsigned char *bnd, int b, int64_t r0, int64_t n,
+int lwq_aq_head_rows(lwq_aq_ctx *c, const lwq_weights *w, const unsigned char *bnd, int b, int64_t r0, int64_t n,
                      lwq_tensor *lg, float *host, lwq_error *e)
 {
     size_t bytes = (size_t)(n * c->hidden) * c->esz;
@@ -94,7 +93,7 @@ int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e)
                 any |= bt->valid_host[r0 + i];
             if (!any)
                 continue;
-            if ((rc = head_rows(c, &tw.w, src, b, r0, n, &lg, zs, e)) != 0)
+            if ((rc = lwq_aq_head_rows(c, &tw.w, src, b, r0, n, &lg, zs, e)) != 0)
                 break;
             for (int64_t i = 0; i < n; i++)
                 if (bt->valid_host[r0 + i]) {
@@ -102,7 +101,7 @@ int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e)
                     tokens++;
                 }
             for (int s = 0; s < c->nstreams && rc == 0; s++) {
-                if ((rc = head_rows(c, &tw.w, c->stream[s], b, r0, n, &lg, zq, e)) != 0)
+                if ((rc = lwq_aq_head_rows(c, &tw.w, c->stream[s], b, r0, n, &lg, zq, e)) != 0)
                     break;
                 for (int64_t i = 0; i < n; i++)
                     if (bt->valid_host[r0 + i])

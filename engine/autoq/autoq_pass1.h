@@ -81,5 +81,9 @@ int lwq_aq_streams_layer(lwq_aq_ctx *c, int L, const lwq_weights *w, lwq_error *
 /* After the last layer: the head of the source and of every stream on the scored rows; each
  * stream's mean KL goes to its group's kl[format]. */
 int lwq_aq_streams_head(lwq_aq_ctx *c, lwq_error *e);
+/* Final norm + lm_head of `w` on rows [r0, r0 + n) of scored batch b of boundary bnd -> host (n, V)
+ * f32 logits (through lg, on the device; also the head search's, engine/autoq/head). */
+int lwq_aq_head_rows(lwq_aq_ctx *c, const lwq_weights *w, const unsigned char *bnd, int b, int64_t r0, int64_t n,
+                     lwq_tensor *lg, float *host, lwq_error *e);
 
 #endif

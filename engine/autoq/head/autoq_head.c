@@ -215,23 +215,7 @@ static int quantize_head(const lwq_htensor *w, int f, float wamax, void *dq, uin
 static int logits(lwq_aq_ctx *c, const lwq_weights *w, int b, int64_t r0, int64_t n, lwq_tensor *lg, float *host,
                   lwq_error *e)
 {
-    size_t bytes = (size_t)(n * c->hidden) * c->esz;
-    const unsigned char *src = c->bnd[c->cur] + c->sc.boff[b] + (size_t)r0 * (size_t)c->hidden * c->esz;
-    int rc = c->be.ops->device == LWQ_DEV_CPU ? (memcpy(c->work.data, src, bytes), 0)
-                                               : lwq_backend_upload(&c->be, c->work.data, src, bytes, e);
-    if (rc)
-        return rc;
-    lwq_tensor h = c->work, z = *lg;
-    h.shape[0] = n;
-    z.shape[0] = n;
-    if ((rc = lwq_model_head(&c->model, w, &h, &z, e)) != 0)
-        return rc;
-    size_t lb = (size_t)(n * c->ck.cfg.vocab_size) * sizeof(float);
-    if (c->be.ops->device == LWQ_DEV_CPU) {
-        memcpy(host, z.data, lb);
-        return 0;
-    }
-    return lwq_backend_download(&c->be, host, z.data, lb, e);
+    return lwq_aq_head_rows(c, w, c->bnd[c->cur], b, r0, n, lg, host, e);
 }
 
 /* Candidate f's err, out_sq (the source's, summed once: `first`), tokens and KL over the scored rows. */
