@@ -54,6 +54,13 @@ lwq_qformat lwq_aq_qformat(int f)
 }
 int lwq_aq_weight_only(int f) { return f == LWQ_AQ_W4A16 || f == LWQ_AQ_W4A16_F46; }
 
+uint64_t lwq_aq_quant_bytes(uint64_t n, int f)
+{
+    if (lwq_aq_qformat(f) == LWQ_QFMT_NVFP4)
+        return n / 2 + n / 16 + (lwq_aq_weight_only(f) ? 4 : 8);
+    return f == LWQ_QFMT_FP8 ? n + 8 : 0;
+}
+
 lwq_quant_choice lwq_aq_candidate_choice(const lwq_quant_choice *base, int f, int own_algos)
 {
     lwq_quant_choice c = *base;

@@ -39,6 +39,10 @@
  * is off. */
 lwq_qformat lwq_aq_qformat(int f);
 int lwq_aq_weight_only(int f);
+/* The bytes lwq writes for n weight elements in a quantized candidate f: NVFP4 packed weight, E4M3
+ * block scales, weight_scale_2 and input_scale (no input_scale when weight-only); FP8 weight,
+ * weight_scale and input_scale.  0 for NONE (the source's bytes, which the caller knows). */
+uint64_t lwq_aq_quant_bytes(uint64_t n, int f);
 /* A linear's choice in candidate f from its base recipe choice: the format replaced (W4A16: NVFP4,
  * weight_only), the base's calibration settings kept, except a candidate with its own weight
  * algorithm (NVFP4_MSE: mse with the FP8 scale sweep; W4A16_F46: Four-over-Six mse over 1.0 and 1.5)

@@ -518,12 +518,8 @@ static uint64_t weight_src_bytes(const lwq_ckpt *ck, const lwq_srcfmt *sf, const
  * weight and two scalars; else the source weight. */
 static uint64_t linear_cost(const lwq_ckpt *ck, const lwq_srcfmt *sf, const lwq_arch_linear *l, int f)
 {
-    uint64_t n = (uint64_t)l->out_features * (uint64_t)l->in_features;
-    if (lwq_aq_qformat(f) == LWQ_QFMT_NVFP4)
-        return n / 2 + n / 16 + (lwq_aq_weight_only(f) ? 4 : 8);
-    if (f == LWQ_QFMT_FP8)
-        return n + 8;
-    return weight_src_bytes(ck, sf, l);
+    uint64_t q = lwq_aq_quant_bytes((uint64_t)l->out_features * (uint64_t)l->in_features, f);
+    return q ? q : weight_src_bytes(ck, sf, l);
 }
 
 static int mismatch(lwq_error *e, const char *file, int L, const char *what, uint64_t found, uint64_t want)
